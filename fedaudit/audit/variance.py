@@ -1,0 +1,211 @@
+"""Mean squared error of a mechanism's decoded reports, and MSE as a function of d/k.
+
+For a fixed input x and i.i.d. reports r_1..r_N of M(x), the per-report squared error
+e_i = ‖decode(r_i) − x‖² has mean MSE(x) = E‖x̂ − x‖² (bias² + variance). We report the sample
+mean with a CLT confidence interval mean ± z·sd/√N, and the bias of each coordinate as a
+z-score |mean_j(x̂) − x_j| / (sd_j/√N): under unbiasedness the largest of d such z-scores
+is below Φ⁻¹(1 − α/(2d)) with probability ≥ 1 − α.
+
+Reports are drawn in seeded chunks (``SeedSequence.spawn`` over a fixed chunk plan), so memory
+stays bounded and the result depends only on ``seed`` and ``chunk``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+from fedaudit.errors import FedAuditError, check_int, check_probability, check_vector
+from fedaudit.mechanisms.base import Mechanism
+from fedaudit.rng import as_seed_sequence, chunk_plan
+
+__all__ = ["MSEResult", "measure_mse", "VarianceCurve", "variance_vs_dk", "plot_variance_curve"]
+
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class MSEResult:
+    """MSE of decode(M(x)) with a ``confidence`` CI, and the largest per-coordinate bias z-score."""
+
+    mechanism: str
+    mse: float
+    ci_low: float
+    ci_high: float
+    normalized_mse: float  # mse / ‖x‖² (relative error), inf when x = 0
+    max_bias_z: float
+    bias_z_threshold: float  # Bonferroni threshold over d coordinates at 1 − confidence
+    samples: int
+    confidence: float
+    seed: int | None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unbiased(self) -> bool:
+        """No coordinate's bias is significant at the stated confidence (family-wise over d)."""
+        return self.max_bias_z <= self.bias_z_threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["unbiased"] = self.unbiased
+        return out
+
+
+def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int | None = 0, *,
+                confidence: float = 0.95, chunk: int = 2_000,
+                progress: ProgressFn | None = None) -> MSEResult:
+    """Estimate E‖decode(M(x)) − x‖² from ``samples`` reports (streamed in chunks)."""
+    if not isinstance(mechanism, Mechanism):
+        raise FedAuditError(f"mechanism must be a fedaudit Mechanism, got {type(mechanism).__name__}")
+    x = check_vector("x", x, dim=mechanism.dim)
+    samples = check_int("samples", samples, low=2)
+    chunk = check_int("chunk", chunk, low=1)
+    confidence = check_probability("confidence", confidence)
+    plan = list(chunk_plan(samples, chunk))
+    children = as_seed_sequence(seed).spawn(len(plan))
+    d = mechanism.dim
+    err_sum = err_sq = 0.0
+    coord_sum = np.zeros(d)
+    coord_sq = np.zeros(d)
+    for (_, size), child in zip(plan, children):
+        est = mechanism.decode(mechanism.sample(x, size, rng=np.random.default_rng(child)))
+        diff = est - x
+        e = np.einsum("ij,ij->i", diff, diff)
+        err_sum += float(e.sum())
+        err_sq += float(e @ e)
+        coord_sum += diff.sum(0)
+        coord_sq += np.einsum("ij,ij->j", diff, diff)
+        if progress is not None:
+            progress(size)
+    mse = err_sum / samples
+    sd = np.sqrt(max(err_sq / samples - mse ** 2, 0.0) * samples / (samples - 1))
+    z = float(stats.norm.isf((1 - confidence) / 2))
+    half = z * sd / np.sqrt(samples)
+    bias = coord_sum / samples
+    coord_var = np.maximum(coord_sq / samples - bias ** 2, 0.0) * samples / (samples - 1)
+    se = np.sqrt(coord_var / samples)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zs = np.where(se > 0, np.abs(bias) / np.where(se > 0, se, 1.0), np.where(np.abs(bias) > 1e-12, np.inf, 0.0))
+    norm2 = float(x @ x)
+    return MSEResult(
+        mechanism=mechanism.name,
+        mse=mse,
+        ci_low=max(0.0, mse - half),
+        ci_high=mse + half,
+        normalized_mse=mse / norm2 if norm2 > 0 else float("inf"),
+        max_bias_z=float(zs.max()),
+        bias_z_threshold=float(stats.norm.isf((1 - confidence) / (2 * d))),
+        samples=samples,
+        confidence=confidence,
+        seed=seed if isinstance(seed, int) else None,
+        params=mechanism.params(),
+    )
+
+
+@dataclass(frozen=True)
+class VarianceCurve:
+    """MSE against d/k for SSTQ (private and non-private) next to vqSGD and PrivUnitG."""
+
+    dim: int
+    epsilon: float
+    levels: int
+    ks: tuple[int, ...]
+    d_over_k: tuple[float, ...]
+    sstq: tuple[MSEResult, ...]
+    sstq_nonprivate: tuple[MSEResult, ...]
+    vqsgd: MSEResult
+    privunitg: MSEResult
+    slope_private: float  # least-squares slope of log MSE on log(d/k)
+    slope_nonprivate: float
+    samples: int
+    seed: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dim": self.dim, "epsilon": self.epsilon, "levels": self.levels,
+            "ks": list(self.ks), "d_over_k": list(self.d_over_k),
+            "sstq": [r.to_dict() for r in self.sstq],
+            "sstq_nonprivate": [r.to_dict() for r in self.sstq_nonprivate],
+            "vqsgd": self.vqsgd.to_dict(), "privunitg": self.privunitg.to_dict(),
+            "slope_private": self.slope_private, "slope_nonprivate": self.slope_nonprivate,
+            "samples": self.samples, "seed": self.seed,
+        }
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of log y on log x (the exponent a in y ∝ x^a)."""
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    if len(lx) < 2:
+        return float("nan")
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int = 2, clip: float = 1.0,
+                   samples: int = 20_000, seed: int = 0, x: Any = None,
+                   progress: ProgressFn | None = None) -> VarianceCurve:
+    """Measure MSE(d/k) for SSTQ at fixed total ε and ``levels``, with and without privacy,
+    and the k-independent references vqSGD(ε) and PrivUnitG(ε), all at the same x.
+
+    x defaults to a random direction of norm ``clip`` (seeded). Each measurement gets its own
+    child of ``SeedSequence(seed)``.
+    """
+    from fedaudit.mechanisms.privunit import PrivUnitG
+    from fedaudit.mechanisms.sstq import SSTQ
+    from fedaudit.mechanisms.vqsgd import VQSGD
+
+    dim = check_int("dim", dim, low=1)
+    ks = tuple(check_int("k", k, low=1, high=dim, high_name="dim") for k in ks)
+    if not ks:
+        raise FedAuditError("ks must list at least one k in [1, dim]")
+    root = as_seed_sequence(seed)
+    x_seed, *children = root.spawn(2 * len(ks) + 3)
+    if x is None:
+        g = np.random.default_rng(x_seed).normal(size=dim)
+        x = clip * g / np.linalg.norm(g)
+    x = check_vector("x", x, dim=dim)
+    private, nonprivate = [], []
+    for i, k in enumerate(ks):
+        private.append(measure_mse(SSTQ(dim, k, levels, epsilon, clip), x, samples, children[2 * i], progress=progress))
+        nonprivate.append(measure_mse(SSTQ(dim, k, levels, None, clip), x, samples, children[2 * i + 1], progress=progress))
+    vq = measure_mse(VQSGD(dim, epsilon, clip), x, samples, children[-2], progress=progress)
+    pu = measure_mse(PrivUnitG(dim, epsilon, clip=clip), x, samples, children[-1], progress=progress)
+    dk = tuple(dim / k for k in ks)
+    return VarianceCurve(
+        dim=dim, epsilon=float(epsilon), levels=levels, ks=ks, d_over_k=dk,
+        sstq=tuple(private), sstq_nonprivate=tuple(nonprivate), vqsgd=vq, privunitg=pu,
+        slope_private=loglog_slope(dk, [r.mse for r in private]),
+        slope_nonprivate=loglog_slope(dk, [r.mse for r in nonprivate]),
+        samples=samples, seed=seed,
+    )
+
+
+def plot_variance_curve(curve: VarianceCurve, path: str) -> str:
+    """Log–log PNG of MSE against d/k with CI bars and fitted slopes; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dk = np.asarray(curve.d_over_k)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    for rows, label, marker in ((curve.sstq, f"SSTQ ε={curve.epsilon:g} (slope {curve.slope_private:.2f})", "o"),
+                                (curve.sstq_nonprivate, f"SSTQ no privacy (slope {curve.slope_nonprivate:.2f})", "s")):
+        mse = np.array([r.mse for r in rows])
+        err = np.array([[r.mse - r.ci_low for r in rows], [r.ci_high - r.mse for r in rows]])
+        ax.errorbar(dk, mse, yerr=err, marker=marker, capsize=3, label=label)
+    ax.axhline(curve.vqsgd.mse, color="tab:red", ls="--", label=f"vqSGD ε={curve.epsilon:g}")
+    ax.axhline(curve.privunitg.mse, color="tab:green", ls=":", label=f"PrivUnitG ε={curve.epsilon:g} (optimal)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("d / k")
+    ax.set_ylabel("MSE  E‖x̂ − x‖²")
+    ax.set_title(f"MSE vs d/k at d={curve.dim}, s={curve.levels}, ‖x‖=clip")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,120 @@
+"""The client-side mechanism interface every audit relies on.
+
+A :class:`Mechanism` is a local randomizer ``M: R^d -> reports``. Reports are 2-D float64
+arrays, one row per report, with a layout each mechanism documents in ``report_layout``.
+The claimed guarantee is ``(epsilon, delta)``-LDP per report (``epsilon=None``: no claim):
+for all inputs x, x' in the input domain and every event S,
+``P[M(x) in S] <= exp(epsilon) P[M(x') in S] + delta``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from fedaudit.errors import FedAuditError, check_int, check_matrix, check_vector
+from fedaudit.rng import RngLike, as_generator
+
+__all__ = ["Mechanism", "clip_l2"]
+
+
+def clip_l2(X: np.ndarray, clip: float) -> np.ndarray:
+    """Row-wise projection onto the L2 ball of radius ``clip``: x * min(1, clip/||x||)."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
+    return X * scale
+
+
+class Mechanism(ABC):
+    """Abstract local randomizer.
+
+    Subclasses implement ``_encode`` (validated float64 (n, dim) input), ``decode`` and,
+    where the output law is tractable, ``_log_prob``; they set ``dim``, ``epsilon``,
+    ``delta``, ``bits_per_report``, ``report_width`` and ``report_layout``.
+    """
+
+    #: registry / CLI name
+    name: str = "mechanism"
+    dim: int
+    epsilon: float | None
+    delta: float = 0.0
+    report_width: int
+    report_layout: str = ""
+
+    # ------------------------------------------------------------------ API
+    @property
+    @abstractmethod
+    def bits_per_report(self) -> int:
+        """Bits one report costs on the wire (values plus public randomness that must be sent)."""
+
+    def encode(self, X: Any, rng: RngLike = None) -> np.ndarray:
+        """One report per row of ``X`` (n, dim)."""
+        X = check_matrix("X", X, cols=self.dim)
+        return self._encode(X, as_generator(rng))
+
+    def sample(self, x: Any, size: int, rng: RngLike = None) -> np.ndarray:
+        """``size`` independent reports of the same input ``x`` (the audit's hot path)."""
+        x = check_vector("x", x, dim=self.dim)
+        size = check_int("size", size, low=1)
+        return self._sample(x, size, as_generator(rng))
+
+    @abstractmethod
+    def decode(self, reports: Any) -> np.ndarray:
+        """Unbiased estimates (n, dim): E[decode(M(x))] = x for x in the input domain."""
+
+    def estimate_mean(self, reports: Any) -> np.ndarray:
+        """The server's estimate of the mean input: the average of the decoded reports."""
+        return self.decode(reports).mean(axis=0)
+
+    def log_prob(self, reports: Any, x: Any) -> np.ndarray:
+        """Exact log-likelihood log p(report | x) for each row (n,), w.r.t. a base measure
+        that does not depend on x (counting measure for discrete reports)."""
+        reports = self._check_reports(reports)
+        x = check_vector("x", x, dim=self.dim)
+        return self._log_prob(reports, x)
+
+    # ------------------------------------------------------------ hooks
+    @abstractmethod
+    def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
+
+    def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        return self._encode(np.broadcast_to(x, (size, self.dim)), rng)
+
+    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} has no tractable log_prob")
+
+    # ----------------------------------------------------------- helpers
+    def _check_reports(self, reports: Any) -> np.ndarray:
+        return check_matrix("reports", reports, cols=self.report_width, finite=True)
+
+    def params(self) -> dict[str, Any]:
+        """Constructor parameters (JSON-friendly)."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.name,
+            "params": self.params(),
+            "dim": self.dim,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "bits_per_report": self.bits_per_report,
+            "report_layout": self.report_layout,
+        }
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+
+def check_epsilon(epsilon: Any, *, allow_none: bool = False) -> float | None:
+    """epsilon > 0 (finite); ``None`` allowed for non-private variants."""
+    from fedaudit.errors import check_positive
+
+    if epsilon is None:
+        if allow_none:
+            return None
+        raise FedAuditError("epsilon must be a finite real number in (0, inf), got epsilon=None")
+    return check_positive("epsilon", epsilon)

@@ -1,0 +1,38 @@
+"""Shared test configuration: deterministic hypothesis profile, derived tolerances."""
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from scipy import stats
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=25,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: Family-wise error rate the whole statistical suite is allowed (per assertion it is split).
+SUITE_ALPHA = 1e-6
+
+
+def z_tolerance(n_assertions: int = 1, alpha: float = SUITE_ALPHA) -> float:
+    """Two-sided normal quantile for a Bonferroni share of ``alpha`` over ``n_assertions``."""
+    return float(stats.norm.isf(alpha / (2 * n_assertions)))
+
+
+def assert_unbiased(estimates: np.ndarray, truth: np.ndarray, n_assertions: int = 1) -> None:
+    """Every coordinate's sample mean lies within z·SE of the truth (SE from the sample itself)."""
+    estimates = np.asarray(estimates, dtype=np.float64)
+    n = estimates.shape[0]
+    mean = estimates.mean(axis=0)
+    se = estimates.std(axis=0, ddof=1) / np.sqrt(n)
+    z = z_tolerance(n_assertions * estimates.shape[1])
+    err = np.abs(mean - truth)
+    ok = err <= z * se + 1e-12
+    assert ok.all(), (f"bias beyond {z:.2f} SE at coords {np.flatnonzero(~ok)[:5]}: "
+                      f"mean={mean[~ok][:5]}, truth={np.asarray(truth)[~ok][:5]}, se={se[~ok][:5]}")
