@@ -81,7 +81,7 @@ def _demo_rows(dim: int, n: int, epsilon: float, seed: int, advance: Callable[[i
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     X *= data_rng.uniform(0.5, 1.0, size=(n, 1))  # inside the unit clip ball
     for name, rng in zip(MECHANISM_NAMES, rngs):
-        m = make_mechanism(name, dim, epsilon, k=dim // 16, levels=4, clip=1.0)
+        m = make_mechanism(name, dim, epsilon, k=max(1, dim // 16), levels=4, clip=1.0)
         inputs = X
         if name == "rr":
             inputs = np.eye(dim)[data_rng.integers(0, dim, size=n)]

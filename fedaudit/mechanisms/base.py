@@ -23,8 +23,8 @@ __all__ = ["Mechanism", "clip_l2"]
 def clip_l2(X: np.ndarray, clip: float) -> np.ndarray:
     """Row-wise projection onto the L2 ball of radius ``clip``: x * min(1, clip/||x||)."""
     norms = np.linalg.norm(X, axis=1, keepdims=True)
-    scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
-    return X * scale
+    over = norms > clip
+    return X * np.where(over, clip / np.where(over, norms, 1.0), 1.0)
 
 
 class Mechanism(ABC):

@@ -1,0 +1,23 @@
+"""What leaves a client: local randomizers with exact likelihoods.
+
+Every mechanism implements :class:`Mechanism` (``encode``, ``sample``, ``decode``,
+``log_prob``, ``dim``, ``epsilon``, ``delta``, ``bits_per_report``). ``reference`` keeps
+algorithms *as published* (the SSTQ sketch) so audits can show their flaws; they are never
+defaults.
+"""
+
+from fedaudit.mechanisms.base import Mechanism, clip_l2
+from fedaudit.mechanisms.duchi import Duchi
+from fedaudit.mechanisms.gaussian import Gaussian
+from fedaudit.mechanisms.laplace import Laplace
+from fedaudit.mechanisms.privunit import PrivUnitG
+from fedaudit.mechanisms.randomized_response import RandomizedResponse
+from fedaudit.mechanisms.reference import SSTQSketch
+from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
+from fedaudit.mechanisms.sstq import SSTQ
+from fedaudit.mechanisms.vqsgd import VQSGD
+
+__all__ = [
+    "Mechanism", "clip_l2", "SSTQ", "SSTQSketch", "VQSGD", "PrivUnitG", "Duchi", "Laplace", "Gaussian",
+    "RandomizedResponse", "MECHANISM_NAMES", "make_mechanism",
+]
