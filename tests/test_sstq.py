@@ -43,6 +43,15 @@ def test_public_subset_has_uniform_marginals():
     assert all(len(set(row)) == k for row in sets.tolist())
 
 
+@pytest.mark.parametrize("d, k", [(6, 2), (48, 2)])  # key path and candidate path
+def test_public_subsets_are_uniform_over_all_subsets(d, k):
+    S = random_subset(np.arange(200_000, dtype=float), d, k)
+    counts = np.bincount(S[:, 0] * d + S[:, 1], minlength=d * d)
+    observed = counts[np.triu_indices(d, 1)[0] * d + np.triu_indices(d, 1)[1]]
+    assert observed.sum() == 200_000
+    assert stats.chisquare(observed).pvalue > 1e-4
+
+
 def test_public_signs_are_balanced_and_reproducible():
     s = random_signs(np.arange(20_000.0), 8)
     assert set(np.unique(s)) == {-1.0, 1.0}

@@ -17,6 +17,8 @@ D·log2(D) additions (fast Walsh–Hadamard transform, vectorised over rows).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = [
@@ -55,14 +57,46 @@ def hash_stream(seeds: np.ndarray, tag: np.uint64, m: int) -> np.ndarray:
 
 
 def random_signs(seeds: np.ndarray, m: int) -> np.ndarray:
-    """(n, m) float64 Rademacher signs (±1) from each seed."""
-    bits = (hash_stream(seeds, TAG_SIGNS, m) >> np.uint64(63)).astype(np.float64)
+    """(n, m) float64 Rademacher signs (±1) from each seed: 64 sign bits per hashed word."""
+    words = hash_stream(seeds, TAG_SIGNS, -(-m // 64))
+    bits = np.unpackbits(words.view(np.uint8), axis=1, count=m)
     return 1.0 - 2.0 * bits
 
 
 def random_subset(seeds: np.ndarray, d: int, k: int) -> np.ndarray:
-    """(n, k) int64 sorted indices of a uniformly random k-subset of range(d) per seed."""
-    keys = hash_stream(seeds, TAG_SUBSET, d)
+    """(n, k) int64 sorted indices of a uniformly random k-subset of range(d) per seed.
+
+    The first k distinct values of an i.i.d. uniform sequence on range(d) form a uniform
+    k-subset; we hash m ≈ k + 2k²/d + 64 candidates per report (O(k log k) instead of O(d)).
+    Rows that see fewer than k distinct candidates (probability < 1e-9 per row) and large
+    k/d fall back to the k smallest of d hashed keys, also uniform.
+    """
+    seeds = np.asarray(seeds)
+    n = seeds.shape[0]
+    if k * 8 > d:
+        return _subset_by_keys(seeds, d, k)
+    m = k + 2 * (k * k) // d + 64
+    cand = ((hash_stream(seeds, TAG_SUBSET, m) >> np.uint64(11)).astype(np.float64)
+            * (d / 2.0**53)).astype(np.int64)
+    order = np.argsort(cand, axis=1, kind="stable")
+    ranked = np.take_along_axis(cand, order, axis=1)
+    repeat = np.zeros_like(ranked, dtype=bool)
+    repeat[:, 1:] = ranked[:, 1:] == ranked[:, :-1]
+    first = np.empty_like(repeat)
+    np.put_along_axis(first, order, ~repeat, axis=1)  # stable sort: the first occurrence is kept
+    taken = first & (np.cumsum(first, axis=1) <= k)
+    short = taken.sum(axis=1) < k
+    out = np.empty((n, k), dtype=np.int64)
+    ok = ~short
+    out[ok] = cand[ok][taken[ok]].reshape(-1, k)
+    if short.any():
+        out[short] = _subset_by_keys(seeds[short], d, k)
+    return np.sort(out, axis=1)
+
+
+def _subset_by_keys(seeds: np.ndarray, d: int, k: int) -> np.ndarray:
+    """The k smallest of d i.i.d. hashed 64-bit keys: a uniform k-subset (O(d) per report)."""
+    keys = hash_stream(seeds, TAG_SUBSET ^ np.uint64(1), d)
     if k == d:
         idx = np.broadcast_to(np.arange(d), keys.shape)
     else:
@@ -79,11 +113,14 @@ def fwht(a: np.ndarray) -> np.ndarray:
     """Unnormalised fast Walsh–Hadamard transform of each row of ``a`` (n, D), D = 2^m.
 
     Returns ``a @ H`` (H symmetric, H·H = D·I) without forming H; ``a`` is not modified.
+    Uses H_D = H_{D/b} ⊗ H_b: the first log2(b) butterfly stages are one BLAS product with
+    the b×b Hadamard matrix (b = min(D, 128)), the rest are contiguous butterflies.
     """
     n, D = a.shape
-    src = np.array(a, dtype=np.float64, copy=True)
+    b = min(D, _FWHT_BLOCK)
+    src = (np.asarray(a, dtype=np.float64).reshape(-1, b) @ _hadamard(b)).reshape(n, D)
     dst = np.empty_like(src)
-    h = 1
+    h = b
     while h < D:
         s4 = src.reshape(n, D // (2 * h), 2, h)
         d4 = dst.reshape(n, D // (2 * h), 2, h)
@@ -92,6 +129,18 @@ def fwht(a: np.ndarray) -> np.ndarray:
         src, dst = dst, src
         h *= 2
     return src
+
+
+_FWHT_BLOCK = 128
+
+
+@functools.lru_cache(maxsize=16)
+def _hadamard(b: int) -> np.ndarray:
+    from scipy.linalg import hadamard
+
+    H = hadamard(b).astype(np.float64)
+    H.setflags(write=False)
+    return H
 
 
 def rotate(X: np.ndarray, signs: np.ndarray) -> np.ndarray:

@@ -70,7 +70,7 @@ from fedaudit.rng import RngLike, as_generator, chunk_plan
 __all__ = ["SSTQ"]
 
 #: rows per chunk are chosen so that one (rows, D) float64 buffer is at most this many bytes
-_CHUNK_BYTES = 32 * 2**20
+_CHUNK_BYTES = 8 * 2**20
 
 
 class SSTQ(Mechanism):
