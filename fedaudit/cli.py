@@ -15,7 +15,6 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.markup import escape
 from rich.table import Table
 
 import fedaudit
@@ -110,20 +109,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_audit_variance(args: argparse.Namespace) -> int:
     from fedaudit.audit.variance import plot_variance_curve, variance_vs_dk
 
-    total = args.samples * (2 * len(args.k) + 2)
+    total = args.samples * (2 * len(args.k) + 3)
     with progress_bar(total, "reports", args.quiet) as advance:
         curve = variance_vs_dk(args.dim, args.k, args.epsilon, levels=args.levels, clip=args.clip,
                                samples=args.samples, seed=args.seed, progress=advance)
     table = Table(title=f"MSE vs d/k — d={curve.dim}, ε={curve.epsilon:g}, s={curve.levels}, {curve.samples:,} reports each")
-    for col in ("k", "d/k", "SSTQ ε MSE [95% CI]", "SSTQ no-privacy MSE [95% CI]", "bias ok"):
+    for col in ("k", "d/k", "SSTQ ε MSE ± 95% CI", "no privacy MSE ± 95% CI", "unbiased"):
         table.add_column(col, justify="right")
     for k, dk, p, q in zip(curve.ks, curve.d_over_k, curve.sstq, curve.sstq_nonprivate):
-        table.add_row(str(k), f"{dk:g}", escape(f"{p.mse:.4g} [{p.ci_low:.4g}, {p.ci_high:.4g}]"),
-                      escape(f"{q.mse:.4g} [{q.ci_low:.4g}, {q.ci_high:.4g}]"), "yes" if p.unbiased and q.unbiased else "NO")
+        table.add_row(str(k), f"{dk:g}", f"{p.mse:.4g} ± {p.ci_high - p.mse:.2g}",
+                      f"{q.mse:.4g} ± {q.ci_high - q.mse:.2g}", "yes" if p.unbiased and q.unbiased else "NO")
     out.print(table)
     out.print(f"log–log slope of MSE on d/k: private {curve.slope_private:+.3f}, "
               f"non-private {curve.slope_nonprivate:+.3f} (the seed claims +1)")
-    out.print(f"vqSGD ε={curve.epsilon:g}: MSE {curve.vqsgd.mse:.4g};  "
+    out.print(f"vqSGD ε={curve.epsilon:g}: MSE {curve.vqsgd.mse:.4g}; vqSGD no privacy: MSE {curve.vqsgd_nonprivate.mse:.4g};  "
               f"PrivUnitG ε={curve.epsilon:g}: MSE {curve.privunitg.mse:.4g} (optimal unbiased reference)")
     if args.plot:
         out.print(f"plot: {plot_variance_curve(curve, args.plot)}")

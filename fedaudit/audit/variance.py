@@ -107,7 +107,8 @@ def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int |
 
 @dataclass(frozen=True)
 class VarianceCurve:
-    """MSE against d/k for SSTQ (private and non-private) next to vqSGD and PrivUnitG."""
+    """MSE against d/k for SSTQ (private and non-private) next to vqSGD (private and not)
+    and PrivUnitG (the optimal unbiased ε-LDP randomizer)."""
 
     dim: int
     epsilon: float
@@ -117,6 +118,7 @@ class VarianceCurve:
     sstq: tuple[MSEResult, ...]
     sstq_nonprivate: tuple[MSEResult, ...]
     vqsgd: MSEResult
+    vqsgd_nonprivate: MSEResult
     privunitg: MSEResult
     slope_private: float  # least-squares slope of log MSE on log(d/k)
     slope_nonprivate: float
@@ -129,7 +131,7 @@ class VarianceCurve:
             "ks": list(self.ks), "d_over_k": list(self.d_over_k),
             "sstq": [r.to_dict() for r in self.sstq],
             "sstq_nonprivate": [r.to_dict() for r in self.sstq_nonprivate],
-            "vqsgd": self.vqsgd.to_dict(), "privunitg": self.privunitg.to_dict(),
+            "vqsgd": self.vqsgd.to_dict(), "vqsgd_nonprivate": self.vqsgd_nonprivate.to_dict(), "privunitg": self.privunitg.to_dict(),
             "slope_private": self.slope_private, "slope_nonprivate": self.slope_nonprivate,
             "samples": self.samples, "seed": self.seed,
         }
@@ -161,7 +163,7 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
     if not ks:
         raise FedAuditError("ks must list at least one k in [1, dim]")
     root = as_seed_sequence(seed)
-    x_seed, *children = root.spawn(2 * len(ks) + 3)
+    x_seed, *children = root.spawn(2 * len(ks) + 4)
     if x is None:
         g = np.random.default_rng(x_seed).normal(size=dim)
         x = clip * g / np.linalg.norm(g)
@@ -170,12 +172,13 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
     for i, k in enumerate(ks):
         private.append(measure_mse(SSTQ(dim, k, levels, epsilon, clip), x, samples, children[2 * i], progress=progress))
         nonprivate.append(measure_mse(SSTQ(dim, k, levels, None, clip), x, samples, children[2 * i + 1], progress=progress))
-    vq = measure_mse(VQSGD(dim, epsilon, clip), x, samples, children[-2], progress=progress)
+    vq = measure_mse(VQSGD(dim, epsilon, clip), x, samples, children[-3], progress=progress)
+    vq0 = measure_mse(VQSGD(dim, None, clip), x, samples, children[-2], progress=progress)
     pu = measure_mse(PrivUnitG(dim, epsilon, clip=clip), x, samples, children[-1], progress=progress)
     dk = tuple(dim / k for k in ks)
     return VarianceCurve(
         dim=dim, epsilon=float(epsilon), levels=levels, ks=ks, d_over_k=dk,
-        sstq=tuple(private), sstq_nonprivate=tuple(nonprivate), vqsgd=vq, privunitg=pu,
+        sstq=tuple(private), sstq_nonprivate=tuple(nonprivate), vqsgd=vq, vqsgd_nonprivate=vq0, privunitg=pu,
         slope_private=loglog_slope(dk, [r.mse for r in private]),
         slope_nonprivate=loglog_slope(dk, [r.mse for r in nonprivate]),
         samples=samples, seed=seed,
@@ -197,6 +200,7 @@ def plot_variance_curve(curve: VarianceCurve, path: str) -> str:
         err = np.array([[r.mse - r.ci_low for r in rows], [r.ci_high - r.mse for r in rows]])
         ax.errorbar(dk, mse, yerr=err, marker=marker, capsize=3, label=label)
     ax.axhline(curve.vqsgd.mse, color="tab:red", ls="--", label=f"vqSGD ε={curve.epsilon:g}")
+    ax.axhline(curve.vqsgd_nonprivate.mse, color="tab:purple", ls="-.", label="vqSGD no privacy")
     ax.axhline(curve.privunitg.mse, color="tab:green", ls=":", label=f"PrivUnitG ε={curve.epsilon:g} (optimal)")
     ax.set_xscale("log")
     ax.set_yscale("log")
