@@ -17,7 +17,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError, check_int, check_matrix, check_vector
 from fedaudit.rng import RngLike, as_generator
 
-__all__ = ["Mechanism", "clip_l2"]
+__all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor"]
 
 
 def clip_l2(X: np.ndarray, clip: float) -> np.ndarray:
@@ -25,6 +25,27 @@ def clip_l2(X: np.ndarray, clip: float) -> np.ndarray:
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     over = norms > clip
     return X * np.where(over, clip / np.where(over, norms, 1.0), 1.0)
+
+
+def signed_directions(X: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """Unit directions u = x/‖x‖ (e_1 at x = 0) and P(+) = (1 + min(‖x‖, clip)/clip)/2 per row.
+
+    Reporting ±clip·u with these probabilities is unbiased for the projection of x onto the
+    clip ball (Duchi et al. 2018): the first step of Duchi's and PrivUnitG's randomizers.
+    """
+    norms = np.linalg.norm(X, axis=1)
+    zero = norms == 0.0
+    U = X / np.where(zero, 1.0, norms)[:, None]
+    U[zero, 0] = 1.0
+    norms = np.minimum(norms, clip)
+    return U, np.minimum(0.5 * (1.0 + norms / clip), 1.0)
+
+
+def pow2_floor(x: float) -> float:
+    """Largest power of two <= x (x > 0): grid steps whose multiples are exact in float64."""
+    import math
+
+    return math.ldexp(1.0, math.frexp(x)[1] - 1)
 
 
 class Mechanism(ABC):
@@ -118,3 +139,46 @@ def check_epsilon(epsilon: Any, *, allow_none: bool = False) -> float | None:
             return None
         raise FedAuditError("epsilon must be a finite real number in (0, inf), got epsilon=None")
     return check_positive("epsilon", epsilon)
+
+
+class GridMechanism(Mechanism):
+    """Additive integer noise on a power-of-two grid: r = grid·(rint(clip_l2(x)/grid) + Z).
+
+    Subclasses set ``grid``, ``clip`` and implement ``_noise(shape, rng)`` (exact integer
+    samples) and ``_noise_logpmf(z)``. Reports are (n, dim) values on the grid; decode is the
+    identity, unbiased up to the rounding bias |E[r] − clip(x)| ≤ grid/2 per coordinate;
+    ``log_prob`` is exact w.r.t. counting measure on the grid (−inf off the grid).
+    """
+
+    grid: float
+    clip: float
+
+    @property
+    def bits_per_report(self) -> int:
+        return 64 * self.dim
+
+    @abstractmethod
+    def _noise(self, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray: ...
+
+    @abstractmethod
+    def _noise_logpmf(self, z: np.ndarray) -> np.ndarray: ...
+
+    def _grid_point(self, X: np.ndarray) -> np.ndarray:
+        """k = rint(clip_l2(X)/grid) as int64 (exact: grid is a power of two)."""
+        return np.rint(clip_l2(X, self.clip) / self.grid).astype(np.int64)
+
+    def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        k = self._grid_point(X)
+        return (k + self._noise(k.shape, rng)).astype(np.float64) * self.grid
+
+    def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        k = self._grid_point(x[None, :])
+        return (k + self._noise((size, self.dim), rng)).astype(np.float64) * self.grid
+
+    def decode(self, reports: Any) -> np.ndarray:
+        """Identity: unbiased up to the rounding bias ``|E[r] - clip(x)| <= grid/2`` per coordinate."""
+        return self._check_reports(reports).copy()
+
+    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
+        k = self._grid_point(x[None, :])[0]
+        return self._noise_logpmf(reports / self.grid - k).sum(axis=1)

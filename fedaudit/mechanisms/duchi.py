@@ -19,7 +19,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from fedaudit.errors import check_int, check_positive, check_real
-from fedaudit.mechanisms.base import Mechanism, check_epsilon
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, signed_directions
 
 __all__ = ["Duchi", "duchi_radius"]
 
@@ -82,14 +82,6 @@ class Duchi(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "clip": self.clip}
 
-    def _directions(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Unit directions (n, d) and a = 1/2 + |x|/(2 clip) per row (e_1 and 1/2 at x = 0)."""
-        norms = np.linalg.norm(X, axis=1)
-        zero = norms == 0.0
-        U = X / np.where(zero, 1.0, norms)[:, None]
-        U[zero, 0] = 1.0
-        norms = np.minimum(norms, self.clip)  # inputs outside the ball are projected onto it
-        return U, np.minimum(0.5 + 0.5 * norms / self.clip, 1.0)
 
     def _draw(self, U: np.ndarray, a: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         """Z = B w s where w is uniform on the unit sphere and s = +-1 puts Z in the chosen half."""
@@ -103,18 +95,18 @@ class Duchi(Mechanism):
         return w
 
     def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        U, a = self._directions(X)
+        U, a = signed_directions(X, self.clip)
         return self._draw(U, a, X.shape[0], rng)
 
     def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-        U, a = self._directions(x[None, :])
+        U, a = signed_directions(x[None, :], self.clip)
         return self._draw(U[0], a[0], size, rng)
 
     def decode(self, reports: Any) -> np.ndarray:
         return self._check_reports(reports).copy()
 
     def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
-        U, a = self._directions(x[None, :])
+        U, a = signed_directions(x[None, :], self.clip)
         w = float(a[0])
         log2 = math.log(2.0)
         lp_pos = log2 + _log_mix(w, self._log_pi, self._log_1mpi)   # <z, x> > 0

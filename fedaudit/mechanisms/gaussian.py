@@ -20,7 +20,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from fedaudit.errors import FedAuditError, check_int, check_positive, check_probability
-from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
+from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
 from fedaudit.mechanisms.noise import discrete_gaussian, discrete_gaussian_logpmf
 
 __all__ = ["Gaussian", "analytic_gaussian_sigma", "analytic_gaussian_delta", "smoothing_eta"]
@@ -86,17 +86,12 @@ def smoothing_eta(s: float) -> float:
     return 2.0 * sum(math.exp(-c * m * m) for m in range(1, 8))
 
 
-def _pow2_floor(x: float) -> float:
-    m, e = math.frexp(x)  # x = m 2^e, m in [0.5, 1)
-    return math.ldexp(1.0, e - 1)
-
-
 def _pow2_ceil(x: float) -> float:
     m, e = math.frexp(x)
     return math.ldexp(1.0, e - 1 if m == 0.5 else e)
 
 
-class Gaussian(Mechanism):
+class Gaussian(GridMechanism):
     """(eps, delta)-LDP Gaussian mechanism on the L2 ball of radius ``clip``, exact discrete noise.
 
     Encoding: ``a = clip_l2(x)``; ``k = rint(a / grid)`` (deterministic nearest rounding; ``grid``
@@ -168,7 +163,7 @@ class Gaussian(Mechanism):
                 f"({s_unit:.4g}) < 2^26")
         grid_min = 2.0 * self.clip / (budget - sqrt_d)
         grid_want = min(self.sigma_analytic, 2.0 * self.clip / math.sqrt(self.dim)) / 2.0**10
-        grid = _pow2_floor(grid_want)
+        grid = pow2_floor(grid_want)
         if grid < grid_min:
             grid = _pow2_ceil(grid_min)
         self.grid = grid
@@ -193,34 +188,12 @@ class Gaussian(Mechanism):
         self.rounding_bias_bound = self.grid / 2.0
         self.report_layout = self.report_layout.replace("{grid}", f"{self.grid:g}")
 
-    @property
-    def bits_per_report(self) -> int:
-        return 64 * self.dim
-
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "delta": self.delta, "clip": self.clip}
 
     # ----------------------------------------------------------------- internals
-    def _grid_point(self, X: np.ndarray) -> np.ndarray:
-        """k = rint(clip_l2(X)/grid) as int64 (exact: grid is a power of two)."""
-        return np.rint(clip_l2(X, self.clip) / self.grid).astype(np.int64)
-
     def _noise(self, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
         return discrete_gaussian(self.sigma2_grid, 1, shape, rng, proposal_scale=self.proposal_scale)
 
-    def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        k = self._grid_point(X)
-        return (k + self._noise(k.shape, rng)).astype(np.float64) * self.grid
-
-    def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-        k = self._grid_point(x[None, :])
-        return (k + self._noise((size, self.dim), rng)).astype(np.float64) * self.grid
-
-    def decode(self, reports: Any) -> np.ndarray:
-        """Identity: unbiased up to the rounding bias ``|E[r] - clip(x)| <= grid/2`` per coordinate."""
-        return self._check_reports(reports).copy()
-
-    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
-        k = self._grid_point(x[None, :])[0]
-        z = reports / self.grid - k
-        return discrete_gaussian_logpmf(z, self.sigma_grid).sum(axis=1)
+    def _noise_logpmf(self, z: np.ndarray) -> np.ndarray:
+        return discrete_gaussian_logpmf(z, self.sigma_grid)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedaudit.errors import FedAuditError, check_int, check_positive
-from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
+from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
 from fedaudit.mechanisms.noise import discrete_laplace, discrete_laplace_logpmf, rational_at_least
 
 __all__ = ["Laplace"]
@@ -24,7 +24,7 @@ __all__ = ["Laplace"]
 _MAX_NUM = 1 << 56  # discrete_laplace's scale numerator limit
 
 
-class Laplace(Mechanism):
+class Laplace(GridMechanism):
     """eps-LDP Laplace mechanism on the L2 ball of radius ``clip`` with exact discrete noise.
 
     Encoding: ``a = clip_l2(x)``; ``k = rint(a / grid)`` (deterministic nearest rounding);
@@ -62,7 +62,7 @@ class Laplace(Mechanism):
         self.delta = 0.0
         self.report_width = self.dim
         l1_diam = 2.0 * self.clip * math.sqrt(self.dim)
-        self.grid = _pow2_floor(l1_diam / (self.dim * 2.0**12))
+        self.grid = pow2_floor(l1_diam / (self.dim * 2.0**12))
         main = Fraction(l1_diam / self.grid) * Fraction(1 + 2**-40)
         self.sensitivity_grid = int(math.ceil(main)) + self.dim
         t_exact = Fraction(self.sensitivity_grid) / Fraction(self.epsilon)
@@ -77,39 +77,12 @@ class Laplace(Mechanism):
         self.report_layout = (f"(n, {self.dim}) float64 noisy values on the grid k*{self.grid:g}; "
                               "decode = identity")
 
-    @property
-    def bits_per_report(self) -> int:
-        return 64 * self.dim
-
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "clip": self.clip}
-
-    def _grid_point(self, X: np.ndarray) -> np.ndarray:
-        """k = rint(clip_l2(X)/grid) as int64 (exact: grid is a power of two)."""
-        return np.rint(clip_l2(X, self.clip) / self.grid).astype(np.int64)
 
     def _noise(self, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
         return discrete_laplace(self.scale_num, self.scale_den, shape, rng)
 
-    def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        k = self._grid_point(X)
-        return (k + self._noise(k.shape, rng)).astype(np.float64) * self.grid
+    def _noise_logpmf(self, z: np.ndarray) -> np.ndarray:
+        return discrete_laplace_logpmf(z, self.scale_grid)
 
-    def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-        k = self._grid_point(x[None, :])
-        return (k + self._noise((size, self.dim), rng)).astype(np.float64) * self.grid
-
-    def decode(self, reports: Any) -> np.ndarray:
-        """Identity: unbiased up to the rounding bias ``|E[r] - clip(x)| <= grid/2`` per coordinate."""
-        return self._check_reports(reports).copy()
-
-    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
-        k = self._grid_point(x[None, :])[0]
-        z = reports / self.grid - k
-        return discrete_laplace_logpmf(z, self.scale_grid).sum(axis=1)
-
-
-def _pow2_floor(x: float) -> float:
-    """Largest power of two <= x (x > 0), exactly."""
-    _, e = math.frexp(x)  # x = m 2^e, m in [0.5, 1)
-    return math.ldexp(1.0, e - 1)

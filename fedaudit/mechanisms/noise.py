@@ -282,6 +282,19 @@ def _check_size(size: Any) -> tuple[int, ...]:
     return dims
 
 
+
+def _fill_in_chunks(size, chunk, rng, draw) -> np.ndarray:
+    """int64 array of shape ``size`` filled by ``draw(m, rng)`` at most ``chunk`` at a time."""
+    shape = _check_size(size)
+    chunk = check_int("chunk", chunk, low=1)
+    rng = as_generator(rng)
+    total = math.prod(shape)
+    out = np.empty(total, dtype=np.int64)
+    for start in range(0, total, chunk):
+        m = min(chunk, total - start)
+        out[start:start + m] = draw(m, rng)
+    return out.reshape(shape)
+
 def discrete_laplace(scale_num: int, scale_den: int, size: Any, rng: RngLike = None, *,
                      chunk: int = DEFAULT_CHUNK) -> np.ndarray:
     """Exact discrete Laplace samples ``P[Z = z] = tanh(1/(2t)) exp(-|z|/t)``, ``t = scale_num/scale_den``.
@@ -295,15 +308,7 @@ def discrete_laplace(scale_num: int, scale_den: int, size: Any, rng: RngLike = N
     den = check_int("scale_den", scale_den, low=1, high=_MAX_LAPLACE_NUM)
     g = math.gcd(num, den)
     num, den = num // g, den // g
-    shape = _check_size(size)
-    chunk = check_int("chunk", chunk, low=1)
-    rng = as_generator(rng)
-    total = math.prod(shape)
-    out = np.empty(total, dtype=np.int64)
-    for start in range(0, total, chunk):
-        m = min(chunk, total - start)
-        out[start:start + m] = _dlap_chunk(num, den, m, rng)
-    return out.reshape(shape)
+    return _fill_in_chunks(size, chunk, rng, lambda m, gen: _dlap_chunk(num, den, m, gen))
 
 
 # -------------------------------------------------------------------- discrete Gaussian
@@ -393,15 +398,7 @@ def discrete_gaussian(sigma2_num: int, sigma2_den: int, size: Any, rng: RngLike 
             f"arithmetic: the acceptance denominator 2 sigma^2 (bd)^2 = {D} must be < 2^62, where "
             f"sigma^2/t = {bn}/{bd}; use an integer sigma^2 (rational_at_least(sigma2, max_den=1)) and, "
             f"for sigma > 2^15, sigma^2 a multiple of proposal_scale")
-    shape = _check_size(size)
-    chunk = check_int("chunk", chunk, low=1)
-    rng = as_generator(rng)
-    total = math.prod(shape)
-    out = np.empty(total, dtype=np.int64)
-    for start in range(0, total, chunk):
-        m = min(chunk, total - start)
-        out[start:start + m] = _dgauss_chunk(f, D, bn, bd, t, m, rng)
-    return out.reshape(shape)
+    return _fill_in_chunks(size, chunk, rng, lambda m, gen: _dgauss_chunk(f, D, bn, bd, t, m, gen))
 
 
 # ------------------------------------------------------------------------------ pmfs

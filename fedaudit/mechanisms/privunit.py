@@ -24,7 +24,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import ndtri_exp
 
 from fedaudit.errors import check_int, check_positive, check_real
-from fedaudit.mechanisms.base import Mechanism, check_epsilon
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, signed_directions
 
 __all__ = ["PrivUnitG", "optimal_p", "privunitg_sigma"]
 
@@ -140,18 +140,10 @@ class PrivUnitG(Mechanism):
         t_lo = ndtri_exp(log_u + self._log_1mq)
         return np.where(upper, t_hi, t_lo)
 
-    def _directions(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Unit directions (n, d) and P(+) = (1 + |x|/clip)/2 per row (e_1 and 1/2 at x = 0)."""
-        norms = np.linalg.norm(X, axis=1)
-        zero = norms == 0.0
-        U = X / np.where(zero, 1.0, norms)[:, None]
-        U[zero, 0] = 1.0
-        norms = np.minimum(norms, self.clip)  # inputs outside the ball are projected onto it
-        return U, np.minimum(0.5 * (1.0 + norms / self.clip), 1.0)
 
     def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n = X.shape[0]
-        U, p_plus = self._directions(X)
+        U, p_plus = signed_directions(X, self.clip)
         sign = np.where(rng.random(n) < p_plus, 1.0, -1.0)
         g = rng.standard_normal((n, self.dim))
         t = self._draw_t(n, rng)
@@ -160,7 +152,7 @@ class PrivUnitG(Mechanism):
         return (self.clip * self.sigma) * (g + coef[:, None] * U)
 
     def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-        U, p_plus = self._directions(x[None, :])
+        U, p_plus = signed_directions(x[None, :], self.clip)
         u = U[0]
         sign = np.where(rng.random(size) < p_plus[0], 1.0, -1.0)
         g = rng.standard_normal((size, self.dim))
@@ -178,7 +170,7 @@ class PrivUnitG(Mechanism):
         return np.where(a >= self.gamma, self._log_c_hi, self._log_c_lo)
 
     def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
-        U, p_plus = self._directions(x[None, :])
+        U, p_plus = signed_directions(x[None, :], self.clip)
         w = float(p_plus[0])
         scale = self.clip * self.sigma
         u = reports / scale
