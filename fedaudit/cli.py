@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
 import fedaudit
@@ -133,6 +134,93 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_sampler(spec: str):
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise FedAuditError(f"--sampler must look like package.module:function, got {spec!r}")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise FedAuditError(f"cannot load sampler {spec!r}: {exc}") from None
+    if not callable(fn):
+        raise FedAuditError(f"sampler {spec!r} is not callable")
+    return fn
+
+
+def _audit_pair(args: argparse.Namespace, target, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    from fedaudit.mechanisms.randomized_response import RandomizedResponse
+
+    e = np.eye(dim)
+    if isinstance(target, RandomizedResponse):
+        return e[0], e[1]
+    c = args.clip
+    pairs = {"antipodal": (c * e[0], -c * e[0]),
+             "flat": (c * np.ones(dim) / np.sqrt(dim), -c * np.ones(dim) / np.sqrt(dim)),
+             "zero-boundary": (np.zeros(dim), c * e[0])}
+    return pairs[args.pair]
+
+
+def cmd_audit_ldp(args: argparse.Namespace) -> int:
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.audit.pair_search import audit_worst_case
+
+    if args.sampler:
+        if args.dim is None or args.epsilon is None:
+            raise FedAuditError("--sampler needs --dim and --epsilon (the claimed guarantee)")
+        target, name = _load_sampler(args.sampler), args.sampler
+    else:
+        from fedaudit.mechanisms.registry import make_mechanism
+
+        dim = 64 if args.dim is None else args.dim
+        target = make_mechanism(args.mechanism, dim, 1.0 if args.epsilon is None else args.epsilon,
+                                k=args.k, levels=args.levels, clip=args.clip,
+                                delta=args.delta if args.delta else 1e-5)
+        name = repr(target)
+    dim = target.dim if hasattr(target, "dim") else args.dim
+    searches = 23 if args.pair == "search" else 0  # 7 structured pairs + 2 rounds × 8 local moves
+    total = 2 * args.samples + 2 * searches * args.search_samples
+    with progress_bar(total, "samples drawn", args.quiet) as advance:
+        if args.pair == "search":
+            res = audit_worst_case(target, dim=dim, clip=args.clip, epsilon=args.epsilon, delta=args.delta,
+                                   samples=args.samples, search_samples=args.search_samples,
+                                   confidence=args.confidence, test=args.test, seed=args.seed, progress=advance)
+        else:
+            x0, x1 = _audit_pair(args, target, dim)
+            res = audit_ldp(target, x0, x1, epsilon=args.epsilon, delta=args.delta, samples=args.samples,
+                            confidence=args.confidence, test=args.test, seed=args.seed, progress=advance)
+    verdict = "[bold red]VIOLATION[/]" if res.violation else "[bold green]no violation[/]"
+    table = Table(title=f"LDP audit of {name}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    exact = "—" if res.epsilon_exact is None else f"{res.epsilon_exact:.4g}"
+    rows = [
+        ("verdict", verdict),
+        ("claimed", f"ε = {res.epsilon_claimed:g}, δ = {res.delta_claimed:g}"),
+        (f"certified ε lower bound ({res.confidence:.0%})", f"{res.epsilon_lower:.4f}"),
+        ("exact ε of the pair (white box)", exact),
+        ("tightness ε_lb / ε", "—" if res.tightness is None else f"{res.tightness:.3f}"),
+        ("distinguisher", f"{res.test}  ({res.event['event']}, positive {res.event['positive_input']})"),
+        ("event counts", f"TP {res.event['tp']:,} / FP {res.event['fp']:,} of {res.event['n']:,}  "
+                         f"(TPR {res.tpr:.4g}, FPR {res.fpr:.4g})"),
+        ("GDP μ (estimate, not a bound)", "—" if res.gdp_mu is None else f"{res.gdp_mu:.3f}"),
+        ("max certifiable at this N", f"{res.max_certifiable:.3f}"),
+        ("samples per input", f"{res.samples:,} ({res.selection_samples:,} select, {res.certification_samples:,} certify)"),
+        ("runtime", f"{res.runtime_s:.2f} s ({res.sampling_s:.2f} s drawing samples)"),
+    ]
+    if res.search:
+        rows.insert(5, ("pair (searched)", f"{res.search['best']} — {len(res.search['candidates'])} candidates"))
+    for k, v in rows:
+        table.add_row(escape(k), v if k == "verdict" else escape(v))
+    out.print(table)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res.to_dict(), fh, indent=2)
+        out.print(f"json: {escape(args.json)}")
+    return 1 if res.violation else 0
+
+
 # ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedaudit", description=__doc__.splitlines()[0])
@@ -157,6 +245,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True)
+    p = audit.add_parser("ldp", help="certify a lower bound on a randomizer's LDP ε")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--mechanism", default="sstq", help="registry name (see `fedaudit mechanisms`)")
+    src.add_argument("--sampler", default=None, help="package.module:function, a black box sampler(x, size, rng)")
+    p.add_argument("--dim", type=int, default=None)
+    p.add_argument("--k", type=int, default=None)
+    p.add_argument("--levels", type=int, default=4)
+    p.add_argument("--epsilon", type=float, default=None, help="the claimed ε (default: the mechanism's)")
+    p.add_argument("--delta", type=float, default=None)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--samples", type=_count, default=1_000_000, help="draws per input")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--test", default="auto")
+    p.add_argument("--pair", default="antipodal", choices=("antipodal", "flat", "zero-boundary", "search"))
+    p.add_argument("--search-samples", type=_count, default=20_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_audit_ldp)
+
     p = audit.add_parser("variance", help="MSE against d/k for SSTQ next to vqSGD and PrivUnitG")
     p.add_argument("--dim", type=int, default=1024)
     p.add_argument("--k", type=_int_list, default=[16, 32, 64, 128, 256])

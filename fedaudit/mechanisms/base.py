@@ -17,7 +17,8 @@ import numpy as np
 from fedaudit.errors import FedAuditError, check_int, check_matrix, check_vector
 from fedaudit.rng import RngLike, as_generator
 
-__all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor"]
+__all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
+           "halfspace_pair_sup"]
 
 
 def clip_l2(X: np.ndarray, clip: float) -> np.ndarray:
@@ -39,6 +40,50 @@ def signed_directions(X: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarra
     U[zero, 0] = 1.0
     norms = np.minimum(norms, clip)
     return U, np.minimum(0.5 * (1.0 + norms / clip), 1.0)
+
+
+def parallel_sign(a: np.ndarray, b: np.ndarray) -> int:
+    """+1 (−1) if the nonzero vector b is a positive (negative) multiple of the nonzero vector a,
+    0 if they are linearly independent — decided exactly on the float64 values (rational
+    arithmetic after a floating-point screen): b = −a or 2a is parallel, while fl(0.4·a) in
+    general is not, and the thin wedge between the two hyperplanes then counts as a cell."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if abs(float(a @ b)) < (1.0 - 1e-9) * na * nb:
+        return 0
+    from fractions import Fraction
+
+    i = int(np.argmax(np.abs(a)))
+    if b[i] == 0.0:
+        return 0
+    ai, bi = Fraction(float(a[i])), Fraction(float(b[i]))
+    for j in np.flatnonzero((a != 0.0) | (b != 0.0)).tolist():
+        if Fraction(float(b[j])) * ai != Fraction(float(a[j])) * bi:
+            return 0
+    return 1 if (ai > 0) == (bi > 0) else -1
+
+
+def halfspace_pair_sup(mix0, breaks0, mix1, breaks1, relation: int) -> float:
+    """ess sup over reports of |m0(⟨u, v0⟩) − m1(⟨u, v1⟩)| for piecewise-constant log factors.
+
+    ``m_i`` (vectorised callables) are constant on the open intervals between the breakpoints
+    ``breaks_i``; their values on the breakpoints themselves are ignored (a null set). The map
+    u ↦ (a0, a1) = (⟨u, v0⟩, ⟨u, v1⟩) sends the report domain onto all of R² when v0, v1 are
+    linearly independent (``relation = 0``; the part of u orthogonal to span(v0, v1) is free) and
+    onto the line a1 = c·a0 when v1 = c·v0 up to a positive factor (``relation = c = ±1``, which
+    covers d = 1). Every open cell of that image is non-null, so the sup is the max over one
+    representative point per cell: exact, no optimisation. The caller checks the report domain
+    meets every cell (all of R^d; or a sphere with breakpoints {0}).
+    """
+    def reps(t):
+        t = np.unique(np.asarray(t, dtype=np.float64))
+        return np.concatenate([[t[0] - 1.0], 0.5 * (t[:-1] + t[1:]), [t[-1] + 1.0]])
+
+    if relation == 0:
+        diff = np.asarray(mix0(reps(breaks0)))[:, None] - np.asarray(mix1(reps(breaks1)))[None, :]
+    else:
+        a0 = reps(np.concatenate([np.asarray(breaks0, float), relation * np.asarray(breaks1, float)]))
+        diff = np.asarray(mix0(a0)) - np.asarray(mix1(relation * a0))
+    return float(np.max(np.abs(diff)))
 
 
 def pow2_floor(x: float) -> float:
@@ -96,7 +141,44 @@ class Mechanism(ABC):
         x = check_vector("x", x, dim=self.dim)
         return self._log_prob(reports, x)
 
+    def epsilon_for_pair(self, x0: Any, x1: Any) -> float | None:
+        """The exact worst-case privacy loss of the pair (x0, x1) (white box), or None.
+
+        Pure DP (``delta == 0``): ``ε(x0, x1) = ess sup_r |log p(r|x0) − log p(r|x1)|`` over every
+        report r, public randomness included — the smallest ε such that M(x0) and M(x1) are
+        ε-indistinguishable in both directions (sup over events of log P[M(x0)∈S]/P[M(x1)∈S]).
+        ``inf`` when some report has positive probability under one input and zero under the
+        other. Approximate DP (``delta > 0``): the mechanism's pair ε(δ) at its own δ, i.e. the
+        smallest ε with ``δ_pair(ε) = sup_S P[M(x0)∈S] − e^ε P[M(x1)∈S] ≤ delta`` (both
+        directions); see the subclass. Public randomness is modelled as ideal (every subset /
+        sign pattern has positive probability; a 52-bit seed reaches at most 2^52). Computed analytically or by
+        exhaustive enumeration, never by sampling; ``None`` when the mechanism has no tractable
+        exact value for this pair (the subclass documents when). ``ε(x0, x1) ≤ epsilon`` is the
+        claimed guarantee restricted to one pair.
+        """
+        x0 = check_vector("x0", x0, dim=self.dim)
+        x1 = check_vector("x1", x1, dim=self.dim)
+        out = self._epsilon_for_pair(x0, x1)
+        return None if out is None else float(out)
+
+    def privacy_loss(self, reports: Any, x0: Any, x1: Any) -> np.ndarray:
+        """Privacy loss ``log p(r|x0) − log p(r|x1)`` of each report (n,) — the statistic of the
+        likelihood-ratio (Neyman–Pearson) test. ``±inf`` where exactly one input can produce r;
+        NaN where neither can. ``|privacy_loss| ≤ epsilon_for_pair(x0, x1)`` for pure-DP mechanisms.
+        """
+        reports = self._check_reports(reports)
+        x0 = check_vector("x0", x0, dim=self.dim)
+        x1 = check_vector("x1", x1, dim=self.dim)
+        return self._privacy_loss(reports, x0, x1)
+
     # ------------------------------------------------------------ hooks
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+        return None
+
+    def _privacy_loss(self, reports: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return self._log_prob(reports, x0) - self._log_prob(reports, x1)
+
     @abstractmethod
     def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
 

@@ -19,7 +19,8 @@ import numpy as np
 from scipy.special import gammaln
 
 from fedaudit.errors import check_int, check_positive, check_real
-from fedaudit.mechanisms.base import Mechanism, check_epsilon, signed_directions
+from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
+                                      signed_directions)
 
 __all__ = ["Duchi", "duchi_radius"]
 
@@ -105,14 +106,35 @@ class Duchi(Mechanism):
     def decode(self, reports: Any) -> np.ndarray:
         return self._check_reports(reports).copy()
 
-    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
-        U, a = signed_directions(x[None, :], self.clip)
+    def _side_log_density(self, x: np.ndarray) -> tuple[float, float]:
+        """(log f_x on <z, x> > 0, log f_x on <z, x> <= 0)."""
+        if not np.any(x):
+            return 0.0, 0.0  # x = 0: uniform (exactly; <z, 0> = 0 would pick lp_neg anyway)
+        _, a = signed_directions(x[None, :], self.clip)
         w = float(a[0])
         log2 = math.log(2.0)
-        lp_pos = log2 + _log_mix(w, self._log_pi, self._log_1mpi)   # <z, x> > 0
-        lp_neg = log2 + _log_mix(w, self._log_1mpi, self._log_pi)   # <z, x> <= 0
-        if not np.any(x):
-            lp_pos = lp_neg = 0.0  # x = 0: uniform (exactly; <z, 0> = 0 would pick lp_neg anyway)
+        return (log2 + _log_mix(w, self._log_pi, self._log_1mpi),
+                log2 + _log_mix(w, self._log_1mpi, self._log_pi))
+
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """max over the non-null sign cells (sign<z, x0>, sign<z, x1>) of |log f_x0 − log f_x1|.
+
+        f_x is constant on each open half-sphere {±<z, x> > 0} (the great circle <z, x> = 0 is
+        null for d >= 2; for d = 1 the two atoms ±B never hit it). All four cells are non-null
+        unless x1 = c·x0 (exact test), when only {sign a1 = sign(c)·sign a0} remain; x = 0 is
+        uniform (f = 1), any direction. See :func:`~fedaudit.mechanisms.base.halfspace_pair_sup`.
+        Antipodal inputs on the clip sphere give exactly log(pi/(1 − pi)) = eps.
+        """
+        def mix(x):
+            pos, neg = self._side_log_density(x)
+            return lambda t: np.where(np.asarray(t) > 0, pos, neg)
+
+        u0 = x0 if np.any(x0) else np.eye(self.dim)[0]
+        u1 = x1 if np.any(x1) else np.eye(self.dim)[0]
+        return halfspace_pair_sup(mix(x0), [0.0], mix(x1), [0.0], parallel_sign(u0, u1))
+
+    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
+        lp_pos, lp_neg = self._side_log_density(x)
         on_sphere = np.abs(np.linalg.norm(reports, axis=1) - self.radius) <= 1e-9 * self.radius
         out = np.where(reports @ x > 0, lp_pos, lp_neg)
         return np.where(on_sphere, out, -np.inf)

@@ -80,6 +80,19 @@ class Laplace(GridMechanism):
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "clip": self.clip}
 
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """``|k0 − k1|_1 / t`` on the rounded grid points ``k_i = rint(clip_l2(x_i)/grid)``.
+
+        The loss of a report r = m·grid is ``sum_j (|m_j − k1_j| − |m_j − k0_j|)/t``; by the
+        triangle inequality each term is at most ``|k0_j − k1_j|/t`` in absolute value, with
+        equality exactly when m_j lies on the closed ray from k0_j away from k1_j (``+``
+        direction; the mirror ray from k1_j for ``−``), e.g. m = k0 or any far tail on that
+        side. The coordinates are free, so the sup is attained and equals the sum.
+        """
+        k0 = self._grid_point(x0[None, :])[0]
+        k1 = self._grid_point(x1[None, :])[0]
+        return float(np.abs(k0 - k1).sum()) / self.scale_grid
+
     def _noise(self, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
         return discrete_laplace(self.scale_num, self.scale_den, shape, rng)
 

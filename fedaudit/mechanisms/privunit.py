@@ -24,7 +24,8 @@ from scipy.optimize import minimize_scalar
 from scipy.special import ndtri_exp
 
 from fedaudit.errors import check_int, check_positive, check_real
-from fedaudit.mechanisms.base import Mechanism, check_epsilon, signed_directions
+from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
+                                      signed_directions)
 
 __all__ = ["PrivUnitG", "optimal_p", "privunitg_sigma"]
 
@@ -169,18 +170,39 @@ class PrivUnitG(Mechanism):
     def _log_c(self, a: np.ndarray) -> np.ndarray:
         return np.where(a >= self.gamma, self._log_c_hi, self._log_c_lo)
 
+    def _log_mix(self, a: np.ndarray, w: float) -> np.ndarray:
+        """log(w c(a) + (1 − w) c(−a)): the x-dependent factor of the density, a = <u, U_x>."""
+        if w >= 1.0:
+            return self._log_c(a)
+        return np.logaddexp(math.log(w) + self._log_c(a), math.log1p(-w) + self._log_c(-a))
+
     def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
         U, p_plus = signed_directions(x[None, :], self.clip)
         w = float(p_plus[0])
         scale = self.clip * self.sigma
         u = reports / scale
-        a = u @ U[0]
         base = -0.5 * np.einsum("ij,ij->i", u, u) - 0.5 * self.dim * _LOG_2PI - self.dim * math.log(scale)
-        if w >= 1.0:
-            mix = self._log_c(a)
-        else:
-            mix = np.logaddexp(math.log(w) + self._log_c(a), math.log1p(-w) + self._log_c(-a))
-        return base + mix
+        return base + self._log_mix(u @ U[0], w)
+
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """ess sup over u in R^d of |log mix_0(<u, U0>) − log mix_1(<u, U1>)| (the Gaussian base
+        factor cancels), U_i the directions of :func:`signed_directions` (e_1 at x = 0).
+
+        mix_i is constant between the breakpoints {gamma} (w_i = 1) or {gamma, −gamma} (w_i < 1:
+        sides of {<u, ±U_i> >= gamma}); Lebesgue-null boundaries are ignored. The image of
+        u ↦ (<u, U0>, <u, U1>) is R² if U0, U1 are independent and the line a1 = c·a0 if
+        U1 = c·U0 (exact test; always for d = 1), so enumerating one point per cell is exact
+        (:func:`~fedaudit.mechanisms.base.halfspace_pair_sup`). At x = 0 the law is the
+        ½/½ mixture over v = ±e_1: it is not rotation invariant, so e_1 matters and is used.
+        Antipodal unit inputs give exactly log(c_hi/c_lo) = eps.
+        """
+        U, w = signed_directions(np.vstack([x0, x1]), self.clip)
+        breaks = [[self.gamma] if wi >= 1.0 else [self.gamma, -self.gamma] for wi in w]
+        u0 = x0 if np.any(x0) else U[0]  # parallelism of the exact directions x/|x| (e_1 at 0)
+        u1 = x1 if np.any(x1) else U[1]
+        return halfspace_pair_sup(lambda a: self._log_mix(a, float(w[0])), breaks[0],
+                                  lambda a: self._log_mix(a, float(w[1])), breaks[1],
+                                  parallel_sign(u0, u1))
 
     # ------------------------------------------------------------ accuracy
     def expected_mse(self, x_norm: float) -> float:

@@ -124,6 +124,13 @@ class RandomizedResponse(Mechanism):
         out[np.arange(o.shape[0]), o] = (1.0 - self.p_other) / self._gap
         return out
 
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """0 for the same category, else log(p/q) = ε (attained at o = c0; every other output
+        has ratio 1 or q/p)."""
+        c0 = int(_categories(x0[None, :], self.k, "x0")[0])
+        c1 = int(_categories(x1[None, :], self.k, "x1")[0])
+        return 0.0 if c0 == c1 else self.epsilon
+
     def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
         o = check_index_reports(reports, 0, self.k, "category indices", "k")
         c = int(_categories(x[None, :], self.k, "x")[0])

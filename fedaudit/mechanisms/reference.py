@@ -7,6 +7,7 @@ literally. It is **NOT** locally differentially private, whatever ``epsilon`` sa
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -165,11 +166,91 @@ class SSTQSketch(Mechanism):
         np.put_along_axis(out, idx, vals * (self.dim / self.k), axis=1)
         return out
 
+    #: most subsets T ⊆ supp(x0) ∪ supp(x1) the finite case enumerates before returning None
+    max_enumerated_subsets = 1 << 16
+
+    @staticmethod
+    def _norms_match(n0: np.ndarray, n1: np.ndarray) -> np.ndarray:
+        """The norm-column test of ``log_prob`` (relative tolerance 1e-12)."""
+        return np.abs(n0 - n1) <= 1e-12 * np.maximum(n0, n1)
+
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+        """Exact sup over (S, N, y) of |log p(r|x0) − log p(r|x1)|.
+
+        **Infinite** if some k-subset S has ‖x0_S‖ ≠ ‖x1_S‖ (by log_prob's 1e-12 relative test):
+        the norm column then separates the inputs with certainty. With c = x0² − x1²,
+        ‖x0_S‖² − ‖x1_S‖² = Σ_S c. For k = d there is one S (compare ‖x0‖, ‖x1‖). For k < d: if
+        every k-sum of c vanished, exchanging i ∈ S for j ∉ S would give c_i = c_j, so c would be
+        constant and k·c_1 = 0, i.e. c = 0; hence the loss is infinite iff |x0| ≠ |x1| somewhere.
+        The witness checked is the bottom-k or top-k set of c (every k-sum lies between their
+        sums); if |x0| ≠ |x1| but both pass the tolerance test, return None.
+
+        **Finite** otherwise (k < d: sign flips only, equal norms on every S; k = d: equal
+        norms). Given S, the values are independent and each density is a two-point mixture
+        (1−f)·Lap(y − μ_a) + f·Lap(y − μ_b) with atoms μ = N·sign·l/s. Between consecutive atoms
+        of both mixtures the ratio is (αe^{2y/b} + β)/(γe^{2y/b} + δ), monotone in y, and beyond
+        the extreme atoms it is constant (log E_0[e^{±μ/b}] − log E_1[e^{±μ/b}], the ±∞ tails),
+        so the per-value sup (either direction) is the max over the 4 atoms and the 2 tails and is
+        attained. The sup over S is not separable (the atoms scale with N_S): S = T ∪ (zeros of
+        both inputs, which contribute 0 and leave N_S unchanged) is enumerated over
+        T ⊆ supp(x0) ∪ supp(x1); None if that needs more than ``max_enumerated_subsets`` subsets.
+        """
+        d, k = self.dim, self.k
+        if k == d:
+            witnesses = [np.arange(d)]
+        else:
+            order = np.argsort(x0 * x0 - x1 * x1, kind="stable")
+            witnesses = [order[:k], order[d - k:]]
+        for S in witnesses:
+            if not self._norms_match(_row_norms(x0[S][None, :]), _row_norms(x1[S][None, :]))[0]:
+                return math.inf
+        if k < d and not (np.abs(x0) == np.abs(x1)).all():
+            return None
+        supp = np.flatnonzero((x0 != 0.0) | (x1 != 0.0))
+        m, zeros = supp.size, d - supp.size
+        sizes = range(max(0, k - zeros), min(k, m) + 1)
+        if sum(math.comb(m, t) for t in sizes) > self.max_enumerated_subsets:
+            return None
+        best = 0.0
+        for t in sizes:
+            if t == 0:
+                continue
+            T = supp[np.array(list(itertools.combinations(range(m), t)), dtype=np.int64)]
+            xs0, xs1 = x0[T], x1[T]
+            up, down = self._value_sups(xs0, _row_norms(xs0), xs1, _row_norms(xs1))
+            best = max(best, float(up.sum(axis=1).max()), float(down.sum(axis=1).max()))
+        return best
+
+    def _value_sups(self, xs0, n0, xs1, n1) -> tuple[np.ndarray, np.ndarray]:
+        """Per value, sup_y ±(log p0(y) − log p1(y)) for the two-point Laplace mixtures of
+        (xs0, norm n0) and (xs1, norm n1): max over the atoms of both and the ±∞ tails."""
+        b = self.noise_scale
+        atoms, logw = [], []
+        for xs, norm in ((xs0, n0), (xs1, n1)):
+            sign, low, frac = _rounding_grid(xs, norm, self.levels)
+            step = sign * norm[:, None] / self.levels
+            atoms.append(np.stack([step * low, step * (low + 1)]))
+            with np.errstate(divide="ignore"):
+                logw.append(np.stack([np.log1p(-frac), np.log(frac)]))
+
+        def log_mix(i, y):  # log of the mixture density up to the common 1/(2b)
+            return np.logaddexp(logw[i][0] - np.abs(y - atoms[i][0]) / b,
+                                logw[i][1] - np.abs(y - atoms[i][1]) / b)
+
+        ys = np.concatenate(atoms)  # (4, n, t) candidate points
+        diff = [log_mix(0, ys) - log_mix(1, ys)]
+        for sgn in (1.0, -1.0):  # y → ±∞: exp(∓y/b) cancels
+            tail = [np.logaddexp(logw[i][0] + sgn * atoms[i][0] / b, logw[i][1] + sgn * atoms[i][1] / b)
+                    for i in (0, 1)]
+            diff.append((tail[0] - tail[1])[None])
+        diff = np.concatenate(diff)
+        return diff.max(axis=0), (-diff).max(axis=0)
+
     def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
         norm_r, idx, y = self._parse(reports)
         xs = x[idx]
         norm = _row_norms(xs)
-        match = np.abs(norm_r - norm) <= 1e-12 * np.maximum(norm_r, norm)
+        match = self._norms_match(norm_r, norm)
         sign, low, frac = _rounding_grid(xs, norm, self.levels)
         step = sign * norm[:, None] / self.levels
         b = self.noise_scale

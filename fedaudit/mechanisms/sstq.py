@@ -27,8 +27,10 @@ clamp_B(y), and x̂ = diag(s)·H·z/√D (first d coordinates) for x when no coo
 k outputs are independent; for every coordinate and output o,
 P(o | y) = c + (p−c)·P(round(y) = o) ∈ [c, p], so P(o | y)/P(o | y') ≤ p/c = e^{ε/k} for any
 y, y' ∈ [−B, B]. The product over k coordinates is ≤ e^ε, and u is independent of the data,
-so the likelihood ratio of a whole report is ≤ e^ε. The bound is attained (y_j = −B vs +B on
-all of S), so ε is exact.
+so the likelihood ratio of a whole report is ≤ e^ε. The per-coordinate bound e^{ε/k} is
+attained at y_j = −B vs +B; the total ε is attained only by pairs that can put all k kept
+coordinates at opposite ends (e.g. k = 1). Inputs in the clip ball usually cannot, so the
+exact loss of a pair (:meth:`epsilon_for_pair`) is often below ε.
 
 **Choice of B and clipping bias.** Without rotation B = C and clamping never binds (unbiased).
 With rotation, B = C·√(2·ln(2D/β)/D) with β = ``clamp_mass`` (default 1e-3): by Hoeffding,
@@ -201,6 +203,112 @@ class SSTQ(Mechanism):
             y = np.take_along_axis(self._transform(np.broadcast_to(x, (size, self.dim)), signs), subset, axis=1)
             out[start:start + size] = self._levels_log_prob(block[:, 1:], y).sum(axis=1)
         return out - SEED_BITS * math.log(2.0)
+
+    def _privacy_loss(self, reports: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
+        """Σ_j log P(o_j | y0_j) − log P(o_j | y1_j), the public signs and subset regenerated once
+        per chunk for both inputs (the seed's probability cancels)."""
+        n = reports.shape[0]
+        out = np.empty(n)
+        X = clip_l2(np.vstack([x0, x1]), self.clip)
+        for start, size in chunk_plan(n, self._rows):
+            block = reports[start:start + size]
+            signs, subset = self._public(block[:, 0])
+            lev = block[:, 1:]
+            lp = []
+            for x in X:
+                y = np.broadcast_to(x, (size, self.dim))
+                y = np.take_along_axis(rotate(y, signs) if self.rotate else y, subset, axis=1)
+                lp.append(self._levels_log_prob(lev, y).sum(axis=1))
+            with np.errstate(invalid="ignore"):
+                out[start:start + size] = lp[0] - lp[1]
+        return out
+
+    def _coordinate_sups(self, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Elementwise m± = max_o ±log(P(o|y0)/P(o|y1)) over the s levels.
+
+        Only the ≤ 4 levels next to y0 or y1 can have P ≠ c; every other level has ratio 1
+        (c > 0) or is impossible under both (c = 0, skipped). Since Σ_o P(o|y0) = Σ_o P(o|y1) = 1
+        some o has P(o|y0) ≥ P(o|y1), so m± ≥ 0 and the max over the candidates and 0 is exact.
+        """
+        lo0, _ = self._rounding(y0)
+        lo1, _ = self._rounding(y1)
+        cand = np.stack([lo0, lo0 + 1, lo1, lo1 + 1], axis=-1)
+        lp0 = self._levels_log_prob(cand, y0[..., None])
+        lp1 = self._levels_log_prob(cand, y1[..., None])
+        both = np.isneginf(lp0) & np.isneginf(lp1)
+        with np.errstate(invalid="ignore"):
+            diff = lp0 - lp1
+        up = np.where(both, -np.inf, diff).max(axis=-1)
+        down = np.where(both, -np.inf, -diff).max(axis=-1)
+        return np.maximum(up, 0.0), np.maximum(down, 0.0)
+
+    def _top_k_sum(self, m: np.ndarray) -> np.ndarray:
+        D = m.shape[-1]
+        return np.partition(m, D - self.k, axis=-1)[..., D - self.k:].sum(axis=-1)
+
+    #: largest |supp(x0) ∪ supp(x1)| for which rotate=True enumerates the public sign patterns
+    max_enumerated_support = 16
+
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+        """sup over (signs, S, o) of |Σ_{j∈S} log P(o_j|y0_j) − log P(o_j|y1_j)|, y_i = R_s clip(x_i).
+
+        Given the public seed the k outputs are independent, so for fixed signs the sup over
+        (S, o) in direction ± is the sum of the k largest per-coordinate maxima m_j^± (see
+        ``_coordinate_sups``); every k-subset S is possible. rotate=False: y_i = clip(x_i),
+        ``max(top_k(m⁺), top_k(m⁻))``.
+
+        rotate=True: with T = supp(x0) ∪ supp(x1) (|T| = t) and s_T = (−1)^σ,
+        y_j = Σ_{a∈T} (−1)^{τ_a} x_a/√D where τ = h_j ⊕ σ ∈ GF(2)^t and h_j = (parity(j & a))_{a∈T}
+        is the Sylvester–Hadamard row on T. j ↦ h_j is GF(2)-linear, so its image V is a
+        subspace hit D/|V| times by each element, and for given σ the multiset {(y0_j, y1_j)}
+        is {y(τ) : τ ∈ σ ⊕ V}, each D/|V| times. Hence the sup is the max over the 2^t/|V|
+        cosets of V of the multiplicity-weighted top-k sums of m±(y(τ)): the 2^t sign patterns
+        on T are covered exactly at cost O(2^t·t), independent of D. For t >
+        ``max_enumerated_support`` this returns None: the sup is a max over exponentially many
+        non-separable top-k sums (an audit then reports ``epsilon_exact=None`` and the claimed
+        ε as the upper bound). Public randomness is modelled as ideal (uniform signs and
+        subsets). Non-private (epsilon=None): ``inf`` when a level is possible under exactly
+        one input.
+        """
+        X = clip_l2(np.vstack([x0, x1]), self.clip)
+        if not self.rotate:
+            up, down = self._coordinate_sups(X[0], X[1])
+            return float(max(self._top_k_sum(up), self._top_k_sum(down)))
+        T = np.flatnonzero((X[0] != 0.0) | (X[1] != 0.0))
+        t = T.size
+        if t == 0:
+            return 0.0
+        if t > self.max_enumerated_support:
+            return None
+        D = self.padded_dim
+        bit = np.arange(t, dtype=np.int64)
+        tau = np.arange(1 << t, dtype=np.int64)
+        Y = (1.0 - 2.0 * ((tau[:, None] >> bit) & 1)) @ (X[:, T].T / math.sqrt(D))  # (2^t, 2)
+        up, down = self._coordinate_sups(Y[:, 0], Y[:, 1])
+        # xor basis of V = span{col_b}, col_b = (bit b of a)_{a∈T}, with distinct leading bits
+        basis: dict[int, int] = {}
+        for b in range(D.bit_length() - 1):
+            v = int(sum(((int(a) >> b) & 1) << i for i, a in enumerate(T)))
+            for lead in sorted(basis, reverse=True):
+                if (v >> lead) & 1:
+                    v ^= basis[lead]
+            if v:
+                basis[v.bit_length() - 1] = v
+        label = tau.copy()  # canonical coset representative: clear every leading bit, high to low
+        for lead in sorted(basis, reverse=True):
+            label = np.where((label >> lead) & 1, label ^ basis[lead], label)
+        size = 1 << len(basis)
+        mult = D // size
+        q, rem = divmod(self.k, mult)
+        order = np.argsort(label, kind="stable")
+        best = 0.0
+        for m in (up, down):
+            vals = -np.sort(-m[order].reshape(-1, size), axis=1)  # each coset, descending
+            total = mult * vals[:, :q].sum(axis=1)
+            if rem:
+                total = total + rem * vals[:, q]
+            best = max(best, float(total.max()))
+        return best
 
     def _levels_log_prob(self, levels: np.ndarray, y: np.ndarray) -> np.ndarray:
         """log P(o | y) = log(c + (p − c)·P(round(y) = o)) elementwise."""

@@ -148,6 +148,15 @@ class VQSGD(Mechanism):
             return log_w
         return np.logaddexp(self._log_q, self._log_gap + log_w)  # log(q + (p − q)·w)
 
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+        """max over the 2d outputs o of |log P[o|x0] − log P[o|x1]|, P[o|x] = q + (p − q)·w_x(o)
+        (exact enumeration of the finite output set; ``inf`` without privacy when a vertex has
+        weight 0 under exactly one input, vertices impossible under both skipped)."""
+        o = np.arange(self.n_vertices, dtype=np.float64)[:, None]
+        lp0, lp1 = self._log_prob(o, x0), self._log_prob(o, x1)
+        both = np.isneginf(lp0) & np.isneginf(lp1)
+        return float(np.max(np.abs(lp0[~both] - lp1[~both])))
+
     def expected_mse(self, x: Any) -> float | np.ndarray:
         """E‖decode(M(x)) − x̄‖² = s²/(p − q)² − ‖x̄‖², x̄ = clip_l2(x), s = clip·√d.
 

@@ -1,0 +1,398 @@
+"""Certified lower bounds on the local-DP ε of a randomizer, white box or black box.
+
+The game (Ding et al. 2018; Jagielski et al. 2020): draw N reports of M(x0) and N of M(x1).
+A distinguisher (:mod:`fedaudit.attacks.inference`) maps a report to a score s; an event is
+E = {s ≥ t} or {s ≤ t} with a "positive" input a ∈ {x0, x1}. Any ε-LDP (or (ε,δ)) randomizer
+satisfies P[M(a) ∈ E] ≤ e^ε P[M(b) ∈ E] + δ, so Clopper–Pearson bounds on the two rates
+certify ε ≥ log((TPR_lb − δ)/FPR_ub) (:mod:`fedaudit.audit.bounds`).
+
+Three disjoint splits make the stated confidence family-wise with no multiplicity loss:
+1. **train** — black-box distinguishers are fitted (classifier, column ranking, counts);
+2. **select** — every statistic × threshold × orientation × positive input is scored by the
+   bound it certifies on this split (a lower confidence bound, so noisy tail events do not
+   win by chance); the best one is kept;
+3. **certify** — fresh draws; exactly one event is evaluated, one bound at level 1 − α.
+Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ α.
+
+Sampling is streamed in blocks of reports, each from its own child of
+``SeedSequence(seed)`` — the block size depends only on the report width — so memory stays
+bounded (selection scores and a capped training set live in memory; certification keeps
+counters only) and results do not depend on ``chunk``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fedaudit.attacks.inference import LikelihoodRatio, Statistic, fit_black_box
+from fedaudit.audit.bounds import (
+    cp_lower,
+    cp_upper,
+    epsilon_lower_bound,
+    gdp_mu_estimate,
+    max_certifiable_epsilon,
+)
+from fedaudit.errors import FedAuditError, check_int, check_positive, check_probability, check_real, check_vector
+from fedaudit.mechanisms.base import Mechanism
+from fedaudit.rng import as_seed_sequence
+
+__all__ = ["LDPAudit", "audit_ldp", "Sampler", "BLACK_BOX_FAMILIES", "TESTS"]
+
+Sampler = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
+ProgressFn = Callable[[int], None]
+
+BLACK_BOX_FAMILIES = ("column", "projection", "classifier", "frequency")
+TESTS = ("auto", "likelihood-ratio", "black-box") + BLACK_BOX_FAMILIES
+
+#: bytes of reports per seeded block (per input); the block size in reports follows from the width
+_BLOCK_BYTES = 8 * 2**20
+#: cap on the selection split per input (train + select), and on stored training bytes
+_MAX_SELECTION = 200_000
+_TRAIN_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True)
+class LDPAudit:
+    """Result of :func:`audit_ldp`. ``epsilon_lower`` is certified at ``confidence``;
+    ``gdp_mu`` is an estimate (Gaussian-shape assumption), never a bound."""
+
+    epsilon_lower: float
+    epsilon_claimed: float | None
+    delta_claimed: float
+    violation: bool
+    epsilon_exact: float | None
+    tpr: float
+    fpr: float
+    test: str
+    samples: int
+    seed: int | None
+    confidence: float
+    tightness: float | None
+    event: dict[str, Any]
+    candidates: list[dict[str, Any]]
+    gdp_mu: float | None
+    max_certifiable: float
+    selection_samples: int
+    certification_samples: int
+    runtime_s: float
+    sampling_s: float
+    mechanism: dict[str, Any] | None = None
+    x0: list[float] | None = field(default=None, repr=False)
+    x1: list[float] | None = field(default=None, repr=False)
+    search: dict[str, Any] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("epsilon_lower", "epsilon_exact", "tightness", "gdp_mu", "max_certifiable"):
+            if isinstance(out[key], float) and not math.isfinite(out[key]):
+                out[key] = "inf" if out[key] > 0 else "-inf"
+        return out
+
+
+# --------------------------------------------------------------------------- sources
+class _Source:
+    """Uniform access to a Mechanism or a black-box sampler, with output validation."""
+
+    def __init__(self, target: Mechanism | Sampler, dim: int | None):
+        self.mechanism = target if isinstance(target, Mechanism) else None
+        if self.mechanism is None and not callable(target):
+            raise FedAuditError("mechanism must be a fedaudit Mechanism or a callable sampler(x, size, rng)")
+        self.fn = target.sample if self.mechanism is not None else target
+        self.dim = self.mechanism.dim if self.mechanism is not None else dim
+        self.seconds = 0.0
+        self.width: int | None = self.mechanism.report_width if self.mechanism is not None else None
+
+    def draw(self, x: np.ndarray, size: int, rng: np.random.Generator, which: str) -> np.ndarray:
+        t0 = time.perf_counter()
+        try:
+            out = self.fn(x, size, rng)
+        except FedAuditError:
+            raise
+        except Exception as exc:  # a user's sampler failing deep inside
+            raise FedAuditError(f"sampler failed on input {which}: {type(exc).__name__}: {exc}") from exc
+        self.seconds += time.perf_counter() - t0
+        out = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, dtype=np.float64)
+        if out.ndim == 1:
+            out = out[:, None]
+        if out.ndim != 2:
+            out = out.reshape(out.shape[0], -1)
+        if out.shape[0] != size:
+            raise FedAuditError(f"sampler returned {out.shape[0]} rows for size={size} (input {which})")
+        if self.width is not None and out.shape[1] != self.width:
+            raise FedAuditError(f"sampler returned reports of width {out.shape[1]}, expected {self.width} (input {which})")
+        if not np.isfinite(out).all():
+            i, j = np.argwhere(~np.isfinite(out))[0]
+            raise FedAuditError(f"sampler returned a non-finite value {out[i, j]} for input {which} "
+                                f"(row {i}, column {j})")
+        return out
+
+
+def _blocks(total: int, block: int) -> list[int]:
+    sizes = [block] * (total // block)
+    if total % block:
+        sizes.append(total % block)
+    return sizes
+
+
+def _stream(source: _Source, x: np.ndarray, total: int, block: int, seq: np.random.SeedSequence,
+            chunk_blocks: int, which: str, progress: ProgressFn | None):
+    """Yield arrays of whole seeded blocks (chunk_blocks at a time)."""
+    sizes = _blocks(total, block)
+    children = seq.spawn(len(sizes))
+    for start in range(0, len(sizes), chunk_blocks):
+        parts = [source.draw(x, n, np.random.default_rng(c), which)
+                 for n, c in zip(sizes[start:start + chunk_blocks], children[start:start + chunk_blocks])]
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if progress is not None:
+            progress(len(out))
+        yield out
+
+
+# --------------------------------------------------------------------------- selection
+@dataclass(frozen=True)
+class _Event:
+    statistic: Statistic
+    upper: bool  # E = {s >= t} if True else {s <= t}
+    threshold: float
+    positive: int  # 0: TPR is measured on x0, 1: on x1
+    projected: float
+
+    def hits(self, s: np.ndarray) -> np.ndarray:
+        return s >= self.threshold if self.upper else s <= self.threshold
+
+
+def _thresholds(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
+    pooled = np.concatenate([s0, s1])
+    uniq = np.unique(pooled)
+    if len(uniq) <= 4096:
+        return uniq
+    tail = np.geomspace(1e-6, 0.02, 120)
+    q = np.unique(np.concatenate([np.linspace(0, 1, 2049), tail, 1 - tail]))
+    return np.unique(np.concatenate([np.quantile(pooled, q), [s0.min(), s0.max(), s1.min(), s1.max()]]))
+
+
+def _best_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, delta: float, alpha: float) -> _Event:
+    """Maximise the selection-split certified bound over thresholds, orientation and positive input."""
+    t = _thresholds(s0, s1)
+    a, b = np.sort(s0), np.sort(s1)
+    n0, n1 = len(a), len(b)
+    ge0 = n0 - np.searchsorted(a, t, side="left")
+    ge1 = n1 - np.searchsorted(b, t, side="left")
+    le0 = np.searchsorted(a, t, side="right")
+    le1 = np.searchsorted(b, t, side="right")
+    best = None
+    for upper, c0, c1 in ((True, ge0, ge1), (False, le0, le1)):
+        for positive, tp, fp in ((0, c0, c1), (1, c1, c0)):
+            n_tp, n_fp = (n0, n1) if positive == 0 else (n1, n0)
+            # The certified bound on the selection split itself: maximising a point estimate
+            # over thousands of events would pick noise in the tails (winner's curse).
+            idx = _promising(tp, n_tp, fp, n_fp, delta, alpha)
+            score = epsilon_lower_bound(tp[idx], n_tp, fp[idx], n_fp, delta=delta, alpha=alpha)
+            i = int(np.argmax(score))
+            if best is None or score[i] > best.projected:
+                best = _Event(stat, upper, float(t[idx[i]]), positive, float(score[i]))
+    return best
+
+
+def _promising(tp: np.ndarray, n_tp: int, fp: np.ndarray, n_fp: int, delta: float, alpha: float,
+               keep: int = 64) -> np.ndarray:
+    """Indices of the ``keep`` events with the best Wilson-score approximation of the bound
+    (exact Clopper–Pearson is then computed only for these)."""
+    if len(tp) <= keep:
+        return np.arange(len(tp))
+    from scipy.stats import norm
+
+    z = norm.isf(alpha / 2)
+
+    def wilson(k, n, sign):
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return centre + sign * half
+
+    num = wilson(tp, n_tp, -1.0) - delta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        approx = np.where(num > 0, np.log(np.maximum(num, 1e-300) / wilson(fp, n_fp, 1.0)), -np.inf)
+    return np.argsort(-approx, kind="stable")[:keep]
+
+
+# --------------------------------------------------------------------------- API
+def _families(test: str, has_lr: bool) -> tuple[bool, tuple[str, ...]]:
+    names = [p.strip().lower() for p in str(test).split(",") if p.strip()]
+    if not names or any(n not in TESTS and n != "lr" for n in names):
+        raise FedAuditError(f"test must be one of {', '.join(TESTS)} (comma-separated allowed), got test={test!r}")
+    use_lr, fams = False, []
+    for n in names:
+        if n == "auto":
+            use_lr = use_lr or has_lr
+            fams += BLACK_BOX_FAMILIES
+        elif n in ("likelihood-ratio", "lr"):
+            if not has_lr:
+                raise FedAuditError("test='likelihood-ratio' needs a Mechanism with a tractable log_prob")
+            use_lr = True
+        elif n == "black-box":
+            fams += BLACK_BOX_FAMILIES
+        else:
+            fams.append(n)
+    return use_lr, tuple(dict.fromkeys(fams))
+
+
+def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: float | None = None,
+              delta: float | None = None, samples: int = 1_000_000, confidence: float = 0.95,
+              test: str = "auto", seed: int | None = 0, selection_fraction: float = 0.1,
+              chunk: int | None = None, progress: ProgressFn | None = None) -> "LDPAudit":
+    """Certify a lower bound on the LDP ε of ``mechanism`` from the pair (x0, x1).
+
+    Parameters
+    ----------
+    mechanism : a :class:`~fedaudit.mechanisms.Mechanism`, or a black-box
+        ``sampler(x, size, rng) -> (size, ...)`` array; then ``epsilon`` (the claim) is required.
+    x0, x1 : the audited inputs (must differ).
+    epsilon, delta : the claimed guarantee; default the mechanism's own (δ = 0 for samplers).
+    samples : draws per input in total (selection + certification), ≥ 100.
+    confidence : 1 − α for the certified bound.
+    test : "auto" (likelihood ratio when ``log_prob`` exists, plus every black-box family),
+        "likelihood-ratio", "black-box", or any of "column", "projection", "classifier",
+        "frequency" (comma-separated).
+    seed : root of all randomness (``SeedSequence(seed)``).
+    selection_fraction : share of ``samples`` used to train and select (capped at 2·10^5).
+    chunk : reports per processing step (rounded to whole seeded blocks); the result does
+        not depend on it.
+    progress : called with the number of reports drawn after each step.
+    """
+    t_start = time.perf_counter()
+    if isinstance(mechanism, Mechanism):
+        dim = mechanism.dim
+        eps_claim = mechanism.epsilon if epsilon is None else check_positive("epsilon", epsilon)
+        delta_claim = mechanism.delta if delta is None else check_real("delta", delta, low=0.0, high=1.0, open_high=True)
+    else:
+        if epsilon is None:
+            raise FedAuditError("epsilon (the claimed guarantee) is required when auditing a black-box sampler")
+        eps_claim = check_positive("epsilon", epsilon)
+        delta_claim = 0.0 if delta is None else check_real("delta", delta, low=0.0, high=1.0, open_high=True)
+        dim = None
+    x0 = check_vector("x0", x0, dim=dim)
+    x1 = check_vector("x1", x1, dim=x0.shape[0])
+    if np.array_equal(x0, x1):
+        raise FedAuditError("x0 and x1 must differ: an audit of a pair of equal inputs certifies nothing")
+    samples = check_int("samples", samples, low=100)
+    confidence = check_probability("confidence", confidence)
+    selection_fraction = check_probability("selection_fraction", selection_fraction)
+    alpha = 1.0 - confidence
+    source = _Source(mechanism, dim=x0.shape[0])
+
+    root = as_seed_sequence(seed)
+    probe_seq, train_seq, select_seq, cert_seq = root.spawn(4)
+    if source.width is None:
+        source.width = source.draw(x0, 2, np.random.default_rng(probe_seq), "x0").shape[1]
+    block = max(1, min(8192, _BLOCK_BYTES // (8 * source.width)))
+    chunk_blocks = 1 if chunk is None else max(1, check_int("chunk", chunk, low=1) // block)
+
+    n_sel = min(_MAX_SELECTION, max(int(round(selection_fraction * samples)), min(2000, samples // 2)))
+    n_train = n_sel // 2
+    n_select = n_sel - n_train
+    n_cert = samples - n_sel
+
+    def split(seq, w):
+        return seq.spawn(2)[w]
+
+    def collect(seq, total, cap_rows):
+        out = []
+        for w, x in ((0, x0), (1, x1)):
+            rows, kept = [], 0
+            for part in _stream(source, x, total, block, split(seq, w), chunk_blocks, f"x{w}", progress):
+                if kept < cap_rows:
+                    rows.append(part[: cap_rows - kept])
+                    kept += len(rows[-1])
+            out.append(np.concatenate(rows))
+        return out
+
+    # 1. train
+    train0, train1 = collect(train_seq, n_train, max(1000, _TRAIN_BYTES // (8 * source.width)))
+    has_lr = source.mechanism is not None and _has_log_prob(source.mechanism, train0[:1], x0)
+    use_lr, families = _families(test, has_lr)
+    stats: list[Statistic] = [LikelihoodRatio(source.mechanism, x0, x1)] if use_lr else []
+    decode = source.mechanism.decode if source.mechanism is not None else None
+    stats += fit_black_box(train0, train1, x0=x0, x1=x1, decode=decode, families=families,
+                           seed=int(root.generate_state(1)[0]))
+    del train0, train1
+    if not stats:
+        raise FedAuditError(f"no distinguisher applies for test={test!r} to reports of width {source.width}")
+
+    # 2. select
+    scores: list[list[list[np.ndarray]]] = [[[] for _ in stats] for _ in range(2)]
+    for w, x in ((0, x0), (1, x1)):
+        for part in _stream(source, x, n_select, block, split(select_seq, w), chunk_blocks, f"x{w}", progress):
+            for i, st in enumerate(stats):
+                scores[w][i].append(st(part))
+    events = [_best_event(st, np.concatenate(scores[0][i]), np.concatenate(scores[1][i]), delta_claim, alpha)
+              for i, st in enumerate(stats)]
+    del scores
+    events.sort(key=lambda e: -e.projected)
+    chosen = events[0]
+
+    # 3. certify
+    hits = [0, 0]
+    for w, x in ((0, x0), (1, x1)):
+        for part in _stream(source, x, n_cert, block, split(cert_seq, w), chunk_blocks, f"x{w}", progress):
+            hits[w] += int(np.count_nonzero(chosen.hits(chosen.statistic(part))))
+    tp, fp = hits[chosen.positive], hits[1 - chosen.positive]
+    eps_lb = float(epsilon_lower_bound(tp, n_cert, fp, n_cert, delta=delta_claim, alpha=alpha))
+    tpr, fpr = tp / n_cert, fp / n_cert
+
+    eps_exact = None
+    if source.mechanism is not None:
+        pair = getattr(source.mechanism, "epsilon_for_pair", None)
+        eps_exact = pair(x0, x1) if pair is not None else None
+    runtime = time.perf_counter() - t_start
+    mech = source.mechanism
+    return LDPAudit(
+        epsilon_lower=eps_lb,
+        epsilon_claimed=eps_claim,
+        delta_claimed=delta_claim,
+        violation=eps_claim is not None and eps_lb > eps_claim,
+        epsilon_exact=None if eps_exact is None else float(eps_exact),
+        tpr=tpr,
+        fpr=fpr,
+        test=chosen.statistic.name,
+        samples=samples,
+        seed=seed if isinstance(seed, int) else None,
+        confidence=confidence,
+        tightness=(eps_lb / eps_claim) if eps_claim else None,
+        event={
+            "statistic": chosen.statistic.name,
+            "family": chosen.statistic.family,
+            "event": f"s {'>=' if chosen.upper else '<='} {chosen.threshold:.6g}",
+            "threshold": chosen.threshold,
+            "positive_input": f"x{chosen.positive}",
+            "tp": tp, "fp": fp, "n": n_cert,
+            "tpr_lower": float(cp_lower(tp, n_cert, alpha / 2)),
+            "fpr_upper": float(cp_upper(fp, n_cert, alpha / 2)),
+            "event_mass": max(tpr, fpr),
+            "selection": "train/select/certify splits; one event certified (no multiplicity correction needed)",
+        },
+        candidates=[{"statistic": e.statistic.name, "family": e.statistic.family,
+                     "selection_epsilon_lower": e.projected} for e in events],
+        gdp_mu=gdp_mu_estimate(tpr, fpr) if tp > 0 and fp < n_cert else None,
+        max_certifiable=max_certifiable_epsilon(n_cert, delta=delta_claim, alpha=alpha),
+        selection_samples=n_sel,
+        certification_samples=n_cert,
+        runtime_s=runtime,
+        sampling_s=source.seconds,
+        mechanism=mech.to_dict() if mech is not None else {"mechanism": "black-box sampler"},
+        x0=x0.tolist() if x0.size <= 4096 else None,
+        x1=x1.tolist() if x1.size <= 4096 else None,
+    )
+
+
+def _has_log_prob(mechanism: Mechanism, reports: np.ndarray, x: np.ndarray) -> bool:
+    try:
+        mechanism.log_prob(reports, x)
+    except NotImplementedError:
+        return False
+    return True

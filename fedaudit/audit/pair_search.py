@@ -1,0 +1,134 @@
+"""Search for the input pair that certifies the largest ε.
+
+LDP is a worst case over pairs; an audit of one pair certifies only that pair. The search
+scores structured candidates — ±clip·e_i, ±clip·1/√d, antipodal random directions, 0 against
+the boundary (one-hot pairs e_i, e_j for categorical mechanisms) — then runs a few rounds of
+local search around the best ones. Each candidate is scored by a small audit on its own
+seeded stream; the winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh
+draws. Because certification samples are independent of everything the search saw, the
+certified bound needs no correction for the search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from fedaudit.errors import FedAuditError, check_int, check_positive
+from fedaudit.mechanisms.base import Mechanism
+from fedaudit.rng import as_seed_sequence
+
+__all__ = ["PairSearch", "structured_pairs", "search_pairs", "audit_worst_case"]
+
+
+@dataclass(frozen=True)
+class PairSearch:
+    """The best pair found and every candidate's score (a small-sample ε lower bound)."""
+
+    x0: np.ndarray = field(repr=False)
+    x1: np.ndarray = field(repr=False)
+    name: str
+    score: float
+    candidates: list[dict[str, Any]]
+    samples_per_candidate: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"best": self.name, "score": self.score, "samples_per_candidate": self.samples_per_candidate,
+                "candidates": self.candidates,
+                "x0": self.x0.tolist() if self.x0.size <= 4096 else None,
+                "x1": self.x1.tolist() if self.x1.size <= 4096 else None}
+
+
+def _is_categorical(mechanism: Any) -> bool:
+    from fedaudit.mechanisms.randomized_response import RandomizedResponse
+
+    return isinstance(mechanism, RandomizedResponse)
+
+
+def structured_pairs(dim: int, clip: float, rng: np.random.Generator, *, n_random: int = 2,
+                     categorical: bool = False) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The structured candidate pairs for inputs in the L2 ball of radius ``clip`` (or one-hot)."""
+    eye = np.eye(dim)
+    if categorical:
+        return [(f"e{i} vs e{j}", eye[i], eye[j]) for i, j in ((0, 1), (0, dim - 1))[: max(1, dim - 1)]]
+    flat = clip * np.ones(dim) / np.sqrt(dim)
+    pairs = [("+clip·e1 vs −clip·e1", clip * eye[0], -clip * eye[0]),
+             ("+clip·1/√d vs −clip·1/√d", flat, -flat),
+             ("0 vs clip·e1", np.zeros(dim), clip * eye[0]),
+             ("0 vs clip·1/√d", np.zeros(dim), flat)]
+    if dim > 1:
+        pairs.append(("clip·e1 vs clip·e2", clip * eye[0], clip * eye[1]))
+    for r in range(n_random):
+        g = rng.normal(size=dim)
+        g *= clip / np.linalg.norm(g)
+        pairs.append((f"antipodal random #{r + 1}", g, -g))
+    return pairs
+
+
+def _project(x: np.ndarray, clip: float) -> np.ndarray:
+    n = np.linalg.norm(x)
+    return x if n <= clip else x * (clip / n)
+
+
+def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
+                 epsilon: float | None = None, samples: int = 20_000, rounds: int = 2, seed: int = 0,
+                 test: str = "auto", progress: Callable[[int], None] | None = None) -> PairSearch:
+    """Score structured pairs and ``rounds`` of local perturbations with small audits."""
+    from fedaudit.audit.ldp import audit_ldp
+
+    if isinstance(mechanism, Mechanism):
+        dim = mechanism.dim
+        clip = getattr(mechanism, "clip", 1.0) if clip is None else clip
+    elif dim is None:
+        raise FedAuditError("dim is required to search pairs for a black-box sampler")
+    dim = check_int("dim", dim, low=1)
+    clip = check_positive("clip", 1.0 if clip is None else clip)
+    samples = check_int("samples", samples, low=200)
+    rounds = check_int("rounds", rounds, low=0)
+    root = as_seed_sequence(seed)
+    cand_seq, local_seq, score_seq = root.spawn(3)
+    categorical = _is_categorical(mechanism)
+    pairs = structured_pairs(dim, clip, np.random.default_rng(cand_seq), categorical=categorical)
+    scored: list[tuple[float, str, np.ndarray, np.ndarray]] = []
+    score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))
+
+    def score(name, a, b):
+        res = audit_ldp(mechanism, a, b, epsilon=epsilon, samples=samples, test=test,
+                        seed=next(score_children), progress=progress)
+        scored.append((res.epsilon_lower, name, a, b))
+
+    for name, a, b in pairs:
+        score(name, a, b)
+    local = np.random.default_rng(local_seq)
+    for r in range(rounds if not categorical else 0):
+        for rank, (_, name, a, b) in enumerate(sorted(scored, key=lambda t: -t[0])[:2]):
+            for j in range(4):
+                step = 0.3 * clip / (r + 1)
+                a2 = _project(a + step * local.normal(size=dim) / np.sqrt(dim), clip)
+                b2 = _project(b + step * local.normal(size=dim) / np.sqrt(dim), clip)
+                if not np.array_equal(a2, b2):
+                    score(f"{name} ~ local r{r + 1}.{rank + 1}.{j + 1}", a2, b2)
+    best = max(scored, key=lambda t: t[0])
+    return PairSearch(x0=best[2], x1=best[3], name=best[1], score=float(best[0]),
+                      candidates=[{"pair": n, "epsilon_lower": float(s)} for s, n, _, _ in
+                                  sorted(scored, key=lambda t: -t[0])],
+                      samples_per_candidate=samples)
+
+
+def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
+                     epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
+                     search_samples: int = 20_000, rounds: int = 2, confidence: float = 0.95,
+                     test: str = "auto", seed: int = 0, progress: Callable[[int], None] | None = None):
+    """Search a pair on small budgets, then certify it on fresh draws (independent seeds)."""
+    from dataclasses import replace
+
+    from fedaudit.audit.ldp import audit_ldp
+
+    search_seq, cert_seq = as_seed_sequence(seed).spawn(2)
+    found = search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, samples=search_samples,
+                         rounds=rounds, seed=search_seq, test=test, progress=progress)
+    result = audit_ldp(mechanism, found.x0, found.x1, epsilon=epsilon, delta=delta, samples=samples,
+                       confidence=confidence, test=test, seed=cert_seq, progress=progress)
+    return replace(result, seed=seed, search=found.to_dict())
