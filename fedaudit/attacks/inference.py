@@ -137,7 +137,8 @@ def fit_black_box(t0: np.ndarray, t1: np.ndarray, *, x0: np.ndarray | None, x1: 
             out.append(Projection(x0, x1))
         if decode is not None:
             out.append(Projection(x0, x1, decode))
-    if "classifier" in families and min(len(t0), len(t1)) >= 20:
+    # with one column a linear classifier is a monotone map of that column: nothing to add
+    if "classifier" in families and t0.shape[1] > 1 and min(len(t0), len(t1)) >= 20:
         out.append(LogisticClassifier(t0, t1, seed=seed))
     if "frequency" in families:
         freq = FrequencyTest(t0, t1)

@@ -87,11 +87,18 @@ class LDPAudit:
     search: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("epsilon_lower", "epsilon_exact", "tightness", "gdp_mu", "max_certifiable"):
-            if isinstance(out[key], float) and not math.isfinite(out[key]):
-                out[key] = "inf" if out[key] > 0 else "-inf"
-        return out
+        return _json_safe(asdict(self))  # ±inf anywhere (ε, event threshold of an LR test) -> "inf"/"-inf"
+
+
+def _json_safe(value: Any) -> Any:
+    """Replace non-finite floats (at any depth) by "inf", "-inf" or "nan": strict JSON."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
 
 
 # --------------------------------------------------------------------------- sources
@@ -111,18 +118,26 @@ class _Source:
         t0 = time.perf_counter()
         try:
             out = self.fn(x, size, rng)
-        except FedAuditError:
-            raise
+        except FedAuditError as exc:  # e.g. a Mechanism rejecting x: say which input
+            raise FedAuditError(f"{exc} (input {which})") from None
         except Exception as exc:  # a user's sampler failing deep inside
             raise FedAuditError(f"sampler failed on input {which}: {type(exc).__name__}: {exc}") from exc
         self.seconds += time.perf_counter() - t0
-        out = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, dtype=np.float64)
+        try:
+            out = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise FedAuditError(f"sampler returned {type(out).__name__}, not an array of real numbers "
+                                f"(input {which}): {exc}") from None
+        if out.ndim == 0:
+            raise FedAuditError(f"sampler returned a scalar, expected an array of {size} rows (input {which})")
+        if out.shape[0] != size:
+            raise FedAuditError(f"sampler returned {out.shape[0]} rows for size={size} (input {which})")
         if out.ndim == 1:
             out = out[:, None]
         if out.ndim != 2:
             out = out.reshape(out.shape[0], -1)
-        if out.shape[0] != size:
-            raise FedAuditError(f"sampler returned {out.shape[0]} rows for size={size} (input {which})")
+        if out.shape[1] == 0:
+            raise FedAuditError(f"sampler returned empty reports (0 columns) (input {which})")
         if self.width is not None and out.shape[1] != self.width:
             raise FedAuditError(f"sampler returned reports of width {out.shape[1]}, expected {self.width} (input {which})")
         if not np.isfinite(out).all():
@@ -361,7 +376,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         fpr=fpr,
         test=chosen.statistic.name,
         samples=samples,
-        seed=seed if isinstance(seed, int) else None,
+        seed=int(seed) if isinstance(seed, (int, np.integer)) else None,
         confidence=confidence,
         tightness=(eps_lb / eps_claim) if eps_claim else None,
         event={

@@ -152,7 +152,7 @@ class SSTQ(Mechanism):
 
     def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n = X.shape[0]
-        out = np.empty((n, self.report_width))
+        out = np.empty((n, 1 + self.k))
         out[:, 0] = rng.integers(0, 2**SEED_BITS, size=n)
         for start, size in chunk_plan(n, self._rows):
             seeds = out[start:start + size, 0]

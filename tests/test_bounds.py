@@ -1,0 +1,191 @@
+"""Clopper–Pearson bounds and the ε they certify (fedaudit.audit.bounds).
+
+Known answers come from scipy.stats.beta (the definition) and from closed forms that do not go
+through scipy at all (k = 0 and k = n); coverage is checked by simulation with a tolerance
+derived from the simulation's own standard error (conftest.z_tolerance).
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from conftest import z_tolerance
+from fedaudit.audit.bounds import (
+    cp_lower,
+    cp_upper,
+    epsilon_lower_bound,
+    gdp_mu_estimate,
+    max_certifiable_epsilon,
+)
+
+# --------------------------------------------------------------------------- known answers
+KNOWN = [(k, n, a) for n in (1, 2, 7, 100, 1000, 10**6) for k in sorted({0, 1, n // 3, n // 2, n - 1, n})
+         for a in (0.025, 0.05, 1e-3)]
+
+
+@pytest.mark.parametrize("k, n, a", KNOWN)
+def test_cp_matches_beta_ppf(k, n, a):
+    lo = float(cp_lower(k, n, a))
+    up = float(cp_upper(k, n, a))
+    want_lo = 0.0 if k == 0 else stats.beta.ppf(a, k, n - k + 1)
+    want_up = 1.0 if k == n else stats.beta.ppf(1 - a, k + 1, n - k)
+    assert lo == pytest.approx(want_lo, rel=1e-12, abs=1e-300)
+    assert up == pytest.approx(want_up, rel=1e-12, abs=1e-300)
+    assert 0.0 <= lo <= k / n <= up <= 1.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 1000, 10**6])
+@pytest.mark.parametrize("a", [0.025, 0.05, 0.1])
+def test_cp_edges_closed_form(n, a):
+    """k = 0: lower 0, upper 1 − a^(1/n);  k = n: lower a^(1/n), upper 1 (no scipy involved)."""
+    root = a ** (1.0 / n)
+    assert float(cp_lower(0, n, a)) == 0.0
+    assert float(cp_upper(n, n, a)) == 1.0
+    assert float(cp_upper(0, n, a)) == pytest.approx(-math.expm1(math.log(a) / n), rel=1e-10)
+    assert float(cp_lower(n, n, a)) == pytest.approx(root, rel=1e-10)
+
+
+@pytest.mark.parametrize("k, n", [(1, 10), (5, 10), (37, 200), (4000, 10**4), (123, 10**6)])
+def test_cp_inverts_the_binomial_tail(k, n):
+    """Definition of Clopper–Pearson: P[Bin(n, lower) ≥ k] = a and P[Bin(n, upper) ≤ k] = a."""
+    a = 0.025
+    assert stats.binom.sf(k - 1, n, float(cp_lower(k, n, a))) == pytest.approx(a, rel=1e-6)
+    assert stats.binom.cdf(k, n, float(cp_upper(k, n, a))) == pytest.approx(a, rel=1e-6)
+
+
+def test_cp_vectorised_shape():
+    k = np.array([[0, 3], [7, 10]])
+    lo, up = cp_lower(k, 10, 0.05), cp_upper(k, 10, 0.05)
+    assert lo.shape == up.shape == (2, 2)
+    for idx in np.ndindex(2, 2):
+        assert lo[idx] == float(cp_lower(int(k[idx]), 10, 0.05))
+        assert up[idx] == float(cp_upper(int(k[idx]), 10, 0.05))
+
+
+def test_epsilon_lower_bound_formula():
+    tp, fp, n, delta, alpha = 7000, 2500, 10**4, 1e-3, 0.05
+    want = math.log((stats.beta.ppf(alpha / 2, tp, n - tp + 1) - delta) / stats.beta.ppf(1 - alpha / 2, fp + 1, n - fp))
+    assert float(epsilon_lower_bound(tp, n, fp, n, delta=delta, alpha=alpha)) == pytest.approx(want, rel=1e-12)
+    # TPR_lb ≤ δ certifies nothing (0, never negative or NaN)
+    assert float(epsilon_lower_bound(3, 1000, 0, 1000, delta=0.5)) == 0.0
+    assert float(epsilon_lower_bound(0, 1000, 0, 1000)) == 0.0
+    # events less likely under the positive input certify 0, not a negative ε
+    assert float(epsilon_lower_bound(100, 1000, 900, 1000)) == 0.0
+
+
+def test_max_certifiable_closed_form():
+    """TP = n, FP = 0: ε_max = log(a/(1 − a)) with a = (α/2)^(1/n)."""
+    for n in (10, 1000, 10**6):
+        a = 0.025 ** (1.0 / n)
+        assert max_certifiable_epsilon(n) == pytest.approx(math.log(a / -math.expm1(math.log(0.025) / n)), rel=1e-10)
+
+
+# --------------------------------------------------------------------------- reference numbers
+# shared/research/privacy.md, "Reference numbers" (α = 0.05 total, expected counts): quoted to
+# 2–3 significant digits, so compared to ±0.01 (±3e-3 where three digits are given).
+@pytest.mark.parametrize("n, want", [(10**3, 5.60), (10**4, 7.9), (10**5, 10.2), (10**6, 12.5), (10**7, 14.8)])
+def test_max_certifiable_reference(n, want):
+    assert max_certifiable_epsilon(n) == pytest.approx(want, abs=0.05 if want != 5.60 else 0.01)
+
+
+@pytest.mark.parametrize("n, want, tol", [(10**3, 0.86, 0.01), (10**4, 0.96, 0.01), (10**5, 0.986, 3e-3),
+                                          (10**6, 0.996, 3e-3), (10**7, 0.999, 3e-3)])
+def test_binary_rr_reference(n, want, tol):
+    p = math.e / (1 + math.e)  # binary RR at ε = 1: P[o = x] = e/(1+e)
+    tp, fp = round(p * n), round((1 - p) * n)
+    assert float(epsilon_lower_bound(tp, n, fp, n)) == pytest.approx(want, abs=tol)
+
+
+def test_max_certifiable_refs_exact_values():
+    assert max_certifiable_epsilon(1000) == pytest.approx(5.6006, abs=1e-3)
+    assert max_certifiable_epsilon(10**6) == pytest.approx(12.510, abs=1e-3)
+
+
+# --------------------------------------------------------------------------- GDP
+@pytest.mark.parametrize("mu", [0.0, 0.3, 1.0, 2.5, 5.0])
+@pytest.mark.parametrize("c", [-1.0, 0.0, 1.2, 3.0])
+def test_gdp_mu_on_phi_exact_points(mu, c):
+    """The μ-GDP trade-off curve passes through (FPR, TPR) = (Φ(−c), Φ(μ − c))."""
+    fpr, tpr = stats.norm.cdf(-c), stats.norm.cdf(mu - c)
+    # Φ⁻¹ near 1 amplifies the rounding of Φ(6) ≈ 1 − 1e-9 by 1/φ(6) ≈ 1.7e8: 1e-6 is ample
+    assert gdp_mu_estimate(tpr, fpr) == pytest.approx(mu, abs=1e-6)
+    assert gdp_mu_estimate(fpr, tpr) == pytest.approx(-mu, abs=1e-6)
+
+
+def test_gdp_mu_finite_at_the_edges():
+    for tpr, fpr in ((1.0, 0.0), (1.0, 0.5), (0.5, 0.0)):
+        assert math.isfinite(gdp_mu_estimate(tpr, fpr)) and gdp_mu_estimate(tpr, fpr) > 0
+
+
+# --------------------------------------------------------------------------- properties
+counts = st.integers(1, 10**6).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(0, n)))
+alphas = st.sampled_from([1e-4, 1e-3, 0.01, 0.05, 0.2])
+
+
+@given(counts, alphas)
+def test_bound_monotone_in_tp_and_fp(nkf, alpha):
+    n, tp, fp = nkf
+    base = float(epsilon_lower_bound(tp, n, fp, n, alpha=alpha))
+    assert base >= 0.0
+    if tp < n:
+        assert float(epsilon_lower_bound(tp + 1, n, fp, n, alpha=alpha)) >= base - 1e-12
+    if fp < n:
+        assert float(epsilon_lower_bound(tp, n, fp + 1, n, alpha=alpha)) <= base + 1e-12
+    assert base <= max_certifiable_epsilon(n, alpha=alpha) + 1e-12
+    # more confidence or a δ to pay can only lower the bound
+    assert float(epsilon_lower_bound(tp, n, fp, n, alpha=alpha / 10)) <= base + 1e-12
+    assert float(epsilon_lower_bound(tp, n, fp, n, alpha=alpha, delta=1e-3)) <= base + 1e-12
+
+
+@given(counts, alphas)
+def test_cp_brackets_and_nests(nkf, alpha):
+    n, k, _ = nkf
+    lo, up = float(cp_lower(k, n, alpha)), float(cp_upper(k, n, alpha))
+    assert 0.0 <= lo <= k / n <= up <= 1.0
+    assert float(cp_lower(k, n, alpha / 10)) <= lo + 1e-15   # smaller α, wider interval
+    assert float(cp_upper(k, n, alpha / 10)) >= up - 1e-15
+    if k < n:
+        assert float(cp_lower(k + 1, n, alpha)) >= lo - 1e-15
+        assert float(cp_upper(k + 1, n, alpha)) >= up - 1e-15
+
+
+# --------------------------------------------------------------------------- coverage
+REPLICATES = 20_000
+COVERAGE_CASES = [(0.5, 20), (0.05, 200), (0.731, 1000), (0.002, 5000), (0.3, 50)]
+#: Bonferroni share of the suite's α over every coverage assertion in this file
+Z_COV = z_tolerance(n_assertions=3 * len(COVERAGE_CASES))
+
+
+def _covers(hit_rate: float, alpha: float) -> bool:
+    """Coverage ≥ 1 − α up to z·SE, SE the binomial standard error of the simulated rate."""
+    se = math.sqrt(max(hit_rate * (1 - hit_rate), 1e-12) / REPLICATES)
+    return hit_rate >= 1 - alpha - Z_COV * se
+
+
+@pytest.mark.parametrize("p, n", COVERAGE_CASES)
+def test_cp_coverage_by_simulation(p, n):
+    """One-sided CP bounds at level α hold in ≥ 1 − α of binomial replicates (exact test is
+    conservative, so only the lower side of the simulated rate is checked)."""
+    rng = np.random.default_rng(20240603 + n)
+    k = rng.binomial(n, p, size=REPLICATES)
+    alpha = 0.05
+    low_ok = float(np.mean(cp_lower(k, n, alpha) <= p))
+    up_ok = float(np.mean(cp_upper(k, n, alpha) >= p))
+    assert _covers(low_ok, alpha), (low_ok, Z_COV)
+    assert _covers(up_ok, alpha), (up_ok, Z_COV)
+
+
+@pytest.mark.parametrize("p, n", COVERAGE_CASES)
+def test_epsilon_bound_coverage_by_simulation(p, n):
+    """ε_lb = log(TPR_lb/FPR_ub) with α/2 per side stays ≤ the true log(p/q) in ≥ 1 − α of runs."""
+    q = p / math.e  # true ε = 1
+    rng = np.random.default_rng(7 + n)
+    tp = rng.binomial(n, p, size=REPLICATES)
+    fp = rng.binomial(n, q, size=REPLICATES)
+    alpha = 0.05
+    ok = float(np.mean(epsilon_lower_bound(tp, n, fp, n, alpha=alpha) <= math.log(p / q) + 1e-12))
+    assert _covers(ok, alpha), (ok, Z_COV)

@@ -1,0 +1,158 @@
+"""`fedaudit audit ldp`: verdicts, exit codes (0 holds, 1 violation, 2 bad input), --json,
+black-box --sampler modules and --pair search."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fedaudit.cli import main
+
+SAMPLERS = textwrap.dedent('''
+    """Black-box samplers for the CLI tests: inputs in [-1, 1] (d = 1)."""
+    import numpy as np
+
+
+    def laplace_ok(x, size, rng):
+        # Laplace with scale Δ₁/ε = 2/1: ε = 1 for x in [-1, 1]
+        return np.asarray(x, dtype=float)[None, :] + rng.laplace(0.0, 2.0, size=(size, len(x)))
+
+
+    def laplace_broken(x, size, rng):
+        # scale three times too small: ε = 3 for the pair ±1
+        return np.asarray(x, dtype=float)[None, :] + rng.laplace(0.0, 2.0 / 3.0, size=(size, len(x)))
+
+
+    def nan_on_x1(x, size, rng):
+        out = laplace_ok(x, size, rng)
+        if x[0] < 0:
+            out[0, 0] = np.nan
+        return out
+
+
+    def too_few_rows(x, size, rng):
+        return laplace_ok(x, max(1, size - 1), rng)
+
+
+    not_callable = 3
+''')
+
+
+@pytest.fixture(scope="module")
+def sampler_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("samplers")
+    (d / "cli_samplers.py").write_text(SAMPLERS)
+    return d
+
+
+def run(*argv, pythonpath=None):
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-m", "fedaudit.cli", "audit", "ldp", *map(str, argv)],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_issue_example_small_budget_exits_0():
+    proc = run("--mechanism", "sstq", "--dim", 64, "--k", 8, "--levels", 8, "--epsilon", 1, "--samples", "2e4",
+               "--seed", 0)
+    assert proc.returncode == 0, proc.stderr
+    assert "no violation" in proc.stdout and "VIOLATION" not in proc.stdout
+    assert "certified ε lower bound" in proc.stdout and "20,000" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_sketch_exits_1_and_json_is_written(tmp_path, capsys):
+    out = tmp_path / "sketch.json"
+    code = main(["audit", "ldp", "--mechanism", "sstq-sketch", "--dim", "64", "--k", "8", "--levels", "8",
+                 "--epsilon", "1", "--samples", "2e4", "--seed", "0", "--json", str(out), "--quiet"])
+    assert code == 1
+    assert "VIOLATION" in capsys.readouterr().out
+
+    def strict(name):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    data = json.loads(out.read_text(), parse_constant=strict)
+    assert data["violation"] is True and data["epsilon_claimed"] == 1.0
+    assert isinstance(data["epsilon_lower"], float) and data["epsilon_lower"] > 1.0
+    assert data["samples"] == 20_000 and data["seed"] == 0
+    assert data["mechanism"]["mechanism"] == "sstq-sketch"
+
+
+def test_json_for_a_passing_audit(tmp_path, capsys):
+    out = tmp_path / "rr.json"
+    code = main(["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--epsilon", "1", "--samples", "2e4",
+                 "--json", str(out), "--quiet"])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["violation"] is False and 0.5 < data["epsilon_lower"] <= 1.0
+    assert data["epsilon_exact"] == 1.0 and data["x0"] == [1.0, 0.0] and data["x1"] == [0.0, 1.0]
+    assert f"json: {out}" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_black_box_sampler_correct_exits_0(sampler_dir, tmp_path):
+    out = tmp_path / "ok.json"
+    proc = run("--sampler", "cli_samplers:laplace_ok", "--dim", 1, "--epsilon", 1, "--samples", "2e4", "--seed", 0,
+               "--json", out, pythonpath=sampler_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "no violation" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["mechanism"] == {"mechanism": "black-box sampler"} and data["epsilon_exact"] is None
+    assert data["epsilon_lower"] <= 1.0
+
+
+def test_black_box_sampler_broken_exits_1(sampler_dir):
+    proc = run("--sampler", "cli_samplers:laplace_broken", "--dim", 1, "--epsilon", 1, "--samples", "2e4",
+               "--seed", 0, pythonpath=sampler_dir)
+    assert proc.returncode == 1, proc.stderr
+    assert "VIOLATION" in proc.stdout
+
+
+BAD = [
+    (["--samples", "50"], "samples must be an integer in [100"),
+    (["--mechanism", "nosuch", "--samples", "1000"], "unknown mechanism 'nosuch'"),
+    (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--confidence", "1.5"], "confidence must be"),
+    (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--test", "magic"], "test must be one of"),
+    (["--sampler", "nosuch:fn", "--dim", "2", "--epsilon", "1"], "cannot load sampler 'nosuch:fn'"),
+    (["--sampler", "cli_samplers:missing", "--dim", "1", "--epsilon", "1"], "cannot load sampler"),
+    (["--sampler", "cli_samplers:not_callable", "--dim", "1", "--epsilon", "1"], "is not callable"),
+    (["--sampler", "nocolon", "--dim", "1", "--epsilon", "1"], "--sampler must look like package.module:function"),
+    (["--sampler", "x:y", "--dim", "2"], "--sampler needs --dim and --epsilon"),
+    (["--sampler", "x:y", "--epsilon", "1"], "--sampler needs --dim and --epsilon"),
+    (["--sampler", "cli_samplers:nan_on_x1", "--dim", "1", "--epsilon", "1", "--samples", "1000"],
+     "non-finite value nan for input x1"),
+    (["--sampler", "cli_samplers:too_few_rows", "--dim", "1", "--epsilon", "1", "--samples", "1000"],
+     "rows for size=2 (input x0)"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_exits_2_with_one_line(argv, needle, sampler_dir):
+    proc = run(*argv, pythonpath=sampler_dir)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedaudit: error: "), proc.stderr
+    assert needle in lines[0] and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_pair_search_tiny_budget_runs(tmp_path, capsys):
+    out = tmp_path / "search.json"
+    code = main(["audit", "ldp", "--mechanism", "laplace", "--dim", "4", "--epsilon", "1", "--samples", "2000",
+                 "--search-samples", "300", "--pair", "search", "--seed", "0", "--json", str(out), "--quiet"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "pair (searched)" in text and "no violation" in text
+    data = json.loads(out.read_text())
+    assert data["search"]["samples_per_candidate"] == 300 and len(data["search"]["candidates"]) >= 7
+    assert data["x0"] == data["search"]["x0"] and data["seed"] == 0
+
+
+def test_pair_search_finds_a_planted_violation_in_a_black_box(sampler_dir):
+    proc = run("--sampler", "cli_samplers:laplace_broken", "--dim", 1, "--epsilon", 1, "--samples", "5000",
+               "--search-samples", "500", "--pair", "search", "--quiet", pythonpath=sampler_dir)
+    assert proc.returncode == 1, proc.stderr
+    assert "pair (searched)" in proc.stdout and "VIOLATION" in proc.stdout
