@@ -9,8 +9,8 @@ certify ε ≥ log((TPR_lb − δ)/FPR_ub) (:mod:`fedaudit.audit.bounds`).
 Three disjoint splits make the stated confidence family-wise with no multiplicity loss:
 1. **train** — black-box distinguishers are fitted (classifier, column ranking, counts);
 2. **select** — every statistic × threshold × orientation × positive input is scored by the
-   bound it certifies on this split (a lower confidence bound, so noisy tail events do not
-   win by chance); the best one is kept;
+   bound the certification split would give at the pessimistic (Clopper–Pearson) ends of the
+   rates seen here; the best one is kept;
 3. **certify** — fresh draws; exactly one event is evaluated, one bound at level 1 − α.
 Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ α.
 
@@ -191,8 +191,9 @@ def _thresholds(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([np.quantile(pooled, q), [s0.min(), s0.max(), s1.min(), s1.max()]]))
 
 
-def _best_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, delta: float, alpha: float) -> _Event:
-    """Maximise the selection-split certified bound over thresholds, orientation and positive input."""
+def _best_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, delta: float,
+                alpha: float) -> _Event:
+    """Maximise the projected pessimistic bound (:func:`_selection_score`) over thresholds, orientation and positive input."""
     t = _thresholds(s0, s1)
     a, b = np.sort(s0), np.sort(s1)
     n0, n1 = len(a), len(b)
@@ -204,14 +205,22 @@ def _best_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, delta: float, a
     for upper, c0, c1 in ((True, ge0, ge1), (False, le0, le1)):
         for positive, tp, fp in ((0, c0, c1), (1, c1, c0)):
             n_tp, n_fp = (n0, n1) if positive == 0 else (n1, n0)
-            # The certified bound on the selection split itself: maximising a point estimate
-            # over thousands of events would pick noise in the tails (winner's curse).
             idx = _promising(tp, n_tp, fp, n_fp, delta, alpha)
-            score = epsilon_lower_bound(tp[idx], n_tp, fp[idx], n_fp, delta=delta, alpha=alpha)
+            score = _selection_score(tp[idx], n_tp, fp[idx], n_fp, delta, alpha, n_cert)
             i = int(np.argmax(score))
             if best is None or score[i] > best.projected:
                 best = _Event(stat, upper, float(t[idx[i]]), positive, float(score[i]))
     return best
+
+
+def _selection_score(tp, n_tp, fp, n_fp, delta, alpha, n_cert):
+    """The bound the certification split would give if the rates sat at their pessimistic
+    selection values: TPR at its Clopper–Pearson lower and FPR at its upper bound (α/2 each),
+    projected to n_cert draws. Noisy few-count tail events are penalised twice (winner's curse),
+    while events that only certify well at the larger n_cert are still preferred."""
+    tpr = cp_lower(tp, n_tp, alpha / 2)
+    fpr = cp_upper(fp, n_fp, alpha / 2)
+    return epsilon_lower_bound(tpr * n_cert, n_cert, fpr * n_cert, n_cert, delta=delta, alpha=alpha)
 
 
 def _promising(tp: np.ndarray, n_tp: int, fp: np.ndarray, n_fp: int, delta: float, alpha: float,
@@ -313,14 +322,13 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     n_select = n_sel - n_train
     n_cert = samples - n_sel
 
-    def split(seq, w):
-        return seq.spawn(2)[w]
+    halves = {name: seq.spawn(2) for name, seq in (("train", train_seq), ("select", select_seq), ("cert", cert_seq))}
 
-    def collect(seq, total, cap_rows):
+    def collect(name, total, cap_rows):
         out = []
         for w, x in ((0, x0), (1, x1)):
             rows, kept = [], 0
-            for part in _stream(source, x, total, block, split(seq, w), chunk_blocks, f"x{w}", progress):
+            for part in _stream(source, x, total, block, halves[name][w], chunk_blocks, f"x{w}", progress):
                 if kept < cap_rows:
                     rows.append(part[: cap_rows - kept])
                     kept += len(rows[-1])
@@ -328,7 +336,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         return out
 
     # 1. train
-    train0, train1 = collect(train_seq, n_train, max(1000, _TRAIN_BYTES // (8 * source.width)))
+    train0, train1 = collect("train", n_train, max(1000, _TRAIN_BYTES // (8 * source.width)))
     has_lr = source.mechanism is not None and _has_log_prob(source.mechanism, train0[:1], x0)
     use_lr, families = _families(test, has_lr)
     stats: list[Statistic] = [LikelihoodRatio(source.mechanism, x0, x1)] if use_lr else []
@@ -342,10 +350,10 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     # 2. select
     scores: list[list[list[np.ndarray]]] = [[[] for _ in stats] for _ in range(2)]
     for w, x in ((0, x0), (1, x1)):
-        for part in _stream(source, x, n_select, block, split(select_seq, w), chunk_blocks, f"x{w}", progress):
+        for part in _stream(source, x, n_select, block, halves["select"][w], chunk_blocks, f"x{w}", progress):
             for i, st in enumerate(stats):
                 scores[w][i].append(st(part))
-    events = [_best_event(st, np.concatenate(scores[0][i]), np.concatenate(scores[1][i]), delta_claim, alpha)
+    events = [_best_event(st, np.concatenate(scores[0][i]), np.concatenate(scores[1][i]), n_cert, delta_claim, alpha)
               for i, st in enumerate(stats)]
     del scores
     events.sort(key=lambda e: -e.projected)
@@ -354,7 +362,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     # 3. certify
     hits = [0, 0]
     for w, x in ((0, x0), (1, x1)):
-        for part in _stream(source, x, n_cert, block, split(cert_seq, w), chunk_blocks, f"x{w}", progress):
+        for part in _stream(source, x, n_cert, block, halves["cert"][w], chunk_blocks, f"x{w}", progress):
             hits[w] += int(np.count_nonzero(chosen.hits(chosen.statistic(part))))
     tp, fp = hits[chosen.positive], hits[1 - chosen.positive]
     eps_lb = float(epsilon_lower_bound(tp, n_cert, fp, n_cert, delta=delta_claim, alpha=alpha))
@@ -392,7 +400,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
             "selection": "train/select/certify splits; one event certified (no multiplicity correction needed)",
         },
         candidates=[{"statistic": e.statistic.name, "family": e.statistic.family,
-                     "selection_epsilon_lower": e.projected} for e in events],
+                     "selection_score": e.projected} for e in events],
         gdp_mu=gdp_mu_estimate(tpr, fpr) if tp > 0 and fp < n_cert else None,
         max_certifiable=max_certifiable_epsilon(n_cert, delta=delta_claim, alpha=alpha),
         selection_samples=n_sel,

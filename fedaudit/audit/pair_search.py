@@ -11,6 +11,7 @@ certified bound needs no correction for the search.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -73,7 +74,7 @@ def _project(x: np.ndarray, clip: float) -> np.ndarray:
 
 
 def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
-                 epsilon: float | None = None, samples: int = 20_000, rounds: int = 2, seed: int = 0,
+                 epsilon: float | None = None, delta: float | None = None, samples: int = 20_000, rounds: int = 2, seed: int = 0,
                  test: str = "auto", progress: Callable[[int], None] | None = None) -> PairSearch:
     """Score structured pairs and ``rounds`` of local perturbations with small audits."""
     from fedaudit.audit.ldp import audit_ldp
@@ -95,7 +96,7 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
     score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))
 
     def score(name, a, b):
-        res = audit_ldp(mechanism, a, b, epsilon=epsilon, samples=samples, test=test,
+        res = audit_ldp(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples, test=test,
                         seed=next(score_children), progress=progress)
         scored.append((res.epsilon_lower, name, a, b))
 
@@ -126,9 +127,10 @@ def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None,
 
     from fedaudit.audit.ldp import audit_ldp
 
+    t0 = time.perf_counter()
     search_seq, cert_seq = as_seed_sequence(seed).spawn(2)
-    found = search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, samples=search_samples,
+    found = search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, delta=delta, samples=search_samples,
                          rounds=rounds, seed=search_seq, test=test, progress=progress)
     result = audit_ldp(mechanism, found.x0, found.x1, epsilon=epsilon, delta=delta, samples=samples,
                        confidence=confidence, test=test, seed=cert_seq, progress=progress)
-    return replace(result, seed=seed, search=found.to_dict())
+    return replace(result, seed=seed, search=found.to_dict(), runtime_s=time.perf_counter() - t0)
