@@ -398,9 +398,13 @@ def test_search_pairs_laplace_small_budget():
     assert not np.array_equal(found.x0, found.x1)
     for x in (found.x0, found.x1):
         assert np.linalg.norm(x) <= m.clip * (1 + 1e-12)
-    scores = [c["epsilon_lower"] for c in found.candidates]
-    assert len(scores) >= 7 and scores == sorted(scores, reverse=True) and found.score == scores[0]
+    # white box: ranked by the exact pair loss first, then by the small-sample bound
+    keys = [(c["epsilon_exact"], c["epsilon_lower"]) for c in found.candidates]
+    assert len(keys) >= 7 and keys == sorted(keys, reverse=True) and found.score == keys[0][1]
     assert found.candidates[0]["pair"] == found.name
+    assert found.candidates[0]["epsilon_exact"] == pytest.approx(m.epsilon_for_pair(found.x0, found.x1))
+    # for the L2 ball the flat antipodal pair maximises the L1 distance, hence Laplace's loss
+    assert found.name == "+clip·1/√d vs −clip·1/√d"
     assert found.to_dict()["x0"] == found.x0.tolist()
 
 

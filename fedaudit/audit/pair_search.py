@@ -4,7 +4,7 @@ LDP is a worst case over pairs; an audit of one pair certifies only that pair. T
 scores structured candidates — ±clip·e_i, ±clip·1/√d, antipodal random directions, 0 against
 the boundary (one-hot pairs e_i, e_j for categorical mechanisms) — then runs a few rounds of
 local search around the best ones. Each candidate is scored by a small audit on its own
-seeded stream; the winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh
+seeded stream (and, in white box, by the exact loss of the pair); the winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh
 draws. Because certification samples are independent of everything the search saw, the
 certified bound needs no correction for the search.
 """
@@ -76,7 +76,10 @@ def _project(x: np.ndarray, clip: float) -> np.ndarray:
 def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
                  epsilon: float | None = None, delta: float | None = None, samples: int = 20_000, rounds: int = 2, seed: int = 0,
                  test: str = "auto", progress: Callable[[int], None] | None = None) -> PairSearch:
-    """Score structured pairs and ``rounds`` of local perturbations with small audits."""
+    """Score structured pairs and ``rounds`` of local perturbations with small audits.
+
+    Candidates rank by their exact pair loss where the mechanism computes one
+    (``epsilon_for_pair``), then by the small-sample certified bound."""
     from fedaudit.audit.ldp import audit_ldp
 
     if isinstance(mechanism, Mechanism):
@@ -92,29 +95,36 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
     cand_seq, local_seq, score_seq = root.spawn(3)
     categorical = _is_categorical(mechanism)
     pairs = structured_pairs(dim, clip, np.random.default_rng(cand_seq), categorical=categorical)
-    scored: list[tuple[float, str, np.ndarray, np.ndarray]] = []
+    scored: list[tuple[tuple[float, float], str, np.ndarray, np.ndarray, float | None]] = []
     score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))
 
     def score(name, a, b):
         res = audit_ldp(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples, test=test,
                         seed=next(score_children), progress=progress)
-        scored.append((res.epsilon_lower, name, a, b))
+        # Rank by the exact pair loss when the mechanism computes it (white box), then by the
+        # small-sample certified bound; black boxes and intractable pairs rank by the bound.
+        exact = res.epsilon_exact
+        scored.append(((exact if exact is not None else -1.0, res.epsilon_lower), name, a, b, exact))
+
+    def ranked():
+        return sorted(scored, key=lambda t: t[0], reverse=True)
 
     for name, a, b in pairs:
         score(name, a, b)
     local = np.random.default_rng(local_seq)
     for r in range(rounds if not categorical else 0):
-        for rank, (_, name, a, b) in enumerate(sorted(scored, key=lambda t: -t[0])[:2]):
+        for rank, (_, name, a, b, _) in enumerate(ranked()[:2]):
             for j in range(4):
                 step = 0.3 * clip / (r + 1)
                 a2 = _project(a + step * local.normal(size=dim) / np.sqrt(dim), clip)
                 b2 = _project(b + step * local.normal(size=dim) / np.sqrt(dim), clip)
                 if not np.array_equal(a2, b2):
                     score(f"{name} ~ local r{r + 1}.{rank + 1}.{j + 1}", a2, b2)
-    best = max(scored, key=lambda t: t[0])
-    return PairSearch(x0=best[2], x1=best[3], name=best[1], score=float(best[0]),
-                      candidates=[{"pair": n, "epsilon_lower": float(s)} for s, n, _, _ in
-                                  sorted(scored, key=lambda t: -t[0])],
+    order = ranked()
+    (_, best_lb), best_name, x0, x1, _ = order[0]
+    return PairSearch(x0=x0, x1=x1, name=best_name, score=float(best_lb),
+                      candidates=[{"pair": n, "epsilon_lower": float(key[1]), "epsilon_exact": exact}
+                                  for key, n, _, _, exact in order],
                       samples_per_candidate=samples)
 
 
