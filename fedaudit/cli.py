@@ -221,6 +221,67 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     return 1 if res.violation else 0
 
 
+def cmd_aggregators(args: argparse.Namespace) -> int:
+    from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
+    from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
+
+    table = Table(title=f"Robust aggregation rules at n={args.n}, f={args.f} "
+                        f"(universal lower bound f/(n−2f) = {kappa_lower_bound(args.n, args.f):.4g})")
+    for col in ("name", "rule", "kind", "needs n ≥", "published κ", "formula"):
+        table.add_column(col)
+    specs = [(name, "aggregator") for name in AGGREGATOR_NAMES] + [(name, "pre-aggregator") for name in PREAGGREGATOR_NAMES]
+    specs += [(f"nnm+{name}", "composition") for name in ("cwtm", "krum", "gm", "cwmed")]
+    for name, kind in specs:
+        rule = make_aggregator(name, args.f) if kind != "pre-aggregator" else None
+        bound = kappa_upper_bound(name, args.n, args.f) if kind != "pre-aggregator" else None
+        need = str(rule.min_n(rule.f)) if rule is not None else "—"
+        kappa = "—" if bound is None else ("unbounded" if bound.kappa == float("inf") else f"{bound.kappa:.4g}")
+        table.add_row(name, escape(repr(rule)) if rule is not None else "(use in a composition)", kind, need, kappa,
+                      escape(bound.formula) if bound is not None else "")
+    out.print(table)
+    out.print("Bounds: Allouah et al., AISTATS 2023 (formulas as recorded in the research notes; not re-verified "
+              "against the paper here). `fedaudit audit robustness` measures each rule from below.")
+    return 0
+
+
+def cmd_audit_robustness(args: argparse.Namespace) -> int:
+    from fedaudit.audit.robustness import audit_robustness
+
+    total = args.trials + 3 + args.search_evals + 1
+    with progress_bar(total, "configurations", args.quiet) as advance:
+        res = audit_robustness(args.aggregator, n=args.n, f=args.f, d=args.d, trials=args.trials,
+                               attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
+                               progress=advance)
+    fmt = lambda v: "—" if v is None else ("unbounded" if v == float("inf") else f"{v:.4g}")
+    verdict = "[bold red]VIOLATION of the published bound[/]" if res.violation else (
+        "[bold yellow]unbounded (not robust)[/]" if res.unbounded else "[bold green]within the published bound[/]"
+        if res.nu_bound is not None else "no published bound")
+    table = Table(title=f"(f, ν)-robustness of {res.aggregator} at n={res.n}, f={res.f}, d={res.d}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for k, v in (("verdict", verdict),
+                 ("ν̂ (empirical, lower bound on κ)", fmt(res.nu_empirical)),
+                 ("published upper bound κ", fmt(res.nu_bound)),
+                 ("universal lower bound f/(n−2f)", fmt(res.nu_lower)),
+                 ("search reached the lower bound", "yes" if res.reaches_lower_bound else "no"),
+                 ("worst configuration", escape(res.worst_attack)),
+                 ("subsets S", res.subsets),
+                 ("trials / runtime", f"{res.trials} / {res.runtime_s:.2f} s")):
+        table.add_row(escape(k), v)
+    out.print(table)
+    top = Table(title="worst configurations")
+    top.add_column("configuration")
+    top.add_column("ν̂", justify="right")
+    for label, nu in list(res.per_configuration.items())[:8]:
+        top.add_row(escape(label), fmt(nu))
+    out.print(top)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res.to_dict(), fh, indent=2)
+        out.print(f"json: {escape(args.json)}")
+    return 1 if res.violation else 0
+
+
 # ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedaudit", description=__doc__.splitlines()[0])
@@ -244,7 +305,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("aggregators", help="robust aggregation rules with their published (f, κ) bounds")
+    p.add_argument("--n", type=int, default=21)
+    p.add_argument("--f", type=int, default=5)
+    p.set_defaults(func=cmd_aggregators)
+
     audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True)
+    p = audit.add_parser("robustness", help="estimate a rule's (f, ν)-robustness constant from below")
+    p.add_argument("--aggregator", default="nnm+cwtm", help="registry spec, e.g. cwtm, krum, nnm+cwtm")
+    p.add_argument("--n", type=int, default=21)
+    p.add_argument("--f", type=int, default=5)
+    p.add_argument("--d", type=int, default=100)
+    p.add_argument("--trials", type=_count, default=200)
+    p.add_argument("--attacks", default="all")
+    p.add_argument("--search-evals", type=int, default=60)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_audit_robustness)
     p = audit.add_parser("ldp", help="certify a lower bound on a randomizer's LDP ε")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--mechanism", default="sstq", help="registry name (see `fedaudit mechanisms`)")

@@ -1,0 +1,55 @@
+"""Published (f, κ) bounds: values, internal consistency, monotonicity, errors."""
+
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
+from fedaudit.errors import FedAuditError
+
+
+def test_known_values():
+    # n = 21, f = 5: r = f/(n−2f) = 5/11
+    r = 5 / 11
+    assert kappa_lower_bound(21, 5) == pytest.approx(r)
+    assert kappa_upper_bound("cwtm", 21, 5).kappa == pytest.approx(6 * r * (1 + r))
+    assert kappa_upper_bound("krum", 21, 5).kappa == pytest.approx(6 * (1 + r))
+    assert kappa_upper_bound("gm", 21, 5).kappa == pytest.approx(4 * (1 + r) ** 2)
+    assert kappa_upper_bound("cwmed", 21, 5).kappa == pytest.approx(4 * (1 + r) ** 2)
+    inner = 6 * r * (1 + r)
+    assert kappa_upper_bound("nnm+cwtm", 21, 5).kappa == pytest.approx(8 * 5 / 16 * (inner + 1))
+    assert kappa_upper_bound("NNM+CWTM", 21, 5).rule == "nnm+cwtm"
+
+
+def test_mean_and_unknown_rules():
+    assert kappa_upper_bound("mean", 10, 0).kappa == 0.0
+    assert math.isinf(kappa_upper_bound("mean", 10, 1).kappa)
+    assert kappa_upper_bound("mda", 10, 2) is None
+    assert kappa_upper_bound("nnm+mda", 10, 2) is None
+    assert kappa_upper_bound("krum", 6, 2) is None  # Krum needs n > 2f + 2
+    assert kappa_upper_bound("cwtm", 21, 5).verified is False
+
+
+@given(f=st.integers(1, 30), extra=st.integers(1, 60))
+def test_every_published_bound_is_at_least_the_universal_lower_bound(f, extra):
+    n = 2 * f + extra
+    low = kappa_lower_bound(n, f)
+    for rule in ("cwtm", "krum", "gm", "cwmed", "nnm+cwtm", "nnm+gm", "nnm+cwmed"):
+        b = kappa_upper_bound(rule, n, f)
+        if b is not None:
+            assert b.kappa >= low - 1e-12, (rule, n, f)
+
+
+@given(f=st.integers(0, 20), extra=st.integers(1, 40))
+def test_bounds_grow_with_f_at_fixed_n(f, extra):
+    n = 2 * (f + 1) + extra
+    assert kappa_lower_bound(n, f + 1) > kappa_lower_bound(n, f)
+    for rule in ("cwtm", "gm", "cwmed", "nnm+cwtm"):
+        assert kappa_upper_bound(rule, n, f + 1).kappa >= kappa_upper_bound(rule, n, f).kappa
+
+
+@pytest.mark.parametrize("n, f", [(4, 2), (5, 3), (0, 0), (3, -1)])
+def test_bad_n_f(n, f):
+    with pytest.raises(FedAuditError):
+        kappa_lower_bound(n, f)
