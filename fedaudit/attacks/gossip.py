@@ -35,10 +35,14 @@ import numpy as np
 
 from fedaudit.defenses.gossip import (
     GossipGraph,
+    _budget,
     _byzantine_mask,
     _check_graph,
+    _check_eta,
+    _step,
     fiedler_vector,
     honest_gossip_step,
+    resolve_rule,
     robust_gossip_step,
 )
 from fedaudit.errors import FedAuditError, check_int, check_matrix, check_real
@@ -167,9 +171,19 @@ class GossipAttack:
         a = self.direction(X, graph, byz)
         if self.c is not None:
             return X + self.c * a, self.c
+        # Only honest nodes with a Byzantine neighbour depend on c; the other nodes add a
+        # c-independent constant to attack_deviation, so the argmax is computed without them.
+        _, fn = resolve_rule(rule)
+        eta = _check_eta(eta)
+        bvec = _budget(graph, mask, b)
+        nodes = np.flatnonzero(~mask & graph.adjacency[:, mask].any(axis=1))
+        ref = honest_gossip_step(X, graph, byz, eta)[nodes]
 
         def dev(c: float) -> float:
-            return attack_deviation(X, graph, byz, X + c * a, rule, eta, b)
+            with np.errstate(over="ignore", invalid="ignore"):
+                step = _step(X, graph, fn, mask, X + c * a, eta, bvec, nodes)[nodes]
+                diff = step - ref
+                return float(np.sum(diff * diff))
 
         c, _ = line_maximize(dev, *self.c_range, evals=self.evals)
         return X + c * a, c

@@ -1,0 +1,713 @@
+"""Byzantine-robust gossip on weighted graphs: the F-RG framework.
+
+Setting (Gaucher, Dieuleveut & Hendrikx, "Unified Breakdown Analysis for Byzantine Robust
+Gossip", ICML 2025, arXiv 2410.10418). Nodes 1..n sit on an undirected graph with symmetric
+non-negative weights w_ij (w_ii = 0); H is the set of honest nodes, B the Byzantine ones. One
+round of **F-RG** updates every honest node i by
+
+    x_i ← x_i − η · F({w_ij, x_i − y_ij}_{j∈N(i)}, b_i),
+
+where y_ij is what i receives from j (x_j if j is honest, anything if j is Byzantine) and b_i is
+the Byzantine weight budget of node i (default: its true Byzantine weight Σ_{j∈N(i)∩B} w_ij).
+With d_j = ‖x_i − y_ij‖ sorted increasingly, C the cumulative weights in that order and
+W = Σ_j w_ij, the rules are
+
+* ``plain``  — F = Σ_j w_ij (x_i − y_ij): ordinary gossip, X ← X − ηLX (no robustness).
+* ``cs+``    — clipped sum (Gaucher et al., CS+): τ = the first sorted distance at which C ≥ W − 2b
+  (τ = ∞ when b = 0, τ = 0 when W − 2b ≤ 0), F = Σ_j w_ij clip_τ(x_i − y_ij) with
+  clip_τ(v) = v·min(1, τ/‖v‖). The 2b heaviest-distance weight is clipped.
+* ``gts``    — geometric trimmed sum: the farthest neighbours of total weight b are dropped (the
+  boundary neighbour keeps the fractional part of its weight) and the rest are summed with
+  their weights; b = 0 gives plain gossip.
+* ``clippedgossip`` — ClippedGossip (He, Karimireddy & Jaggi 2022, arXiv 2202.01545) with the
+  practical adaptive radius τ² = (1/b) Σ_{j kept} κ_j d_j², the sum running over the closest
+  neighbours of total weight W − b (fractional boundary as in GTS, κ_j the kept weight); this
+  is the paper's τ_i² = (1/δ_i) Σ_{j honest} W_ij ‖x_i − x_j‖² with δ_i = b_i and the honest set
+  replaced by its weight-(W − b) nearest proxy. F = Σ_j w_ij clip_τ(x_i − y_ij).
+
+With Metropolis–Hastings weights w_ij = 1/(1 + max(deg_i, deg_j)) and η = 1, plain gossip is
+multiplication by the doubly-stochastic matrix I − L, L = D − W the weighted Laplacian. With
+unitary weights (w_ij = 1 on edges) use η ≤ 1/λ_max(L).
+
+Byzantine messages (``messages``) are given either per receiver, an (n, d) array whose row i is
+sent to node i by *each* of its Byzantine neighbours (the identical-message attacks of both
+papers), or per edge, an (n, n, d) array whose entry [j, i] is what node j sends to node i. A
+message containing NaN/±inf is malformed and is ignored by the receiver (replaced by its own
+value: zero difference, weight still counted in W). Byzantine rows of the state are never
+updated.
+
+The honest consensus error of a state X is (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖² with x̄_H the honest mean.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from fedaudit.errors import FedAuditError, check_int, check_matrix, check_probability, check_real, check_vector
+from fedaudit.rng import RngLike, as_generator, spawn_generators
+
+__all__ = [
+    "GossipGraph",
+    "GossipTrace",
+    "GOSSIP_RULES",
+    "gossip_graph",
+    "ring_graph",
+    "complete_graph",
+    "erdos_renyi_graph",
+    "two_worlds_graph",
+    "laplacian",
+    "algebraic_connectivity",
+    "spectral_gap",
+    "fiedler_vector",
+    "byzantine_weight",
+    "consensus_error",
+    "plain_gossip",
+    "cs_plus",
+    "gts",
+    "clipped_gossip",
+    "cs_plus_threshold",
+    "clipped_gossip_threshold",
+    "robust_sum",
+    "resolve_rule",
+    "robust_gossip_step",
+    "honest_gossip_step",
+    "simulate_gossip",
+]
+
+#: Relative tolerance on cumulative weights (C ≥ W − 2b is tested as C ≥ W − 2b − TOL·W).
+_TOL = 1e-12
+#: Memory cap for one chunk of neighbour differences (m, k, d) float64.
+_CHUNK_BYTES = 1 << 26
+
+RuleFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+# =============================================================================== graphs
+def _validate_weights(value: Any, name: str = "weights") -> np.ndarray:
+    W = check_matrix(name, value)
+    n, m = W.shape
+    if n != m:
+        raise FedAuditError(f"{name} must be a square (n, n) matrix, got shape {W.shape}")
+    if n < 2:
+        raise FedAuditError(f"{name} must describe at least 2 nodes, got shape {W.shape}")
+    neg = np.argwhere(W < 0)
+    if neg.size:
+        i, j = (int(v) for v in neg[0])
+        raise FedAuditError(f"{name} must be non-negative, found {name}[{i},{j}]={W[i, j]:g}")
+    diag = np.flatnonzero(np.diag(W) != 0)
+    if diag.size:
+        i = int(diag[0])
+        raise FedAuditError(f"{name} must have a zero diagonal (no self-loops), found {name}[{i},{i}]={W[i, i]:g}")
+    atol = 1e-12 * max(1.0, float(np.abs(W).max()))
+    asym = np.argwhere(np.abs(W - W.T) > atol)
+    if asym.size:
+        i, j = (int(v) for v in asym[0])
+        raise FedAuditError(f"{name} must be symmetric (w_ij = w_ji), found {name}[{i},{j}]={W[i, j]:g} "
+                            f"but {name}[{j},{i}]={W[j, i]:g}")
+    W = 0.5 * (W + W.T)  # exact symmetry
+    return W
+
+
+@dataclass(frozen=True, eq=False)
+class GossipGraph:
+    """An undirected weighted gossip graph: symmetric, non-negative ``weights`` with zero diagonal.
+
+    ``weights[i, j] = w_ij > 0`` iff {i, j} is an edge. Build one with :func:`gossip_graph` or
+    the helpers (:func:`ring_graph`, :func:`complete_graph`, :func:`erdos_renyi_graph`,
+    :func:`two_worlds_graph`); the constructor validates and freezes the matrix.
+    """
+
+    weights: np.ndarray
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        W = _validate_weights(self.weights)
+        W.setflags(write=False)
+        object.__setattr__(self, "weights", W)
+
+    @property
+    def n(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def adjacency(self) -> np.ndarray:
+        """Boolean (n, n) edge indicator."""
+        return self.weights > 0
+
+    @property
+    def degrees(self) -> np.ndarray:
+        """Number of neighbours of each node."""
+        return self.adjacency.sum(axis=1)
+
+    @property
+    def strengths(self) -> np.ndarray:
+        """Weighted degrees Σ_j w_ij."""
+        return self.weights.sum(axis=1)
+
+    @property
+    def laplacian(self) -> np.ndarray:
+        """L = D − W with D = diag(Σ_j w_ij)."""
+        return laplacian(self)
+
+    def neighbours(self, i: int) -> np.ndarray:
+        i = check_int("i", i, low=0, high=self.n - 1, high_name="n-1")
+        return np.flatnonzero(self.weights[i] > 0)
+
+    def is_connected(self, nodes: Iterable[int] | None = None) -> bool:
+        """Whether the subgraph induced by ``nodes`` (default: all) is connected."""
+        idx = np.arange(self.n) if nodes is None else np.asarray(sorted(set(int(v) for v in nodes)), dtype=int)
+        if idx.size <= 1:
+            return True
+        A = self.adjacency[np.ix_(idx, idx)]
+        seen = np.zeros(idx.size, dtype=bool)
+        seen[0] = True
+        frontier = seen.copy()
+        while frontier.any():
+            new = A[frontier].any(axis=0) & ~seen
+            seen |= new
+            frontier = new
+        return bool(seen.all())
+
+    @cached_property
+    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """(n, k_max) neighbour indices (padding = the node itself) and weights (padding = 0)."""
+        A = self.adjacency
+        k = int(A.sum(axis=1).max()) if self.n else 0
+        nbr = np.repeat(np.arange(self.n)[:, None], max(k, 1), axis=1)
+        wpad = np.zeros((self.n, max(k, 1)))
+        for i in range(self.n):
+            js = np.flatnonzero(A[i])
+            nbr[i, : js.size] = js
+            wpad[i, : js.size] = self.weights[i, js]
+        return nbr, wpad
+
+
+_WEIGHT_SCHEMES = ("metropolis", "unitary", "given")
+
+
+def gossip_graph(adjacency: Any, weights: str = "metropolis") -> GossipGraph:
+    """Weighted gossip graph from a symmetric (n, n) adjacency matrix (non-zero = edge).
+
+    ``weights``: ``"metropolis"`` — Metropolis–Hastings w_ij = 1/(1 + max(deg_i, deg_j)) (so
+    I − L is doubly stochastic with a non-negative diagonal); ``"unitary"`` — w_ij = 1 on every
+    edge; ``"given"`` — use the matrix entries themselves as weights.
+    """
+    if weights not in _WEIGHT_SCHEMES:
+        raise FedAuditError(f"weights must be one of {_WEIGHT_SCHEMES}, got weights={weights!r}")
+    A = _validate_weights(adjacency, "adjacency")
+    if weights == "given":
+        return GossipGraph(A)
+    E = A > 0
+    if weights == "unitary":
+        return GossipGraph(E.astype(np.float64))
+    deg = E.sum(axis=1)
+    W = np.where(E, 1.0 / (1.0 + np.maximum(deg[:, None], deg[None, :])), 0.0)
+    return GossipGraph(W)
+
+
+def ring_graph(n: int, weights: str = "metropolis") -> GossipGraph:
+    """Cycle 0–1–…–(n−1)–0 (n ≥ 3)."""
+    n = check_int("n", n, low=3)
+    A = np.zeros((n, n))
+    i = np.arange(n)
+    A[i, (i + 1) % n] = A[(i + 1) % n, i] = 1.0
+    return gossip_graph(A, weights)
+
+
+def complete_graph(n: int, weights: str = "metropolis") -> GossipGraph:
+    """All pairs connected (n ≥ 2); Metropolis weights are 1/n."""
+    n = check_int("n", n, low=2)
+    return gossip_graph(np.ones((n, n)) - np.eye(n), weights)
+
+
+def erdos_renyi_graph(n: int, p: float, *, rng: RngLike = None, weights: str = "metropolis",
+                      connected: bool = True, max_tries: int = 1000) -> GossipGraph:
+    """G(n, p): each pair is an edge independently with probability p (seeded).
+
+    With ``connected=True`` the draw is repeated (same stream) until the graph is connected;
+    :class:`FedAuditError` after ``max_tries`` failures.
+    """
+    n = check_int("n", n, low=2)
+    p = check_probability("p", p, open_low=True, open_high=False)
+    max_tries = check_int("max_tries", max_tries, low=1)
+    gen = as_generator(rng)
+    iu = np.triu_indices(n, 1)
+    for _ in range(max_tries):
+        A = np.zeros((n, n))
+        A[iu] = gen.random(iu[0].size) < p
+        A = A + A.T
+        g = gossip_graph(A, weights)
+        if not connected or g.is_connected():
+            return g
+    raise FedAuditError(f"erdos_renyi_graph found no connected G(n={n}, p={p:g}) in max_tries={max_tries} draws; "
+                        "increase p or max_tries")
+
+
+def two_worlds_graph(n_per_world: int, bridges: int = 1, weights: str = "metropolis") -> GossipGraph:
+    """Two cliques {0..k−1} and {k..2k−1} joined by ``bridges`` edges (i, k + i), i < bridges.
+
+    A bottleneck topology with small algebraic connectivity (≈ 2·bridges·w/k): the setting where
+    topology-aware (spectral) attacks bite.
+    """
+    k = check_int("n_per_world", n_per_world, low=2)
+    bridges = check_int("bridges", bridges, low=1, high=k, high_name="n_per_world")
+    A = np.zeros((2 * k, 2 * k))
+    A[:k, :k] = 1.0
+    A[k:, k:] = 1.0
+    np.fill_diagonal(A, 0.0)
+    i = np.arange(bridges)
+    A[i, k + i] = A[k + i, i] = 1.0
+    return gossip_graph(A, weights)
+
+
+# =============================================================================== spectra
+def _check_graph(graph: Any) -> GossipGraph:
+    if not isinstance(graph, GossipGraph):
+        raise FedAuditError(f"graph must be a GossipGraph (see gossip_graph), got {type(graph).__name__}")
+    return graph
+
+
+def _byzantine_mask(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
+    mask = np.zeros(graph.n, dtype=bool)
+    if byzantine is None:
+        return mask
+    for v in byzantine:
+        j = check_int("byzantine node", v, low=0, high=graph.n - 1, high_name="n-1")
+        mask[j] = True
+    if mask.all():
+        raise FedAuditError(f"byzantine must leave at least one honest node, got all n={graph.n} nodes")
+    return mask
+
+
+def laplacian(graph: GossipGraph, nodes: Iterable[int] | None = None) -> np.ndarray:
+    """Weighted Laplacian L = D − W of the subgraph induced by ``nodes`` (default: all nodes)."""
+    graph = _check_graph(graph)
+    W = graph.weights if nodes is None else graph.weights[np.ix_(list(nodes), list(nodes))]
+    return np.diag(W.sum(axis=1)) - W
+
+
+def _honest_spectrum(graph: GossipGraph, byzantine: Iterable[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mask = _byzantine_mask(graph, byzantine)
+    honest = np.flatnonzero(~mask)
+    key = ("spectrum", honest.tobytes())
+    if key not in graph._cache:
+        if honest.size < 2:
+            raise FedAuditError(f"the honest subgraph needs at least 2 nodes, got {honest.size}")
+        vals, vecs = np.linalg.eigh(laplacian(graph, honest))
+        graph._cache[key] = (honest, vals, vecs)
+    return graph._cache[key]
+
+
+def algebraic_connectivity(graph: GossipGraph, byzantine: Iterable[int] | None = ()) -> float:
+    """μ₂(L_H): second-smallest eigenvalue of the honest subgraph's Laplacian (0 iff disconnected).
+
+    This is the spectral quantity in which Gaucher et al. state the breakdown point of F-RG.
+    """
+    _, vals, _ = _honest_spectrum(_check_graph(graph), byzantine)
+    return float(max(vals[1], 0.0))
+
+
+def spectral_gap(graph: GossipGraph, byzantine: Iterable[int] | None = (), eta: float = 1.0) -> float:
+    """1 − ρ with ρ = max(|1 − ημ₂|, |1 − ημ_max|): per-round contraction gap of honest-only gossip
+    X_H ← (I − ηL_H) X_H on the disagreement subspace (negative: plain gossip diverges at this η)."""
+    eta = _check_eta(eta)
+    _, vals, _ = _honest_spectrum(_check_graph(graph), byzantine)
+    rho = max(abs(1.0 - eta * vals[1]), abs(1.0 - eta * vals[-1]))
+    return float(1.0 - rho)
+
+
+def fiedler_vector(graph: GossipGraph, byzantine: Iterable[int] | None = ()) -> np.ndarray:
+    """Unit eigenvector of μ₂(L_H) on the honest nodes, as an (n,) vector with zeros on Byzantine
+    nodes. Sign fixed so that its first entry of magnitude > 1e-12 is positive (if μ₂ is
+    repeated the eigenvector is one deterministic choice of numpy's ``eigh``)."""
+    honest, _, vecs = _honest_spectrum(_check_graph(graph), byzantine)
+    u = vecs[:, 1].copy()
+    nz = np.flatnonzero(np.abs(u) > 1e-12)
+    if nz.size and u[nz[0]] < 0:
+        u = -u
+    out = np.zeros(graph.n)
+    out[honest] = u
+    return out
+
+
+def byzantine_weight(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
+    """b_i = Σ_{j∈N(i)∩B} w_ij for every node i (the default budget of F-RG)."""
+    graph = _check_graph(graph)
+    mask = _byzantine_mask(graph, byzantine)
+    return graph.weights[:, mask].sum(axis=1)
+
+
+def consensus_error(X: Any, nodes: Iterable[int] | None = None) -> float:
+    """(1/|S|) Σ_{i∈S} ‖x_i − x̄_S‖² over the rows ``nodes`` (default: all rows)."""
+    X = check_matrix("X", X, finite=False)
+    if nodes is not None:
+        X = X[np.asarray(list(nodes), dtype=int)]
+    return _cons_err(X)
+
+
+def _cons_err(XH: np.ndarray) -> float:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.mean(np.sum((XH - XH.mean(axis=0)) ** 2, axis=1)))
+
+
+def _check_eta(eta: Any) -> float:
+    return check_real("eta", eta, low=0.0, open_low=True)
+
+
+# =============================================================================== rules
+def _norms(D: np.ndarray) -> np.ndarray:
+    """Euclidean norms over the last axis; rows whose squares overflow are rescaled."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        dist = np.sqrt(np.einsum("...d,...d->...", D, D))
+    bad = ~np.isfinite(dist)
+    if bad.any():
+        Db = D[bad]
+        s = np.abs(Db).max(axis=-1)
+        dist[bad] = s * np.sqrt(np.sum((Db / s[:, None]) ** 2, axis=-1))
+    return dist
+
+
+def _sorted(w: np.ndarray, dist: np.ndarray):
+    """Sort each row by distance (zero-weight padding last); return order, sorted w, sorted d, C, W."""
+    key = np.where(w > 0, dist, np.inf)
+    order = np.argsort(key, axis=-1, kind="stable")
+    ws = np.take_along_axis(w, order, axis=-1)
+    ds = np.take_along_axis(dist, order, axis=-1)
+    C = np.cumsum(ws, axis=-1)
+    return order, ws, ds, C, C[..., -1]
+
+
+def _trim_keep(ws: np.ndarray, C: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Weight kept of each sorted neighbour when the farthest weight b is dropped (fractional boundary)."""
+    keep = np.clip((W - b)[..., None] - (C - ws), 0.0, ws)
+    tol = _TOL * W[..., None]
+    keep = np.where(keep <= tol, 0.0, np.where(keep >= ws - tol, ws, keep))  # snap rounding residue
+    return np.where((b <= 0)[..., None], ws, keep)
+
+
+def _clipped_sum(w: np.ndarray, D: np.ndarray, dist: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """Σ_j w_j clip_τ(D_j), clip_τ(v) = v·min(1, τ/‖v‖)."""
+    tau_b = np.broadcast_to(tau[..., None], dist.shape)
+    factor = np.ones_like(dist)
+    np.divide(tau_b, dist, out=factor, where=dist > tau_b)
+    return np.einsum("...k,...kd->...d", w * factor, D)
+
+
+def _as_batch(w: Any, D: Any, b: Any):
+    w = np.asarray(w, dtype=np.float64)
+    D = np.asarray(D, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    single = w.ndim == 1
+    if single:
+        w, D, b = w[None], D[None], b.reshape(1)
+    return w, D, np.broadcast_to(b, w.shape[:1]), single
+
+
+def plain_gossip(w: Any, D: Any, b: Any = 0.0) -> np.ndarray:
+    """F = Σ_j w_j D_j (b ignored). Shapes: w (m, k), D (m, k, d), b (m,) → (m, d); or one node
+    w (k,), D (k, d), b scalar → (d,)."""
+    w, D, b, single = _as_batch(w, D, b)
+    out = np.einsum("mk,mkd->md", w, D)
+    return out[0] if single else out
+
+
+def _cs_tau(ws, ds, C, W, b):
+    target = W - 2.0 * b
+    reach = C >= (target - _TOL * W)[:, None]
+    idx = np.argmax(reach, axis=1)
+    tau = ds[np.arange(ds.shape[0]), idx]
+    tau = np.where(target <= _TOL * W, 0.0, tau)
+    return np.where(b <= 0, np.inf, tau)
+
+
+def cs_plus(w: Any, D: Any, b: Any) -> np.ndarray:
+    """CS+ (Gaucher et al. 2025): F = Σ_j w_j clip_τ(D_j), τ = first sorted ‖D_j‖ where the
+    cumulative weight reaches W − 2b (∞ if b = 0; 0 if W ≤ 2b). Shapes as :func:`plain_gossip`."""
+    w, D, b, single = _as_batch(w, D, b)
+    dist = _norms(D)
+    _, ws, ds, C, W = _sorted(w, dist)
+    out = _clipped_sum(w, D, dist, _cs_tau(ws, ds, C, W, b))
+    return out[0] if single else out
+
+
+def gts(w: Any, D: Any, b: Any) -> np.ndarray:
+    """Geometric trimmed sum: drop the farthest neighbours of total weight b (the boundary one
+    keeps the fraction of its weight below W − b), F = Σ_j κ_j D_j with κ_j the kept weights."""
+    w, D, b, single = _as_batch(w, D, b)
+    dist = _norms(D)
+    order, ws, _, C, W = _sorted(w, dist)
+    keep = np.empty_like(w)
+    np.put_along_axis(keep, order, _trim_keep(ws, C, W, b), axis=1)
+    out = np.einsum("mk,mkd->md", keep, D)
+    return out[0] if single else out
+
+
+def _he_tau(ws, ds, C, W, b):
+    keep = _trim_keep(ws, C, W, b)
+    num = np.sum(keep * ds**2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = np.sqrt(num / np.where(b > 0, b, 1.0))
+    return np.where(b <= 0, np.inf, tau)
+
+
+def clipped_gossip(w: Any, D: Any, b: Any) -> np.ndarray:
+    """ClippedGossip (He, Karimireddy & Jaggi 2022) as an F-RG rule: τ² = (1/b) Σ_{kept} κ_j ‖D_j‖²
+    over the nearest neighbours of weight W − b (∞ if b = 0), F = Σ_j w_j clip_τ(D_j)."""
+    w, D, b, single = _as_batch(w, D, b)
+    dist = _norms(D)
+    _, ws, ds, C, W = _sorted(w, dist)
+    out = _clipped_sum(w, D, dist, _he_tau(ws, ds, C, W, b))
+    return out[0] if single else out
+
+
+def _check_node_inputs(weights: Any, values: Any, b: Any, values_name: str) -> tuple[np.ndarray, np.ndarray, float]:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0 or not np.isfinite(w).all() or (w < 0).any():
+        raise FedAuditError("weights must be a non-empty 1-D array of finite non-negative numbers, "
+                            f"got shape {w.shape}")
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 1 and values_name == "diffs":
+        v = v[:, None]
+    want_ndim = 2 if values_name == "diffs" else 1
+    if v.ndim != want_ndim or v.shape[0] != w.size or not np.isfinite(v).all():
+        shape = f"({w.size}, d)" if want_ndim == 2 else f"({w.size},)"
+        raise FedAuditError(f"{values_name} must be a finite array of shape {shape} to match weights, "
+                            f"got shape {v.shape}")
+    b = check_real("b", b, low=0.0)
+    return w, v, b
+
+
+def cs_plus_threshold(weights: Any, distances: Any, b: float) -> float:
+    """τ of CS+ for one node from its neighbour weights (k,) and distances (k,)."""
+    w, d, b = _check_node_inputs(weights, distances, b, "distances")
+    _, ws, ds, C, W = _sorted(w[None], d[None])
+    return float(_cs_tau(ws, ds, C, W, np.array([b]))[0])
+
+
+def clipped_gossip_threshold(weights: Any, distances: Any, b: float) -> float:
+    """τ of ClippedGossip for one node from its neighbour weights (k,) and distances (k,)."""
+    w, d, b = _check_node_inputs(weights, distances, b, "distances")
+    _, ws, ds, C, W = _sorted(w[None], d[None])
+    return float(_he_tau(ws, ds, C, W, np.array([b]))[0])
+
+
+GOSSIP_RULES: dict[str, RuleFn] = {
+    "plain": plain_gossip,
+    "cs+": cs_plus,
+    "gts": gts,
+    "clippedgossip": clipped_gossip,
+}
+_ALIASES = {"gossip": "plain", "csplus": "cs+", "cs_plus": "cs+", "cs+rg": "cs+", "clipped": "clippedgossip",
+            "clipped_gossip": "clippedgossip", "cs_he": "clippedgossip", "gts_rg": "gts"}
+
+
+def resolve_rule(rule: str | RuleFn) -> tuple[str, RuleFn]:
+    """(name, function) of a rule given by name (``plain``, ``cs+``, ``gts``, ``clippedgossip``
+    and aliases) or a callable ``F(w (m,k), D (m,k,d), b (m,)) -> (m,d)``."""
+    if callable(rule):
+        return getattr(rule, "__name__", "custom"), rule
+    if isinstance(rule, str):
+        key = rule.strip().lower().replace("-", "_")
+        key = _ALIASES.get(key, key)
+        if key in GOSSIP_RULES:
+            return key, GOSSIP_RULES[key]
+    raise FedAuditError(f"rule must be one of {sorted(GOSSIP_RULES)} (or a callable F(w, D, b)), got rule={rule!r}")
+
+
+def robust_sum(rule: str | RuleFn, weights: Any, diffs: Any, b: float) -> np.ndarray:
+    """F({w_j, D_j}, b) for one node: ``weights`` (k,), ``diffs`` (k, d) rows x_i − y_j → (d,)."""
+    _, fn = resolve_rule(rule)
+    w, D, b = _check_node_inputs(weights, diffs, b, "diffs")
+    return np.asarray(fn(w[None], D[None], np.array([b])))[0]
+
+
+# =============================================================================== one round
+def _check_messages(messages: Any, n: int, d: int) -> np.ndarray | None:
+    if messages is None:
+        return None
+    M = np.asarray(messages, dtype=np.float64)
+    if M.shape not in ((n, d), (n, n, d)):
+        raise FedAuditError(f"messages must have shape (n, d)=({n}, {d}) (per receiver) or (n, n, d)=({n}, {n}, {d}) "
+                            f"(per edge, [sender, receiver]), got shape {M.shape}")
+    return M
+
+
+def _budget(graph: GossipGraph, mask: np.ndarray, b: Any) -> np.ndarray:
+    if b is None:
+        return graph.weights[:, mask].sum(axis=1)
+    arr = np.asarray(b, dtype=np.float64)
+    if arr.ndim == 0:
+        return np.full(graph.n, check_real("b", float(arr), low=0.0))
+    if arr.shape != (graph.n,) or not np.isfinite(arr).all() or (arr < 0).any():
+        raise FedAuditError(f"b must be None, a finite number >= 0 or an (n,)=({graph.n},) array of them, "
+                            f"got shape {arr.shape}")
+    return arr
+
+
+def _step(X: np.ndarray, graph: GossipGraph, fn: RuleFn, mask: np.ndarray, messages: np.ndarray | None,
+          eta: float, bvec: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
+    """Trusted core of :func:`robust_gossip_step` (inputs already validated). ``nodes``: the
+    honest nodes to update (default: all honest nodes); the other rows are copied from X."""
+    n, d = X.shape
+    nbr, wpad = graph._padded
+    k = nbr.shape[1]
+    out = X.copy()
+    upd = np.flatnonzero(~mask) if nodes is None else nodes
+    rows = max(1, _CHUNK_BYTES // (8 * k * max(d, 1)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(0, upd.size, rows):
+            idx = upd[s:s + rows]
+            nb, w = nbr[idx], wpad[idx]
+            D = X[idx][:, None, :] - X[nb]
+            if messages is not None:
+                r, c = np.nonzero(mask[nb] & (w > 0))
+                if r.size:
+                    recv = idx[r]
+                    Db = X[recv] - (messages[recv] if messages.ndim == 2 else messages[nb[r, c], recv])
+                    Db[~np.isfinite(Db).all(axis=1)] = 0.0  # malformed message: ignored
+                    D[r, c] = Db
+            out[idx] = X[idx] - eta * np.asarray(fn(w, D, bvec[idx]))
+    return out
+
+
+def robust_gossip_step(X: Any, graph: GossipGraph, rule: str | RuleFn = "cs+", *,
+                       byzantine: Iterable[int] | None = (), messages: Any = None, eta: float = 1.0,
+                       b: Any = None) -> np.ndarray:
+    """One F-RG round: x_i ← x_i − η F({w_ij, x_i − y_ij}_j, b_i) for every honest i.
+
+    ``X`` (n, d) current states (Byzantine rows are returned unchanged); ``messages`` what
+    Byzantine nodes send — (n, d) per receiver or (n, n, d) per edge [sender, receiver]; None =
+    they send their own row of X. ``b``: None (true Byzantine weight of each node), a number, or
+    an (n,) array. Returns the new (n, d) state.
+    """
+    graph = _check_graph(graph)
+    X = check_matrix("X", X)
+    if X.shape[0] != graph.n:
+        raise FedAuditError(f"X must have n={graph.n} rows (one per node), got shape {X.shape}")
+    mask = _byzantine_mask(graph, byzantine)
+    _, fn = resolve_rule(rule)
+    eta = _check_eta(eta)
+    M = _check_messages(messages, graph.n, X.shape[1])
+    return _step(X, graph, fn, mask, M, eta, _budget(graph, mask, b))
+
+
+def honest_gossip_step(X: Any, graph: GossipGraph, byzantine: Iterable[int] | None = (),
+                       eta: float = 1.0) -> np.ndarray:
+    """Plain gossip on the honest subgraph only: x_i ← x_i − η Σ_{j∈N(i)∩H} w_ij (x_i − x_j) for
+    honest i (Byzantine rows unchanged) — the reference the attacks try to deviate from."""
+    graph = _check_graph(graph)
+    X = check_matrix("X", X, finite=False)
+    mask = _byzantine_mask(graph, byzantine)
+    eta = _check_eta(eta)
+    WH = graph.weights * (~mask)[None, :]
+    out = X.copy()
+    h = ~mask
+    out[h] = X[h] - eta * (WH[h].sum(axis=1)[:, None] * X[h] - WH[h] @ X)
+    return out
+
+
+# =============================================================================== simulator
+@dataclass(frozen=True)
+class GossipTrace:
+    """Result of :func:`simulate_gossip`.
+
+    ``consensus_error[t]`` = (1/|H|) Σ_{i∈H} ‖x_i^t − x̄_H^t‖² (t = 0..rounds); ``mean_drift[t]`` =
+    ‖x̄_H^t − x̄_H^0‖ (how far the honest average was dragged); ``states`` (rounds+1, |H|, d) honest
+    states or None; ``c[t]`` the attack scale used in round t+1 (NaN if none reported);
+    ``diverged`` is True when an honest state became non-finite (later errors are +inf).
+    """
+
+    rule: str
+    attack: str | None
+    rounds: int
+    eta: float
+    honest: tuple[int, ...]
+    byzantine: tuple[int, ...]
+    consensus_error: np.ndarray
+    mean_drift: np.ndarray
+    c: np.ndarray
+    diverged: bool
+    states: np.ndarray | None = None
+
+    @property
+    def final_error(self) -> float:
+        return float(self.consensus_error[-1])
+
+    def to_dict(self) -> dict[str, Any]:
+        def f(v):
+            return [float(x) if math.isfinite(x) else (None if math.isnan(x) else ("inf" if x > 0 else "-inf"))
+                    for x in np.asarray(v, dtype=float)]
+
+        return {"rule": self.rule, "attack": self.attack, "rounds": self.rounds, "eta": self.eta,
+                "honest": list(self.honest), "byzantine": list(self.byzantine),
+                "consensus_error": f(self.consensus_error), "mean_drift": f(self.mean_drift), "c": f(self.c),
+                "diverged": self.diverged}
+
+
+def simulate_gossip(x0: Any, graph: GossipGraph, byzantine: Iterable[int] | None = (), rule: str | RuleFn = "cs+",
+                    rounds: int = 50, attack: Callable[..., Any] | None = None, eta: float = 1.0, *,
+                    b: Any = None, rng: RngLike = None, store_states: bool = True) -> GossipTrace:
+    """Run ``rounds`` F-RG rounds from ``x0`` (n, d) (a 1-D x0 is one coordinate per node).
+
+    Without ``attack`` the Byzantine nodes follow the protocol (they send and update their state
+    like everybody; the rule still uses the budget b). With ``attack`` — a callable
+    ``attack(X, graph, byzantine, *, rule, eta, b, rng) -> messages`` ((n, d) per receiver or
+    (n, n, d) per edge), e.g. :class:`fedaudit.attacks.gossip.Dissensus` — Byzantine rows stay
+    frozen and the messages are recomputed each round from the current state. An attack with a
+    ``plan`` method returning (messages, c) has its scale c logged. Round t uses the t-th of
+    ``rounds`` independent child streams of ``rng``, so a seed fixes the whole run.
+    """
+    graph = _check_graph(graph)
+    X = check_vector("x0", x0)[:, None] if np.ndim(x0) == 1 else check_matrix("x0", x0)
+    if X.shape[0] != graph.n:
+        raise FedAuditError(f"x0 must have n={graph.n} rows (one per node), got shape {X.shape}")
+    mask = _byzantine_mask(graph, byzantine)
+    name, fn = resolve_rule(rule)
+    rounds = check_int("rounds", rounds, low=0)
+    eta = _check_eta(eta)
+    if attack is not None and not callable(attack):
+        raise FedAuditError(f"attack must be None or a callable, got {type(attack).__name__}")
+    bvec = _budget(graph, mask, b)
+    honest = np.flatnonzero(~mask)
+    byz = tuple(int(v) for v in np.flatnonzero(mask))
+    gens = spawn_generators(rng, rounds)
+
+    err = np.full(rounds + 1, np.inf)
+    drift = np.full(rounds + 1, np.inf)
+    cs = np.full(rounds, np.nan)
+    states = np.full((rounds + 1, honest.size, X.shape[1]), np.nan) if store_states else None
+    mean0 = X[honest].mean(axis=0)
+
+    def record(t: int) -> None:
+        XH = X[honest]
+        err[t] = _cons_err(XH)
+        with np.errstate(over="ignore", invalid="ignore"):
+            drift[t] = float(np.linalg.norm(XH.mean(axis=0) - mean0))
+        if states is not None:
+            states[t] = XH
+
+    record(0)
+    diverged = False
+    for t in range(rounds):
+        if attack is None:
+            X = _step(X, graph, fn, np.zeros(graph.n, dtype=bool), None, eta, bvec)
+        else:
+            kwargs = dict(rule=rule, eta=eta, b=bvec, rng=gens[t])
+            plan = getattr(attack, "plan", None)
+            if callable(plan):
+                msgs, cs[t] = plan(X, graph, byz, **kwargs)
+            else:
+                msgs = attack(X, graph, byz, **kwargs)
+            X = _step(X, graph, fn, mask, _check_messages(msgs, graph.n, X.shape[1]), eta, bvec)
+        if not np.isfinite(X[honest]).all():
+            diverged = True
+            break
+        record(t + 1)
+    attack_name = None if attack is None else getattr(attack, "name", type(attack).__name__)
+    return GossipTrace(rule=name, attack=attack_name, rounds=rounds, eta=eta, honest=tuple(int(v) for v in honest),
+                       byzantine=byz, consensus_error=err, mean_drift=drift, c=cs, diverged=diverged, states=states)
