@@ -68,9 +68,12 @@ class _Rule(ABC):
         return 2 * f + 1
 
     def _check_n(self, n: int) -> None:
-        need = self.min_n(self.f)
+        self._check_effective_n(n, self.f)
+
+    def _check_effective_n(self, n: int, f: int) -> None:
+        need = self.min_n(f)
         if n < need:
-            raise FedAuditError(f"{self.name} needs n >= {need} inputs for f={self.f}, got n={n}")
+            raise FedAuditError(f"{self.name} needs n >= {need} inputs for f={f}, got n={n}")
 
     def params(self) -> dict[str, Any]:
         return {"f": self.f}
@@ -140,13 +143,17 @@ class Composed(Aggregator):
         return max(s.min_n(s.f) for s in self.stages)
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
+        # f is the Byzantine count still possible after non-finite rows were dropped: each
+        # stage is checked against that effective f, not the one it was configured with.
         for stage in self.stages[:-1]:
-            stage._check_n(X.shape[0])
             f_stage = min(stage.f, f)
-            X, f = stage._transform(X, f_stage), stage.output_f(X.shape[0], f_stage)
+            stage._check_effective_n(X.shape[0], f_stage)
+            # the stage trims with its own f, but the rows it outputs can carry all f Byzantine ones
+            X, f = stage._transform(X, f_stage), stage.output_f(X.shape[0], f)
         last = self.stages[-1]
-        last._check_n(X.shape[0])
-        return last._aggregate(X, min(last.f, f))
+        f_last = min(last.f, f)
+        last._check_effective_n(X.shape[0], f_last)
+        return last._aggregate(X, f_last)
 
     def params(self) -> dict[str, Any]:
         return {"stages": [repr(s) for s in self.stages]}

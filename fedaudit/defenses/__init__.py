@@ -1,0 +1,44 @@
+"""Server-side defenses: robust aggregators, pre-aggregators and their composition.
+
+An aggregator maps (n, d) → (d,); a pre-aggregator maps (n, d) → (n', d); ``compose`` chains
+pre-aggregators and one aggregator. Build by name with :func:`make_aggregator`.
+"""
+
+from fedaudit.defenses.aggregators import (
+    CWMed,
+    CWTM,
+    MDA,
+    Bulyan,
+    CenteredClipping,
+    GeometricMedian,
+    Krum,
+    Meamed,
+    Mean,
+    MultiKrum,
+)
+from fedaudit.defenses.base import Aggregator, PreAggregator, compose
+from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
+from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
+
+__all__ = [
+    "Aggregator",
+    "PreAggregator",
+    "compose",
+    "Mean",
+    "CWTM",
+    "CWMed",
+    "GeometricMedian",
+    "Krum",
+    "MultiKrum",
+    "MDA",
+    "CenteredClipping",
+    "Meamed",
+    "Bulyan",
+    "NNM",
+    "Bucketing",
+    "ARC",
+    "Clipping",
+    "AGGREGATOR_NAMES",
+    "PREAGGREGATOR_NAMES",
+    "make_aggregator",
+]

@@ -1,0 +1,141 @@
+"""Pre-aggregation maps (n, d) → (n', d), run before a robust aggregator via ``compose``.
+
+Each subclasses :class:`~fedaudit.defenses.base.PreAggregator` (numpy/torch in, same type out,
+input never mutated, non-finite rows dropped as Byzantine first). ``output_f(n, f)`` tells a
+composition how many Byzantine rows can remain among the outputs.
+
+Pre-aggregators that do not need f themselves (:class:`Bucketing`, :class:`Clipping`) still
+take ``f``: ``compose`` hands each stage min(stage.f, f) and passes that stage's ``output_f``
+downstream, so a stage built with f=0 would tell the aggregator after it that no Byzantine row
+is left. Give every stage the same f (``make_aggregator`` does).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fedaudit.defenses.aggregators import _mean, _pairwise_sqdist, _row_norms
+from fedaudit.defenses.base import PreAggregator
+from fedaudit.errors import check_int, check_positive
+from fedaudit.rng import RngLike, as_generator
+
+__all__ = ["NNM", "Bucketing", "ARC", "Clipping"]
+
+
+def _scale_rows(X: np.ndarray, norms: np.ndarray, c: float) -> np.ndarray:
+    """x_i · min(1, c/‖x_i‖) as a new array (rows with ‖x_i‖ ≤ c are returned unchanged)."""
+    factor = np.ones_like(norms)
+    big = norms > c
+    factor[big] = c / norms[big]
+    # multiply in float64 (a huge float32 row needs a factor below float32's normal range) and
+    # round once into a new array of the input dtype
+    return np.multiply(X, factor[:, None], out=np.empty_like(X), casting="same_kind")
+
+
+class NNM(PreAggregator):
+    """Nearest-neighbour mixing (Allouah et al., "Fixing by Mixing", AISTATS 2023).
+
+    y_i = (1/(n−f)) Σ_{j ∈ N_i} x_j, N_i the n − f nearest neighbours of x_i in Euclidean
+    distance, x_i itself included (ties: lower index first). If F is (f, κ)-robust, F ∘ NNM is
+    (f, 8f/(n−f)·(κ + 1))-robust. Implementation: squared distances from the float64 Gram
+    matrix, then Y = A X with the (n, n) selection matrix A_ij = 1/(n−f) for j ∈ N_i (one
+    matmul).
+    """
+
+    name = "nnm"
+
+    def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
+        n, d = X.shape
+        if f == 0:
+            return np.broadcast_to(_mean(X).astype(X.dtype), (n, d)).copy()
+        D = _pairwise_sqdist(X)
+        np.fill_diagonal(D, -1.0)  # x_i is its own nearest neighbour
+        idx = np.argsort(D, axis=1, kind="stable")[:, :n - f]
+        A = np.zeros((n, n), dtype=X.dtype)
+        A[np.arange(n)[:, None], idx] = 1.0 / (n - f)
+        return A @ X
+
+
+class Bucketing(PreAggregator):
+    """Bucketing (Karimireddy, He & Jaggi, ICLR 2022).
+
+    Permute the rows uniformly at random, cut them into ⌈n/s⌉ consecutive buckets of s rows and
+    return the bucket means. When s does not divide n the last bucket holds the n mod s leftover
+    rows and is averaged over those rows only (it is neither dropped nor merged). Each Byzantine
+    row can spoil at most one bucket: ``output_f = min(f, ⌈n/s⌉)``.
+
+    Randomness: ``seed`` (int, SeedSequence, Generator or None) seeds one numpy Generator
+    (SeedSequence-based, see :func:`fedaudit.rng.as_generator`) created at construction; call k
+    uses the k-th permutation of that stream, so two instances built with the same int seed give
+    the same outputs call by call, and successive rounds get fresh permutations. This generator
+    is the rule's only state. ``f`` is only passed downstream in a composition.
+    """
+
+    name = "bucketing"
+
+    def __init__(self, s: int, seed: RngLike = None, f: int = 0):
+        super().__init__(f)
+        self.s = check_int("s", s, low=1)
+        self.seed = seed
+        self._rng = as_generator(seed)
+
+    def params(self) -> dict[str, Any]:
+        return {"s": self.s, "seed": self.seed, "f": self.f}
+
+    def output_f(self, n: int, f: int) -> int:
+        return min(f, math.ceil(n / self.s))
+
+    def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
+        n = X.shape[0]
+        perm = self._rng.permutation(n)
+        q = math.ceil(n / self.s)
+        bucket = np.arange(n) // self.s  # bucket of the i-th permuted row
+        sizes = np.bincount(bucket, minlength=q)
+        A = np.zeros((q, n))
+        A[bucket, perm] = 1.0 / sizes[bucket]
+        return A.astype(X.dtype) @ X
+
+
+class ARC(PreAggregator):
+    """Adaptive robust clipping (Allouah, Guerraoui, Gupta, Jellouli, Rizk & Stephan,
+    "Adaptive Gradient Clipping for Robust Federated Learning", ICLR 2025, arXiv 2405.14432,
+    Algorithm 1).
+
+    Sort the rows by norm, ‖x_π(1)‖ ≥ … ≥ ‖x_π(n)‖; k = ⌊2(f/n)(n − f)⌋ (computed in integers);
+    C = ‖x_π(k+1)‖; return clip_C(x_i) = x_i · min(1, C/‖x_i‖) for every i, i.e. the k
+    largest-norm rows are scaled down to norm C and the others are unchanged. Preserves
+    (f, κ)-robustness of the aggregator that follows (up to a constant, per the paper).
+    """
+
+    name = "arc"
+
+    def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
+        n = X.shape[0]
+        k = (2 * f * (n - f)) // n
+        if k == 0:
+            return X.copy()
+        norms = _row_norms(X)
+        C = float(np.partition(norms, n - k - 1)[n - k - 1])  # the (k+1)-th largest norm
+        return _scale_rows(X, norms, C)
+
+
+class Clipping(PreAggregator):
+    """Static norm clipping: y_i = x_i · min(1, c/‖x_i‖) (vectorised, returns a new array).
+
+    ``f`` is only passed downstream in a composition (and bounds the non-finite rows dropped).
+    """
+
+    name = "clipping"
+
+    def __init__(self, c: float, f: int = 0):
+        super().__init__(f)
+        self.c = check_positive("c", c)
+
+    def params(self) -> dict[str, Any]:
+        return {"c": self.c, "f": self.f}
+
+    def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
+        return _scale_rows(X, _row_norms(X), self.c)
