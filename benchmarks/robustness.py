@@ -10,9 +10,12 @@ import json
 import math
 
 from fedaudit.audit.robustness import audit_robustness
+from fedaudit.defenses.registry import make_aggregator
 
 RULES = ("mean", "cwtm", "cwmed", "gm", "krum", "multikrum", "mda", "cc", "meamed", "bulyan",
          "nnm+cwtm", "nnm+cwmed", "nnm+gm", "nnm+krum", "arc+cwtm", "bucketing+cwtm")
+#: keyword arguments a rule needs beyond f
+EXTRA = {"mda": {"max_subsets": 100_000}, "bucketing+cwtm": {"s": 2}}
 
 
 def main() -> None:
@@ -29,7 +32,9 @@ def main() -> None:
     print(f"{'rule':<16} {'ν̂':>10} {'bound':>10} {'reaches f/(n−2f)':>17} {'violation':>9} {'s':>6}  worst configuration")
     for rule in RULES:
         try:
-            r = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials, seed=args.seed)
+            agg = make_aggregator(rule, args.f, **EXTRA.get(rule, {}))
+            agg.name = rule
+            r = audit_robustness(agg, n=args.n, f=args.f, d=args.d, trials=args.trials, seed=args.seed)
         except Exception as exc:  # a rule whose requirement (e.g. Bulyan n ≥ 4f+3) fails at this (n, f)
             print(f"{rule:<16} skipped: {exc}")
             continue

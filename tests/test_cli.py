@@ -53,3 +53,27 @@ def test_bad_input_exits_2_with_one_line(argv, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_aggregators_table(capsys):
+    assert main(["aggregators", "--n", "21", "--f", "5"]) == 0
+    text = capsys.readouterr().out
+    for name in ("cwtm", "krum", "nnm+cwtm", "bulyan"):
+        assert name in text
+    assert "0.4545" in text
+
+
+def test_audit_robustness_cli(tmp_path, capsys):
+    js = tmp_path / "r.json"
+    code = main(["audit", "robustness", "--aggregator", "nnm+cwtm", "--n", "11", "--f", "2", "--d", "10",
+                 "--trials", "20", "--search-evals", "5", "--json", str(js), "--quiet"])
+    assert code == 0
+    data = json.loads(js.read_text())
+    assert data["aggregator"] == "nnm+cwtm" and data["nu_empirical"] >= data["nu_lower"] * 0.999
+    assert "within the published bound" in capsys.readouterr().out
+
+
+def test_audit_robustness_bad_aggregator_exits_2():
+    proc = run("audit", "robustness", "--aggregator", "nosuch", "--n", "11", "--f", "2")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "cwtm" in proc.stderr
