@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import sys
 from typing import Callable, Iterator, Sequence
 
@@ -92,7 +93,36 @@ def _demo_rows(dim: int, n: int, epsilon: float, seed: int, advance: Callable[[i
         yield name, m, per_report, mean_err
 
 
+_SHOWCASE_DEFAULTS = {"dim": 1024, "n": 2000, "epsilon": 4.0, "seed": 0}
+
+
+def _demo_plan_path():
+    """``examples/plans/demo.toml`` of the source tree the package runs from (a clone with an
+    editable install, as ``make demo`` sets up), else of the working directory."""
+    from pathlib import Path
+
+    here = Path(fedaudit.__file__).resolve().parent
+    for candidate in (here.parent / "examples" / "plans" / "demo.toml",
+                      Path.cwd() / "examples" / "plans" / "demo.toml"):
+        if candidate.is_file():
+            return candidate
+    raise FedAuditError("cannot find examples/plans/demo.toml (run from a fedaudit source checkout, "
+                        "or use `fedaudit run PLAN.toml --out DIR`)")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    showcase_flags = [k for k in _SHOWCASE_DEFAULTS if getattr(args, k) is not None]
+    if args.showcase or showcase_flags:  # the showcase's own options select it
+        for k, v in _SHOWCASE_DEFAULTS.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
+        return cmd_showcase(args)
+    plan = _demo_plan_path()
+    return _run_plan_to_dir(plan, args.out, force=True, quiet=args.quiet, print_html=True,
+                            command=f"fedaudit demo --out {shlex.quote(str(args.out))}")
+
+
+def cmd_showcase(args: argparse.Namespace) -> int:
     from fedaudit.mechanisms.registry import MECHANISM_NAMES
 
     table = Table(title=f"Encode → decode of {args.n:,} inputs at d={args.dim}, ε={args.epsilon:g} (clip 1)")
@@ -227,8 +257,8 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
 
     table = Table(title=f"Robust aggregation rules at n={args.n}, f={args.f} "
                         f"(universal lower bound f/(n−2f) = {kappa_lower_bound(args.n, args.f):.4g})")
-    for col in ("name", "rule", "kind", "needs n ≥", "published κ", "formula"):
-        table.add_column(col)
+    for col in ("name", "class", "kind", "needs n ≥", "published κ", "formula"):
+        table.add_column(col, overflow="fold")
     specs = [(name, "aggregator") for name in AGGREGATOR_NAMES] + [(name, "pre-aggregator") for name in PREAGGREGATOR_NAMES]
     specs += [(f"nnm+{name}", "composition") for name in ("cwtm", "krum", "gm", "cwmed")]
     for name, kind in specs:
@@ -236,7 +266,7 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
         bound = kappa_upper_bound(name, args.n, args.f) if kind != "pre-aggregator" else None
         need = str(rule.min_n(rule.f)) if rule is not None else "—"
         kappa = "—" if bound is None else ("unbounded" if bound.kappa == float("inf") else f"{bound.kappa:.4g}")
-        table.add_row(name, escape(repr(rule)) if rule is not None else "(use in a composition)", kind, need, kappa,
+        table.add_row(name, type(rule).__name__ if rule is not None else "(compose it)", kind, need, kappa,
                       escape(bound.formula) if bound is not None else "")
     out.print(table)
     out.print("Bounds: Allouah et al., AISTATS 2023 (formulas as recorded in the research notes; not re-verified "
@@ -282,6 +312,230 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
     return 1 if res.violation else 0
 
 
+def _number_list(flag: str, text: str, kind: type) -> list:
+    """Comma-separated numbers of ``kind`` (int or float); bad text is a FedAuditError (exit 2)."""
+    values = []
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise FedAuditError(f"{flag} expects comma-separated numbers, got {text!r}") from None
+        if kind is int:
+            if not value.is_integer():
+                raise FedAuditError(f"{flag} expects comma-separated integers, got {text!r}")
+            value = int(value)
+        values.append(value)
+    if not values:
+        raise FedAuditError(f"{flag} needs at least one value, got {text!r}")
+    return values
+
+
+def _short_reason(reasons: list[str]) -> str:
+    """The first breakdown reason of a stress cell, in a few characters."""
+    first = reasons[0] if reasons else ""
+    for prefix, short in (("diverged", "diverged"), ("training raised", "error"), ("loss not finite", "loss ∞"),
+                          ("loss >", "loss↑"), ("accuracy <", "chance acc")):
+        if first.startswith(prefix):
+            return short
+    return first or "yes"
+
+
+def cmd_stress(args: argparse.Namespace) -> int:
+    from fedaudit.fl.stress import Cell, StressConfig, run_stress
+
+    config = StressConfig(aggregators=args.aggregators.split(","), attacks=args.attacks.split(","),
+                          fs=_number_list("--f", args.f, int), betas=_number_list("--beta", args.beta, float),
+                          dataset=args.dataset, data_path=args.data_path, optimizer=args.optimizer,
+                          rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
+                          optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy)
+    with progress_bar(len(config.cells()), "cells", args.quiet) as advance:
+        res = run_stress(config, args.out, workers=args.workers, backend=args.backend, progress=advance,
+                         on_start=lambda todo, skipped: advance(skipped))
+    s = res.summary
+    num = lambda v, spec=".4g": "—" if v is None else format(v, spec)
+    rtt = lambda v: "—" if config.target_accuracy is None else ("never" if v is None else str(v))
+    title = (f"Final honest loss and test accuracy on {config.dataset}: {config.optimizer} lr={config.lr:g}, "
+             f"{config.rounds} rounds, "
+             f"n_honest={config.n_honest}, μ={config.mu:g}"
+             + ("" if config.target_accuracy is None else f", target accuracy {config.target_accuracy:g}"))
+    if len(s["cells"]) <= 48:
+        table = Table(title=title)
+        wide = lambda field: max(len(field), *(len(r[field]) for r in s["cells"]))
+        table.add_column("aggregator", min_width=wide("aggregator"), no_wrap=True)
+        table.add_column("attack", min_width=wide("attack"), no_wrap=True)
+        table.add_column("f", justify="right", no_wrap=True)
+        table.add_column("β", justify="right", no_wrap=True)
+        table.add_column("loss", justify="right", min_width=8, no_wrap=True)
+        table.add_column("accuracy", justify="right", no_wrap=True)
+        if config.target_accuracy is not None:
+            table.add_column("rounds to target", justify="right", min_width=5)
+        table.add_column("breakdown", min_width=10, no_wrap=True)
+        for r in s["cells"]:
+            loss = "diverged" if r["final_loss"] is None else f"{r['final_loss']:.4g}"
+            row = [escape(r["aggregator"]), escape(r["attack"]), str(r["f"]), f"{r['beta']:g}", loss,
+                   num(r["final_accuracy"], ".3f")]
+            if config.target_accuracy is not None:
+                row.append(rtt(r["rounds_to_target"]))
+            row.append(f"[bold red]{escape(_short_reason(r['breakdown_reasons']))}[/]" if r["breakdown"] else "no")
+            table.add_row(*row)
+    else:  # summarised: worst case over attacks per (aggregator, f, β)
+        table = Table(title=title + " — worst case over attacks")
+        table.add_column("aggregator", min_width=max(len(a) for a in s["aggregators"]), no_wrap=True)
+        for col in ("f", "β", "worst acc", "attack", "worst loss", "attack", "broken") + (
+                ("missed target",) if config.target_accuracy is not None else ()):
+            table.add_column(col, justify="left" if col == "attack" else "right")
+        missed = set(res.missed_target)
+        for agg, a in s["aggregators"].items():
+            for i, f in enumerate(s["fs"]):
+                for j, b in enumerate(s["betas"]):
+                    if a["worst_accuracy_attack"][i][j] is None and a["worst_loss_attack"][i][j] is None:
+                        continue
+                    acc = num(a["worst_accuracy"][i][j], ".3f") if a["worst_accuracy"][i][j] is not None else "diverged"
+                    loss = "diverged" if a["loss_diverged"][i][j] else num(a["worst_loss"][i][j])
+                    n_brk = a["breakdowns"][i][j]
+                    row = [escape(agg), str(f), f"{b:g}", acc, escape(str(a["worst_accuracy_attack"][i][j] or "—")),
+                           loss, escape(str(a["worst_loss_attack"][i][j] or "—")),
+                           f"[bold red]{n_brk}/{a['attacks']}[/]" if n_brk else f"0/{a['attacks']}"]
+                    if config.target_accuracy is not None:
+                        k = sum(Cell(agg, t, f, b).key in missed for t in config.attacks)
+                        row.append(f"[bold red]{k}/{a['attacks']}[/]" if k else f"0/{a['attacks']}")
+                    table.add_row(*row)
+    out.print(table)
+    out.print(f"{s['n_done']}/{s['n_cells']} cells ({len(res.computed)} computed, {len(res.skipped)} resumed) "
+              f"in {res.runtime_s:.1f} s; {s['n_breakdown']} breakdown(s)", highlight=False)
+    out.print(f"results: {escape(str(res.out_dir))}/ (cells.jsonl, summary.json, "
+              f"{escape(', '.join(s['heatmaps']))})", highlight=False, soft_wrap=True)
+    if config.target_accuracy is not None and res.missed_target:
+        out.print(f"[bold red]{len(res.missed_target)} cell(s) never reached accuracy "
+                  f"{config.target_accuracy:g}[/]")
+        return 1
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from fedaudit.reports.integrity import KEY_ENV, signing_key, verify_report
+
+    res = verify_report(args.report)  # unreadable or missing: FedAuditError, exit 2
+    mark = lambda ok: "[green]✓[/]" if ok else "[bold red]✗[/]"
+    table = Table(title=f"Integrity of {escape(str(args.report))}")
+    table.add_column("check")
+    table.add_column("", justify="center")
+    table.add_column("result")
+    table.add_row("schema", mark(res.schema_ok), "valid" if res.schema_ok else "invalid")
+    table.add_row("digest (SHA-256)", mark(res.digest_ok), "matches the content" if res.digest_ok else "mismatch")
+    sig_ok = res.signature == "valid" or (res.signature == "absent" and signing_key() is None)
+    note = {"unchecked (no key)": f"present, unchecked ({KEY_ENV} not set)",
+            "absent": "absent (unsigned report)"}.get(res.signature, res.signature)
+    table.add_row("signature (HMAC-SHA256)", mark(sig_ok) if res.signature != "unchecked (no key)" else "–",
+                  escape(note))
+    out.print(table)
+    for problem in res.problems:
+        out.print(f"[red]•[/] {escape(problem)}", highlight=False, soft_wrap=True)
+    out.print("[bold green]intact[/]" if res.ok else "[bold red]NOT intact[/]")
+    return 0 if res.ok else 1
+
+
+class _PlanProgress:
+    """Progress of a plan run on stderr (the hooks of ``fedaudit.reports.runner.PlanProgress``):
+    rich bars on a terminal, one line per finished claim otherwise, nothing when quiet."""
+
+    def __init__(self, n_claims: int, quiet: bool):
+        self.n, self.quiet = n_claims, quiet
+        self.bar = None if quiet or not err.is_terminal else Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=err, transient=True)
+        self.task = None
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.__enter__()
+            self.overall = self.bar.add_task("claims", total=self.n)
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
+
+    def plan_started(self, plan) -> None:
+        pass
+
+    def claim_started(self, spec, total: int, unit: str) -> None:
+        if self.bar is not None:
+            self.task = self.bar.add_task(f"  [{spec.index}/{self.n}] {escape(spec.id)} ({spec.kind}, {unit})",
+                                          total=total)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.advance(self.task, n)
+
+    def claim_finished(self, spec, claim) -> None:
+        colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}[claim.verdict]
+        line = (f"[{colour}]{claim.verdict:<12}[/] [{spec.index}/{self.n}] {escape(spec.id)} "
+                f"({spec.kind}, {claim.runtime_s:.1f} s)")
+        if self.bar is not None:
+            self.bar.remove_task(self.task)
+            self.task = None
+            self.bar.advance(self.overall, 1)
+            self.bar.console.print(line, highlight=False)
+        elif not self.quiet:
+            err.print(line, highlight=False, soft_wrap=True)
+
+
+def _short(text: str, limit: int = 140) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
+                     command: str | None = None) -> int:
+    """Validate the plan, claim the report directory, run, write the report and print the verdicts."""
+    from fedaudit.reports.io import prepare_out_dir, write_report
+    from fedaudit.reports.plan import load_plan
+    from fedaudit.reports.runner import run_plan
+
+    plan = load_plan(plan_path)  # every plan mistake is reported before anything runs
+    prepare_out_dir(out_dir, force=force)  # and so is a directory we may not write into
+    if not quiet:
+        err.print(f"running {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
+                  f"(plan seed {plan.seed}, sha256 {plan.sha256[:12]})", highlight=False, soft_wrap=True)
+    with _PlanProgress(len(plan.claims), quiet) as hooks:
+        report = run_plan(plan, progress=hooks, command=command)
+    paths = write_report(report, out_dir, force=True)
+    colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
+    wide = out.width >= 150  # room for the summaries inside the table
+    table = Table(title=escape(report.title))
+    for col in ("#", "claim", "kind", "expect", "verdict", "time") + (("summary",) if wide else ()):
+        table.add_column(col, justify="right" if col in ("#", "time") else "left",
+                         no_wrap=col != "summary", overflow="fold")
+    notes = []
+    for i, c in enumerate(report.claims, 1):
+        summary = c.summary if c.error is None else f"error: {c.error}"
+        row = [str(i), escape(c.id), c.kind, c.expect, f"[{colour[c.verdict]}]{c.verdict}[/]", f"{c.runtime_s:.1f} s"]
+        table.add_row(*row, *((escape(_short(summary)),) if wide else ()))
+        if not wide and c.verdict != "PASS":
+            notes.append(f"[{colour[c.verdict]}]{c.verdict}[/] {escape(c.id)}: {escape(summary)}")
+    out.print(table)
+    for note in notes:
+        out.print(note, highlight=False, soft_wrap=True)
+    counts = report.counts
+    met = counts["PASS"]
+    out.print(f"[{colour[report.overall]}]{report.overall}[/]: {met}/{len(report.claims)} claim(s) met their "
+              f"expectation ({counts['FAIL']} FAIL, {counts['INCONCLUSIVE']} INCONCLUSIVE)", highlight=False)
+    if print_html:
+        out.print(f"report: {escape(str(paths['html'].resolve()))}", highlight=False, soft_wrap=True)
+    else:
+        out.print(f"report: {escape(', '.join(str(paths[k]) for k in ('html', 'json', 'md') if k in paths))}",
+                  highlight=False, soft_wrap=True)
+    return 0 if met == len(report.claims) else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else []))
+    return _run_plan_to_dir(args.plan, args.out, force=args.force, quiet=args.quiet, command=command)
+
+
 # ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedaudit", description=__doc__.splitlines()[0])
@@ -297,13 +551,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clip", type=float, default=1.0)
     p.set_defaults(func=cmd_mechanisms)
 
-    p = sub.add_parser("demo", help="the flagship showcase on embedded defaults")
-    p.add_argument("--dim", type=int, default=1024)
-    p.add_argument("--n", type=_count, default=2000, help="inputs to encode")
-    p.add_argument("--epsilon", type=float, default=4.0)
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("demo", help="run examples/plans/demo.toml into reports/demo/ (--showcase: the mechanism tour)")
+    p.add_argument("--out", default="reports/demo", help="report directory (overwritten; default reports/demo)")
+    p.add_argument("--showcase", action="store_true",
+                   help="instead, encode and decode random inputs with every mechanism (the earlier demo)")
+    p.add_argument("--dim", type=int, default=None, help="showcase: dimension (default 1024; implies --showcase)")
+    p.add_argument("--n", type=_count, default=None, help="showcase: inputs to encode (default 2000; implies --showcase)")
+    p.add_argument("--epsilon", type=float, default=None, help="showcase: ε (default 4; implies --showcase)")
+    p.add_argument("--seed", type=int, default=None, help="showcase: seed (default 0; implies --showcase)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("run", help="check every claim of a TOML plan and write report.json/.html/.md")
+    p.add_argument("plan", help="the plan (TOML): [plan] title/seed and [[claim]] tables")
+    p.add_argument("--out", required=True, help="report directory (must be empty or new unless --force)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty report directory")
+    p.add_argument("--quiet", action="store_true", help="no progress output (the verdict table is still printed)")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("aggregators", help="robust aggregation rules with their published (f, κ) bounds")
     p.add_argument("--n", type=int, default=21)
@@ -355,6 +619,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write the curve as JSON here")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_audit_variance)
+
+    p = sub.add_parser("stress", help="train over aggregators × attacks × f × β and map where robustness breaks")
+    p.add_argument("--dataset", default="digits", help="digits, mnist (needs --data-path) or synthetic")
+    p.add_argument("--data-path", default=None, help="MNIST files (IDX directory or .npz)")
+    p.add_argument("--aggregators", default="cwtm,nnm+cwtm,krum,gm", help="comma-separated registry specs")
+    p.add_argument("--attacks", default="alie,ipm,signflip,minmax", help="comma-separated attack names")
+    p.add_argument("--f", default="1,3,5", help="comma-separated Byzantine counts (each < --n-honest)")
+    p.add_argument("--beta", default="0.5,1,5", help="comma-separated Dirichlet concentrations (> 0)")
+    p.add_argument("--optimizer", default="dgd", help="dgd, dnag, racc or pigs")
+    p.add_argument("--rounds", type=int, default=300)
+    p.add_argument("--lr", type=float, default=0.1, help="step size of dgd and dnag (racc, pigs set their own)")
+    p.add_argument("--n-honest", type=int, default=20)
+    p.add_argument("--mu", type=float, default=1e-2, help="ℓ2 regularisation")
+    p.add_argument("--no-optimal-attack", action="store_true",
+                   help="use the attacks' default scale instead of a line search against the aggregator")
+    p.add_argument("--seed", type=int, default=0, help="root seed; each cell's seed derives from it and the cell key")
+    p.add_argument("--workers", type=int, default=None, help="parallel cells (default: CPU count)")
+    p.add_argument("--backend", default="process", choices=("process", "serial", "ray"))
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="report rounds to reach it; exit 1 if some cell never does")
+    p.add_argument("--out", required=True, help="results directory (rerun to resume)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_stress)
+
+    p = sub.add_parser("verify", help="check a report's schema, digest and (with FEDAUDIT_REPORT_KEY) signature")
+    p.add_argument("report", help="report.json, or a report directory holding one")
+    p.set_defaults(func=cmd_verify)
     return parser
 
 

@@ -1,0 +1,197 @@
+"""Run seeded, independent tasks: local processes by default, serially for debugging, Ray on clusters.
+
+The contract that makes parallel results reproducible: **every task carries its own seed**. The
+caller derives it before submission, either by ``SeedSequence(root).spawn(n)`` in a fixed plan
+order or, when tasks are named (grid cells), with :func:`derive_seed` from a stable hash of the
+task's key. A worker never draws a seed, never counts tasks and never looks at its worker id, so
+the result of a task is a function of the task alone — identical under ``backend="serial"``,
+``"process"`` or ``"ray"`` and for any ``workers``. (Never ``seed + index``: that couples a
+task's randomness to its position, and neighbouring roots share streams.)
+
+:func:`run_tasks` yields ``(task, result)`` pairs **as tasks complete** (completion order, not
+submission order), so a caller can persist each result at once (append + flush) and a crash loses
+only the tasks still running.
+
+Process backend. ``ProcessPoolExecutor`` with the ``spawn`` start method on every platform: the
+workers are fresh interpreters (no inherited locks, BLAS or torch thread pools), which is the
+portable, 'spawn'-safe pattern — ``fn`` must be a top-level (picklable) function of an importable
+module, tasks must be picklable, and a script that calls :func:`run_tasks` at import time must sit
+behind ``if __name__ == "__main__":``. Each worker limits its BLAS/OpenMP/torch thread pools to one
+thread so that ``workers`` processes do not oversubscribe the cores. At most ``2 × workers`` tasks
+are in flight, so long task lists do not pile up pickled inputs in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fedaudit.errors import FedAuditError, check_int
+
+__all__ = ["BACKENDS", "run_tasks", "derive_seed", "default_workers"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Accepted values of ``backend``.
+BACKENDS: tuple[str, ...] = ("process", "serial", "ray")
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                "VECLIB_MAXIMUM_THREADS")
+
+
+def default_workers() -> int:
+    """Number of worker processes when none is given: ``os.cpu_count()`` (at least 1)."""
+    return max(1, os.cpu_count() or 1)
+
+
+def derive_seed(root_seed: int, key: str) -> int:
+    """A task seed that depends only on ``(root_seed, key)``: stable across runs, platforms and task order.
+
+    ``key`` (a canonical string such as ``"aggregator=cwtm;attack=alie;f=1;beta=0.5"``) is hashed
+    with SHA-256 into eight 32-bit words, which become the ``spawn_key`` of a
+    ``SeedSequence(entropy=root_seed, spawn_key=words)`` — the task is a *named child* of the root
+    stream, exactly as ``SeedSequence.spawn`` makes numbered children. The returned integer is
+    the first 63 bits of that child's state (``generate_state(2, uint32)`` packed), which fits a
+    signed 64-bit JSON integer and reseeds the same child via ``np.random.SeedSequence(seed)``.
+    Adding, removing or reordering other keys never changes this key's seed.
+    """
+    root_seed = check_int("seed", root_seed, low=0)
+    if not isinstance(key, str) or not key:
+        raise FedAuditError(f"key must be a non-empty string, got key={key!r}")
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    words = tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 32, 4))
+    child = np.random.SeedSequence(entropy=root_seed, spawn_key=words)
+    lo, hi = (int(w) for w in child.generate_state(2, np.uint32))
+    return ((hi << 32) | lo) & ((1 << 63) - 1)
+
+
+def _limit_threads() -> None:
+    """Process-pool initializer: one BLAS/OpenMP/torch thread per worker (workers already run in parallel)."""
+    for var in _THREAD_VARS:
+        os.environ.setdefault(var, "1")
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except Exception:  # pragma: no cover - threadpoolctl missing or unsupported
+        pass
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:  # pragma: no cover - only when torch was imported before the first task
+        torch.set_num_threads(1)
+
+
+def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None = None,
+              backend: str = "process", progress: Callable[[int], None] | None = None
+              ) -> Iterator[tuple[T, R]]:
+    """Apply ``fn`` to every task; yield ``(task, fn(task))`` as each one completes.
+
+    Parameters
+    ----------
+    fn:
+        A top-level, picklable function of one task. It must take its randomness from the task
+        (a seed field), never from global state, so results do not depend on scheduling.
+    tasks:
+        Picklable task objects (consumed lazily, at most ``2 × workers`` in flight).
+    workers:
+        Worker processes (``process``) or concurrent tasks (``ray``); default ``os.cpu_count()``.
+        Ignored by ``serial``.
+    backend:
+        ``"process"`` (default, a spawn-context ``ProcessPoolExecutor``), ``"serial"`` (in this
+        process, in task order — for debugging and tests) or ``"ray"`` (needs ``pip install
+        fedaudit[ray]``; joins a running cluster if ``ray.init`` was called, else starts a local one).
+    progress:
+        Optional callback, called with ``1`` after each completed task.
+
+    An exception raised by ``fn`` propagates out of the iterator after pending tasks are cancelled;
+    results already yielded are unaffected. Closing the iterator early also cancels pending tasks.
+    """
+    if backend not in BACKENDS:
+        raise FedAuditError(f"backend must be one of {', '.join(BACKENDS)}, got backend={backend!r}")
+    if not callable(fn):
+        raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
+    workers = default_workers() if workers is None else check_int("workers", workers, low=1)
+    advance = progress if progress is not None else (lambda n: None)
+    if backend == "serial":
+        return _run_serial(fn, tasks, advance)
+    if backend == "ray":
+        try:
+            import ray
+        except ImportError:
+            raise FedAuditError("backend='ray' needs Ray: pip install fedaudit[ray]") from None
+        return _run_ray(ray, fn, tasks, workers, advance)
+    return _run_process(fn, tasks, workers, advance)
+
+
+def _run_serial(fn, tasks, advance) -> Iterator[tuple[Any, Any]]:
+    for task in tasks:
+        result = fn(task)
+        advance(1)
+        yield task, result
+
+
+def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pending: dict[Any, Any] = {}
+    source = iter(tasks)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_limit_threads)
+    try:
+        def fill() -> None:
+            while len(pending) < 2 * workers:
+                try:
+                    task = next(source)
+                except StopIteration:
+                    return
+                pending[pool.submit(fn, task)] = task
+
+        fill()
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                task = pending.pop(future)
+                result = future.result()  # re-raises the worker's exception
+                advance(1)
+                yield task, result
+            fill()
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_ray(ray, fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:  # pragma: no cover - needs ray
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, log_to_driver=False)
+    remote = ray.remote(fn)
+    pending: dict[Any, Any] = {}
+    source = iter(tasks)
+    try:
+        def fill() -> None:
+            while len(pending) < 2 * workers:
+                try:
+                    task = next(source)
+                except StopIteration:
+                    return
+                pending[remote.remote(task)] = task
+
+        fill()
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                task = pending.pop(ref)
+                result = ray.get(ref)
+                advance(1)
+                yield task, result
+            fill()
+    finally:
+        for ref in pending:
+            ray.cancel(ref)

@@ -1,0 +1,599 @@
+"""Stress grids: train under every (aggregator, attack, f, β) and map where robust training breaks.
+
+A grid is ``aggregators × attacks × f × β``. Each cell builds a federation (``n_honest`` honest
+clients holding a Dirichlet(β) split of the dataset, ``f`` Byzantine clients running the attack,
+ℓ2 regularisation μ, the server aggregating with the rule) and runs the optimizer for ``rounds``
+rounds from x0 = 0, recording the honest loss L_H(x_t) and the test accuracy every round.
+
+Seeds. Cell ``c`` with canonical key ``"aggregator=…;attack=…;f=…;beta=…"`` gets
+``seed_c = derive_seed(root_seed, key_c)`` (:func:`fedaudit.engine.derive_seed`: the key's
+SHA-256 words as the ``spawn_key`` of ``SeedSequence(root_seed)``); the optimizer's run (one
+oracle stream per round, see :func:`fedaudit.defenses.optimizers.run`) is seeded with
+``derive_seed(seed_c, "optimizer")``. The honest clients' data split is a function of the β part
+of the key only: ``partition_seed = derive_seed(root_seed, "partition;beta=…")`` seeds
+``Federation.build``, so every aggregator, attack and f at the same β trains on the *same*
+honest shards (common random numbers: differences between cells of one column of a heatmap
+are due to the defense and the attack, not to a different draw of the heterogeneity). The
+train/test split is shared by every cell (seeded with the root seed). A cell's result is
+therefore a function of (run configuration, root seed, cell key) only — not of the grid's
+order, its other cells, the number of workers or the backend.
+
+Breakdown rule (``breakdown`` = any of the following, with the reasons listed):
+
+* ``loss not finite``  — the final honest loss is NaN or ±inf, including a run that
+  :func:`~fedaudit.defenses.optimizers.run` stopped early as diverged (non-finite iterate, or
+  loss > 10⁶·L(x0)) or that raised on non-finite values; such a cell has ``diverged: true`` and
+  null final loss and accuracy;
+* ``loss > 10×L(x0)`` — the final honest loss exceeds ten times the loss at the start point;
+* ``accuracy < chance+0.05`` — the final test accuracy is below 1/n_classes + 0.05.
+
+Files in ``out_dir``: ``cells.jsonl`` (one JSON object per finished cell, appended and flushed
+as each cell completes — a crash loses only the cells still running; rerunning skips every cell
+whose key is already there; a torn last line is dropped), ``config.json`` (the run
+configuration the cells belong to; a rerun with a different configuration is refused),
+``heatmap_<aggregator>.png`` (worst case over attacks of final accuracy and of final loss on the
+f × β grid) and ``summary.json``. Non-finite numbers are written as JSON ``null``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedaudit.engine import derive_seed, run_tasks
+from fedaudit.errors import FedAuditError, check_int, check_positive, check_real
+
+__all__ = [
+    "OPTIMIZER_NAMES",
+    "BREAKDOWN_LOSS_FACTOR",
+    "BREAKDOWN_ACCURACY_MARGIN",
+    "StressConfig",
+    "Cell",
+    "StressResult",
+    "run_stress",
+    "run_cell",
+    "cell_seed",
+    "partition_seed",
+    "rounds_to_target",
+    "load_cells",
+    "summarize",
+    "plot_heatmaps",
+]
+
+#: Optimizers by CLI name: distributed GD, robust Nesterov, robust accelerated, PIGS.
+OPTIMIZER_NAMES: tuple[str, ...] = ("dgd", "dnag", "racc", "pigs")
+#: Breakdown when the final loss exceeds this multiple of the loss at x0.
+BREAKDOWN_LOSS_FACTOR = 10.0
+#: Breakdown when the final accuracy is below chance (1/n_classes) plus this margin.
+BREAKDOWN_ACCURACY_MARGIN = 0.05
+
+CELLS_FILE = "cells.jsonl"
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def _names(what: str, values: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = values.split(",")
+    out: list[str] = []
+    for v in values:
+        if not isinstance(v, str):
+            raise FedAuditError(f"{what} must be names, got {v!r}")
+        v = v.strip().lower()
+        if v and v not in out:
+            out.append(v)
+    if not out:
+        raise FedAuditError(f"{what} must name at least one entry")
+    return tuple(out)
+
+
+def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+def _fmt_beta(beta: float) -> str:
+    """Canonical text of β for keys: shortest round-trip repr of the float (1.0, 0.5, 0.001)."""
+    return repr(float(beta))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point. ``key`` is the canonical string that names it (and seeds it)."""
+
+    aggregator: str
+    attack: str
+    f: int
+    beta: float
+
+    @property
+    def key(self) -> str:
+        return f"aggregator={self.aggregator};attack={self.attack};f={self.f};beta={_fmt_beta(self.beta)}"
+
+
+@dataclass(frozen=True)
+class StressConfig:
+    """A stress grid and the training run every cell performs.
+
+    Grid axes: ``aggregators`` (registry specs such as ``"cwtm"`` or ``"nnm+cwtm"``),
+    ``attacks`` (``fedaudit.attacks.ATTACK_NAMES``), ``fs`` (Byzantine counts, each
+    < ``n_honest``) and ``betas`` (Dirichlet concentrations > 0; smaller = more heterogeneous).
+    Run: ``optimizer`` in :data:`OPTIMIZER_NAMES` for ``rounds`` rounds — ``dgd`` and ``dnag``
+    (momentum 0.9) with step size ``lr``; ``racc`` takes L and μ from the federation and ``pigs``
+    η = 1/(2Δ̂), so ``lr`` does not apply to them —
+    ``n_honest`` honest clients, regularisation ``mu``, ``optimal_attack`` (line-search the
+    attack's scale against the aggregator each round). ``target_accuracy`` only affects the
+    report (rounds to reach it), never the training. Validated on construction.
+    """
+
+    aggregators: tuple[str, ...] = ("cwtm", "nnm+cwtm", "krum", "gm")
+    attacks: tuple[str, ...] = ("alie", "ipm", "signflip", "minmax")
+    fs: tuple[int, ...] = (1, 3, 5)
+    betas: tuple[float, ...] = (0.5, 1.0, 5.0)
+    dataset: str = "digits"
+    data_path: str | None = None
+    optimizer: str = "dgd"
+    rounds: int = 300
+    lr: float = 0.1
+    n_honest: int = 20
+    mu: float = 1e-2
+    seed: int = 0
+    optimal_attack: bool = True
+    target_accuracy: float | None = None
+
+    def __post_init__(self) -> None:
+        from fedaudit.attacks.byzantine import make_attack
+        from fedaudit.defenses.registry import make_aggregator
+
+        set_ = functools.partial(object.__setattr__, self)
+        set_("aggregators", _names("aggregators", self.aggregators))
+        set_("attacks", _names("attacks", self.attacks))
+        if isinstance(self.fs, (int, np.integer)):
+            set_("fs", (self.fs,))
+        if isinstance(self.betas, (int, float, np.number)):
+            set_("betas", (self.betas,))
+        set_("n_honest", check_int("n_honest", self.n_honest, low=2))
+        set_("fs", _unique(check_int("f", f, low=0, high=self.n_honest - 1, high_name="n_honest - 1")
+                           for f in self.fs))
+        set_("betas", _unique(check_positive("beta", b) for b in self.betas))
+        if not self.fs or not self.betas:
+            raise FedAuditError("the grid needs at least one f and one beta")
+        set_("rounds", check_int("rounds", self.rounds, low=1))
+        set_("lr", check_positive("lr", self.lr))
+        set_("mu", check_real("mu", self.mu, low=0.0))
+        set_("seed", check_int("seed", self.seed, low=0))
+        set_("optimal_attack", bool(self.optimal_attack))
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise FedAuditError(f"dataset must be a name such as 'digits', got {self.dataset!r}")
+        set_("dataset", self.dataset.strip().lower())
+        if self.data_path is not None:
+            set_("data_path", str(self.data_path))
+        opt = str(self.optimizer).strip().lower()
+        if opt not in OPTIMIZER_NAMES:
+            raise FedAuditError(f"unknown optimizer {self.optimizer!r}; valid names: {', '.join(OPTIMIZER_NAMES)}")
+        set_("optimizer", opt)
+        if self.target_accuracy is not None:
+            set_("target_accuracy", check_real("target_accuracy", self.target_accuracy, low=0.0, high=1.0))
+        for name in self.attacks:
+            if name != "labelflip":  # data poisoning, handled by Federation itself
+                try:
+                    make_attack(name)
+                except FedAuditError as exc:  # the registry's message lists the valid names
+                    raise FedAuditError(f"{exc} (or labelflip)") from None
+        for spec in self.aggregators:
+            for f in self.fs:
+                rule = make_aggregator(spec, f)  # raises with the registry's list of valid names
+                need = rule.min_n(f) if hasattr(rule, "min_n") else 2 * f + 1
+                if self.n_honest + f < need:
+                    raise FedAuditError(f"aggregator {spec!r} needs n >= {need} clients for f={f}, got "
+                                        f"n = n_honest + f = {self.n_honest + f}; raise n_honest or lower f")
+
+    def cells(self) -> list[Cell]:
+        """The grid in aggregator, attack, f, β order."""
+        return [Cell(a, t, f, b) for a in self.aggregators for t in self.attacks for f in self.fs for b in self.betas]
+
+    def run_config(self) -> dict[str, Any]:
+        """What every cell's training depends on besides its key (must match to resume a directory)."""
+        return {"dataset": self.dataset, "data_path": self.data_path, "optimizer": self.optimizer,
+                "rounds": self.rounds, "lr": self.lr, "n_honest": self.n_honest, "mu": self.mu,
+                "seed": self.seed, "optimal_attack": self.optimal_attack}
+
+    @property
+    def config_id(self) -> str:
+        text = json.dumps(self.run_config(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(aggregators=list(self.aggregators), attacks=list(self.attacks), fs=list(self.fs),
+                 betas=list(self.betas), config_id=self.config_id)
+        return d
+
+
+def cell_seed(root_seed: int, cell: Cell | str) -> int:
+    """The cell's seed: :func:`fedaudit.engine.derive_seed` of the root seed and the cell key."""
+    return derive_seed(root_seed, cell.key if isinstance(cell, Cell) else cell)
+
+
+def partition_seed(root_seed: int, beta: float) -> int:
+    """Seed of the honest data split at β (shared by all aggregators, attacks and f of a column)."""
+    return derive_seed(root_seed, f"partition;beta={_fmt_beta(beta)}")
+
+
+# ----------------------------------------------------------------------------- one cell
+
+
+@functools.lru_cache(maxsize=4)
+def _dataset(name: str, path: str | None, seed: int):
+    from fedaudit.fl.data import load_dataset
+
+    return load_dataset(name, path=path, seed=seed)
+
+
+def _make_optimizer(config: StressConfig, fed: Any):
+    from fedaudit.defenses import optimizers as opt
+
+    if config.optimizer == "dgd":
+        return opt.DGD(config.lr)
+    if config.optimizer == "dnag":
+        return opt.DNAG(config.lr, momentum=0.9)
+    if config.optimizer == "racc":  # L and μ from the federation (FederationProblem.smoothness / .mu)
+        return opt.RobustAccelerated()
+    return opt.PIGS()  # η = 1/(2Δ̂), Δ̂ estimated at x0
+
+
+def _finite(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def rounds_to_target(rounds: Sequence[int], accuracy: Sequence[float | None], target: float | None) -> int | None:
+    """First recorded round whose test accuracy is ≥ ``target`` (``None`` if never or no target)."""
+    if target is None:
+        return None
+    for r, a in zip(rounds, accuracy):
+        if a is not None and a >= target:
+            return int(r)
+    return None
+
+
+def _breakdown(final_loss: float, initial_loss: float, final_acc: float | None, n_classes: int | None) -> list[str]:
+    reasons = []
+    if not math.isfinite(final_loss):
+        reasons.append("loss not finite")
+    elif math.isfinite(initial_loss) and final_loss > BREAKDOWN_LOSS_FACTOR * initial_loss:
+        reasons.append(f"loss > {BREAKDOWN_LOSS_FACTOR:g}×L(x0)")
+    if final_acc is not None and n_classes:
+        if not math.isfinite(final_acc) or final_acc < 1.0 / n_classes + BREAKDOWN_ACCURACY_MARGIN:
+            reasons.append(f"accuracy < chance+{BREAKDOWN_ACCURACY_MARGIN:g}")
+    return reasons
+
+
+def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
+    """Train one cell and return its JSON record (top-level and picklable, for :func:`run_tasks`)."""
+    config, cell, seed = task
+    from fedaudit.defenses.optimizers import run
+    from fedaudit.fl.federation import Federation
+
+    start = time.perf_counter()
+    data = _dataset(config.dataset, config.data_path, config.seed)
+    part_seed = partition_seed(config.seed, cell.beta)
+    fed = Federation.build(data, n_honest=config.n_honest, f=cell.f, scheme="dirichlet", beta=cell.beta,
+                           mu=config.mu, aggregator=cell.aggregator, attack=cell.attack,
+                           optimal_attack=config.optimal_attack, seed=part_seed)
+    x0 = np.zeros(fed.dim)
+    n_classes = int(data.n_classes)
+    error = None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        initial_loss = float(fed.honest_loss(x0))
+        initial_acc = fed.test_accuracy(x0)
+        try:
+            trace = run(_make_optimizer(config, fed), fed, x0, config.rounds, seed=derive_seed(seed, "optimizer"))
+        except (FedAuditError, ArithmeticError) as exc:  # training blew up on non-finite values
+            trace, error = None, f"{type(exc).__name__}: {exc}"
+    diverged = trace is None or trace.diverged
+    rounds = [] if trace is None else [int(r) for r in trace.rounds]
+    losses = [] if trace is None else [_finite(v) for v in trace.loss]
+    accs = [] if trace is None else [None if a is None else _finite(a) for a in trace.test_acc]
+    # a diverged run (stopped on a non-finite or exploding iterate) has no final loss or accuracy
+    final_loss = float("inf") if diverged else float(trace.loss[-1])
+    final_acc = None if diverged else accs[-1]
+    final_grad = None if diverged else _finite(trace.grad_norm[-1])
+    best_acc = max([a for a in accs if a is not None], default=None)
+    reasons = _breakdown(final_loss, initial_loss, final_acc, n_classes)
+    if error is not None:
+        reasons.insert(0, "training raised: " + error)
+    elif diverged:
+        reasons.insert(0, f"diverged (run stopped early; last recorded round {rounds[-1]})")
+    return {
+        "key": cell.key, "aggregator": cell.aggregator, "attack": cell.attack, "f": cell.f, "beta": cell.beta,
+        "n_honest": config.n_honest, "dataset": config.dataset, "optimizer": config.optimizer,
+        "rounds": config.rounds, "lr": config.lr, "mu": config.mu,
+        "initial_loss": _finite(initial_loss), "initial_accuracy": None if initial_acc is None else _finite(initial_acc),
+        "final_loss": _finite(final_loss), "final_grad_norm": final_grad,
+        "final_accuracy": None if final_acc is None else _finite(final_acc), "best_accuracy": best_acc,
+        "target_accuracy": config.target_accuracy,
+        "rounds_to_target": None if diverged else rounds_to_target(rounds, accs, config.target_accuracy),
+        "breakdown": bool(reasons), "breakdown_reasons": reasons, "n_classes": n_classes,
+        "runtime_s": round(time.perf_counter() - start, 4), "seed": seed, "partition_seed": part_seed,
+        "root_seed": config.seed,
+        "config_id": config.config_id,
+        "diverged": diverged,
+        "trace": {"round": rounds, "loss": losses, "accuracy": accs},
+    }
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def load_cells(out_dir: str | os.PathLike, config_id: str | None = None, *, repair: bool = False) -> dict[str, dict]:
+    """Finished cells in ``out_dir/cells.jsonl`` by key (first occurrence wins).
+
+    A torn last line (a crash in the middle of a write) is ignored, and with ``repair=True`` cut
+    off the file so the next append starts on a fresh line. A record from another configuration
+    (``config_id`` differs) is an error: one directory holds one run configuration.
+    """
+    path = Path(out_dir) / CELLS_FILE
+    if not path.exists():
+        return {}
+    raw = path.read_bytes()
+    cut = raw.rfind(b"\n") + 1
+    if cut < len(raw) and repair:  # drop a torn tail
+        with open(path, "r+b") as fh:
+            fh.truncate(cut)
+    cells: dict[str, dict] = {}
+    for i, line in enumerate(raw[:cut].decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            key = rec["key"]
+        except (ValueError, KeyError, TypeError):
+            raise FedAuditError(f"{path}:{i} is not a cell record; fix or remove the line") from None
+        if config_id is not None and rec.get("config_id") != config_id:
+            raise FedAuditError(f"{path} holds cells from a different run configuration "
+                                f"(config_id {rec.get('config_id')} != {config_id}); use a new --out directory")
+        cells.setdefault(key, rec)
+    return cells
+
+
+def _check_config_file(out_dir: Path, config: StressConfig) -> None:
+    path = out_dir / CONFIG_FILE
+    mine = {"config_id": config.config_id, **config.run_config()}
+    if path.exists():
+        try:
+            theirs = json.loads(path.read_text())
+        except ValueError:
+            theirs = {}
+        if theirs.get("config_id") not in (None, config.config_id):
+            diff = sorted(k for k in mine if theirs.get(k) != mine[k])
+            raise FedAuditError(f"{out_dir} holds a stress run with a different configuration "
+                                f"({', '.join(diff) or 'config_id'} differ); use a new --out directory")
+    path.write_text(json.dumps(mine, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _worst(values: list[tuple[float | None, str]], *, lower_is_worse: bool) -> tuple[float | None, str | None]:
+    """Worst (value, attack); ``None`` values (non-finite) are the worst of all."""
+    if not values:
+        return None, None
+    for v, a in values:
+        if v is None:
+            return None, a
+    pick = min if lower_is_worse else max
+    return pick(values, key=lambda t: t[0])
+
+
+def summarize(config: StressConfig, cells: dict[str, dict]) -> dict[str, Any]:
+    """Grid summary: per-cell results and, per aggregator, the worst case over attacks on f × β.
+
+    ``worst_accuracy[i][j]`` is the minimum over attacks of the final test accuracy at
+    ``f = fs[i]``, ``β = betas[j]`` and ``worst_loss[i][j]`` the maximum of the final honest loss
+    (``null`` when a run diverged; ``loss_diverged[i][j]`` is then true). ``rounds_to_target`` is
+    recomputed from each cell's accuracy trace for ``config.target_accuracy``.
+    """
+    grid = config.cells()
+    rows, missing = [], []
+    for cell in grid:
+        rec = cells.get(cell.key)
+        if rec is None:
+            missing.append(cell.key)
+            continue
+        row = {k: v for k, v in rec.items() if k != "trace"}
+        tr = rec.get("trace") or {}
+        row["target_accuracy"] = config.target_accuracy
+        row["rounds_to_target"] = (None if rec.get("diverged") else
+                                   rounds_to_target(tr.get("round", []), tr.get("accuracy", []), config.target_accuracy))
+        rows.append(row)
+    by_key = {r["key"]: r for r in rows}
+    per_agg = {}
+    for agg in config.aggregators:
+        acc = [[None] * len(config.betas) for _ in config.fs]
+        acc_att = [[None] * len(config.betas) for _ in config.fs]
+        loss = [[None] * len(config.betas) for _ in config.fs]
+        loss_att = [[None] * len(config.betas) for _ in config.fs]
+        diverged = [[False] * len(config.betas) for _ in config.fs]
+        broken = [[0] * len(config.betas) for _ in config.fs]
+        for i, f in enumerate(config.fs):
+            for j, b in enumerate(config.betas):
+                recs = [(t, by_key[Cell(agg, t, f, b).key]) for t in config.attacks if Cell(agg, t, f, b).key in by_key]
+                if not recs:
+                    continue
+                acc[i][j], acc_att[i][j] = _worst([(r["final_accuracy"], t) for t, r in recs], lower_is_worse=True)
+                loss[i][j], loss_att[i][j] = _worst([(r["final_loss"], t) for t, r in recs], lower_is_worse=False)
+                diverged[i][j] = any(r["final_loss"] is None for _, r in recs)
+                broken[i][j] = sum(bool(r["breakdown"]) for _, r in recs)
+        per_agg[agg] = {"worst_accuracy": acc, "worst_accuracy_attack": acc_att, "worst_loss": loss,
+                        "worst_loss_attack": loss_att, "loss_diverged": diverged, "breakdowns": broken,
+                        "attacks": len(config.attacks)}
+    missed = ([r["key"] for r in rows if r["rounds_to_target"] is None]
+              if config.target_accuracy is not None else [])
+    return {
+        "schema": "fedaudit.stress/1",
+        "config": config.to_dict(),
+        "breakdown_rule": (f"final honest loss not finite, or > {BREAKDOWN_LOSS_FACTOR:g} × loss at x0, "
+                           f"or final test accuracy < 1/n_classes + {BREAKDOWN_ACCURACY_MARGIN:g}"),
+        "seed_rule": ("seed = derive_seed(root seed, cell key) (SHA-256 words of the key as the spawn_key of "
+                      "SeedSequence(root)); optimizer stream = derive_seed(seed, 'optimizer'); honest data split = "
+                      "derive_seed(root seed, 'partition;beta=<β>'), shared by every cell with that β"),
+        "fs": list(config.fs), "betas": list(config.betas),
+        "n_cells": len(grid), "n_done": len(rows), "complete": not missing, "missing": missing,
+        "n_breakdown": sum(bool(r["breakdown"]) for r in rows),
+        "initial_loss": max((r["initial_loss"] for r in rows if r.get("initial_loss") is not None), default=None),
+        "missed_target": missed,
+        "aggregators": per_agg,
+        "cells": rows,
+    }
+
+
+def _safe_name(spec: str) -> str:
+    return re.sub(r"[^A-Za-z0-9+._-]", "_", spec)
+
+
+def plot_heatmaps(summary: dict[str, Any], out_dir: str | os.PathLike) -> list[str]:
+    """One PNG per aggregator: worst case over attacks of final accuracy and of final loss on f × β.
+
+    Rows are f, columns β; each cell shows the value and the attack attaining it. Accuracy is on
+    a fixed [0, 1] scale; loss on a linear scale from 0 to the largest of the finite worst losses
+    and the loss at x0 (shared by every aggregator, so the PNGs compare); diverged cells are grey.
+    A cell where some attack caused a breakdown is marked "✗ k/m".
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fs, betas = summary["fs"], summary["betas"]
+    finite = [v for s in summary["aggregators"].values() for row in s["worst_loss"] for v in row if v is not None]
+    loss_max = max(finite + [summary.get("initial_loss") or 0.0]) or 1.0
+    paths = []
+    for agg, s in summary["aggregators"].items():
+        fig = Figure(figsize=(3.2 + 2.2 * len(betas), 1.9 + 0.7 * len(fs)), layout="constrained")
+        FigureCanvasAgg(fig)
+        panels = (("worst_accuracy", "worst_accuracy_attack", "worst-case final test accuracy", "viridis", 1.0),
+                  ("worst_loss", "worst_loss_attack", "worst-case final honest loss", "magma_r", loss_max))
+        for k, (field_, att_field, title, cmap_name, vmax) in enumerate(panels):
+            ax = fig.add_subplot(1, 2, k + 1)
+            vals = np.array([[np.nan if v is None else v for v in row] for row in s[field_]], dtype=float)
+            cmap = matplotlib.colormaps[cmap_name].with_extremes(bad="#b0b0b0")
+            im = ax.imshow(vals, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
+            fig.colorbar(im, ax=ax, shrink=0.9)
+            for i in range(len(fs)):
+                for j in range(len(betas)):
+                    att = s[att_field][i][j]
+                    if att is None:
+                        text = "—"
+                    elif np.isnan(vals[i, j]):
+                        text = f"diverged\n{att}"
+                    else:
+                        text = f"{vals[i, j]:.3g}\n{att}"
+                    if att is not None and s["breakdowns"][i][j]:
+                        text += f"\n✗ {s['breakdowns'][i][j]}/{s['attacks']}"
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white",
+                            bbox={"facecolor": "black", "alpha": 0.4, "pad": 1.5, "linewidth": 0})
+            ax.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
+            ax.set_yticks(range(len(fs)), [str(f) for f in fs])
+            ax.set_xlabel("Dirichlet β")
+            if k == 0:
+                ax.set_ylabel("f (Byzantine clients)")
+            ax.set_title(title, fontsize=9)
+        cfg = summary["config"]
+        fig.suptitle(f"{agg}: worst over {s['attacks']} attack(s) — {cfg['dataset']}, {cfg['optimizer']}, "
+                     f"{cfg['rounds']} rounds, n_honest={cfg['n_honest']} (smaller β = more heterogeneous)",
+                     fontsize=9)
+        path = Path(out_dir) / f"heatmap_{_safe_name(agg)}.png"
+        fig.savefig(path, dpi=110)
+        paths.append(str(path))
+    return paths
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True)
+class StressResult:
+    """Outcome of :func:`run_stress`: the summary (also in ``summary.json``) and what this call did."""
+
+    config: StressConfig
+    out_dir: str
+    summary: dict[str, Any]
+    computed: tuple[str, ...]
+    skipped: tuple[str, ...]
+    heatmaps: tuple[str, ...]
+    runtime_s: float
+    records: dict[str, dict] = field(repr=False, default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.summary["complete"])
+
+    @property
+    def missed_target(self) -> list[str]:
+        return list(self.summary["missed_target"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary, "computed": list(self.computed), "skipped": list(self.skipped),
+                "heatmaps": list(self.heatmaps), "runtime_s": self.runtime_s}
+
+
+def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int | None = None,
+               backend: str = "process", progress: Callable[[int], None] | None = None,
+               on_start: Callable[[int, int], None] | None = None, plot: bool = True) -> StressResult:
+    """Run (or resume) the grid in ``out_dir``; return the summary and write the files.
+
+    Cells already in ``out_dir/cells.jsonl`` are skipped; the others run through
+    :func:`fedaudit.engine.run_tasks` (``workers`` default ``os.cpu_count()``, ``backend``
+    ``"process"``, ``"serial"`` or ``"ray"``) and are appended and flushed one line each as they
+    finish. ``on_start(to_run, skipped)`` is called once before training; ``progress(1)`` after
+    each finished cell.
+    """
+    if not isinstance(config, StressConfig):
+        raise FedAuditError(f"config must be a StressConfig, got {type(config).__name__}")
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FedAuditError(f"--out {out} exists and is not a directory")
+    _dataset(config.dataset, config.data_path, config.seed)  # bad name or path: fail before any work
+    out.mkdir(parents=True, exist_ok=True)
+    done = load_cells(out, config.config_id, repair=True)
+    _check_config_file(out, config)
+    grid = config.cells()
+    todo = [c for c in grid if c.key not in done]
+    skipped = tuple(c.key for c in grid if c.key in done)
+    if on_start is not None:
+        on_start(len(todo), len(skipped))
+    computed = []
+    if todo:
+        tasks = [(config, c, cell_seed(config.seed, c)) for c in todo]
+        with open(out / CELLS_FILE, "a", encoding="utf-8") as fh:
+            for (_, cell, _), rec in run_tasks(run_cell, tasks, workers=workers, backend=backend, progress=progress):
+                fh.write(json.dumps(rec, allow_nan=False, ensure_ascii=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+                done[cell.key] = rec
+                computed.append(cell.key)
+    summary = summarize(config, done)
+    heatmaps = plot_heatmaps(summary, out) if plot else []
+    summary["heatmaps"] = [Path(p).name for p in heatmaps]
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
+    return StressResult(config=config, out_dir=str(out), summary=summary, computed=tuple(computed),
+                        skipped=skipped, heatmaps=tuple(heatmaps), runtime_s=round(time.perf_counter() - t0, 3),
+                        records={k: done[k] for k in (c.key for c in grid) if k in done})

@@ -1,0 +1,49 @@
+"""Reports: claims with verdicts and evidence, rendered as JSON, HTML and Markdown.
+
+* :mod:`~fedaudit.reports.model` — :class:`Claim`, :class:`Manifest`, :class:`Report`
+  (schema-versioned JSON, canonical form, digest, HMAC seal);
+* :mod:`~fedaudit.reports.integrity` — schema validation, ``verify_report``, the signing key
+  from ``FEDAUDIT_REPORT_KEY``;
+* :mod:`~fedaudit.reports.io` — ``write_report`` (atomic, refuses to overwrite without force);
+* :mod:`~fedaudit.reports.html`, :mod:`~fedaudit.reports.markdown`, :mod:`~fedaudit.reports.plots` — renderers.
+
+Nothing below :mod:`fedaudit.audit` imports this package.
+"""
+
+from fedaudit.reports.integrity import KEY_ENV, VerifyResult, load_schema, schema_errors, signing_key, verify_report
+from fedaudit.reports.io import prepare_out_dir, read_report, write_report
+from fedaudit.reports.model import (
+    EXPECTS,
+    KINDS,
+    PLOT_TYPES,
+    SCHEMA_VERSION,
+    VERDICTS,
+    Claim,
+    Expect,
+    Manifest,
+    Report,
+    Verdict,
+    json_safe,
+    utc_now,
+)
+
+__all__ = [
+    "Claim", "Manifest", "Report", "Verdict", "Expect", "VERDICTS", "EXPECTS", "KINDS", "PLOT_TYPES",
+    "SCHEMA_VERSION", "json_safe", "utc_now", "write_report", "read_report", "prepare_out_dir",
+    "verify_report", "VerifyResult", "signing_key", "KEY_ENV", "load_schema", "schema_errors",
+    "render_html", "render_markdown",
+]
+
+
+def render_html(report: Report) -> str:
+    """See :func:`fedaudit.reports.html.render_html`."""
+    from fedaudit.reports.html import render_html as _render
+
+    return _render(report)
+
+
+def render_markdown(report: Report, **kwargs) -> str:
+    """See :func:`fedaudit.reports.markdown.render_markdown`."""
+    from fedaudit.reports.markdown import render_markdown as _render
+
+    return _render(report, **kwargs)

@@ -1,0 +1,575 @@
+"""One runner per claim kind: run the audit a :class:`~fedaudit.reports.plan.ClaimSpec` names and
+turn its result into a :class:`~fedaudit.reports.model.Claim` (verdict, evidence, plot specs).
+
+Verdicts. Each runner decides two things from the evidence: whether the claim *holds* and
+whether a violation was *detected* with confidence. With ``expect = "pass"`` the verdict is
+PASS when the claim holds, else FAIL; with ``expect = "violation"`` (a known-bad system kept as a
+regression case) it is PASS when the violation is detected, else FAIL. INCONCLUSIVE is reserved
+for a run that raised (``error`` says why; see :mod:`fedaudit.reports.runner`).
+
+* **ldp** — the certified lower bound ε_lb (at ``confidence``) against the claimed ε: a
+  violation is ε_lb > ε_claimed (certified: P[false alarm] ≤ 1 − confidence); "holds" means no
+  violation was detected by this audit — an audit can only refute an LDP claim, never prove it.
+* **variance** — MSE of private SSTQ at every k and the log–log slope of MSE on d/k. The claim
+  holds when the CI's upper end meets ``max_mse``/``max_slope`` (lower end for ``min_slope``);
+  a violation is detected when the CI lies entirely on the wrong side of a bound.
+* **robustness** — ν̂ (a certified lower bound on the rule's κ: the configuration that attains it
+  is in the evidence) against ``max_nu`` and the published bound: holds when ν̂ ≤ max_nu and the
+  published bound is not violated.
+* **stress** — every cell (aggregator × attack × f × β) must reach ``min_accuracy`` and stay at or
+  below ``max_loss``; a diverged cell meets neither.
+* **convergence** — rounds to plateau, speedups over the baseline, final loss and accuracy
+  against the optional thresholds; a diverged run meets none.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from fedaudit.reports.model import Claim
+from fedaudit.reports.plan import ClaimSpec
+
+__all__ = ["RUNNERS", "run_claim", "work_units", "trim"]
+
+Advance = Callable[[int], None]
+
+#: lists with more numbers than this are replaced by a short description in the evidence
+MAX_NUMBERS = 512
+
+
+# ----------------------------------------------------------------------------- helpers
+def _count_numbers(value: Any) -> int:
+    if isinstance(value, (list, tuple)):
+        return sum(_count_numbers(v) for v in value)
+    return 1 if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _shape(value: Any) -> list[int]:
+    shape = []
+    while isinstance(value, (list, tuple)):
+        shape.append(len(value))
+        value = value[0] if value else None
+    return shape
+
+
+def trim(value: Any, max_numbers: int = MAX_NUMBERS) -> Any:
+    """``value`` with every list of more than ``max_numbers`` numbers (at any depth) replaced by
+    ``{"omitted": "...", "shape": [...], "numbers": N}`` — raw inputs stay out of the report."""
+    if isinstance(value, dict):
+        return {k: trim(v, max_numbers) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        n = _count_numbers(value)
+        if n > max_numbers:
+            return {"omitted": f"{n} numbers (too large for the report)", "shape": _shape(value), "numbers": n}
+        return [trim(v, max_numbers) for v in value]
+    return value
+
+
+def _finite_or_none(v: Any) -> float | None:
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def _verdict(expect: str, holds: bool, violated: bool) -> str:
+    if expect == "violation":
+        return "PASS" if violated else "FAIL"
+    return "PASS" if holds else "FAIL"
+
+
+def _g(v: Any, spec: str = ".4g") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    return format(v, spec)
+
+
+def _claim(spec: ClaimSpec, verdict: str, evidence: dict[str, Any], summary: str, plots: list[dict]) -> Claim:
+    evidence = {"parameters": dict(spec.params), **evidence}
+    return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict,
+                 evidence=trim(evidence), summary=summary, plots=plots, seed=spec.seed)
+
+
+def _z(confidence: float) -> float:
+    from scipy import stats
+
+    return float(stats.norm.isf((1 - confidence) / 2))
+
+
+# ----------------------------------------------------------------------------- ldp
+_LDP_PAIRS = ("antipodal", "flat", "zero-boundary")
+
+
+def _ldp_pair(p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    d, c = p["dim"], p["clip"]
+    e = np.eye(d)
+    if p["pair"] == "one-hot":
+        return e[0], e[1]
+    flat = c * np.ones(d) / np.sqrt(d)
+    return {"antipodal": (c * e[0], -c * e[0]), "flat": (flat, -flat), "zero-boundary": (np.zeros(d), c * e[0])}[p["pair"]]
+
+
+def _curve_sizes(p: dict[str, Any]) -> list[int]:
+    n = p["samples"]
+    return [n // 16, n // 4] if p["curve"] else []
+
+
+def _ldp_units(p: dict[str, Any]) -> int:
+    total = 2 * p["samples"] + 2 * sum(_curve_sizes(p))
+    if p["pair"] == "search":
+        candidates = 2 if p["mechanism"] == "rr" else 7 + 2 * 8  # structured pairs + 2 rounds × 8 local moves
+        total += 2 * candidates * p["search_samples"]
+    return total
+
+
+def run_ldp(spec: ClaimSpec, advance: Advance) -> Claim:
+    """Certify a lower bound on ε (pair given or searched); optionally at N/16 and N/4 as well."""
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.audit.pair_search import audit_worst_case
+    from fedaudit.engine import derive_seed
+    from fedaudit.mechanisms.registry import make_mechanism
+
+    p = spec.params
+    mech = make_mechanism(p["mechanism"], p["dim"], p["epsilon"], k=p["k"], levels=p["levels"], clip=p["clip"],
+                          delta=p["delta"], rotate=p["rotate"])
+    eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else mech.epsilon
+    delta = p["claimed_delta"] if p["claimed_delta"] is not None else mech.delta
+    common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=advance)
+    if p["pair"] == "search":
+        res = audit_worst_case(mech, clip=p["clip"], samples=p["samples"], search_samples=p["search_samples"],
+                               seed=spec.seed, **common)
+        x0, x1 = np.asarray(res.x0), np.asarray(res.x1)
+        pair_name = res.search["best"]
+    else:
+        x0, x1 = _ldp_pair(p)
+        res = audit_ldp(mech, x0, x1, samples=p["samples"], seed=spec.seed, **common)
+        pair_name = {"antipodal": "+clip·e1 vs −clip·e1", "flat": "+clip·1/√d vs −clip·1/√d",
+                     "zero-boundary": "0 vs clip·e1", "one-hot": "e0 vs e1"}[p["pair"]]
+    # the curve: the same pair certified on fewer, independent draws (seeds named by the size)
+    curve = []
+    for n in _curve_sizes(p):
+        small = audit_ldp(mech, x0, x1, samples=n, seed=derive_seed(spec.seed, f"curve={n}"), **common)
+        curve.append({"samples": n, "epsilon_lower": small.epsilon_lower, "seed": small.seed,
+                      "violation": small.violation})
+    curve.append({"samples": res.samples, "epsilon_lower": res.epsilon_lower, "seed": spec.seed,
+                  "violation": res.violation})
+
+    violated = bool(res.violation)
+    verdict = _verdict(spec.expect, holds=not violated, violated=violated)
+    conf = f"{res.confidence:.0%}"
+    exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {_g(res.epsilon_exact, '.3g')}"
+    if violated:
+        summary = (f"VIOLATION: certified ε ≥ {res.epsilon_lower:.3f} at {conf} exceeds the claimed "
+                   f"ε = {eps:g} ({pair_name}, {res.test}){exact}")
+    else:
+        summary = (f"no violation detected: certified ε ≥ {res.epsilon_lower:.3f} at {conf} is within the claimed "
+                   f"ε = {eps:g} ({pair_name}, {res.test}, max certifiable {res.max_certifiable:.2f}){exact}")
+    if spec.expect == "violation":
+        summary += " — expected a violation" + (", detected" if violated else ", NOT detected")
+    audit = res.to_dict()
+    evidence = {
+        "epsilon_claimed": eps, "delta_claimed": delta,
+        "epsilon_lower": res.epsilon_lower, "epsilon_exact": res.epsilon_exact,
+        "violation": violated, "confidence": res.confidence,
+        "pair": pair_name, "distinguisher": res.test,
+        "samples": res.samples, "max_certifiable": res.max_certifiable,
+        "curve": curve,
+        "audit": audit,
+    }
+    ev = res.event
+    plots = [
+        {"type": "epsilon_vs_samples", "title": "certified ε lower bound vs samples per input",
+         "samples": [c["samples"] for c in curve], "epsilon_lower": [c["epsilon_lower"] for c in curve],
+         "epsilon_claimed": eps, "epsilon_exact": res.epsilon_exact},
+        {"type": "privacy_region", "title": f"certified event ({ev['event']}, positive {ev['positive_input']})",
+         "tpr": res.tpr, "fpr": res.fpr, "epsilon": eps, "delta": delta,
+         "tpr_lower": ev["tpr_lower"], "fpr_upper": ev["fpr_upper"], "epsilon_lower": res.epsilon_lower},
+    ]
+    return _claim(spec, verdict, evidence, summary, plots)
+
+
+# ----------------------------------------------------------------------------- variance
+def _variance_units(p: dict[str, Any]) -> int:
+    return p["samples"] * (2 * len(p["ks"]) + 3)
+
+
+def _slope_ci(dk: list[float], results: list[Any], z: float) -> tuple[float, float, float]:
+    """Least-squares slope of log MSE on log(d/k) with a delta-method CI: the measurements are
+    independent, Var(log MSE_i) ≈ (se_i / MSE_i)², se_i = (ci_high − mse)/z_0.95 (CLT), and the
+    slope is Σ c_i log MSE_i with c_i = (u_i − ū)/Σ(u − ū)², u = log(d/k)."""
+    from fedaudit.audit.variance import loglog_slope
+
+    u = np.log(np.asarray(dk, float))
+    c = (u - u.mean()) / np.sum((u - u.mean()) ** 2)
+    slope = loglog_slope(dk, [r.mse for r in results])
+    z95 = [_z(r.confidence) for r in results]
+    var_log = np.array([((r.ci_high - r.mse) / zz / r.mse) ** 2 if r.mse > 0 else 0.0 for r, zz in zip(results, z95)])
+    half = z * float(np.sqrt(np.sum(c ** 2 * var_log)))
+    return slope, slope - half, slope + half
+
+
+def _rescaled_ci(r: Any, z: float) -> tuple[float, float]:
+    """The CLT interval of an MSEResult at another confidence: mse ± z·se (se from its own CI)."""
+    se = (r.ci_high - r.mse) / _z(r.confidence)
+    return max(0.0, r.mse - z * se), r.mse + z * se
+
+
+def run_variance(spec: ClaimSpec, advance: Advance) -> Claim:
+    """MSE of SSTQ against d/k (private and not) next to vqSGD and PrivUnitG; check the bounds."""
+    from fedaudit.audit.variance import variance_vs_dk
+
+    p = spec.params
+    curve = variance_vs_dk(p["dim"], p["ks"], p["epsilon"], levels=p["levels"], clip=p["clip"],
+                           samples=p["samples"], seed=spec.seed, progress=advance)
+    z = _z(p["confidence"])
+    dk = list(curve.d_over_k)
+    cis = [_rescaled_ci(r, z) for r in curve.sstq]
+    cis0 = [_rescaled_ci(r, z) for r in curve.sstq_nonprivate]
+    slope, slope_lo, slope_hi = _slope_ci(dk, list(curve.sstq), z) if len(dk) >= 2 else (math.nan,) * 3
+    checks, holds, violated = [], True, False
+    if p["max_mse"] is not None:
+        worst_hi = max(hi for _, hi in cis)
+        worst_lo = max(lo for lo, _ in cis)
+        ok, bad = worst_hi <= p["max_mse"], worst_lo > p["max_mse"]
+        checks.append({"check": "max_mse", "bound": p["max_mse"], "value": max(r.mse for r in curve.sstq),
+                       "ci": [worst_lo, worst_hi], "holds": ok, "violated": bad})
+        holds, violated = holds and ok, violated or bad
+    if p["max_slope"] is not None:
+        ok, bad = slope_hi <= p["max_slope"], slope_lo > p["max_slope"]
+        checks.append({"check": "max_slope", "bound": p["max_slope"], "value": slope, "ci": [slope_lo, slope_hi],
+                       "holds": ok, "violated": bad})
+        holds, violated = holds and ok, violated or bad
+    if p["min_slope"] is not None:
+        ok, bad = slope_lo >= p["min_slope"], slope_hi < p["min_slope"]
+        checks.append({"check": "min_slope", "bound": p["min_slope"], "value": slope, "ci": [slope_lo, slope_hi],
+                       "holds": ok, "violated": bad})
+        holds, violated = holds and ok, violated or bad
+    verdict = _verdict(spec.expect, holds, violated)
+    conf = f"{p['confidence']:.0%}"
+    parts = [f"private SSTQ slope of MSE on d/k {slope:+.3f} ({conf} CI [{slope_lo:+.3f}, {slope_hi:+.3f}])",
+             f"MSE {min(r.mse for r in curve.sstq):.4g}–{max(r.mse for r in curve.sstq):.4g} "
+             f"(PrivUnitG {curve.privunitg.mse:.4g}, vqSGD {curve.vqsgd.mse:.4g})"]
+    for c in checks:
+        state = "holds" if c["holds"] else ("VIOLATED" if c["violated"] else "not shown at " + conf)
+        parts.append(f"{c['check']} {c['bound']:g}: {state}")
+    if not checks:
+        parts.append("no bound declared (measurement only)")
+    label_p, label_0 = f"SSTQ ε={curve.epsilon:g}", "SSTQ no privacy"
+    evidence = {
+        "checks": checks,
+        "slope_private": slope, "slope_private_ci": [slope_lo, slope_hi],
+        "slope_nonprivate": curve.slope_nonprivate,
+        "confidence": p["confidence"],
+        "per_k": [{"k": k, "d_over_k": x, "mse": r.mse, "ci": list(ci), "unbiased": r.unbiased,
+                   "mse_nonprivate": r0.mse, "ci_nonprivate": list(ci0)}
+                  for k, x, r, ci, r0, ci0 in zip(curve.ks, dk, curve.sstq, cis, curve.sstq_nonprivate, cis0)],
+        "references": {"privunitg": curve.privunitg.mse, "vqsgd": curve.vqsgd.mse,
+                       "vqsgd_nonprivate": curve.vqsgd_nonprivate.mse},
+        "samples": curve.samples,
+        "curve": curve.to_dict(),
+    }
+    hlines = {f"vqSGD ε={curve.epsilon:g}": curve.vqsgd.mse, "vqSGD no privacy": curve.vqsgd_nonprivate.mse,
+              f"PrivUnitG ε={curve.epsilon:g} (optimal)": curve.privunitg.mse}
+    if p["max_mse"] is not None:
+        hlines["bound max_mse"] = p["max_mse"]
+    plots = [{"type": "mse_vs_dk", "title": f"MSE vs d/k at d={curve.dim}, s={curve.levels} ({conf} CIs)",
+              "d_over_k": dk,
+              "series": {label_p: {"mse": [r.mse for r in curve.sstq], "ci_low": [c[0] for c in cis],
+                                   "ci_high": [c[1] for c in cis]},
+                         label_0: {"mse": [r.mse for r in curve.sstq_nonprivate], "ci_low": [c[0] for c in cis0],
+                                   "ci_high": [c[1] for c in cis0]}},
+              "hlines": hlines,
+              "slopes": {label_p: slope, label_0: curve.slope_nonprivate}}]
+    return _claim(spec, verdict, evidence, "; ".join(parts), plots)
+
+
+# ----------------------------------------------------------------------------- robustness
+def _robustness_units(p: dict[str, Any]) -> int:
+    return p["trials"] + (3 + p["search_evals"] + 1 if p["f"] > 0 else 0)
+
+
+def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
+    """ν̂ of the rule (a certified lower bound on its κ) against max_nu and the published bound."""
+    from fedaudit.audit.robustness import audit_robustness
+
+    p = spec.params
+    res = audit_robustness(p["aggregator"], n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
+                           seed=spec.seed, search_evals=p["search_evals"], progress=advance)
+    nu = res.nu_empirical
+    within_max = p["max_nu"] is None or nu <= p["max_nu"]
+    holds = within_max and not res.violation
+    verdict = _verdict(spec.expect, holds=holds, violated=not holds)
+    parts = [f"ν̂ = {_g(nu)} (worst: {res.worst_attack})",
+             f"universal lower bound f/(n−2f) = {res.nu_lower:.4g}",
+             "published bound " + ("none" if res.nu_bound is None else _g(res.nu_bound))
+             + (" VIOLATED" if res.violation else "")]
+    if p["max_nu"] is not None:
+        parts.append(f"max_nu {p['max_nu']:g} " + ("met" if within_max else "EXCEEDED"))
+        if p["max_nu"] < res.nu_lower:
+            parts.append("note: max_nu is below the universal lower bound, no rule can meet it")
+    evidence = {
+        "nu_empirical": nu, "max_nu": p["max_nu"], "nu_bound": res.nu_bound, "nu_lower": res.nu_lower,
+        "bound_violation": res.violation, "unbounded": res.unbounded,
+        "reaches_lower_bound": res.reaches_lower_bound, "worst_attack": res.worst_attack,
+        "audit": res.to_dict(),
+    }
+    top = dict(list(res.per_configuration.items())[:12])
+    plots = [{"type": "nu_vs_bound", "title": f"ν̂ per configuration — {res.aggregator}, n={res.n}, f={res.f}",
+              "configurations": top, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower, "nu_empirical": nu,
+              "nu_max": p["max_nu"]}]
+    return _claim(spec, verdict, evidence, "; ".join(parts), plots)
+
+
+# ----------------------------------------------------------------------------- stress
+def _stress_units(p: dict[str, Any]) -> int:
+    return len(p["aggregators"]) * len(p["attacks"]) * len(p["fs"]) * len(p["betas"])
+
+
+def _cell_ok(rec: dict[str, Any], p: dict[str, Any]) -> tuple[bool, list[str]]:
+    why = []
+    acc, loss = rec.get("final_accuracy"), rec.get("final_loss")
+    if p["min_accuracy"] is not None and (acc is None or acc < p["min_accuracy"]):
+        why.append("diverged" if acc is None else f"accuracy {acc:.3f} < {p['min_accuracy']:g}")
+    if p["max_loss"] is not None and (loss is None or loss > p["max_loss"]):
+        why.append("loss diverged" if loss is None else f"loss {loss:.4g} > {p['max_loss']:g}")
+    return not why, why
+
+
+def run_stress(spec: ClaimSpec, advance: Advance) -> Claim:
+    """Train every cell of the grid and check the worst case over attacks in every cell."""
+    from fedaudit.fl.stress import StressConfig, run_stress as _run_stress
+    from fedaudit.reports.plan import _stress_config_kw
+
+    p = spec.params
+    config = StressConfig(**_stress_config_kw(p, seed=spec.seed))
+    with tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
+        res = _run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=advance, plot=False)
+    s = res.summary
+    cells, failing = [], []
+    for row in s["cells"]:
+        ok, why = _cell_ok(row, p)
+        cells.append({**row, "meets": ok, "why": why})
+        if not ok:
+            failing.append({"key": row["key"], "why": why})
+    holds = not failing and bool(s["complete"])
+    verdict = _verdict(spec.expect, holds=holds, violated=bool(failing))
+    accs = [c["final_accuracy"] for c in cells]
+    losses = [c["final_loss"] for c in cells]
+    worst_acc = None if any(a is None for a in accs) else min(accs, default=None)
+    worst_loss = None if any(v is None for v in losses) else max(losses, default=None)
+    req = []
+    if p["min_accuracy"] is not None:
+        req.append(f"accuracy ≥ {p['min_accuracy']:g}")
+    if p["max_loss"] is not None:
+        req.append(f"loss ≤ {p['max_loss']:g}")
+    summary = (f"{len(cells) - len(failing)}/{len(cells)} cells meet {' and '.join(req)}; worst accuracy "
+               f"{'diverged' if worst_acc is None else f'{worst_acc:.3f}'}, worst loss "
+               f"{'diverged' if worst_loss is None else f'{worst_loss:.4g}'}"
+               + (f"; failing: {', '.join(f['key'] for f in failing[:3])}" + (" …" if len(failing) > 3 else "")
+                  if failing else ""))
+    evidence = {
+        "requirement": {"min_accuracy": p["min_accuracy"], "max_loss": p["max_loss"]},
+        "cells_meeting": len(cells) - len(failing), "cells": len(cells),
+        "worst_accuracy": worst_acc, "worst_loss": worst_loss,
+        "failing": failing,
+        "per_cell": [{k: c[k] for k in ("key", "final_accuracy", "final_loss", "breakdown", "breakdown_reasons",
+                                        "meets", "why", "seed", "runtime_s") if k in c} for c in cells],
+        "breakdown_rule": s["breakdown_rule"], "seed_rule": s["seed_rule"],
+        "worst_case": s["aggregators"],
+        "config": s["config"], "runtime_s": res.runtime_s,
+    }
+    plots = _stress_plots(config, res, p)
+    return _claim(spec, verdict, evidence, summary, plots)
+
+
+def _stress_plots(config: Any, res: Any, p: dict[str, Any]) -> list[dict]:
+    from fedaudit.fl.stress import Cell
+
+    recs = res.records
+    plots = []
+    metrics = []
+    if p["min_accuracy"] is not None or p["max_loss"] is None:
+        metrics.append(("final_accuracy", "final test accuracy"))
+    if p["max_loss"] is not None:
+        metrics.append(("final_loss", "final honest loss"))
+    pairs = [(f, b) for f in config.fs for b in config.betas][:6]
+    for f, b in pairs:
+        for field_, label in metrics:
+            values = [[(recs.get(Cell(a, t, f, b).key) or {}).get(field_) for t in config.attacks]
+                      for a in config.aggregators]
+            plots.append({"type": "heatmap", "title": f"{label} at f={f}, β={b:g} (null = diverged)",
+                          "x_label": "attack", "y_label": "aggregator", "x": list(config.attacks),
+                          "y": list(config.aggregators), "values": values, "value_label": label})
+    if len(recs) <= 12:
+        series = {}
+        for key, rec in recs.items():
+            tr = rec.get("trace") or {}
+            if tr.get("round"):
+                series[f"{rec['aggregator']} / {rec['attack']} f={rec['f']} β={rec['beta']:g}"] = {
+                    "x": tr["round"], "y": tr.get("accuracy", [])}
+        if series:
+            hl = {"min_accuracy": p["min_accuracy"]} if p["min_accuracy"] is not None else {}
+            plots.append({"type": "curves", "title": f"test accuracy during training ({config.optimizer})",
+                          "x_label": "round", "y_label": "test accuracy", "log_y": False, "series": series,
+                          "hlines": hl})
+    return plots
+
+
+# ----------------------------------------------------------------------------- convergence
+def _convergence_units(p: dict[str, Any]) -> int:
+    return p["rounds"] * len(p["optimizers"])
+
+
+def _make_optimizer(name: str, p: dict[str, Any]):
+    from fedaudit.defenses import optimizers as opt
+
+    if name == "dgd":
+        return opt.DGD(p["lr"])
+    if name == "dnag":
+        return opt.DNAG(p["lr"], momentum=p["momentum"])
+    if name == "racc":
+        return opt.RobustAccelerated()
+    return opt.PIGS(eta=p["eta"])
+
+
+def _first_at_or_below(rounds: list[int], losses: list[float], level: float) -> int | None:
+    for r, v in zip(rounds, losses):
+        if math.isfinite(v) and v <= level + 1e-15 * max(1.0, abs(level)):
+            return int(r)
+    return None
+
+
+def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
+    """Run each optimizer on the same federation and oracle randomness; compare rounds to plateau.
+
+    ℓ* is the lowest honest loss any run reached. An optimizer's rounds to plateau is
+    :func:`~fedaudit.defenses.optimizers.rounds_to_plateau` of its own curve against ℓ*; its
+    speedup over the baseline is (baseline's rounds to plateau) / (its rounds to first reach the
+    baseline's plateau threshold ℓ* + (1 + eps)(ℓ_∞,base − ℓ*)) — ∞ when it starts below, 0 when it
+    never gets there.
+    """
+    from fedaudit.defenses.optimizers import plateau_level, rounds_to_plateau, run
+    from fedaudit.engine import derive_seed
+    from fedaudit.fl.data import load_dataset
+    from fedaudit.fl.federation import Federation
+
+    p = spec.params
+    data = load_dataset(p["dataset"], path=p["data_path"], seed=derive_seed(spec.seed, "data"))
+    fed = Federation.build(data, n_honest=p["n_honest"], f=p["f"], scheme="dirichlet", beta=p["beta"], mu=p["mu"],
+                           aggregator=p["aggregator"], attack=p["attack"] if p["f"] > 0 else None,
+                           optimal_attack=p["optimal_attack"], seed=derive_seed(spec.seed, "federation"))
+    run_seed = derive_seed(spec.seed, "optimizer")  # the same oracle streams for every optimizer
+    traces = {}
+    for name in p["optimizers"]:
+        done = [0]
+
+        def tick(k, rec, done=done):
+            if k > done[0]:
+                advance(k - done[0])
+                done[0] = k
+
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            traces[name] = run(_make_optimizer(name, p), fed, None, p["rounds"], seed=run_seed, callback=tick)
+        advance(p["rounds"] - done[0])
+    finite = [v for t in traces.values() if not t.diverged for v in t.loss if math.isfinite(v)]
+    ref = min(finite) if finite else math.nan
+    per: dict[str, dict[str, Any]] = {}
+    for name, t in traces.items():
+        ok = not t.diverged and all(math.isfinite(v) for v in t.loss)
+        per[name] = {
+            "diverged": not ok,
+            "final_loss": _finite_or_none(t.loss[-1]) if ok else None,
+            "final_accuracy": _finite_or_none(t.test_acc[-1]) if ok and t.test_acc[-1] is not None else None,
+            "plateau_loss": plateau_level(t.loss) if ok else None,
+            "rounds_to_plateau": rounds_to_plateau(t.loss, ref, p["plateau_eps"], rounds=t.rounds) if ok else None,
+            "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,
+            "info": t.info,
+        }
+    base = p["baseline"]
+    b = per[base]
+    if b["plateau_loss"] is not None:
+        gap = b["plateau_loss"] - ref
+        target = ref + gap + p["plateau_eps"] * abs(gap)
+        for name, t in traces.items():
+            if name == base:
+                per[name]["speedup"] = 1.0
+                continue
+            r = _first_at_or_below(t.rounds, t.loss, target) if not per[name]["diverged"] else None
+            per[name]["rounds_to_baseline_plateau"] = r
+            per[name]["speedup"] = (0.0 if r is None else (math.inf if r == 0 else b["rounds_to_plateau"] / r))
+    checks = []
+    for name, limit in (p["max_rounds"] or {}).items():
+        v = per[name]["rounds_to_plateau"]
+        checks.append({"check": f"max_rounds[{name}]", "bound": limit, "value": v, "holds": v is not None and v <= limit})
+    for name, limit in (p["min_speedup"] or {}).items():
+        v = per[name].get("speedup")
+        checks.append({"check": f"min_speedup[{name}]", "bound": limit, "value": v,
+                       "holds": v is not None and v >= limit})
+    if p["max_final_loss"] is not None:
+        for name in p["optimizers"]:
+            v = per[name]["final_loss"]
+            checks.append({"check": f"max_final_loss[{name}]", "bound": p["max_final_loss"], "value": v,
+                           "holds": v is not None and v <= p["max_final_loss"]})
+    if p["min_final_accuracy"] is not None:
+        for name in p["optimizers"]:
+            v = per[name]["final_accuracy"]
+            checks.append({"check": f"min_final_accuracy[{name}]", "bound": p["min_final_accuracy"], "value": v,
+                           "holds": v is not None and v >= p["min_final_accuracy"]})
+    holds = all(c["holds"] for c in checks)
+    verdict = _verdict(spec.expect, holds=holds, violated=not holds)
+    parts = [f"{n}: plateau after {_g(r['rounds_to_plateau'], 'd') if r['rounds_to_plateau'] is not None else 'never (diverged)'} "
+             f"rounds, final loss {_g(r['final_loss'])}"
+             + ("" if n == base or r.get("speedup") is None else f", speedup ×{_g(r['speedup'], '.2f')}")
+             for n, r in per.items()]
+    failed = [c["check"] for c in checks if not c["holds"]]
+    if checks:
+        parts.append("all thresholds met" if not failed else "NOT met: " + ", ".join(failed))
+    else:
+        parts.append("no threshold declared (measurement only)")
+    evidence = {
+        "checks": checks, "baseline": base, "reference_loss": ref, "per_optimizer": per,
+        "federation": {"dataset": p["dataset"], "n_honest": p["n_honest"], "f": p["f"], "beta": p["beta"],
+                       "aggregator": p["aggregator"], "attack": p["attack"], "dim": fed.dim},
+        "seeds": {"data": derive_seed(spec.seed, "data"), "federation": derive_seed(spec.seed, "federation"),
+                  "optimizer": run_seed},
+    }
+    series = {n: {"x": [int(r) for r in t.rounds], "y": [_finite_or_none(v) for v in t.loss]} for n, t in traces.items()}
+    plots = [{"type": "curves", "title": f"honest loss L_H(x_k) — {p['aggregator']} under {p['attack']}, f={p['f']}",
+              "x_label": "round", "y_label": "honest loss", "log_y": True, "series": series,
+              "hlines": {"ℓ* (best loss reached)": ref if math.isfinite(ref) else None}}]
+    return _claim(spec, verdict, evidence, "; ".join(parts), plots)
+
+
+# ----------------------------------------------------------------------------- dispatch
+RUNNERS: dict[str, Callable[[ClaimSpec, Advance], Claim]] = {
+    "ldp": run_ldp, "variance": run_variance, "robustness": run_robustness,
+    "stress": run_stress, "convergence": run_convergence,
+}
+
+_UNITS: dict[str, Callable[[dict[str, Any]], int]] = {
+    "ldp": _ldp_units, "variance": _variance_units, "robustness": _robustness_units,
+    "stress": _stress_units, "convergence": _convergence_units,
+}
+
+UNIT_NAMES = {"ldp": "samples", "variance": "reports", "robustness": "configurations", "stress": "cells",
+              "convergence": "rounds"}
+
+
+def work_units(spec: ClaimSpec) -> int:
+    """How many progress units the claim's run reports (an estimate for pair searches)."""
+    return max(1, int(_UNITS[spec.kind](spec.params)))
+
+
+def run_claim(spec: ClaimSpec, advance: Advance | None = None) -> Claim:
+    """Run one claim and time it (exceptions propagate; :func:`run_plan` records them)."""
+    t0 = time.perf_counter()
+    claim = RUNNERS[spec.kind](spec, advance or (lambda n: None))
+    claim.runtime_s = time.perf_counter() - t0
+    return claim

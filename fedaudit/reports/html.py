@@ -1,0 +1,185 @@
+"""Self-contained HTML rendering of a :class:`~fedaudit.reports.model.Report`.
+
+One file, no network: inline CSS, figures as ``data:image/png;base64`` images, no scripts, and a
+Content-Security-Policy that forbids loading anything else. Layout: the overall verdict and a
+summary table of every claim first, then one section per claim (verdict, expectation, summary,
+evidence table, figures), then the manifest and integrity fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from typing import Any
+
+from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
+from fedaudit.reports.plots import describe, render_png
+
+__all__ = ["render_html", "claim_anchor"]
+
+_EXPECT_TEXT = {
+    "pass": "the guarantee holds",
+    "violation": "the audit finds a violation",
+}
+
+_CSS = """
+:root { --pass:#1e8449; --fail:#c0392b; --inc:#b9770e; --ink:#1c2833; --muted:#5d6d7e; --line:#d5d8dc; }
+* { box-sizing: border-box; }
+body { margin: 0; padding: 24px 32px 48px; font: 15px/1.5 "DejaVu Sans", "Liberation Sans", Arial, sans-serif;
+       color: var(--ink); background: #ffffff; max-width: 1100px; }
+h1 { font-size: 26px; margin: 0 0 6px; }
+h2 { font-size: 20px; margin: 0 0 8px; }
+h3 { font-size: 16px; margin: 18px 0 6px; }
+header { border-bottom: 3px solid var(--ink); padding-bottom: 12px; margin-bottom: 20px; }
+.overall { font-size: 17px; margin: 6px 0 0; }
+.muted { color: var(--muted); }
+table { border-collapse: collapse; width: 100%; margin: 8px 0 12px; }
+th, td { border: 1px solid var(--line); padding: 5px 9px; text-align: left; vertical-align: top; }
+th { background: #eef1f4; font-weight: 600; }
+tbody tr:nth-child(even) td { background: #f8f9fa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.evidence td:first-child, table.manifest td:first-child { font-family: "DejaVu Sans Mono", monospace;
+       font-size: 13px; white-space: nowrap; width: 34%; }
+table.evidence td:last-child { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; word-break: break-word; }
+.badge { display: inline-block; min-width: 92px; padding: 2px 10px; border-radius: 12px; color: #fff;
+         font-weight: 700; font-size: 13px; text-align: center; letter-spacing: .03em; }
+.badge.PASS { background: var(--pass); }
+.badge.FAIL { background: var(--fail); }
+.badge.INCONCLUSIVE { background: var(--inc); }
+section.claim { border: 1px solid var(--line); border-left: 8px solid var(--muted); border-radius: 6px;
+                padding: 16px 20px; margin: 22px 0; }
+section.claim.PASS { border-left-color: var(--pass); }
+section.claim.FAIL { border-left-color: var(--fail); }
+section.claim.INCONCLUSIVE { border-left-color: var(--inc); }
+.meta { margin: 0 0 8px; color: var(--muted); font-size: 14px; }
+.meta code { color: var(--ink); }
+.claim-summary { margin: 8px 0; }
+.error { background: #fdedec; border: 1px solid #f5b7b1; padding: 8px 12px; border-radius: 4px;
+         font-family: "DejaVu Sans Mono", monospace; font-size: 13px; white-space: pre-wrap; }
+details { margin: 0 0 12px; }
+summary { cursor: pointer; color: #1f5fa8; font-size: 14px; }
+figure { margin: 14px 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
+figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
+.plot-error { background: #fef5e7; border: 1px dashed var(--inc); padding: 8px 12px; font-size: 13px; }
+code { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; }
+a { color: #1f5fa8; }
+footer { margin-top: 28px; border-top: 1px solid var(--line); padding-top: 10px; font-size: 13px; }
+"""
+
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def claim_anchor(claim_id: str, index: int) -> str:
+    """A unique, HTML-safe element id for a claim section."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", claim_id).strip("-")[:60] or "claim"
+    return f"claim-{index + 1}-{slug}"
+
+
+def _badge(verdict: str) -> str:
+    return f'<span class="badge {_e(verdict)}">{_e(verdict)}</span>'
+
+
+def _runtime(seconds: float) -> str:
+    text = format_value(seconds)
+    return text if text in ("∞", "NaN", "−∞") else (f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s")
+
+
+def _figure(spec: dict[str, Any]) -> str:
+    caption = describe(spec)
+    try:
+        png = render_png(spec)
+    except Exception as exc:  # a bad plot must not lose the rest of a long run's report
+        return (f'<div class="plot-error">Could not draw the {_e(spec.get("type"))} plot: '
+                f'{_e(type(exc).__name__)}: {_e(exc)}</div>')
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure class="plot" data-plot-type="{_e(spec.get("type"))}">'
+            f'<img src="data:image/png;base64,{data}" alt="{_e(caption)}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+#: evidence rows shown before the rest is folded into a <details> element
+_SHOWN_ROWS = 24
+
+
+def _evidence_table(rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f'<table class="evidence"><thead><tr><th>field</th><th>value</th></tr></thead><tbody>{body}</tbody></table>'
+
+
+def _claim_section(claim: Claim, index: int) -> str:
+    parts = [f'<section class="claim {_e(claim.verdict)}" id="{claim_anchor(claim.id, index)}">',
+             f"<h2>{index + 1}. {_e(claim.title)} {_badge(claim.verdict)}</h2>"]
+    meta = [f"id <code>{_e(claim.id)}</code>", f"kind <b>{_e(claim.kind)}</b>",
+            f"expectation <b>{_e(claim.expect)}</b> ({_e(_EXPECT_TEXT.get(claim.expect, claim.expect))})",
+            f"seed {_e('—' if claim.seed is None else claim.seed)}", f"runtime {_e(_runtime(claim.runtime_s))}"]
+    parts.append('<p class="meta">' + " · ".join(meta) + "</p>")
+    if claim.summary:
+        parts.append(f'<p class="claim-summary">{_e(claim.summary)}</p>')
+    if claim.error:
+        parts.append(f'<div class="error">{_e(claim.error)}</div>')
+    rows = flatten_evidence(claim.evidence, max_rows=200)
+    parts.append("<h3>Evidence</h3>")
+    if rows:
+        head, rest = rows[:_SHOWN_ROWS], rows[_SHOWN_ROWS:]
+        if len(rest) <= 4:  # not worth folding
+            head, rest = rows, []
+        parts.append(_evidence_table(head))
+        if rest:
+            parts.append(f"<details><summary>{len(rest)} more evidence field(s)</summary>{_evidence_table(rest)}"
+                         "</details>")
+    else:
+        parts.append('<p class="muted">No evidence recorded.</p>')
+    if claim.plots:
+        parts.append("<h3>Figures</h3>")
+        parts.extend(_figure(spec) for spec in claim.plots)
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def render_html(report: Report) -> str:
+    """The report as one self-contained HTML document (UTF-8 text)."""
+    counts = report.counts
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{_e(report.title)} — {_e(report.overall)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>"]
+    m = report.manifest
+    out.append("<header>")
+    out.append(f"<h1>{_e(report.title)}</h1>")
+    out.append(f'<p class="overall">Overall verdict {_badge(report.overall)} — {len(report.claims)} claim(s): '
+               f'{counts["PASS"]} PASS, {counts["FAIL"]} FAIL, {counts["INCONCLUSIVE"]} INCONCLUSIVE</p>')
+    out.append(f'<p class="muted">fedaudit {_e(m.fedaudit)} · started {_e(m.started)} · finished {_e(m.finished)}'
+               + (f" · commit <code>{_e(m.git_commit[:12])}</code>" if m.git_commit else "") + "</p>")
+    out.append("</header>")
+
+    out.append('<section id="summary"><h2>Summary</h2>')
+    out.append('<table class="summary"><thead><tr><th>#</th><th>claim</th><th>kind</th><th>expectation</th>'
+               '<th>verdict</th><th>runtime</th></tr></thead><tbody>')
+    for i, c in enumerate(report.claims):
+        out.append(f'<tr><td class="num">{i + 1}</td><td><a href="#{claim_anchor(c.id, i)}">{_e(c.title)}</a>'
+                   f'<br><code class="muted">{_e(c.id)}</code></td><td>{_e(c.kind)}</td><td>{_e(c.expect)}</td>'
+                   f'<td>{_badge(c.verdict)}</td><td class="num">{_e(_runtime(c.runtime_s))}</td></tr>')
+    if not report.claims:
+        out.append('<tr><td colspan="6" class="muted">This report holds no claims.</td></tr>')
+    out.append("</tbody></table></section>")
+
+    for i, c in enumerate(report.claims):
+        out.append(_claim_section(c, i))
+
+    out.append('<section id="manifest"><h2>Manifest</h2><table class="manifest"><tbody>')
+    for key, value in m.to_dict().items():
+        out.append(f"<tr><td>{_e(key)}</td><td>{_e('—' if value is None else value)}</td></tr>")
+    out.append(f"<tr><td>schema_version</td><td>{_e(report.schema_version)}</td></tr>")
+    out.append(f"<tr><td>digest (SHA-256)</td><td><code>{_e(report.digest or 'not sealed')}</code></td></tr>")
+    out.append(f"<tr><td>signature (HMAC-SHA256)</td><td><code>{_e(report.signature or 'unsigned')}</code></td></tr>")
+    out.append("</tbody></table></section>")
+    out.append('<footer class="muted">Check integrity with <code>fedaudit verify report.json</code> '
+               "(the digest covers report.json; this page is a rendering of it).</footer>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,132 @@
+"""Writing and reading report directories.
+
+``write_report`` seals the report (digest, and an HMAC signature when ``FEDAUDIT_REPORT_KEY`` is
+set), validates its JSON against ``schema.json``, renders every requested format in memory and
+only then writes each file atomically: a temporary file in the same directory, flushed and
+fsynced, then ``os.replace`` — readers see the old file or the new one, never half of one.
+An existing non-empty directory is refused unless ``force``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from fedaudit.errors import FedAuditError
+from fedaudit.reports.integrity import signing_key, validate_report_dict
+from fedaudit.reports.model import Report
+
+__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "read_report", "atomic_write"]
+
+FORMATS = ("json", "html", "md")
+FILENAMES = {"json": "report.json", "html": "report.html", "md": "report.md"}
+
+
+def prepare_out_dir(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
+    """Check that ``out_dir`` may receive a report and create it. A path that is a file, or an
+    existing non-empty directory without ``force``, is a :class:`FedAuditError`. Call it before a
+    long run so the refusal comes first, then ``write_report(..., force=True)`` at the end."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FedAuditError(f"report directory {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FedAuditError(f"cannot create report directory {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = False,
+                 formats: Iterable[str] = FORMATS) -> dict[str, Path]:
+    """Seal, validate and write ``report`` into ``out_dir`` as report.json / report.html / report.md.
+
+    Returns ``{format: path}`` for the files written. With ``force`` an existing report directory
+    is reused: the report files are replaced, stale report files of formats not written are removed,
+    other files are left alone.
+    """
+    formats = tuple(dict.fromkeys(formats))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise FedAuditError(f"formats must be a non-empty subset of {', '.join(FORMATS)}, got {list(formats)}")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FedAuditError(f"report directory {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite")
+
+    report.seal(signing_key())
+    validate_report_dict(report.to_dict())
+    texts: dict[str, str] = {}  # report.json last: once it is there, the renderings beside it are current
+    if "html" in formats:
+        from fedaudit.reports.html import render_html
+
+        texts["html"] = render_html(report)
+    if "md" in formats:
+        from fedaudit.reports.markdown import render_markdown
+
+        texts["md"] = render_markdown(report)
+    if "json" in formats:
+        texts["json"] = report.to_json()
+
+    prepare_out_dir(out, force=True)
+    written: dict[str, Path] = {}
+    try:
+        for fmt, text in texts.items():
+            path = out / FILENAMES[fmt]
+            atomic_write(path, text)
+            written[fmt] = path
+        for fmt in FORMATS:
+            if fmt not in texts and (out / FILENAMES[fmt]).is_file():
+                (out / FILENAMES[fmt]).unlink()  # a stale rendering of an older report
+    except OSError as exc:
+        raise FedAuditError(f"cannot write report into {out}: {exc.strerror or exc}") from None
+    _fsync_dir(out)
+    return written
+
+
+def read_report(path: str | os.PathLike) -> Report:
+    """Load ``report.json`` (or the one inside a report directory) into a :class:`Report`.
+    This does not check integrity; use :func:`~fedaudit.reports.integrity.verify_report`."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / FILENAMES["json"]
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FedAuditError(f"cannot read report {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    return Report.from_json(text)

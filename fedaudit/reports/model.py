@@ -1,0 +1,435 @@
+"""The report model: claims with verdicts and evidence, a provenance manifest, a digest.
+
+A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — non-finite floats
+become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth — and is described by
+``schema.json`` (``schema_version`` "1.0").
+
+Integrity: ``canonical_json()`` is the UTF-8 encoding of the report dictionary *without* its
+``digest`` and ``signature`` keys, with sorted keys and no whitespace (floats in Python's
+shortest round-trip form). The digest is SHA-256 of those bytes, the optional signature
+HMAC-SHA256 of the same bytes under a secret key (:mod:`fedaudit.reports.integrity`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import json
+import math
+import platform as _platform
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from fedaudit.errors import FedAuditError
+from fedaudit.reports import integrity
+
+__all__ = [
+    "Verdict", "Expect", "VERDICTS", "EXPECTS", "KINDS", "PLOT_TYPES", "SCHEMA_VERSION",
+    "Claim", "Manifest", "Report", "json_safe", "canonical_json_bytes", "utc_now",
+    "flatten_evidence", "format_value",
+]
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+Expect = Literal["pass", "violation"]
+
+VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
+EXPECTS: tuple[str, ...] = ("pass", "violation")
+KINDS: tuple[str, ...] = ("ldp", "variance", "robustness", "stress", "convergence")
+SCHEMA_VERSION = "1.0"
+
+#: plot type -> the keys its specification must carry (see ``schema.json`` for their types)
+PLOT_TYPES: dict[str, tuple[str, ...]] = {
+    "epsilon_vs_samples": ("samples", "epsilon_lower", "epsilon_claimed", "epsilon_exact"),
+    "privacy_region": ("tpr", "fpr", "epsilon", "delta", "tpr_lower", "fpr_upper"),
+    "mse_vs_dk": ("d_over_k", "series"),
+    "nu_vs_bound": ("configurations", "nu_bound", "nu_lower"),
+    "heatmap": ("title", "x_label", "y_label", "x", "y", "values"),
+    "curves": ("title", "x_label", "y_label", "log_y", "series"),
+}
+
+_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+# ------------------------------------------------------------------------------ JSON data
+def json_safe(value: Any, _path: str = "") -> Any:
+    """``value`` as strict JSON data: dicts with string keys, lists, str, int, float, bool, None.
+
+    Non-finite floats become ``"inf"``/``"-inf"``/``"nan"``; numpy scalars and arrays, tuples,
+    torch tensors (anything with ``tolist``), dataclasses and objects with ``to_dict`` are
+    converted. Anything else is a :class:`FedAuditError` naming where it sits.
+    """
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, bool) or not isinstance(k, (str, int)):
+                raise FedAuditError(f"report data{_path} has a key of type {type(k).__name__}; "
+                                    f"JSON object keys must be strings")
+            out[str(k)] = json_safe(v, f"{_path}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, f"{_path}[{i}]") for i, v in enumerate(value)]
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return json_safe(value.to_dict(), _path)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_safe(dataclasses.asdict(value), _path)
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor
+        value = value.detach().cpu().numpy()
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar / array
+        return json_safe(value.tolist(), _path)
+    raise FedAuditError(f"report data{_path} is not JSON data: {type(value).__name__} {value!r:.60}")
+
+
+def canonical_json_bytes(data: Mapping[str, Any]) -> bytes:
+    """The canonical form of a report dictionary: top-level ``digest`` and ``signature`` removed,
+    sorted keys, no whitespace, non-ASCII kept, UTF-8 encoded."""
+    body = {k: v for k, v in data.items() if k not in ("digest", "signature")}
+    return json.dumps(json_safe(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC with a ``Z`` suffix, to the millisecond."""
+    return _iso(_dt.datetime.now(_dt.timezone.utc))
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return value.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _iso(_dt.datetime.fromtimestamp(value, _dt.timezone.utc))
+    if isinstance(value, str):
+        try:
+            parsed = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise FedAuditError(f"time must be ISO-8601, got {value!r}") from None
+        return _iso(parsed)
+    raise FedAuditError(f"time must be a datetime, POSIX seconds or an ISO-8601 string, got {value!r}")
+
+
+# ------------------------------------------------------------------------------ claims
+@dataclass
+class Claim:
+    """One audited claim and the evidence behind its verdict.
+
+    ``expect`` is what the plan expected of the system under test: ``"pass"`` (the guarantee
+    holds) or ``"violation"`` (the audit should break it, e.g. a reference algorithm that is not
+    LDP). ``verdict`` is ``"PASS"`` when the outcome met that expectation, ``"FAIL"`` when it
+    contradicted it and ``"INCONCLUSIVE"`` when the evidence decides neither way (or the audit
+    errored; then ``error`` says why). ``evidence`` is JSON data (CIs as ``[low, high]``);
+    ``plots`` are specifications with data (see ``PLOT_TYPES``), never images.
+    """
+
+    id: str
+    kind: str
+    title: str
+    expect: str
+    verdict: str
+    evidence: dict
+    summary: str = ""
+    plots: list[dict] = field(default_factory=list)
+    runtime_s: float = 0.0
+    seed: int | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise FedAuditError(f"claim id must be a non-empty string, got {self.id!r}")
+        where = f"claim {self.id!r}"
+        if self.kind not in KINDS:
+            raise FedAuditError(f"{where}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.expect not in EXPECTS:
+            raise FedAuditError(f"{where}: expect must be 'pass' or 'violation', got {self.expect!r}")
+        if self.verdict not in VERDICTS:
+            raise FedAuditError(f"{where}: verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+        if not isinstance(self.evidence, Mapping):
+            raise FedAuditError(f"{where}: evidence must be a dict, got {type(self.evidence).__name__}")
+        if not isinstance(self.plots, (list, tuple)):
+            raise FedAuditError(f"{where}: plots must be a list of plot specifications")
+        for i, spec in enumerate(self.plots):
+            kind = spec.get("type") if isinstance(spec, Mapping) else None
+            if kind not in PLOT_TYPES:
+                raise FedAuditError(f"{where}: plots[{i}] type must be one of {', '.join(PLOT_TYPES)}, got {kind!r}")
+            missing = [k for k in PLOT_TYPES[kind] if k not in spec]
+            if missing:
+                raise FedAuditError(f"{where}: plots[{i}] ({kind}) is missing {', '.join(missing)}")
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not hasattr(self.seed, "__index__"):
+                raise FedAuditError(f"{where}: seed must be an integer or None, got {self.seed!r}")
+            self.seed = int(self.seed)
+        try:
+            self.runtime_s = float(self.runtime_s)
+        except (TypeError, ValueError):
+            raise FedAuditError(f"{where}: runtime_s must be a number, got {self.runtime_s!r}") from None
+
+    @property
+    def met(self) -> bool:
+        """True when the verdict is PASS (the outcome met the expectation)."""
+        return self.verdict == "PASS"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "kind": self.kind, "title": self.title, "expect": self.expect,
+            "verdict": self.verdict, "summary": self.summary,
+            "evidence": json_safe(dict(self.evidence), f"[{self.id}].evidence"),
+            "plots": json_safe(list(self.plots), f"[{self.id}].plots"),
+            "runtime_s": json_safe(self.runtime_s), "seed": self.seed, "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Claim":
+        try:
+            runtime = d.get("runtime_s", 0.0)
+            return cls(id=d["id"], kind=d["kind"], title=d.get("title", d["id"]), expect=d["expect"],
+                       verdict=d["verdict"], evidence=dict(d["evidence"]), summary=d.get("summary", ""),
+                       plots=[dict(p) for p in d.get("plots", [])],
+                       runtime_s=_SPECIAL.get(runtime, runtime) if isinstance(runtime, str) else runtime,
+                       seed=d.get("seed"), error=d.get("error"))
+        except (KeyError, TypeError) as exc:
+            raise FedAuditError(f"claim {d.get('id', '?') if isinstance(d, Mapping) else '?'!r} is malformed: "
+                                f"{type(exc).__name__} {exc}") from None
+
+
+# ------------------------------------------------------------------------------ manifest
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit(cwd: str | Path | None = None) -> str | None:
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = proc.stdout.strip()
+    return sha if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", sha) else None
+
+
+@dataclass
+class Manifest:
+    """Where and how a report was produced. Times are ISO-8601 UTC; ``plan_sha256`` is the
+    SHA-256 of the plan file's bytes; ``seed_entropy`` the root ``SeedSequence`` entropy as a
+    decimal string (it can exceed 64 bits); ``git_commit`` the HEAD of the working directory."""
+
+    fedaudit: str
+    numpy: str
+    scipy: str
+    torch: str | None
+    python: str
+    platform: str
+    plan_sha256: str | None
+    seed_entropy: str | None
+    started: str
+    finished: str
+    git_commit: str | None
+    command: str | None = None
+
+    @classmethod
+    def collect(cls, plan_bytes: bytes | None, seed_entropy: Any, started: Any, finished: Any,
+                command: str | None = None, *, cwd: str | Path | None = None) -> "Manifest":
+        """Gather versions, platform, the plan hash and the git commit of ``cwd`` (default: the
+        process's working directory; None when it is not a git checkout or git is missing).
+        ``started``/``finished`` may be datetimes, POSIX seconds or ISO-8601 strings."""
+        import numpy
+        import scipy
+
+        import fedaudit
+
+        torch_mod = sys.modules.get("torch")
+        torch_version = getattr(torch_mod, "__version__", None) if torch_mod is not None else _version("torch")
+        return cls(
+            fedaudit=fedaudit.__version__, numpy=numpy.__version__, scipy=scipy.__version__,
+            torch=None if torch_version is None else str(torch_version),
+            python=_platform.python_version(), platform=_platform.platform(),
+            plan_sha256=None if plan_bytes is None else hashlib.sha256(plan_bytes).hexdigest(),
+            seed_entropy=None if seed_entropy is None else str(seed_entropy),
+            started=_iso(started), finished=_iso(finished), git_commit=_git_commit(cwd), command=command,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in d and n != "command"]
+        if missing:
+            raise FedAuditError(f"manifest is missing {', '.join(missing)}")
+        return cls(**{n: d.get(n) for n in names})
+
+
+# ------------------------------------------------------------------------------ report
+@dataclass
+class Report:
+    """A compliance report: a manifest, claims, and (once sealed) a digest and signature."""
+
+    manifest: Manifest
+    claims: list[Claim]
+    title: str = "fedaudit compliance report"
+    schema_version: str = SCHEMA_VERSION
+    digest: str | None = None
+    signature: str | None = None
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for c in self.claims:
+            if not isinstance(c, Claim):
+                raise FedAuditError(f"claims must be Claim objects, got {type(c).__name__}")
+            if c.id in seen:
+                raise FedAuditError(f"claim ids must be unique, {c.id!r} appears twice")
+            seen.add(c.id)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Number of claims per verdict (every verdict present, zero included)."""
+        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
+
+    @property
+    def overall(self) -> str:
+        """PASS when every claim met its expectation, FAIL when any failed, else INCONCLUSIVE
+        (also for a report without claims: nothing was shown)."""
+        counts = self.counts
+        if counts["FAIL"]:
+            return "FAIL"
+        if self.claims and counts["PASS"] == len(self.claims):
+            return "PASS"
+        return "INCONCLUSIVE"
+
+    def claim(self, claim_id: str) -> Claim:
+        for c in self.claims:
+            if c.id == claim_id:
+                return c
+        raise KeyError(claim_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "title": self.title,
+            "overall": self.overall,
+            "counts": self.counts,
+            "manifest": json_safe(self.manifest.to_dict(), ".manifest"),
+            "claims": [c.to_dict() for c in self.claims],
+            "digest": self.digest,
+            "signature": self.signature,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Readable JSON (key order as in ``to_dict``); the digest is over ``canonical_json``."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Report":
+        """Rebuild a report; derived keys (``overall``, ``counts``) are recomputed, not read."""
+        if not isinstance(d, Mapping):
+            raise FedAuditError(f"a report must be a JSON object, got {type(d).__name__}")
+        version = d.get("schema_version")
+        if not isinstance(version, str) or version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise FedAuditError(f"unsupported report schema_version {version!r} (this fedaudit reads {SCHEMA_VERSION})")
+        if not isinstance(d.get("manifest"), Mapping) or not isinstance(d.get("claims"), list):
+            raise FedAuditError("a report needs a 'manifest' object and a 'claims' list")
+        return cls(manifest=Manifest.from_dict(d["manifest"]),
+                   claims=[Claim.from_dict(c) for c in d["claims"]],
+                   title=d.get("title", "fedaudit compliance report"), schema_version=version,
+                   digest=d.get("digest"), signature=d.get("signature"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Report":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise FedAuditError(f"report is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def canonical_json(self) -> bytes:
+        """UTF-8 canonical JSON of the report without ``digest`` and ``signature``."""
+        return canonical_json_bytes(self.to_dict())
+
+    def compute_digest(self) -> str:
+        """SHA-256 (hex) of :meth:`canonical_json`."""
+        return integrity.digest(self.canonical_json())
+
+    def seal(self, key: bytes | str | None = None) -> "Report":
+        """Set ``digest`` and, with a key, ``signature`` = HMAC-SHA256(key, canonical JSON) in hex
+        (without a key any previous signature is dropped). Returns ``self``."""
+        body = self.canonical_json()
+        self.digest = integrity.digest(body)
+        if key is None or key == b"" or key == "":
+            self.signature = None
+        else:
+            self.signature = integrity.sign(body, key.encode("utf-8") if isinstance(key, str) else bytes(key))
+        return self
+
+
+# ------------------------------------------------------------------------------ display helpers
+def format_value(value: Any, max_items: int = 6) -> str:
+    """A short human-readable rendering of one evidence value (shared by HTML and Markdown)."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return format_value(json_safe(value))
+        return f"{value:.6g}"
+    if isinstance(value, str):
+        special = {"inf": "∞", "-inf": "−∞", "nan": "NaN"}.get(value)
+        if special is not None:
+            return special
+        return value if len(value) <= 160 else value[:157] + "…"
+    if isinstance(value, Mapping):
+        return f"{{{len(value)} fields}}" if value else "{}"
+    if isinstance(value, (list, tuple)):
+        n = len(value)
+        if n == 0:
+            return "[]"
+        if all(isinstance(v, (list, tuple)) for v in value):
+            inner = {len(v) for v in value}
+            return f"{n}×{inner.pop()} array" if len(inner) == 1 else f"{n} rows"
+        if any(isinstance(v, (Mapping, list, tuple)) for v in value):
+            return f"{n} records"
+        items = [format_value(v) for v in value]
+        if n > max_items:
+            items = items[:3] + ["…"] + items[-2:]
+            return "[" + ", ".join(items) + f"] (n={n})"
+        return "[" + ", ".join(items) + "]"
+    return str(value)
+
+
+def flatten_evidence(evidence: Mapping[str, Any], max_rows: int | None = None) -> list[tuple[str, str]]:
+    """Nested dicts flattened to dotted keys with display strings, in insertion order.
+    With ``max_rows``, longer lists end with a row saying how many fields were left out."""
+    rows: list[tuple[str, str]] = []
+
+    def walk(d: Mapping[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, Mapping) and v:
+                walk(v, key)
+            else:
+                rows.append((key, format_value(v)))
+
+    walk(json_safe(dict(evidence)), "")
+    if max_rows is not None and len(rows) > max_rows:
+        extra = len(rows) - max_rows
+        rows = rows[:max_rows] + [("…", f"{extra} more field(s) in report.json")]
+    return rows

@@ -1,0 +1,156 @@
+"""Inexact-oracle checker: envelope fits and the κ·(G², B²) comparison."""
+
+import itertools
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from fedaudit.audit.oracle import OracleFit, fit_envelope, fit_least_squares, fit_oracle, plot_oracle
+from fedaudit.defenses.optimizers import DGD, QuadraticProblem, run
+from fedaudit.defenses.theory import kappa_upper_bound
+from fedaudit.errors import FedAuditError
+
+
+def _brute_envelope(s, e):
+    """Optimal LP vertex by enumeration: lines through two points, horizontal lines through a
+    point, lines through the origin and a point."""
+    best = None
+    cands = []
+    for i, j in itertools.combinations(range(s.size), 2):
+        if s[i] != s[j]:
+            a = (e[j] - e[i]) / (s[j] - s[i])
+            cands.append((e[i] - a * s[i], a))
+    cands += [(float(e.max()), 0.0)]
+    cands += [(0.0, float(e[k] / s[k])) for k in range(s.size) if s[k] > 0]
+    for c, a in cands:
+        if c < -1e-12 or a < -1e-12 or np.any(e > c + a * s + 1e-9 * (1 + e)):
+            continue
+        val = c + a * s.mean()
+        if best is None or val < best[0]:
+            best = (val, c, a)
+    return best
+
+
+def test_envelope_recovers_exact_line():
+    s = np.geomspace(1e-4, 10, 40)
+    zeta2, alpha = 0.03, 0.7
+    e = zeta2 + alpha * s
+    c, a = fit_envelope(s, e)
+    assert c == pytest.approx(zeta2, rel=1e-7)
+    assert a == pytest.approx(alpha, rel=1e-7)
+    c, a = fit_least_squares(s, e)
+    assert c == pytest.approx(zeta2, rel=1e-7)
+    assert a == pytest.approx(alpha, rel=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_envelope_is_above_all_points_and_optimal(seed):
+    rng = np.random.default_rng(seed)
+    s = rng.exponential(size=30) * 10 ** rng.uniform(-2, 2)
+    e = rng.uniform(0.1, 1.0, size=30) * (0.5 + 0.3 * s)
+    c, a = fit_envelope(s, e)
+    assert c >= 0 and a >= 0
+    assert np.all(e <= c + a * s + 1e-12 * (1 + c + a * s))
+    val, _, _ = _brute_envelope(s, e)
+    assert c + a * s.mean() == pytest.approx(val, rel=1e-6)
+
+
+def test_envelope_degenerate_inputs():
+    assert fit_envelope([1.0, 1.0, 1.0], [0.2, 0.5, 0.1]) == (0.5, 0.0)
+    assert fit_envelope([0.0, 2.0], [0.0, 0.0]) == (0.0, 0.0)
+    c, a = fit_envelope([0.5], [0.3])
+    assert (c, a) == (0.3, 0.0)
+
+
+def test_fit_oracle_recovers_quadratic_oracle_constants():
+    # e_k = ‖bias + √α‖∇‖u‖² = ‖bias‖² + α s_k exactly when bias ⟂ u
+    d = 6
+    A = np.diag(np.linspace(0.5, 2.0, d))
+    u = np.zeros(d)
+    u[0] = 1.0
+    bias = np.zeros(d)
+    bias[1] = 0.2
+    P = QuadraticProblem(A, np.ones(d), bias=bias, alpha=0.3, direction=u)
+    tr = run(DGD(0.3), P, x0=5 * np.ones(d), rounds=40, seed=0)
+    fit = fit_oracle(tr)
+    assert fit.zeta2 == pytest.approx(0.04, rel=1e-6)
+    assert fit.alpha == pytest.approx(0.3, rel=1e-6)
+    assert fit.zeta2_ls == pytest.approx(0.04, rel=1e-6)
+    assert fit.alpha_ls == pytest.approx(0.3, rel=1e-6)
+    assert fit.G2 is None and fit.kappa is None and fit.pointwise_ok is None
+    assert fit.n_points == 40
+    json.dumps(fit.to_dict())
+
+
+def _synthetic_trace(kappa_true):
+    rng = np.random.default_rng(0)
+    s = np.geomspace(1e-3, 10, 50)
+    dev = (0.5 + 2.0 * s) * rng.uniform(0.5, 1.0, size=50)   # G² = 0.5, B² = 2 envelope
+    e = kappa_true * dev * rng.uniform(0.3, 1.0, size=50)
+    return SimpleNamespace(oracle_err_sq=e.tolist(), grad_sq=s.tolist(), het_dev_sq=dev.tolist(),
+                           het_grad_sq=s.tolist(), optimizer="synthetic")
+
+
+def test_fit_oracle_kappa_comparison():
+    n, f = 21, 1
+    kb = kappa_upper_bound("nnm+cwtm", n, f).kappa
+    good = fit_oracle(_synthetic_trace(0.5 * kb), aggregator="nnm+cwtm", n=n, f=f)
+    assert good.kappa == pytest.approx(kb)
+    assert "kappa_upper_bound" in good.kappa_source
+    assert good.pointwise_ok and good.additive_ok and good.multiplicative_ok
+    assert good.nu_run <= 0.5 * kb * (1 + 1e-12)
+    assert good.zeta2_bound == pytest.approx(kb * good.G2)
+    # the tightest envelope is never higher on average than the generating one (G² = 0.5, B² = 2)
+    s_mean = np.mean(good.het_s)
+    assert good.G2 + good.B2 * s_mean <= 0.5 + 2.0 * s_mean + 1e-9
+    bad = fit_oracle(_synthetic_trace(3 * kb), aggregator="nnm+cwtm", n=n, f=f)
+    assert bad.pointwise_ok is False
+    assert bad.nu_run > kb
+    # explicit ν when no bound is published ("mean" with f > 0 is unbounded)
+    given = fit_oracle(_synthetic_trace(0.1), aggregator="mean", n=n, f=f, nu=0.2)
+    assert given.kappa == 0.2 and given.kappa_source == "nu (given)" and given.pointwise_ok
+    # burn-in drops points
+    assert fit_oracle(_synthetic_trace(0.1), burn_in=10).n_points == 40
+
+
+def test_fit_oracle_on_federation_and_plot(tmp_path):
+    from fedaudit.fl.data import load_digits_dataset
+    from fedaudit.fl.federation import Federation
+
+    with threadpool_limits(1):
+        fed = Federation.build(load_digits_dataset(seed=0), n_honest=5, f=1, beta=5.0, seed=0)
+        tr = run(DGD(0.1), fed, rounds=20, seed=0)
+    fit = fit_oracle(tr, aggregator="nnm+cwtm", n=fed.n, f=fed.f)
+    assert fit.n_points == 20 and fit.G2 is not None and fit.B2 is not None
+    assert np.all(np.asarray(fit.e) <= fit.zeta2 + fit.alpha * np.asarray(fit.s) + 1e-12)
+    # e_k ≤ κ·dev_k is the (f, κ)-robustness inequality itself: ν̂ along the run vs the bound
+    assert fit.pointwise_ok == (fit.nu_run <= fit.kappa * (1 + 1e-9))
+    d = fit.to_dict()
+    json.dumps(d)
+    assert "e" not in d and "e" in fit.to_dict(include_points=True)
+    out = plot_oracle(fit, tmp_path / "oracle.png")
+    assert (tmp_path / "oracle.png").stat().st_size > 1000
+    assert out == tmp_path / "oracle.png"
+
+
+def test_oracle_bad_inputs():
+    with pytest.raises(FedAuditError, match="equal"):
+        fit_envelope([1.0, 2.0], [1.0])
+    with pytest.raises(FedAuditError, match=">= 0"):
+        fit_envelope([1.0, -2.0], [1.0, 1.0])
+    with pytest.raises(FedAuditError, match="finite"):
+        fit_least_squares([1.0, np.inf], [1.0, 1.0])
+    with pytest.raises(FedAuditError, match="equal"):
+        fit_envelope([], [])
+    with pytest.raises(FedAuditError, match="oracle records"):
+        fit_oracle(SimpleNamespace(oracle_err_sq=[], grad_sq=[]))
+    with pytest.raises(FedAuditError, match="burn_in"):
+        fit_oracle(_synthetic_trace(0.1), burn_in=50)
+    with pytest.raises(FedAuditError, match="nu"):
+        fit_oracle(_synthetic_trace(0.1), nu=-1.0)
+    with pytest.raises(FedAuditError, match="OracleFit"):
+        plot_oracle({"zeta2": 1.0}, "x.png")
+    assert isinstance(fit_oracle(_synthetic_trace(0.1)), OracleFit)

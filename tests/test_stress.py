@@ -1,0 +1,218 @@
+"""Stress grids and the task engine: files, resume, backend independence, seeds, CLI exit codes."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fedaudit.fl.stress as stress
+from fedaudit.cli import main
+from fedaudit.engine import derive_seed, run_tasks
+from fedaudit.errors import FedAuditError
+from fedaudit.fl.stress import Cell, StressConfig, cell_seed, run_stress
+
+TINY = dict(dataset="digits", aggregators=("cwtm", "nnm+cwtm"), attacks=("alie", "signflip"), fs=(1,),
+            betas=(1.0,), n_honest=5, rounds=5, seed=0)
+TINY_ARGS = ["--dataset", "digits", "--aggregators", "cwtm,nnm+cwtm", "--attacks", "alie,signflip", "--f", "1",
+             "--beta", "1", "--n-honest", "5", "--rounds", "5", "--seed", "0"]
+FIELDS = {"key", "aggregator", "attack", "f", "beta", "final_loss", "final_accuracy", "best_accuracy",
+          "rounds_to_target", "breakdown", "breakdown_reasons", "runtime_s", "seed", "initial_loss", "trace"}
+
+
+def _cells(path):
+    return [json.loads(line) for line in (path / "cells.jsonl").read_text().splitlines()]
+
+
+def _strip(records):
+    """Records without the wall-clock field, keyed by cell."""
+    return {r["key"]: {k: v for k, v in r.items() if k != "runtime_s"} for r in records}
+
+
+def cli(*argv):
+    return subprocess.run([sys.executable, "-m", "fedaudit.cli", *argv], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("serial")
+    res = run_stress(StressConfig(**TINY), out, backend="serial")
+    return out, res
+
+
+# ----------------------------------------------------------------------------- engine
+
+
+def draw(task):
+    """A seeded task for the engine tests (top level, so the spawn workers can unpickle it)."""
+    key, seed = task
+    return key, np.random.default_rng(seed).normal(size=3).tolist()
+
+
+def test_engine_results_do_not_depend_on_backend_or_workers():
+    tasks = [(f"cell{i}", derive_seed(7, f"cell{i}")) for i in range(6)]
+    serial = dict(r for _, r in run_tasks(draw, tasks, backend="serial"))
+    ticks = []
+    one = dict(r for _, r in run_tasks(draw, tasks, backend="process", workers=1))
+    two = dict(r for _, r in run_tasks(draw, tasks, backend="process", workers=2, progress=ticks.append))
+    assert serial == one == two and len(serial) == 6 and sum(ticks) == 6
+
+
+def test_engine_rejects_bad_backend_and_missing_ray(monkeypatch):
+    with pytest.raises(FedAuditError, match="backend must be one of process, serial, ray"):
+        run_tasks(draw, [], backend="threads")
+    with pytest.raises(FedAuditError, match="workers"):
+        run_tasks(draw, [], workers=0)
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(FedAuditError, match=r"pip install fedaudit\[ray\]"):
+        run_tasks(draw, [], backend="ray")
+
+
+def test_derive_seed_is_a_stable_named_child():
+    a = derive_seed(0, "aggregator=cwtm;attack=alie;f=1;beta=1.0")
+    assert a == derive_seed(0, "aggregator=cwtm;attack=alie;f=1;beta=1.0")
+    assert a != derive_seed(1, "aggregator=cwtm;attack=alie;f=1;beta=1.0")
+    assert a != derive_seed(0, "aggregator=cwtm;attack=alie;f=1;beta=0.5")
+    assert 0 <= a < 2 ** 63
+    # not seed + index: neighbouring roots do not share cell streams
+    assert derive_seed(1, "k") not in {derive_seed(0, "k"), derive_seed(2, "k")}
+
+
+# ----------------------------------------------------------------------------- seeds
+
+
+def test_cell_seeds_do_not_depend_on_grid_order_or_content(serial_run):
+    _, res = serial_run
+    flipped = StressConfig(**{**TINY, "aggregators": ("nnm+cwtm", "cwtm"), "attacks": ("signflip", "alie"),
+                              "fs": (2, 1), "betas": (5.0, 1)})
+    seeds = {c.key: cell_seed(0, c) for c in flipped.cells()}
+    for key, rec in res.records.items():
+        assert rec["seed"] == seeds[key] == derive_seed(0, key)
+    assert len(set(seeds.values())) == len(seeds)
+    assert Cell("cwtm", "alie", 1, 1).key == Cell("cwtm", "alie", 1, 1.0).key == "aggregator=cwtm;attack=alie;f=1;beta=1.0"
+
+
+# ----------------------------------------------------------------------------- the grid via the API
+
+
+def test_api_grid_writes_cells_heatmaps_summary(serial_run):
+    out, res = serial_run
+    recs = _cells(out)
+    assert len(recs) == 4 and {r["key"] for r in recs} == {c.key for c in StressConfig(**TINY).cells()}
+    for r in recs:
+        assert FIELDS <= set(r)
+        assert r["trace"]["round"] == list(range(6))
+        assert r["final_accuracy"] is None or 0.0 <= r["final_accuracy"] <= 1.0
+        assert isinstance(r["breakdown"], bool) and r["rounds_to_target"] is None
+    for agg in ("cwtm", "nnm+cwtm"):
+        png = out / f"heatmap_{agg}.png"
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 5000
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] and summary["n_done"] == 4 and summary["missed_target"] == []
+    grid = summary["aggregators"]["cwtm"]
+    accs = [r["final_accuracy"] for r in recs if r["aggregator"] == "cwtm"]
+    assert grid["worst_accuracy"] == [[min(accs)]]
+    assert grid["worst_accuracy_attack"][0][0] in ("alie", "signflip")
+    assert res.complete and len(res.computed) == 4 and res.skipped == ()
+
+
+def test_rerun_skips_finished_cells(serial_run, monkeypatch):
+    out, _ = serial_run
+    before = (out / "cells.jsonl").read_bytes()
+    calls = []
+    real = stress.run_cell
+    monkeypatch.setattr(stress, "run_cell", lambda task: calls.append(task[1].key) or real(task))
+    res = run_stress(StressConfig(**TINY), out, backend="serial")
+    assert calls == [] and res.computed == () and len(res.skipped) == 4
+    assert (out / "cells.jsonl").read_bytes() == before
+
+
+def test_resume_computes_only_missing_cells_and_drops_a_torn_line(tmp_path, serial_run, monkeypatch):
+    src, _ = serial_run
+    lines = (src / "cells.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "cells.jsonl").write_text("".join(lines[:3]) + lines[3][:40])  # crash mid-write
+    calls = []
+    real = stress.run_cell
+    monkeypatch.setattr(stress, "run_cell", lambda task: calls.append(task[1].key) or real(task))
+    res = run_stress(StressConfig(**TINY), tmp_path, backend="serial", plot=False)
+    missing = json.loads(lines[3])["key"]
+    assert calls == [missing] and res.computed == (missing,) and len(res.skipped) == 3
+    assert _strip(_cells(tmp_path)) == _strip(_cells(src))  # same result as the uninterrupted run
+
+
+def test_serial_and_process_backends_give_identical_cells(tmp_path, serial_run):
+    src, _ = serial_run
+    run_stress(StressConfig(**TINY), tmp_path, backend="process", workers=2, plot=False)
+    assert _strip(_cells(tmp_path)) == _strip(_cells(src))
+
+
+def test_a_directory_holds_one_configuration(tmp_path, serial_run):
+    src, _ = serial_run
+    (tmp_path / "cells.jsonl").write_bytes((src / "cells.jsonl").read_bytes())
+    with pytest.raises(FedAuditError, match="different run configuration"):
+        run_stress(StressConfig(**{**TINY, "rounds": 6}), tmp_path, backend="serial")
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(aggregators=("cwtm", "bogus")), "unknown aggregator 'bogus'"),
+    (dict(attacks=("alie", "bogus")), "unknown attack 'bogus'; valid names: alie"),
+    (dict(fs=(5,)), "f must be an integer in [0, n_honest - 1=4]"),
+    (dict(betas=(0.0,)), "beta must be"),
+    (dict(rounds=0), "rounds must be"),
+    (dict(optimizer="adam"), "valid names: dgd, dnag, racc, pigs"),
+    (dict(aggregators=("krum",), fs=(3,)), "needs n >="),
+])
+def test_config_validation(change, needle):
+    with pytest.raises(FedAuditError) as info:
+        StressConfig(**{**TINY, **change})
+    assert needle in str(info.value)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_grid_resume_and_target_exit_codes(tmp_path, serial_run):
+    src, _ = serial_run
+    out = tmp_path / "cli"
+    proc = cli("stress", *TINY_ARGS, "--workers", "2", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    for needle in ("cwtm", "nnm+cwtm", "alie", "signflip", "loss", "4/4 cells (4 computed, 0 resumed)"):
+        assert needle in proc.stdout
+    assert _strip(_cells(out)) == _strip(_cells(src))  # the CLI (process pool) equals the serial API run
+    assert {p.name for p in out.glob("*.png")} == {"heatmap_cwtm.png", "heatmap_nnm+cwtm.png"}
+    assert json.loads((out / "summary.json").read_text())["complete"]
+    before = (out / "cells.jsonl").read_bytes()
+    # the target changes the report, not the training: resumed, no recomputation, exit 1 if missed
+    assert main(["stress", *TINY_ARGS, "--out", str(out), "--quiet", "--target-accuracy", "1.0"]) == 1
+    assert main(["stress", *TINY_ARGS, "--out", str(out), "--quiet", "--target-accuracy", "0"]) == 0
+    assert (out / "cells.jsonl").read_bytes() == before
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(c["rounds_to_target"] == 0 for c in summary["cells"])
+
+
+@pytest.mark.parametrize("change, needle", [
+    (["--aggregators", "cwtm,bogus"], "valid names are aggregators: mean, cwtm"),
+    (["--attacks", "bogus"], "unknown attack 'bogus'; valid names: alie, ipm"),
+    (["--f", "5"], "f must be an integer in [0, n_honest - 1=4], got f=5"),
+    (["--beta", "0"], "beta must be a finite real number in (0, inf)"),
+    (["--beta=-1,1"], "beta must be"),
+    (["--rounds", "0"], "rounds must be an integer in [1, inf), got rounds=0"),
+    (["--optimizer", "adam"], "unknown optimizer 'adam'; valid names: dgd, dnag, racc, pigs"),
+    (["--f", "one"], "--f expects comma-separated numbers"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, change, needle):
+    argv = ["stress", *TINY_ARGS, "--out", str(tmp_path / "x"), "--quiet", *change]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], captured.err
+    assert not (tmp_path / "x").exists()  # nothing written before validation
+
+
+def test_cli_bad_input_in_a_subprocess(tmp_path):
+    proc = cli("stress", *TINY_ARGS, "--out", str(tmp_path / "x"), "--quiet", "--attacks", "alie,nope")
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown attack 'nope'" in lines[0] and "Traceback" not in proc.stderr
