@@ -157,11 +157,16 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
               f"PrivUnitG ε={curve.epsilon:g}: MSE {curve.privunitg.mse:.4g} (optimal unbiased reference)")
     if args.plot:
         out.print(f"plot: {plot_variance_curve(curve, args.plot)}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(curve.to_dict(), fh, indent=2)
-        out.print(f"json: {args.json}")
+    _write_json(args.json, curve)
     return 0
+
+
+def _write_json(path: str | None, result) -> None:
+    """Write ``result.to_dict()`` to ``path`` (when given) and say where."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(result.to_dict(), fh, indent=2)
+        out.print(f"json: {escape(path)}")
 
 
 def _load_sampler(spec: str):
@@ -244,10 +249,7 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     for k, v in rows:
         table.add_row(escape(k), v if k == "verdict" else escape(v))
     out.print(table)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res.to_dict(), fh, indent=2)
-        out.print(f"json: {escape(args.json)}")
+    _write_json(args.json, res)
     return 1 if res.violation else 0
 
 
@@ -305,10 +307,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
     for label, nu in list(res.per_configuration.items())[:8]:
         top.add_row(escape(label), fmt(nu))
     out.print(top)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res.to_dict(), fh, indent=2)
-        out.print(f"json: {escape(args.json)}")
+    _write_json(args.json, res)
     return 1 if res.violation else 0
 
 

@@ -123,6 +123,17 @@ def _iso(value: Any) -> str:
 
 
 # ------------------------------------------------------------------------------ claims
+
+def check_plot_spec(spec: Any, *, where: str) -> str:
+    """Validate a plot specification's type and required keys; returns its type."""
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if kind not in PLOT_TYPES:
+        raise FedAuditError(f"{where} type must be one of {', '.join(PLOT_TYPES)}, got {kind!r}")
+    missing = [k for k in PLOT_TYPES[kind] if k not in spec]
+    if missing:
+        raise FedAuditError(f"{where} ({kind}) is missing {', '.join(missing)}")
+    return kind
+
 @dataclass
 class Claim:
     """One audited claim and the evidence behind its verdict.
@@ -162,12 +173,7 @@ class Claim:
         if not isinstance(self.plots, (list, tuple)):
             raise FedAuditError(f"{where}: plots must be a list of plot specifications")
         for i, spec in enumerate(self.plots):
-            kind = spec.get("type") if isinstance(spec, Mapping) else None
-            if kind not in PLOT_TYPES:
-                raise FedAuditError(f"{where}: plots[{i}] type must be one of {', '.join(PLOT_TYPES)}, got {kind!r}")
-            missing = [k for k in PLOT_TYPES[kind] if k not in spec]
-            if missing:
-                raise FedAuditError(f"{where}: plots[{i}] ({kind}) is missing {', '.join(missing)}")
+            check_plot_spec(spec, where=f"{where}: plots[{i}]")
         if self.seed is not None:
             if isinstance(self.seed, bool) or not hasattr(self.seed, "__index__"):
                 raise FedAuditError(f"{where}: seed must be an integer or None, got {self.seed!r}")

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.reports.model import PLOT_TYPES
+from fedaudit.reports.model import PLOT_TYPES, check_plot_spec
 
 __all__ = ["render_png", "describe", "PLOTTERS"]
 
@@ -375,9 +375,7 @@ def render_png(spec: Mapping[str, Any]) -> bytes:
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     if kind not in PLOTTERS:
         raise FedAuditError(f"unknown plot type {kind!r}; expected one of {', '.join(PLOTTERS)}")
-    missing = [k for k in PLOT_TYPES[kind] if k not in spec]
-    if missing:
-        raise FedAuditError(f"{kind} plot is missing {', '.join(missing)}")
+    check_plot_spec(spec, where=f"{kind} plot")
     try:
         fig = PLOTTERS[kind](spec)
     except (KeyError, TypeError) as exc:
