@@ -136,35 +136,48 @@ def _run_serial(fn, tasks, advance) -> Iterator[tuple[Any, Any]]:
         yield task, result
 
 
-def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+def _bounded(tasks, workers, submit, wait_done, result_of, cancel, advance) -> Iterator[tuple[Any, Any]]:
+    """Keep at most 2 × workers tasks in flight; yield (task, result) as handles complete.
 
+    ``submit(task) -> handle``, ``wait_done(handles) -> completed handles``,
+    ``result_of(handle)`` (re-raises the task's exception), ``cancel(handle)``.
+    """
     pending: dict[Any, Any] = {}
     source = iter(tasks)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_limit_threads)
-    try:
-        def fill() -> None:
-            while len(pending) < 2 * workers:
-                try:
-                    task = next(source)
-                except StopIteration:
-                    return
-                pending[pool.submit(fn, task)] = task
 
+    def fill() -> None:
+        while len(pending) < 2 * workers:
+            try:
+                task = next(source)
+            except StopIteration:
+                return
+            pending[submit(task)] = task
+
+    try:
         fill()
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                task = pending.pop(future)
-                result = future.result()  # re-raises the worker's exception
+            for handle in wait_done(list(pending)):
+                task = pending.pop(handle)
+                result = result_of(handle)
                 advance(1)
                 yield task, result
             fill()
     finally:
-        for future in pending:
-            future.cancel()
+        for handle in pending:
+            cancel(handle)
+
+
+def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_limit_threads)
+    try:
+        yield from _bounded(tasks, workers, lambda task: pool.submit(fn, task),
+                            lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
+                            lambda future: future.result(), lambda future: future.cancel(), advance)
+    finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -172,26 +185,5 @@ def _run_ray(ray, fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:  # 
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     remote = ray.remote(fn)
-    pending: dict[Any, Any] = {}
-    source = iter(tasks)
-    try:
-        def fill() -> None:
-            while len(pending) < 2 * workers:
-                try:
-                    task = next(source)
-                except StopIteration:
-                    return
-                pending[remote.remote(task)] = task
-
-        fill()
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                task = pending.pop(ref)
-                result = ray.get(ref)
-                advance(1)
-                yield task, result
-            fill()
-    finally:
-        for ref in pending:
-            ray.cancel(ref)
+    yield from _bounded(tasks, workers, remote.remote, lambda refs: ray.wait(refs, num_returns=1)[0],
+                        ray.get, ray.cancel, advance)
