@@ -215,6 +215,8 @@ def main_experiment(args) -> dict[str, Any]:
         ("pigs_eta4", "pigs", {"eta": 4.0}),
         ("pigs_eta2", "pigs", {"eta": 2.0}),
     ]
+    if args.quick:  # the seed's η = 2 sits between η = 1/(2Δ̂) and η = 4: skipped to save time
+        methods = [m for m in methods if m[0] != "pigs_eta2"]
     jobs = [{"label": lab, "kind": k, "params": p, "fed": fed_spec, "rounds": R, "seed": args.seed}
             for lab, k, p in methods]
     ref_spec = {**fed_spec, "f": 0}
@@ -280,6 +282,8 @@ def main_experiment(args) -> dict[str, Any]:
               "dgd_1/L/dnag": ratio(summary["dgd_1/L"]["rounds_5pct"], rounds["dnag"])}
     gaps = [g for g in plateau.values() if g is not None]
     spread = (max(gaps) / min(gaps) - 1) if gaps and min(gaps) > 0 else None
+    flat_gaps = [summary[v]["plateau_gap"] for v in primary.values() if summary[v]["on_plateau"]]
+    spread_flat = (max(flat_gaps) / min(flat_gaps) - 1) if flat_gaps and min(flat_gaps) > 0 else None
     targets = {"dgd/pigs >= 10": None if ratios["dgd/pigs"] is None else ratios["dgd/pigs"] >= 10,
                "dgd/dnag >= 2": None if ratios["dgd/dnag"] is None else ratios["dgd/dnag"] >= 2,
                "plateaus within 10%": None if spread is None else spread <= 0.10}
@@ -288,7 +292,12 @@ def main_experiment(args) -> dict[str, Any]:
     print("rounds to 5% of plateau:", {k: v for k, v in rounds.items()}, " claimed:", CLAIMED["rounds"])
     print("ratios:", {k: (None if v is None else round(v, 2)) for k, v in ratios.items()})
     print("plateau gaps ℓ∞−ℓ*:", {k: _fmt(v, '.3g') for k, v in plateau.items()},
-          f" max/min − 1 = {_fmt(spread, '.2%') if spread is not None else '—'}  (claimed ≈ 2e-4 for all)")
+          f" max/min − 1 = {format(spread, '.2%') if spread is not None else '—'}"
+          f" (among runs that end flat: {format(spread_flat, '.2%') if spread_flat is not None else '—'});"
+          f" claimed ≈ 2e-4 for all")
+    not_flat = [k for k, v in primary.items() if summary[v]["plateau_gap"] is not None and not summary[v]["on_plateau"]]
+    if not_flat:
+        print(f"note: {not_flat} still drifting at round {R} — their own ℓ∞ is underestimated; see the 'shared' column")
     print("targets (reported, not forced):", targets)
 
     # inexact-oracle check along the D-GD run
@@ -311,7 +320,7 @@ def main_experiment(args) -> dict[str, Any]:
         "rounds_shared": {k: summary[v].get("rounds_5pct_shared") for k, v in primary.items()},
         "primary": primary,
         "rounds": rounds, "rounds_1pct": rounds_1, "plateau": plateau,
-        "plateau_spread": spread, "ratios": ratios, "targets": targets, "claimed": CLAIMED,
+        "plateau_spread": spread, "plateau_spread_flat": spread_flat, "ratios": ratios, "targets": targets, "claimed": CLAIMED,
         "runs": summary,
         "oracle_fit": fit.to_dict(),
         "wall_time_s": elapsed,
@@ -337,6 +346,8 @@ def _plot_curves(results, labels, loss_star, path):
         ax.plot(r["rounds"], np.maximum(y, 1e-12), label=lab, lw=1.2)
     ax.set_yscale("log")
     ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=1e-6)
     ax.set_xlabel("communication rounds")
     ax.set_ylabel("L_H(x_k) − ℓ*")
     ax.legend(fontsize=8)
