@@ -228,7 +228,7 @@ class IPM(Attack):
         return np.repeat((-self.tau * H.mean(axis=0))[None, :], f, axis=0)
 
 
-class SignFlip(Attack):
+class SignFlip(IPM):
     """Sign flipping: every row is −scale·μ (the negated honest *mean*, as in ByzFL; flipping each
     honest vector individually would not be a function of f). ``SignFlip(s)`` ≡ ``IPM(tau=s)``;
     the separate name keeps the usual default scale 1. Scale ≥ 0."""
@@ -237,13 +237,10 @@ class SignFlip(Attack):
     _scale_param = "scale"
 
     def __init__(self, scale: float = 1.0):
-        self._scale = check_real("scale", scale, low=0.0)
+        self.tau = check_real("scale", scale, low=0.0)  # the rows are IPM's with τ = scale
 
     def params(self) -> dict[str, Any]:
-        return {"scale": self._scale}
-
-    def _rows(self, H, f, rng):
-        return np.repeat((-self._scale * H.mean(axis=0))[None, :], f, axis=0)
+        return {"scale": self.tau}
 
 
 class Gaussian(Attack):
