@@ -75,6 +75,14 @@ class _Rule(ABC):
         if n < need:
             raise FedAuditError(f"{self.name} needs n >= {need} inputs for f={f}, got n={n}")
 
+    def _apply(self, X: Any, rule) -> Any:
+        """Validate, drop non-finite rows (f reduced accordingly), run ``rule(finite, f)`` and
+        return the result in the caller's array type."""
+        arr, token = as_array(X)
+        self._check_n(arr.shape[0])
+        finite, f = _split_finite(arr, self.f, self.name)
+        return to_like(rule(finite, f), token, arr.dtype)
+
     def params(self) -> dict[str, Any]:
         return {"f": self.f}
 
@@ -98,10 +106,7 @@ class Aggregator(_Rule):
     """(n, d) → (d,). Subclasses implement ``_aggregate(X, f)`` on a finite float array."""
 
     def __call__(self, X: Any) -> Any:
-        arr, token = as_array(X)
-        self._check_n(arr.shape[0])
-        finite, f = _split_finite(arr, self.f, self.name)
-        return to_like(self._aggregate(finite, f), token, arr.dtype)
+        return self._apply(X, self._aggregate)
 
     @abstractmethod
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray: ...
@@ -114,10 +119,7 @@ class PreAggregator(_Rule):
     """
 
     def __call__(self, X: Any) -> Any:
-        arr, token = as_array(X)
-        self._check_n(arr.shape[0])
-        finite, f = _split_finite(arr, self.f, self.name)
-        return to_like(self._transform(finite, f), token, arr.dtype)
+        return self._apply(X, self._transform)
 
     @abstractmethod
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray: ...
