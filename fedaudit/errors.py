@@ -43,6 +43,9 @@ class AggregatorBreakdown(FedAuditError):
         super().__init__(message or (f"{rule}: {nonfinite} of {n} input rows contain NaN or ±inf, "
                                      f"more than the {tolerated} the rule tolerates (breakdown)"))
 
+    def __reduce__(self):  # picklable across process-pool workers
+        return (type(self), (self.rule, self.n, self.nonfinite, self.tolerated, str(self)))
+
     def to_dict(self) -> dict:
         return {"rule": self.rule, "n": self.n, "nonfinite": self.nonfinite,
                 "tolerated": self.tolerated, "message": str(self)}
