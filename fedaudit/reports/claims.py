@@ -24,6 +24,7 @@ for a run that raised (``error`` says why; see :mod:`fedaudit.reports.runner`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 import time
@@ -342,14 +343,18 @@ def _cell_ok(rec: dict[str, Any], p: dict[str, Any]) -> tuple[bool, list[str]]:
     return not why, why
 
 
-def run_stress(spec: ClaimSpec, advance: Advance) -> Claim:
-    """Train every cell of the grid and check the worst case over attacks in every cell."""
+def run_stress(spec: ClaimSpec, advance: Advance, workdir: str | None = None) -> Claim:
+    """Train every cell of the grid and check the worst case over attacks in every cell.
+
+    ``workdir`` holds the grid's ``cells.jsonl`` (a rerun into it skips finished cells; the caller
+    removes it); by default a temporary directory removed when the claim ends."""
     from fedaudit.fl.stress import StressConfig, run_stress as _run_stress
     from fedaudit.reports.plan import _stress_config_kw
 
     p = spec.params
     config = StressConfig(**_stress_config_kw(p, seed=spec.seed))
-    with tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
+    with contextlib.nullcontext(workdir) if workdir is not None else \
+            tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
         res = _run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=advance, plot=False)
     s = res.summary
     cells, failing = [], []
@@ -567,9 +572,13 @@ def work_units(spec: ClaimSpec) -> int:
     return max(1, int(_UNITS[spec.kind](spec.params)))
 
 
-def run_claim(spec: ClaimSpec, advance: Advance | None = None) -> Claim:
-    """Run one claim and time it (exceptions propagate; :func:`run_plan` records them)."""
+def run_claim(spec: ClaimSpec, advance: Advance | None = None, *, workdir: str | None = None) -> Claim:
+    """Run one claim and time it (exceptions propagate; :func:`run_plan` records them).
+
+    ``workdir``: a directory for the claim's intermediate files (stress claims keep their grid
+    there, so a killed run resumes cell by cell); other kinds ignore it."""
     t0 = time.perf_counter()
-    claim = RUNNERS[spec.kind](spec, advance or (lambda n: None))
+    extra = {"workdir": workdir} if workdir is not None and spec.kind == "stress" else {}
+    claim = RUNNERS[spec.kind](spec, advance or (lambda n: None), **extra)
     claim.runtime_s = time.perf_counter() - t0
     return claim
