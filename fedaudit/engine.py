@@ -23,14 +23,13 @@ are in flight, so long task lists do not pile up pickled inputs in memory.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-import numpy as np
 
 from fedaudit.errors import FedAuditError, check_int
+from fedaudit.rng import derive_seed  # re-exported: task seeds are named children of the root seed
 
 __all__ = ["BACKENDS", "run_tasks", "derive_seed", "default_workers"]
 
@@ -47,27 +46,6 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "N
 def default_workers() -> int:
     """Number of worker processes when none is given: ``os.cpu_count()`` (at least 1)."""
     return max(1, os.cpu_count() or 1)
-
-
-def derive_seed(root_seed: int, key: str) -> int:
-    """A task seed that depends only on ``(root_seed, key)``: stable across runs, platforms and task order.
-
-    ``key`` (a canonical string such as ``"aggregator=cwtm;attack=alie;f=1;beta=0.5"``) is hashed
-    with SHA-256 into eight 32-bit words, which become the ``spawn_key`` of a
-    ``SeedSequence(entropy=root_seed, spawn_key=words)`` — the task is a *named child* of the root
-    stream, exactly as ``SeedSequence.spawn`` makes numbered children. The returned integer is
-    the first 63 bits of that child's state (``generate_state(2, uint32)`` packed), which fits a
-    signed 64-bit JSON integer and reseeds the same child via ``np.random.SeedSequence(seed)``.
-    Adding, removing or reordering other keys never changes this key's seed.
-    """
-    root_seed = check_int("seed", root_seed, low=0)
-    if not isinstance(key, str) or not key:
-        raise FedAuditError(f"key must be a non-empty string, got key={key!r}")
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    words = tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 32, 4))
-    child = np.random.SeedSequence(entropy=root_seed, spawn_key=words)
-    lo, hi = (int(w) for w in child.generate_state(2, np.uint32))
-    return ((hi << 32) | lo) & ((1 << 63) - 1)
 
 
 def _limit_threads() -> None:

@@ -8,15 +8,17 @@ the chunk *plan* is fixed by the caller (see :func:`chunk_plan`).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Iterator
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import FedAuditError, check_int
 
 RngLike = np.random.Generator | np.random.SeedSequence | int | None
 
-__all__ = ["RngLike", "as_generator", "as_seed_sequence", "spawn_generators", "chunk_plan"]
+__all__ = ["RngLike", "as_generator", "as_seed_sequence", "spawn_generators", "chunk_plan", "derive_seed",
+           "derive_generator"]
 
 
 def as_seed_sequence(seed: RngLike) -> np.random.SeedSequence:
@@ -51,3 +53,30 @@ def chunk_plan(total: int, chunk: int) -> Iterator[tuple[int, int]]:
         size = min(chunk, total - start)
         yield start, size
         start += size
+
+
+def derive_seed(root_seed: int, key: str) -> int:
+    """A seed that depends only on ``(root_seed, key)``: stable across runs, platforms and task order.
+
+    ``key`` (a canonical string such as ``"aggregator=cwtm;attack=alie;f=1;beta=1.0"``) is hashed
+    with SHA-256 into eight 32-bit words w_1..w_8, which become the ``spawn_key`` of
+    ``SeedSequence(entropy=root_seed, spawn_key=(w_1, …, w_8))`` — the key names a child of the
+    root stream, as ``SeedSequence.spawn`` numbers them. The returned integer is the first 63
+    bits of that child's state (``generate_state(2, uint32)`` packed little-endian), which fits
+    a signed 64-bit JSON integer and reseeds the same stream via ``np.random.SeedSequence(seed)``.
+    Adding, removing or reordering other keys never changes this key's seed (never
+    ``seed + index``: neighbouring roots would share streams).
+    """
+    root_seed = check_int("seed", root_seed, low=0)
+    if not isinstance(key, str) or not key:
+        raise FedAuditError(f"key must be a non-empty string, got key={key!r}")
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    words = tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 32, 4))
+    child = np.random.SeedSequence(entropy=root_seed, spawn_key=words)
+    lo, hi = (int(w) for w in child.generate_state(2, np.uint32))
+    return ((hi << 32) | lo) & ((1 << 63) - 1)
+
+
+def derive_generator(root_seed: int, key: str) -> np.random.Generator:
+    """``np.random.default_rng(derive_seed(root_seed, key))``: the named child stream itself."""
+    return np.random.default_rng(derive_seed(root_seed, key))
