@@ -27,7 +27,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-
 from fedaudit.errors import FedAuditError, check_int
 from fedaudit.rng import derive_seed  # re-exported: task seeds are named children of the root seed
 
