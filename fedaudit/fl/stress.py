@@ -140,7 +140,9 @@ class StressConfig:
     η = 1/(2Δ̂), so ``lr`` does not apply to them —
     ``n_honest`` honest clients, regularisation ``mu``, ``optimal_attack`` (line-search the
     attack's scale against the aggregator each round). ``target_accuracy`` only affects the
-    report (rounds to reach it), never the training. Validated on construction.
+    report (rounds to reach it), never the training. ``aggregator_params`` maps an aggregator
+    spec to the keywords :func:`~fedaudit.defenses.registry.make_aggregator` gets for it (e.g.
+    ``{"bucketing+cwtm": {"s": 2}}``); specs not named get none. Validated on construction.
     """
 
     aggregators: tuple[str, ...] = ("cwtm", "nnm+cwtm", "krum", "gm")
@@ -157,6 +159,11 @@ class StressConfig:
     seed: int = 0
     optimal_attack: bool = True
     target_accuracy: float | None = None
+    aggregator_params: dict[str, dict[str, Any]] | None = None
+
+    def params_for(self, spec: str) -> dict[str, Any]:
+        """The make_aggregator keywords of one aggregator spec (empty when none were given)."""
+        return dict((self.aggregator_params or {}).get(spec, {}))
 
     def __post_init__(self) -> None:
         from fedaudit.attacks.byzantine import make_attack
@@ -197,9 +204,14 @@ class StressConfig:
                     make_attack(name)
                 except FedAuditError as exc:  # the registry's message lists the valid names
                     raise FedAuditError(f"{exc} (or labelflip)") from None
+        params = {str(k).strip().lower(): dict(v) for k, v in (self.aggregator_params or {}).items()}
+        stray = [k for k in params if k not in self.aggregators]
+        if stray:
+            raise FedAuditError(f"aggregator_params names {stray[0]!r}, which is not in the grid's aggregators")
+        set_("aggregator_params", params or None)
         for spec in self.aggregators:
             for f in self.fs:
-                rule = make_aggregator(spec, f)  # raises with the registry's list of valid names
+                rule = make_aggregator(spec, f, **self.params_for(spec))  # raises with the registry's list of valid names
                 need = rule.min_n(f) if hasattr(rule, "min_n") else 2 * f + 1
                 if self.n_honest + f < need:
                     raise FedAuditError(f"aggregator {spec!r} needs n >= {need} clients for f={f}, got "
@@ -213,7 +225,8 @@ class StressConfig:
         """What every cell's training depends on besides its key (must match to resume a directory)."""
         return {"dataset": self.dataset, "data_path": self.data_path, "optimizer": self.optimizer,
                 "rounds": self.rounds, "lr": self.lr, "n_honest": self.n_honest, "mu": self.mu,
-                "seed": self.seed, "optimal_attack": self.optimal_attack}
+                "seed": self.seed, "optimal_attack": self.optimal_attack,
+                **({"aggregator_params": self.aggregator_params} if self.aggregator_params else {})}
 
     @property
     def config_id(self) -> str:
@@ -297,7 +310,8 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
     part_seed = partition_seed(config.seed, cell.beta)
     fed = Federation.build(data, n_honest=config.n_honest, f=cell.f, scheme="dirichlet", beta=cell.beta,
                            mu=config.mu, aggregator=cell.aggregator, attack=cell.attack,
-                           optimal_attack=config.optimal_attack, seed=part_seed)
+                           optimal_attack=config.optimal_attack, seed=part_seed,
+                           aggregator_kw=config.params_for(cell.aggregator))
     x0 = np.zeros(fed.dim)
     n_classes = int(data.n_classes)
     error = None
