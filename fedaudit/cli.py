@@ -414,7 +414,10 @@ def cmd_stress(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from fedaudit.reports.integrity import KEY_ENV, signing_key, verify_report
+    """``fedaudit verify``: schema, digest, every rendering's SHA-256 and the signature. Exit 0
+    only when the report is intact and verified (signed: valid under the key; unsigned: no key
+    set); 1 otherwise, including a signed report checked without the key; 2 when unreadable."""
+    from fedaudit.reports.integrity import KEY_ENV, UNCHECKED, signing_key, verify_report
 
     res = verify_report(args.report)  # unreadable or missing: FedAuditError, exit 2
     mark = lambda ok: "[green]✓[/]" if ok else "[bold red]✗[/]"
@@ -425,14 +428,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
     table.add_row("schema", mark(res.schema_ok), "valid" if res.schema_ok else "invalid")
     table.add_row("digest (SHA-256)", mark(res.digest_ok), "matches the content" if res.digest_ok else "mismatch")
     sig_ok = res.signature == "valid" or (res.signature == "absent" and signing_key() is None)
-    note = {"unchecked (no key)": f"present, unchecked ({KEY_ENV} not set)",
+    note = {UNCHECKED: f"signed, signature not checked (set {KEY_ENV})",
             "absent": "absent (unsigned report)"}.get(res.signature, res.signature)
-    table.add_row("signature (HMAC-SHA256)", mark(sig_ok) if res.signature != "unchecked (no key)" else "–",
+    table.add_row("signature (HMAC-SHA256)", mark(sig_ok) if res.signature != UNCHECKED else "[bold yellow]?[/]",
                   escape(note))
+    for name, state in res.artifacts.items():
+        table.add_row(escape(name), mark(state == "ok"),
+                      {"ok": "matches its recorded SHA-256"}.get(state, state))
+    if not res.artifacts:
+        table.add_row("renderings", "–", "none recorded")
     out.print(table)
     for problem in res.problems:
         out.print(f"[red]•[/] {escape(problem)}", highlight=False, soft_wrap=True)
-    out.print("[bold green]intact[/]" if res.ok else "[bold red]NOT intact[/]")
+    if res.content_digest and res.artifacts:
+        out.print(f"renderings show content digest {res.content_digest}", highlight=False, soft_wrap=True)
+    if res.ok:
+        out.print("[bold green]intact[/]")
+    elif res.signature == UNCHECKED and len(res.problems) == 1:
+        out.print(f"[bold yellow]NOT verified: signed, signature not checked (set {KEY_ENV})[/]")
+    else:
+        out.print("[bold red]NOT intact[/]")
     return 0 if res.ok else 1
 
 
@@ -642,8 +657,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_stress)
 
-    p = sub.add_parser("verify", help="check a report's schema, digest and (with FEDAUDIT_REPORT_KEY) signature")
-    p.add_argument("report", help="report.json, or a report directory holding one")
+    p = sub.add_parser("verify", help="check a report's schema, digest, renderings (SHA-256 each) and signature "
+                                      "(FEDAUDIT_REPORT_KEY; a signed report without the key exits 1)")
+    p.add_argument("report", help="report.json, or a report directory holding one (renderings are looked up "
+                                  "beside it)")
     p.set_defaults(func=cmd_verify)
     return parser
 

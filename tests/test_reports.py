@@ -150,9 +150,9 @@ def test_manifest_fields(tmp_path):
     assert m.started == "2024-05-01T12:00:00.000Z" and m.finished.endswith("Z")
     repo = Path(__file__).resolve().parents[1]
     if (repo / ".git").exists():
-        commit = Manifest.collect(None, None, 0.0, 1.0, cwd=repo).git_commit
+        commit = Manifest.collect(None, None, 0.0, 1.0, package_dir=repo / "fedaudit").git_commit
         assert commit is not None and len(commit) == 40
-    assert Manifest.collect(None, None, 0.0, 1.0, cwd=tmp_path).git_commit is None  # not a checkout
+    assert Manifest.collect(None, None, 0.0, 1.0, package_dir=tmp_path).git_commit is None  # not a checkout
     assert Manifest.from_dict(m.to_dict()) == m
 
 
@@ -251,7 +251,7 @@ def test_hmac_signature(tmp_path, monkeypatch):
     assert not res.ok and res.signature == "invalid" and res.digest_ok
     monkeypatch.delenv(KEY_ENV)
     res = verify_report(paths["json"])
-    assert res.ok and res.signature == "unchecked (no key)"
+    assert not res.ok and res.signature == "unchecked (no key)"  # signed, but nothing was checked
     # with a key set, an unsigned report (signature stripped) is not accepted
     unsigned = write_report(sample_report(), tmp_path / "u", formats=("json",))["json"]
     monkeypatch.setenv(KEY_ENV, "correct horse battery staple")
@@ -351,7 +351,7 @@ def test_html_structure(written):
         assert f'class="badge {verdict}"' in text
     assert "ν̂ = 7.3 exceeds" in text and "sstq-sketch-not-ldp" in text
     assert "per_configuration.nonfinite" in text and "∞" in text  # flattened evidence, specials shown
-    assert render_html(read_report(written["json"])) == text  # the rendering is a function of the JSON
+    assert render_html(read_report(written["json"]).rendering_view()) == text  # the rendering is a function of the JSON
 
 
 def test_markdown(written):
@@ -364,7 +364,7 @@ def test_markdown(written):
     assert "❌ **FAIL**" in md and "⚠️ **INCONCLUSIVE**" in md and "**Overall:** ❌ **FAIL** — 5 claim(s)" in md
     assert "![" not in md and "data:image" not in md
     assert "- `per_configuration.alie`: 7.3" in md
-    assert "report.html" in md and render_markdown(read_report(written["json"])) == md
+    assert "report.html" in md and render_markdown(read_report(written["json"]).rendering_view()) == md
 
 
 def test_every_plot_type_renders_png():

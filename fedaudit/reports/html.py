@@ -176,10 +176,12 @@ def render_html(report: Report) -> str:
     for key, value in m.to_dict().items():
         out.append(f"<tr><td>{_e(key)}</td><td>{_e('—' if value is None else value)}</td></tr>")
     out.append(f"<tr><td>schema_version</td><td>{_e(report.schema_version)}</td></tr>")
-    out.append(f"<tr><td>digest (SHA-256)</td><td><code>{_e(report.digest or 'not sealed')}</code></td></tr>")
-    out.append(f"<tr><td>signature (HMAC-SHA256)</td><td><code>{_e(report.signature or 'unsigned')}</code></td></tr>")
+    # rendered from Report.rendering_view(): the content digest; the signature covers this page, so only its presence
+    out.append(f"<tr><td>content digest (SHA-256)</td><td><code>{_e(report.digest or 'not sealed')}</code></td></tr>")
+    out.append(f"<tr><td>signature (HMAC-SHA256)</td><td>{'signed' if report.signature else 'unsigned'}</td></tr>")
     out.append("</tbody></table></section>")
     out.append('<footer class="muted">Check integrity with <code>fedaudit verify report.json</code> '
-               "(the digest covers report.json; this page is a rendering of it).</footer>")
+               "(report.json's digest and signature cover this page's SHA-256; the content digest above is "
+               "report.json's with its artifact table null).</footer>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"

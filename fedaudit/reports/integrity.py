@@ -6,6 +6,11 @@
 * **signature** — HMAC-SHA256 (hex) of the same bytes under the secret in ``FEDAUDIT_REPORT_KEY``
   (RFC 2104). Only a holder of the key can produce it. When a key is set, :func:`verify_report`
   requires a valid signature (an unsigned report then fails: its signature could have been stripped).
+  A signed report checked *without* the key is not verified either: the digest alone can be forged.
+* **artifact hashes** — ``manifest.artifacts`` holds the SHA-256 of every rendering written beside
+  report.json (HTML with its embedded figures, Markdown), so digest and signature cover them too;
+  the renderings show the *content digest* (the canonical JSON with that table null), which the
+  table records as ``rendered_from`` — see :mod:`fedaudit.reports.io` for the order of sealing.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any
 
 from fedaudit.errors import FedAuditError
 
-__all__ = ["KEY_ENV", "signing_key", "digest", "sign", "load_schema", "schema_errors", "validate_report_dict",
-           "VerifyResult", "verify_report"]
+__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "digest", "sign", "load_schema", "schema_errors",
+           "validate_report_dict", "VerifyResult", "verify_report"]
 
 #: environment variable holding the HMAC key (its UTF-8 bytes are the key)
 KEY_ENV = "FEDAUDIT_REPORT_KEY"
@@ -81,27 +86,82 @@ def validate_report_dict(data: Any) -> None:
                                                                             for p in problems))
 
 
+#: ``VerifyResult.signature`` when a signed report is checked without a key
+UNCHECKED = "unchecked (no key)"
+
+#: renderings ``write_report`` may put beside report.json; present but unlisted ones are flagged
+RENDERINGS = ("report.html", "report.md")
+
+
 @dataclass(frozen=True)
 class VerifyResult:
-    """Outcome of :func:`verify_report`. ``signature`` is "valid", "invalid", "absent" or
-    "unchecked (no key)"; ``ok`` is schema_ok and digest_ok and the signature acceptable
-    (valid, or not checkable because no key is set; absent is acceptable only without a key)."""
+    """Outcome of :func:`verify_report`.
+
+    ``signature`` is "valid", "invalid", "absent" or "unchecked (no key)". ``artifacts`` maps
+    each rendering to "ok", "changed", "missing" or "unlisted" (present beside report.json but
+    not in its artifact table). ``ok`` — the report is intact *and verified* — requires a valid
+    schema and digest, every artifact "ok", and a valid signature, or no signature and no key.
+    A signed report checked without the key is **not** ok: whoever edits it can recompute the
+    digest, so only the signature proves anything, and it was not checked."""
 
     ok: bool
     schema_ok: bool
     digest_ok: bool
     signature: str
     problems: list[str] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    content_digest: str | None = None
+
+    @property
+    def artifacts_ok(self) -> bool:
+        """True when every rendering matches its recorded hash (and none is unlisted)."""
+        return all(v == "ok" for v in self.artifacts.values())
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
+def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, str], list[str]]:
+    """Re-hash every file of ``manifest.artifacts`` (relative to ``folder``); flag renderings
+    present but not listed, and a ``rendered_from`` that is not the content digest."""
+    manifest = data.get("manifest") if isinstance(data.get("manifest"), dict) else {}
+    table = manifest.get("artifacts")
+    files = table.get("files") if isinstance(table, dict) else None
+    status: dict[str, str] = {}
+    problems: list[str] = []
+    if isinstance(table, dict) and table.get("rendered_from") != content:
+        problems.append(f"artifacts: the renderings were made from content digest "
+                        f"{str(table.get('rendered_from'))[:16]}… but this report's content hashes to {content[:16]}…")
+    for name, entry in (files or {}).items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)) or ".." in Path(name).parts \
+                or Path(name).is_absolute():
+            status[name] = "changed"
+            problems.append(f"artifact {name}: malformed entry in the artifact table")
+            continue
+        path = folder / name
+        try:
+            blob = path.read_bytes()
+        except OSError as exc:
+            status[name] = "missing"
+            problems.append(f"artifact {name}: missing ({exc.strerror or exc})")
+            continue
+        if hmac.compare_digest(hashlib.sha256(blob).hexdigest(), entry["sha256"]):
+            status[name] = "ok"
+        else:
+            status[name] = "changed"
+            problems.append(f"artifact {name}: changed after the report was written (SHA-256 "
+                            f"{hashlib.sha256(blob).hexdigest()[:16]}…, recorded {entry['sha256'][:16]}…)")
+    for name in RENDERINGS:
+        if name not in status and (folder / name).exists():
+            status[name] = "unlisted"
+            problems.append(f"artifact {name}: present but not covered by the report's artifact table "
+                            f"(not written with it, or the table was removed)")
+    return status, problems
 
 
 def verify_report(path: str | os.PathLike) -> VerifyResult:
-    """Check a written ``report.json`` (or a directory holding one): schema, digest and, when
-    ``FEDAUDIT_REPORT_KEY`` is set, the HMAC signature. An unreadable or missing file raises
-    :class:`FedAuditError`; a file that is not valid JSON is reported as not intact."""
+    """Check a written ``report.json`` (or a directory holding one): schema, digest, the SHA-256
+    of every rendering in its artifact table and, when ``FEDAUDIT_REPORT_KEY`` is set, the HMAC
+    signature. An unreadable or missing file raises :class:`FedAuditError`; a file that is not
+    strict JSON (NaN/Infinity tokens, a duplicated key) is reported as not intact."""
+    from fedaudit import json as fjson
     from fedaudit.reports.model import Report, canonical_json_bytes
 
     path = Path(path)
@@ -113,10 +173,9 @@ def verify_report(path: str | os.PathLike) -> VerifyResult:
         raise FedAuditError(f"cannot read report {path}: {exc.strerror or exc}") from None
     key = signing_key()
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        return VerifyResult(False, False, False, "invalid" if key else "unchecked (no key)",
-                            [f"not a valid JSON report: {exc}"])
+        data = fjson.loads(raw, what="report.json")
+    except FedAuditError as exc:
+        return VerifyResult(False, False, False, "invalid" if key else UNCHECKED, [str(exc)])
 
     problems = schema_errors(data)
     schema_ok = not problems
@@ -131,8 +190,9 @@ def verify_report(path: str | os.PathLike) -> VerifyResult:
                                 f"from the claims ({report.overall} / {report.counts})")
         schema_ok = not problems
 
-    stored = data.get("digest") if isinstance(data, dict) else None
-    canonical = canonical_json_bytes(data) if isinstance(data, dict) else b""
+    is_obj = isinstance(data, dict)
+    stored = data.get("digest") if is_obj else None
+    canonical = canonical_json_bytes(data) if is_obj else b""
     if not isinstance(stored, str):
         digest_ok = False
         problems.append("digest: the report carries no digest")
@@ -143,19 +203,25 @@ def verify_report(path: str | os.PathLike) -> VerifyResult:
             problems.append(f"digest: stored {stored[:16]}… but the content hashes to {computed[:16]}…; "
                             f"the report was modified after it was written")
 
-    sig = data.get("signature") if isinstance(data, dict) else None
+    content = digest(canonical_json_bytes(data, without_artifacts=True)) if is_obj else None
+    artifacts, artifact_problems = _check_artifacts(data, path.parent, content) if is_obj else ({}, [])
+    problems += artifact_problems
+
+    sig = data.get("signature") if is_obj else None
     if sig is None:
         status = "absent"
         sig_ok = key is None
         if key is not None:
             problems.append(f"signature: the report is unsigned but {KEY_ENV} is set")
     elif key is None:
-        status, sig_ok = "unchecked (no key)", True
+        status, sig_ok = UNCHECKED, False
+        problems.append(f"signature: signed, signature not checked (set {KEY_ENV})")
     else:
         sig_ok = isinstance(sig, str) and hmac.compare_digest(sig, sign(canonical, key))
         status = "valid" if sig_ok else "invalid"
         if not sig_ok:
             problems.append(f"signature: HMAC-SHA256 does not match under the key in {KEY_ENV} "
                             f"(wrong key, or the report was modified)")
-    return VerifyResult(ok=schema_ok and digest_ok and sig_ok, schema_ok=schema_ok, digest_ok=digest_ok,
-                        signature=status, problems=problems)
+    ok = schema_ok and digest_ok and sig_ok and not artifact_problems
+    return VerifyResult(ok=ok, schema_ok=schema_ok, digest_ok=digest_ok, signature=status, problems=problems,
+                        artifacts=artifacts, content_digest=content)

@@ -1,14 +1,28 @@
 """Writing and reading report directories.
 
-``write_report`` seals the report (digest, and an HMAC signature when ``FEDAUDIT_REPORT_KEY`` is
-set), validates its JSON against ``schema.json``, renders every requested format in memory and
-only then writes each file atomically: a temporary file in the same directory, flushed and
-fsynced, then ``os.replace`` — readers see the old file or the new one, never half of one.
-An existing non-empty directory is refused unless ``force``.
+``write_report`` renders every requested format in memory, records the SHA-256 of each
+rendering in the manifest's artifact table, seals the report (digest, and an HMAC signature when
+``FEDAUDIT_REPORT_KEY`` is set — both cover the table), validates its JSON against
+``schema.json`` and only then writes each file atomically: a temporary file in the same
+directory, flushed and fsynced, then ``os.replace`` — readers see the old file or the new one,
+never half of one. ``report.json`` is written last. An existing non-empty directory is refused
+unless ``force``.
+
+Order of sealing (the renderings show a digest, and the digest covers their hashes):
+
+1. ``manifest.artifacts`` = null; the report is rendered from :meth:`Report.rendering_view`, so
+   the renderings show the *content digest* (SHA-256 of the canonical JSON with the table null);
+2. each rendering's bytes are hashed into ``manifest.artifacts`` =
+   ``{"rendered_from": content digest, "files": {"report.html": {"sha256", "bytes"}, ...}}``;
+3. the report is sealed again: ``digest`` and ``signature`` now cover the table.
+
+:func:`~fedaudit.reports.integrity.verify_report` re-hashes every listed file. Figures are
+embedded in ``report.html`` (PNG data URIs), so they are covered by its hash.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -40,12 +54,14 @@ def prepare_out_dir(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
     return out
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write UTF-8 ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text is UTF-8 encoded) to ``path`` via a temporary file in the same
+    directory and a rename."""
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -77,7 +93,8 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
 
     Returns ``{format: path}`` for the files written. With ``force`` an existing report directory
     is reused: the report files are replaced, stale report files of formats not written are removed,
-    other files are left alone.
+    other files are left alone. ``report.manifest.artifacts`` is (re)computed here, and the
+    report is sealed with it (see the module docstring).
     """
     formats = tuple(dict.fromkeys(formats))
     unknown = [f for f in formats if f not in FORMATS]
@@ -89,19 +106,29 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
     if out.is_dir() and any(out.iterdir()) and not force:
         raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite")
 
-    report.seal(signing_key())
+    key = signing_key()
+    report.manifest.artifacts = None
+    report.seal(key)
     validate_report_dict(report.to_dict())
-    texts: dict[str, str] = {}  # report.json last: once it is there, the renderings beside it are current
+    view = report.rendering_view()
+    texts: dict[str, bytes] = {}  # report.json last: once it is there, the renderings beside it are current
     if "html" in formats:
         from fedaudit.reports.html import render_html
 
-        texts["html"] = render_html(report)
+        texts["html"] = render_html(view).encode("utf-8")
     if "md" in formats:
         from fedaudit.reports.markdown import render_markdown
 
-        texts["md"] = render_markdown(report)
+        texts["md"] = render_markdown(view).encode("utf-8")
+    report.manifest.artifacts = {
+        "rendered_from": view.digest,
+        "files": {FILENAMES[fmt]: {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+                  for fmt, blob in texts.items()},
+    }
+    report.seal(key)
+    validate_report_dict(report.to_dict())
     if "json" in formats:
-        texts["json"] = report.to_json()
+        texts["json"] = report.to_json().encode("utf-8")
 
     prepare_out_dir(out, force=True)
     written: dict[str, Path] = {}

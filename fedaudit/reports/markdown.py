@@ -3,9 +3,19 @@
 GitHub-flavoured: a verdict summary table, then per claim its verdict, expectation, summary and
 evidence as bullets (nested fields as dotted keys, long lists shortened). Figures are not embedded;
 each claim names its figures, which are in ``report.html``.
+
+Everything that comes from a plan or a run (report and claim titles, ids, summaries, error
+strings, evidence keys and values, figure descriptions, manifest values such as the command
+line) is user-controlled. Markdown renderers pass raw HTML through, so such text is escaped:
+``&``, ``<`` and ``>`` become entities (``<script>`` shows as text and never runs), and the
+Markdown punctuation that could open a link, an image, emphasis or code (backslash, backtick,
+``*``, ``_``, ``[``, ``]``, ``|``) is backslash-escaped. Inline code spans use a fence longer
+than any backtick run inside.
 """
 
 from __future__ import annotations
+
+import re
 
 from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
 from fedaudit.reports.plots import describe
@@ -15,16 +25,31 @@ __all__ = ["render_markdown"]
 _ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "⚠️"}
 
 
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|])")
+
+
+def _text(text: object) -> str:
+    """User-controlled text as inert Markdown: HTML-escaped (``& < >``) and with the
+    punctuation that opens links, images, emphasis, code or table cells backslash-escaped."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_PUNCT.sub(r"\\\1", s)
+
+
 def _cell(text: object) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """User-controlled text safe inside a Markdown table cell (one line)."""
+    return _text(str(text).replace("\r", " ").replace("\n", " "))
 
 
-def _inline(text: object) -> str:
-    """Text as inline code, with backticks that cannot close it early."""
-    s = str(text).replace("\n", " ")
-    fence = "``" if "`" in s else "`"
-    pad = " " if "`" in s else ""
+def _inline(text: object, *, in_table: bool = False) -> str:
+    """Text as an inline code span (rendered literally, HTML included), with a fence longer
+    than any run of backticks inside so it cannot be closed early. In a table cell a pipe
+    would end the cell even inside code, so there it is escaped (GFM renders ``\\|`` as ``|``)."""
+    s = str(text).replace("\r", " ").replace("\n", " ")
+    if in_table:
+        s = s.replace("|", "\\|")
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest or s.startswith(" ") or s.endswith(" ") else ""
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
@@ -38,38 +63,40 @@ def _runtime(seconds: float) -> str:
 
 
 def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:
-    lines = [f"### {index}. {claim.title} — {_verdict(claim.verdict)}", ""]
+    lines = [f"### {index}. {_cell(claim.title)} — {_verdict(claim.verdict)}", ""]
     seed = "—" if claim.seed is None else str(claim.seed)
-    lines.append(f"id {_inline(claim.id)} · kind **{claim.kind}** · expectation **{claim.expect}** · "
+    lines.append(f"id {_inline(claim.id)} · kind **{_text(claim.kind)}** · expectation **{_text(claim.expect)}** · "
                  f"seed {seed} · runtime {_runtime(claim.runtime_s)}")
     lines.append("")
     if claim.summary:
-        lines += [claim.summary, ""]
+        lines += [_text(claim.summary), ""]
     if claim.error:
-        lines += [f"> **Error:** {claim.error}".replace("\n", "\n> "), ""]
+        lines += [f"> **Error:** {_text(claim.error)}".replace("\n", "\n> "), ""]
     rows = flatten_evidence(claim.evidence, max_rows=max_rows)
     if rows:
         lines.append("<details><summary>Evidence</summary>" if len(rows) > 25 else "**Evidence**")
         lines.append("")
-        lines += [f"- {_inline(k)}: {v}" if k != "…" else f"- … {v}" for k, v in rows]
+        lines += [f"- {_inline(k)}: {_cell(v)}" if k != "…" else f"- … {_cell(v)}" for k, v in rows]
         if len(rows) > 25:
             lines += ["", "</details>"]
         lines.append("")
     if claim.plots:
-        names = "; ".join(describe(p).rstrip(".") for p in claim.plots)
+        names = "; ".join(_cell(describe(p).rstrip(".")) for p in claim.plots)
         lines += [f"_Figures ({len(claim.plots)}) in report.html: {names}._", ""]
     return lines
 
 
 def render_markdown(report: Report, *, max_rows: int = 40) -> str:
-    """The report as GitHub-flavoured Markdown (no images; figures are referenced)."""
+    """The report as GitHub-flavoured Markdown (no images; figures are referenced). Pass
+    :meth:`Report.rendering_view` (as ``write_report`` does) for the file whose hash is recorded:
+    the digest shown is then the content digest, and the signature is only said to be present."""
     c, m = report.counts, report.manifest
-    lines = [f"# {report.title}", "",
+    lines = [f"# {_cell(report.title)}", "",
              f"**Overall:** {_verdict(report.overall)} — {len(report.claims)} claim(s): "
              f"{c['PASS']} PASS, {c['FAIL']} FAIL, {c['INCONCLUSIVE']} INCONCLUSIVE", ""]
     lines += ["| # | claim | kind | expectation | verdict | runtime |", "|---:|---|---|---|---|---:|"]
     for i, claim in enumerate(report.claims, 1):
-        lines.append(f"| {i} | {_cell(claim.title)} ({_inline(_cell(claim.id))}) | {claim.kind} | {claim.expect} | "
+        lines.append(f"| {i} | {_cell(claim.title)} ({_inline(claim.id, in_table=True)}) | {_cell(claim.kind)} | {_cell(claim.expect)} | "
                      f"{_verdict(claim.verdict)} | {_runtime(claim.runtime_s)} |")
     if not report.claims:
         lines.append("| — | no claims | | | | |")
@@ -78,9 +105,12 @@ def render_markdown(report: Report, *, max_rows: int = 40) -> str:
         lines += _claim(claim, i, max_rows)
     lines += ["## Manifest", "", "| field | value |", "|---|---|"]
     for key, value in m.to_dict().items():
-        lines.append(f"| {key} | {_cell('—' if value is None else value)} |")
-    lines += [f"| schema_version | {report.schema_version} |",
-              f"| digest (SHA-256) | {_inline(report.digest or 'not sealed')} |",
-              f"| signature | {'HMAC-SHA256 ' + _inline(report.signature[:16] + '…') if report.signature else 'unsigned'} |",
-              "", "Verify with `fedaudit verify report.json`.", ""]
+        if key != "artifacts":  # null in a rendering: the table holds this file's own hash
+            lines.append(f"| {_cell(key)} | {_cell('—' if value is None else value)} |")
+    lines += [f"| schema_version | {_cell(report.schema_version)} |",
+              f"| content digest (SHA-256) | {_inline(report.digest or 'not sealed', in_table=True)} |",
+              f"| signature | {'signed (HMAC-SHA256)' if report.signature else 'unsigned'} |",
+              "", "The content digest is SHA-256 of report.json's canonical form with `manifest.artifacts` null; "
+              "report.json's own digest and signature also cover this file's SHA-256. "
+              "Verify with `fedaudit verify DIR`.", ""]
     return "\n".join(lines)

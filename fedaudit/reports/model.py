@@ -1,13 +1,20 @@
 """The report model: claims with verdicts and evidence, a provenance manifest, a digest.
 
 A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — non-finite floats
-become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth — and is described by
-``schema.json`` (``schema_version`` "1.0").
+become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedaudit.json`) — and
+is described by ``schema.json`` (``schema_version`` "1.1").
 
 Integrity: ``canonical_json()`` is the UTF-8 encoding of the report dictionary *without* its
 ``digest`` and ``signature`` keys, with sorted keys and no whitespace (floats in Python's
 shortest round-trip form). The digest is SHA-256 of those bytes, the optional signature
-HMAC-SHA256 of the same bytes under a secret key (:mod:`fedaudit.reports.integrity`).
+HMAC-SHA256 of the same bytes under a secret key (:mod:`fedaudit.reports.integrity`). Both cover
+``manifest.artifacts``, the SHA-256 of every rendering written beside ``report.json``.
+
+The renderings cannot show a digest that covers their own hashes, so they are rendered from
+:meth:`Report.rendering_view`: the report with ``manifest.artifacts`` null and ``digest`` set to
+the **content digest** — SHA-256 of the canonical JSON with ``manifest.artifacts`` null. The
+artifact table records that value as ``rendered_from``; :mod:`fedaudit.reports.io` renders first,
+hashes the rendered bytes, then seals the report with the table in it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import importlib.metadata
-import json
 import math
 import platform as _platform
 import re
@@ -26,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports import integrity
 
@@ -41,7 +48,7 @@ Expect = Literal["pass", "violation"]
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
 EXPECTS: tuple[str, ...] = ("pass", "violation")
 KINDS: tuple[str, ...] = ("ldp", "variance", "robustness", "stress", "convergence")
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 #: plot type -> the keys its specification must carry (see ``schema.json`` for their types)
 PLOT_TYPES: dict[str, tuple[str, ...]] = {
@@ -53,7 +60,7 @@ PLOT_TYPES: dict[str, tuple[str, ...]] = {
     "curves": ("title", "x_label", "y_label", "log_y", "series"),
 }
 
-_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_SPECIAL = fjson.SPECIAL
 
 
 # ------------------------------------------------------------------------------ JSON data
@@ -61,44 +68,21 @@ def json_safe(value: Any, _path: str = "") -> Any:
     """``value`` as strict JSON data: dicts with string keys, lists, str, int, float, bool, None.
 
     Non-finite floats become ``"inf"``/``"-inf"``/``"nan"``; numpy scalars and arrays, tuples,
-    torch tensors (anything with ``tolist``), dataclasses and objects with ``to_dict`` are
-    converted. Anything else is a :class:`FedAuditError` naming where it sits.
+    torch tensors, dataclasses and objects with ``to_dict`` are converted. Anything else is a
+    :class:`FedAuditError` naming where it sits. This is :func:`fedaudit.json.jsonable`.
     """
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return float(value)
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if isinstance(k, bool) or not isinstance(k, (str, int)):
-                raise FedAuditError(f"report data{_path} has a key of type {type(k).__name__}; "
-                                    f"JSON object keys must be strings")
-            out[str(k)] = json_safe(v, f"{_path}.{k}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v, f"{_path}[{i}]") for i, v in enumerate(value)]
-    if hasattr(value, "to_dict") and callable(value.to_dict):
-        return json_safe(value.to_dict(), _path)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return json_safe(dataclasses.asdict(value), _path)
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor
-        value = value.detach().cpu().numpy()
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar / array
-        return json_safe(value.tolist(), _path)
-    raise FedAuditError(f"report data{_path} is not JSON data: {type(value).__name__} {value!r:.60}")
+    return fjson.jsonable(value, _path)
 
 
-def canonical_json_bytes(data: Mapping[str, Any]) -> bytes:
+def canonical_json_bytes(data: Mapping[str, Any], *, without_artifacts: bool = False) -> bytes:
     """The canonical form of a report dictionary: top-level ``digest`` and ``signature`` removed,
-    sorted keys, no whitespace, non-ASCII kept, UTF-8 encoded."""
+    sorted keys, no whitespace, non-ASCII kept, UTF-8 encoded. With ``without_artifacts`` the
+    manifest's ``artifacts`` is set to null first: the bytes of the *content digest*, which the
+    renderings show (see the module docstring)."""
     body = {k: v for k, v in data.items() if k not in ("digest", "signature")}
-    return json.dumps(json_safe(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    if without_artifacts and isinstance(body.get("manifest"), Mapping):
+        body["manifest"] = {**body["manifest"], "artifacts": None}
+    return fjson.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def utc_now() -> str:
@@ -219,21 +203,51 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _git_commit(cwd: str | Path | None = None) -> str | None:
+def _git(args: list[str], cwd: Path) -> str | None:
+    """stdout of ``git args`` run in ``cwd``, or None when git is missing or fails."""
     try:
-        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                              timeout=10, check=False)
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    sha = proc.stdout.strip()
-    return sha if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", sha) else None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def package_checkout(package_dir: str | Path | None = None) -> tuple[str | None, bool | None]:
+    """``(commit, dirty)`` of the git checkout the fedaudit package runs from, or ``(None, None)``.
+
+    ``package_dir`` defaults to the directory of ``fedaudit/__init__.py`` — never the process's
+    working directory, which may be any other repository. The checkout counts only when it
+    *tracks* ``package_dir/__init__.py``: an installed copy inside some repository's virtualenv
+    is not that repository's code. ``dirty`` is True when ``git status --porcelain`` lists
+    anything (modified, staged or untracked, ignored files excepted): the commit alone does not
+    then describe the code that ran.
+    """
+    if package_dir is None:
+        import fedaudit
+
+        package_dir = Path(fedaudit.__file__).parent
+    pkg = Path(package_dir).resolve()
+    if not pkg.is_dir():
+        return None, None
+    top = _git(["rev-parse", "--show-toplevel"], pkg)
+    if top is None or _git(["ls-files", "--error-unmatch", "--", "__init__.py"], pkg) is None:
+        return None, None
+    sha = (_git(["rev-parse", "HEAD"], pkg) or "").strip()
+    if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", sha):
+        return None, None
+    status = _git(["status", "--porcelain"], Path(top.strip()))
+    return sha, (None if status is None else bool(status.strip()))
 
 
 @dataclass
 class Manifest:
     """Where and how a report was produced. Times are ISO-8601 UTC; ``plan_sha256`` is the
     SHA-256 of the plan file's bytes; ``seed_entropy`` the root ``SeedSequence`` entropy as a
-    decimal string (it can exceed 64 bits); ``git_commit`` the HEAD of the working directory."""
+    decimal string (it can exceed 64 bits). ``fedaudit`` is the package version; when the package
+    runs from a git checkout, ``git_commit`` is that checkout's HEAD and ``git_dirty`` whether its
+    tree differs from it (:func:`package_checkout`), otherwise both are None and the version is
+    the provenance. ``artifacts`` is the artifact table that :func:`~fedaudit.reports.io.write_report`
+    fills: ``{"rendered_from": content digest, "files": {name: {"sha256", "bytes"}}}``."""
 
     fedaudit: str
     numpy: str
@@ -247,18 +261,21 @@ class Manifest:
     finished: str
     git_commit: str | None
     command: str | None = None
+    git_dirty: bool | None = None
+    artifacts: dict | None = None
 
     @classmethod
     def collect(cls, plan_bytes: bytes | None, seed_entropy: Any, started: Any, finished: Any,
-                command: str | None = None, *, cwd: str | Path | None = None) -> "Manifest":
-        """Gather versions, platform, the plan hash and the git commit of ``cwd`` (default: the
-        process's working directory; None when it is not a git checkout or git is missing).
+                command: str | None = None, *, package_dir: str | Path | None = None) -> "Manifest":
+        """Gather versions, platform, the plan hash and the provenance of the fedaudit code
+        (:func:`package_checkout` of ``package_dir``, default the installed package's directory).
         ``started``/``finished`` may be datetimes, POSIX seconds or ISO-8601 strings."""
         import numpy
         import scipy
 
         import fedaudit
 
+        commit, dirty = package_checkout(package_dir)
         torch_mod = sys.modules.get("torch")
         torch_version = getattr(torch_mod, "__version__", None) if torch_mod is not None else _version("torch")
         return cls(
@@ -267,7 +284,7 @@ class Manifest:
             python=_platform.python_version(), platform=_platform.platform(),
             plan_sha256=None if plan_bytes is None else hashlib.sha256(plan_bytes).hexdigest(),
             seed_entropy=None if seed_entropy is None else str(seed_entropy),
-            started=_iso(started), finished=_iso(finished), git_commit=_git_commit(cwd), command=command,
+            started=_iso(started), finished=_iso(finished), git_commit=commit, command=command, git_dirty=dirty,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,7 +293,7 @@ class Manifest:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in d and n != "command"]
+        missing = [n for n in names if n not in d and n not in ("command", "git_dirty", "artifacts")]
         if missing:
             raise FedAuditError(f"manifest is missing {', '.join(missing)}")
         return cls(**{n: d.get(n) for n in names})
@@ -339,7 +356,7 @@ class Report:
 
     def to_json(self, indent: int | None = 2) -> str:
         """Readable JSON (key order as in ``to_dict``); the digest is over ``canonical_json``."""
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
+        return fjson.dumps(self.to_dict(), indent=indent) + "\n"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Report":
@@ -358,11 +375,8 @@ class Report:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Report":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise FedAuditError(f"report is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        """Parse strict JSON (NaN/Infinity tokens and duplicated keys are refused) into a report."""
+        return cls.from_dict(fjson.loads(text, what="report"))
 
     def canonical_json(self) -> bytes:
         """UTF-8 canonical JSON of the report without ``digest`` and ``signature``."""
@@ -371,6 +385,20 @@ class Report:
     def compute_digest(self) -> str:
         """SHA-256 (hex) of :meth:`canonical_json`."""
         return integrity.digest(self.canonical_json())
+
+    def content_digest(self) -> str:
+        """SHA-256 (hex) of the canonical JSON with ``manifest.artifacts`` null: what the
+        renderings show and the artifact table records as ``rendered_from``."""
+        return integrity.digest(canonical_json_bytes(self.to_dict(), without_artifacts=True))
+
+    def rendering_view(self) -> "Report":
+        """The report as the renderings show it: ``manifest.artifacts`` null, ``digest`` the
+        :meth:`content_digest`. ``signature`` is kept only to say *whether* the report is signed;
+        renderers must not print it (the real signature covers their own bytes). Rendering is a
+        function of report.json: ``render_html(read_report(d).rendering_view())`` reproduces
+        ``d/report.html`` byte for byte."""
+        return dataclasses.replace(self, manifest=dataclasses.replace(self.manifest, artifacts=None),
+                                   digest=self.content_digest(), claims=list(self.claims))
 
     def seal(self, key: bytes | str | None = None) -> "Report":
         """Set ``digest`` and, with a key, ``signature`` = HMAC-SHA256(key, canonical JSON) in hex
