@@ -162,10 +162,12 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
 
 
 def _write_json(path: str | None, result) -> None:
-    """Write ``result.to_dict()`` to ``path`` (when given) and say where."""
+    """Write ``result.to_dict()`` to ``path`` (when given) as strict JSON (:mod:`fedaudit.json`:
+    non-finite numbers as "inf"/"-inf"/"nan") and say where."""
     if path:
-        with open(path, "w") as fh:
-            json.dump(result.to_dict(), fh, indent=2)
+        from fedaudit import json as fjson
+
+        fjson.write(path, result.to_dict())
         out.print(f"json: {escape(path)}")
 
 
