@@ -34,7 +34,7 @@ from fedaudit.defenses import (
     compose,
     make_aggregator,
 )
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import AggregatorBreakdown, FedAuditError
 
 # ------------------------------------------------------------------------------------------
 # textbook implementations: plain loops over rows / coordinates, no shared code with fedaudit
@@ -496,15 +496,24 @@ def test_compose_equals_stages():
 # ------------------------------------------------------------------------------------------
 
 
-def test_bucketing_reproducible_and_fresh_per_call():
+def test_bucketing_is_stateless_and_takes_randomness_from_the_call():
     X = data(0, 10, 4)
     a, b = Bucketing(3, seed=42), Bucketing(3, seed=42)
     first = a(X)
     np.testing.assert_array_equal(first, b(X))
-    second = a(X)
-    np.testing.assert_array_equal(second, b(X))
-    assert not np.array_equal(first, second)  # a new permutation each round
+    np.testing.assert_array_equal(a(X), first)  # rng=None: a fresh stream from the seed every call
     assert not np.array_equal(first, Bucketing(3, seed=43)(X))
+    # rng given: the permutation comes from it, whatever the construction seed
+    g1 = a(X, rng=np.random.default_rng(5))
+    np.testing.assert_array_equal(g1, Bucketing(3, seed=0)(X, rng=np.random.default_rng(5)))
+    np.testing.assert_array_equal(g1, a(X, rng=5))
+    assert not np.array_equal(g1, a(X, rng=np.random.default_rng(6)))
+    gen = np.random.default_rng(5)
+    r1, r2 = a(X, rng=gen), a(X, rng=gen)  # one generator over two rounds: fresh permutations
+    np.testing.assert_array_equal(r1, g1)
+    assert not np.array_equal(r1, r2)
+    perm = np.random.default_rng(5).permutation(10)
+    np.testing.assert_allclose(g1[0], X[perm[:3]].mean(0), rtol=1e-12)
 
 
 def test_bucketing_structure_and_leftover_bucket():
@@ -578,8 +587,9 @@ def test_bad_shapes_and_parameters():
             ctor()
     with pytest.raises(FedAuditError, match="m <= n - f"):
         MultiKrum(2, m=9)(np.zeros((10, 2)))
-    with pytest.raises(FedAuditError, match="more than f=1"):
+    with pytest.raises(AggregatorBreakdown, match="2 of 5 input rows") as err:
         Krum(1)(np.vstack([np.full((2, 3), np.nan), np.zeros((3, 3))]))
+    assert (err.value.rule, err.value.n, err.value.nonfinite, err.value.tolerated) == ("krum", 5, 2, 1)
 
 
 def test_mda_subset_limit():

@@ -346,6 +346,7 @@ class Mean(Aggregator):
     """
 
     name = "mean"
+    needs_f = False
 
     def __init__(self, f: int = 0):
         super().__init__(f)
@@ -385,6 +386,7 @@ class CWMed(Aggregator):
     """
 
     name = "cwmed"
+    needs_f = False
 
     def __init__(self, f: int = 0):
         super().__init__(f)
@@ -419,6 +421,7 @@ class GeometricMedian(Aggregator):
     """
 
     name = "gm"
+    needs_f = False
 
     def __init__(self, tol: float = 1e-8, max_iter: int = 1000, nu: float = 1e-12, f: int = 0):
         super().__init__(f)
@@ -643,6 +646,7 @@ class CenteredClipping(Aggregator):
     """
 
     name = "cc"
+    needs_f = False
 
     def __init__(self, tau: float = 10.0, iters: int = 3, center: Any = None, f: int = 0):
         super().__init__(f)

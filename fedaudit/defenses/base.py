@@ -2,15 +2,42 @@
 
 An :class:`Aggregator` maps n input vectors (n, d) to one vector (d,); a
 :class:`PreAggregator` maps (n, d) to (n', d) (NNM, bucketing, clipping, …). Both accept numpy
-arrays and torch tensors and return the same type, dtype and device; they never mutate their
-input. ``f`` is the number of Byzantine inputs the rule is configured to tolerate.
+arrays and torch tensors and return the same type and device; they never mutate their input.
+``f`` is the number of Byzantine inputs the rule is configured to tolerate.
 
-Non-finite inputs. A row containing NaN or ±inf is Byzantine by definition (honest clients send
-finite vectors). :meth:`Aggregator.__call__` drops such rows *before* the rule runs, and
-runs the rule with ``f − r`` where r rows were dropped: the remaining n − r rows contain at
-most f − r Byzantine ones, and n − r > 2(f − r) whenever n > 2f. More than f non-finite rows
-raise :class:`~fedaudit.errors.FedAuditError`. So no rule returns NaN while an honest majority
-is finite.
+Input types. Floating inputs keep their dtype (float16/32/64; torch bfloat16 is computed in
+float32 and returned as bfloat16). Integer, unsigned and bool inputs (numpy or torch, e.g.
+int32, uint8) are aggregated as real numbers and returned as float64 (numpy) or torch.float64 —
+never truncated back to an integer type. Complex, string/object/datetime arrays, sparse torch
+tensors and meta tensors raise :class:`~fedaudit.errors.FedAuditError` naming the type; any
+input that is not 2-D (n, d) with n, d ≥ 1 raises as well.
+
+Non-finite inputs and the tolerance of a rule. A row containing NaN or ±inf is Byzantine by
+definition (honest clients send finite vectors). :meth:`Aggregator.__call__` drops such rows
+*before* the rule runs. With n rows received and r of them non-finite, the rule tolerates
+``rule.tolerance(n)`` non-finite rows:
+
+* a rule whose output depends on f (CWTM, Krum, Multi-Krum, MDA, Meamed, Bulyan, NNM, ARC, and
+  any composition containing one) built with f ≥ 1 tolerates **r ≤ f** and runs with f − r on
+  the n − r finite rows: they contain at most f − r Byzantine ones, and n − r > 2(f − r)
+  whenever n > 2f (likewise every stage's n ≥ min_n(f) carries over);
+* a rule that needs no f (Mean, CWMed, GM, CC, Bucketing, Clipping, and compositions made only
+  of those) and any rule built with f = 0 tolerates **r ≤ ⌈n/2⌉ − 1** (a strict majority of
+  finite rows), capped at n − min_n(0) so the rule can still run (Krum(0) needs 3 finite rows),
+  and runs with f = max(f − r, 0) on the finite rows.
+
+More non-finite rows than that raise :class:`~fedaudit.errors.AggregatorBreakdown` (a typed
+``FedAuditError`` with ``rule``, ``n``, ``nonfinite``, ``tolerated``): the configuration has
+broken down. Finite rows of any magnitude (1e308, float32 max, subnormals) are valid inputs: the
+distance kernels never overflow (see :mod:`fedaudit.defenses.aggregators`) and every result is
+finite — a result that rounds past the largest finite value of its dtype (a convex
+combination of values at ±max) is clamped to ±max.
+
+Randomness. Every ``__call__`` takes a keyword ``rng`` (a numpy Generator, an int seed or
+None). Deterministic rules ignore it; random ones (:class:`~fedaudit.defenses.preaggregators.Bucketing`)
+draw from it, and with ``rng=None`` build a fresh Generator from their construction ``seed``
+at every call, so a rule is stateless: the same input gives the same output. :class:`Composed`
+hands the same Generator to each of its stages in order.
 
 (f, κ)-robustness (Allouah et al., AISTATS 2023): F is (f, κ)-robust if for every input and
 every S ⊆ [n] with |S| = n − f,  ‖F(x) − x̄_S‖² ≤ (κ/|S|) Σ_{i∈S} ‖x_i − x̄_S‖².
@@ -23,20 +50,58 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import AggregatorBreakdown, FedAuditError, check_int
+from fedaudit.rng import as_generator
 
 __all__ = ["Aggregator", "PreAggregator", "Composed", "compose", "as_array", "to_like"]
 
 
+def _is_torch(X: Any) -> bool:
+    return hasattr(X, "detach") and hasattr(X, "cpu") and hasattr(X, "layout")
+
+
+def _torch_to_numpy(X: Any, name: str) -> tuple[Any, Any]:
+    import torch
+
+    if X.layout != torch.strided:
+        raise FedAuditError(f"{name} must be a dense torch tensor, got a sparse tensor (layout {X.layout}); "
+                            "call .to_dense() first")
+    if X.is_meta or X.device.type == "meta":
+        raise FedAuditError(f"{name} must hold data, got a meta tensor (device 'meta', dtype {X.dtype})")
+    if X.is_complex():
+        raise FedAuditError(f"{name} must hold real numbers, got complex torch dtype {X.dtype}")
+    out_dtype = X.dtype if X.is_floating_point() else torch.float64
+    X = X.detach().cpu()
+    if X.dtype == torch.bfloat16:  # numpy has no bfloat16: compute in float32
+        X = X.float()
+    return X.numpy(), out_dtype
+
+
 def as_array(X: Any, name: str = "vectors") -> tuple[np.ndarray, Any]:
-    """(n, d) float numpy view of X (numpy or torch) and a token to convert results back."""
+    """(n, d) floating numpy view of X (numpy, torch or array-like) and a token for :func:`to_like`.
+
+    Floating dtypes are kept; integer, unsigned and bool inputs become float64 (so the result
+    dtype, ``arr.dtype``, is float64 for them). Complex, string, object and datetime data,
+    sparse and meta tensors raise :class:`FedAuditError` naming the type.
+    """
     token = None
-    if hasattr(X, "detach") and hasattr(X, "cpu"):  # torch tensor
-        token = (X.dtype, X.device)
-        X = X.detach().cpu().numpy()
-    arr = np.asarray(X)
-    if arr.dtype.kind not in "fc":
+    if _is_torch(X):
+        device = X.device
+        X, torch_dtype = _torch_to_numpy(X, name)
+        token = (torch_dtype, device)
+    try:
+        arr = np.asarray(X)
+    except (TypeError, ValueError) as err:
+        raise FedAuditError(f"{name} must be a 2-D array of real numbers (n, d), got {type(X).__name__} "
+                            f"that numpy cannot convert ({err})") from None
+    kind = arr.dtype.kind
+    if kind in "biu":
         arr = arr.astype(np.float64)
+    elif kind == "c":
+        raise FedAuditError(f"{name} must hold real numbers, got complex dtype {arr.dtype}")
+    elif kind != "f":
+        raise FedAuditError(f"{name} must hold real numbers (float, int or bool), got dtype {arr.dtype} "
+                            f"({type(X).__name__})")
     if arr.ndim != 2:
         raise FedAuditError(f"{name} must be a 2-D array (n, d), got shape {arr.shape}")
     if arr.shape[0] < 1 or arr.shape[1] < 1:
@@ -45,8 +110,9 @@ def as_array(X: Any, name: str = "vectors") -> tuple[np.ndarray, Any]:
 
 
 def to_like(result: np.ndarray, token: Any, dtype: np.dtype) -> Any:
-    """Convert a numpy result back to the caller's type (torch: same dtype and device)."""
-    result = np.asarray(result, dtype=dtype)
+    """Convert a numpy result back to the caller's type (torch: the token's dtype and device)."""
+    with np.errstate(over="ignore"):
+        result = np.asarray(result, dtype=dtype)
     if token is None:
         return result
     import torch
@@ -55,10 +121,26 @@ def to_like(result: np.ndarray, token: Any, dtype: np.dtype) -> Any:
     return torch.from_numpy(np.ascontiguousarray(result)).to(device=device, dtype=torch_dtype)
 
 
+def _clamp_finite(out: np.ndarray, name: str) -> np.ndarray:
+    """Clamp ±inf produced by rounding (a convex combination of values at ±max of the dtype)
+    to ±max; a NaN from finite inputs would be a bug in the rule and raises."""
+    if np.isfinite(out).all():
+        return out
+    if np.isnan(out).any():
+        raise FedAuditError(f"{name}: internal error, the rule produced NaN from finite inputs")
+    big = np.finfo(out.dtype).max
+    return np.clip(out, -big, big)
+
+
 class _Rule(ABC):
-    """Shared plumbing: name, f, validation of n against the rule's requirement."""
+    """Shared plumbing: name, f, validation of n, the non-finite tolerance and ``rng`` routing."""
 
     name: str = "rule"
+    #: whether the rule's output depends on f (False: f only sets the tolerance / what a
+    #: composition passes on)
+    needs_f: bool = True
+    #: whether the trusted core takes a keyword ``rng`` (random rules)
+    uses_rng: bool = False
 
     def __init__(self, f: int = 0):
         self.f = check_int("f", f, low=0)
@@ -66,6 +148,10 @@ class _Rule(ABC):
     def min_n(self, f: int) -> int:
         """Smallest n the rule accepts for a given f (default n > 2f)."""
         return 2 * f + 1
+
+    def _min_n_at(self, f: int) -> int:
+        """Smallest n the rule can run on with effective Byzantine count f."""
+        return self.min_n(f)
 
     def _check_n(self, n: int) -> None:
         self._check_effective_n(n, self.f)
@@ -75,13 +161,31 @@ class _Rule(ABC):
         if n < need:
             raise FedAuditError(f"{self.name} needs n >= {need} inputs for f={f}, got n={n}")
 
-    def _apply(self, X: Any, rule) -> Any:
-        """Validate, drop non-finite rows (f reduced accordingly), run ``rule(finite, f)`` and
-        return the result in the caller's array type."""
+    def tolerance(self, n: int) -> int:
+        """Most rows holding NaN/±inf the rule accepts among n rows (see the module docstring):
+        f for a rule that needs f and is built with f ≥ 1, else min(⌈n/2⌉ − 1, n − min_n(0))."""
+        n = check_int("n", n, low=1)
+        if self.needs_f and self.f >= 1:
+            return min(self.f, n)
+        return max(0, min((n - 1) // 2, n - self._min_n_at(0)))
+
+    def _apply(self, X: Any, core, rng: Any) -> Any:
+        """Validate, drop non-finite rows (f reduced accordingly, AggregatorBreakdown past the
+        tolerance), run ``core(finite, f, rng)`` and return the result in the caller's type."""
         arr, token = as_array(X)
-        self._check_n(arr.shape[0])
-        finite, f = _split_finite(arr, self.f, self.name)
-        return to_like(rule(finite, f), token, arr.dtype)
+        n = arr.shape[0]
+        self._check_n(n)
+        finite = np.isfinite(arr).all(axis=1)
+        r = n - int(np.count_nonzero(finite))
+        f = self.f
+        if r:
+            tol = self.tolerance(n)
+            if r > tol:
+                raise AggregatorBreakdown(self.name, n, r, tol)
+            arr, f = arr[finite], max(self.f - r, 0)
+        gen = None if rng is None else as_generator(rng)
+        out = _clamp_finite(to_like(core(arr, f, gen), None, arr.dtype), self.name)
+        return to_like(out, token, arr.dtype)
 
     def params(self) -> dict[str, Any]:
         return {"f": self.f}
@@ -91,35 +195,32 @@ class _Rule(ABC):
         return f"{type(self).__name__}({args})"
 
 
-def _split_finite(arr: np.ndarray, f: int, name: str) -> tuple[np.ndarray, int]:
-    finite = np.isfinite(arr).all(axis=1)
-    r = int(arr.shape[0] - np.count_nonzero(finite))
-    if r == 0:
-        return arr, f
-    if r > f:
-        raise FedAuditError(f"{name}: {r} input rows contain NaN or ±inf, more than f={f} Byzantine rows "
-                            "the rule is configured for")
-    return arr[finite], f - r
-
-
 class Aggregator(_Rule):
-    """(n, d) → (d,). Subclasses implement ``_aggregate(X, f)`` on a finite float array."""
+    """(n, d) → (d,). Subclasses implement ``_aggregate(X, f)`` on a finite float array (random
+    rules set ``uses_rng = True`` and implement ``_aggregate(X, f, rng=None)``)."""
 
-    def __call__(self, X: Any) -> Any:
-        return self._apply(X, self._aggregate)
+    def __call__(self, X: Any, *, rng: Any = None) -> Any:
+        return self._apply(X, self._run, rng)
+
+    def _run(self, X: np.ndarray, f: int, rng: Any) -> np.ndarray:
+        return self._aggregate(X, f, rng=rng) if self.uses_rng else self._aggregate(X, f)
 
     @abstractmethod
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray: ...
 
 
 class PreAggregator(_Rule):
-    """(n, d) → (n', d). Subclasses implement ``_transform(X, f)`` on a finite float array.
+    """(n, d) → (n', d). Subclasses implement ``_transform(X, f)`` on a finite float array
+    (random ones: ``uses_rng = True`` and ``_transform(X, f, rng=None)``).
 
     Non-finite rows are dropped first (as for aggregators); the output is finite.
     """
 
-    def __call__(self, X: Any) -> Any:
-        return self._apply(X, self._transform)
+    def __call__(self, X: Any, *, rng: Any = None) -> Any:
+        return self._apply(X, self._run, rng)
+
+    def _run(self, X: np.ndarray, f: int, rng: Any) -> np.ndarray:
+        return self._transform(X, f, rng=rng) if self.uses_rng else self._transform(X, f)
 
     @abstractmethod
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray: ...
@@ -130,7 +231,13 @@ class PreAggregator(_Rule):
 
 
 class Composed(Aggregator):
-    """pre_1 ∘ … ∘ pre_m then an aggregator: ``compose(NNM(f), CWTM(f))``."""
+    """pre_1 ∘ … ∘ pre_m then an aggregator: ``compose(NNM(f), CWTM(f))``.
+
+    ``f`` is the largest stage f; the composition needs f iff one of its stages does (its
+    tolerance follows, see the module docstring). ``rng`` is handed to every stage in order.
+    """
+
+    uses_rng = True
 
     def __init__(self, *stages: _Rule):
         if not stages or not isinstance(stages[-1], Aggregator):
@@ -140,22 +247,27 @@ class Composed(Aggregator):
         super().__init__(max(s.f for s in stages))
         self.stages = stages
         self.name = "+".join(s.name for s in stages)
+        self.needs_f = any(s.needs_f for s in stages)
 
     def min_n(self, f: int) -> int:
         return max(s.min_n(s.f) for s in self.stages)
 
-    def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
+    def _min_n_at(self, f: int) -> int:
+        return max(s.min_n(min(s.f, f)) for s in self.stages)
+
+    def _aggregate(self, X: np.ndarray, f: int, rng: Any = None) -> np.ndarray:
         # f is the Byzantine count still possible after non-finite rows were dropped: each
         # stage is checked against that effective f, not the one it was configured with.
         for stage in self.stages[:-1]:
             f_stage = min(stage.f, f)
             stage._check_effective_n(X.shape[0], f_stage)
             # the stage trims with its own f, but the rows it outputs can carry all f Byzantine ones
-            X, f = stage._transform(X, f_stage), stage.output_f(X.shape[0], f)
+            out = _clamp_finite(np.asarray(stage._run(X, f_stage, rng)), stage.name)
+            X, f = out, stage.output_f(X.shape[0], f)
         last = self.stages[-1]
         f_last = min(last.f, f)
         last._check_effective_n(X.shape[0], f_last)
-        return last._aggregate(X, f_last)
+        return last._run(X, f_last, rng)
 
     def params(self) -> dict[str, Any]:
         return {"stages": [repr(s) for s in self.stages]}

@@ -20,7 +20,7 @@ import numpy as np
 from fedaudit.defenses.aggregators import _mean, _pairwise_sqdist, _row_norms
 from fedaudit.defenses.base import PreAggregator
 from fedaudit.errors import check_int, check_positive
-from fedaudit.rng import RngLike, as_generator
+from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
 __all__ = ["NNM", "Bucketing", "ARC", "Clipping"]
 
@@ -67,20 +67,24 @@ class Bucketing(PreAggregator):
     rows and is averaged over those rows only (it is neither dropped nor merged). Each Byzantine
     row can spoil at most one bucket: ``output_f = min(f, ⌈n/s⌉)``.
 
-    Randomness: ``seed`` (int, SeedSequence, Generator or None) seeds one numpy Generator
-    (SeedSequence-based, see :func:`fedaudit.rng.as_generator`) created at construction; call k
-    uses the k-th permutation of that stream, so two instances built with the same int seed give
-    the same outputs call by call, and successive rounds get fresh permutations. This generator
-    is the rule's only state. ``f`` is only passed downstream in a composition.
+    Randomness comes from the call: ``rule(X, rng=generator)`` draws the permutation from that
+    Generator (an int is turned into one); with ``rng=None`` a fresh Generator is built at every
+    call from the construction ``seed`` (int, SeedSequence, Generator — which contributes one
+    spawned child — or None, which draws OS entropy once at construction). The rule is thus
+    stateless: the same input and rng give the same output, twice. Fresh permutations per round
+    come from the caller's per-round generator (the training loop passes ``rng=``). ``f`` is
+    only passed downstream in a composition.
     """
 
     name = "bucketing"
+    needs_f = False
+    uses_rng = True
 
     def __init__(self, s: int, seed: RngLike = None, f: int = 0):
         super().__init__(f)
         self.s = check_int("s", s, low=1)
         self.seed = seed
-        self._rng = as_generator(seed)
+        self._seed_seq = as_seed_sequence(seed)
 
     def params(self) -> dict[str, Any]:
         return {"s": self.s, "seed": self.seed, "f": self.f}
@@ -88,9 +92,10 @@ class Bucketing(PreAggregator):
     def output_f(self, n: int, f: int) -> int:
         return min(f, math.ceil(n / self.s))
 
-    def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
+    def _transform(self, X: np.ndarray, f: int, rng: Any = None) -> np.ndarray:
         n = X.shape[0]
-        perm = self._rng.permutation(n)
+        gen = np.random.default_rng(self._seed_seq) if rng is None else as_generator(rng)
+        perm = gen.permutation(n)
         q = math.ceil(n / self.s)
         bucket = np.arange(n) // self.s  # bucket of the i-th permuted row
         sizes = np.bincount(bucket, minlength=q)
@@ -129,6 +134,7 @@ class Clipping(PreAggregator):
     """
 
     name = "clipping"
+    needs_f = False
 
     def __init__(self, c: float, f: int = 0):
         super().__init__(f)
