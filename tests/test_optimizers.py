@@ -213,10 +213,12 @@ def test_estimate_delta_on_quadratics():
     assert truth == pytest.approx(2.5, rel=1e-12)
     est = estimate_delta(P, np.zeros(d), iters=2000, rng=0, tol=1e-14)
     assert est == pytest.approx(truth, rel=1e-6)
-    # PIGS with eta=None uses 1/(2Δ̂)
+    # PIGS with eta=None uses 1/(2·m·Δ̂), m = 1.25 by default (Δ is constant on a quadratic)
     tr = run(PIGS(), P, rounds=1, seed=0)
-    assert tr.info["eta"] == pytest.approx(1 / (2 * truth), rel=1e-5)
+    assert tr.info["eta"] == pytest.approx(1 / (2 * 1.25 * truth), rel=1e-5)
     assert tr.info["delta_hat"] == pytest.approx(truth, rel=1e-5)
+    tr = run(PIGS(delta_margin=2.0), P, rounds=1, seed=0)
+    assert tr.info["eta"] == pytest.approx(1 / (4 * truth), rel=1e-5)
 
 
 # ------------------------------------------------------------------ run / Trace
@@ -402,3 +404,204 @@ def test_federation_runs_all_optimizers(tiny_fed):
         # passing the Federation directly wraps it
         tr = run(DGD(0.1), tiny_fed, rounds=2, seed=0)
         assert tr.loss[-1] == pytest.approx(run(DGD(0.1), P, rounds=2, seed=0).loss[-1], rel=1e-14)
+
+
+# ------------------------------------------------------------------ PIGS: Δ̂ along the run
+class _LogCoshProblem:
+    """L_H(x) = ½xᵀAx − bᵀx + c·Σ_i log cosh(x_i − t_i) with b = A t (so x* = t), surrogate
+    L̂ = ½xᵀAx − bᵀx: ∇²L_H − ∇²L̂ = c·diag(sech²(x − t)), so Δ(x) = c·max_i sech²(x_i − t_i)
+    is small at x_0 = 0 and equals its supremum c at x*."""
+
+    def __init__(self, c=1.0):
+        self.A = np.diag([1.0, 1.5, 2.0, 2.5])
+        self.t = np.array([2.0, -2.5, 3.0, 2.0])
+        self.b = self.A @ self.t
+        self.c = c
+        self.dim = 4
+        self.surrogate = QuadraticProblem(self.A, self.b).surrogate
+
+    def true_delta(self, x):
+        return float(self.c * np.max(1.0 / np.cosh(x - self.t) ** 2))
+
+    def honest_loss(self, x):
+        return float(0.5 * x @ self.A @ x - self.b @ x + self.c * np.sum(np.log(np.cosh(x - self.t))))
+
+    def honest_grad(self, x):
+        return self.A @ x - self.b + self.c * np.tanh(x - self.t)
+
+    def honest_hvp(self, x, v):
+        return self.A @ v + self.c * v / np.cosh(x - self.t) ** 2
+
+    def oracle(self, x, rng):
+        return self.honest_grad(x)
+
+
+def test_pigs_delta_is_the_max_over_the_run_with_margin():
+    P = _LogCoshProblem()
+    d0_true = P.true_delta(np.zeros(4))
+    assert d0_true == pytest.approx(1 / np.cosh(2.0) ** 2)       # 0.0707, vs sup Δ = 1
+    tr = run(PIGS(gtol=1e-11), P, rounds=30, seed=0)
+    info = tr.info
+    assert info["delta_hat_x0"] == pytest.approx(d0_true, rel=1e-6)
+    est = info["delta_estimates"]
+    assert est[0] == {"round": 0, "where": "x0", "delta": info["delta_hat_x0"]}
+    # probes at x0 and on the geometric schedule 0, 1, 2, 4, 8, 16 (iterate + segment point each)
+    assert {e["round"] for e in est[1:]} == {0, 1, 2, 4, 8, 16}
+    assert {e["where"] for e in est[1:]} == {"next iterate", "segment"}
+    # power iteration is a lower estimate: never above the true sup Δ = c
+    assert all(0 < e["delta"] <= P.c * (1 + 1e-9) for e in est)
+    assert info["delta_hat"] == max(e["delta"] for e in est)
+    assert info["delta_hat"] > 0.95 * P.c > 10 * info["delta_hat_x0"]     # the run found where Δ is large
+    assert info["delta_used"] == pytest.approx(1.25 * info["delta_hat"], rel=1e-15)
+    assert info["eta"] == pytest.approx(1 / (2 * 1.25 * info["delta_hat"]), rel=1e-15)
+    etas = np.array(tr.extras["eta"])
+    assert etas.size == 30 and np.all(np.diff(etas) <= 0) and etas[-1] == info["eta"]
+    # round 0's step was already shortened once x_1 was probed (no extra communication)
+    assert etas[0] < info["eta_initial"] == pytest.approx(1 / (2 * 1.25 * d0_true), rel=1e-6)
+    np.testing.assert_allclose(tr.x_final, P.t, atol=1e-6)
+    # same seed, same probes; delta_every sets the schedule
+    again = run(PIGS(gtol=1e-11), P, rounds=30, seed=0)
+    assert again.info["delta_estimates"] == est
+    every = run(PIGS(gtol=1e-11, delta_every=10), P, rounds=30, seed=0)
+    assert {e["round"] for e in every.info["delta_estimates"][1:]} == {0, 10, 20}
+    with pytest.raises(FedAuditError, match=r"delta_margin must be a finite real number in \[1"):
+        PIGS(delta_margin=0.5)
+    with pytest.raises(FedAuditError, match="delta_every"):
+        PIGS(delta_every=0)
+
+
+# ------------------------------------------------------------------ beyond tolerance
+class _BreaksAtRound:
+    """Quadratic honest gradients through a real CWTM(f=1); from oracle call ``k`` on the two
+    Byzantine rows are NaN (2 > 1 tolerated), before that they are finite."""
+
+    def __init__(self, k):
+        from fedaudit.defenses.registry import make_aggregator
+
+        self.P = QuadraticProblem(np.diag([1.0, 2.0, 3.0]), np.ones(3))
+        self.dim, self.k, self.calls = 3, k, 0
+        self.rule = make_aggregator("cwtm", 1)
+
+    def honest_loss(self, x):
+        return self.P.honest_loss(x)
+
+    def honest_grad(self, x):
+        return self.P.honest_grad(x)
+
+    def oracle(self, x, rng):
+        g = self.honest_grad(x)
+        H = g + 0.01 * np.arange(5)[:, None]
+        B = np.full((2, 3), np.nan) if self.calls >= self.k else g + np.ones((2, 3))
+        self.calls += 1
+        return self.rule(np.vstack([H, B]), rng=rng)
+
+
+def test_run_records_breakdown_round_and_counts():
+    tr = run(DGD(0.1), _BreaksAtRound(3), rounds=10, seed=0)
+    assert tr.breakdown is not None and not tr.diverged
+    assert {k: tr.breakdown[k] for k in ("round", "rule", "n", "nonfinite", "tolerated")} == \
+        {"round": 3, "rule": "cwtm", "n": 7, "nonfinite": 2, "tolerated": 1}
+    assert tr.rounds == [0, 1, 2, 3]                # three completed rounds, then the breakdown
+    ok = run(DGD(0.1), _BreaksAtRound(100), rounds=3, seed=0)
+    assert ok.breakdown is None and tr.loss == ok.loss
+    d = tr.to_dict()
+    assert d["breakdown"]["round"] == 3 and d["breakdown"]["rule"] == "cwtm"
+    json.dumps(d, allow_nan=False)
+
+
+@pytest.mark.parametrize("name", ["dgd", "dnag", "racc", "pigs"])
+def test_every_optimizer_records_a_real_federation_breakdown(name):
+    # NonFinite attack with 3 rows against a CWTM configured for declared_f = 1
+    from fedaudit.fl.data import load_digits_dataset
+    from fedaudit.fl.federation import Federation
+
+    fed = Federation.build(load_digits_dataset(seed=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
+                           attack="nonfinite", declared_f=1, seed=0)
+    opt = {"dgd": DGD(0.1), "dnag": DNAG(0.1), "racc": RobustAccelerated(), "pigs": PIGS()}[name]
+    tr = run(opt, fed, rounds=5, seed=0)
+    assert {k: tr.breakdown[k] for k in ("round", "rule", "n", "nonfinite", "tolerated")} == \
+        {"round": 0, "rule": "cwtm", "n": 8, "nonfinite": 3, "tolerated": 1}
+    assert tr.rounds == [0] and not tr.diverged
+    # the same federation with the rule declared for the true f drops the rows and trains
+    ok = run(opt, Federation.build(load_digits_dataset(seed=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
+                                   attack="nonfinite", seed=0), rounds=2, seed=0)
+    assert ok.breakdown is None and ok.rounds == [0, 1, 2]
+
+
+# ------------------------------------------------------------------ reproducible randomness
+def _optimizers():
+    return {"dgd": DGD(0.1), "dnag": DNAG(0.1, 0.9), "racc": RobustAccelerated(), "pigs": PIGS()}
+
+
+def test_optimizer_table_covers_the_registered_names():
+    from fedaudit.fl.stress import OPTIMIZER_NAMES
+
+    assert set(_optimizers()) == set(OPTIMIZER_NAMES)
+
+
+@pytest.fixture(scope="module")
+def bucket_fed():
+    from fedaudit.fl.data import load_digits_dataset
+    from fedaudit.fl.federation import Federation
+
+    ds = load_digits_dataset(seed=0)
+    return Federation.build(ds, n_honest=6, f=1, beta=5.0, aggregator="bucketing+cwtm", aggregator_kw={"s": 2},
+                            attack="alie", optimal_attack=False, seed=0)
+
+
+def _bits(tr):
+    d = tr.to_dict(include_x=True)
+    d.pop("wall_time")
+    return d
+
+
+@pytest.mark.parametrize("name", ["dgd", "dnag", "racc", "pigs"])
+def test_same_seed_same_bits_with_a_random_rule(bucket_fed, name):
+    opt = _optimizers()[name]
+    a = run(opt, bucket_fed, rounds=6, seed=0)
+    for _ in range(3):  # advance every stream the federation or its rule might keep
+        bucket_fed.oracle(np.zeros(bucket_fed.dim))
+    b = run(opt, bucket_fed, rounds=6, seed=0)
+    assert _bits(a) == _bits(b)
+    assert np.array_equal(a.x_final, b.x_final)
+    c = run(opt, bucket_fed, rounds=6, seed=1)   # bucketing's permutations (and PIGS's probes) change
+    assert not np.array_equal(a.x_final, c.x_final)
+    assert a.loss[0] == c.loss[0] and a.loss[1:] != c.loss[1:]
+
+
+def test_seed_only_acts_through_random_components(tiny_fed):
+    # deterministic rule (NNM+CWTM) and attack (line-searched ALIE): the seed changes nothing
+    a = run(DGD(0.1), tiny_fed, rounds=4, seed=0)
+    b = run(DGD(0.1), tiny_fed, rounds=4, seed=12345)
+    assert np.array_equal(a.x_final, b.x_final)
+
+
+# ------------------------------------------------------------------ serialisation of non-finite numbers
+def test_trace_json_writes_non_finite_numbers_as_strings(quad):
+    # a run that overflows: loss becomes +inf at the last record, which stops it as diverged
+    # (the divergence threshold |L(x_0)|·1e308 + 1 overflows to inf, so only the inf check stops it)
+    with np.errstate(over="ignore"):
+        tr = run(DGD(3 / quad.smoothness()), quad, x0=np.ones(quad.dim), rounds=5000, seed=0,
+                 divergence_factor=1e308)
+    assert tr.diverged and tr.loss[-1] == math.inf
+    d = tr.to_dict()
+    assert d["loss"][-1] == "inf" and all(isinstance(v, float) for v in d["loss"][:-1])
+    back = json.loads(json.dumps(d, allow_nan=False))
+    assert back["loss"][-1] == "inf" and None not in back["loss"] and None not in back["grad_norm"]
+    manual = run(DGD(0.1), quad, rounds=1, seed=0)
+    manual.grad_norm = [float("nan"), 1.0]
+    manual.extras = {"x": [float("-inf")]}
+    manual.info = {"d": np.float64("inf")}
+    m = manual.to_dict()
+    assert m["grad_norm"] == ["nan", 1.0] and m["extras"] == {"x": ["-inf"]} and m["info"] == {"d": "inf"}
+
+
+def test_same_seed_same_bits_with_a_line_searched_attack_and_a_random_rule(bucket_fed):
+    from fedaudit.fl.federation import Federation
+
+    fed = Federation.build(bucket_fed.dataset, n_honest=6, f=1, beta=5.0, aggregator="bucketing+cwtm",
+                           aggregator_kw={"s": 2}, attack="alie", optimal_attack=True, seed=0)
+    a = run(DGD(0.1), fed, rounds=4, seed=0)
+    fed.oracle(np.zeros(fed.dim))
+    assert _bits(run(DGD(0.1), fed, rounds=4, seed=0)) == _bits(a)
+    assert run(DGD(0.1), fed, rounds=4, seed=1).loss[1:] != a.loss[1:]

@@ -38,11 +38,21 @@ Optimizers (one oracle call per round each):
   recursion is kept as ``variant="literal"`` and Nesterov's constant-momentum strongly convex
   scheme (Introductory Lectures, 2.2.19) as ``variant="nesterov"``.
 * :class:`PIGS` — x_{k+1} ≈ argmin_x L̂(x) + ⟨g_k − ∇L̂(x_k), x⟩ + ‖x − x_k‖²/(2η), solved on
-  the server by L-BFGS warm-started at x_k; η = 1/(2Δ̂) by default, Δ̂ from
-  :func:`estimate_delta`.
+  the server by L-BFGS warm-started at x_k; η = 1/(2·m·Δ̂) by default, Δ̂ the largest
+  :func:`estimate_delta` seen at x_0 and along the run, m a safety margin.
 
 :func:`run` drives any of them for a number of rounds and returns a :class:`Trace`;
 :func:`rounds_to_plateau` turns a loss curve into "rounds to reach the asymptotic error".
+
+Beyond tolerance. When a round's oracle raises :class:`~fedaudit.errors.AggregatorBreakdown`
+(more non-finite inputs than the rule tolerates), :func:`run` stops and records
+``Trace.breakdown = {"round": k, "rule", "n", "nonfinite", "tolerated", "message"}``: a result
+of the configuration, not an exception.
+
+Randomness. Every random component draws from the call: round k's oracle (attack and rule,
+e.g. bucketing's permutation) gets ``rng`` = child k of the run seed's oracle stream and the
+optimizer's own randomness (PIGS's power iterations) a separate child, so the same seed gives
+the same bits and nothing depends on a rule's internal state or on which worker runs the job.
 """
 
 from __future__ import annotations
@@ -54,7 +64,15 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_matrix, check_positive, check_real, check_vector
+from fedaudit.errors import (
+    AggregatorBreakdown,
+    FedAuditError,
+    check_int,
+    check_matrix,
+    check_positive,
+    check_real,
+    check_vector,
+)
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
 __all__ = [
@@ -154,7 +172,9 @@ class QuadraticProblem:
 
     def oracle(self, x, rng):
         g = self.honest_grad(x)
-        out = g + self.bias + math.sqrt(self.alpha) * np.linalg.norm(g) * self.direction
+        out = g + self.bias
+        if self.alpha > 0:  # (0·‖g‖ would be NaN once ‖g‖ overflows)
+            out = out + math.sqrt(self.alpha) * np.linalg.norm(g) * self.direction
         if self.noise > 0:
             out = out + self.noise * as_generator(rng).standard_normal(self.dim)
         return out
@@ -588,6 +608,14 @@ def _newton_polish(sur, z, gz, grad_phi, eta, gtol, steps: int = 5):
     return z, gz, kept
 
 
+def _delta_check_rounds(k: int, every: int | None) -> bool:
+    """Rounds at which PIGS re-estimates Δ̂: k = 0, 1, 2, 4, 8, … (``every=None``; the iterate
+    moves most early on) or every ``every`` rounds."""
+    if every is not None:
+        return k % every == 0
+    return k == 0 or (k & (k - 1)) == 0
+
+
 class PIGS(Optimizer):
     """Preconditioned inexact gradient under similarity (PIGS).
 
@@ -601,22 +629,41 @@ class PIGS(Optimizer):
     the objective — polished by a few Newton–CG steps with the surrogate's Hessian-vector
     products (``polish=True``).
     With L̂ = L_H and an exact oracle this is the proximal-point step. Theory: if
-    ‖∇²L_H − ∇²L̂‖_op ≤ Δ then η = 1/(2Δ) gives a linear rate ≈ 1 − μ/(μ + 2Δ) up to the
-    oracle's error floor. ``eta=None`` uses η = 1/(2Δ̂) with Δ̂ = :func:`estimate_delta` at x_0
-    (``delta_iters`` power iterations, seeded from the run's rng); the authors' long run uses
-    η = 4 from a grid. The L-BFGS outcome per round is kept in ``Trace.extras``.
+    ‖∇²L_H(x) − ∇²L̂(x)‖_op ≤ Δ for all x then η = 1/(2Δ) gives a linear rate
+    ≈ 1 − μ/(μ + 2Δ) up to the oracle's error floor.
+
+    Step size (``eta=None``). Δ is a supremum over x, and power iteration at one point gives a
+    *lower* estimate of the norm at that point, so 1/(2Δ̂(x_0)) errs on the unsafe side (on
+    digits, Δ̂ along a run is about twice Δ̂(x_0)). PIGS therefore estimates
+    Δ̂(p) = :func:`estimate_delta` (``delta_iters`` power iterations, seeded from the run's
+    optimizer stream) at x_0 and, on check rounds k (1, 2, 4, 8, … or every ``delta_every``),
+    at the candidate x_{k+1} and at a uniformly random point of the segment [x_k, x_{k+1}],
+    and uses
+
+        η_k = 1 / (2·m·max_{p probed so far} Δ̂(p)),   m = ``delta_margin`` (default 1.25),
+
+    recomputing the server-side step (no extra communication) when a probe raises the maximum
+    (at most three times per round).
+    η_k is non-increasing. The margin m covers the power-iteration bias and the points between
+    probes; it is a safety factor, not a bound (no finite set of probes certifies a sup).
+    Every probe is kept in ``info["delta_estimates"]`` (round, where, value), the step of each
+    round in ``extras["eta"]``. With ``eta`` given, η is fixed and nothing is estimated.
+    The L-BFGS outcome per round is kept in ``Trace.extras``.
     """
 
     name = "pigs"
 
     def __init__(self, eta: float | None = None, max_iter: int = 1000, gtol: float = 1e-10,
-                 history: int = 10, delta_iters: int = 200, polish: bool = True):
+                 history: int = 10, delta_iters: int = 200, polish: bool = True,
+                 delta_margin: float = 1.25, delta_every: int | None = None):
         self.eta = None if eta is None else check_positive("eta", eta)
         self.polish = bool(polish)
         self.max_iter = check_int("max_iter", max_iter, low=1)
         self.gtol = check_positive("gtol", gtol)
         self.history = check_int("history", history, low=1)
         self.delta_iters = check_int("delta_iters", delta_iters, low=1)
+        self.delta_margin = check_real("delta_margin", delta_margin, low=1.0)
+        self.delta_every = None if delta_every is None else check_int("delta_every", delta_every, low=1)
 
     def start(self, problem, x0, rng):
         from scipy.optimize import minimize
@@ -624,24 +671,51 @@ class PIGS(Optimizer):
         sur = getattr(problem, "surrogate", None)
         if sur is None:
             raise FedAuditError("PIGS needs problem.surrogate with loss(x), grad(x) (and hvp for eta=None)")
-        info: dict[str, Any] = {}
-        if self.eta is None:
-            delta = estimate_delta(problem, x0, self.delta_iters, rng)
-            if delta <= 0:
-                raise FedAuditError("estimated Hessian similarity is 0 (L̂ = L_H): pass eta explicitly")
-            eta = 1.0 / (2.0 * delta)
-            info.update(delta_hat=delta, eta_source="1/(2*delta_hat)")
-        else:
-            eta = self.eta
-            info.update(eta_source="given")
-        info["eta"] = eta
         opt = self
+        gen = as_generator(rng)
+        info: dict[str, Any] = {}
+        estimates: list[dict[str, Any]] = []
+
+        def probe(x, k, where) -> float:
+            d = estimate_delta(problem, x, opt.delta_iters, gen)
+            estimates.append({"round": k, "where": where, "delta": d})
+            return d
+
+        if self.eta is None:
+            d0 = probe(x0, 0, "x0")
+            if d0 <= 0:
+                raise FedAuditError("estimated Hessian similarity is 0 (L̂ = L_H): pass eta explicitly")
+            info.update(delta_hat_x0=d0, delta_hat=d0, delta_margin=self.delta_margin,
+                        delta_used=self.delta_margin * d0, eta_initial=1.0 / (2.0 * self.delta_margin * d0),
+                        eta=1.0 / (2.0 * self.delta_margin * d0), delta_estimates=estimates,
+                        eta_source="1/(2*delta_margin*max delta_hat over x0 and the run's probes)")
+        else:
+            info.update(eta=self.eta, eta_source="given")
+
+        def prox(xk, c, eta):
+            def fun(z):
+                d = z - xk
+                val = float(sur.loss(z)) + float(c @ d) + float(d @ d) / (2 * eta)
+                grad = np.asarray(sur.grad(z), dtype=np.float64) + c + d / eta
+                return val, grad
+
+            res = minimize(fun, xk, jac=True, method="L-BFGS-B",
+                           options={"maxiter": opt.max_iter, "gtol": opt.gtol, "ftol": 1e-30,
+                                    "maxcor": opt.history, "maxls": 50})
+            z = np.asarray(res.x, dtype=np.float64)
+            gz = fun(z)[1]
+            its = int(res.nit)
+            if opt.polish and np.max(np.abs(gz)) > opt.gtol and hasattr(sur, "hvp"):
+                z, gz, extra = _newton_polish(sur, z, gz, lambda w: fun(w)[1], eta, opt.gtol)
+                its += extra
+            return z, gz, its
 
         class S(_State):
             def __init__(self):
                 self.x = x0.copy()
+                self.k = 0
                 self.info = info
-                self.extras = {"prox_grad_norm": [], "prox_iters": [], "prox_converged": []}
+                self.extras = {"prox_grad_norm": [], "prox_iters": [], "prox_converged": [], "eta": []}
 
             def query(self):
                 return self.x
@@ -649,23 +723,22 @@ class PIGS(Optimizer):
             def update(self, g):
                 xk = self.x
                 c = g - np.asarray(sur.grad(xk), dtype=np.float64)
-
-                def fun(z):
-                    d = z - xk
-                    val = float(sur.loss(z)) + float(c @ d) + float(d @ d) / (2 * eta)
-                    grad = np.asarray(sur.grad(z), dtype=np.float64) + c + d / eta
-                    return val, grad
-
-                res = minimize(fun, xk, jac=True, method="L-BFGS-B",
-                               options={"maxiter": opt.max_iter, "gtol": opt.gtol, "ftol": 1e-30,
-                                        "maxcor": opt.history, "maxls": 50})
-                z = np.asarray(res.x, dtype=np.float64)
-                gz = fun(z)[1]
-                its = int(res.nit)
-                if opt.polish and np.max(np.abs(gz)) > opt.gtol and hasattr(sur, "hvp"):
-                    z, gz, extra = _newton_polish(sur, z, gz, lambda w: fun(w)[1], eta, opt.gtol)
-                    its += extra
+                eta = info["eta"]
+                z, gz, its = prox(xk, c, eta)
+                if opt.eta is None and _delta_check_rounds(self.k, opt.delta_every):
+                    for _ in range(3):  # a raised maximum shortens the step; re-check where it lands
+                        t = float(gen.uniform())
+                        d = max(probe(z, self.k, "next iterate"), probe(xk + t * (z - xk), self.k, "segment"))
+                        if d <= info["delta_hat"]:
+                            break
+                        info.update(delta_hat=d, delta_used=opt.delta_margin * d,
+                                    eta=1.0 / (2.0 * opt.delta_margin * d))
+                        eta = info["eta"]
+                        z, gz, extra = prox(xk, c, eta)
+                        its += extra
                 self.x = z
+                self.k += 1
+                self.extras["eta"].append(eta)
                 self.extras["prox_grad_norm"].append(float(np.linalg.norm(gz)))
                 self.extras["prox_iters"].append(its)
                 self.extras["prox_converged"].append(bool(np.max(np.abs(gz)) <= opt.gtol))
@@ -688,6 +761,12 @@ class Trace:
     point q_k): ``oracle_err_sq = ‖g_k − ∇L_H(q_k)‖²``, ``grad_sq = ‖∇L_H(q_k)‖²`` and, when the
     problem exposes ``heterogeneity``, ``het_dev_sq`` = (1/|H|)Σ‖∇L_i(q_k) − ∇L_H(q_k)‖² and
     ``het_grad_sq`` = ‖∇L_H(q_k)‖² from the federation.
+
+    Early stops: ``diverged`` (non-finite or exploding iterate/loss) and ``breakdown`` — None,
+    or ``{"round": k, "rule", "n", "nonfinite", "tolerated", "message"}`` when round k's oracle
+    raised :class:`~fedaudit.errors.AggregatorBreakdown` (the arrays then end at round k).
+    :meth:`to_dict` writes non-finite floats as the strings ``"inf"``, ``"-inf"``, ``"nan"``
+    (strict JSON, and distinguishable from a missing value).
     """
 
     optimizer: str
@@ -705,6 +784,7 @@ class Trace:
     info: dict[str, Any] = field(default_factory=dict)
     extras: dict[str, list] = field(default_factory=dict)
     diverged: bool = False
+    breakdown: dict[str, Any] | None = None
     seed_entropy: int | None = None
     x_final: np.ndarray | None = field(default=None, repr=False)
 
@@ -742,7 +822,8 @@ def run(optimizer: Optimizer, problem: Any, x0: Any = None, rounds: int = 100, *
     own randomness (Δ̂ power iteration) comes from a separate child. Recording happens every
     ``record_every`` rounds and at the last round; ``callback(round, record)`` is called after
     each recording. The run stops early (``diverged=True``) when the iterate or the loss becomes
-    non-finite or the loss exceeds |L(x_0)|·``divergence_factor`` + 1.
+    non-finite or the loss exceeds |L(x_0)|·``divergence_factor`` + 1, and (``breakdown`` set,
+    see :class:`Trace`) when the oracle raises :class:`~fedaudit.errors.AggregatorBreakdown`.
     """
     if not isinstance(optimizer, Optimizer):
         raise FedAuditError(f"optimizer must be a fedaudit Optimizer (DGD, DNAG, RobustAccelerated, PIGS), "
@@ -787,10 +868,14 @@ def run(optimizer: Optimizer, problem: Any, x0: Any = None, rounds: int = 100, *
         t0 = time.perf_counter()
         q = np.array(state.query(), dtype=np.float64, copy=True)
         het = None
-        if logging and has_details:
-            g, true_g, het = problem.oracle_details(q, round_rng, heterogeneity=has_het)
-        else:
-            g = problem.oracle(q, round_rng)
+        try:
+            if logging and has_details:
+                g, true_g, het = problem.oracle_details(q, round_rng, heterogeneity=has_het)
+            else:
+                g = problem.oracle(q, round_rng)
+        except AggregatorBreakdown as exc:  # past the rule's tolerance: a result, not a crash
+            trace.breakdown = {"round": k, **exc.to_dict()}
+            break
         g = np.asarray(g, dtype=np.float64)
         elapsed += time.perf_counter() - t0
         if logging:

@@ -70,7 +70,8 @@ class Federation:
                  beta: float | None = 5.0, gamma: float | None = None, mu: float = 1e-2,
                  aggregator: str | Callable[[Any], Any] = "nnm+cwtm", attack: str | Attack | None = "alie",
                  optimal_attack: bool = True, seed: RngLike = 0, min_size: int = 1, label_flip: bool = False,
-                 aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None):
+                 aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None,
+                 declared_f: int | None = None):
         ss = as_seed_sequence(seed)
         part_ss, attack_ss = ss.spawn(2)
         if isinstance(dataset, str):
@@ -85,6 +86,7 @@ class Federation:
         self.n_honest = check_int("n_honest", n_honest, low=1)
         self.f = check_int("f", f, low=0, high=self.n_honest - 1, high_name="n_honest-1")
         self.n = self.n_honest + self.f
+        self.declared_f = self.f if declared_f is None else check_int("declared_f", declared_f, low=0)
         mu = check_real("mu", mu, low=0.0)
         if isinstance(attack, str) and attack.strip().lower() in ("labelflip", "label_flip", "lf"):
             label_flip, attack = True, None
@@ -113,7 +115,7 @@ class Federation:
 
         # --- server rule
         if isinstance(aggregator, str):
-            self.aggregator = make_aggregator(aggregator, self.f, **(aggregator_kw or {}))
+            self.aggregator = make_aggregator(aggregator, self.declared_f, **(aggregator_kw or {}))
         elif callable(aggregator):
             if aggregator_kw:
                 raise FedAuditError("aggregator_kw applies only when aggregator is a spec string")
@@ -123,10 +125,11 @@ class Federation:
                                 f"got {aggregator!r}")
         min_n = getattr(self.aggregator, "min_n", None)
         if callable(min_n):
-            need = min_n(getattr(self.aggregator, "f", self.f))
+            rule_f = getattr(self.aggregator, "f", self.declared_f)
+            need = min_n(rule_f)
             if self.n < need:
                 raise FedAuditError(f"aggregator {getattr(self.aggregator, 'name', aggregator)!r} needs n >= {need} "
-                                    f"inputs for f={self.f}, but n = n_honest + f = {self.n}")
+                                    f"inputs for f={rule_f}, but n = n_honest + f = {self.n}")
 
         # --- adversary
         self._byz_clients: list[tuple[np.ndarray, np.ndarray]] = []
@@ -152,7 +155,7 @@ class Federation:
             "dataset": dataset.name, "n_honest": self.n_honest, "f": self.f, "scheme": scheme, "beta": beta,
             "gamma": gamma, "mu": mu, "aggregator": getattr(self.aggregator, "name", repr(self.aggregator)),
             "attack": getattr(self.attack, "name", None), "optimal_attack": bool(optimal_attack),
-            "label_flip": self.label_flip, "min_size": min_size, "dim": self.dim,
+            "label_flip": self.label_flip, "min_size": min_size, "dim": self.dim, "declared_f": self.declared_f,
             "client_sizes": sizes.tolist(),
         }
 
@@ -161,7 +164,8 @@ class Federation:
               beta: float | None = 5.0, gamma: float | None = None, mu: float = 1e-2,
               aggregator: str | Callable[[Any], Any] = "nnm+cwtm", attack: str | Attack | None = "alie",
               optimal_attack: bool = True, seed: RngLike = 0, min_size: int = 1, label_flip: bool = False,
-              aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None) -> "Federation":
+              aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None,
+              declared_f: int | None = None) -> "Federation":
         """Partition ``dataset`` (a :class:`Dataset` or a name for :func:`load_dataset`) among
         ``n_honest`` clients with ``scheme`` (β/γ as in :func:`~fedaudit.fl.partition.partition`,
         every client ≥ ``min_size`` samples), build ``make_aggregator(aggregator, f)`` and
@@ -169,11 +173,15 @@ class Federation:
         and the attack has a scale — or the data-level :class:`LabelFlip` (``label_flip=True`` or
         ``attack="labelflip"``). ``attack=None`` is allowed for f = 0. ``seed`` drives the
         partition and the attack stream (independent SeedSequence children).
-        Requires 0 ≤ f < n_honest.
+        ``declared_f`` (default ``f``) is the Byzantine count the server's rule is configured for
+        when ``aggregator`` is a spec string: ``declared_f < f`` models a server that
+        underestimates the adversary (past the rule's tolerance the oracle raises
+        :class:`~fedaudit.errors.AggregatorBreakdown`). Requires 0 ≤ f < n_honest.
         """
         return cls(dataset, n_honest=n_honest, f=f, scheme=scheme, beta=beta, gamma=gamma, mu=mu,
                    aggregator=aggregator, attack=attack, optimal_attack=optimal_attack, seed=seed,
-                   min_size=min_size, label_flip=label_flip, aggregator_kw=aggregator_kw, attack_kw=attack_kw)
+                   min_size=min_size, label_flip=label_flip, aggregator_kw=aggregator_kw, attack_kw=attack_kw,
+                   declared_f=declared_f)
 
     def __repr__(self) -> str:
         return (f"Federation(dataset={self.dataset.name!r}, n_honest={self.n_honest}, f={self.f}, dim={self.dim}, "
@@ -278,12 +286,19 @@ class Federation:
         return rows.reshape(self.f, self.dim)
 
     def oracle(self, x: Any, rng: RngLike = None, *, honest_grads: Any = None) -> np.ndarray:
-        """The robust inexact gradient g(x) = F(honest ∪ Byzantine) (honest rows first).
-        Pass ``honest_grads`` (= :meth:`honest_gradients` at x) to reuse them."""
+        """The robust inexact gradient g(x) = F(honest ∪ Byzantine; rng) (honest rows first).
+
+        One generator serves the call: the attack draws from it first, then the rule
+        (``aggregator(X, rng=gen)``, e.g. bucketing's permutation), so g is a function of
+        (x, the generator's state) alone — a stateful rule cannot make two runs with the same seed
+        differ. ``rng=None`` uses the federation's own stream (reproducible per instance only).
+        Pass ``honest_grads`` (= :meth:`honest_gradients` at x) to reuse them. More non-finite
+        rows than the rule tolerates raise :class:`~fedaudit.errors.AggregatorBreakdown`."""
         x = self._x(x)
         H = self.honest_gradients(x) if honest_grads is None else np.asarray(honest_grads, dtype=np.float64)
-        B = self.byzantine_vectors(x, H, rng)
-        out = self.aggregator(np.vstack([H, B]) if B.shape[0] else H)
+        gen = self._rng if rng is None else as_generator(rng)
+        B = self.byzantine_vectors(x, H, gen)
+        out = self.aggregator(np.vstack([H, B]) if B.shape[0] else H, rng=gen)
         return np.asarray(out, dtype=np.float64).reshape(self.dim)
 
     # ------------------------------------------------------------------ diagnostics
