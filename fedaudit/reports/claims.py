@@ -4,12 +4,19 @@ turn its result into a :class:`~fedaudit.reports.model.Claim` (verdict, evidence
 Verdicts. Each runner decides two things from the evidence: whether the claim *holds* and
 whether a violation was *detected* with confidence. With ``expect = "pass"`` the verdict is
 PASS when the claim holds, else FAIL; with ``expect = "violation"`` (a known-bad system kept as a
-regression case) it is PASS when the violation is detected, else FAIL. INCONCLUSIVE is reserved
-for a run that raised (``error`` says why; see :mod:`fedaudit.reports.runner`).
+regression case) it is PASS when the violation is detected, else FAIL. INCONCLUSIVE marks a run
+that raised (``error`` says why; see :mod:`fedaudit.reports.runner`) and an ldp audit too weak
+to mean anything (below).
 
 * **ldp** — the certified lower bound ε_lb (at ``confidence``) against the claimed ε: a
   violation is ε_lb > ε_claimed (certified: P[false alarm] ≤ 1 − confidence); "holds" means no
   violation was detected by this audit — an audit can only refute an LDP claim, never prove it.
+  The *pair power* ε_exact(pair)/ε_claimed bounds what the pair can show (:func:`pair_power`).
+  With ``min_pair_power`` set, a run that certified no violation on a pair of lower (or
+  unknown) power is INCONCLUSIVE whatever ``expect`` says: the absence of a violation on such a
+  pair is evidence neither for nor against the claim. A certified violation is decisive at any
+  power. The evidence lists the mechanism's own parameters (``Mechanism.params()``) and states
+  the claimed ε (and δ, for approximate-DP mechanisms only) once.
 * **variance** — MSE of private SSTQ at every k and the log–log slope of MSE on d/k. The claim
   holds when the CI's upper end meets ``max_mse``/``max_slope`` (lower end for ``min_slope``);
   a violation is detected when the CI lies entirely on the wrong side of a bound.
@@ -18,8 +25,9 @@ for a run that raised (``error`` says why; see :mod:`fedaudit.reports.runner`).
   published bound is not violated.
 * **stress** — every cell (aggregator × attack × f × β) must reach ``min_accuracy`` and stay at or
   below ``max_loss``; a diverged cell meets neither.
-* **convergence** — rounds to plateau, speedups over the baseline, final loss and accuracy
-  against the optional thresholds; a diverged run meets none.
+* **convergence** — rounds to a target loss L* (stated with its basis), speedups over the
+  baseline (ratios of those rounds), whether each run reached a plateau (:func:`plateau_status`),
+  final loss and accuracy against the optional thresholds; a diverged run meets none.
 """
 
 from __future__ import annotations
@@ -92,8 +100,12 @@ def _g(v: Any, spec: str = ".4g") -> str:
     return format(v, spec)
 
 
-def _claim(spec: ClaimSpec, verdict: str, evidence: dict[str, Any], summary: str, plots: list[dict]) -> Claim:
-    evidence = {"parameters": dict(spec.params), **evidence}
+def _claim(spec: ClaimSpec, verdict: str, evidence: dict[str, Any], summary: str, plots: list[dict],
+           parameters: bool = True) -> Claim:
+    """The Claim of a run; ``parameters`` puts the plan's parameters first in the evidence (kinds
+    whose evidence states its own parameters pass False)."""
+    if parameters:
+        evidence = {"parameters": dict(spec.params), **evidence}
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict,
                  evidence=trim(evidence), summary=summary, plots=plots, seed=spec.seed)
 
@@ -163,27 +175,43 @@ def run_ldp(spec: ClaimSpec, advance: Advance) -> Claim:
                   "violation": res.violation})
 
     violated = bool(res.violation)
-    verdict = _verdict(spec.expect, holds=not violated, violated=violated)
+    power = pair_power(res, eps)
+    notes = [str(n) for n in (getattr(res, "notes", None) or [])]
+    weak = p["min_pair_power"] is not None and not violated and (power is None or power < p["min_pair_power"])
+    verdict = "INCONCLUSIVE" if weak else _verdict(spec.expect, holds=not violated, violated=violated)
     conf = f"{res.confidence:.0%}"
-    exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {_g(res.epsilon_exact, '.3g')}"
     if violated:
+        exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {_g(res.epsilon_exact, '.3g')}"
         summary = (f"VIOLATION: certified ε ≥ {res.epsilon_lower:.3f} at {conf} exceeds the claimed "
                    f"ε = {eps:g} ({pair_name}, {res.test}){exact}")
     else:
         summary = (f"no violation detected: certified ε ≥ {res.epsilon_lower:.3f} at {conf} is within the claimed "
-                   f"ε = {eps:g} ({pair_name}, {res.test}, max certifiable {res.max_certifiable:.2f}){exact}")
+                   f"ε = {eps:g} ({pair_name}, {res.test}, max certifiable {res.max_certifiable:.2f}); "
+                   + _power_sentence(power, res.epsilon_exact, eps, p["pair"] == "search"))
+    if weak:
+        need = p["min_pair_power"]
+        summary += (f" — INCONCLUSIVE: min_pair_power {need:g} not met "
+                    + ("(the pair's exact ε is unknown)" if power is None else f"({power:.2f} < {need:g})"))
     if spec.expect == "violation":
         summary += " — expected a violation" + (", detected" if violated else ", NOT detected")
-    audit = res.to_dict()
-    evidence = {
-        "epsilon_claimed": eps, "delta_claimed": delta,
+    if notes:
+        summary += " Notes: " + " ".join(notes)
+    mechanism = {"name": p["mechanism"], **_mechanism_params(mech)}
+    evidence: dict[str, Any] = {"mechanism": mechanism, "epsilon_claimed": eps}
+    if delta or p["claimed_delta"] is not None:  # δ only where the guarantee has one
+        evidence["delta_claimed"] = delta
+    if mech.epsilon is not None and not math.isclose(mech.epsilon, eps):
+        evidence["epsilon_mechanism"] = mech.epsilon  # calibrated at one ε, audited against another
+    evidence.update({
+        "pair": pair_name, "distinguisher": res.test, "samples": res.samples, "confidence": res.confidence,
+        **({"search_samples": p["search_samples"]} if p["pair"] == "search" else {}),
         "epsilon_lower": res.epsilon_lower, "epsilon_exact": res.epsilon_exact,
-        "violation": violated, "confidence": res.confidence,
-        "pair": pair_name, "distinguisher": res.test,
-        "samples": res.samples, "max_certifiable": res.max_certifiable,
+        "pair_power": power, **({"min_pair_power": p["min_pair_power"]} if p["min_pair_power"] is not None else {}),
+        "violation": violated, "max_certifiable": res.max_certifiable,
+        "notes": notes,
         "curve": curve,
-        "audit": audit,
-    }
+        "audit": {k: v for k, v in res.to_dict().items() if k not in _LDP_SHOWN},
+    })
     ev = res.event
     plots = [
         {"type": "epsilon_vs_samples", "title": "certified ε lower bound vs samples per input",
@@ -193,7 +221,45 @@ def run_ldp(spec: ClaimSpec, advance: Advance) -> Claim:
          "tpr": res.tpr, "fpr": res.fpr, "epsilon": eps, "delta": delta,
          "tpr_lower": ev["tpr_lower"], "fpr_upper": ev["fpr_upper"], "epsilon_lower": res.epsilon_lower},
     ]
-    return _claim(spec, verdict, evidence, summary, plots)
+    return _claim(spec, verdict, evidence, summary, plots, parameters=False)
+
+
+#: LDPAudit fields the ldp evidence already shows under its own names (left out of ``audit``)
+_LDP_SHOWN = frozenset({"epsilon_lower", "epsilon_claimed", "delta_claimed", "violation", "epsilon_exact", "test",
+                        "samples", "seed", "confidence", "max_certifiable", "mechanism", "pair_power", "notes"})
+
+
+def _mechanism_params(mech: Any) -> dict[str, Any]:
+    """The mechanism's own constructor parameters (``Mechanism.params()``) without ε and δ, which
+    the evidence states once, as the claim (``epsilon_claimed``, ``delta_claimed``)."""
+    params = mech.params() if callable(getattr(mech, "params", None)) else {}
+    return {k: v for k, v in params.items() if k not in ("epsilon", "delta")}
+
+
+def pair_power(res: Any, claimed_epsilon: float) -> float | None:
+    """How much of the claim the audited pair can test: ε_exact(pair) / ε_claimed.
+
+    ``LDPAudit.pair_power`` when the audit provides it, else computed from ``epsilon_exact``
+    (``None`` when the pair's exact ε is unknown). An audit of a pair with power p can certify at
+    most ε = p·ε_claimed however many samples it draws, so a PASS on a pair with p ≪ 1 says
+    little about the claim: even a mechanism that breaks the claim elsewhere passes it.
+    """
+    given = getattr(res, "pair_power", None)
+    if given is not None:
+        return _finite_or_none(given)
+    exact = getattr(res, "epsilon_exact", None)
+    if exact is None or not claimed_epsilon or not math.isfinite(claimed_epsilon):
+        return None
+    return _finite_or_none(float(exact) / float(claimed_epsilon))
+
+
+def _power_sentence(power: float | None, exact: float | None, eps: float, searched: bool) -> str:
+    if power is None:
+        return "the pair's exact ε is unknown, so how much of the claim it tests is unknown"
+    text = f"this pair's exact ε {_g(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
+    if power < 0.9:
+        text += " — a PASS says little" + ("" if searched else "; use pair = 'search'")
+    return text
 
 
 # ----------------------------------------------------------------------------- variance
@@ -299,15 +365,19 @@ def _robustness_units(p: dict[str, Any]) -> int:
 def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
     """ν̂ of the rule (a certified lower bound on its κ) against max_nu and the published bound."""
     from fedaudit.audit.robustness import audit_robustness
+    from fedaudit.defenses.registry import make_aggregator
 
     p = spec.params
-    res = audit_robustness(p["aggregator"], n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
+    params = p.get("aggregator_params") or {}
+    rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
+    res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
                            seed=spec.seed, search_evals=p["search_evals"], progress=advance)
     nu = res.nu_empirical
     within_max = p["max_nu"] is None or nu <= p["max_nu"]
     holds = within_max and not res.violation
     verdict = _verdict(spec.expect, holds=holds, violated=not holds)
-    parts = [f"ν̂ = {_g(nu)} (worst: {res.worst_attack})",
+    worst = worst_configuration(res)
+    parts = [f"ν̂ = {_g(nu)}, attained by {worst['where']}",
              f"universal lower bound f/(n−2f) = {res.nu_lower:.4g}",
              "published bound " + ("none" if res.nu_bound is None else _g(res.nu_bound))
              + (" VIOLATED" if res.violation else "")]
@@ -318,14 +388,50 @@ def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
     evidence = {
         "nu_empirical": nu, "max_nu": p["max_nu"], "nu_bound": res.nu_bound, "nu_lower": res.nu_lower,
         "bound_violation": res.violation, "unbounded": res.unbounded,
-        "reaches_lower_bound": res.reaches_lower_bound, "worst_attack": res.worst_attack,
+        "reaches_lower_bound": res.reaches_lower_bound,
+        "worst": {k: v for k, v in worst.items() if k not in ("text", "where")},
         "audit": res.to_dict(),
     }
     top = dict(list(res.per_configuration.items())[:12])
-    plots = [{"type": "nu_vs_bound", "title": f"ν̂ per configuration — {res.aggregator}, n={res.n}, f={res.f}",
+    rule_name = res.aggregator + ("" if not params else "(" + ", ".join(f"{k}={v}" for k, v in params.items()) + ")")
+    plots = [{"type": "nu_vs_bound", "title": f"ν̂ per configuration — {rule_name}; worst: {worst['text']}",
               "configurations": top, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower, "nu_empirical": nu,
               "nu_max": p["max_nu"]}]
     return _claim(spec, verdict, evidence, "; ".join(parts), plots)
+
+
+def worst_configuration(res: Any) -> dict[str, Any]:
+    """The configuration that attains ν̂: attack, n, f, ν̂ and a one-line ``text``.
+
+    Read from ``RobustnessAudit.worst`` (a mapping or an object with ``attack``/``label``, ``n``,
+    ``f``, ``nu``/``nu_empirical`` and optionally ``shape``) where the audit provides it; any
+    field it lacks falls back to the audit's own ``worst_attack``, ``n``, ``f`` and
+    ``nu_empirical``, so older results still name their worst case.
+    """
+    w = getattr(res, "worst", None)
+
+    def get(*names: str) -> Any:
+        for name in names:
+            v = w.get(name) if isinstance(w, dict) else getattr(w, name, None)
+            if v is not None:
+                return v
+        return None
+
+    attack = get("attack", "label") if w is not None else None
+    shape = get("shape", "honest_shape") if w is not None else None
+    n = get("n") if w is not None else None
+    f = get("f") if w is not None else None
+    nu = get("nu", "nu_empirical") if w is not None else None
+    out = {"attack": str(attack if attack is not None else res.worst_attack),
+           "n": int(n if n is not None else res.n), "f": int(f if f is not None else res.f),
+           "nu": _finite_or_none(nu if nu is not None else res.nu_empirical)}
+    if shape is not None and str(shape) not in out["attack"]:
+        out["shape"] = str(shape)
+    raw = float(nu if nu is not None else res.nu_empirical)
+    nu_text = "∞" if math.isinf(raw) else _g(out["nu"], ".3g")
+    out["where"] = out["attack"] + (f" / {out['shape']}" if "shape" in out else "") + f" at n={out['n']}, f={out['f']}"
+    out["text"] = f"{out['where']}, ν̂={nu_text}"
+    return out
 
 
 # ----------------------------------------------------------------------------- stress
@@ -395,6 +501,9 @@ def run_stress(spec: ClaimSpec, advance: Advance, workdir: str | None = None) ->
 
 
 def _stress_plots(config: Any, res: Any, p: dict[str, Any]) -> list[dict]:
+    """One heatmap per (f, β) and metric, all panels of a metric on one colour scale — accuracy
+    on [0, 1], loss on [0, largest finite loss of the grid] — so equal colours mean equal values
+    across panels (as ``fedaudit stress`` draws them); and the accuracy curves of small grids."""
     from fedaudit.fl.stress import Cell
 
     recs = res.records
@@ -405,13 +514,17 @@ def _stress_plots(config: Any, res: Any, p: dict[str, Any]) -> list[dict]:
     if p["max_loss"] is not None:
         metrics.append(("final_loss", "final honest loss"))
     pairs = [(f, b) for f in config.fs for b in config.betas][:6]
+    losses = [v for rec in recs.values() if isinstance(v := rec.get("final_loss"), (int, float)) and math.isfinite(v)]
+    scale = {"final_accuracy": (0.0, 1.0), "final_loss": (0.0, max(losses) if losses and max(losses) > 0 else 1.0)}
     for f, b in pairs:
         for field_, label in metrics:
             values = [[(recs.get(Cell(a, t, f, b).key) or {}).get(field_) for t in config.attacks]
                       for a in config.aggregators]
+            vmin, vmax = scale[field_]
             plots.append({"type": "heatmap", "title": f"{label} at f={f}, β={b:g} (null = diverged)",
                           "x_label": "attack", "y_label": "aggregator", "x": list(config.attacks),
-                          "y": list(config.aggregators), "values": values, "value_label": label})
+                          "y": list(config.aggregators), "values": values, "value_label": label,
+                          "vmin": vmin, "vmax": vmax})
     if len(recs) <= 12:
         series = {}
         for key, rec in recs.items():
@@ -451,16 +564,52 @@ def _first_at_or_below(rounds: list[int], losses: list[float], level: float) -> 
     return None
 
 
-def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
-    """Run each optimizer on the same federation and oracle randomness; compare rounds to plateau.
+def plateau_status(rounds: list[int], losses: list[float], window: int, tol: float) -> dict[str, Any]:
+    """Whether a loss curve reached a plateau, and from which round.
 
-    ℓ* is the lowest honest loss any run reached. An optimizer's rounds to plateau is
-    :func:`~fedaudit.defenses.optimizers.rounds_to_plateau` of its own curve against ℓ*; its
-    speedup over the baseline is (baseline's rounds to plateau) / (its rounds to first reach the
-    baseline's plateau threshold ℓ* + (1 + eps)(ℓ_∞,base − ℓ*)) — ∞ when it starts below, 0 when it
-    never gets there.
+    Definition. With L(k) the honest loss after k rounds, the relative change over the window
+    of w rounds ending at round k is Δ(k) = |L(k) − L(k − w)| / |L(k)| (k ≥ w). The run is *on a
+    plateau at round k* when Δ(k) ≤ τ. It *reached a plateau* when it is on one at its last
+    round K; its plateau round is the first k from which Δ(j) ≤ τ for every recorded j ≥ k
+    (sustained through K). A curve still falling by more than τ per w rounds at K did not reach
+    a plateau, however long it ran. Returns ``reached``, ``round`` (None unless reached) and
+    ``final_change`` = signed (L(K) − L(K − w)) / |L(K)| (None when K < w or the loss is not finite).
     """
-    from fedaudit.defenses.optimizers import plateau_level, rounds_to_plateau, run
+    r = np.asarray(rounds, dtype=np.int64)
+    v = np.asarray(losses, dtype=np.float64)
+    out: dict[str, Any] = {"reached": False, "round": None, "final_change": None, "window": window, "tol": tol}
+    if r.size == 0 or not np.isfinite(v).all():
+        return out
+    change = np.full(r.size, np.nan)
+    for j in range(r.size):
+        i = np.searchsorted(r, r[j] - window, side="right") - 1  # the last round ≤ k − w
+        if r[j] >= window and i >= 0 and r[i] == r[j] - window and v[j] != 0:
+            change[j] = (v[j] - v[i]) / abs(v[j])
+    if math.isfinite(change[-1]):
+        out["final_change"] = float(change[-1])
+    on = np.isfinite(change) & (np.abs(change) <= tol)
+    if on[-1]:
+        off = np.flatnonzero(~on)
+        first = 0 if off.size == 0 else int(off[-1]) + 1
+        out.update(reached=True, round=int(r[first]))
+    return out
+
+
+def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
+    """Run each optimizer on the same federation and oracle randomness; compare rounds to a target loss.
+
+    ℓ_best is the lowest honest loss any run reached. The target loss L* is ``target_loss`` if
+    the plan gives one, else the baseline's final level ℓ_B (:func:`~fedaudit.defenses.optimizers.plateau_level`:
+    the median of its last 20% of rounds) plus ``target_eps`` of its gap to the best loss,
+    L* = ℓ_B + target_eps·|ℓ_B − ℓ_best| — the loss the baseline itself reaches by the end of
+    the run. Each optimizer's rounds to target R_o is the first round with L ≤ L* (None when
+    it never gets there or diverged); its speedup over the baseline is R_base / R_o (∞ when it
+    starts at or below L* and the baseline does not, 0 when it never gets there; when the
+    baseline never reaches an explicit target, rounds / R_o is reported as a lower bound).
+    Whether each reached a plateau is :func:`plateau_status` (window ``plateau_window``,
+    tolerance ``plateau_tol``) — reported next to, never mixed into, the rounds to target.
+    """
+    from fedaudit.defenses.optimizers import plateau_level, run
     from fedaudit.engine import derive_seed
     from fedaudit.fl.data import load_dataset
     from fedaudit.fl.federation import Federation
@@ -469,7 +618,8 @@ def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
     data = load_dataset(p["dataset"], path=p["data_path"], seed=derive_seed(spec.seed, "data"))
     fed = Federation.build(data, n_honest=p["n_honest"], f=p["f"], scheme="dirichlet", beta=p["beta"], mu=p["mu"],
                            aggregator=p["aggregator"], attack=p["attack"] if p["f"] > 0 else None,
-                           optimal_attack=p["optimal_attack"], seed=derive_seed(spec.seed, "federation"))
+                           optimal_attack=p["optimal_attack"], seed=derive_seed(spec.seed, "federation"),
+                           aggregator_kw=p.get("aggregator_params") or None)
     run_seed = derive_seed(spec.seed, "optimizer")  # the same oracle streams for every optimizer
     traces = {}
     for name in p["optimizers"]:
@@ -484,7 +634,8 @@ def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
             traces[name] = run(_make_optimizer(name, p), fed, None, p["rounds"], seed=run_seed, callback=tick)
         advance(p["rounds"] - done[0])
     finite = [v for t in traces.values() if not t.diverged for v in t.loss if math.isfinite(v)]
-    ref = min(finite) if finite else math.nan
+    best = min(finite) if finite else math.nan
+    base = p["baseline"]
     per: dict[str, dict[str, Any]] = {}
     for name, t in traces.items():
         ok = not t.diverged and all(math.isfinite(v) for v in t.loss)
@@ -492,29 +643,45 @@ def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
             "diverged": not ok,
             "final_loss": _finite_or_none(t.loss[-1]) if ok else None,
             "final_accuracy": _finite_or_none(t.test_acc[-1]) if ok and t.test_acc[-1] is not None else None,
-            "plateau_loss": plateau_level(t.loss) if ok else None,
-            "rounds_to_plateau": rounds_to_plateau(t.loss, ref, p["plateau_eps"], rounds=t.rounds) if ok else None,
+            "final_level": plateau_level(t.loss) if ok else None,
+            "plateau": plateau_status(list(t.rounds), list(t.loss), p["plateau_window"], p["plateau_tol"]),
             "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,
             "info": t.info,
         }
-    base = p["baseline"]
-    b = per[base]
-    if b["plateau_loss"] is not None:
-        gap = b["plateau_loss"] - ref
-        target = ref + gap + p["plateau_eps"] * abs(gap)
-        for name, t in traces.items():
-            if name == base:
-                per[name]["speedup"] = 1.0
-                continue
-            r = _first_at_or_below(t.rounds, t.loss, target) if not per[name]["diverged"] else None
-            per[name]["rounds_to_baseline_plateau"] = r
-            per[name]["speedup"] = (0.0 if r is None else (math.inf if r == 0 else b["rounds_to_plateau"] / r))
+    level_b = per[base]["final_level"]
+    if p["target_loss"] is not None:
+        target, basis = p["target_loss"], "target_loss set in the plan"
+    elif level_b is not None:
+        target = level_b + p["target_eps"] * abs(level_b - best)
+        basis = (f"{base}'s final level {level_b:.4g} + {p['target_eps']:g} × its gap to the best loss "
+                 f"reached {best:.4g}")
+    else:
+        target, basis = None, f"undefined: the baseline {base} diverged"
+    for name, t in traces.items():
+        per[name]["rounds_to_target"] = (None if target is None or per[name]["diverged"]
+                                         else _first_at_or_below(list(t.rounds), list(t.loss), target))
+    r_base = per[base]["rounds_to_target"]
+    for name in traces:
+        r = per[name]["rounds_to_target"]
+        lower_bound = False
+        if name == base:
+            speed = 1.0 if r is not None else None
+        elif r is None:
+            speed = 0.0 if target is not None else None
+        elif r_base is None:  # an explicit target the baseline never reached: R_base > rounds
+            speed, lower_bound = (math.inf if r == 0 else p["rounds"] / r), True
+        elif r == 0:
+            speed = 1.0 if r_base == 0 else math.inf
+        else:
+            speed = r_base / r
+        per[name]["speedup"] = speed
+        per[name]["speedup_is_lower_bound"] = lower_bound
     checks = []
     for name, limit in (p["max_rounds"] or {}).items():
-        v = per[name]["rounds_to_plateau"]
+        v = per[name]["rounds_to_target"]
         checks.append({"check": f"max_rounds[{name}]", "bound": limit, "value": v, "holds": v is not None and v <= limit})
     for name, limit in (p["min_speedup"] or {}).items():
-        v = per[name].get("speedup")
+        v = per[name]["speedup"]
         checks.append({"check": f"min_speedup[{name}]", "bound": limit, "value": v,
                        "holds": v is not None and v >= limit})
     if p["max_final_loss"] is not None:
@@ -529,27 +696,72 @@ def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
                            "holds": v is not None and v >= p["min_final_accuracy"]})
     holds = all(c["holds"] for c in checks)
     verdict = _verdict(spec.expect, holds=holds, violated=not holds)
-    parts = [f"{n}: plateau after {_g(r['rounds_to_plateau'], 'd') if r['rounds_to_plateau'] is not None else 'never (diverged)'} "
-             f"rounds, final loss {_g(r['final_loss'])}"
-             + ("" if n == base or r.get("speedup") is None else f", speedup ×{_g(r['speedup'], '.2f')}")
-             for n, r in per.items()]
+    parts = [_convergence_sentence(per, base, target, basis, p)]
     failed = [c["check"] for c in checks if not c["holds"]]
     if checks:
         parts.append("all thresholds met" if not failed else "NOT met: " + ", ".join(failed))
     else:
         parts.append("no threshold declared (measurement only)")
     evidence = {
-        "checks": checks, "baseline": base, "reference_loss": ref, "per_optimizer": per,
+        "checks": checks, "baseline": base, "target_loss": target, "target_basis": basis, "best_loss": best,
+        "plateau_rule": {"window": p["plateau_window"], "tol": p["plateau_tol"],
+                         "definition": "on a plateau at round k when |L(k) − L(k−w)| / |L(k)| ≤ τ; reached when "
+                                       "on one at the last round, from the first round it stays on one"},
+        "per_optimizer": per,
         "federation": {"dataset": p["dataset"], "n_honest": p["n_honest"], "f": p["f"], "beta": p["beta"],
-                       "aggregator": p["aggregator"], "attack": p["attack"], "dim": fed.dim},
+                       "aggregator": p["aggregator"], "aggregator_params": p.get("aggregator_params"),
+                       "attack": p["attack"], "dim": fed.dim},
         "seeds": {"data": derive_seed(spec.seed, "data"), "federation": derive_seed(spec.seed, "federation"),
                   "optimizer": run_seed},
     }
     series = {n: {"x": [int(r) for r in t.rounds], "y": [_finite_or_none(v) for v in t.loss]} for n, t in traces.items()}
+    markers = {n: {"x": r["rounds_to_target"], "y": target} for n, r in per.items()
+               if r["rounds_to_target"] is not None and target is not None}
+    hlines = {"target loss L*": target, "best loss reached": best if math.isfinite(best) else None}
     plots = [{"type": "curves", "title": f"honest loss L_H(x_k) — {p['aggregator']} under {p['attack']}, f={p['f']}",
               "x_label": "round", "y_label": "honest loss", "log_y": True, "series": series,
-              "hlines": {"ℓ* (best loss reached)": ref if math.isfinite(ref) else None}}]
+              "hlines": hlines, "markers": markers, "markers_label": "first round at or below L*"}]
     return _claim(spec, verdict, evidence, "; ".join(parts), plots)
+
+
+def _convergence_sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, basis: str,
+                          p: dict[str, Any]) -> str:
+    """"target loss L* = … (basis); rounds to L*: …; speedups with their basis; plateau per optimizer"."""
+    if target is None:
+        head = f"no target loss ({basis})"
+    else:
+        rb = per[base]["rounds_to_target"]
+        reached = (f"reached in {rb} rounds" if rb is not None
+                   else ("diverged" if per[base]["diverged"] else f"not reached in {p['rounds']} rounds"))
+        head = f"target loss L* = {target:.4g} ({basis}); baseline {base} {reached}"
+    bits = [head]
+    for n, r in per.items():
+        if n == base:
+            continue
+        ro = r["rounds_to_target"]
+        if r["diverged"]:
+            bits.append(f"{n} diverged")
+        elif ro is None:
+            bits.append(f"{n} never reached L* → speedup 0")
+        elif r["speedup_is_lower_bound"]:
+            bits.append(f"{n} reached L* in {ro} rounds, {base} not in {p['rounds']} → speedup > {_g(r['speedup'], '.3g')}×")
+        else:
+            bits.append(f"{n} reached L* in {ro} rounds vs {base} {rb} → speedup {_g(r['speedup'], '.3g')}×")
+    w, tol = p["plateau_window"], p["plateau_tol"]
+    states = []
+    for n, r in per.items():
+        st = r["plateau"]
+        if r["diverged"]:
+            states.append(f"{n} diverged")
+        elif st["reached"]:
+            states.append(f"{n} from round {st['round']}")
+        elif st["final_change"] is None:
+            states.append(f"{n} undetermined (fewer than {w} rounds)")
+        else:
+            states.append(f"{n} not reached ({st['final_change']:+.1%} over its last {w} rounds)")
+    bits.append(f"plateau (|ΔL|/L ≤ {tol:g} over {w} rounds): " + ", ".join(states))
+    bits.append("final loss " + ", ".join(f"{n} {_g(r['final_loss'])}" for n, r in per.items()))
+    return "; ".join(bits)
 
 
 # ----------------------------------------------------------------------------- dispatch

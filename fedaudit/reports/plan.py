@@ -53,7 +53,9 @@ class Key:
     """One plan key: its type, default (``_REQUIRED`` when it must be given), range and choices.
 
     ``type`` is one of ``int``, ``float``, ``str``, ``bool``, ``list[int]``, ``list[float]``,
-    ``list[str]``, ``table[int]`` and ``table[float]`` (a TOML inline table of name → number).
+    ``list[str]``, ``table[int]`` and ``table[float]`` (a TOML inline table of name → number) and
+    ``params`` (an inline table of keyword → number, string or boolean, e.g. the keywords of an
+    aggregator: ``{ s = 2 }``; the kind's cross-check decides which keywords exist).
     ``low``/``high`` bound numbers (and every element of a list or table); ``choices`` limits
     strings (and list elements); ``min_items`` the length of a list.
     """
@@ -77,7 +79,8 @@ class Key:
         base = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
                 "list[int]": "a list of integers", "list[float]": "a list of numbers",
                 "list[str]": "a list of strings", "table[int]": "a table of name = integer",
-                "table[float]": "a table of name = number"}[self.type]
+                "table[float]": "a table of name = number",
+                "params": "a table of keyword = number, string or boolean"}[self.type]
         if self.choices is not None:
             opts = ", ".join(repr(c) for c in self.choices)
             return f"one of {opts}" if self.type == "str" else f"{base} from {opts}"
@@ -161,12 +164,37 @@ def _coerce(value: Any, key: Key) -> Any:
             raise _Bad
         out = [_scalar(v, inner, key) for v in value]
         return list(dict.fromkeys(out))  # drop repeats, keep order
+    if key.type == "params":
+        return _params_table(value, nested=True)
     if key.type.startswith("table["):
         inner = key.type[6:-1]
         if not isinstance(value, dict) or not value:
             raise _Bad
         return {str(k).strip().lower(): _scalar(v, inner, key) for k, v in value.items()}
     return _scalar(value, key.type, key)
+
+
+def _params_table(value: Any, nested: bool) -> dict[str, Any]:
+    """A keyword table: keyword -> finite number, non-empty string or boolean (keywords lower-cased).
+    With ``nested``, a value may itself be such a table (one level: a per-aggregator table)."""
+    if not isinstance(value, dict):
+        raise _Bad
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        name = str(k).strip().lower()
+        if not name:
+            raise _Bad
+        if isinstance(v, dict):
+            if not nested:
+                raise _Bad
+            out[name] = _params_table(v, nested=False)
+        elif isinstance(v, bool) or (isinstance(v, str) and v.strip()):
+            out[name] = v.strip() if isinstance(v, str) else v
+        elif isinstance(v, (int, float)) and math.isfinite(v):
+            out[name] = v
+        else:
+            raise _Bad
+    return out
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -230,6 +258,9 @@ def _schemas() -> dict[str, dict[str, Key]]:
             "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
             "test": Key("str", "auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ..."),
             "curve": Key("bool", True, help="also certify at samples/16 and samples/4 (epsilon_vs_samples plot)"),
+            "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
+                                  help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
+                                       "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
         },
         "variance": {
             "dim": Key("int", 1024, low=1, high=1_000_000),
@@ -251,12 +282,17 @@ def _schemas() -> dict[str, dict[str, Key]]:
             "d": Key("int", 100, low=1, high=100_000),
             "trials": Key("int", 200, low=1),
             "attacks": Key("list[str]", ["all"], help="attack names or 'all'"),
+            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
+                                                          "e.g. { s = 2 } for bucketing"),
             "search_evals": Key("int", 60, low=0),
             "max_nu": Key("float", None, low=0, open_low=True,
                           help="largest acceptable ν̂ (the published bound must also hold)"),
         },
         "stress": {
             "aggregators": Key("list[str]", help="registry specs"),
+            "aggregator_params": Key("params", None,
+                                     help="make_aggregator keywords for every aggregator ({ s = 2 }), or per "
+                                          "spec ({ \"bucketing+cwtm\" = { s = 2 } })"),
             "attacks": Key("list[str]", help="attack names (or labelflip)"),
             "fs": Key("list[int]", [1], low=0),
             "betas": Key("list[float]", [1.0], low=0, open_low=True),
@@ -284,6 +320,8 @@ def _schemas() -> dict[str, dict[str, Key]]:
             "f": Key("int", 1, low=0),
             "beta": Key("float", 5.0, low=0, open_low=True),
             "aggregator": Key("str", "nnm+cwtm"),
+            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
+                                                          "e.g. { s = 2 } for bucketing"),
             "attack": Key("str", "alie"),
             "optimal_attack": Key("bool", True),
             "mu": Key("float", 1e-2, low=0),
@@ -291,10 +329,16 @@ def _schemas() -> dict[str, dict[str, Key]]:
             "lr": Key("float", 0.1, low=0, open_low=True, help="step size of dgd and dnag"),
             "momentum": Key("float", 0.9, low=0, high=1, open_high=True, help="dnag momentum"),
             "eta": Key("float", None, low=0, open_low=True, help="PIGS step (default 1/(2Δ̂))"),
-            "plateau_eps": Key("float", 0.05, low=0, help="tolerance of rounds_to_plateau"),
-            "max_rounds": Key("table[int]", None, low=0, help="optimizer = most rounds to reach its plateau"),
+            "target_loss": Key("float", None, low=0, open_low=True,
+                               help="the target honest loss L* (default: the baseline's final level plus "
+                                    "target_eps of its gap to the best loss reached)"),
+            "target_eps": Key("float", 0.05, low=0, help="relative tolerance of the default target loss"),
+            "plateau_window": Key("int", 10, low=1, help="w: rounds over which a plateau's relative change is taken"),
+            "plateau_tol": Key("float", 0.01, low=0, high=1, open_low=True,
+                               help="τ: a plateau changes the loss by at most τ (relative) over w rounds"),
+            "max_rounds": Key("table[int]", None, low=0, help="optimizer = most rounds to reach the target loss"),
             "min_speedup": Key("table[float]", None, low=0, open_low=True,
-                               help="optimizer = least speedup over the baseline to the baseline's plateau"),
+                               help="optimizer = least speedup over the baseline (ratio of rounds to the target loss)"),
             "max_final_loss": Key("float", None, low=0, open_low=True, help="every optimizer's final honest loss"),
             "min_final_accuracy": Key("float", None, low=0, high=1, help="every optimizer's final test accuracy"),
         },
@@ -358,9 +402,11 @@ class ClaimSpec:
         return f"claim {self.id!r} (#{self.index})"
 
     def to_dict(self) -> dict[str, Any]:
+        from fedaudit.json import jsonable  # TOML allows inf/nan: strict JSON strings
+
         return {"id": self.id, "kind": self.kind, "title": self.title, "expect": self.expect, "seed": self.seed,
                 "seed_rule": "pinned in the plan" if self.seed_pinned else "derive_seed(plan seed, 'claim=<id>')",
-                "params": dict(self.params)}
+                "params": jsonable(dict(self.params))}
 
 
 @dataclass(frozen=True)
@@ -559,16 +605,61 @@ def _check_attacks(where: str, key: str, names: list[str], allow_all: bool, allo
                                 + (" or 'all'" if allow_all else ""))
 
 
-def _check_aggregator(where: str, key: str, spec: str, f: int, n: int, n_key: str) -> None:
+def _spec_names_valid(spec: str) -> bool:
+    """True when every '+'-joined name of ``spec`` is registered and only the last is an aggregator."""
+    from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES
+
+    *pre, last = [part.strip().lower() for part in spec.split("+")]
+    return last in AGGREGATOR_NAMES and all(name in PREAGGREGATOR_NAMES for name in pre)
+
+
+def _accepted_keywords(spec: str) -> list[str]:
+    """The keywords the stages of ``spec`` accept (their constructors' parameters other than f)."""
+    import inspect
+
+    from fedaudit.defenses import registry
+
+    classes = {**getattr(registry, "_AGGREGATORS", {}), **getattr(registry, "_PREAGGREGATORS", {})}
+    out: list[str] = []
+    for name in spec.split("+"):
+        cls = classes.get(name.strip().lower())
+        if cls is not None:
+            out += [k for k in inspect.signature(cls.__init__).parameters if k not in ("self", "f") and k not in out]
+    return out
+
+
+def _check_aggregator(where: str, key: str, spec: str, f: int, n: int, n_key: str,
+                      params: Mapping[str, Any] | None = None, params_key: str = "aggregator_params") -> None:
+    """Build ``make_aggregator(spec, f, **params)`` once at parse time: a bad name blames ``key``,
+    a keyword no stage takes, a missing required keyword or a rejected value blames ``params_key``."""
     from fedaudit.defenses.registry import make_aggregator
 
+    params = dict(params or {})
     try:
-        rule = make_aggregator(spec, f)
+        rule = make_aggregator(spec, f, **params)
     except FedAuditError as exc:
-        raise _fail(where, key, f"is not a valid aggregator: {exc}") from None
+        if not _spec_names_valid(spec):
+            raise _fail(where, key, f"is not a valid aggregator: {exc}") from None
+        accepted = _accepted_keywords(spec)
+        unknown = [k for k in params if k not in accepted]
+        if unknown:
+            raise _fail(where, params_key, f"names {unknown[0]!r}, which no stage of {spec!r} takes; valid keywords: "
+                                           f"{', '.join(accepted) or 'none'}") from None
+        raise _fail(where, params_key, f"is rejected by {spec!r}: {exc}"
+                    + ("" if params else f" (set {params_key} = {{ ... }})")) from None
     need = rule.min_n(rule.f) if hasattr(rule, "min_n") else 2 * f + 1
     if n < need:
         raise FedAuditError(f"{where}: key {n_key!r} is too small: {spec} needs n >= {need} for f={f}, got n={n}")
+
+
+def _flat_params(where: str, p: dict[str, Any]) -> None:
+    """Robustness and convergence take one aggregator: its keyword table must be flat."""
+    table = p["aggregator_params"]
+    nested = [k for k, v in (table or {}).items() if isinstance(v, dict)]
+    if nested:
+        raise _fail(where, "aggregator_params", f"must be a table of keyword = number, string or boolean, got a "
+                                                f"table under {nested[0]!r}")
+    p["aggregator_params"] = table or None
 
 
 def _cross_robustness(where: str, p: dict[str, Any], expect: str) -> None:
@@ -576,7 +667,8 @@ def _cross_robustness(where: str, p: dict[str, Any], expect: str) -> None:
         raise _fail(where, "f", f"must satisfy n > 2f (n={p['n']}), got f={p['f']}")
     _check_attacks(where, "attacks", p["attacks"], allow_all=True, allow_labelflip=False)
     p["attacks"] = "all" if p["attacks"] == ["all"] else p["attacks"]
-    _check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n"], "n")
+    _flat_params(where, p)
+    _check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n"], "n", p["aggregator_params"])
     p["aggregator"] = p["aggregator"].lower()
 
 
@@ -589,9 +681,11 @@ def _cross_stress(where: str, p: dict[str, Any], expect: str) -> None:
     big = [f for f in p["fs"] if f >= p["n_honest"]]
     if big:
         raise _fail(where, "fs", f"must list integers in [0, n_honest - 1 = {p['n_honest'] - 1}], got {big[0]}")
+    p["aggregator_params"] = _params_per_spec(where, p["aggregators"], p["aggregator_params"])
     for spec in p["aggregators"]:
         for f in p["fs"]:
-            _check_aggregator(where, "aggregators", spec, f, p["n_honest"] + f, "n_honest")
+            _check_aggregator(where, "aggregators", spec, f, p["n_honest"] + f, "n_honest",
+                              (p["aggregator_params"] or {}).get(spec))
     if p["min_accuracy"] is None and p["max_loss"] is None:
         raise FedAuditError(f"{where}: set 'min_accuracy' or 'max_loss' (the requirement every cell must meet)")
     if p["dataset"] == "mnist" and p["data_path"] is None:
@@ -602,11 +696,30 @@ def _cross_stress(where: str, p: dict[str, Any], expect: str) -> None:
         raise FedAuditError(f"{where}: {exc}") from None
 
 
+def _params_per_spec(where: str, specs: list[str], table: dict[str, Any] | None) -> dict[str, dict] | None:
+    """A stress grid's keyword table as spec -> keywords. A flat table applies to every listed
+    spec; a table of tables names specs (each must be listed). Mixing the two forms is an error."""
+    if not table:
+        return None
+    nested = {k: v for k, v in table.items() if isinstance(v, dict)}
+    if not nested:
+        return {spec: dict(table) for spec in specs}
+    if len(nested) != len(table):
+        flat = next(k for k in table if k not in nested)
+        raise _fail(where, "aggregator_params", f"mixes a keyword ({flat!r}) with per-aggregator tables; use either "
+                                                "{ s = 2 } for every aggregator or { \"bucketing+cwtm\" = { s = 2 } }")
+    stray = [k for k in nested if k not in specs]
+    if stray:
+        raise _fail(where, "aggregator_params", f"names aggregator {stray[0]!r}, which is not in 'aggregators' "
+                                                f"({', '.join(specs)})")
+    return {k: dict(v) for k, v in nested.items() if v}
+
+
 def _stress_config_kw(p: dict[str, Any], seed: int) -> dict[str, Any]:
     return dict(aggregators=tuple(p["aggregators"]), attacks=tuple(p["attacks"]), fs=tuple(p["fs"]),
                 betas=tuple(p["betas"]), dataset=p["dataset"], data_path=p["data_path"], optimizer=p["optimizer"],
                 rounds=p["rounds"], lr=p["lr"], n_honest=p["n_honest"], mu=p["mu"], seed=seed,
-                optimal_attack=p["optimal_attack"])
+                optimal_attack=p["optimal_attack"], aggregator_params=p.get("aggregator_params"))
 
 
 def _cross_convergence(where: str, p: dict[str, Any], expect: str) -> None:
@@ -635,7 +748,12 @@ def _cross_convergence(where: str, p: dict[str, Any], expect: str) -> None:
     p["attack"] = p["attack"].lower()
     p["aggregator"] = p["aggregator"].lower()
     _check_attacks(where, "attack", [p["attack"]], allow_all=False, allow_labelflip=True)
-    _check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n_honest"] + p["f"], "n_honest")
+    _flat_params(where, p)
+    _check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n_honest"] + p["f"], "n_honest",
+                      p["aggregator_params"])
+    if p["plateau_window"] >= p["rounds"]:
+        raise _fail(where, "plateau_window", f"must be an integer in [1, rounds - 1 = {p['rounds'] - 1}], "
+                                             f"got {p['plateau_window']}")
     if p["dataset"] == "mnist" and p["data_path"] is None:
         raise _fail(where, "data_path", "is required for dataset 'mnist' (local IDX directory or .npz)")
     _need_check(where, p, expect, ("max_rounds", "min_speedup", "max_final_loss", "min_final_accuracy"))

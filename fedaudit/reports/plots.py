@@ -9,16 +9,22 @@ figure). Specifications (required keys; optional keys in brackets):
 * ``privacy_region``: tpr, fpr, epsilon, delta, tpr_lower, fpr_upper [epsilon_lower] — the set
   of (FPR, TPR) pairs any (ε, δ)-DP mechanism allows, TPR ≤ min(e^ε·FPR + δ, 1 − e^−ε(1 − FPR − δ))
   and symmetrically from below (Kairouz et al. 2015), with the observed rates and the certified
-  corner (Clopper–Pearson FPR upper, TPR lower bounds). Log axes when the rates are small.
+  corner (Clopper–Pearson FPR upper, TPR lower bounds). Log axes when the rates are small; the
+  observed point (filled disc) is drawn above the certified corner (hollow square).
 * ``mse_vs_dk``: d_over_k, series{label: {mse, [ci_low, ci_high]}} [hlines{label: value},
-  slopes{label: slope}] — log–log, with CI bars and each fitted slope drawn through the
-  series' log-space centroid (the least-squares line passes through it).
+  slopes{label: slope}] — log–log; data are markers with CI bars (no connecting line), each
+  fitted slope a dashed line of the series' colour drawn through its log-space centroid (the
+  least-squares line passes through it) with its own legend entry; reference lines differ in
+  colour and line style.
 * ``nu_vs_bound``: configurations{label: ν̂}, nu_bound, nu_lower — one bar per attack
   configuration against the published upper bound and the universal lower bound f/(n−2f).
 * ``heatmap``: title, x_label, y_label, x, y, values (len(y) rows × len(x) columns; null = no data)
-  [value_label].
-* ``curves``: title, x_label, y_label, log_y, series{label: {x, y}} [hlines] — non-finite y ends a
-  curve and is marked ✕ (diverged).
+  [value_label, vmin, vmax] — give vmin/vmax to put several panels on one colour scale (else the
+  panel's own finite range).
+* ``curves``: title, x_label, y_label, log_y, series{label: {x, y}} [hlines{label: value},
+  markers{series label: {x, y}}, markers_label] — non-finite y ends a curve and is marked ✕ (diverged);
+  reference lines differ in colour and style; a marker (◆) is a point of note on a series,
+  e.g. where it first reached a target.
 
 Numbers may be JSON specials ("inf", "-inf", "nan") or null.
 """
@@ -37,6 +43,14 @@ from fedaudit.reports.model import PLOT_TYPES, check_plot_spec
 __all__ = ["render_png", "describe", "PLOTTERS"]
 
 _BLUE, _RED, _GREEN, _GRAY, _ORANGE = "#1f5fa8", "#c0392b", "#1e8449", "#6b7280", "#d68910"
+#: reference (horizontal) lines: each one its own colour and dash pattern, never a data colour
+_REF_STYLES = (("#6b7280", (0, (6, 3))), ("#7d3c98", (0, (6, 2, 1, 2))), ("#117a65", (0, (2, 2))),
+               ("#a04000", (0, (10, 2, 2, 2, 2, 2))), ("#2e4053", (0, (1, 1))))
+
+
+def _ref_style(j: int) -> dict[str, Any]:
+    color, dash = _REF_STYLES[j % len(_REF_STYLES)]
+    return {"color": color, "ls": dash, "lw": 1.4}
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
@@ -175,14 +189,17 @@ def _privacy_region(spec: Mapping[str, Any]):
                 label=f"boundary at certified ε_lb = {eps_lb:.3g}")
     ax.plot(x, x, color=_GRAY, ls=":", lw=1, label="random guess (TPR = FPR)")
     clip = lambda v: max(v, lo) if small else v  # a zero rate sits on the log axis edge
-    if math.isfinite(tpr) and math.isfinite(fpr):
-        ax.plot([clip(fpr)], [clip(tpr)], "o", color="black", ms=7, label=f"observed (FPR {_fmt(fpr)}, TPR {_fmt(tpr)})")
+    # z-order: the certified corner is a hollow square under the observed point (a small filled disc
+    # on top), joined by a thin line, so neither hides the other when they nearly coincide
     if math.isfinite(tpr_lo) and math.isfinite(fpr_hi):
         outside = math.isfinite(eps) and tpr_lo > float(_region_bounds(np.array([fpr_hi]), eps, delta)[0][0]) + 1e-15
-        ax.plot([clip(fpr_hi)], [clip(tpr_lo)], "s", color=_RED if outside else _GREEN, ms=8,
-                label="certified corner (FPR upper, TPR lower)" + (" — outside: violation" if outside else ""))
+        ax.plot([clip(fpr_hi)], [clip(tpr_lo)], "s", mfc="none", mec=_RED if outside else _GREEN, mew=2.2, ms=12,
+                zorder=4, label="certified corner (FPR upper, TPR lower)" + (" — outside: violation" if outside else ""))
         if math.isfinite(tpr) and math.isfinite(fpr):
-            ax.plot([clip(fpr), clip(fpr_hi)], [clip(tpr), clip(tpr_lo)], color=_GRAY, lw=0.8)
+            ax.plot([clip(fpr), clip(fpr_hi)], [clip(tpr), clip(tpr_lo)], color=_GRAY, lw=0.8, zorder=3)
+    if math.isfinite(tpr) and math.isfinite(fpr):
+        ax.plot([clip(fpr)], [clip(tpr)], "o", color="black", mec="white", mew=0.8, ms=6, zorder=5,
+                label=f"observed (FPR {_fmt(fpr)}, TPR {_fmt(tpr)})")
     if small:
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -205,7 +222,7 @@ def _mse_vs_dk(spec: Mapping[str, Any]):
     series, hlines, slopes = spec["series"], spec.get("hlines") or {}, spec.get("slopes") or {}
     if not isinstance(series, Mapping):
         raise FedAuditError("plot series must map labels to {mse, ci_low, ci_high}")
-    fig, ax = _figure()
+    fig, ax = _figure(7.2, 5.6)
     colors = [_BLUE, _RED, _GREEN, _ORANGE, "#7d3c98", "#117a65", "#2e4053"]
     drawn = False
     for i, (label, s) in enumerate(series.items()):
@@ -214,25 +231,25 @@ def _mse_vs_dk(spec: Mapping[str, Any]):
         _same_length("d_over_k", x, f"series[{label}].mse", y)
         m = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
         slope = _num(slopes.get(label), f"slopes[{label}]")
-        text = f"{label} (slope {slope:.2f})" if math.isfinite(slope) else str(label)
         if "ci_low" in s and "ci_high" in s:
             lo, hi = _arr(s["ci_low"], f"series[{label}].ci_low"), _arr(s["ci_high"], f"series[{label}].ci_high")
             _same_length("d_over_k", x, f"series[{label}].ci_low", lo)
             _same_length("d_over_k", x, f"series[{label}].ci_high", hi)
             err = np.vstack([np.nan_to_num(y - lo, nan=0.0), np.nan_to_num(hi - y, nan=0.0)]).clip(min=0.0)
-            ax.errorbar(x[m], y[m], yerr=err[:, m], fmt="o-", color=color, capsize=3, lw=1.8, label=text)
+            ax.errorbar(x[m], y[m], yerr=err[:, m], fmt="o", color=color, capsize=4, ms=7, elinewidth=1.4,
+                        zorder=4, label=f"{label}: measured (CI bars)")
         else:
-            ax.plot(x[m], y[m], "o-", color=color, lw=1.8, label=text)
+            ax.plot(x[m], y[m], "o", color=color, ms=7, zorder=4, label=f"{label}: measured")
         drawn |= bool(m.any())
-        if math.isfinite(slope) and m.sum() >= 2:
+        if math.isfinite(slope) and m.sum() >= 2:  # the fit: a dashed line, drawn past the data at both ends
             lx, ly = np.log(x[m]), np.log(y[m])
-            xs = np.geomspace(x[m].min(), x[m].max(), 50)
-            ax.plot(xs, np.exp(ly.mean() + slope * (np.log(xs) - lx.mean())), ls=":", color=color, lw=1.2)
-    styles = ["--", "-.", (0, (5, 2, 1, 2)), (0, (1, 1))]
+            xs = np.geomspace(x[m].min() / 1.25, x[m].max() * 1.25, 50)
+            ax.plot(xs, np.exp(ly.mean() + slope * (np.log(xs) - lx.mean())), ls=(0, (7, 3)), color=color,
+                    lw=1.6, alpha=0.9, zorder=3, label=f"{label}: least-squares fit, slope {slope:+.2f}")
     for j, (label, v) in enumerate(hlines.items()):
         v = _num(v, f"hlines[{label}]")
         if math.isfinite(v) and v > 0:
-            ax.axhline(v, color=_GRAY, ls=styles[j % len(styles)], lw=1.3, label=f"{label} = {v:.3g}")
+            ax.axhline(v, zorder=2, label=f"{label} = {v:.3g}", **_ref_style(j))
             drawn = True
     orphans = [f"{k}: {_num(v, 'slope'):.2f}" for k, v in slopes.items() if k not in series
                and math.isfinite(_num(v, "slope"))]
@@ -242,10 +259,19 @@ def _mse_vs_dk(spec: Mapping[str, Any]):
         _log_ticks(ax, x)
     ax.set_xlabel("d / k")
     ax.set_ylabel("MSE  E‖x̂ − x‖²")
-    title = spec.get("title", "MSE against d/k (log–log), dotted: fitted slope")
+    title = spec.get("title", "MSE against d/k (log–log), dashed: fitted slope")
     ax.set_title(title + ("\n" + "; ".join(orphans) if orphans else ""))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    rank = {str(label): i for i, label in enumerate(series)}  # each series' data, then its fit; then references
+
+    def order(j: int) -> tuple[int, int]:
+        name, _, what = labels[j].partition(": ")
+        return (rank.get(name, len(rank)), 0 if what.startswith("measured") else 1) if name in rank else (len(rank), j)
+
+    keep = sorted(range(len(labels)), key=order)
+    fig.legend([handles[j] for j in keep], [labels[j] for j in keep], loc="outside lower center", ncol=2,
+               fontsize=8, frameon=False)
     return fig
 
 
@@ -307,6 +333,12 @@ def _heatmap(spec: Mapping[str, Any]):
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#d9d9d9")
     finite = V[np.isfinite(V)]
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if spec.get("vmin") is not None:  # a scale shared with other panels
+        vmin = _num(spec["vmin"], "vmin")
+    if spec.get("vmax") is not None:
+        vmax = _num(spec["vmax"], "vmax")
+    if not (math.isfinite(vmin) and math.isfinite(vmax)) or vmin > vmax:
+        raise FedAuditError(f"heatmap vmin/vmax must be finite with vmin <= vmax, got {vmin}, {vmax}")
     if vmin == vmax:
         vmin, vmax = vmin - 0.5, vmax + 0.5
     im = ax.imshow(np.ma.masked_invalid(V), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", origin="lower",
@@ -343,10 +375,19 @@ def _curves(spec: Mapping[str, Any]):
             last = np.flatnonzero(ok)[-1]
             ax.plot([x[last]], [y[last]], "x", color=line.get_color(), ms=9, mew=2)
         any_drawn |= bool(ok.any())
-    for label, v in (spec.get("hlines") or {}).items():
+    colors = {str(line.get_label()).removesuffix(" (diverged)"): line.get_color() for line in ax.get_lines()}
+    marked = False
+    for label, pt in (spec.get("markers") or {}).items():
+        mx, my = _num(pt.get("x"), f"markers[{label}].x"), _num(pt.get("y"), f"markers[{label}].y")
+        if math.isfinite(mx) and math.isfinite(my) and (my > 0 or not log_y):
+            ax.plot([mx], [my], "D", color=colors.get(str(label), "black"), mec="black", mew=0.8, ms=7, zorder=5)
+            marked = True
+    if marked:
+        ax.plot([], [], "D", color="white", mec="black", mew=0.8, ms=7, label=spec.get("markers_label", "marked point"))
+    for j, (label, v) in enumerate((spec.get("hlines") or {}).items()):
         v = _num(v, f"hlines[{label}]")
         if math.isfinite(v) and (v > 0 or not log_y):
-            ax.axhline(v, color=_GRAY, ls="--", lw=1.2, label=f"{label} = {v:.3g}")
+            ax.axhline(v, zorder=1, label=f"{label} = {v:.3g}", **_ref_style(j))
     if log_y and any_drawn:
         ax.set_yscale("log")
     ax.set_xlabel(spec["x_label"])
