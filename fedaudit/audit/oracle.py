@@ -67,14 +67,9 @@ class OracleFit:
     optimizer: str = ""
 
     def to_dict(self, include_points: bool = False) -> dict[str, Any]:
-        def clean(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
-            return v
+        from fedaudit.json import jsonable  # strict JSON at any depth (the point lists included)
 
-        out = {k: clean(v) for k, v in asdict(self).items()
-               if include_points or k not in ("s", "e", "dev", "het_s")}
-        return out
+        return jsonable({k: v for k, v in asdict(self).items() if include_points or k not in ("s", "e", "dev", "het_s")})
 
 
 def _points(s: Any, e: Any, name_s: str = "s", name_e: str = "e") -> tuple[np.ndarray, np.ndarray]:

@@ -36,10 +36,12 @@ class PairSearch:
     samples_per_candidate: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"best": self.name, "score": self.score, "samples_per_candidate": self.samples_per_candidate,
-                "candidates": self.candidates,
-                "x0": self.x0.tolist() if self.x0.size <= 4096 else None,
-                "x1": self.x1.tolist() if self.x1.size <= 4096 else None}
+        from fedaudit.json import jsonable  # strict JSON: a score of inf is "inf"
+
+        return jsonable({"best": self.name, "score": self.score, "samples_per_candidate": self.samples_per_candidate,
+                         "candidates": self.candidates,
+                         "x0": self.x0.tolist() if self.x0.size <= 4096 else None,
+                         "x1": self.x1.tolist() if self.x1.size <= 4096 else None})
 
 
 def _is_categorical(mechanism: Any) -> bool:

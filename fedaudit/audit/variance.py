@@ -49,9 +49,11 @@ class MSEResult:
         return self.max_bias_z <= self.bias_z_threshold
 
     def to_dict(self) -> dict[str, Any]:
+        from fedaudit.json import jsonable  # strict JSON: normalized_mse at x = 0 is "inf"
+
         out = asdict(self)
         out["unbiased"] = self.unbiased
-        return out
+        return jsonable(out)
 
 
 def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int | None = 0, *,
@@ -126,7 +128,9 @@ class VarianceCurve:
     seed: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        from fedaudit.json import jsonable  # strict JSON: the slope of a single k is "nan"
+
+        return jsonable({
             "dim": self.dim, "epsilon": self.epsilon, "levels": self.levels,
             "ks": list(self.ks), "d_over_k": list(self.d_over_k),
             "sstq": [r.to_dict() for r in self.sstq],
@@ -134,7 +138,7 @@ class VarianceCurve:
             "vqsgd": self.vqsgd.to_dict(), "vqsgd_nonprivate": self.vqsgd_nonprivate.to_dict(), "privunitg": self.privunitg.to_dict(),
             "slope_private": self.slope_private, "slope_nonprivate": self.slope_nonprivate,
             "samples": self.samples, "seed": self.seed,
-        }
+        })
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:

@@ -41,7 +41,6 @@ The honest consensus error of a state X is (1/|H|) Σ_{i∈H} ‖x_i − x̄_H�
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable
@@ -639,14 +638,13 @@ class GossipTrace:
         return float(self.consensus_error[-1])
 
     def to_dict(self) -> dict[str, Any]:
-        def f(v):
-            return [float(x) if math.isfinite(x) else (None if math.isnan(x) else ("inf" if x > 0 else "-inf"))
-                    for x in np.asarray(v, dtype=float)]
+        from fedaudit.json import jsonable  # strict JSON, one convention: nan is "nan" (null means absent)
 
-        return {"rule": self.rule, "attack": self.attack, "rounds": self.rounds, "eta": self.eta,
-                "honest": list(self.honest), "byzantine": list(self.byzantine),
-                "consensus_error": f(self.consensus_error), "mean_drift": f(self.mean_drift), "c": f(self.c),
-                "diverged": self.diverged}
+        f = lambda v: np.asarray(v, dtype=float)
+        return jsonable({"rule": self.rule, "attack": self.attack, "rounds": self.rounds, "eta": self.eta,
+                         "honest": list(self.honest), "byzantine": list(self.byzantine),
+                         "consensus_error": f(self.consensus_error), "mean_drift": f(self.mean_drift), "c": f(self.c),
+                         "diverged": self.diverged})
 
 
 def simulate_gossip(x0: Any, graph: GossipGraph, byzantine: Iterable[int] | None = (), rule: str | RuleFn = "cs+",

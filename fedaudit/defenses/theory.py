@@ -55,10 +55,9 @@ class KappaBound:
     note: str
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if not math.isfinite(self.kappa):
-            out["kappa"] = "inf"
-        return out
+        from fedaudit.json import jsonable  # strict JSON: inf is "inf", nan is "nan"
+
+        return jsonable(asdict(self))
 
 
 def _check(n: int, f: int) -> tuple[int, int]:

@@ -564,8 +564,10 @@ class StressResult:
         return list(self.summary["missed_target"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary, "computed": list(self.computed), "skipped": list(self.skipped),
-                "heatmaps": list(self.heatmaps), "runtime_s": self.runtime_s}
+        from fedaudit.json import jsonable  # strict JSON at any depth
+
+        return jsonable({**self.summary, "computed": list(self.computed), "skipped": list(self.skipped),
+                         "heatmaps": list(self.heatmaps), "runtime_s": self.runtime_s})
 
 
 def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int | None = None,

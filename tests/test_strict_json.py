@@ -1,0 +1,325 @@
+"""Every JSON fedaudit writes is strict: no NaN/Infinity tokens, one convention for non-finite numbers.
+
+The convention (:mod:`fedaudit.json`): +inf, -inf and nan become the strings "inf", "-inf" and
+"nan"; None stays null and means "absent". Every class in the package with a ``to_dict`` is
+discovered by scanning the package, built with non-finite fields where it has any, and its
+``json.dumps(x.to_dict(), allow_nan=False)`` parsed by a strict parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import math
+import pkgutil
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fedaudit
+from fedaudit import json as fjson
+from fedaudit.cli import main
+from fedaudit.errors import FedAuditError
+
+SPECIALS = ("inf", "-inf", "nan")
+
+
+def _raise(name):
+    raise ValueError(f"non-standard JSON token {name}")
+
+
+def strict_loads(text: str):
+    """The strict reader the tests hold every output to (stdlib, independent of fedaudit.json)."""
+    return json.loads(text, parse_constant=_raise)
+
+
+def strict_round_trip(d):
+    """``d`` dumped with allow_nan=False and parsed strictly (fails on NaN/Infinity anywhere)."""
+    return strict_loads(json.dumps(d, allow_nan=False))
+
+
+def specials_in(value) -> set[str]:
+    """The convention strings found anywhere in JSON data."""
+    if isinstance(value, str):
+        return {value} & set(SPECIALS)
+    if isinstance(value, dict):
+        return set().union(*(specials_in(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(specials_in(v) for v in value)) if value else set()
+    return set()
+
+
+# ------------------------------------------------------------------------------ discovery
+def _discover() -> dict[str, type]:
+    """Every class defined in the fedaudit package whose own namespace defines ``to_dict``."""
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages(fedaudit.__path__, "fedaudit."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if inspect.isclass(obj) and obj.__module__ == module.__name__ and "to_dict" in vars(obj):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return found
+
+
+CLASSES = _discover()
+
+
+# ------------------------------------------------------------------------------ generic builder
+def _value(annotation: str, special: float):
+    """A value of the annotated type carrying ``special`` wherever a float can sit."""
+    a = annotation.replace(" ", "")
+    a = a.removesuffix("|None").removeprefix("None|")
+    if a == "float":
+        return special
+    if a == "int":
+        return 3
+    if a == "bool":
+        return True
+    if a == "str":
+        return "x"
+    if a in ("np.ndarray", "numpy.ndarray"):
+        return np.array([special, 1.0, np.float32(special)])
+    if a.startswith("dict"):
+        return {"a": special, "b": [1.0, np.float64(special)], "c": {"d": special}}
+    if a.startswith(("list[float", "list[int|float")):
+        return [1.5, special]
+    if a.startswith("list[int"):
+        return [1, 2]
+    if a.startswith("list[str"):
+        return ["a"]
+    if a.startswith("list"):
+        return [{"a": special}] if "dict" in a else [special]
+    if a.startswith("tuple[int"):
+        return (1, 2)
+    if a.startswith("tuple[float"):
+        return (special, 2.0)
+    if a.startswith("tuple[str"):
+        return ("a",)
+    raise LookupError(annotation)
+
+
+def _generic(cls: type) -> list[object]:
+    """Instances of a dataclass with every float field +inf, then -inf, then nan."""
+    if not dataclasses.is_dataclass(cls):
+        raise LookupError(f"{cls.__name__} is not a dataclass")
+    out = []
+    for special in (math.inf, -math.inf, math.nan):
+        kwargs = {f.name: _value(str(f.type), special) for f in dataclasses.fields(cls)
+                  if f.init and (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                                 or "float" in str(f.type))}
+        out.append(cls(**kwargs))
+    return out
+
+
+# ------------------------------------------------------------------------------ explicit builders
+def _mechanisms():
+    from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
+
+    out = [make_mechanism(name, 8, 1.0, k=2) for name in MECHANISM_NAMES]
+    for name in MECHANISM_NAMES:  # non-private variants where a mechanism has one
+        try:
+            out.append(make_mechanism(name, 8, None, k=2))
+        except (FedAuditError, TypeError):
+            pass
+    return out
+
+
+def _variance():
+    from fedaudit.audit.variance import MSEResult, VarianceCurve
+
+    r = MSEResult("sstq", math.nan, -math.inf, math.inf, math.inf, 0.1, 3.0, 10, 0.95, None, {"k": 4, "clip": math.inf})
+    return [VarianceCurve(16, 1.0, 4, (4,), (4.0,), (r,), (r,), r, r, r, math.nan, -math.inf, 10, 0)]
+
+
+def _search_budget():
+    cls = CLASSES["fedaudit.audit.robustness_search.SearchBudget"]
+    return [cls(), cls(evals=10, restarts=1, dims=(1,), embedded=False, time_s=0.5)]
+
+
+def _kappa():
+    from fedaudit.defenses.theory import KappaBound
+
+    return [KappaBound("krum", 11, 3, v, "f/(n-2f)", "ref", False, "") for v in (math.inf, math.nan, 2.5)]
+
+
+def _breakdown():
+    from fedaudit.errors import AggregatorBreakdown
+
+    return [AggregatorBreakdown("cwtm", 10, 4, 3)]
+
+
+def _stress_config():
+    from fedaudit.fl.stress import StressConfig
+
+    return StressConfig(aggregators=("cwtm",), attacks=("alie",), fs=(1,), betas=(0.5,), dataset="digits",
+                        data_path=None, optimizer="dgd", rounds=2, lr=0.1, n_honest=4, mu=0.0, seed=0)
+
+
+def _stress():
+    from fedaudit.fl.stress import StressResult
+
+    summary = {"cells": [{"final_loss": math.nan, "final_accuracy": None, "worst": -math.inf}],
+               "complete": True, "missed_target": [], "betas": [math.inf]}
+    return [_stress_config(), StressResult(_stress_config(), "out", summary, ("a",), (), ("h.png",), math.inf)]
+
+
+def _reports():
+    from fedaudit.reports.model import Claim, Manifest, Report
+
+    m = Manifest.collect(b"plan", 2**80, 0.0, 1.0, command="fedaudit run")
+    c = Claim(id="c", kind="ldp", title="t", expect="pass", verdict="PASS",
+              evidence={"eps": math.inf, "tpr": np.float64(math.nan), "ci": np.array([-math.inf, 1.0])},
+              runtime_s=math.inf)
+    return [m, c, Report(m, [c]).seal(None)]
+
+
+def _claim_spec():
+    from fedaudit.reports.plan import ClaimSpec
+
+    return [ClaimSpec(1, "c", "ldp", "t", "pass", 3, {"epsilon": math.inf, "grid": [math.nan, 1.0]})]
+
+
+BUILDERS = {
+    "fedaudit.audit.variance.VarianceCurve": _variance,
+    "fedaudit.mechanisms.base.Mechanism": _mechanisms,
+    "fedaudit.audit.robustness_search.SearchBudget": _search_budget,
+    "fedaudit.defenses.theory.KappaBound": _kappa,
+    "fedaudit.errors.AggregatorBreakdown": _breakdown,
+    "fedaudit.fl.stress.StressConfig": lambda: [_stress_config()],
+    "fedaudit.fl.stress.StressResult": _stress,
+    "fedaudit.reports.model.Claim": _reports,
+    "fedaudit.reports.model.Manifest": _reports,
+    "fedaudit.reports.model.Report": _reports,
+    "fedaudit.reports.plan.ClaimSpec": _claim_spec,
+}
+
+
+def _dicts(obj) -> list[dict]:
+    """``obj.to_dict()``, and again with each boolean keyword (``include_points``, ...) set."""
+    out = [obj.to_dict()]
+    for p in inspect.signature(obj.to_dict).parameters.values():
+        if isinstance(p.default, bool):
+            out.append(obj.to_dict(**{p.name: not p.default}))
+    return out
+
+
+def test_discovery_finds_the_result_types():
+    names = {k.rsplit(".", 1)[1] for k in CLASSES}
+    assert {"LDPAudit", "RobustnessAudit", "MSEResult", "VarianceCurve", "PairSearch", "Trace", "GossipTrace",
+            "StressResult", "Claim", "Report", "Manifest", "OracleFit"} <= names
+
+
+@pytest.mark.parametrize("key", sorted(CLASSES))
+def test_to_dict_is_strict_json(key):
+    cls = CLASSES[key]
+    if key in BUILDERS:
+        objects = BUILDERS[key]()
+    else:
+        try:
+            objects = _generic(cls)
+        except (LookupError, TypeError, FedAuditError) as exc:
+            pytest.fail(f"{key} has a to_dict but no builder here; add one to BUILDERS ({exc})")
+    assert objects
+    carried = set()
+    for obj in objects:
+        for d in _dicts(obj):
+            parsed = strict_round_trip(d)  # raises on a NaN/Infinity token anywhere
+            assert parsed == strict_loads(fjson.dumps(d))
+            carried |= specials_in(parsed)
+    if key not in BUILDERS:  # built with ±inf and nan in every float field: all three must come through
+        floats = [f for f in dataclasses.fields(cls) if "float" in str(f.type) or "ndarray" in str(f.type)
+                  or str(f.type).startswith("dict")]
+        if floats:
+            assert carried == set(SPECIALS), f"{key}: non-finite values came out as {carried or 'nothing'}"
+
+
+def test_builders_carry_non_finite_values_through():
+    """The hand-built instances hold inf/nan; the convention strings (not null) must come out."""
+    from fedaudit.defenses.theory import KappaBound
+
+    assert [KappaBound("krum", 11, 3, v, "", "", False, "").to_dict()["kappa"] for v in (math.inf, math.nan)] \
+        == ["inf", "nan"]
+    config, result = _stress()
+    assert specials_in(strict_round_trip(result.to_dict())) == set(SPECIALS)
+    assert strict_round_trip(config.to_dict())["betas"] == [0.5]  # validated finite: nothing to convert
+    spec = _claim_spec()[0].to_dict()
+    assert strict_round_trip(spec)["params"] == {"epsilon": "inf", "grid": ["nan", 1.0]}
+    curve = strict_round_trip(_variance()[0].to_dict())
+    assert (curve["slope_private"], curve["slope_nonprivate"]) == ("nan", "-inf")
+    assert curve["sstq"][0]["mse"] == "nan" and curve["vqsgd"]["params"]["clip"] == "inf"
+    report = _reports()[2].to_dict()
+    assert strict_round_trip(report)["claims"][0]["evidence"] == {"eps": "inf", "tpr": "nan", "ci": ["-inf", 1.0]}
+
+
+def test_gossip_and_variance_use_the_convention():
+    from fedaudit.audit.variance import MSEResult
+    from fedaudit.defenses.gossip import GossipTrace
+
+    arr = np.array([1.0, math.nan, math.inf, -math.inf])
+    g = GossipTrace("cs+", None, 3, 1.0, (0, 1), (), arr, arr, arr, True, None).to_dict()
+    assert strict_round_trip(g)["consensus_error"] == [1.0, "nan", "inf", "-inf"]  # nan is not null (absent)
+    r = MSEResult("sstq", math.nan, math.nan, math.inf, math.inf, 0.0, 3.0, 10, 0.95, 0).to_dict()
+    assert strict_round_trip(r)["normalized_mse"] == "inf" and r["mse"] == "nan"
+
+
+# ------------------------------------------------------------------------------ the helper itself
+def test_jsonable_and_dumps():
+    torch = pytest.importorskip("torch")
+    data = {"a": np.array([[1.0, np.nan], [np.inf, -np.inf]]), "b": (np.float32(np.inf), np.int64(3)),
+            "c": torch.tensor([float("nan"), 2.0]), 4: np.bool_(False), "d": None}
+    assert fjson.jsonable(data) == {"a": [[1.0, "nan"], ["inf", "-inf"]], "b": ["inf", 3], "c": ["nan", 2.0],
+                                    "4": False, "d": None}
+    text = fjson.dumps({"x": math.nan, "y": [math.inf]})
+    assert "NaN" not in text and "Infinity" not in text and strict_loads(text) == {"x": "nan", "y": ["inf"]}
+    assert fjson.from_special("-inf") == -math.inf and math.isnan(fjson.from_special("nan"))
+    assert fjson.from_special("x") == "x" and fjson.from_special(1.5) == 1.5
+    with pytest.raises(FedAuditError, match=r"value b\[1\] is not JSON data: object"):
+        fjson.jsonable({"b": [1, object()]})
+    with pytest.raises(FedAuditError, match="key of type tuple"):
+        fjson.jsonable({(1, 2): 1})
+
+
+def test_strict_loads_rejects_tokens_and_duplicate_keys():
+    assert fjson.loads('{"a": "nan", "b": [1, 2]}') == {"a": "nan", "b": [1, 2]}
+    for token in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(FedAuditError, match=f"non-standard JSON constant {token}"):
+            fjson.loads(f'{{"x": [1, {token}]}}')
+    with pytest.raises(FedAuditError, match="duplicate key 'eps'"):
+        fjson.loads('{"outer": {"eps": 1.0, "eps": 9.0}}')
+    with pytest.raises(FedAuditError, match="not valid JSON"):
+        fjson.loads('{"a": ')
+    with pytest.raises(FedAuditError, match="not UTF-8"):
+        fjson.loads(b'{"a": "\xff"}')
+
+
+def test_write_names_an_unwritable_path(tmp_path):
+    path = fjson.write(tmp_path / "r.json", {"v": -math.inf})
+    assert strict_loads(path.read_text(encoding="utf-8")) == {"v": "-inf"}
+    with pytest.raises(FedAuditError, match="cannot write JSON to .*missing"):
+        fjson.write(tmp_path / "missing" / "r.json", {})
+
+
+# ------------------------------------------------------------------------------ CLI writers
+def test_cli_variance_json_is_strict(tmp_path, capsys):
+    out = tmp_path / "v.json"
+    assert main(["audit", "variance", "--dim", "16", "--k", "4", "--json", str(out), "--quiet"]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "NaN" not in text and "Infinity" not in text
+    data = strict_loads(text)
+    assert data["ks"] == [4]
+    # one k: the log-log slope is undefined, written as the string "nan" (not a NaN token, not null)
+    assert data["slope_private"] == "nan" and data["slope_nonprivate"] == "nan"
+
+
+def test_written_report_is_strict(tmp_path):
+    from fedaudit.reports import write_report
+
+    report = _reports()[2]
+    paths = write_report(report, tmp_path / "r", formats=("json",))
+    text = paths["json"].read_text(encoding="utf-8")
+    data = strict_loads(text)
+    assert data["claims"][0]["runtime_s"] == "inf" and "NaN" not in text
