@@ -61,8 +61,11 @@ _CHUNK = 1 << 18
 #: Recentre the Gram matrix when the median centred squared norm exceeds this many times the
 #: median nearest-neighbour squared distance (relative cancellation error ≈ ratio · 1e-16).
 _ILL_CONDITIONED = 1e6
-#: Bound on 2·max|x|·√d under which the float64 Gram pass cannot overflow (entries ≤ 2^960).
-_SAFE_ABS = 2.0 ** 480
+#: Range of the largest diagonal entry of a direct Gram pass that is used as is (outside it the
+#: overflow-free :class:`_Geometry` takes over).
+_GRAM_LOW, _GRAM_HIGH = 2.0 ** -900, 2.0 ** 900
+#: log2 of the radius (in reference lengths) beyond which _Geometry draws a row in radially.
+_FAR_LOG2 = 400
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,15 +115,23 @@ def _by_columns(X: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.nda
     Blocks of about _BLOCK elements keep a kernel's temporaries in cache; an odd block width
     keeps the rows of a copied block off 4 KiB-aliasing strides. Inputs of ≥ _PARALLEL elements
     are split over threads; every column is computed by the same code whatever the split, so
-    the result does not depend on the number of threads.
+    the result does not depend on the number of threads. A block whose result overflowed (sums
+    of values near the dtype's largest finite value) is recomputed on the block scaled by
+    2^(−⌈log2 n⌉−1) and scaled back, exactly (powers of two; order statistics are unchanged).
     """
     n, d = X.shape
     width = max(1, _BLOCK // n) | 1
     out = np.empty(d)
+    shrink = n.bit_length() + 1  # 2^shrink > 2n: sums of n scaled values cannot overflow
 
     def task(a: int) -> Callable[[], None]:
         def run() -> None:
-            out[a:a + width] = fn(X[:, a:a + width])
+            B = X[:, a:a + width]
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = fn(B)
+            if not np.isfinite(r).all():  # sums of values near the dtype's max overflowed
+                r = np.ldexp(fn(np.ldexp(B, -shrink)), shrink)
+            out[a:a + width] = r
         return run
 
     _run([task(a) for a in range(0, d, width)], X.size >= _PARALLEL)
@@ -163,22 +174,18 @@ def _cw_median_block(X: np.ndarray) -> np.ndarray:
     return 0.5 * lower + 0.5 * upper
 
 
-def _pow2_scale(*arrays: np.ndarray) -> float:
-    """Power of two s such that the float64 Gram pass over s·(rows) cannot overflow.
-
-    Centred values are at most 2m (m = max |entry|), so Gram entries are at most 4m²d; s makes
-    2m·√d ≤ 2^480. Rescaling by a power of two is exact (barring underflow of tiny entries).
-    """
-    m = max(float(np.max(np.abs(a))) for a in arrays)
-    d = arrays[0].shape[-1]
-    bound = 2.0 * m * math.sqrt(d)
-    if bound <= _SAFE_ABS:
-        return 1.0
-    return 2.0 ** (math.floor(math.log2(_SAFE_ABS)) - math.ceil(math.log2(bound)))
+def _fast_ok(G: np.ndarray) -> bool:
+    """Whether a Gram matrix from the direct (unscaled) pass can be used: finite, and its
+    largest diagonal entry in [2^-900, 2^900] (no overflow in the quadratic forms that follow,
+    no underflow of the squares)."""
+    if not np.isfinite(G).all():
+        return False
+    top = float(np.max(np.diag(G)))
+    return _GRAM_LOW <= top <= _GRAM_HIGH
 
 
-def _gram(X: np.ndarray, center: np.ndarray | None = None, scale: float = 1.0) -> np.ndarray:
-    """float64 Gram matrix of s·(x_i − c): c = row mean (None) or the given (d,) point.
+def _gram(X: np.ndarray, center: np.ndarray | None = None) -> np.ndarray:
+    """float64 Gram matrix of x_i − c: c = row mean (None) or the given (d,) point.
 
     One pass over X in column chunks: each chunk is cast to float64, centred and multiplied
     (a syrk, multi-threaded by BLAS when n is large enough), so float32 inputs accumulate in
@@ -193,33 +200,121 @@ def _gram(X: np.ndarray, center: np.ndarray | None = None, scale: float = 1.0) -
         xb = X[:, j:j + step]
         b = buf[:, :xb.shape[1]]
         np.copyto(b, xb)  # cast to float64
-        if scale != 1.0:  # rescale first so that neither the mean nor the squares overflow
-            b *= scale
-        b -= (inv_n @ b) if center is None else center[j:j + step] * scale
+        b -= (inv_n @ b) if center is None else center[j:j + step]
         G += b @ b.T
     return G
 
 
-def _row_norms(X: np.ndarray) -> np.ndarray:
-    """‖x_i‖ for every row, accumulated in float64 over column chunks; overflow-safe."""
-    def sq(scale: float) -> np.ndarray:
+class _Geometry:
+    """Overflow-free geometry of the rows around a centre c (the slow path of the Gram kernels).
+
+    Used when the direct pass overflows or underflows (a row of 1e308, one coordinate of 1e306,
+    float32 max next to ordinary rows, subnormal data). With t_i = x_i/2 − c/2 (never
+    overflows), the deviation δ_i = ‖x_i − c‖ is computed exactly as 2ν_i·2^(−P_i), where
+    2^(P_i) normalises max_k |t_ik| into [1, 2) and ν_i = ‖2^(P_i) t_i‖. The reference length
+    δ_ref is the upper median of the δ_i (the smallest positive one if that is 0; at least
+    ``floor_log2``): a majority of rows lies within it, so it is at most the largest honest
+    deviation whenever a majority is honest. Every row is then expressed in units of
+    2^(−E) ≈ δ_ref: y_i = 2^E (x_i − c), and a row with ‖y_i‖ > R = 2^400 (δ_i > 2^400 δ_ref) is
+    drawn in radially to ‖y_i‖ = R (its direction is kept; the row itself is never modified).
+    G = Y Yᵀ then has entries ≤ R² (no overflow) and distances between rows within 2^400 δ_ref
+    of c are exact to rounding down to 2^(−500) δ_ref (no underflow). Decisions of the
+    distance-based rules are therefore exact whenever the honest rows lie within 2^400 δ_ref of
+    c; a Byzantine row farther out is only ever compared as "farther than every honest row".
+    All powers of two are applied with ``ldexp`` (exact barring underflow).
+    """
+
+    def __init__(self, X: np.ndarray, center: np.ndarray, floor_log2: float = -math.inf):
         n, d = X.shape
-        step = max(1, _CHUNK // n)
-        out = np.zeros(n)
-        buf = np.empty((n, min(step, d)))
+        self.X = X
+        self.half_c = 0.5 * np.asarray(center, dtype=np.float64)
+        self.step = max(1, _CHUNK // n)
+        m = np.zeros(n)
+        for j in range(0, d, self.step):
+            np.maximum(m, np.abs(self._t(j)).max(axis=1), out=m)
+        self.P = (1 - np.frexp(m)[1]).astype(np.int64)  # 2^P · max|t_i| ∈ [1, 2) (P = 1 for m = 0)
+        nu2 = np.zeros(n)
+        for j in range(0, d, self.step):
+            u = np.ldexp(self._t(j), self.P[:, None])
+            nu2 += np.einsum("ij,ij->i", u, u)
+        self.nu = np.sqrt(nu2)
+        with np.errstate(divide="ignore"):
+            ldev = np.log2(self.nu) + 1.0 - self.P  # log2 ‖x_i − c‖ (−inf: the row is c)
+        srt = np.sort(ldev)
+        ref = float(srt[n // 2])
+        if ref == -math.inf:
+            pos = srt[np.isfinite(srt)]
+            ref = float(pos[0]) if pos.size else 0.0
+        ref = max(ref, floor_log2)
+        self.E = -int(math.floor(ref))
+        self.far = ldev + self.E > _FAR_LOG2
+        # far rows: y_i = 2^P t_i · (R / ν_i), of norm R
+        self.far_factor = np.where(self.far, 2.0 ** _FAR_LOG2 / np.where(self.nu > 0, self.nu, 1.0), 0.0)
+
+    def _t(self, j: int) -> np.ndarray:
+        return self.X[:, j:j + self.step].astype(np.float64) * 0.5 - self.half_c[j:j + self.step]
+
+    def _y(self, j: int) -> np.ndarray:
+        t = self._t(j)
+        with np.errstate(over="ignore"):
+            y = np.ldexp(t, self.E + 1)
+        if self.far.any():
+            rows = self.far
+            y[rows] = np.ldexp(t[rows], self.P[rows][:, None]) * self.far_factor[rows][:, None]
+        return y
+
+    def gram(self) -> np.ndarray:
+        n, d = self.X.shape
+        G = np.zeros((n, n))
+        for j in range(0, d, self.step):
+            y = self._y(j)
+            G += y @ y.T
+        return G
+
+    def scaled(self, length: float) -> float:
+        """A length in the units of :meth:`gram` (capped at 2^1000)."""
+        return float(min(np.ldexp(length, self.E), 2.0 ** 1000))
+
+    def combine(self, beta: np.ndarray) -> np.ndarray:
+        """c + Σ_i β_i ỹ_i in the input units (ỹ_i = x_i − c, drawn in for far rows), float64;
+        computed as 2·(c/2 + 2^(−E−1) Σ β_i y_i), so no intermediate overflows."""
+        d = self.X.shape[1]
+        out = np.empty(d)
+        for j in range(0, d, self.step):
+            acc = np.ldexp(beta @ self._y(j), -self.E - 1)
+            with np.errstate(over="ignore"):
+                out[j:j + self.step] = np.ldexp(self.half_c[j:j + self.step] + acc, 1)
+        big = np.finfo(np.float64).max
+        return np.clip(out, -big, big)
+
+
+def _row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row norms as (ν, P) with ‖x_i‖ = ν_i · 2^(−P_i), exact to rounding for every finite row.
+
+    One direct pass (squares summed in float64 over column chunks, P = 0); rows whose squared
+    norm overflowed or fell below 2^-960 are recomputed after normalising their largest entry
+    into [1, 2) by a power of two (so huge and subnormal rows get their true norm)."""
+    n, d = X.shape
+    step = max(1, _CHUNK // n)
+    sqn = np.zeros(n)
+    buf = np.empty((n, min(step, d)))
+    with np.errstate(over="ignore", under="ignore"):
         for j in range(0, d, step):
             xb = X[:, j:j + step]
             b = buf[:, :xb.shape[1]]
-            np.multiply(xb, scale, out=b)
-            out += np.einsum("ij,ij->i", b, b)
-        return out
-
-    with np.errstate(over="ignore", invalid="ignore"):
-        sqn = sq(1.0)
-    if np.isfinite(sqn).all():
-        return np.sqrt(sqn)
-    scale = _pow2_scale(X)
-    return np.sqrt(sq(scale)) / scale
+            np.copyto(b, xb)
+            sqn += np.einsum("ij,ij->i", b, b)
+    nu = np.sqrt(sqn)
+    P = np.zeros(n, dtype=np.int64)
+    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < _GRAM_LOW))
+    rows_per = max(1, _CHUNK // d)
+    for a in range(0, bad.size, rows_per):
+        rows = bad[a:a + rows_per]
+        B = X[rows].astype(np.float64)
+        p = (1 - np.frexp(np.abs(B).max(axis=1))[1]).astype(np.int64)
+        U = np.ldexp(B, p[:, None])
+        nu[rows], P[rows] = np.sqrt(np.einsum("ij,ij->i", U, U)), p
+    return nu, P
 
 
 def _sqdist_from_gram(G: np.ndarray) -> np.ndarray:
@@ -231,39 +326,60 @@ def _sqdist_from_gram(G: np.ndarray) -> np.ndarray:
     return D
 
 
-def _pairwise_sqdist(X: np.ndarray) -> np.ndarray:
-    """(n, n) squared Euclidean distances, float64, via the centred Gram matrix.
+def _ill_conditioned(G: np.ndarray, D: np.ndarray) -> int | None:
+    """Index of a central row to recentre on when cancellation threatens D, else None.
 
-    The result is in units of s² for an exact power-of-two rescaling s (s = 1 unless squares
-    would overflow), which never changes an ordering: callers only compare distances.
+    The relative error of D_ij is ≈ 1e-16 · G_ii / D_ij; when the median centred squared norm
+    exceeds _ILL_CONDITIONED times the median nearest-neighbour squared distance, return the
+    row with the smallest median distance (a row in the densest region)."""
+    n = D.shape[0]
+    off = D + np.diag(np.full(n, np.inf))
+    if np.median(np.diag(G)) > _ILL_CONDITIONED * np.median(off.min(axis=1)):
+        return int(np.argmin(np.median(off, axis=1)))
+    return None
+
+
+def _pairwise_sqdist(X: np.ndarray) -> np.ndarray:
+    """(n, n) squared Euclidean distances, float64, via a centred Gram matrix.
+
+    Direct pass (rows centred by their mean; recentred once on the most central row when
+    cancellation threatens). When that pass overflows or underflows, the overflow-free
+    :class:`_Geometry` around the coordinate-wise median is used instead: the result is then in
+    units of 2^(−2E) with rows beyond 2^400 reference lengths drawn in radially, which never
+    changes a comparison among rows within that radius (callers only compare distances).
     """
     n = X.shape[0]
     if n == 1:
         return np.zeros((1, 1))
-    scale = 1.0
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         G = _gram(X)
-    if not np.isfinite(G).all():
-        scale = _pow2_scale(X)
-        G = _gram(X, scale=scale)
+        if _fast_ok(G):
+            D = _sqdist_from_gram(G)
+            c = _ill_conditioned(G, D)
+            if c is None:
+                return D
+            G = _gram(X, center=X[c].astype(np.float64))
+            if _fast_ok(G):
+                return _sqdist_from_gram(G)
+    geo = _Geometry(X, _cw_median(X))
+    G = geo.gram()
     D = _sqdist_from_gram(G)
-    # Cancellation check: the relative error of D_ij is ≈ 1e-16 · G_ii / D_ij.
-    off = D + np.diag(np.full(n, np.inf))
-    nn = off.min(axis=1)
-    if np.median(np.diag(G)) > _ILL_CONDITIONED * np.median(nn):
-        c = int(np.argmin(np.median(off, axis=1)))  # a row in the densest region
-        D = _sqdist_from_gram(_gram(X, center=X[c].astype(np.float64), scale=scale))
+    c = _ill_conditioned(G, D)
+    if c is not None:
+        D = _sqdist_from_gram(_Geometry(X, X[c].astype(np.float64)).gram())
     return D
 
 
-def _centered_gram(X: np.ndarray, z0: np.ndarray) -> tuple[np.ndarray, float]:
-    """Gram matrix of s·(x_i − z0) and the scale s (a power of two, 1 unless squares overflow)."""
-    with np.errstate(over="ignore", invalid="ignore"):
+def _centered_gram(X: np.ndarray, z0: np.ndarray,
+                   floor_log2: float = -math.inf) -> tuple[np.ndarray, "_Geometry | None"]:
+    """Gram matrix of the rows centred at z0 and, when the direct pass over- or underflowed,
+    the :class:`_Geometry` it came from (its units are 2^(−E); None: input units)."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         G = _gram(X, center=z0)
-    if np.isfinite(G).all():
-        return G, 1.0
-    scale = _pow2_scale(X, z0)
-    return _gram(X, center=z0, scale=scale), scale
+    if _fast_ok(G):
+        return G, None
+    geo = _Geometry(X, z0, floor_log2)
+    return geo.gram(), geo
 
 
 def _krum_scores(D: np.ndarray, f: int) -> np.ndarray:
@@ -437,9 +553,10 @@ class GeometricMedian(Aggregator):
         z0 = _cw_median(X)
         if n <= 2:  # every point of the segment is a minimiser; the midpoint = the median
             return z0
-        G, scale = _centered_gram(X, z0)
-        beta, _ = _weiszfeld(G, self.tol, self.max_iter, self.nu * scale)
-        return _affine_point(beta, X, z0)
+        G, geo = _centered_gram(X, z0)
+        nu = self.nu if geo is None else geo.scaled(self.nu)
+        beta, _ = _weiszfeld(G, self.tol, self.max_iter, nu)
+        return _affine_point(beta, X, z0) if geo is None else geo.combine(beta)
 
 
 def _affine_point(beta: np.ndarray, X: np.ndarray, z0: np.ndarray) -> np.ndarray:
@@ -666,15 +783,17 @@ class CenteredClipping(Aggregator):
             if self.center.shape[0] != d:
                 raise FedAuditError(f"{self.name}: center has length {self.center.shape[0]}, inputs have d={d}")
             v0 = self.center
-        G, scale = _centered_gram(X, v0)
-        tau = self.tau * scale
+        # far rows are drawn in at 2^400 reference lengths, with the reference at least
+        # 2^-300·iters·τ, so they stay ≫ every clipping radius the iteration can see
+        G, geo = _centered_gram(X, v0, math.log2(self.iters * self.tau) - 300)
+        tau = self.tau if geo is None else geo.scaled(self.tau)
         beta = np.zeros(n)
         for _ in range(self.iters):
             dist, _ = _dist_to(G, beta)
             far = dist > tau
             w = np.where(far, tau / np.where(far, dist, 1.0), 1.0)  # min(1, τ/‖·‖) without 0-division
             beta = beta * (1.0 - w.sum() / n) + w / n
-        return _affine_point(beta, X, v0)
+        return _affine_point(beta, X, v0) if geo is None else geo.combine(beta)
 
 
 class Meamed(Aggregator):

@@ -25,14 +25,35 @@ from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 __all__ = ["NNM", "Bucketing", "ARC", "Clipping"]
 
 
-def _scale_rows(X: np.ndarray, norms: np.ndarray, c: float) -> np.ndarray:
-    """x_i · min(1, c/‖x_i‖) as a new array (rows with ‖x_i‖ ≤ c are returned unchanged)."""
-    factor = np.ones_like(norms)
+def _norm_shift(nu: np.ndarray, P: np.ndarray) -> int:
+    """S ≥ 0 such that every norm ν_i·2^(−P_i−S) is a finite float64 (S = 0 unless a norm
+    exceeds ~2^1020, e.g. a row of 1e308 in d ≥ 4)."""
+    with np.errstate(divide="ignore"):
+        top = int(np.max(np.frexp(nu)[1] - P))
+    return max(0, top - 1020)
+
+
+def _scale_rows(X: np.ndarray, nu: np.ndarray, P: np.ndarray, S: int, c: float) -> np.ndarray:
+    """x_i · min(1, C/‖x_i‖) as a new array, C = c·2^S, norms ‖x_i‖ = ν_i·2^(−P_i) (see
+    :func:`~fedaudit.defenses.aggregators._row_norms`); rows with ‖x_i‖ ≤ C are unchanged.
+
+    Ordinary rows (P_i = 0, S = 0) are multiplied by C/‖x_i‖ in float64 and rounded once into
+    the input dtype (a huge float32 row needs a factor below float32's normal range); huge or
+    tiny rows are rescaled as 2^S · (C/ν_i) · 2^(P_i) x_i, which neither overflows nor
+    underflows."""
+    norms = np.ldexp(nu, -P - S)
     big = norms > c
-    factor[big] = c / norms[big]
-    # multiply in float64 (a huge float32 row needs a factor below float32's normal range) and
-    # round once into a new array of the input dtype
-    return np.multiply(X, factor[:, None], out=np.empty_like(X), casting="same_kind")
+    simple = big & (P == 0) & (S == 0)
+    factor = np.ones_like(nu)
+    factor[simple] = c / norms[simple]
+    out = np.multiply(X, factor[:, None], out=np.empty_like(X), casting="same_kind")
+    hard = np.flatnonzero(big & ~simple)
+    rows_per = max(1, (1 << 18) // X.shape[1])
+    for a in range(0, hard.size, rows_per):
+        rows = hard[a:a + rows_per]
+        U = np.ldexp(X[rows].astype(np.float64), P[rows][:, None])
+        out[rows] = np.ldexp(U * (c / nu[rows])[:, None], S)
+    return out
 
 
 class NNM(PreAggregator):
@@ -122,9 +143,11 @@ class ARC(PreAggregator):
         k = (2 * f * (n - f)) // n
         if k == 0:
             return X.copy()
-        norms = _row_norms(X)
+        nu, P = _row_norms(X)
+        S = _norm_shift(nu, P)
+        norms = np.ldexp(nu, -P - S)  # in units of 2^S (S = 0 unless a norm exceeds ~2^1020)
         C = float(np.partition(norms, n - k - 1)[n - k - 1])  # the (k+1)-th largest norm
-        return _scale_rows(X, norms, C)
+        return _scale_rows(X, nu, P, S, C)
 
 
 class Clipping(PreAggregator):
@@ -144,4 +167,6 @@ class Clipping(PreAggregator):
         return {"c": self.c, "f": self.f}
 
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
-        return _scale_rows(X, _row_norms(X), self.c)
+        nu, P = _row_norms(X)
+        S = _norm_shift(nu, P)
+        return _scale_rows(X, nu, P, S, float(np.ldexp(self.c, -S)))
