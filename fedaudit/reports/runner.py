@@ -10,25 +10,51 @@ machinery, which must not pass silently but must not hide the other verdicts eit
 The manifest records the SHA-256 of the plan's bytes, the root seed (the ``SeedSequence``
 entropy every claim seed derives from, see :mod:`fedaudit.reports.plan`) and the start and end
 times.
+
+Checkpoints and resume. :func:`run_plan_to_dir` runs into a report directory it locks for the
+whole run (:func:`fedaudit.locking.directory_lock`: a second run into it is refused). Each
+finished claim is checkpointed at once in ``DIR/.checkpoint/<claim-id>.json`` — written to a
+temporary file, fsynced and renamed, so a checkpoint is whole or absent — together with the
+plan's SHA-256 and the fedaudit version. Stress grids keep their cells in
+``DIR/.work/<claim-id>/`` (not in the system's temporary directory). After SIGKILL, power loss
+or Ctrl-C, ``resume=True`` (``fedaudit run PLAN --out DIR --resume``) reloads every checkpoint,
+runs only the claims without one (a stress grid continues from its finished cells) and writes
+the report an uninterrupted run writes: claim results are identical because every claim's seed
+is a function of the plan alone; only timestamps differ. Checkpoints written for another plan
+or another fedaudit version are refused. Claims that ended INCONCLUSIVE with an error are not
+checkpointed, so a resume retries them. Once the report is written, ``.checkpoint/`` and
+``.work/`` are removed.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
+import fedaudit
+from fedaudit.errors import FedAuditError
 from fedaudit.reports.claims import UNIT_NAMES, run_claim, work_units
 from fedaudit.reports.model import Claim, Manifest, Report
 from fedaudit.reports.plan import ClaimSpec, Plan, load_plan
 
-__all__ = ["PlanProgress", "run_plan"]
+__all__ = ["PlanProgress", "Checkpoints", "run_plan", "run_plan_to_dir", "CHECKPOINT_DIR", "WORK_DIR"]
+
+#: checkpoint directory inside a report directory
+CHECKPOINT_DIR = ".checkpoint"
+#: intermediate files of running claims (stress grids) inside a report directory
+WORK_DIR = ".work"
+#: version of the checkpoint file layout
+CHECKPOINT_FORMAT = 1
 
 
 class PlanProgress:
     """Progress hooks for :func:`run_plan` (every method is a no-op here; override what you need,
-    or pass any object with these four methods)."""
+    or pass any object with the first four methods — ``claim_resumed`` is optional)."""
 
     def plan_started(self, plan: Plan) -> None:
         """Called once, after validation, before the first claim."""
@@ -42,6 +68,9 @@ class PlanProgress:
     def claim_finished(self, spec: ClaimSpec, claim: Claim) -> None:
         """A claim has its verdict (``claim.runtime_s`` is set)."""
 
+    def claim_resumed(self, spec: ClaimSpec, claim: Claim) -> None:
+        """A claim's verdict was loaded from its checkpoint instead of being computed."""
+
 
 def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
     frames = traceback.extract_tb(exc.__traceback__)
@@ -52,30 +81,188 @@ def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
                  seed=spec.seed, error=message + where)
 
 
+def _fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Checkpoints:
+    """The finished claims of one plan run in ``root/.checkpoint/`` (one JSON file per claim).
+
+    A checkpoint file holds ``{"format", "fedaudit", "plan_sha256", "claim_id", "run_started",
+    "claim"}`` where ``claim`` is ``Claim.to_dict()``. Files are written atomically (temporary
+    file in the same directory, fsync, rename, fsync of the directory).
+    """
+
+    def __init__(self, root: str | os.PathLike, plan: Plan):
+        self.root = Path(root)
+        self.dir = self.root / CHECKPOINT_DIR
+        self.plan = plan
+
+    def path(self, claim_id: str) -> Path:
+        """The checkpoint file of ``claim_id`` (ids are ``[A-Za-z0-9_.-]``, safe as file names)."""
+        return self.dir / f"{claim_id}.json"
+
+    def load(self) -> tuple[dict[str, Claim], float | None]:
+        """``({claim id: Claim}, start time of the first run)`` of the checkpoints present.
+
+        Raises :class:`FedAuditError` for a checkpoint of another plan (SHA-256 differs), of
+        another fedaudit version or format, of a claim the plan does not have, or one that
+        cannot be read — the caller must not mix results of different plans.
+        """
+        if not self.dir.is_dir():
+            return {}, None
+        ids = {spec.id: spec for spec in self.plan.claims}
+        found: dict[str, Claim] = {}
+        started: float | None = None
+        for path in sorted(self.dir.iterdir()):
+            if path.name.startswith("."):  # a temporary file of an interrupted write
+                continue
+            where = f"checkpoint {path}"
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise FedAuditError(f"cannot read {where}: {exc}; rerun without --resume (and with --force) "
+                                    f"to start over") from None
+            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+                raise FedAuditError(f"{where} has an unknown format; rerun without --resume (and with --force)")
+            if data.get("plan_sha256") != self.plan.sha256:
+                raise FedAuditError(
+                    f"{where} belongs to a different plan (sha256 {str(data.get('plan_sha256'))[:12]}, this plan "
+                    f"{self.plan.sha256[:12]}); resume with the plan that started the run, or rerun without "
+                    f"--resume (and with --force) to start over")
+            if data.get("fedaudit") != fedaudit.__version__:
+                raise FedAuditError(f"{where} was written by fedaudit {data.get('fedaudit')}, this is "
+                                    f"{fedaudit.__version__}; rerun without --resume (and with --force)")
+            claim_id = data.get("claim_id")
+            if claim_id not in ids or path.name != f"{claim_id}.json":
+                raise FedAuditError(f"{where} names claim {claim_id!r}, which is not in the plan")
+            claim = Claim.from_dict(data["claim"])
+            if claim.id != claim_id or claim.seed != ids[claim_id].seed:
+                raise FedAuditError(f"{where} does not match claim {claim_id!r} of the plan (id or seed differ)")
+            found[claim_id] = claim
+            t = data.get("run_started")
+            if isinstance(t, (int, float)) and not isinstance(t, bool):
+                started = t if started is None else min(started, t)
+        return found, started
+
+    def save(self, claim: Claim, run_started: float) -> Path:
+        """Write the checkpoint of ``claim`` atomically; returns its path."""
+        from fedaudit.reports.io import atomic_write
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        record = {"format": CHECKPOINT_FORMAT, "fedaudit": fedaudit.__version__, "plan_sha256": self.plan.sha256,
+                  "claim_id": claim.id, "run_started": run_started, "claim": claim.to_dict()}
+        path = self.path(claim.id)
+        atomic_write(path, json.dumps(record, allow_nan=False, ensure_ascii=False, sort_keys=True))
+        _fsync_dir(self.dir)
+        return path
+
+    def clear(self) -> None:
+        """Remove every checkpoint (and the claims' intermediate files)."""
+        for name in (CHECKPOINT_DIR, WORK_DIR):
+            shutil.rmtree(self.root / name, ignore_errors=True)
+
+
 def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgress | None = None,
-             command: str | None = None) -> Report:
+             command: str | None = None, checkpoints: Checkpoints | None = None,
+             resume: bool = False) -> Report:
     """Validate and run a plan (a TOML path, a parsed dict or a :class:`Plan`); return the report.
 
     ``progress`` receives :class:`PlanProgress` callbacks; ``command`` is recorded in the
-    manifest (the CLI passes its command line). Raises :class:`FedAuditError` only for an
-    invalid plan; a claim that errors while running is INCONCLUSIVE.
+    manifest (the CLI passes its command line). With ``checkpoints`` every finished claim is
+    saved there as soon as it has its verdict, and stress grids keep their cells under
+    ``<root>/.work/<claim-id>/``; with ``resume`` as well, claims already checkpointed are loaded
+    instead of run (see the module docstring). Raises :class:`FedAuditError` for an invalid plan
+    or unusable checkpoints; a claim that errors while running is INCONCLUSIVE.
     """
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
+    if resume and checkpoints is None:
+        raise FedAuditError("resume=True needs checkpoints (a report directory to resume from)")
     hooks = progress or PlanProgress()
-    started = time.time()
+    done, first_started = checkpoints.load() if (checkpoints is not None and resume) else ({}, None)
+    started = first_started if first_started is not None else time.time()
     hooks.plan_started(plan)
     claims: list[Claim] = []
     for spec in plan.claims:
+        if spec.id in done:
+            claim = done[spec.id]
+            getattr(hooks, "claim_resumed", hooks.claim_finished)(spec, claim)
+            claims.append(claim)
+            continue
         hooks.claim_started(spec, work_units(spec), UNIT_NAMES[spec.kind])
+        workdir = None
+        if checkpoints is not None:
+            workdir = checkpoints.root / WORK_DIR / spec.id
+            workdir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         try:
-            claim = run_claim(spec, hooks.advance)
+            claim = run_claim(spec, hooks.advance, workdir=None if workdir is None else str(workdir))
         except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
             claim = _error_claim(spec, exc)
         claim.runtime_s = time.perf_counter() - t0
+        if checkpoints is not None:
+            if claim.error is None:
+                checkpoints.save(claim, started)
+            shutil.rmtree(workdir, ignore_errors=True)
         claims.append(claim)
         hooks.claim_finished(spec, claim)
     finished = time.time()
     manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command)
     return Report(manifest=manifest, claims=claims, title=plan.title)
+
+
+def _claim_directory(out: Path) -> None:
+    """Create ``out`` (and its parents), or say in one line why it cannot be a report directory."""
+    if out.exists() and not out.is_dir():
+        raise FedAuditError(f"--out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FedAuditError(f"--out {out}: cannot create the report directory: {exc.strerror or exc}") from None
+
+
+def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | os.PathLike, *,
+                    force: bool = False, resume: bool = False, progress: PlanProgress | None = None,
+                    command: str | None = None, formats: tuple[str, ...] | None = None
+                    ) -> tuple[Report, dict[str, Path]]:
+    """Run ``plan`` into the report directory ``out_dir``, checkpointing every claim; return the
+    report and ``{format: path}`` of the files written.
+
+    Everything that can be refused is refused before the first claim runs: an invalid plan, an
+    ``out_dir`` that is a file or cannot be created or written, a directory locked by another
+    run, a non-empty directory without ``force`` or ``resume``, checkpoints of another plan.
+    Without ``resume`` old checkpoints are discarded; with it they are reused.
+    """
+    from fedaudit.locking import directory_lock
+    from fedaudit.reports.io import write_report
+
+    if not isinstance(plan, Plan):
+        plan = load_plan(plan)
+    out = Path(out_dir)
+    _claim_directory(out)
+    with directory_lock(out, what="report directory"):
+        others = [p for p in out.iterdir() if p.name not in (".lock", CHECKPOINT_DIR, WORK_DIR)]
+        has_checkpoints = (out / CHECKPOINT_DIR).is_dir() and any((out / CHECKPOINT_DIR).iterdir())
+        if not (force or resume) and (others or has_checkpoints):
+            raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite "
+                                f"or --resume to continue an interrupted run")
+        checkpoints = Checkpoints(out, plan)
+        if resume:
+            checkpoints.load()  # refuse foreign checkpoints before anything runs
+        else:
+            checkpoints.clear()
+        report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume)
+        paths = write_report(report, out, force=True, **({} if formats is None else {"formats": formats}))
+        checkpoints.clear()
+    return report, paths
