@@ -1,7 +1,9 @@
 """``fedaudit`` command line: a thin shell over the Python API.
 
-Exit codes: 0 every claim holds, 1 a claim failed, 2 bad input (one line on stderr).
-Tables go to stdout; progress bars to stderr, only on a terminal.
+Exit codes: 0 every claim holds, 1 a claim failed, 2 bad input (one line on stderr), 130
+interrupted. Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
+every few seconds (``--progress-every``) so logs of long runs show that work is going on.
+Output paths (``--out``, ``--json``, ``--plot``) are checked before any work starts.
 """
 
 from __future__ import annotations
@@ -9,8 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shlex
 import sys
+import threading
+import time
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -28,11 +34,75 @@ out = Console()
 err = Console(stderr=True)
 
 
+#: seconds between progress lines when stderr is not a terminal (``--progress-every``)
+PROGRESS_EVERY = 5.0
+
+
+class _Heartbeat:
+    """Progress lines on stderr every ``every`` seconds while a task runs, for a stderr that is
+    not a terminal (a log file, CI, a pipe): ``label: done/total unit (pct), elapsed``.
+
+    A background thread prints, so a line appears even while one long step reports nothing.
+    ``every <= 0`` prints nothing.
+    """
+
+    def __init__(self, every: float):
+        self.every = float(every)
+        self.label: str | None = None
+        self.total, self.unit, self.done, self.t0 = 0, "", 0, time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def begin(self, label: str, total: int, unit: str) -> None:
+        """Start reporting a task of ``total`` ``unit``."""
+        self.total, self.unit, self.done, self.t0 = int(total), unit, 0, time.monotonic()
+        self.label = label
+        if self._thread is None and self.every > 0:
+            self._thread = threading.Thread(target=self._loop, name="fedaudit-progress", daemon=True)
+            self._thread.start()
+
+    def advance(self, n: int) -> None:
+        """``n`` more units are done."""
+        self.done += n
+
+    def end(self) -> None:
+        """The current task is over (no more lines until the next ``begin``)."""
+        self.label = None
+
+    def close(self) -> None:
+        """Stop the thread."""
+        self.label = None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def line(self) -> str:
+        """The progress line of the current task."""
+        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total > 0 else ""
+        return (f"  … {self.label}: {self.done:,}/{self.total:,} {self.unit}{pct}, "
+                f"{time.monotonic() - self.t0:.0f} s")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            if self.label is not None:
+                err.print(self.line(), highlight=False, markup=False, soft_wrap=True)
+
+
 @contextlib.contextmanager
-def progress_bar(total: int, description: str, quiet: bool = False) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr; yields an ``advance(n)`` callback (no-op when not a TTY)."""
-    if quiet or not err.is_terminal:
+def progress_bar(total: int, description: str, quiet: bool = False,
+                 every: float | None = None) -> Iterator[Callable[[int], None]]:
+    """Progress on stderr; yields an ``advance(n)`` callback. A rich bar on a terminal, else a
+    line every ``every`` seconds (default :data:`PROGRESS_EVERY`); nothing when ``quiet``."""
+    if quiet:
         yield lambda n: None
+        return
+    if not err.is_terminal:
+        beat = _Heartbeat(PROGRESS_EVERY if every is None else every)
+        beat.begin(description, total, "done")
+        try:
+            yield beat.advance
+        finally:
+            beat.close()
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=err, transient=True) as bar:
@@ -48,14 +118,108 @@ def _int_list(text: str) -> list[int]:
 
 
 def _count(text: str) -> int:
-    """Integers written as 20000, 2e4 or 1e6."""
+    """Integers written as 20000, 2e4 or 1e6 (the range is checked by the API)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not value.is_integer():
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    return int(value)
+    return int(text) if text.strip().lstrip("+-").isdigit() else int(value)
+
+
+def _seconds(text: str) -> float:
+    """A duration in seconds, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error format: one line on stderr, exit 2 (no usage block)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        self.exit(2, f"fedaudit: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def check_output_file(flag: str, path: str | None, *, plot: bool = False) -> None:
+    """Refuse an output file that cannot be written — before any work, as a FedAuditError (exit 2).
+
+    The file is opened for appending (an existing file is left unchanged; a new one is removed
+    again), so a missing or non-directory parent, a directory, a read-only location and paths
+    such as /proc/x.json are caught. With ``plot`` the extension must be an image format
+    matplotlib writes (no extension: PNG, as matplotlib does).
+    """
+    if path is None:
+        return
+    p = Path(path)
+    if plot:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        formats = FigureCanvasAgg.get_supported_filetypes()
+        ext = p.suffix[1:].lower()
+        if ext and ext not in formats:
+            raise FedAuditError(f"{flag} {path}: unknown image format {ext!r}; use one of {', '.join(sorted(formats))}")
+        if not ext:
+            p = p.with_name(p.name + ".png")
+    if p.is_dir():
+        raise FedAuditError(f"{flag} {path} is a directory; give a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise FedAuditError(f"{flag} {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise FedAuditError(f"{flag} {path}: {parent} is not a directory")
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        raise FedAuditError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def _agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, dict]:
+    """``--agg-param [SPEC:]KEY=VALUE`` items as ``{spec: {key: value}}`` for every spec in ``specs``.
+
+    VALUE is read as an integer, a number, true/false or else a string. Without ``SPEC:`` the
+    keyword goes to every spec; with it, only to that spec (which must be one of ``specs``).
+    Every spec's keywords are checked by ``make_aggregator`` later (an unknown key is exit 2).
+    """
+    out: dict[str, dict] = {spec: {} for spec in specs}
+    for item in items or ():
+        head, eq, raw = item.partition("=")
+        target, colon, key = head.rpartition(":")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise FedAuditError(f"--agg-param must look like KEY=VALUE or SPEC:KEY=VALUE (e.g. s=2), got {item!r}")
+        raw = raw.strip()
+        value: object
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    value = raw
+        if colon:
+            spec = target.strip().lower()
+            if spec not in out:
+                raise FedAuditError(f"--agg-param {item!r} names aggregator {spec!r}, which is not among "
+                                    f"{', '.join(specs)}")
+            out[spec][key] = value
+        else:
+            for spec in out:
+                out[spec][key] = value
+    return out
 
 
 # ---------------------------------------------------------------------------- commands
@@ -96,20 +260,6 @@ def _demo_rows(dim: int, n: int, epsilon: float, seed: int, advance: Callable[[i
 _SHOWCASE_DEFAULTS = {"dim": 1024, "n": 2000, "epsilon": 4.0, "seed": 0}
 
 
-def _demo_plan_path():
-    """``examples/plans/demo.toml`` of the source tree the package runs from (a clone with an
-    editable install, as ``make demo`` sets up), else of the working directory."""
-    from pathlib import Path
-
-    here = Path(fedaudit.__file__).resolve().parent
-    for candidate in (here.parent / "examples" / "plans" / "demo.toml",
-                      Path.cwd() / "examples" / "plans" / "demo.toml"):
-        if candidate.is_file():
-            return candidate
-    raise FedAuditError("cannot find examples/plans/demo.toml (run from a fedaudit source checkout, "
-                        "or use `fedaudit run PLAN.toml --out DIR`)")
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     showcase_flags = [k for k in _SHOWCASE_DEFAULTS if getattr(args, k) is not None]
     if args.showcase or showcase_flags:  # the showcase's own options select it
@@ -117,9 +267,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if getattr(args, k) is None:
                 setattr(args, k, v)
         return cmd_showcase(args)
-    plan = _demo_plan_path()
-    return _run_plan_to_dir(plan, args.out, force=True, quiet=args.quiet, print_html=True,
-                            command=f"fedaudit demo --out {shlex.quote(str(args.out))}")
+    from fedaudit.plans import plan_path
+
+    with plan_path("demo") as plan:  # shipped as package data: works from any directory
+        return _run_plan_to_dir(plan, args.out, force=True, quiet=args.quiet, print_html=True,
+                                every=args.progress_every,
+                                command=f"fedaudit demo --out {shlex.quote(str(args.out))}")
 
 
 def cmd_showcase(args: argparse.Namespace) -> int:
@@ -128,7 +281,7 @@ def cmd_showcase(args: argparse.Namespace) -> int:
     table = Table(title=f"Encode → decode of {args.n:,} inputs at d={args.dim}, ε={args.epsilon:g} (clip 1)")
     for col in ("mechanism", "bits/report", "MSE per report", "‖mean error‖²", "note"):
         table.add_column(col, justify="left" if col in ("mechanism", "note") else "right")
-    with progress_bar(len(MECHANISM_NAMES), "mechanisms", args.quiet) as advance:
+    with progress_bar(len(MECHANISM_NAMES), "mechanisms", args.quiet, args.progress_every) as advance:
         for name, m, per_report, mean_err in _demo_rows(args.dim, args.n, args.epsilon, args.seed, advance):
             note = {"sstq-sketch": "seed pseudo-code: NOT LDP", "rr": f"{args.dim}-ary, one-hot inputs",
                     "gaussian": f"δ={m.delta:g}"}.get(name, "")
@@ -140,8 +293,10 @@ def cmd_showcase(args: argparse.Namespace) -> int:
 def cmd_audit_variance(args: argparse.Namespace) -> int:
     from fedaudit.audit.variance import plot_variance_curve, variance_vs_dk
 
+    check_output_file("--plot", args.plot, plot=True)
+    check_output_file("--json", args.json)
     total = args.samples * (2 * len(args.k) + 3)
-    with progress_bar(total, "reports", args.quiet) as advance:
+    with progress_bar(total, "reports", args.quiet, args.progress_every) as advance:
         curve = variance_vs_dk(args.dim, args.k, args.epsilon, levels=args.levels, clip=args.clip,
                                samples=args.samples, seed=args.seed, progress=advance)
     table = Table(title=f"MSE vs d/k — d={curve.dim}, ε={curve.epsilon:g}, s={curve.levels}, {curve.samples:,} reports each")
@@ -177,6 +332,9 @@ def _load_sampler(spec: str):
     module, _, attr = spec.partition(":")
     if not module or not attr:
         raise FedAuditError(f"--sampler must look like package.module:function, got {spec!r}")
+    cwd = os.getcwd()  # user modules next to the command, as `python -m` finds them
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
@@ -203,6 +361,7 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     from fedaudit.audit.ldp import audit_ldp
     from fedaudit.audit.pair_search import audit_worst_case
 
+    check_output_file("--json", args.json)
     if args.sampler:
         if args.dim is None or args.epsilon is None:
             raise FedAuditError("--sampler needs --dim and --epsilon (the claimed guarantee)")
@@ -213,12 +372,12 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
         dim = 64 if args.dim is None else args.dim
         target = make_mechanism(args.mechanism, dim, 1.0 if args.epsilon is None else args.epsilon,
                                 k=args.k, levels=args.levels, clip=args.clip,
-                                delta=args.delta if args.delta else 1e-5)
+                                delta=1e-5 if args.delta is None else args.delta)  # 0 is passed on
         name = repr(target)
     dim = target.dim if hasattr(target, "dim") else args.dim
     searches = 23 if args.pair == "search" else 0  # 7 structured pairs + 2 rounds × 8 local moves
     total = 2 * args.samples + 2 * searches * args.search_samples
-    with progress_bar(total, "samples drawn", args.quiet) as advance:
+    with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
         if args.pair == "search":
             res = audit_worst_case(target, dim=dim, clip=args.clip, epsilon=args.epsilon, delta=args.delta,
                                    samples=args.samples, search_samples=args.search_samples,
@@ -280,10 +439,15 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
 
 def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.audit.robustness import audit_robustness
+    from fedaudit.defenses.registry import make_aggregator
 
+    check_output_file("--json", args.json)
+    spec = args.aggregator.strip().lower()
+    params = _agg_params(args.agg_param, [spec])[spec]
+    rule = make_aggregator(spec, args.f, **params) if params else spec  # unknown keyword: exit 2
     total = args.trials + 3 + args.search_evals + 1
-    with progress_bar(total, "configurations", args.quiet) as advance:
-        res = audit_robustness(args.aggregator, n=args.n, f=args.f, d=args.d, trials=args.trials,
+    with progress_bar(total, "configurations", args.quiet, args.progress_every) as advance:
+        res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
                                attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
                                progress=advance)
     fmt = lambda v: "—" if v is None else ("unbounded" if v == float("inf") else f"{v:.4g}")
@@ -346,12 +510,25 @@ def _short_reason(reasons: list[str]) -> str:
 def cmd_stress(args: argparse.Namespace) -> int:
     from fedaudit.fl.stress import Cell, StressConfig, run_stress
 
-    config = StressConfig(aggregators=args.aggregators.split(","), attacks=args.attacks.split(","),
+    specs = [a.strip().lower() for a in args.aggregators.split(",") if a.strip()]
+    params = {spec: kw for spec, kw in _agg_params(args.agg_param, specs).items() if kw}
+    config = StressConfig(aggregators=specs, attacks=args.attacks.split(","),
                           fs=_number_list("--f", args.f, int), betas=_number_list("--beta", args.beta, float),
                           dataset=args.dataset, data_path=args.data_path, optimizer=args.optimizer,
                           rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
-                          optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy)
-    with progress_bar(len(config.cells()), "cells", args.quiet) as advance:
+                          optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy,
+                          **({"aggregator_params": params} if params else {}))
+    from fedaudit.locking import directory_lock
+
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FedAuditError(f"--out {out_dir} exists and is not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FedAuditError(f"--out {out_dir}: cannot create the results directory: {exc.strerror or exc}") from None
+    with directory_lock(out_dir, what="results directory"), \
+            progress_bar(len(config.cells()), "cells", args.quiet, args.progress_every) as advance:
         res = run_stress(config, args.out, workers=args.workers, backend=args.backend, progress=advance,
                          on_start=lambda todo, skipped: advance(skipped))
     s = res.summary
@@ -455,13 +632,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 class _PlanProgress:
     """Progress of a plan run on stderr (the hooks of ``fedaudit.reports.runner.PlanProgress``):
-    rich bars on a terminal, one line per finished claim otherwise, nothing when quiet."""
+    rich bars on a terminal; otherwise a line every ``every`` seconds while a claim runs and one
+    per finished claim; nothing when quiet."""
 
-    def __init__(self, n_claims: int, quiet: bool):
-        self.n, self.quiet = n_claims, quiet
+    def __init__(self, n_claims: int, quiet: bool, every: float | None = None, header: str | None = None):
+        self.n, self.quiet, self.header = n_claims, quiet, header
         self.bar = None if quiet or not err.is_terminal else Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
             console=err, transient=True)
+        self.beat = None if quiet or self.bar is not None else _Heartbeat(PROGRESS_EVERY if every is None else every)
         self.task = None
 
     def __enter__(self):
@@ -473,25 +652,40 @@ class _PlanProgress:
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.__exit__(*exc)
+        if self.beat is not None:
+            self.beat.close()
         return False
 
     def plan_started(self, plan) -> None:
-        pass
+        if self.header and not self.quiet:  # after every check of the plan and the directory
+            err.print(self.header, highlight=False, soft_wrap=True)
 
     def claim_started(self, spec, total: int, unit: str) -> None:
         if self.bar is not None:
             self.task = self.bar.add_task(f"  [{spec.index}/{self.n}] {escape(spec.id)} ({spec.kind}, {unit})",
                                           total=total)
+        if self.beat is not None:
+            self.beat.begin(f"[{spec.index}/{self.n}] {spec.id}", total, unit)
 
     def advance(self, n: int) -> None:
         if self.bar is not None and self.task is not None:
             self.bar.advance(self.task, n)
+        if self.beat is not None:
+            self.beat.advance(n)
 
-    def claim_finished(self, spec, claim) -> None:
+    def claim_resumed(self, spec, claim) -> None:
+        self.claim_finished(spec, claim, resumed=True)
+
+    def claim_finished(self, spec, claim, resumed: bool = False) -> None:
+        if self.beat is not None:
+            self.beat.end()
         colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}[claim.verdict]
         line = (f"[{colour}]{claim.verdict:<12}[/] [{spec.index}/{self.n}] {escape(spec.id)} "
-                f"({spec.kind}, {claim.runtime_s:.1f} s)")
-        if self.bar is not None:
+                f"({spec.kind}, {claim.runtime_s:.1f} s{', from its checkpoint' if resumed else ''})")
+        if self.bar is not None and resumed:
+            self.bar.advance(self.overall, 1)
+            self.bar.console.print(line, highlight=False)
+        elif self.bar is not None:
             self.bar.remove_task(self.task)
             self.task = None
             self.bar.advance(self.overall, 1)
@@ -505,20 +699,19 @@ def _short(text: str, limit: int = 140) -> str:
 
 
 def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
-                     command: str | None = None) -> int:
-    """Validate the plan, claim the report directory, run, write the report and print the verdicts."""
-    from fedaudit.reports.io import prepare_out_dir, write_report
+                     command: str | None = None, resume: bool = False, every: float | None = None) -> int:
+    """Validate the plan, lock and check the report directory, run (checkpointing every claim,
+    reusing checkpoints with ``resume``), write the report and print the verdicts."""
     from fedaudit.reports.plan import load_plan
-    from fedaudit.reports.runner import run_plan
+    from fedaudit.reports.runner import run_plan_to_dir
 
     plan = load_plan(plan_path)  # every plan mistake is reported before anything runs
-    prepare_out_dir(out_dir, force=force)  # and so is a directory we may not write into
-    if not quiet:
-        err.print(f"running {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
-                  f"(plan seed {plan.seed}, sha256 {plan.sha256[:12]})", highlight=False, soft_wrap=True)
-    with _PlanProgress(len(plan.claims), quiet) as hooks:
-        report = run_plan(plan, progress=hooks, command=command)
-    paths = write_report(report, out_dir, force=True)
+    header = (f"{'resuming' if resume else 'running'} {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
+              f"(plan seed {plan.seed}, sha256 {plan.sha256[:12]}) into {escape(str(out_dir))}")
+    with _PlanProgress(len(plan.claims), quiet, every, header) as hooks:
+        # the directory (unwritable, locked by another run, not empty, foreign checkpoints) is
+        # refused inside, before the first claim runs
+        report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command)
     colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
     wide = out.width >= 150  # room for the summaries inside the table
     table = Table(title=escape(report.title))
@@ -548,26 +741,56 @@ def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else []))
-    return _run_plan_to_dir(args.plan, args.out, force=args.force, quiet=args.quiet, command=command)
+    command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else [])
+                         + (["--resume"] if args.resume else []))
+    return _run_plan_to_dir(args.plan, args.out, force=args.force, quiet=args.quiet, command=command,
+                            resume=args.resume, every=args.progress_every)
 
 
 # ---------------------------------------------------------------------------- parser
+PLAN_REFERENCE = "docs/plans.md"
+
+_RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
+               "tree (generated from the schema), or print it with `python -m fedaudit.reports.plan_reference`. "
+               "The shipped example plan: fedaudit/plans/demo.toml. Exit codes: 0 every claim met its "
+               "expectation, 1 some claim did not, 2 bad input, 130 interrupted (rerun with --resume).")
+
+
+def _progress_options() -> argparse.ArgumentParser:
+    """--quiet and --progress-every, shared by every command that runs for a while."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", action="store_true", help="no progress output (results are still printed)")
+    common.add_argument("--progress-every", type=_seconds, default=PROGRESS_EVERY, metavar="SECONDS",
+                        help=f"when stderr is not a terminal, print a progress line this often "
+                             f"(default {PROGRESS_EVERY:g}; 0: only one line per finished claim)")
+    return common
+
+
+def _agg_param_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agg-param", action="append", default=None, metavar="[SPEC:]KEY=VALUE",
+                   help="a keyword of the aggregator's stages, repeatable, e.g. --agg-param s=2 for bucketing's "
+                        "bucket size or --agg-param bucketing+cwtm:s=2 for one spec only; an unknown key is an error")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedaudit", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"fedaudit {fedaudit.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    """The ``fedaudit`` argument parser (every option has help text)."""
+    parser = _Parser(prog="fedaudit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"fedaudit {fedaudit.__version__}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    progress = _progress_options()
 
     p = sub.add_parser("mechanisms", help="list mechanisms with ε, δ and bits per report")
-    p.add_argument("--dim", type=int, default=1024)
+    p.add_argument("--dim", type=int, default=1024, help="input dimension d (default 1024)")
     p.add_argument("--k", type=int, default=None, help="SSTQ coordinates per report (default dim/16)")
-    p.add_argument("--levels", type=int, default=4)
-    p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--delta", type=float, default=1e-5)
-    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--levels", type=int, default=4, help="quantization levels s of SSTQ (default 4)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="privacy parameter ε of every mechanism (default 1)")
+    p.add_argument("--delta", type=float, default=1e-5, help="δ of the Gaussian mechanism (default 1e-5)")
+    p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
     p.set_defaults(func=cmd_mechanisms)
 
-    p = sub.add_parser("demo", help="run examples/plans/demo.toml into reports/demo/ (--showcase: the mechanism tour)")
+    p = sub.add_parser("demo", parents=[progress], epilog=_RUN_EPILOG,
+                       help="run the shipped demo plan into reports/demo/ (--showcase: the mechanism tour)")
     p.add_argument("--out", default="reports/demo", help="report directory (overwritten; default reports/demo)")
     p.add_argument("--showcase", action="store_true",
                    help="instead, encode and decode random inputs with every mechanism (the earlier demo)")
@@ -575,88 +798,102 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_count, default=None, help="showcase: inputs to encode (default 2000; implies --showcase)")
     p.add_argument("--epsilon", type=float, default=None, help="showcase: ε (default 4; implies --showcase)")
     p.add_argument("--seed", type=int, default=None, help="showcase: seed (default 0; implies --showcase)")
-    p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("run", help="check every claim of a TOML plan and write report.json/.html/.md")
-    p.add_argument("plan", help="the plan (TOML): [plan] title/seed and [[claim]] tables")
-    p.add_argument("--out", required=True, help="report directory (must be empty or new unless --force)")
-    p.add_argument("--force", action="store_true", help="write into a non-empty report directory")
-    p.add_argument("--quiet", action="store_true", help="no progress output (the verdict table is still printed)")
+    p = sub.add_parser("run", parents=[progress], epilog=_RUN_EPILOG,
+                       help="check every claim of a TOML plan and write report.json/.html/.md",
+                       description="Check every claim of a TOML plan and write report.json, report.html and "
+                                   "report.md into --out. Each finished claim is checkpointed in "
+                                   "OUT/.checkpoint/, so an interrupted run continues with --resume.")
+    p.add_argument("plan", help=f"the plan (TOML): a [plan] table and [[claim]] tables; keys: {PLAN_REFERENCE}")
+    p.add_argument("--out", required=True, help="report directory (must be empty or new unless --force or --resume)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="write into a non-empty report directory (starts over)")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue an interrupted run into --out: claims with a checkpoint are not recomputed "
+                           "(checkpoints of a different plan are refused)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("aggregators", help="robust aggregation rules with their published (f, κ) bounds")
-    p.add_argument("--n", type=int, default=21)
-    p.add_argument("--f", type=int, default=5)
+    p.add_argument("--n", type=int, default=21, help="number of clients n (default 21)")
+    p.add_argument("--f", type=int, default=5, help="number of Byzantine clients f (default 5)")
     p.set_defaults(func=cmd_aggregators)
 
-    audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True)
-    p = audit.add_parser("robustness", help="estimate a rule's (f, ν)-robustness constant from below")
-    p.add_argument("--aggregator", default="nnm+cwtm", help="registry spec, e.g. cwtm, krum, nnm+cwtm")
-    p.add_argument("--n", type=int, default=21)
-    p.add_argument("--f", type=int, default=5)
-    p.add_argument("--d", type=int, default=100)
-    p.add_argument("--trials", type=_count, default=200)
-    p.add_argument("--attacks", default="all")
-    p.add_argument("--search-evals", type=int, default=60)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
-    p.add_argument("--quiet", action="store_true")
+    audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True, metavar="AUDIT",
+                                                                         parser_class=_Parser)
+    p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below")
+    p.add_argument("--aggregator", default="nnm+cwtm", help="registry spec, e.g. cwtm, krum, nnm+cwtm (default nnm+cwtm)")
+    _agg_param_option(p)
+    p.add_argument("--n", type=int, default=21, help="number of input vectors n (default 21)")
+    p.add_argument("--f", type=int, default=5, help="number of Byzantine vectors f, n > 2f (default 5)")
+    p.add_argument("--d", type=int, default=100, help="dimension of the vectors (default 100)")
+    p.add_argument("--trials", type=_count, default=200, help="honest draws spread over shapes × attacks (default 200)")
+    p.add_argument("--attacks", default="all", help="comma-separated attack names, or 'all' (default)")
+    p.add_argument("--search-evals", type=int, default=60,
+                   help="evaluations of the final search around the worst configuration (default 60)")
+    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
     p.set_defaults(func=cmd_audit_robustness)
-    p = audit.add_parser("ldp", help="certify a lower bound on a randomizer's LDP ε")
+    p = audit.add_parser("ldp", parents=[progress], help="certify a lower bound on a randomizer's LDP ε")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--mechanism", default="sstq", help="registry name (see `fedaudit mechanisms`)")
-    src.add_argument("--sampler", default=None, help="package.module:function, a black box sampler(x, size, rng)")
-    p.add_argument("--dim", type=int, default=None)
-    p.add_argument("--k", type=int, default=None)
-    p.add_argument("--levels", type=int, default=4)
+    src.add_argument("--mechanism", default="sstq", help="registry name (see `fedaudit mechanisms`; default sstq)")
+    src.add_argument("--sampler", default=None,
+                     help="package.module:function, a black box sampler(x, size, rng); modules in the working "
+                          "directory are found, as with `python -m`")
+    p.add_argument("--dim", type=int, default=None, help="input dimension (default 64; required with --sampler)")
+    p.add_argument("--k", type=int, default=None, help="SSTQ coordinates per report (default dim/16)")
+    p.add_argument("--levels", type=int, default=4, help="quantization levels (default 4)")
     p.add_argument("--epsilon", type=float, default=None, help="the claimed ε (default: the mechanism's)")
-    p.add_argument("--delta", type=float, default=None)
-    p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--samples", type=_count, default=1_000_000, help="draws per input")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--test", default="auto")
-    p.add_argument("--pair", default="antipodal", choices=("antipodal", "flat", "zero-boundary", "search"))
-    p.add_argument("--search-samples", type=_count, default=20_000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--delta", type=float, default=None,
+                   help="the claimed δ, and the Gaussian mechanism's δ (default 1e-5 for it; 0 is passed on as 0)")
+    p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
+    p.add_argument("--samples", type=_count, default=1_000_000, help="draws per input (default 1e6)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bound, in (0, 1)")
+    p.add_argument("--test", default="auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ...")
+    p.add_argument("--pair", default="antipodal", choices=("antipodal", "flat", "zero-boundary", "search"),
+                   help="the audited input pair, or 'search' for the worst pair found (default antipodal)")
+    p.add_argument("--search-samples", type=_count, default=20_000,
+                   help="draws per input per candidate pair with --pair search (default 20000)")
+    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
     p.set_defaults(func=cmd_audit_ldp)
 
-    p = audit.add_parser("variance", help="MSE against d/k for SSTQ next to vqSGD and PrivUnitG")
-    p.add_argument("--dim", type=int, default=1024)
-    p.add_argument("--k", type=_int_list, default=[16, 32, 64, 128, 256])
-    p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--levels", type=int, default=2)
-    p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--samples", type=_count, default=20000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", default=None, help="write a log–log PNG here")
-    p.add_argument("--json", default=None, help="write the curve as JSON here")
-    p.add_argument("--quiet", action="store_true")
+    p = audit.add_parser("variance", parents=[progress], help="MSE against d/k for SSTQ next to vqSGD and PrivUnitG")
+    p.add_argument("--dim", type=int, default=1024, help="input dimension d (default 1024)")
+    p.add_argument("--k", type=_int_list, default=[16, 32, 64, 128, 256],
+                   help="comma-separated SSTQ k values, each <= dim (default 16,32,64,128,256)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="privacy parameter ε (default 1)")
+    p.add_argument("--levels", type=int, default=2, help="quantization levels (default 2)")
+    p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
+    p.add_argument("--samples", type=_count, default=20000, help="reports per measurement (default 20000)")
+    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    p.add_argument("--plot", default=None, help="write a log–log image here (.png, .svg, .pdf, …; checked first)")
+    p.add_argument("--json", default=None, help="write the curve as JSON here (checked before the run)")
     p.set_defaults(func=cmd_audit_variance)
 
-    p = sub.add_parser("stress", help="train over aggregators × attacks × f × β and map where robustness breaks")
+    p = sub.add_parser("stress", parents=[progress],
+                       help="train over aggregators × attacks × f × β and map where robustness breaks")
     p.add_argument("--dataset", default="digits", help="digits, mnist (needs --data-path) or synthetic")
     p.add_argument("--data-path", default=None, help="MNIST files (IDX directory or .npz)")
     p.add_argument("--aggregators", default="cwtm,nnm+cwtm,krum,gm", help="comma-separated registry specs")
+    _agg_param_option(p)
     p.add_argument("--attacks", default="alie,ipm,signflip,minmax", help="comma-separated attack names")
     p.add_argument("--f", default="1,3,5", help="comma-separated Byzantine counts (each < --n-honest)")
     p.add_argument("--beta", default="0.5,1,5", help="comma-separated Dirichlet concentrations (> 0)")
     p.add_argument("--optimizer", default="dgd", help="dgd, dnag, racc or pigs")
-    p.add_argument("--rounds", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=300, help="training rounds per cell (default 300)")
     p.add_argument("--lr", type=float, default=0.1, help="step size of dgd and dnag (racc, pigs set their own)")
-    p.add_argument("--n-honest", type=int, default=20)
+    p.add_argument("--n-honest", type=int, default=20, help="honest clients (default 20)")
     p.add_argument("--mu", type=float, default=1e-2, help="ℓ2 regularisation")
     p.add_argument("--no-optimal-attack", action="store_true",
                    help="use the attacks' default scale instead of a line search against the aggregator")
     p.add_argument("--seed", type=int, default=0, help="root seed; each cell's seed derives from it and the cell key")
     p.add_argument("--workers", type=int, default=None, help="parallel cells (default: CPU count)")
-    p.add_argument("--backend", default="process", choices=("process", "serial", "ray"))
+    p.add_argument("--backend", default="process", choices=("process", "serial", "ray"),
+                   help="where cells run: local processes (default), this process, or Ray")
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="report rounds to reach it; exit 1 if some cell never does")
-    p.add_argument("--out", required=True, help="results directory (rerun to resume)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--out", required=True, help="results directory (rerun to resume; one run at a time)")
     p.set_defaults(func=cmd_stress)
 
     p = sub.add_parser("verify", help="check a report's schema, digest, renderings (SHA-256 each) and signature "
@@ -668,12 +905,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
+    except KeyboardInterrupt:
+        hint = " (finished claims are checkpointed: rerun with --resume)" if getattr(args, "command", "") == "run" else ""
+        err.print(f"fedaudit: interrupted{hint}", highlight=False, markup=False, soft_wrap=True)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
