@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow bench browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,20 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/fedaudit demo
 
-test: $(STAMP)
+# tests/test_reports.py renders report.html in a real browser. As root, install Debian's chromium;
+# otherwise stop with one line saying what to install.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Debian's chromium for the browser test (apt-get install chromium)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	      { echo "make: apt-get could not install chromium; install it and rerun make test" >&2; exit 1; }; \
+	  else \
+	    echo "make test needs Chromium for the HTML report test: install it first (Debian/Ubuntu: sudo apt-get install chromium)" >&2; \
+	    exit 1; \
+	  fi; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)
