@@ -1,0 +1,361 @@
+"""Reports cannot be edited unnoticed: artifact hashes, signatures without a key, duplicate keys,
+Markdown escaping and provenance of the fedaudit code (issue #9)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import fedaudit
+from fedaudit.cli import main
+from fedaudit.errors import FedAuditError
+from fedaudit.reports import KEY_ENV, Claim, Manifest, Report, read_report, render_html, render_markdown, verify_report
+from fedaudit.reports import write_report
+from fedaudit.reports.integrity import UNCHECKED
+from fedaudit.reports.model import canonical_json_bytes, package_checkout
+
+REPO = Path(fedaudit.__file__).resolve().parents[1]
+KEY = "correct horse battery staple"
+NOT_CHECKED = f"signed, signature not checked (set {KEY_ENV})"
+
+
+@pytest.fixture(autouse=True)
+def _no_key(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+
+
+def _report(title: str = "integrity test") -> Report:
+    m = Manifest.collect(b"plan", 7, "2024-01-01T00:00:00Z", "2024-01-01T00:01:00Z", command="fedaudit run p.toml")
+    claims = [Claim(id="eps", kind="ldp", title="ε holds", expect="pass", verdict="PASS",
+                    evidence={"epsilon_lower": 0.42, "epsilon_claimed": 1.0, "exact": math.inf}, runtime_s=1.0),
+              Claim(id="nu", kind="robustness", title="ν bound", expect="pass", verdict="FAIL",
+                    evidence={"nu_empirical": 7.5, "nu_bound": 3.0}, runtime_s=2.0)]
+    return Report(m, claims, title=title)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rewrite(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def _reseal(data: dict, key: str | None = None) -> dict:
+    """What a forger without (or with) the key can do: recompute digest (and signature)."""
+    import hmac
+
+    body = canonical_json_bytes(data)
+    data["digest"] = hashlib.sha256(body).hexdigest()
+    if key is not None:
+        data["signature"] = hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+    return data
+
+
+# ------------------------------------------------------------------------------ artifact hashes
+def test_manifest_records_every_rendering_and_renderings_show_the_content_digest(tmp_path):
+    paths = write_report(_report(), tmp_path / "r")
+    data = json.loads(paths["json"].read_text(encoding="utf-8"))
+    table = data["manifest"]["artifacts"]
+    assert set(table["files"]) == {"report.html", "report.md"}
+    for fmt in ("html", "md"):
+        entry = table["files"][paths[fmt].name]
+        assert entry == {"sha256": _sha(paths[fmt]), "bytes": paths[fmt].stat().st_size}
+    # the digest covers the table; the renderings show the content digest (table null), recorded as rendered_from
+    assert data["digest"] == hashlib.sha256(canonical_json_bytes(data)).hexdigest()
+    content = hashlib.sha256(canonical_json_bytes({**data, "manifest": {**data["manifest"], "artifacts": None}}))
+    assert table["rendered_from"] == content.hexdigest() != data["digest"]
+    for fmt in ("html", "md"):
+        text = paths[fmt].read_text(encoding="utf-8")
+        assert content.hexdigest() in text and data["digest"] not in text
+    res = verify_report(paths["json"])
+    assert res.ok and res.artifacts == {"report.html": "ok", "report.md": "ok"} and res.problems == []
+    assert res.content_digest == table["rendered_from"]
+
+
+def test_rendering_is_a_function_of_the_json_even_when_signed(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    paths = write_report(_report(), tmp_path / "r")
+    view = read_report(paths["json"]).rendering_view()
+    assert render_html(view) == paths["html"].read_text(encoding="utf-8")
+    assert render_markdown(view) == paths["md"].read_text(encoding="utf-8")
+    signature = json.loads(paths["json"].read_text())["signature"]
+    assert signature not in paths["html"].read_text() and "signed" in paths["md"].read_text()
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.md"])
+def test_an_edited_rendering_is_named(tmp_path, capsys, name):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    path = out / name
+    path.write_text(path.read_text(encoding="utf-8").replace("FAIL", "PASS"), encoding="utf-8")
+    res = verify_report(out)
+    assert not res.ok and res.digest_ok and res.schema_ok
+    assert res.artifacts[name] == "changed" and sum(v == "ok" for v in res.artifacts.values()) == 1
+    assert any(p.startswith(f"artifact {name}: changed") for p in res.problems)
+    for target in (out, out / "report.json"):  # a directory or its report.json
+        assert main(["verify", str(target)]) == 1
+        printed = capsys.readouterr().out
+        assert "NOT intact" in printed and f"artifact {name}: changed" in printed
+
+
+def test_a_missing_rendering_is_named(tmp_path, capsys):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    (out / "report.md").unlink()
+    res = verify_report(out / "report.json")
+    assert not res.ok and res.artifacts == {"report.html": "ok", "report.md": "missing"}
+    assert main(["verify", str(out)]) == 1
+    assert "artifact report.md: missing" in capsys.readouterr().out
+
+
+def test_a_rendering_planted_beside_a_json_only_report_is_flagged(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    assert json.loads((out / "report.json").read_text())["manifest"]["artifacts"]["files"] == {}
+    assert verify_report(out).ok
+    (out / "report.html").write_text("<p>everything passed</p>", encoding="utf-8")
+    res = verify_report(out)
+    assert not res.ok and res.artifacts == {"report.html": "unlisted"}
+
+
+def test_updating_the_artifact_table_breaks_digest_or_signature(tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    monkeypatch.setenv(KEY_ENV, KEY)
+    write_report(_report(), out)
+    html = out / "report.html"
+    html.write_text(html.read_text(encoding="utf-8").replace("FAIL", "PASS"), encoding="utf-8")
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    data["manifest"]["artifacts"]["files"]["report.html"] = {"sha256": _sha(html), "bytes": html.stat().st_size}
+    _rewrite(out / "report.json", data)
+    res = verify_report(out)
+    assert not res.ok and not res.digest_ok and res.artifacts["report.html"] == "ok"
+    _rewrite(out / "report.json", _reseal(data))  # digest recomputed, signature kept: the HMAC no longer matches
+    res = verify_report(out)
+    assert not res.ok and res.digest_ok and res.signature == "invalid"
+
+
+def test_table_must_name_the_content_it_was_rendered_from(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    data = json.loads((out / "report.json").read_text())
+    data["claims"][1]["verdict"], data["overall"] = "PASS", "PASS"  # the renderings still say FAIL
+    data["counts"] = {"PASS": 2, "FAIL": 0, "INCONCLUSIVE": 0}
+    _rewrite(out / "report.json", _reseal(data))
+    res = verify_report(out)
+    assert res.digest_ok and res.schema_ok and res.artifacts_ok and not res.ok
+    assert any(p.startswith("artifacts: the renderings were made from content digest") for p in res.problems)
+
+
+def test_artifact_names_cannot_leave_the_report_directory(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    (tmp_path / "outside.txt").write_text("x")
+    data = json.loads((out / "report.json").read_text())
+    data["manifest"]["artifacts"]["files"]["../outside.txt"] = {"sha256": _sha(tmp_path / "outside.txt"), "bytes": 1}
+    _rewrite(out / "report.json", _reseal(data))
+    res = verify_report(out)
+    assert not res.ok and res.artifacts["../outside.txt"] == "changed" and not res.schema_ok
+
+
+# ------------------------------------------------------------------------------ signature without a key
+def test_signed_report_without_key_is_not_verified(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "r"
+    monkeypatch.setenv(KEY_ENV, KEY)
+    write_report(_report(), out)
+    assert verify_report(out).ok and main(["verify", str(out)]) == 0
+    assert "intact" in capsys.readouterr().out
+    monkeypatch.delenv(KEY_ENV)
+    res = verify_report(out)
+    assert not res.ok and res.signature == UNCHECKED and res.digest_ok and res.artifacts_ok
+    assert main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert NOT_CHECKED in printed and "intact" not in printed.replace("NOT intact", "")
+    monkeypatch.setenv(KEY_ENV, "a wrong key")
+    res = verify_report(out)
+    assert not res.ok and res.signature == "invalid"
+    assert main(["verify", str(out)]) == 1
+    assert "NOT intact" in capsys.readouterr().out
+
+
+def test_forged_signed_report_with_recomputed_digest_is_not_intact_without_key(tmp_path, capsys):
+    out = tmp_path / "r"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(KEY_ENV, KEY)
+        write_report(_report(), out, formats=("json",))
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    data["claims"][0]["evidence"]["epsilon_lower"] = 0.01  # a friendlier number
+    _rewrite(out / "report.json", _reseal(data))  # the forger cannot re-sign
+    res = verify_report(out)
+    assert res.digest_ok and not res.ok
+    assert main(["verify", str(out)]) == 1
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(KEY_ENV, KEY)
+        assert verify_report(out).signature == "invalid"
+
+
+def test_unsigned_report_without_key_is_intact(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    res = verify_report(out)
+    assert res.ok and res.signature == "absent"
+
+
+# ------------------------------------------------------------------------------ duplicate keys
+def _with_duplicate(path: Path) -> None:
+    """Insert a first ``epsilon_lower`` before the real one: readers taking the first value see 0.99."""
+    text = path.read_text(encoding="utf-8")
+    assert text.count('"epsilon_lower": 0.42') == 1
+    path.write_text(text.replace('"epsilon_lower": 0.42', '"epsilon_lower": 0.99, "epsilon_lower": 0.42'),
+                    encoding="utf-8")
+
+
+def test_duplicate_key_is_rejected_by_verify_and_read(tmp_path, capsys):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    _with_duplicate(out / "report.json")
+    # Python's own reader keeps the last value, so the digest alone would still match
+    assert json.loads((out / "report.json").read_text())["claims"][0]["evidence"]["epsilon_lower"] == 0.42
+    res = verify_report(out)
+    assert not res.ok and any("duplicate key 'epsilon_lower'" in p for p in res.problems)
+    assert main(["verify", str(out)]) == 1
+    assert "duplicate key 'epsilon_lower'" in capsys.readouterr().out
+    with pytest.raises(FedAuditError, match="duplicate key 'epsilon_lower'"):
+        read_report(out)
+
+
+def test_non_finite_tokens_are_rejected(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    path = out / "report.json"
+    path.write_text(path.read_text(encoding="utf-8").replace('"exact": "inf"', '"exact": Infinity'), encoding="utf-8")
+    res = verify_report(out)
+    assert not res.ok and any("Infinity" in p for p in res.problems)
+    with pytest.raises(FedAuditError, match="Infinity"):
+        read_report(out)
+
+
+# ------------------------------------------------------------------------------ Markdown escaping
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _markdown_to_html(md: str) -> str:
+    """Render like a forge that allows raw HTML in Markdown (CommonMark + GFM tables, html on)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+
+
+HOSTILE = ["<script>alert(1)</script>", '<img src=x onerror="alert(2)">', "[click](javascript:alert(3))",
+           "![track](https://example.invalid/pixel.png)"]
+
+
+def test_markdown_escapes_everything_user_controlled(tmp_path):
+    m = Manifest.collect(None, None, 0.0, 1.0, command="fedaudit run <script>alert(0)</script>")
+    hostile = " ".join(HOSTILE)
+    claim = Claim(id="c<script>1</script>`x`", kind="ldp", title=f"title {hostile}", expect="pass",
+                  verdict="INCONCLUSIVE", summary=f"summary {hostile}", error=f"error {hostile}\nsecond line",
+                  evidence={"note": f"value {hostile}", f"key<img src=x onerror=1>": 1.0, "pipe": "a | b"})
+    report = Report(m, [claim], title=f"report {hostile}")
+    paths = write_report(report, tmp_path / "r", formats=("json", "md"))
+    md = paths["md"].read_text(encoding="utf-8")
+    # raw "<script>" may remain only inside code spans (ids, evidence keys), which render literally
+    parser = _Tags()
+    parser.feed(_markdown_to_html(md))
+    names = [t for t, _ in parser.tags]
+    assert "script" not in names and "img" not in names
+    assert not any(t == "a" for t, _ in parser.tags)  # no link was injected
+    assert not any(k.startswith("on") for _, attrs in parser.tags for k in attrs)
+    rendered = _markdown_to_html(md)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered  # shown as text, not dropped
+    assert rendered.count("&lt;script&gt;") >= 5  # title (twice), summary, error, evidence, manifest command
+    assert "a | b" in rendered and "second line" in rendered
+
+
+def test_markdown_code_spans_cannot_be_closed_early():
+    m = Manifest.collect(None, None, 0.0, 1.0)
+    claim = Claim(id="a``b`<script>", kind="ldp", title="t", expect="pass", verdict="PASS", evidence={})
+    md = render_markdown(Report(m, [claim]).seal(None))
+    parser = _Tags()
+    parser.feed(_markdown_to_html(md))
+    assert "script" not in [t for t, _ in parser.tags]
+    assert "a``b`<script>" in md  # inside a long enough fence: literal, readable
+
+
+# ------------------------------------------------------------------------------ provenance
+def _git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def _repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    _git(path, "init", "-q")
+    (path / "README").write_text("other project\n")
+    _git(path, "add", "README")
+    _git(path, "commit", "-q", "-m", "init")
+    return path
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs a git checkout")
+def test_commit_is_fedaudits_own_not_the_working_directorys(tmp_path, monkeypatch):
+    other = _repo(tmp_path / "other")
+    monkeypatch.chdir(other)
+    m = Manifest.collect(None, None, 0.0, 1.0)
+    assert m.git_commit == _git(REPO, "rev-parse", "HEAD") != _git(other, "rev-parse", "HEAD")
+    assert m.git_dirty is bool(_git(REPO, "status", "--porcelain"))
+    assert m.fedaudit == fedaudit.__version__
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_package_checkout_commit_and_dirty_flag(tmp_path):
+    repo = _repo(tmp_path / "proj")
+    pkg = repo / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("x = 1\n")
+    assert package_checkout(pkg) == (None, None)  # untracked: an installed copy inside someone's repository
+    _git(repo, "add", "pkg/__init__.py")
+    _git(repo, "commit", "-q", "-m", "pkg")
+    head = _git(repo, "rev-parse", "HEAD")
+    assert package_checkout(pkg) == (head, False)
+    (pkg / "__init__.py").write_text("x = 2\n")
+    assert package_checkout(pkg) == (head, True)
+    _git(repo, "checkout", "-q", "--", "pkg/__init__.py")
+    (repo / "new.py").write_text("")
+    assert package_checkout(pkg) == (head, True)  # untracked files count: the tree is not the commit
+    assert package_checkout(tmp_path / "plain") == (None, None)
+    (tmp_path / "plain").mkdir()
+    assert package_checkout(tmp_path / "plain") == (None, None)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_installed_copy_records_the_version_only(tmp_path):
+    """fedaudit imported from a copy that no repository tracks, run from inside another repository."""
+    other = _repo(tmp_path / "other")
+    site = other / "venv" / "site-packages"  # as if installed into a virtualenv inside that repository
+    shutil.copytree(REPO / "fedaudit", site / "fedaudit", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import json, fedaudit; from fedaudit.reports.model import Manifest; "
+            "m = Manifest.collect(None, None, 0.0, 1.0); "
+            "print(json.dumps([fedaudit.__file__, m.fedaudit, m.git_commit, m.git_dirty]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=other, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(site), "PYTHONNOUSERSITE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    where, version, commit, dirty = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(where).resolve().is_relative_to(site.resolve())
+    assert (version, commit, dirty) == (fedaudit.__version__, None, None)
