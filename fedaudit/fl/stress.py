@@ -400,7 +400,9 @@ def _check_config_file(out_dir: Path, config: StressConfig) -> None:
             diff = sorted(k for k in mine if theirs.get(k) != mine[k])
             raise FedAuditError(f"{out_dir} holds a stress run with a different configuration "
                                 f"({', '.join(diff) or 'config_id'} differ); use a new --out directory")
-    path.write_text(json.dumps(mine, indent=2) + "\n")
+    from fedaudit import json as fjson  # strict JSON: aggregator_params may hold inf
+
+    path.write_text(fjson.dumps(mine, indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------- summary
