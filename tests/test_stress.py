@@ -216,3 +216,111 @@ def test_cli_bad_input_in_a_subprocess(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown attack 'nope'" in lines[0] and "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- worst cases
+
+
+def _record(agg, attack, loss, acc, f=1, beta=1.0, **extra):
+    return {"key": Cell(agg, attack, f, beta).key, "aggregator": agg, "attack": attack, "f": f, "beta": beta,
+            "final_loss": loss, "final_accuracy": acc, "breakdown": loss is None, "breakdown_reasons": [],
+            "initial_loss": 2.3, "diverged": loss is None, "trace": {"round": [0, 5], "accuracy": [0.1, acc]},
+            **extra}
+
+
+def test_summary_worst_case_is_max_loss_and_min_accuracy():
+    config = StressConfig(**TINY)
+    # the attack with the higher loss has the *higher* accuracy, so min/max mix-ups show
+    recs = [_record("cwtm", "alie", 0.5, 0.4), _record("cwtm", "signflip", 1.7, 0.8),
+            _record("nnm+cwtm", "alie", 0.9, 0.7), _record("nnm+cwtm", "signflip", None, None)]
+    s = stress.summarize(config, {r["key"]: r for r in recs})
+    a = s["aggregators"]["cwtm"]
+    assert a["worst_loss"] == [[1.7]] and a["worst_loss_attack"] == [["signflip"]]
+    assert a["worst_accuracy"] == [[0.4]] and a["worst_accuracy_attack"] == [["alie"]]
+    assert a["loss_diverged"] == [[False]] and a["breakdowns"] == [[0]]
+    b = s["aggregators"]["nnm+cwtm"]   # a diverged run (null loss) is the worst of all
+    assert b["worst_loss"] == [[None]] and b["worst_loss_attack"] == [["signflip"]]
+    assert b["loss_diverged"] == [[True]] and b["breakdowns"] == [[1]]
+    assert s["n_breakdown"] == 1 and s["complete"]
+
+
+# ----------------------------------------------------------------------------- beyond tolerance
+
+
+def test_grid_records_an_aggregator_breakdown(tmp_path):
+    # NonFinite rows against CWTM configured for declared_f = 1: f = 1 is tolerated, f = 3 is not
+    config = StressConfig(dataset="digits", aggregators=("cwtm",), attacks=("nonfinite",), fs=(1, 3), betas=(1.0,),
+                          n_honest=5, rounds=3, seed=0, declared_f=1)
+    res = run_stress(config, tmp_path, backend="serial")
+    recs = {r["f"]: r for r in _cells(tmp_path)}
+    broke = recs[3]
+    assert {k: broke["aggregator_breakdown"][k] for k in ("round", "rule", "n", "nonfinite", "tolerated")} == \
+        {"round": 0, "rule": "cwtm", "n": 8, "nonfinite": 3, "tolerated": 1}
+    assert broke["breakdown"] and broke["breakdown_reasons"] == [
+        "aggregator breakdown at round 0: 3 of 8 rows non-finite, cwtm tolerates 1"]
+    assert broke["final_loss"] is None and broke["final_accuracy"] is None and not broke["diverged"]
+    assert broke["trace"]["round"] == [0] and broke["declared_f"] == 1
+    ok = recs[1]
+    assert ok["aggregator_breakdown"] is None and ok["trace"]["round"] == [0, 1, 2, 3]
+    assert ok["final_loss"] < ok["initial_loss"]
+    s = res.summary
+    assert s["n_aggregator_breakdown"] == 1
+    assert s["aggregators"]["cwtm"]["aggregator_breakdowns"] == [[0], [1]]
+    assert s["aggregators"]["cwtm"]["loss_diverged"] == [[False], [True]]
+    assert json.loads((tmp_path / "config.json").read_text())["declared_f"] == 1
+    with pytest.raises(FedAuditError, match="declared_f"):
+        StressConfig(**{**TINY, "declared_f": -1})
+
+
+def test_cell_trace_writes_non_finite_numbers_as_strings(monkeypatch):
+    # the strict-JSON convention of fedaudit.json: "inf"/"nan" in traces, null only for absent values
+    from fedaudit.defenses import optimizers
+
+    def overflowing(opt, fed, x0, rounds, seed):
+        tr = optimizers.Trace(optimizer="dgd", config={}, rounds=[0, 1], loss=[2.3, float("inf")],
+                              grad_norm=[1.0, float("nan")], test_acc=[0.1, float("nan")])
+        tr.diverged = True
+        return tr
+
+    monkeypatch.setattr(optimizers, "run", overflowing)
+    config = StressConfig(**TINY)
+    cell = config.cells()[0]
+    rec = stress.run_cell((config, cell, cell_seed(0, cell)))
+    assert rec["trace"]["loss"] == [2.3, "inf"] and rec["trace"]["accuracy"] == [0.1, "nan"]
+    assert rec["final_loss"] is None and rec["final_accuracy"] is None and rec["diverged"]
+    assert rec["best_accuracy"] == 0.1
+    json.dumps(rec, allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- the summarised CLI table
+
+
+def test_cli_summarised_table_for_large_grids(tmp_path, capsys):
+    # 7 × 7 = 49 cells > 48: the CLI prints the worst case over attacks per (aggregator, f, β)
+    aggs = ["mean", "cwtm", "cwmed", "gm", "krum", "meamed", "nnm+cwtm"]
+    attacks = ["alie", "ipm", "signflip", "gaussian", "mimic", "nonfinite", "labelflip"]
+    out = tmp_path / "big"
+    argv = ["stress", "--dataset", "digits", "--aggregators", ",".join(aggs), "--attacks", ",".join(attacks),
+            "--f", "1", "--beta", "1", "--n-honest", "4", "--rounds", "1", "--backend", "serial", "--quiet",
+            "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "worst case over attacks" in text and "49/49 cells (49 computed, 0 resumed)" in text
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {}
+    for line in text.splitlines():
+        cols = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cols) == 8 and cols[0] in aggs:
+            rows[cols[0]] = cols
+    assert set(rows) == set(aggs)
+    for agg in aggs:
+        a = summary["aggregators"][agg]
+        _, f, beta, acc, acc_att, loss, loss_att, broken = rows[agg]
+        assert (f, beta) == ("1", "1")
+        want_acc = "diverged" if a["worst_accuracy"][0][0] is None else f"{a['worst_accuracy'][0][0]:.3f}"
+        want_loss = "diverged" if a["loss_diverged"][0][0] else format(a["worst_loss"][0][0], ".4g")
+        assert (acc, acc_att) == (want_acc, a["worst_accuracy_attack"][0][0])
+        assert (loss, loss_att) == (want_loss, a["worst_loss_attack"][0][0])
+        assert broken == f"{a['breakdowns'][0][0]}/7"
+    # the mean is not robust: the line-searched ALIE blows it up within one round
+    assert rows["mean"][5] == "diverged" and rows["mean"][7] != "0/7"

@@ -20,6 +20,11 @@ order, its other cells, the number of workers or the backend.
 
 Breakdown rule (``breakdown`` = any of the following, with the reasons listed):
 
+* ``aggregator breakdown at round k`` — round k's aggregate raised
+  :class:`~fedaudit.errors.AggregatorBreakdown` (more non-finite inputs than the rule
+  tolerates, e.g. ``declared_f`` below the true f under the NonFinite attack); training stops
+  there, the cell has ``aggregator_breakdown = {"round", "rule", "n", "nonfinite",
+  "tolerated", "message"}`` and null final loss and accuracy;
 * ``loss not finite``  — the final honest loss is NaN or ±inf, including a run that
   :func:`~fedaudit.defenses.optimizers.run` stopped early as diverged (non-finite iterate, or
   loss > 10⁶·L(x0)) or that raised on non-finite values; such a cell has ``diverged: true`` and
@@ -32,7 +37,10 @@ as each cell completes — a crash loses only the cells still running; rerunning
 whose key is already there; a torn last line is dropped), ``config.json`` (the run
 configuration the cells belong to; a rerun with a different configuration is refused),
 ``heatmap_<aggregator>.png`` (worst case over attacks of final accuracy and of final loss on the
-f × β grid) and ``summary.json``. Non-finite numbers are written as JSON ``null``.
+f × β grid) and ``summary.json``. JSON follows :mod:`fedaudit.json`: a non-finite number in a
+trace is the string ``"inf"``, ``"-inf"`` or ``"nan"``; ``null`` means absent (the final loss
+and accuracy of a run that diverged or broke down, marked by ``diverged`` /
+``aggregator_breakdown``).
 """
 
 from __future__ import annotations
@@ -142,7 +150,9 @@ class StressConfig:
     attack's scale against the aggregator each round). ``target_accuracy`` only affects the
     report (rounds to reach it), never the training. ``aggregator_params`` maps an aggregator
     spec to the keywords :func:`~fedaudit.defenses.registry.make_aggregator` gets for it (e.g.
-    ``{"bucketing+cwtm": {"s": 2}}``); specs not named get none. Validated on construction.
+    ``{"bucketing+cwtm": {"s": 2}}``); specs not named get none. ``declared_f`` (default: each
+    cell's f) is the Byzantine count every rule is configured for; below a cell's f it models a
+    server that underestimates the adversary. Validated on construction.
     """
 
     aggregators: tuple[str, ...] = ("cwtm", "nnm+cwtm", "krum", "gm")
@@ -160,6 +170,7 @@ class StressConfig:
     optimal_attack: bool = True
     target_accuracy: float | None = None
     aggregator_params: dict[str, dict[str, Any]] | None = None
+    declared_f: int | None = None
 
     def params_for(self, spec: str) -> dict[str, Any]:
         """The make_aggregator keywords of one aggregator spec (empty when none were given)."""
@@ -209,10 +220,13 @@ class StressConfig:
         if stray:
             raise FedAuditError(f"aggregator_params names {stray[0]!r}, which is not in the grid's aggregators")
         set_("aggregator_params", params or None)
+        if self.declared_f is not None:
+            set_("declared_f", check_int("declared_f", self.declared_f, low=0))
         for spec in self.aggregators:
             for f in self.fs:
-                rule = make_aggregator(spec, f, **self.params_for(spec))  # raises with the registry's list of valid names
-                need = rule.min_n(f) if hasattr(rule, "min_n") else 2 * f + 1
+                rule_f = f if self.declared_f is None else self.declared_f
+                rule = make_aggregator(spec, rule_f, **self.params_for(spec))  # raises with the registry's list of valid names
+                need = rule.min_n(rule_f) if hasattr(rule, "min_n") else 2 * rule_f + 1
                 if self.n_honest + f < need:
                     raise FedAuditError(f"aggregator {spec!r} needs n >= {need} clients for f={f}, got "
                                         f"n = n_honest + f = {self.n_honest + f}; raise n_honest or lower f")
@@ -226,7 +240,8 @@ class StressConfig:
         return {"dataset": self.dataset, "data_path": self.data_path, "optimizer": self.optimizer,
                 "rounds": self.rounds, "lr": self.lr, "n_honest": self.n_honest, "mu": self.mu,
                 "seed": self.seed, "optimal_attack": self.optimal_attack,
-                **({"aggregator_params": self.aggregator_params} if self.aggregator_params else {})}
+                **({"aggregator_params": self.aggregator_params} if self.aggregator_params else {}),
+                **({"declared_f": self.declared_f} if self.declared_f is not None else {})}
 
     @property
     def config_id(self) -> str:
@@ -273,8 +288,16 @@ def _make_optimizer(config: StressConfig, fed: Any):
 
 
 def _finite(x: Any) -> float | None:
+    """A final value: the float, or None (absent) when it is not finite."""
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def _number(x: Any) -> float | str:
+    """A trace value under the :mod:`fedaudit.json` convention: non-finite → "inf"/"-inf"/"nan"."""
+    from fedaudit.json import jsonable
+
+    return jsonable(float(x))
 
 
 def rounds_to_target(rounds: Sequence[int], accuracy: Sequence[float | None], target: float | None) -> int | None:
@@ -282,7 +305,7 @@ def rounds_to_target(rounds: Sequence[int], accuracy: Sequence[float | None], ta
     if target is None:
         return None
     for r, a in zip(rounds, accuracy):
-        if a is not None and a >= target:
+        if isinstance(a, (int, float)) and a >= target:  # None (absent) and "nan" never reach it
             return int(r)
     return None
 
@@ -311,7 +334,7 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
     fed = Federation.build(data, n_honest=config.n_honest, f=cell.f, scheme="dirichlet", beta=cell.beta,
                            mu=config.mu, aggregator=cell.aggregator, attack=cell.attack,
                            optimal_attack=config.optimal_attack, seed=part_seed,
-                           aggregator_kw=config.params_for(cell.aggregator))
+                           aggregator_kw=config.params_for(cell.aggregator), declared_f=config.declared_f)
     x0 = np.zeros(fed.dim)
     n_classes = int(data.n_classes)
     error = None
@@ -323,17 +346,22 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
         except (FedAuditError, ArithmeticError) as exc:  # training blew up on non-finite values
             trace, error = None, f"{type(exc).__name__}: {exc}"
     diverged = trace is None or trace.diverged
+    rule_broke = None if trace is None else trace.breakdown
+    stopped = diverged or rule_broke is not None
     rounds = [] if trace is None else [int(r) for r in trace.rounds]
-    losses = [] if trace is None else [_finite(v) for v in trace.loss]
-    accs = [] if trace is None else [None if a is None else _finite(a) for a in trace.test_acc]
-    # a diverged run (stopped on a non-finite or exploding iterate) has no final loss or accuracy
-    final_loss = float("inf") if diverged else float(trace.loss[-1])
-    final_acc = None if diverged else accs[-1]
-    final_grad = None if diverged else _finite(trace.grad_norm[-1])
-    best_acc = max([a for a in accs if a is not None], default=None)
+    losses = [] if trace is None else [_number(v) for v in trace.loss]
+    accs = [] if trace is None else [None if a is None else _number(a) for a in trace.test_acc]
+    # a run that diverged or broke down (stopped early) has no final loss or accuracy
+    final_loss = float("inf") if stopped else float(trace.loss[-1])
+    final_acc = None if stopped or trace.test_acc[-1] is None else _finite(trace.test_acc[-1])
+    final_grad = None if stopped else _finite(trace.grad_norm[-1])
+    best_acc = max([a for a in accs if isinstance(a, float)], default=None)
     reasons = _breakdown(final_loss, initial_loss, final_acc, n_classes)
     if error is not None:
         reasons.insert(0, "training raised: " + error)
+    elif rule_broke is not None:
+        reasons = [f"aggregator breakdown at round {rule_broke['round']}: {rule_broke['nonfinite']} of "
+                   f"{rule_broke['n']} rows non-finite, {rule_broke['rule']} tolerates {rule_broke['tolerated']}"]
     elif diverged:
         reasons.insert(0, f"diverged (run stopped early; last recorded round {rounds[-1]})")
     return {
@@ -344,12 +372,14 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
         "final_loss": _finite(final_loss), "final_grad_norm": final_grad,
         "final_accuracy": None if final_acc is None else _finite(final_acc), "best_accuracy": best_acc,
         "target_accuracy": config.target_accuracy,
-        "rounds_to_target": None if diverged else rounds_to_target(rounds, accs, config.target_accuracy),
+        "rounds_to_target": None if stopped else rounds_to_target(rounds, accs, config.target_accuracy),
         "breakdown": bool(reasons), "breakdown_reasons": reasons, "n_classes": n_classes,
         "runtime_s": round(time.perf_counter() - start, 4), "seed": seed, "partition_seed": part_seed,
         "root_seed": config.seed,
         "config_id": config.config_id,
         "diverged": diverged,
+        "aggregator_breakdown": rule_broke,
+        "declared_f": cell.f if config.declared_f is None else config.declared_f,
         "trace": {"round": rounds, "loss": losses, "accuracy": accs},
     }
 
@@ -437,7 +467,7 @@ def summarize(config: StressConfig, cells: dict[str, dict]) -> dict[str, Any]:
         row = {k: v for k, v in rec.items() if k != "trace"}
         tr = rec.get("trace") or {}
         row["target_accuracy"] = config.target_accuracy
-        row["rounds_to_target"] = (None if rec.get("diverged") else
+        row["rounds_to_target"] = (None if rec.get("diverged") or rec.get("aggregator_breakdown") else
                                    rounds_to_target(tr.get("round", []), tr.get("accuracy", []), config.target_accuracy))
         rows.append(row)
     by_key = {r["key"]: r for r in rows}
@@ -449,6 +479,7 @@ def summarize(config: StressConfig, cells: dict[str, dict]) -> dict[str, Any]:
         loss_att = [[None] * len(config.betas) for _ in config.fs]
         diverged = [[False] * len(config.betas) for _ in config.fs]
         broken = [[0] * len(config.betas) for _ in config.fs]
+        rule_broke = [[0] * len(config.betas) for _ in config.fs]
         for i, f in enumerate(config.fs):
             for j, b in enumerate(config.betas):
                 recs = [(t, by_key[Cell(agg, t, f, b).key]) for t in config.attacks if Cell(agg, t, f, b).key in by_key]
@@ -458,15 +489,18 @@ def summarize(config: StressConfig, cells: dict[str, dict]) -> dict[str, Any]:
                 loss[i][j], loss_att[i][j] = _worst([(r["final_loss"], t) for t, r in recs], lower_is_worse=False)
                 diverged[i][j] = any(r["final_loss"] is None for _, r in recs)
                 broken[i][j] = sum(bool(r["breakdown"]) for _, r in recs)
+                rule_broke[i][j] = sum(r.get("aggregator_breakdown") is not None for _, r in recs)
         per_agg[agg] = {"worst_accuracy": acc, "worst_accuracy_attack": acc_att, "worst_loss": loss,
                         "worst_loss_attack": loss_att, "loss_diverged": diverged, "breakdowns": broken,
+                        "aggregator_breakdowns": rule_broke,
                         "attacks": len(config.attacks)}
     missed = ([r["key"] for r in rows if r["rounds_to_target"] is None]
               if config.target_accuracy is not None else [])
     return {
         "schema": "fedaudit.stress/1",
         "config": config.to_dict(),
-        "breakdown_rule": (f"final honest loss not finite, or > {BREAKDOWN_LOSS_FACTOR:g} × loss at x0, "
+        "breakdown_rule": (f"the aggregator broke down (more non-finite inputs than it tolerates), or "
+                           f"final honest loss not finite, or > {BREAKDOWN_LOSS_FACTOR:g} × loss at x0, "
                            f"or final test accuracy < 1/n_classes + {BREAKDOWN_ACCURACY_MARGIN:g}"),
         "seed_rule": ("seed = derive_seed(root seed, cell key) (SHA-256 words of the key as the spawn_key of "
                       "SeedSequence(root)); optimizer stream = derive_seed(seed, 'optimizer'); honest data split = "
@@ -474,6 +508,7 @@ def summarize(config: StressConfig, cells: dict[str, dict]) -> dict[str, Any]:
         "fs": list(config.fs), "betas": list(config.betas),
         "n_cells": len(grid), "n_done": len(rows), "complete": not missing, "missing": missing,
         "n_breakdown": sum(bool(r["breakdown"]) for r in rows),
+        "n_aggregator_breakdown": sum(r.get("aggregator_breakdown") is not None for r in rows),
         "initial_loss": max((r["initial_loss"] for r in rows if r.get("initial_loss") is not None), default=None),
         "missed_target": missed,
         "aggregators": per_agg,
@@ -518,7 +553,7 @@ def plot_heatmaps(summary: dict[str, Any], out_dir: str | os.PathLike) -> list[s
                     if att is None:
                         text = "—"
                     elif np.isnan(vals[i, j]):
-                        text = f"diverged\n{att}"
+                        text = f"{'rule broke' if s['aggregator_breakdowns'][i][j] else 'diverged'}\n{att}"
                     else:
                         text = f"{vals[i, j]:.3g}\n{att}"
                     if att is not None and s["breakdowns"][i][j]:
