@@ -169,8 +169,10 @@ def test_one_claim_of_each_kind(tmp_path):
 
     var = by["var"].evidence
     (check,) = var["checks"]
-    assert check["check"] == "max_slope" and check["holds"] == (var["slope_private_ci"][1] <= 0.0)
-    assert by["var"].verdict == ("PASS" if check["holds"] else "FAIL")
+    # at fixed total ε SSTQ's private MSE falls like k/d (slope −1 on d/k): the bound 0 holds
+    assert check["check"] == "max_slope" and check["holds"] and not check["violated"]
+    assert -1.1 < var["slope_private_ci"][0] <= var["slope_private_ci"][1] < -0.9
+    assert by["var"].verdict == "PASS"
     assert by["var"].plots[0]["type"] == "mse_vs_dk"
 
     rob = by["rob"].evidence
@@ -179,11 +181,15 @@ def test_one_claim_of_each_kind(tmp_path):
     assert isinstance(rob["audit"]["config"]["inputs"], dict)  # the raw 7×100 inputs are trimmed
 
     st = by["stress"].evidence
-    assert by["stress"].verdict == ("PASS" if all(c["final_accuracy"] >= 0.3 for c in st["per_cell"]) else "FAIL")
+    # 5 rounds of D-GD on digits under ALIE reach far above 0.3 (chance is 0.1)
+    assert [c["meets"] for c in st["per_cell"]] == [True] and st["per_cell"][0]["final_accuracy"] > 0.6
+    assert by["stress"].verdict == "PASS"
     assert st["cells"] == 1 and {p["type"] for p in by["stress"].plots} == {"heatmap", "curves"}
 
     cv = by["conv"].evidence
-    assert by["conv"].verdict == ("PASS" if all(c["holds"] for c in cv["checks"]) else "FAIL")
+    # D-NAG is faster than D-GD here (speedup > 1 ≥ 0.5) and 12 rounds keep both losses far below 10
+    assert cv["per_optimizer"]["dnag"]["speedup"] > 1.0 and all(c["holds"] for c in cv["checks"])
+    assert by["conv"].verdict == "PASS"
     assert {c["check"] for c in cv["checks"]} == {"min_speedup[dnag]", "max_final_loss[dgd]", "max_final_loss[dnag]"}
 
     starts = [e for e in rec.events if e[0] == "start"]
@@ -266,3 +272,47 @@ def test_cli_run_exit_codes_and_force(tmp_path):
 def test_demo_showcase_still_available(capsys):
     assert main(["demo", "--showcase", "--dim", "32", "--n", "100", "--quiet"]) == 0
     assert "sstq-sketch" in capsys.readouterr().out
+
+
+def test_toml_plan_with_bucketing_and_its_s(tmp_path):
+    path = tmp_path / "bucketing.toml"
+    path.write_text('''[plan]
+seed = 4
+
+[[claim]]
+id = "bucketing-rob"
+kind = "robustness"
+aggregator = "bucketing+cwtm"
+aggregator_params = { s = 2 }
+n = 11
+f = 2
+trials = 8
+attacks = ["alie"]
+search_evals = 2
+max_nu = 5.0
+
+[[claim]]
+id = "bucketing-stress"
+kind = "stress"
+aggregators = ["cwtm", "bucketing+cwtm"]
+aggregator_params = { "bucketing+cwtm" = { s = 2 } }
+attacks = ["alie"]
+rounds = 3
+n_honest = 6
+backend = "serial"
+min_accuracy = 0.3
+''')
+    p = load_plan(path)
+    assert p.claims[0].params["aggregator_params"] == {"s": 2}
+    assert p.claims[1].params["aggregator_params"] == {"bucketing+cwtm": {"s": 2}}
+    report = run_plan(p)
+    assert [c.error for c in report.claims] == [None, None]
+    rob, stress = report.claims
+    assert rob.evidence["aggregator_params"]["s"] == 2 and rob.verdict == "PASS"
+    assert stress.evidence["config"]["aggregator_params"]["bucketing+cwtm"]["s"] == 2
+    assert stress.evidence["cells"] == 2
+    # without s the plan is refused before anything runs, naming the claim and the key
+    path.write_text(path.read_text().replace("aggregator_params = { s = 2 }\n", ""))
+    with pytest.raises(FedAuditError, match=r"^claim 'bucketing-rob' \(#1\): key 'aggregator_params' is rejected by "
+                                            r"'bucketing\+cwtm': bucketing needs the keyword\(s\) s"):
+        load_plan(path)

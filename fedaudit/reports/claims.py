@@ -368,7 +368,7 @@ def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
     from fedaudit.defenses.registry import make_aggregator
 
     p = spec.params
-    params = p.get("aggregator_params") or {}
+    params = rule_params(p["aggregator"], p.get("aggregator_params"), spec.seed)
     rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
     res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
                            seed=spec.seed, search_evals=p["search_evals"], progress=advance)
@@ -386,7 +386,7 @@ def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
         if p["max_nu"] < res.nu_lower:
             parts.append("note: max_nu is below the universal lower bound, no rule can meet it")
     evidence = {
-        "nu_empirical": nu, "max_nu": p["max_nu"], "nu_bound": res.nu_bound, "nu_lower": res.nu_lower,
+        "nu_empirical": nu, "max_nu": p["max_nu"], "aggregator_params": params or None, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower,
         "bound_violation": res.violation, "unbounded": res.unbounded,
         "reaches_lower_bound": res.reaches_lower_bound,
         "worst": {k: v for k, v in worst.items() if k not in ("text", "where")},
@@ -398,6 +398,20 @@ def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
               "configurations": top, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower, "nu_empirical": nu,
               "nu_max": p["max_nu"]}]
     return _claim(spec, verdict, evidence, "; ".join(parts), plots)
+
+
+def rule_params(spec: str, params: dict[str, Any] | None, seed: int) -> dict[str, Any]:
+    """The make_aggregator keywords a claim builds ``spec`` with: the plan's ``aggregator_params``
+    plus, when a stage takes a ``seed`` (bucketing) and the plan gives none,
+    ``derive_seed(claim seed, "aggregator=<spec>")`` — so a randomised rule is as reproducible
+    as the rest of the claim."""
+    from fedaudit.engine import derive_seed
+    from fedaudit.reports.plan import _accepted_keywords
+
+    out = dict(params or {})
+    if "seed" not in out and "seed" in _accepted_keywords(spec):
+        out["seed"] = derive_seed(seed, f"aggregator={spec}")
+    return out
 
 
 def worst_configuration(res: Any) -> dict[str, Any]:
@@ -458,7 +472,10 @@ def run_stress(spec: ClaimSpec, advance: Advance, workdir: str | None = None) ->
     from fedaudit.reports.plan import _stress_config_kw
 
     p = spec.params
-    config = StressConfig(**_stress_config_kw(p, seed=spec.seed))
+    kw = _stress_config_kw(p, seed=spec.seed)
+    kw["aggregator_params"] = {a: params for a in p["aggregators"]
+                               if (params := rule_params(a, (p.get("aggregator_params") or {}).get(a), spec.seed))} or None
+    config = StressConfig(**kw)
     with contextlib.nullcontext(workdir) if workdir is not None else \
             tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
         res = _run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=advance, plot=False)
@@ -568,12 +585,12 @@ def plateau_status(rounds: list[int], losses: list[float], window: int, tol: flo
     """Whether a loss curve reached a plateau, and from which round.
 
     Definition. With L(k) the honest loss after k rounds, the relative change over the window
-    of w rounds ending at round k is Δ(k) = |L(k) − L(k − w)| / |L(k)| (k ≥ w). The run is *on a
+    of w rounds ending at round k is Δ(k) = |L(k) − L(k − w)| / |L(k − w)| (k ≥ w). The run is *on a
     plateau at round k* when Δ(k) ≤ τ. It *reached a plateau* when it is on one at its last
     round K; its plateau round is the first k from which Δ(j) ≤ τ for every recorded j ≥ k
     (sustained through K). A curve still falling by more than τ per w rounds at K did not reach
     a plateau, however long it ran. Returns ``reached``, ``round`` (None unless reached) and
-    ``final_change`` = signed (L(K) − L(K − w)) / |L(K)| (None when K < w or the loss is not finite).
+    ``final_change`` = signed (L(K) − L(K − w)) / |L(K − w)| (None when K < w or the loss is not finite).
     """
     r = np.asarray(rounds, dtype=np.int64)
     v = np.asarray(losses, dtype=np.float64)
@@ -583,8 +600,8 @@ def plateau_status(rounds: list[int], losses: list[float], window: int, tol: flo
     change = np.full(r.size, np.nan)
     for j in range(r.size):
         i = np.searchsorted(r, r[j] - window, side="right") - 1  # the last round ≤ k − w
-        if r[j] >= window and i >= 0 and r[i] == r[j] - window and v[j] != 0:
-            change[j] = (v[j] - v[i]) / abs(v[j])
+        if r[j] >= window and i >= 0 and r[i] == r[j] - window and v[i] != 0:
+            change[j] = (v[j] - v[i]) / abs(v[i])
     if math.isfinite(change[-1]):
         out["final_change"] = float(change[-1])
     on = np.isfinite(change) & (np.abs(change) <= tol)
@@ -615,11 +632,12 @@ def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
     from fedaudit.fl.federation import Federation
 
     p = spec.params
+    agg_kw = rule_params(p["aggregator"], p.get("aggregator_params"), spec.seed)
     data = load_dataset(p["dataset"], path=p["data_path"], seed=derive_seed(spec.seed, "data"))
     fed = Federation.build(data, n_honest=p["n_honest"], f=p["f"], scheme="dirichlet", beta=p["beta"], mu=p["mu"],
                            aggregator=p["aggregator"], attack=p["attack"] if p["f"] > 0 else None,
                            optimal_attack=p["optimal_attack"], seed=derive_seed(spec.seed, "federation"),
-                           aggregator_kw=p.get("aggregator_params") or None)
+                           aggregator_kw=agg_kw or None)
     run_seed = derive_seed(spec.seed, "optimizer")  # the same oracle streams for every optimizer
     traces = {}
     for name in p["optimizers"]:
@@ -705,11 +723,11 @@ def run_convergence(spec: ClaimSpec, advance: Advance) -> Claim:
     evidence = {
         "checks": checks, "baseline": base, "target_loss": target, "target_basis": basis, "best_loss": best,
         "plateau_rule": {"window": p["plateau_window"], "tol": p["plateau_tol"],
-                         "definition": "on a plateau at round k when |L(k) − L(k−w)| / |L(k)| ≤ τ; reached when "
+                         "definition": "on a plateau at round k when |L(k) − L(k−w)| / |L(k−w)| ≤ τ; reached when "
                                        "on one at the last round, from the first round it stays on one"},
         "per_optimizer": per,
         "federation": {"dataset": p["dataset"], "n_honest": p["n_honest"], "f": p["f"], "beta": p["beta"],
-                       "aggregator": p["aggregator"], "aggregator_params": p.get("aggregator_params"),
+                       "aggregator": p["aggregator"], "aggregator_params": agg_kw or None,
                        "attack": p["attack"], "dim": fed.dim},
         "seeds": {"data": derive_seed(spec.seed, "data"), "federation": derive_seed(spec.seed, "federation"),
                   "optimizer": run_seed},
