@@ -20,7 +20,6 @@ achieved ν̂ is returned in full so it can be replayed (:func:`replay`).
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,19 +29,32 @@ import numpy as np
 
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule, exact_ratio,
+                                              optimise_configuration, subset_ratios)
+from fedaudit.errors import AggregatorBreakdown, FedAuditError, check_int
 from fedaudit.rng import as_seed_sequence
 
-__all__ = ["RobustnessAudit", "robustness_ratio", "replay", "audit_robustness", "HONEST_SHAPES"]
+__all__ = ["RobustnessAudit", "SearchBudget", "robustness_ratio", "replay", "audit_robustness", "progress_units",
+           "HONEST_SHAPES"]
 
 HONEST_SHAPES = ("gaussian", "heavy-tailed", "clustered", "anisotropic")
-_EXHAUSTIVE_LIMIT = 20_000
-_UNBOUNDED = 1e8
+_UNBOUNDED = UNBOUNDED
 
 
 @dataclass(frozen=True)
 class RobustnessAudit:
-    """ν̂ (a lower bound on the rule's robustness constant) next to the published bound."""
+    """ν̂ (a lower bound on the rule's robustness constant) next to the published bound.
+
+    ``worst`` describes the configuration that attains ν̂: ``stage`` ("construction", "attack",
+    "hill climb" or "optimiser"), ``label`` (a one-line description for titles), ``attack``,
+    ``optimal``, ``shape``, ``d`` (dimension of the certified inputs), ``subspace`` and ``k``
+    (optimiser only: where it searched) and ``nu``. ``breakdown`` is None, or a summary of the
+    configurations on which the rule raised :class:`~fedaudit.errors.AggregatorBreakdown`
+    (``count``, ``labels``, ``first``): those are recorded, never raised, and excluded from ν̂.
+    ``search`` reports the optimiser stage's budget, evaluations used, local runs, runtime,
+    best ν per subspace and ``nu_before`` (ν̂ of the stages before it); ``stage_runtime_s`` the
+    wall-clock time per stage.
+    """
 
     aggregator: str
     n: int
@@ -62,6 +74,10 @@ class RobustnessAudit:
     seed: int | None = 0
     subsets: str = "exhaustive"
     runtime_s: float = 0.0
+    worst: dict[str, Any] = field(default_factory=dict)
+    breakdown: dict[str, Any] | None = None
+    search: dict[str, Any] = field(default_factory=dict, repr=False)
+    stage_runtime_s: dict[str, float] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         def safe(v):
@@ -69,7 +85,7 @@ class RobustnessAudit:
                 return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
             if isinstance(v, dict):
                 return {k: safe(x) for k, x in v.items()}
-            if isinstance(v, list):
+            if isinstance(v, (list, tuple)):
                 return [safe(x) for x in v]
             return v
 
@@ -77,35 +93,15 @@ class RobustnessAudit:
 
 
 # ------------------------------------------------------------------------- ratio over S
-def _subset_masks(n: int, f: int, allowed: np.ndarray) -> np.ndarray:
-    """(s, n) 0/1 masks of every S of size n − f inside ``allowed`` rows."""
-    idx = np.flatnonzero(allowed)
-    m = n - f
-    combos = np.array(list(itertools.combinations(idx, m)), dtype=np.int64).reshape(-1, m)
-    masks = np.zeros((combos.shape[0], n))
-    np.put_along_axis(masks, combos, 1.0, axis=1)
-    return masks
-
-
-def _ratios(masks: np.ndarray, G: np.ndarray, Xz: np.ndarray, zz: float, m: int) -> np.ndarray:
-    """ν for each subset mask from the Gram matrix (rows centred for accuracy)."""
-    mean_sq = np.einsum("sn,nk,sk->s", masks, G, masks) / (m * m)
-    var = masks @ np.diag(G) / m - mean_sq
-    err = zz - 2.0 * (masks @ Xz) / m + mean_sq
-    scale = max(float(np.max(np.diag(G))), zz, 1e-300)
-    var = np.maximum(var, 0.0)
-    err = np.maximum(err, 0.0)
-    tiny = 1e-24 * scale
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(var > tiny, err / np.where(var > tiny, var, 1.0), np.where(err > 1e-18 * scale, np.inf, 0.0))
-    return out
-
-
 def robustness_ratio(X: np.ndarray, z: np.ndarray, f: int, *, honest: np.ndarray | None = None
                      ) -> tuple[float, np.ndarray, str]:
-    """max over S (|S| = n − f, finite rows only) of ‖z − x̄_S‖² / var_S; returns (ν, S, method)."""
+    """max over S (|S| = n − f, finite rows only) of ‖z − x̄_S‖² / var_S; returns (ν, S, method).
+
+    Exhaustive (:func:`fedaudit.audit.robustness_search.exact_ratio`, vectorised over the subset
+    indicators) when C(#finite rows, n − f) ≤ 2·10^4, else a swap local search (a lower bound).
+    """
     X = np.asarray(X, dtype=np.float64)
-    z = np.asarray(z, dtype=np.float64)
+    z = np.asarray(z, dtype=np.float64).reshape(-1)
     n = X.shape[0]
     m = n - f
     allowed = np.isfinite(X).all(axis=1)
@@ -113,25 +109,15 @@ def robustness_ratio(X: np.ndarray, z: np.ndarray, f: int, *, honest: np.ndarray
         raise FedAuditError(f"fewer than n − f = {m} finite inputs: the ratio is undefined")
     if not np.isfinite(z).all():
         return math.inf, np.flatnonzero(allowed)[:m], "non-finite output"
-    Xa = np.where(allowed[:, None], X, 0.0)
-    centre = Xa[allowed].mean(axis=0)
-    Xc = Xa - centre
-    zc = z - centre
-    G = Xc @ Xc.T
-    Xz = Xc @ zc
-    zz = float(zc @ zc)
-    if math.comb(int(allowed.sum()), m) <= _EXHAUSTIVE_LIMIT:
-        masks = _subset_masks(n, f, allowed)
-        r = _ratios(masks, G, Xz, zz, m)
-        i = int(np.argmax(r))
-        return float(r[i]), np.flatnonzero(masks[i]), "exhaustive"
-    return _greedy(G, Xz, zz, n, m, allowed, honest)
+    exact = exact_ratio(X, z, f, allowed)
+    if exact is not None:
+        return exact[0], exact[1], "exhaustive"
+    return _greedy(np.where(allowed[:, None], X, 0.0), z, n, m, allowed, honest)
 
 
-def _greedy(G, Xz, zz, n, m, allowed, honest) -> tuple[float, np.ndarray, str]:
-    """Swap local search over S from the honest set and the m rows closest to z."""
-    dist = np.diag(G) - 2 * Xz + zz
-    dist = np.where(allowed, dist, np.inf)
+def _greedy(X, z, n, m, allowed, honest) -> tuple[float, np.ndarray, str]:
+    """Swap local search over S from the honest set and the m rows closest to/farthest from z."""
+    dist = np.where(allowed, np.sum((0.5 * X - 0.5 * z) ** 2, axis=1), np.inf)
     starts = [np.argsort(dist)[:m], np.argsort(-np.where(allowed, dist, -np.inf))[:m]]
     if honest is not None and len(honest) == m:
         starts.append(np.asarray(honest))
@@ -139,7 +125,7 @@ def _greedy(G, Xz, zz, n, m, allowed, honest) -> tuple[float, np.ndarray, str]:
     for start in starts:
         mask = np.zeros(n)
         mask[start] = 1.0
-        current = float(_ratios(mask[None, :], G, Xz, zz, m)[0])
+        current = float(subset_ratios(mask[None, :], X, z)[0])
         for _ in range(200):
             inside, outside = np.flatnonzero(mask > 0), np.flatnonzero((mask == 0) & allowed)
             if len(outside) == 0:
@@ -149,7 +135,7 @@ def _greedy(G, Xz, zz, n, m, allowed, honest) -> tuple[float, np.ndarray, str]:
             oo = np.tile(outside, len(inside))
             cand[np.arange(len(cand)), ii] = 0.0
             cand[np.arange(len(cand)), oo] = 1.0
-            r = _ratios(cand, G, Xz, zz, m)
+            r = subset_ratios(cand, X, z)
             j = int(np.argmax(r))
             if r[j] <= current * (1 + 1e-12):
                 break
@@ -163,7 +149,7 @@ def replay(config: dict[str, Any], aggregator: Aggregator) -> float:
     """Recompute ν for a saved configuration (``RobustnessAudit.config``)."""
     X = np.asarray(config["inputs"], dtype=np.float64)
     X = np.where(np.asarray(config["nonfinite_mask"], bool), np.nan, X) if "nonfinite_mask" in config else X
-    z = np.asarray(aggregator(X), dtype=np.float64)
+    z = call_rule(aggregator, X, int(config.get("rule_seed", 0)))
     return robustness_ratio(X, z, config["f"])[0]
 
 
@@ -203,13 +189,30 @@ def _resolve_attacks(attacks: str | Sequence[str]) -> list[str]:
     return names
 
 
+def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBudget | dict | int | None = None,
+                   d: int = 100) -> int:
+    """How many times :func:`audit_robustness` calls ``progress(1)`` (for progress bars)."""
+    budget = SearchBudget.coerce(search)
+    families = 0
+    if budget.evals > 0:
+        families = sum(k <= d for k in budget.dims) + (len(budget.dims) if budget.embedded and d > max(budget.dims)
+                                                       else 0)
+    return trials + (3 + search_evals + 1 if f > 0 else 0) + families * budget.restarts
+
+
 def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 100, trials: int = 200,
                      attacks: str | Sequence[str] = "all", seed: int | None = 0, search_evals: int = 60,
+                     search: SearchBudget | dict | int | None = None,
                      progress: Callable[[int], None] | None = None) -> RobustnessAudit:
     """Estimate the rule's robustness constant from below (see the module docstring).
 
     ``aggregator`` is an Aggregator or a registry spec such as "nnm+cwtm" (built with f).
     ``trials`` honest draws are spread round-robin over shapes × attacks (plain and Optimal).
+    ``search_evals`` bounds the hill climb over the Byzantine rows; ``search`` is the budget of
+    the optimiser over whole configurations (:class:`~fedaudit.audit.robustness_search.SearchBudget`,
+    a dict of its fields, an int number of evaluations, or None for the defaults; 0 disables).
+    A configuration on which the rule raises :class:`~fedaudit.errors.AggregatorBreakdown` is
+    recorded in ``breakdown``, not raised.
     """
     from fedaudit.attacks.byzantine import Optimal, make_attack
     from fedaudit.defenses.registry import make_aggregator
@@ -222,6 +225,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     d = check_int("d", d, low=1)
     trials = check_int("trials", trials, low=1)
     search_evals = check_int("search_evals", search_evals, low=0)
+    budget = SearchBudget.coerce(search)
     spec = aggregator if isinstance(aggregator, str) else getattr(aggregator, "name", type(aggregator).__name__)
     agg = make_aggregator(aggregator, f) if isinstance(aggregator, str) else aggregator
     if not callable(agg):
@@ -231,19 +235,39 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         raise FedAuditError(f"{spec} needs n >= {need} for f={f}, got n={n}")
     names = _resolve_attacks(attacks) if f > 0 else []
     root = as_seed_sequence(seed)
-    construct_seq, trial_seq, search_seq = root.spawn(3)
+    construct_seq, trial_seq, search_seq, optimise_seq, rule_seq = root.spawn(5)
+    rule_seed = int(rule_seq.generate_state(1)[0])
 
     best: dict[str, Any] = {"nu": -1.0}
     attacked: dict[str, Any] = {"nu": -1.0}  # best configuration with honest rows and Byzantine rows
     per: dict[str, float] = {}
+    seeds: dict[str, tuple[float, np.ndarray]] = {}  # best input per label: starts for the optimiser
     methods = set()
+    broke: dict[str, Any] = {"count": 0, "labels": [], "first": None}
+    stage_time: dict[str, float] = {}
+
+    def record_breakdown(label: str, err: AggregatorBreakdown) -> None:
+        broke["count"] += 1
+        if label not in broke["labels"]:
+            broke["labels"].append(label)
+        if broke["first"] is None:
+            broke["first"] = {"label": label, **err.to_dict()}
+        if progress is not None:
+            progress(1)
 
     def evaluate(label: str, X: np.ndarray, honest_idx: np.ndarray | None, extra: dict[str, Any]) -> float:
-        z = np.asarray(agg(X), dtype=np.float64)
+        try:
+            z = call_rule(agg, X, rule_seed)
+        except AggregatorBreakdown as err:
+            record_breakdown(label, err)
+            return -1.0
         nu, S, method = robustness_ratio(X, z, f, honest=honest_idx)
         methods.add(method)
         per[label] = max(per.get(label, -1.0), nu)
+        if nu > seeds.get(label, (-2.0,))[0]:
+            seeds[label] = (nu, X.copy())
         if nu > best["nu"]:
+            best.clear()
             best.update(nu=nu, label=label, X=X.copy(), S=S, honest=honest_idx, **extra)
         if honest_idx is not None and nu > attacked["nu"]:
             attacked.update(nu=nu, label=label, X=X.copy(), **extra)
@@ -252,12 +276,16 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         return nu
 
     # (i) the lower-bound construction at shrinking spreads
+    t_stage = time.perf_counter()
     c_rng = np.random.default_rng(construct_seq)
     if f > 0:
         for spread in (1e-2, 1e-4, 1e-6):
-            evaluate(f"f-outliers (spread {spread:g})", _outlier_construction(n, f, d, spread, c_rng), None, {})
+            evaluate(f"f-outliers (spread {spread:g})", _outlier_construction(n, f, d, spread, c_rng), None,
+                     {"stage": "construction"})
+    stage_time["construction"] = time.perf_counter() - t_stage
 
     # (ii) honest shapes × attacks (plain and Optimal)
+    t_stage = time.perf_counter()
     combos = [(s, a, opt) for s in HONEST_SHAPES for a in names for opt in (False, True)] or \
              [(s, None, False) for s in HONEST_SHAPES]
     children = trial_seq.spawn(trials)
@@ -265,6 +293,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         shape, attack_name, optimal = combos[t % len(combos)]
         rng = np.random.default_rng(children[t])
         honest = _honest(shape, n - f, d, rng)
+        extra = {"stage": "attack", "shape": shape, "attack": attack_name, "optimal": optimal}
         if attack_name is None:
             X, label = honest, f"{shape} (no attack)"
         else:
@@ -273,12 +302,19 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
                 if getattr(attack, "scale", None) is None:
                     continue
                 attack = Optimal(attack, agg)
-            byz = np.asarray(attack(honest, f, rng=rng), dtype=np.float64)
-            X = np.vstack([honest, byz])
             label = f"{'optimal ' if optimal else ''}{attack_name} / {shape}"
-        evaluate(label, X, np.arange(n - f), {"shape": shape, "attack": attack_name, "optimal": optimal})
+            try:
+                with np.errstate(all="ignore"):
+                    byz = np.asarray(attack(honest, f, rng=rng), dtype=np.float64)
+            except AggregatorBreakdown as err:  # the line search of Optimal calls the rule
+                record_breakdown(label, err)
+                continue
+            X = np.vstack([honest, byz])
+        evaluate(label, X, np.arange(n - f), extra)
+    stage_time["attack"] = time.perf_counter() - t_stage
 
     # (iii) black-box hill climb over the Byzantine rows of the best finite configuration
+    t_stage = time.perf_counter()
     if f > 0 and search_evals > 0 and "X" in attacked:
         s_rng = np.random.default_rng(search_seq)
         X = attacked["X"].copy()
@@ -286,16 +322,43 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         honest_part = X[: n - f]
         spread = float(np.sqrt(np.mean(np.var(honest_part, axis=0)))) or 1.0
         label = f"search from {attacked['label']}"
-        current = evaluate(label, X, np.arange(n - f), {"shape": attacked.get("shape")})
+        extra = {"stage": "hill climb", "shape": attacked.get("shape"), "attack": attacked.get("attack"),
+                 "optimal": attacked.get("optimal", False)}
+        current = evaluate(label, X, np.arange(n - f), extra)
         step = spread
         for _ in range(search_evals):
             trial = X.copy()
             trial[n - f:] += step * s_rng.normal(size=(f, d))
-            nu = evaluate(label, trial, np.arange(n - f), {"shape": attacked.get("shape")})
+            nu = evaluate(label, trial, np.arange(n - f), extra)
             if nu > current:
                 current, X, step = nu, trial, step * 1.5
             else:
                 step *= 0.8
+    stage_time["hill climb"] = time.perf_counter() - t_stage
+
+    # (iv) multistart derivative-free optimisation over whole configurations
+    nu_before = float(best["nu"])
+    ranked = sorted(seeds.items(), key=lambda kv: -kv[1][0])
+    construction = [(k, v[1]) for k, v in ranked if k.startswith("f-outliers")][:1]
+    others = [(k, v[1]) for k, v in ranked if not k.startswith("f-outliers") and math.isfinite(v[0])][:2]
+    outcome = optimise_configuration(agg, n, f, d, seeds=construction + others, budget=budget,
+                                     rng=np.random.default_rng(optimise_seq), rule_seed=rule_seed,
+                                     progress=progress)
+    if outcome.X is not None:
+        label = f"optimiser ({outcome.subspace}, from {outcome.start})"
+        per[label] = max(per.get(label, -1.0), outcome.nu)
+        methods.add("exhaustive" if math.comb(n, f) <= EXHAUSTIVE_LIMIT else "greedy swap search")
+        if outcome.nu > best["nu"]:
+            best.clear()
+            best.update(nu=outcome.nu, label=label, X=outcome.X, S=outcome.S, stage="optimiser",
+                        subspace=outcome.subspace, k=outcome.k, start=outcome.start)
+    stage_time["optimiser"] = outcome.runtime_s
+
+    breakdown = None
+    if broke["count"]:
+        breakdown = {"count": broke["count"], "labels": broke["labels"][:50], "first": broke["first"]}
+    if "X" not in best:  # the rule broke down on every configuration tried
+        return _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0)
 
     nu_hat = float(best["nu"])
     unbounded = nu_hat >= _UNBOUNDED
@@ -311,7 +374,12 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         "subset": [int(i) for i in best["S"]],
         "label": best["label"],
         "seed": seed if isinstance(seed, int) else None,
+        "rule_seed": rule_seed,
     }
+    worst = {"stage": best.get("stage"), "label": str(best["label"]), "attack": best.get("attack"),
+             "optimal": bool(best.get("optimal", False)), "shape": best.get("shape"), "d": d,
+             "subspace": best.get("subspace"), "k": best.get("k"), "start": best.get("start"),
+             "nu": math.inf if unbounded else nu_hat}
     return RobustnessAudit(
         aggregator=str(spec), n=n, f=f, d=d,
         nu_empirical=math.inf if unbounded else nu_hat,
@@ -327,4 +395,32 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         trials=trials, seed=seed if isinstance(seed, int) else None,
         subsets=" + ".join(sorted(methods)),
         runtime_s=time.perf_counter() - t0,
+        worst=worst,
+        breakdown=breakdown,
+        search=_search_report(budget, outcome, nu_before),
+        stage_runtime_s=stage_time,
     )
+
+
+def _search_report(budget: SearchBudget, outcome, nu_before: float) -> dict[str, Any]:
+    return {"budget": budget.to_dict(), "evals": outcome.evals, "local_runs": outcome.restarts_run,
+            "runtime_s": outcome.runtime_s, "stopped": outcome.stopped,
+            "nu": max(outcome.nu, 0.0) if outcome.X is not None else None,
+            "nu_before": nu_before if nu_before >= 0 else None,
+            "per_subspace": {k: (math.inf if v >= _UNBOUNDED else v) for k, v in outcome.per_subspace.items()}}
+
+
+def _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0) -> RobustnessAudit:
+    """Every configuration broke the rule down: no ν to report (nu_empirical = 0, no config)."""
+    lower = kappa_lower_bound(n, f)
+    key = spec.lower() if isinstance(spec, str) else None
+    bound = kappa_upper_bound(key, n, f) if key else None
+    return RobustnessAudit(
+        aggregator=str(spec), n=n, f=f, d=d, nu_empirical=0.0,
+        nu_bound=bound.kappa if bound is not None else None, nu_lower=lower, violation=False, unbounded=False,
+        reaches_lower_bound=False, worst_attack="breakdown on every configuration", per_configuration={},
+        config={"f": f, "seed": seed if isinstance(seed, int) else None},
+        bound=bound.to_dict() if bound is not None else None, trials=trials,
+        seed=seed if isinstance(seed, int) else None, subsets="none", runtime_s=time.perf_counter() - t0,
+        worst={"stage": "breakdown", "label": "breakdown on every configuration", "d": d, "nu": 0.0},
+        breakdown=breakdown, search=_search_report(budget, outcome, -1.0), stage_runtime_s=stage_time)

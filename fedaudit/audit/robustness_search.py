@@ -1,0 +1,486 @@
+"""Worst-case search for the robustness ratio: exact subset maximisation and a multistart optimiser.
+
+The robustness ratio of an input configuration x = (x_1..x_n) ∈ ℝ^{n×d} under a rule F is
+
+    ν(x) = max_{S ⊆ [n], |S| = n − f}  ‖F(x) − x̄_S‖² / ((1/|S|) Σ_{i∈S} ‖x_i − x̄_S‖²)
+
+(Allouah et al., "Fixing by Mixing", AISTATS 2023, Def. 1: F is (f, κ)-robust iff ν(x) ≤ κ for
+every x). Every evaluated x certifies κ ≥ ν(x), so maximising ν over x tightens the lower bound.
+
+**Exact S.** For a fixed x, write m = n − f and let 1_S ∈ {0,1}^n be the indicator of S. With
+the rows centred (c = mean of the rows, y_i = x_i − c, w = F(x) − c):
+
+    x̄_S − c = Yᵀ1_S / m,   var_S = (1_Sᵀ diag(YYᵀ)) / m − ‖Yᵀ1_S‖² / m²,
+    err_S   = ‖w‖² − 2 wᵀYᵀ1_S / m + ‖Yᵀ1_S‖² / m²,
+
+so stacking the C(n, f) indicators as a matrix M (cached per (n, f)) gives every subset's ratio
+with two matrix products, M·Y (s × d) when d ≤ n and the Gram form M·(YYᵀ)·Mᵀ otherwise. The
+max over S is then exact (exhaustive) whenever C(n, f) ≤ ``exhaustive_limit``; past it the
+evaluator falls back to the swap local search of :func:`fedaudit.audit.robustness.robustness_ratio`
+(a lower bound on the max, hence still a valid certificate).
+
+**Search.** ν is maximised over the whole configuration (all n rows, honest and Byzantine alike:
+S is chosen afterwards, exactly) by multistart Nelder–Mead (Nelder & Mead 1965; adaptive
+coefficients of Gao & Han 2012 for more than 10 variables) followed by a Powell polish
+(Powell 1964), both derivative-free (``scipy.optimize.minimize``). The variables are
+Y ∈ ℝ^{n×k}, k ∈ ``dims`` (default 1 and 2), embedded in the audit's ℝ^d as X = Y Bᵀ with an
+orthonormal k-frame B. Two families:
+
+* *low-dimensional* — B = the first k standard basis vectors (zero padding). The rule is
+  evaluated on Y itself (fast); the best point is then re-evaluated in ℝ^d and only that value
+  is reported, so a rule that is not equivariant under zero padding cannot inflate ν̂. For
+  coordinate-wise rules (CWTM, CWMed, Meamed) this family is exhaustive in d: for any S,
+  Σ_j err_j(S) / Σ_j var_j(S) ≤ max_j err_j(S)/var_j(S), each term being a 1-D ratio;
+* *embedded* — B a uniformly random orthonormal k-frame of ℝ^d, the rule evaluated on X ∈ ℝ^{n×d}
+  directly (for rules that mix coordinates and are not rotation-equivariant, e.g. NNM∘CWTM).
+
+Starts: the seed configurations handed in by the auditor (the lower-bound construction and the
+best attacked inputs), projected on their top-k principal directions, then two-cluster honest
+draws with f Byzantine rows at a common point, then Gaussian draws. The budget (total objective
+evaluations, restarts, optional wall-clock limit) is split evenly over restarts; every
+evaluation is counted, so a run is deterministic under its seed unless a time limit is set.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy.optimize import minimize
+
+from fedaudit.errors import AggregatorBreakdown, FedAuditError, check_int, check_real
+
+__all__ = ["SearchBudget", "SearchOutcome", "subset_ratios", "exact_ratio", "optimise_configuration", "call_rule",
+           "UNBOUNDED", "EXHAUSTIVE_LIMIT"]
+
+#: ν at or above this is reported as unbounded (the rule has no finite κ)
+UNBOUNDED = 1e8
+#: largest C(n, f) for which the max over S is exhaustive
+EXHAUSTIVE_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """Budget of the optimiser stage.
+
+    ``evals``: objective evaluations in total (each = one call of the rule + the exact max over S);
+    0 disables the stage. ``restarts``: multistarts per subspace family, sharing ``evals``
+    evenly. ``dims``: subspace dimensions k searched. ``embedded``: also search a random k-frame
+    of ℝ^d with the rule evaluated in ℝ^d (only when d > max(dims)). ``time_s``: optional
+    wall-clock limit (results then depend on machine speed).
+    """
+
+    evals: int = 3000
+    restarts: int = 6
+    dims: tuple[int, ...] = (1, 2)
+    embedded: bool = True
+    time_s: float | None = None
+
+    def __post_init__(self):
+        check_int("search budget evals", self.evals, low=0, high=10_000_000)
+        check_int("search budget restarts", self.restarts, low=1, high=10_000)
+        dims = tuple(self.dims)
+        if not dims:
+            raise FedAuditError("search budget dims must list at least one subspace dimension in [1, 16]")
+        for k in dims:
+            check_int("search budget dims", k, low=1, high=16)
+        object.__setattr__(self, "dims", tuple(int(k) for k in dims))
+        if self.time_s is not None:
+            check_real("search budget time_s", self.time_s, low=0.0, open_low=True)
+
+    @classmethod
+    def coerce(cls, value: "SearchBudget | dict | int | None") -> "SearchBudget":
+        """None → defaults; an int → that many evaluations; a dict → keyword arguments."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - {"evals", "restarts", "dims", "embedded", "time_s"})
+            if unknown:
+                raise FedAuditError(f"unknown search budget key(s) {', '.join(unknown)}; "
+                                    "allowed: evals, restarts, dims, embedded, time_s")
+            return cls(**value)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return cls(evals=int(value))
+        raise FedAuditError(f"search must be a SearchBudget, a dict, an int (evaluations) or None, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "dims": list(self.dims)}
+
+
+# --------------------------------------------------------------------------- exact subset max
+@lru_cache(maxsize=32)
+def _masks(n: int, f: int) -> np.ndarray:
+    """(C(n, f), n) float 0/1 indicators of every S with |S| = n − f (read-only, cached)."""
+    m = n - f
+    combos = np.array(list(itertools.combinations(range(n), m)), dtype=np.int64).reshape(-1, m)
+    M = np.zeros((combos.shape[0], n))
+    np.put_along_axis(M, combos, 1.0, axis=1)
+    M.setflags(write=False)
+    return M
+
+
+def subset_ratios(M: np.ndarray, X: np.ndarray, z: np.ndarray, offset: float = 0.0) -> np.ndarray:
+    """err_S / var_S for every indicator row of M (s, n), X (n, d) and z (d,) finite.
+
+    Vectorised through the formulas of the module docstring (M·Y when d ≤ n, else the Gram
+    form); ``offset`` is added to every error (the squared distance of F(x) from the subspace
+    when x and F(x) are given in the coordinates of an orthonormal frame). Rows are centred and,
+    when their magnitudes would overflow or underflow a square,
+    scaled by a power of two (ν is invariant under a common translation and scaling of x and
+    F(x)). A zero-variance S with a positive error gives inf.
+    """
+    n = X.shape[0]
+    c = 0.5 * (X / n).sum(axis=0)  # half the mean; halving keeps differences of huge entries finite
+    Y = 0.5 * X - c
+    w = 0.5 * z - c
+    scale = max(float(np.max(np.abs(Y), initial=0.0)), float(np.max(np.abs(w), initial=0.0)))
+    offset = 0.25 * offset  # the halving above
+    if scale == 0.0 and offset == 0.0:
+        return np.zeros(M.shape[0])
+    if scale == 0.0:
+        return np.full(M.shape[0], np.inf)
+    if scale > 1e150 or scale < 1e-150:
+        p2 = 2.0 ** -math.frexp(scale)[1]
+        Y, w, offset = Y * p2, w * p2, offset * p2 * p2
+    m = float(M[0].sum()) if M.shape[0] else 1.0
+    sq = np.einsum("ij,ij->i", Y, Y)
+    if Y.shape[1] <= n:
+        P = M @ Y  # (s, d) = m·(x̄_S − c)
+        mean_sq = np.einsum("sj,sj->s", P, P) / (m * m)
+        cross = P @ w / m
+    else:
+        mean_sq = np.einsum("sn,sn->s", M @ (Y @ Y.T), M) / (m * m)
+        cross = M @ (Y @ w) / m
+    var = np.maximum(M @ sq / m - mean_sq, 0.0)
+    ww = float(w @ w)
+    err = np.maximum(ww - 2.0 * cross + mean_sq, 0.0) + offset
+    big = max(float(sq.max()), ww, offset, 1e-300)
+    ok = var > 1e-24 * big
+    return np.where(ok, err / np.where(ok, var, 1.0), np.where(err > 1e-18 * big, np.inf, 0.0))
+
+
+def exact_ratio(X: np.ndarray, z: np.ndarray, f: int, allowed: np.ndarray | None = None
+                ) -> tuple[float, np.ndarray] | None:
+    """(ν, S) by exhaustive enumeration of S ⊆ allowed rows, or None if C(|allowed|, f′) > limit.
+
+    Rows whose deviation from the coordinate-wise median exceeds 10^100 times the median
+    deviation (e.g. 1e308 next to O(1) rows) would lose every other row's precision in one
+    frame, so subsets avoiding them are scored in the frame of the remaining rows and subsets
+    touching them in the global frame; the max of both is exact.
+    """
+    n = X.shape[0]
+    m = n - f
+    allowed = np.isfinite(X).all(axis=1) if allowed is None else allowed
+    k = int(allowed.sum())
+    if k < m or math.comb(k, m) > EXHAUSTIVE_LIMIT:
+        return None
+    M = _masks(n, f) if k == n else _restricted_masks(n, f, allowed)
+    Xa = X if k == n else np.where(allowed[:, None], X, 0.0)
+    r = subset_ratios(M, Xa, z)
+    if float(np.max(np.abs(Xa))) <= 1e100:
+        i = int(np.argmax(r))
+        return float(r[i]), np.flatnonzero(M[i])
+    med = np.median(Xa[allowed], axis=0)
+    dev = np.max(np.abs(0.5 * Xa - 0.5 * med), axis=1)
+    ref = float(np.median(dev[allowed]))
+    huge = allowed & (dev > 1e100 * max(ref, 1e-300))
+    if huge.any() and k - int(huge.sum()) >= m:
+        normal = ~(M[:, huge] > 0).any(axis=1)
+        keep = allowed & ~huge
+        r_norm = subset_ratios(M[normal], np.where(keep[:, None], Xa, 0.0), z)
+        r = np.where(normal, -np.inf, r)
+        r[normal] = r_norm
+    i = int(np.argmax(r))
+    return float(r[i]), np.flatnonzero(M[i])
+
+
+def _restricted_masks(n: int, f: int, allowed: np.ndarray) -> np.ndarray:
+    idx = np.flatnonzero(allowed)
+    m = n - f
+    combos = np.array(list(itertools.combinations(idx, m)), dtype=np.int64).reshape(-1, m)
+    M = np.zeros((combos.shape[0], n))
+    np.put_along_axis(M, combos, 1.0, axis=1)
+    return M
+
+
+# --------------------------------------------------------------------------- calling a rule
+_ACCEPTS_RNG: dict[type, bool] = {}
+
+
+def call_rule(agg: Callable, X: np.ndarray, rule_seed: int) -> np.ndarray:
+    """F(X) as a float64 vector; rules whose ``__call__`` takes ``rng`` get a fresh generator
+    seeded with ``rule_seed`` (common random numbers: the objective is deterministic)."""
+    key = type(agg)
+    if key not in _ACCEPTS_RNG:
+        try:
+            params = inspect.signature(agg).parameters
+            _ACCEPTS_RNG[key] = "rng" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        except (TypeError, ValueError):
+            _ACCEPTS_RNG[key] = False
+    with np.errstate(all="ignore"):
+        if _ACCEPTS_RNG[key]:
+            out = agg(X, rng=np.random.default_rng(rule_seed))
+        else:
+            out = agg(X)
+    if hasattr(out, "detach"):
+        out = out.detach().cpu().numpy()
+    return np.asarray(out, dtype=np.float64).reshape(-1)
+
+
+# --------------------------------------------------------------------------- the optimiser
+@dataclass
+class SearchOutcome:
+    """Best configuration found by the optimiser stage, certified in the audit's ℝ^d."""
+
+    nu: float = -1.0
+    X: np.ndarray | None = None
+    S: np.ndarray | None = None
+    subspace: str = ""
+    k: int = 0
+    start: str = ""
+    evals: int = 0
+    restarts_run: int = 0
+    runtime_s: float = 0.0
+    stopped: str = "budget"
+    per_subspace: dict[str, float] = field(default_factory=dict)
+
+
+def _project(X: np.ndarray, k: int) -> np.ndarray:
+    """Coordinates of X's rows on their top-k principal directions (n, k), unit RMS spread."""
+    Y = X - X.mean(axis=0)
+    if not np.isfinite(Y).all():
+        Y = np.where(np.isfinite(Y), Y, 0.0)
+    try:
+        U, s, _ = np.linalg.svd(Y, full_matrices=False)
+    except np.linalg.LinAlgError:
+        return np.zeros((X.shape[0], k))
+    P = np.zeros((X.shape[0], k))
+    r = min(k, U.shape[1])
+    P[:, :r] = U[:, :r] * s[:r]
+    rms = float(np.sqrt(np.mean(P ** 2)))
+    return P / rms if rms > 0 else P
+
+
+def _starts(n: int, f: int, k: int, seeds: Sequence[tuple[str, np.ndarray]], count: int,
+            rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
+    out = [(f"projected {label}", _project(X, k)) for label, X in seeds][: max(count - 1, 1)]
+    m = n - f
+    i = 0
+    while len(out) < count:
+        if i % 2 == 0:  # two honest clusters, f Byzantine rows at one point beyond them
+            a = int(rng.integers(1, m)) if m > 1 else 1
+            Y = 0.1 * rng.normal(size=(n, k))
+            Y[a:m, 0] += 1.0
+            Y[m:] += rng.normal(size=k) * 2.0
+            out.append(("two clusters + f at a point", Y))
+        else:
+            out.append(("gaussian", rng.normal(size=(n, k))))
+        i += 1
+    return out[:count]
+
+
+def _ratio(X: np.ndarray, z: np.ndarray, f: int) -> tuple[float, np.ndarray]:
+    if np.isfinite(z).all():
+        exact = exact_ratio(X, z, f)
+        if exact is not None:
+            return exact
+    from fedaudit.audit.robustness import robustness_ratio
+
+    nu, S, _ = robustness_ratio(X, z, f)
+    return nu, S
+
+
+class _Stop(Exception):
+    pass
+
+
+#: above this many subsets the optimiser's inner loop scores a working set of subsets
+WORKING_LIMIT = 2_000
+_WORKING_SIZE = 256
+
+
+class _Scorer:
+    """ν for the optimiser's inner loop.
+
+    Exact (every S) when C(n, f) ≤ WORKING_LIMIT. Otherwise the max over a working set W of
+    subsets — a lower bound on ν, so still a valid certificate — refreshed by :meth:`refresh`
+    with the top subsets of a full evaluation (exhaustive or swap search) at the start and end of
+    every local run; the reported value is always a full evaluation (``certify``).
+    """
+
+    def __init__(self, n: int, f: int):
+        self.n, self.f = n, f
+        total = math.comb(n, f)
+        self.small, self.full = total <= WORKING_LIMIT, total <= EXHAUSTIVE_LIMIT
+        self.W: np.ndarray | None = None
+
+    def __call__(self, Y: np.ndarray, z: np.ndarray, offset: float) -> float:
+        if self.small:
+            return float(np.max(subset_ratios(_masks(self.n, self.f), Y, z, offset)))
+        if self.W is None:
+            self.refresh(Y, z, offset)
+        return float(np.max(subset_ratios(self.W, Y, z, offset)))
+
+    def refresh(self, Y: np.ndarray, z: np.ndarray, offset: float) -> None:
+        if self.small:
+            return
+        if self.full:
+            M = _masks(self.n, self.f)
+            r = subset_ratios(M, Y, z, offset)
+            top = M[np.argpartition(-r, _WORKING_SIZE)[:_WORKING_SIZE]]
+        else:
+            from fedaudit.audit.robustness import robustness_ratio
+
+            X = np.hstack([Y, np.full((self.n, 1), 0.0)])
+            zz = np.append(z, math.sqrt(offset))
+            _, S, _ = robustness_ratio(X, zz, self.f)
+            top = np.zeros((1, self.n))
+            top[0, S] = 1.0
+        W = top if self.W is None else np.vstack([top, self.W])
+        self.W = np.unique(W, axis=0)[: 4 * _WORKING_SIZE]
+
+
+def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequence[tuple[str, np.ndarray]],
+                           budget: SearchBudget, rng: np.random.Generator, rule_seed: int,
+                           progress: Callable[[int], None] | None = None) -> SearchOutcome:
+    """Maximise ν over configurations X = Y Bᵀ (module docstring); the returned ν is certified
+    by re-evaluating the rule on the best X ∈ ℝ^{n×d}.
+
+    Per subspace family the evaluations are split into ``restarts`` local runs: the first half
+    from the starts (seeds, then random), the second half as an iterated local search from the
+    family's incumbent, each perturbing a random half of its rows by 0.3× their RMS spread.
+    A local run is Nelder–Mead (70% of its evaluations) then Powell from NM's best point.
+    """
+    t0 = time.perf_counter()
+    out = SearchOutcome()
+    families: list[tuple[str, int, np.ndarray | None]] = [(f"d={k}", k, None) for k in budget.dims if k <= d]
+    if budget.embedded and d > max(budget.dims):
+        for k in budget.dims:
+            Q, _ = np.linalg.qr(rng.normal(size=(d, k)))
+            families.append((f"{k}-dim random subspace of d={d}", k, Q[:, :k]))
+    if not families or budget.evals == 0:
+        out.stopped = "disabled"
+        out.runtime_s = time.perf_counter() - t0
+        return out
+    runs = max(budget.restarts, 1)
+    per_run = max(budget.evals // (len(families) * runs), 2)
+    deadline = None if budget.time_s is None else t0 + budget.time_s
+
+    def embed(Y: np.ndarray, B: np.ndarray | None) -> np.ndarray:
+        if B is None:
+            X = np.zeros((n, d))
+            X[:, : Y.shape[1]] = Y
+            return X
+        return Y @ B.T
+
+    def certify(Y: np.ndarray, B: np.ndarray | None) -> tuple[float, np.ndarray, np.ndarray]:
+        X = embed(Y, B)
+        try:
+            z = call_rule(agg, X, rule_seed)
+        except AggregatorBreakdown:
+            return -1.0, X, np.arange(n - f)
+        nu, S = _ratio(X, z, f)
+        return nu, X, S
+
+    scorer = _Scorer(n, f)
+
+    def score(Y: np.ndarray, B: np.ndarray | None, refresh: bool = False) -> float:
+        """ν of X = Y Bᵀ in frame coordinates: ‖F − x̄_S‖² = ‖BᵀF − ȳ_S‖² + ‖(I − BBᵀ)F‖²."""
+        if B is None:
+            Yz, offset = call_rule(agg, Y, rule_seed), 0.0
+        else:
+            z = call_rule(agg, Y @ B.T, rule_seed)
+            Yz = z @ B
+            offset = max(float(z @ z - Yz @ Yz), 0.0)
+        if not np.isfinite(Yz).all():
+            return math.inf
+        if refresh:
+            scorer.refresh(Y, Yz, offset)
+        return scorer(Y, Yz, offset)
+
+    def local_run(Y0: np.ndarray, k: int, B: np.ndarray | None) -> tuple[float, np.ndarray]:
+        state = {"nu": -1.0, "Y": Y0.copy(), "count": 0}
+
+        def objective(v: np.ndarray) -> float:
+            if state["count"] >= per_run or (deadline is not None and time.perf_counter() > deadline):
+                raise _Stop
+            state["count"] += 1
+            Y = v.reshape(n, k)
+            try:
+                nu = score(Y, B, refresh=state["count"] == 1)
+            except AggregatorBreakdown:
+                return 0.0
+            if not math.isfinite(nu) or nu >= UNBOUNDED:
+                state.update(nu=UNBOUNDED, Y=Y.copy())
+                raise _Stop
+            if nu > state["nu"]:
+                state.update(nu=nu, Y=Y.copy())
+            return -nu
+
+        v0 = Y0.reshape(-1)
+        try:
+            minimize(objective, v0, method="Nelder-Mead",
+                     options={"maxfev": int(per_run * 0.7), "xatol": 1e-10, "fatol": 1e-12,
+                              "adaptive": v0.size > 10, "initial_simplex": _simplex(v0, rng)})
+            minimize(objective, state["Y"].reshape(-1), method="Powell",
+                     options={"maxfev": per_run, "xtol": 1e-8, "ftol": 1e-12})
+        except _Stop:
+            pass
+        if not scorer.small:
+            try:
+                score(state["Y"], B, refresh=True)
+            except AggregatorBreakdown:
+                pass
+        out.evals += state["count"]
+        return state["nu"], state["Y"]
+
+    for label, k, B in families:
+        inc_nu, inc_Y = -1.0, None
+        starts = _starts(n, f, k, seeds, runs - runs // 2, rng)
+        for r in range(runs):
+            if deadline is not None and time.perf_counter() > deadline:
+                out.stopped = "time limit"
+                break
+            if r < len(starts):
+                start_label, Y0 = starts[r]
+            else:  # iterated local search around the incumbent
+                start_label = f"perturbed best ({inc_start})"
+                Y0 = inc_Y.copy()
+                rows = rng.random(n) < 0.5
+                Y0[rows] += 0.3 * float(np.sqrt(np.mean(Y0 ** 2)) or 1.0) * rng.normal(size=(int(rows.sum()), k))
+            nu_run, Y_run = local_run(Y0, k, B)
+            out.restarts_run += 1
+            if nu_run > inc_nu:
+                inc_nu, inc_Y, inc_start = nu_run, Y_run, start_label if r < len(starts) else inc_start
+            if progress is not None:
+                progress(1)
+            if nu_run >= UNBOUNDED:
+                break
+        if inc_Y is not None:
+            nu, X, S = certify(inc_Y, B)
+            out.per_subspace[label] = nu
+            if nu > out.nu:
+                out.nu, out.X, out.S, out.subspace, out.k, out.start = nu, X, S, label, k, inc_start
+        if out.nu >= UNBOUNDED:
+            out.stopped = "unbounded"
+            break
+        if out.stopped == "time limit":
+            break
+    out.runtime_s = time.perf_counter() - t0
+    return out
+
+
+def _simplex(v0: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Initial simplex around v0 with edges a third of the configuration's spread (random axes)."""
+    spread = float(np.std(v0)) or 1.0
+    nvar = v0.size
+    Q, _ = np.linalg.qr(rng.normal(size=(nvar, nvar)))
+    return np.vstack([v0, v0 + (spread / 3.0) * Q.T])
