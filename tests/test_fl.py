@@ -477,3 +477,52 @@ def test_gd_on_robust_oracle_learns(digits):
         x = x - step * fed.oracle(x)
     assert fed.honest_loss(x) < 0.5 * loss0
     assert fed.test_accuracy(x) > 0.85
+
+
+def test_test_accuracy_is_on_the_test_split(digits):
+    # iid split with few clients and a short run: train and test accuracy differ; both are checked
+    # against predictions computed here from the packed weights (W, b) = unpack(x)
+    from fedaudit.defenses.optimizers import DGD, FederationProblem, run
+
+    fed = Federation.build(digits, n_honest=3, f=0, attack=None, aggregator="mean", scheme="iid", seed=0)
+    tr = run(DGD(0.5), fed, rounds=3, seed=0)
+    x = tr.x_final
+    W, b = fed.model.unpack(x)
+
+    def acc(X, y):
+        return float(np.mean(np.argmax(X @ W.T + b, axis=1) == y))
+
+    test = acc(digits.X_test, digits.y_test)
+    train = acc(np.vstack([A for A, _ in fed.clients]), np.concatenate([y for _, y in fed.clients]))
+    assert abs(train - test) > 1e-3
+    assert fed.test_accuracy(x) == pytest.approx(test, abs=1e-15)
+    assert fed.train_accuracy(x) == pytest.approx(train, abs=1e-15)
+    assert FederationProblem(fed).test_accuracy(x) == pytest.approx(test, abs=1e-15)
+    assert tr.test_acc[-1] == pytest.approx(test, abs=1e-15)
+
+
+def test_declared_f_configures_the_rule_not_the_adversary(digits):
+    under = Federation.build(digits, n_honest=5, f=3, aggregator="cwtm", attack="nonfinite", declared_f=1, seed=0)
+    assert under.f == 3 and under.n == 8 and under.aggregator.f == 1 and under.config["declared_f"] == 1
+    assert Federation.build(digits, n_honest=5, f=2, seed=0).declared_f == 2
+    from fedaudit.errors import AggregatorBreakdown
+
+    with pytest.raises(AggregatorBreakdown) as info:
+        under.oracle(np.zeros(under.dim), 0)
+    assert (info.value.n, info.value.nonfinite, info.value.tolerated) == (8, 3, 1)
+    with pytest.raises(FedAuditError, match=r"declared_f must be an integer in \[0, inf\)"):
+        Federation.build(digits, n_honest=5, f=1, declared_f=-1)
+
+
+def test_oracle_hands_its_generator_to_the_rule(digits):
+    # bucketing draws its permutation from the oracle's rng: same seed, same aggregate, whatever
+    # the rule or the federation did before; another seed, another permutation
+    fed = Federation.build(digits, n_honest=6, f=1, aggregator="bucketing+cwtm", aggregator_kw={"s": 2},
+                           attack="alie", optimal_attack=False, seed=0)
+    x = np.zeros(fed.dim)
+    g = fed.oracle(x, 5)
+    fed.oracle(x)
+    fed.aggregator(np.ones((7, fed.dim)))
+    assert np.array_equal(fed.oracle(x, 5), g)
+    assert np.array_equal(fed.oracle(x, np.random.default_rng(5)), g)
+    assert any(not np.array_equal(fed.oracle(x, s), g) for s in (6, 7, 8))
