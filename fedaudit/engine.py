@@ -19,11 +19,21 @@ module, tasks must be picklable, and a script that calls :func:`run_tasks` at im
 behind ``if __name__ == "__main__":``. Each worker limits its BLAS/OpenMP/torch thread pools to one
 thread so that ``workers`` processes do not oversubscribe the cores. At most ``2 × workers`` tasks
 are in flight, so long task lists do not pile up pickled inputs in memory.
+
+Workers die with their parent. If the parent is killed (SIGKILL, OOM killer) its workers would
+otherwise live on, blocked on a queue nobody feeds. Each worker therefore asks the kernel for
+SIGKILL when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)`` through ctypes) and, on every
+platform, runs a daemon watchdog thread that waits on the parent's multiprocessing sentinel (or
+polls ``os.getppid()`` where there is none) and exits the worker with status 1 when the parent
+is gone.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -47,8 +57,62 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+#: seconds between checks of the parent's PID by the fallback watchdog
+_PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _kill_on_parent_death() -> bool:
+    """Linux: have the kernel send this process SIGKILL when its parent dies. False elsewhere or
+    when ``prctl`` cannot be called."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no libc symbol
+        return False
+
+
+def _watch_parent(parent_pid: int, poll_s: float = _PARENT_POLL_S) -> threading.Thread:
+    """Start a daemon thread that ends this process (``os._exit(1)``) once its parent has died.
+
+    It blocks on the parent's sentinel when this process was started by multiprocessing
+    (portable, no polling), else polls ``os.getppid()`` every ``poll_s`` seconds: a changed
+    parent PID means the parent died and the process was re-parented.
+    """
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+
+    def watch() -> None:
+        if parent is not None and parent.pid == parent_pid:
+            parent.join()  # returns when the parent's sentinel closes, i.e. the parent is gone
+        else:
+            while os.getppid() == parent_pid:
+                time.sleep(poll_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="fedaudit-parent-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Process-pool initializer: exit with the parent (see the module docstring), then one
+    BLAS/OpenMP/torch thread per worker."""
+    _kill_on_parent_death()
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+    _watch_parent(parent_pid)
+    _limit_threads()
+
+
 def _limit_threads() -> None:
-    """Process-pool initializer: one BLAS/OpenMP/torch thread per worker (workers already run in parallel)."""
+    """One BLAS/OpenMP/torch thread per worker (workers already run in parallel)."""
     for var in _THREAD_VARS:
         os.environ.setdefault(var, "1")
     try:
@@ -57,8 +121,6 @@ def _limit_threads() -> None:
         threadpool_limits(1)
     except Exception:  # pragma: no cover - threadpoolctl missing or unsupported
         pass
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is not None:  # pragma: no cover - only when torch was imported before the first task
         torch.set_num_threads(1)
@@ -149,7 +211,7 @@ def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_limit_threads)
+                               initializer=_worker_init, initargs=(os.getpid(),))
     try:
         yield from _bounded(tasks, workers, lambda task: pool.submit(fn, task),
                             lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
