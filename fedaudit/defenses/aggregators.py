@@ -553,7 +553,9 @@ class GeometricMedian(Aggregator):
         z0 = _cw_median(X)
         if n <= 2:  # every point of the segment is a minimiser; the midpoint = the median
             return z0
-        G, geo = _centered_gram(X, z0)
+        # far rows are drawn in at 2^400 reference lengths, the reference at least 2^-300·ν, so
+        # they never count as coinciding with the iterate
+        G, geo = _centered_gram(X, z0, math.log2(self.nu) - 300)
         nu = self.nu if geo is None else geo.scaled(self.nu)
         beta, _ = _weiszfeld(G, self.tol, self.max_iter, nu)
         return _affine_point(beta, X, z0) if geo is None else geo.combine(beta)

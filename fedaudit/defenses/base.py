@@ -229,6 +229,10 @@ class PreAggregator(_Rule):
         """Byzantine rows that can remain among the outputs (f for row-wise maps)."""
         return f
 
+    def input_rows(self, m: int) -> int:
+        """Fewest input rows that give at least m output rows (m for row-wise maps)."""
+        return m
+
 
 class Composed(Aggregator):
     """pre_1 ∘ … ∘ pre_m then an aggregator: ``compose(NNM(f), CWTM(f))``.
@@ -250,10 +254,13 @@ class Composed(Aggregator):
         self.needs_f = any(s.needs_f for s in stages)
 
     def min_n(self, f: int) -> int:
-        return max(s.min_n(s.f) for s in self.stages)
-
-    def _min_n_at(self, f: int) -> int:
-        return max(s.min_n(min(s.f, f)) for s in self.stages)
+        """Smallest n for which every stage gets enough rows with Byzantine count min(stage.f, f),
+        computed backwards through the stages (bucketing needs (m − 1)·s + 1 rows for m buckets)."""
+        need = 1
+        for stage in reversed(self.stages):
+            need = max(stage.min_n(min(stage.f, f)), stage.input_rows(need) if isinstance(stage, PreAggregator)
+                       else need)
+        return need
 
     def _aggregate(self, X: np.ndarray, f: int, rng: Any = None) -> np.ndarray:
         # f is the Byzantine count still possible after non-finite rows were dropped: each

@@ -113,6 +113,9 @@ class Bucketing(PreAggregator):
     def output_f(self, n: int, f: int) -> int:
         return min(f, math.ceil(n / self.s))
 
+    def input_rows(self, m: int) -> int:
+        return (max(m, 1) - 1) * self.s + 1
+
     def _transform(self, X: np.ndarray, f: int, rng: Any = None) -> np.ndarray:
         n = X.shape[0]
         gen = np.random.default_rng(self._seed_seq) if rng is None else as_generator(rng)
