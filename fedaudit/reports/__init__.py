@@ -1,10 +1,12 @@
 """Reports: claims with verdicts and evidence, rendered as JSON, HTML and Markdown.
 
 * :mod:`~fedaudit.reports.model` — :class:`Claim`, :class:`Manifest`, :class:`Report`
-  (schema-versioned JSON, canonical form, digest, HMAC seal);
-* :mod:`~fedaudit.reports.integrity` — schema validation, ``verify_report``, the signing key
-  from ``FEDAUDIT_REPORT_KEY``;
-* :mod:`~fedaudit.reports.io` — ``write_report`` (atomic, refuses to overwrite without force);
+  (schema-versioned strict JSON, canonical form, digest, HMAC seal, content digest and the
+  rendering view; provenance of the fedaudit checkout);
+* :mod:`~fedaudit.reports.integrity` — schema validation, ``verify_report`` (digest, signature,
+  the SHA-256 of every rendering), the signing key from ``FEDAUDIT_REPORT_KEY``;
+* :mod:`~fedaudit.reports.io` — ``write_report`` (renders, records artifact hashes, seals; atomic,
+  refuses to overwrite without force);
 * :mod:`~fedaudit.reports.html`, :mod:`~fedaudit.reports.markdown`, :mod:`~fedaudit.reports.plots` — renderers.
 
 Nothing below :mod:`fedaudit.audit` imports this package.
