@@ -459,6 +459,13 @@ def test_pigs_delta_is_the_max_over_the_run_with_margin():
     # round 0's step was already shortened once x_1 was probed (no extra communication)
     assert etas[0] < info["eta_initial"] == pytest.approx(1 / (2 * 1.25 * d0_true), rel=1e-6)
     np.testing.assert_allclose(tr.x_final, P.t, atol=1e-6)
+    # and x_1 is the proximal step taken with that shortened η_0: (A + I/η)x = b − c + x_0/η, c = g_0 − ∇L̂(x_0)
+    one = run(PIGS(gtol=1e-11), P, rounds=1, seed=0)
+    eta0 = one.extras["eta"][0]
+    assert eta0 == etas[0]
+    x0 = np.zeros(4)
+    c = P.honest_grad(x0) - P.surrogate.grad(x0)
+    np.testing.assert_allclose(one.x_final, np.linalg.solve(P.A + np.eye(4) / eta0, P.b - c + x0 / eta0), atol=1e-9)
     # same seed, same probes; delta_every sets the schedule
     again = run(PIGS(gtol=1e-11), P, rounds=30, seed=0)
     assert again.info["delta_estimates"] == est

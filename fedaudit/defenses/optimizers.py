@@ -789,24 +789,13 @@ class Trace:
     x_final: np.ndarray | None = field(default=None, repr=False)
 
     def to_dict(self, include_x: bool = False) -> dict[str, Any]:
-        def clean(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
-            if isinstance(v, (np.floating,)):
-                return clean(float(v))
-            if isinstance(v, (np.integer,)):
-                return int(v)
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            return v
+        from fedaudit.json import jsonable  # strict JSON: non-finite → "inf"/"-inf"/"nan", None = absent
 
         out = {k: v for k, v in asdict(self).items() if k != "x_final"}
         out["seed_entropy"] = None if self.seed_entropy is None else str(self.seed_entropy)
         if include_x and self.x_final is not None:
             out["x_final"] = self.x_final.tolist()
-        return clean(out)
+        return jsonable(out)
 
 
 def run(optimizer: Optimizer, problem: Any, x0: Any = None, rounds: int = 100, *,
