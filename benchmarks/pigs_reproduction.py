@@ -16,7 +16,9 @@ Methods, one oracle call (= one communication round) each per round:
   dnag     torch-SGD Nesterov, lr 0.1, momentum 0.9 (authors' "D-NAG");
   racc     the paper's robust accelerated method (Γ_k/γ_k schedule, corrected form — see
            fedaudit.defenses.optimizers.RobustAccelerated), L from the data, μ = 1e-2;
-  pigs     PIGS with η = 1/(2Δ̂), Δ̂ = power-iteration estimate of ‖∇²L_H − ∇²L_0‖ at x_0;
+  pigs     PIGS with its default step η = 1/(2·1.25·Δ̂), Δ̂ = the largest power-iteration estimate
+           of ‖∇²L_H − ∇²L_0‖_op at x_0 and at the probes along the run (fedaudit.defenses.optimizers.PIGS);
+  pigs_x0  the former default, η = 1/(2Δ̂(x_0)) from x_0 alone (a lower estimate of sup_x Δ(x): unsafe side);
   pigs_eta4 / pigs_eta2  PIGS with the authors' η = 4 (code) and the seed's η = 2 (table).
 Reference: the same honest clients with f = 0 and the mean (no attack); ℓ* = min of the
 reference runs' losses and of a direct L-BFGS solve of min L_H.
@@ -200,18 +202,19 @@ def main_experiment(args) -> dict[str, Any]:
         problem = FederationProblem(fed)
         L = problem.smoothness()
         delta = estimate_delta(problem, np.zeros(fed.dim), iters=500, rng=args.seed)
-    eta_theory = 1.0 / (2.0 * delta)
+    eta_x0 = 1.0 / (2.0 * delta)
     print(f"dataset={fed.dataset.name} (n_train={fed.dataset.n_train}, dim={fed.dim}); 20 honest + f={fed.f}, "
           f"Dirichlet β=5, μ={args.mu:g}, NNM+CWTM, optimal ALIE; client sizes {fed.sizes.min()}–{fed.sizes.max()}")
-    print(f"L = {L:.4g} (1/L = {1 / L:.4g}), κ = L/μ = {L / args.mu:.4g}; Δ̂ = ‖∇²L_H − ∇²L_0‖(x_0) = {delta:.4g} "
-          f"→ η = 1/(2Δ̂) = {eta_theory:.4g} (authors: η = 4 ⇔ Δ ≈ 0.125)")
+    print(f"L = {L:.4g} (1/L = {1 / L:.4g}), κ = L/μ = {L / args.mu:.4g}; Δ̂(x_0) = ‖∇²L_H − ∇²L_0‖(x_0) = {delta:.4g} "
+          f"→ former η = 1/(2Δ̂(x_0)) = {eta_x0:.4g} (authors: η = 4 ⇔ Δ ≈ 0.125)")
     R = args.rounds
     methods = [
         ("dgd", "dgd", {"lr": 0.1}),
         ("dgd_1/L", "dgd", {"lr_is_inverse_L": True}),
         ("dnag", "dnag", {"lr": 0.1, "momentum": 0.9}),
         ("racc", "racc", {"L": L, "mu": args.mu, "variant": "fgm"}),
-        ("pigs", "pigs", {"eta": eta_theory}),
+        ("pigs", "pigs", {}),
+        ("pigs_x0", "pigs", {"eta": eta_x0}),
         ("pigs_eta4", "pigs", {"eta": 4.0}),
         ("pigs_eta2", "pigs", {"eta": 2.0}),
     ]
@@ -221,7 +224,7 @@ def main_experiment(args) -> dict[str, Any]:
             for lab, k, p in methods]
     ref_spec = {**fed_spec, "f": 0}
     refs = [("ref_dgd", "dgd", {"lr": 0.1}), ("ref_dnag", "dnag", {"lr": 0.1, "momentum": 0.9}),
-            ("ref_pigs_eta4", "pigs", {"eta": 4.0}), ("ref_pigs", "pigs", {"eta": eta_theory})]
+            ("ref_pigs_eta4", "pigs", {"eta": 4.0}), ("ref_pigs", "pigs", {})]
     jobs += [{"label": lab, "kind": k, "params": p, "fed": ref_spec, "rounds": R, "seed": args.seed}
              for lab, k, p in refs]
     print(f"running {len(jobs)} runs × {R} rounds on {args.jobs} worker(s) …", file=sys.stderr, flush=True)
@@ -245,6 +248,17 @@ def main_experiment(args) -> dict[str, Any]:
     dgd_choice = "dgd" if not summary["dgd"]["diverged"] else "dgd_1/L"
     primary = {"dgd": dgd_choice, "dnag": "dnag", "racc": "racc", "pigs": "pigs"}
 
+    pigs_info = results["pigs"]["info"]
+    eta_run = pigs_info["eta"]
+    steps = {"dgd": "lr 0.1", "dgd_1/L": f"lr {1 / L:.3g}", "dnag": "0.1/m0.9", "racc": f"L={L:.3g}",
+             "pigs": f"η {eta_run:.3g}", "pigs_x0": f"η {eta_x0:.3g}", "pigs_eta4": "η 4", "pigs_eta2": "η 2",
+             "ref_dgd": "lr 0.1", "ref_dnag": "0.1/m0.9", "ref_pigs_eta4": "η 4",
+             "ref_pigs": f"η {results['ref_pigs']['info']['eta']:.3g}"}
+    probes = pigs_info["delta_estimates"]
+    print(f"\nPIGS Δ̂: at x_0 {pigs_info['delta_hat_x0']:.4g}; max over x_0 and {len(probes) - 1} probes along the run "
+          f"{pigs_info['delta_hat']:.4g} (round {max(probes, key=lambda e: e['delta'])['round']}); × margin "
+          f"{pigs_info['delta_margin']:g} → η = {eta_run:.4g} (started at {pigs_info['eta_initial']:.4g}); "
+          f"former η from x_0 alone = {eta_x0:.4g}")
     print(f"\nℓ* = {loss_star:.10g} (best f=0 reference loss {ref_min:.10g}; direct L-BFGS min L_H {direct:.10g}); "
           f"shared attacked plateau ℓ∞−ℓ* = {_fmt(None if shared is None else shared - loss_star, '.4g')} "
           f"(from {len(flat)} flat runs)")
@@ -254,9 +268,6 @@ def main_experiment(args) -> dict[str, Any]:
            f"{'flat':>5} {'min L−ℓ* @k':>17} {'test acc':>8} {'time s':>7}")
     print(hdr)
     print("-" * len(hdr))
-    steps = {"dgd": "lr 0.1", "dgd_1/L": f"lr {1 / L:.3g}", "dnag": "0.1/m0.9", "racc": f"L={L:.3g}",
-             "pigs": f"η {eta_theory:.3g}", "pigs_eta4": "η 4", "pigs_eta2": "η 2", "ref_dgd": "lr 0.1",
-             "ref_dnag": "0.1/m0.9", "ref_pigs_eta4": "η 4", "ref_pigs": f"η {eta_theory:.3g}"}
     for lab in [m[0] for m in methods] + [r[0] for r in refs]:
         s = summary[lab]
         tag = lab + (" (f=0)" if lab.startswith("ref_") else "")
@@ -288,7 +299,8 @@ def main_experiment(args) -> dict[str, Any]:
                "dgd/dnag >= 2": None if ratios["dgd/dnag"] is None else ratios["dgd/dnag"] >= 2,
                "plateaus within 10%": None if spread is None else spread <= 0.10}
     print(f"\nprimary: dgd = {dgd_choice!r} ({'authors’ lr 0.1 is stable' if dgd_choice == 'dgd' else 'lr 0.1 diverged'}), "
-          f"pigs = η from Δ̂ ({eta_theory:.3g})")
+          f"pigs = η from the max Δ̂ along the run ({eta_run:.3g}); former x_0-only η {eta_x0:.3g}: "
+          f"{_fmt(summary['pigs_x0']['rounds_5pct'])} rounds")
     print("rounds to 5% of plateau:", {k: v for k, v in rounds.items()}, " claimed:", CLAIMED["rounds"])
     print("ratios:", {k: (None if v is None else round(v, 2)) for k, v in ratios.items()})
     print("plateau gaps ℓ∞−ℓ*:", {k: _fmt(v, '.3g') for k, v in plateau.items()},
@@ -314,7 +326,10 @@ def main_experiment(args) -> dict[str, Any]:
     return {
         "config": {**fed_spec, "rounds": R, "quick": bool(args.quick), "dataset": fed.dataset.name,
                    "client_sizes": fed.sizes.tolist()},
-        "L": L, "delta_hat": delta, "eta_theory": eta_theory,
+        "L": L, "delta_hat_x0": delta, "eta_x0": eta_x0,
+        "delta_hat_run": pigs_info["delta_hat"], "delta_margin": pigs_info["delta_margin"], "eta_run": eta_run,
+        "delta_estimates": probes,
+        "rounds_pigs_x0": summary["pigs_x0"]["rounds_5pct"],
         "reference": {"loss_star": loss_star, "ref_runs_min": ref_min, "direct_min": direct},
         "shared_plateau_gap": None if shared is None else shared - loss_star,
         "rounds_shared": {k: summary[v].get("rounds_5pct_shared") for k, v in primary.items()},
