@@ -145,7 +145,7 @@ class StressConfig:
     < ``n_honest``) and ``betas`` (Dirichlet concentrations > 0; smaller = more heterogeneous).
     Run: ``optimizer`` in :data:`OPTIMIZER_NAMES` for ``rounds`` rounds — ``dgd`` and ``dnag``
     (momentum 0.9) with step size ``lr``; ``racc`` takes L and μ from the federation and ``pigs``
-    η = 1/(2Δ̂), so ``lr`` does not apply to them —
+    its default η (1/(2·1.25·Δ̂), Δ̂ the max along the run), so ``lr`` does not apply to them —
     ``n_honest`` honest clients, regularisation ``mu``, ``optimal_attack`` (line-search the
     attack's scale against the aggregator each round). ``target_accuracy`` only affects the
     report (rounds to reach it), never the training. ``aggregator_params`` maps an aggregator
@@ -284,7 +284,7 @@ def _make_optimizer(config: StressConfig, fed: Any):
         return opt.DNAG(config.lr, momentum=0.9)
     if config.optimizer == "racc":  # L and μ from the federation (FederationProblem.smoothness / .mu)
         return opt.RobustAccelerated()
-    return opt.PIGS()  # η = 1/(2Δ̂), Δ̂ estimated at x0
+    return opt.PIGS()  # η = 1/(2·1.25·Δ̂), Δ̂ the max estimate at x0 and along the run
 
 
 def _finite(x: Any) -> float | None:
