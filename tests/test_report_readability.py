@@ -410,6 +410,9 @@ def test_pair_power_in_summary_and_min_pair_power_verdicts(monkeypatch):
     assert unknown.verdict == "INCONCLUSIVE" and "exact ε is unknown" in unknown.summary
     assert unknown.evidence["notes"] == ["the pair was chosen by hand."]
     assert "the pair was chosen by hand." in unknown.summary
+    # …but a certified violation stays decisive even when the pair's exact ε is unknown
+    caught = run_one({**sketch, "curve": False})
+    assert caught.evidence["epsilon_exact"] is None and caught.evidence["violation"] and caught.verdict == "PASS"
 
 
 def test_min_pair_power_range_is_checked():
