@@ -50,7 +50,7 @@ def test_greedy_search_is_used_and_sound_for_large_subsets():
 
 @pytest.mark.parametrize("rule", ["cwtm", "cwmed", "krum", "gm", "nnm+cwtm"])
 def test_rules_reach_the_universal_lower_bound_and_stay_below_published_bounds(rule):
-    res = audit_robustness(rule, n=11, f=2, d=10, trials=36, search_evals=20, seed=0)
+    res = audit_robustness(rule, n=11, f=2, d=10, trials=36, search_evals=20, search=300, seed=0)
     assert res.reaches_lower_bound, res.per_configuration
     assert res.nu_empirical >= kappa_lower_bound(11, 2) * (1 - 1e-3)
     assert res.nu_bound is not None and not res.violation
@@ -65,15 +65,15 @@ def test_mean_is_unbounded():
 
 def test_replay_reproduces_the_saved_configuration():
     agg = make_aggregator("cwtm", 2)
-    res = audit_robustness(agg, n=9, f=2, d=6, trials=20, search_evals=10, seed=3)
+    res = audit_robustness(agg, n=9, f=2, d=6, trials=20, search_evals=10, search=400, seed=3)
     assert replay(res.config, agg) == pytest.approx(res.nu_empirical, rel=1e-9)
     json.dumps(res.to_dict())
 
 
 def test_deterministic_under_seed():
-    a = audit_robustness("krum", n=9, f=2, d=5, trials=12, search_evals=5, seed=7)
-    b = audit_robustness("krum", n=9, f=2, d=5, trials=12, search_evals=5, seed=7)
-    assert a.nu_empirical == b.nu_empirical and a.worst_attack == b.worst_attack
+    a = audit_robustness("krum", n=9, f=2, d=5, trials=12, search_evals=5, search=400, seed=7)
+    b = audit_robustness("krum", n=9, f=2, d=5, trials=12, search_evals=5, search=400, seed=7)
+    assert a.nu_empirical == b.nu_empirical and a.worst_attack == b.worst_attack and a.config == b.config
 
 
 def test_planted_non_robust_rule_is_flagged():
@@ -86,7 +86,7 @@ def test_planted_non_robust_rule_is_flagged():
         def _aggregate(self, X, f):
             return super()._aggregate(X, max(f - 1, 0))
 
-    res = audit_robustness(UnderTrimmed(2), n=9, f=2, d=5, trials=30, search_evals=30, seed=0)
+    res = audit_robustness(UnderTrimmed(2), n=9, f=2, d=5, trials=30, search_evals=30, search=0, seed=0)
     assert res.violation and res.nu_empirical > res.nu_bound
 
 

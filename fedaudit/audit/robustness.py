@@ -299,7 +299,9 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         else:
             attack = make_attack(attack_name)
             if optimal:
-                if getattr(attack, "scale", None) is None:
+                if getattr(attack, "scale", None) is None:  # nothing to line-search
+                    if progress is not None:
+                        progress(1)
                     continue
                 attack = Optimal(attack, agg)
             label = f"{'optimal ' if optimal else ''}{attack_name} / {shape}"
