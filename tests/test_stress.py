@@ -324,3 +324,16 @@ def test_cli_summarised_table_for_large_grids(tmp_path, capsys):
         assert broken == f"{a['breakdowns'][0][0]}/7"
     # the mean is not robust: the line-searched ALIE blows it up within one round
     assert rows["mean"][5] == "diverged" and rows["mean"][7] != "0/7"
+
+
+def test_a_cell_with_a_random_rule_is_a_function_of_its_seed():
+    # bucketing permutes with the round's rng (derived from the cell seed), never with its own state
+    config = StressConfig(**{**TINY, "aggregators": ("bucketing+cwtm",), "attacks": ("alie",),
+                             "aggregator_params": {"bucketing+cwtm": {"s": 2}}})
+    cell = config.cells()[0]
+    first = stress.run_cell((config, cell, cell_seed(0, cell)))
+    again = stress.run_cell((config, cell, cell_seed(0, cell)))
+    other = stress.run_cell((config, cell, cell_seed(1, cell)))
+    assert _strip([first]) == _strip([again])
+    assert first["trace"]["loss"][0] == other["trace"]["loss"][0]
+    assert first["trace"]["loss"][1:] != other["trace"]["loss"][1:]
