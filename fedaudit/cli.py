@@ -517,7 +517,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
                           dataset=args.dataset, data_path=args.data_path, optimizer=args.optimizer,
                           rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
                           optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy,
-                          **({"aggregator_params": params} if params else {}))
+                          declared_f=args.declared_f, **({"aggregator_params": params} if params else {}))
     from fedaudit.locking import directory_lock
 
     out_dir = Path(args.out)
@@ -879,6 +879,8 @@ def build_parser() -> argparse.ArgumentParser:
     _agg_param_option(p)
     p.add_argument("--attacks", default="alie,ipm,signflip,minmax", help="comma-separated attack names")
     p.add_argument("--f", default="1,3,5", help="comma-separated Byzantine counts (each < --n-honest)")
+    p.add_argument("--declared-f", type=int, default=None,
+                   help="f every rule is configured for (default: each cell's f); below f the rule may break down")
     p.add_argument("--beta", default="0.5,1,5", help="comma-separated Dirichlet concentrations (> 0)")
     p.add_argument("--optimizer", default="dgd", help="dgd, dnag, racc or pigs")
     p.add_argument("--rounds", type=int, default=300, help="training rounds per cell (default 300)")

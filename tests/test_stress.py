@@ -337,3 +337,16 @@ def test_a_cell_with_a_random_rule_is_a_function_of_its_seed():
     assert _strip([first]) == _strip([again])
     assert first["trace"]["loss"][0] == other["trace"]["loss"][0]
     assert first["trace"]["loss"][1:] != other["trace"]["loss"][1:]
+
+
+def test_cli_reports_an_aggregator_breakdown(tmp_path, capsys):
+    out = tmp_path / "broke"
+    argv = ["stress", "--dataset", "digits", "--aggregators", "cwtm", "--attacks", "nonfinite", "--f", "1,3",
+            "--declared-f", "1", "--beta", "1", "--n-honest", "5", "--rounds", "2", "--backend", "serial", "--quiet",
+            "--out", str(out)]
+    assert main(argv) == 0   # a breakdown is a result of the grid, not an error
+    text = capsys.readouterr().out
+    assert "2/2 cells (2 computed, 0 resumed)" in text and "1 breakdown(s)" in text
+    assert "aggregator breakdown at round 0" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_aggregator_breakdown"] == 1 and summary["config"]["declared_f"] == 1
