@@ -116,6 +116,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_report(tmp_path):
     try:
         _wait_for(lambda: (out / CHECKPOINT_DIR / "rob.json").is_file() and len(_cells(out)) >= 1, 240,
                   "the first checkpoint and a first stress cell", proc)
+        os.killpg(proc.pid, signal.SIGSTOP)  # frozen mid-grid, still holding its lock
         # one writer: a second run into the same directory is refused while the first runs
         second = cli("run", plan_file, "--out", out, "--force", env=env)
         assert second.returncode == 2, second.stderr
