@@ -16,10 +16,15 @@ upper(k, n, a) = Beta.ppf(1 − a, k + 1, n − k) (1 when k = n).
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 from scipy import stats
 
-__all__ = ["cp_lower", "cp_upper", "epsilon_lower_bound", "max_certifiable_epsilon", "gdp_mu_estimate"]
+from fedaudit.errors import FedAuditError, check_int, check_probability, check_real
+
+__all__ = ["cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "max_certifiable_epsilon",
+           "gdp_mu_estimate", "ThresholdBound", "best_threshold_epsilon"]
 
 
 def cp_lower(k, n, alpha):
@@ -62,3 +67,120 @@ def gdp_mu_estimate(tpr: float, fpr: float) -> float:
     tpr = float(np.clip(tpr, 1e-300, 1 - 1e-16))
     fpr = float(np.clip(fpr, 1e-300, 1 - 1e-16))
     return float(stats.norm.ppf(tpr) - stats.norm.ppf(fpr))
+
+
+def expected_epsilon_lower_bound(tpr: float, fpr: float, n: int, *, delta: float = 0.0,
+                                 alpha: float = 0.05, tail: float = 1e-12) -> float:
+    """E[ε_lb(TP, n, FP, n)] for independent TP ~ Bin(n, tpr), FP ~ Bin(n, fpr): the mean
+    bound a certification of one fixed event with these true rates returns.
+
+    ε_lb = max(0, A(TP) − B(FP)) with A = log(CP_lower(TP) − δ) (−∞ where CP_lower ≤ δ) and
+    B = log CP_upper(FP) (:func:`epsilon_lower_bound`). With F, G the cumulative sums of P[B = b]
+    and b·P[B = b] over the sorted values of B, E[max(0, a − B)] = a·F(a⁻) − G(a⁻), so the mean is
+    Σ_a P[A = a]·(a·F(a⁻) − G(a⁻)): O(m log m) for the m counts in each binomial's central
+    1 − 2·``tail`` range (the mass dropped changes the mean by < 2·tail·max_certifiable_epsilon(n)).
+    """
+    n = check_int("n", n, low=1)
+    tpr = check_real("tpr", tpr, low=0.0, high=1.0)
+    fpr = check_real("fpr", fpr, low=0.0, high=1.0)
+
+    def support(p):
+        lo = int(stats.binom.ppf(tail, n, p)) if p > 0 else 0
+        hi = int(stats.binom.isf(tail, n, p)) + 1 if p < 1 else n
+        k = np.arange(max(lo, 0), min(hi, n) + 1)
+        w = stats.binom.pmf(k, n, p)
+        return k, w / w.sum()
+
+    k1, w1 = support(tpr)
+    k0, w0 = support(fpr)
+    num = cp_lower(k1, n, alpha / 2) - delta
+    with np.errstate(divide="ignore"):
+        a = np.where(num > 0, np.log(np.maximum(num, 1e-300)), -np.inf)
+    b = np.log(cp_upper(k0, n, alpha / 2))  # increasing in the count: already sorted
+    F = np.concatenate([[0.0], np.cumsum(w0)])
+    G = np.concatenate([[0.0], np.cumsum(w0 * b)])
+    j = np.searchsorted(b, a, side="left")  # number of b < a
+    finite = np.isfinite(a)
+    gain = np.where(finite, np.where(finite, a, 0.0) * F[j] - G[j], 0.0)
+    return float(max(np.sum(w1 * np.maximum(gain, 0.0)), 0.0))
+
+
+@dataclass(frozen=True)
+class ThresholdBound:
+    """The best single-threshold event of an exact likelihood ratio and the ε it certifies at
+    ``n`` draws per input. ``threshold`` is the privacy-loss level t of E = {L ≥ t} (positive
+    input x0) or E = {L ≤ t} (positive input x1), L = log p0/p1; ``method`` says whether
+    ``epsilon`` is the mean certified bound ("expected") or the bound at the true rates
+    ("plug-in")."""
+
+    epsilon: float
+    threshold: float
+    positive_input: str
+    tpr: float
+    fpr: float
+    n: int
+    method: str
+    events: int
+
+    def to_dict(self) -> dict:
+        from fedaudit.json import jsonable
+
+        return jsonable(asdict(self))
+
+
+def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, alpha: float = 0.05,
+                           method: str = "expected") -> ThresholdBound:
+    """The most ε one certified threshold event can give at ``n`` draws per input, from the
+    exact output pmfs ``p0``, ``p1`` of a finite-output randomizer at the pair (x0, x1).
+
+    Outcomes are sorted by their privacy loss L = log p0 − log p1 (ties form one level: a
+    threshold cannot split outcomes with equal L). For every level t the events {L ≥ t}
+    (positive input x0: TPR = P0[E], FPR = P1[E]) and {L ≤ t} (positive x1) are the
+    Neyman–Pearson most powerful tests of their size (Neyman & Pearson 1933): no event of the
+    same FPR has a larger TPR. (A non-threshold event can have an FPR no threshold event has,
+    so over *all* events the optimum may be slightly higher; this is the bound for the
+    likelihood-ratio distinguisher the audit uses.) Each is scored by
+    :func:`expected_epsilon_lower_bound` (``method="expected"``: the mean Clopper–Pearson
+    bound of a certification with ``n`` draws per input, what the audit's ε_lb averages to when
+    it certifies that event) or by :func:`epsilon_lower_bound` at the expected counts
+    (``method="plug-in"``); the maximum is returned. Only the top candidates under the plug-in
+    score (which is within a few hundredths of the mean) get the exact mean.
+    """
+    n = check_int("n", n, low=1)
+    alpha = check_probability("alpha", alpha)
+    delta = check_real("delta", delta, low=0.0, high=1.0, open_high=True)
+    if method not in ("expected", "plug-in"):
+        raise FedAuditError(f"method must be 'expected' or 'plug-in', got method={method!r}")
+    p0 = np.asarray(p0, dtype=np.float64).reshape(-1)
+    p1 = np.asarray(p1, dtype=np.float64).reshape(-1)
+    for name, p in (("p0", p0), ("p1", p1)):
+        if p.shape != p0.shape or p.size == 0:
+            raise FedAuditError(f"p0 and p1 must be non-empty and of the same length, got {p0.size} and {p1.size}")
+        if not np.isfinite(p).all() or (p < 0).any() or abs(float(p.sum()) - 1.0) > 1e-9:
+            raise FedAuditError(f"{name} must be a probability vector (finite, ≥ 0, summing to 1 within 1e-9)")
+    keep = (p0 > 0) | (p1 > 0)
+    p0, p1 = p0[keep], p1[keep]
+    with np.errstate(divide="ignore"):
+        loss = np.log(p0) - np.log(p1)
+    levels, inverse = np.unique(loss, return_inverse=True)  # ascending
+    q0 = np.bincount(inverse, weights=p0, minlength=len(levels))
+    q1 = np.bincount(inverse, weights=p1, minlength=len(levels))
+    # {L ≥ levels[i]}: suffix sums; {L ≤ levels[i]}: prefix sums
+    ge0, ge1 = np.cumsum(q0[::-1])[::-1], np.cumsum(q1[::-1])[::-1]
+    le0, le1 = np.cumsum(q0), np.cumsum(q1)
+    cands = [(levels[i], "x0", min(ge0[i], 1.0), min(ge1[i], 1.0)) for i in range(len(levels))]
+    cands += [(levels[i], "x1", min(le1[i], 1.0), min(le0[i], 1.0)) for i in range(len(levels))]
+    tpr = np.array([c[2] for c in cands])
+    fpr = np.array([c[3] for c in cands])
+    plug = epsilon_lower_bound(tpr * n, n, fpr * n, n, delta=delta, alpha=alpha)
+    if method == "plug-in":
+        i = int(np.argmax(plug))
+        value = float(plug[i])
+    else:
+        top = np.argsort(-plug, kind="stable")[:8]
+        means = [expected_epsilon_lower_bound(tpr[i], fpr[i], n, delta=delta, alpha=alpha) for i in top]
+        j = int(np.argmax(means))
+        i, value = int(top[j]), float(means[j])
+    t, pos, _, _ = cands[i]
+    return ThresholdBound(epsilon=value, threshold=float(t), positive_input=pos, tpr=float(tpr[i]),
+                          fpr=float(fpr[i]), n=n, method=method, events=len(cands))

@@ -9,8 +9,14 @@ certify ε ≥ log((TPR_lb − δ)/FPR_ub) (:mod:`fedaudit.audit.bounds`).
 Three disjoint splits make the stated confidence family-wise with no multiplicity loss:
 1. **train** — black-box distinguishers are fitted (classifier, column ranking, counts);
 2. **select** — every statistic × threshold × orientation × positive input is scored by the
-   bound the certification split would give at the pessimistic (Clopper–Pearson) ends of the
-   rates seen here; the best one is kept;
+   bound the certification split would give at rates estimated here; the best one is kept.
+   For the exact likelihood ratio L (white box) both rates of an event come from *all* its
+   pooled hits by importance weighting (the weight of a report is a function of its L), so an
+   event that is rare under one input is measured from its hits under the other and is not
+   undervalued (:func:`_weighted_rates`); L needs no training, so it also selects on the
+   training draws. Fitted (black-box) statistics are scored at the pessimistic
+   Clopper–Pearson ends of their directly counted rates (:func:`_selection_score`), which
+   keeps noisy few-count tail thresholds from winning by chance;
 3. **certify** — fresh draws; exactly one event is evaluated, one bound at level 1 − α.
 Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ α.
 
@@ -22,7 +28,6 @@ counters only) and results do not depend on ``chunk``.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -38,6 +43,7 @@ from fedaudit.audit.bounds import (
     max_certifiable_epsilon,
 )
 from fedaudit.errors import FedAuditError, check_int, check_positive, check_probability, check_real, check_vector
+from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence
 
@@ -85,20 +91,44 @@ class LDPAudit:
     x0: list[float] | None = field(default=None, repr=False)
     x1: list[float] | None = field(default=None, repr=False)
     search: dict[str, Any] | None = field(default=None, repr=False)
+    #: ε_exact(pair)/ε_claimed: the most of the claim this pair can show (None when unknown)
+    pair_power: float | None = None
+    #: plain sentences on what the result does and does not show (e.g. a low-power pair)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _json_safe(asdict(self))  # ±inf anywhere (ε, event threshold of an LR test) -> "inf"/"-inf"
+        return jsonable(asdict(self))  # ±inf anywhere (ε, event threshold of an LR test) -> "inf"/"-inf"
 
 
-def _json_safe(value: Any) -> Any:
-    """Replace non-finite floats (at any depth) by "inf", "-inf" or "nan": strict JSON."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
+#: below this pair power a PASS is flagged in ``notes`` as saying little about the claim
+LOW_PAIR_POWER = 0.5
+
+
+def _pair_power(eps_exact: float | None, eps_claim: float | None) -> float | None:
+    """ε_exact/ε_claimed (``inf`` for a pair of infinite loss), None when either is unknown."""
+    if eps_exact is None or not eps_claim:
+        return None
+    return float(eps_exact) / float(eps_claim)
+
+
+def _notes(eps_exact: float | None, eps_claim: float | None, power: float | None, violation: bool,
+           max_cert: float, searched: bool) -> list[str]:
+    """The sentences of ``LDPAudit.notes``: a low-power pair, a claim beyond what the sample
+    size can certify, a pair whose exact loss already exceeds the claim."""
+    out = []
+    if eps_claim and max_cert <= eps_claim and not violation:
+        out.append(f"with these samples no audit can certify more than ε = {max_cert:.3g}, not above the "
+                   f"claimed {eps_claim:g}: a violation could not have been detected; draw more samples")
+    if power is not None and eps_exact is not None:
+        if power < LOW_PAIR_POWER and not violation:
+            hint = ("the search found no stronger pair; a PASS here says little" if searched
+                    else "a PASS here says little; try --pair search")
+            out.append(f"this pair's exact ε is {eps_exact:.3g}, {power:.0%} of the claimed {eps_claim:g}: {hint}")
+        elif power > 1.0 + 1e-9:
+            out.append(f"this pair's exact ε is {eps_exact:.3g}, above the claimed {eps_claim:g}: "
+                       f"the mechanism does not meet the claim"
+                       + ("" if violation else " (this audit's samples did not certify it)"))
+    return out
 
 
 # --------------------------------------------------------------------------- sources
@@ -193,8 +223,11 @@ def _thresholds(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
 
 def _best_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, delta: float,
                 alpha: float) -> _Event:
-    """Maximise the projected pessimistic bound (:func:`_selection_score`) over thresholds, orientation and positive input."""
+    """Maximise the projected bound over thresholds, orientation and positive input: by
+    :func:`_weighted_rates` for the exact likelihood ratio, by :func:`_selection_score` otherwise."""
     t = _thresholds(s0, s1)
+    if stat.family == "likelihood-ratio":
+        return _best_lr_event(stat, s0, s1, t, n_cert, delta, alpha)
     a, b = np.sort(s0), np.sort(s1)
     n0, n1 = len(a), len(b)
     ge0 = n0 - np.searchsorted(a, t, side="left")
@@ -210,6 +243,56 @@ def _best_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, de
             i = int(np.argmax(score))
             if best is None or score[i] > best.projected:
                 best = _Event(stat, upper, float(t[idx[i]]), positive, float(score[i]))
+    return best
+
+
+def _weighted_rates(s0: np.ndarray, s1: np.ndarray, t: np.ndarray, alpha: float):
+    """Both inputs' rates of {L ≥ t} and {L ≤ t} from the pooled draws, for the exact privacy
+    loss L = log p(r|x0) − log p(r|x1).
+
+    Balance-heuristic importance sampling (Veach & Guibas 1995; Owen 2013, §9.12): with the
+    pooled sample from the mixture m = π0·P0 + π1·P1 (π_i = n_i/(n0 + n1)), the weights
+    w0 = p0/m = 1/(π0 + π1·e^{−L}) and w1 = p1/m = 1/(π0·e^{L} + π1) give unbiased estimates
+    P̂_i[E] = Σ_{r∈E} w_i(r)/(n0 + n1) of both rates from *every* hit of E, whichever input drew
+    it. An event rare under x1 is then estimated from its many x0 hits (its likelihood ratio is
+    known exactly), not from the handful of x1 hits that direct counts would use — the rates'
+    ratio carries no count noise beyond the event's composition. What remains uncertain is the
+    event's mass: both rates are scaled by CP_lower(h, n0 + n1, α/2)/(h/(n0 + n1)) for the h
+    pooled hits, so a rare event is not preferred because chance gave it a few extra hits.
+    Returns (ge0, ge1, le0, le1) rates, each (len(t),).
+    """
+    s = np.concatenate([s0, s1])
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    total = len(s)
+    pi0, pi1 = len(s0) / total, len(s1) / total
+    with np.errstate(over="ignore"):
+        w0 = 1.0 / (pi0 + pi1 * np.exp(-s))
+        w1 = 1.0 / (pi0 * np.exp(s) + pi1)
+    c0 = np.concatenate([[0.0], np.cumsum(w0)])  # c[i] = sum of the i smallest scores' weights
+    c1 = np.concatenate([[0.0], np.cumsum(w1)])
+    lo = np.searchsorted(s, t, side="left")  # count of s < t
+    hi = np.searchsorted(s, t, side="right")  # count of s <= t
+    out = []
+    for h, r0, r1 in ((total - lo, c0[-1] - c0[lo], c1[-1] - c1[lo]), (hi, c0[hi], c1[hi])):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shrink = np.where(h > 0, cp_lower(h, total, alpha / 2) * total / np.maximum(h, 1), 0.0)
+        out += [np.clip(r0 * shrink / total, 0.0, 1.0), np.clip(r1 * shrink / total, 0.0, 1.0)]
+    return out
+
+
+def _best_lr_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, t: np.ndarray, n_cert: int,
+                   delta: float, alpha: float) -> _Event:
+    """The event whose estimated rates (:func:`_weighted_rates`) certify the most at n_cert:
+    the bound of the certification split evaluated at those rates (expected counts)."""
+    ge0, ge1, le0, le1 = _weighted_rates(s0, s1, t, alpha)
+    best = None
+    for upper, r0, r1 in ((True, ge0, ge1), (False, le0, le1)):
+        for positive, tpr, fpr in ((0, r0, r1), (1, r1, r0)):
+            score = epsilon_lower_bound(tpr * n_cert, n_cert, fpr * n_cert, n_cert, delta=delta, alpha=alpha)
+            i = int(np.argmax(score))
+            if best is None or score[i] > best.projected:
+                best = _Event(stat, upper, float(t[i]), positive, float(score[i]))
     return best
 
 
@@ -341,6 +424,8 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     use_lr, families = _families(test, has_lr)
     stats: list[Statistic] = [LikelihoodRatio(source.mechanism, x0, x1)] if use_lr else []
     decode = source.mechanism.decode if source.mechanism is not None else None
+    # the exact likelihood ratio is not fitted, so it also selects on the (kept) training draws
+    lr_train = [[stats[0](train0)], [stats[0](train1)]] if use_lr else None
     stats += fit_black_box(train0, train1, x0=x0, x1=x1, decode=decode, families=families,
                            seed=int(root.generate_state(1)[0]))
     del train0, train1
@@ -349,6 +434,8 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
 
     # 2. select
     scores: list[list[list[np.ndarray]]] = [[[] for _ in stats] for _ in range(2)]
+    if lr_train is not None:
+        scores[0][0], scores[1][0] = lr_train
     for w, x in ((0, x0), (1, x1)):
         for part in _stream(source, x, n_select, block, halves["select"][w], chunk_blocks, f"x{w}", progress):
             for i, st in enumerate(stats):
@@ -374,12 +461,16 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         eps_exact = pair(x0, x1) if pair is not None else None
     runtime = time.perf_counter() - t_start
     mech = source.mechanism
+    eps_exact = None if eps_exact is None else float(eps_exact)
+    violation = eps_claim is not None and eps_lb > eps_claim
+    power = _pair_power(eps_exact, eps_claim)
+    max_cert = max_certifiable_epsilon(n_cert, delta=delta_claim, alpha=alpha)
     return LDPAudit(
         epsilon_lower=eps_lb,
         epsilon_claimed=eps_claim,
         delta_claimed=delta_claim,
-        violation=eps_claim is not None and eps_lb > eps_claim,
-        epsilon_exact=None if eps_exact is None else float(eps_exact),
+        violation=violation,
+        epsilon_exact=eps_exact,
         tpr=tpr,
         fpr=fpr,
         test=chosen.statistic.name,
@@ -402,7 +493,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         candidates=[{"statistic": e.statistic.name, "family": e.statistic.family,
                      "selection_score": e.projected} for e in events],
         gdp_mu=gdp_mu_estimate(tpr, fpr) if tp > 0 and fp < n_cert else None,
-        max_certifiable=max_certifiable_epsilon(n_cert, delta=delta_claim, alpha=alpha),
+        max_certifiable=max_cert,
         selection_samples=n_sel,
         certification_samples=n_cert,
         runtime_s=runtime,
@@ -410,6 +501,8 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         mechanism=mech.to_dict() if mech is not None else {"mechanism": "black-box sampler"},
         x0=x0.tolist() if x0.size <= 4096 else None,
         x1=x1.tolist() if x1.size <= 4096 else None,
+        pair_power=power,
+        notes=_notes(eps_exact, eps_claim, power, violation, max_cert, searched=False),
     )
 
 

@@ -1,0 +1,232 @@
+"""Event selection of ``audit_ldp`` on finite-output randomizers, the exact best single-threshold
+bound it is measured against, false alarms under the selection rule, and the pair-power notes.
+
+The selection tests judge the *selected event*, not the certified number: the event's expected
+certified ε is computed from the exact pmf (``expected_epsilon_lower_bound``), so the assertion
+carries no certification noise and is deterministic for the fixed seeds.
+"""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedaudit.audit.bounds import (
+    best_threshold_epsilon,
+    epsilon_lower_bound,
+    expected_epsilon_lower_bound,
+)
+from fedaudit.audit.ldp import LOW_PAIR_POWER, audit_ldp
+from fedaudit.audit.pair_search import audit_worst_case
+from fedaudit.errors import FedAuditError
+from fedaudit.mechanisms import SSTQ, VQSGD, RandomizedResponse
+
+
+# --------------------------------------------------------------------------- cases with exact pmfs
+def bits_case(d, eps):
+    """SSTQ with k = d, s = 2, no rotation and B = 1/√d at x = ±1/√d: every coordinate is an
+    independent binary RR bit at ε/d, a product of d RR bits. The privacy loss of a report with
+    j bits agreeing with x0 is (2j − d)·ε/d, and j ~ Bin(d, p) under x0, Bin(d, 1 − p) under x1."""
+    m = SSTQ(d, d, 2, eps, rotate=False, bound=1 / math.sqrt(d))
+    x0 = np.ones(d) / math.sqrt(d)
+    p = 1 / (1 + math.exp(-eps / d))
+    j = np.arange(d + 1)
+    return m, x0, -x0, stats.binom.pmf(j, d, p), stats.binom.pmf(j, d, 1 - p), (2 * j - d) * eps / d
+
+
+def finite_case(m, x0, x1, outputs):
+    o = np.asarray(outputs, dtype=float)[:, None]
+    lp0, lp1 = m.log_prob(o, x0), m.log_prob(o, x1)
+    return m, x0, x1, np.exp(lp0), np.exp(lp1), lp0 - lp1
+
+
+def selected_event_value(case, r):
+    """Expected certified ε of the event the audit chose, from the exact pmf."""
+    *_, p0, p1, loss = case
+    ev, t = r.event, r.event["threshold"]
+    hit = loss >= t - 1e-9 if ">=" in ev["event"] else loss <= t + 1e-9
+    P0, P1 = min(p0[hit].sum(), 1.0), min(p1[hit].sum(), 1.0)
+    tpr, fpr = (P0, P1) if ev["positive_input"] == "x0" else (P1, P0)
+    return expected_epsilon_lower_bound(tpr, fpr, r.certification_samples)
+
+
+def test_rare_most_informative_event_is_selected():
+    """16 RR bits at ε = 4: at 2.7e5 certification draws the best event is "≥ 15 bits agree"
+    (mass 1.3e-3 under x0, 4e-5 under x1; expected certified ε 2.86), the next "≥ 14" (mass
+    8.6e-3) certifies 2.52. Counting the selection split's hits directly, the x1 side of the rare
+    event has ~1 hit and the pessimistic projection picks "≥ 14" in half the seeds (0.34 lost);
+    the importance-weighted rates pick the rare event every time."""
+    case = bits_case(16, 4.0)
+    m, x0, x1, p0, p1, _ = case
+    for seed in (2, 3, 4):  # the old rule lost 0.34 at seeds 2 and 4
+        r = audit_ldp(m, x0, x1, samples=300_000, seed=seed, test="likelihood-ratio")
+        best = best_threshold_epsilon(p0, p1, r.certification_samples)
+        assert best.epsilon == pytest.approx(2.859, abs=2e-3) and best.tpr < 0.01
+        assert selected_event_value(case, r) >= best.epsilon - 0.05, (seed, r.event)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bits", "krr", "vqsgd"])
+def test_issue_target_at_1e6(name):
+    """The issue's target: at N = 1e6 the certified ε_lb is within 0.05 of the best
+    single-threshold bound at the same certification size. Judged (a) on the selected event's
+    expected certified ε (no certification noise) for every seed and (b) on the mean certified
+    ε_lb over the seeds, which may fall below the bound by at most 0.05 plus 2.6 standard errors
+    of that mean (SE from the seeds' spread)."""
+    if name == "bits":
+        case = bits_case(16, 4.0)
+    elif name == "krr":
+        k = 1000
+        case = finite_case(RandomizedResponse(k, 2.0), np.eye(k)[0], np.eye(k)[1], range(k))
+    else:
+        m = VQSGD(256, 4.0)
+        case = finite_case(m, np.eye(256)[0], -np.eye(256)[0], range(512))
+    m, x0, x1, p0, p1, _ = case
+    lbs = []
+    for seed in range(6):
+        r = audit_ldp(m, x0, x1, samples=1_000_000, seed=seed)
+        best = best_threshold_epsilon(p0, p1, r.certification_samples)
+        assert r.test == "likelihood-ratio"
+        assert selected_event_value(case, r) >= best.epsilon - 0.05, (seed, r.event)
+        lbs.append(r.epsilon_lower)
+    se = np.std(lbs, ddof=1) / math.sqrt(len(lbs))
+    assert np.mean(lbs) >= best.epsilon - 0.05 - 2.6 * se
+
+
+# --------------------------------------------------------------------------- the exact bound
+def test_expected_bound_equals_brute_force_double_sum():
+    n, tpr, fpr = 60, 0.4, 0.1
+    k = np.arange(n + 1)
+    grid = epsilon_lower_bound(k[:, None], n, k[None, :], n)
+    want = float(stats.binom.pmf(k, n, tpr) @ grid @ stats.binom.pmf(k, n, fpr))
+    assert expected_epsilon_lower_bound(tpr, fpr, n) == pytest.approx(want, abs=1e-10)
+    # with δ: rows with TPR_lb ≤ δ certify 0
+    grid = epsilon_lower_bound(k[:, None], n, k[None, :], n, delta=0.2)
+    want = float(stats.binom.pmf(k, n, tpr) @ grid @ stats.binom.pmf(k, n, fpr))
+    assert expected_epsilon_lower_bound(tpr, fpr, n, delta=0.2) == pytest.approx(want, abs=1e-10)
+
+
+def test_expected_bound_matches_simulation():
+    n, tpr, fpr = 900_000, 1.34e-3, 3.9e-5
+    rng = np.random.default_rng(5)
+    sims = epsilon_lower_bound(rng.binomial(n, tpr, 20_000), n, rng.binomial(n, fpr, 20_000), n)
+    tol = 4.0 * sims.std() / math.sqrt(len(sims))
+    assert expected_epsilon_lower_bound(tpr, fpr, n) == pytest.approx(sims.mean(), abs=tol)
+
+
+def test_best_threshold_binary_rr_closed_form():
+    p = math.e / (1 + math.e)
+    n = 10**6
+    b = best_threshold_epsilon([p, 1 - p], [1 - p, p], n, method="plug-in")
+    assert b.epsilon == pytest.approx(float(epsilon_lower_bound(p * n, n, (1 - p) * n, n)), rel=1e-12)
+    assert b.epsilon == pytest.approx(0.996, abs=3e-3)  # research/privacy.md reference table
+    assert b.threshold == pytest.approx(1.0) and b.positive_input == "x0"
+
+
+def test_best_threshold_matches_loop_over_levels_and_groups_ties():
+    """Independent loop over every level of L. Outcomes 1 and 2 share their L: one level, so
+    5 outcomes give 4 levels and 8 candidate events (a level per orientation)."""
+    p0 = np.array([0.02, 0.3, 0.3, 0.18, 0.2])
+    p1 = np.array([0.001, 0.1, 0.1, 0.3, 0.499])
+    loss = np.log(p0) - np.log(p1)
+    for n in (50, 5000, 10**6):
+        want, arg = 0.0, None
+        for t in np.unique(loss):
+            for hit, pos in ((loss >= t, 0), (loss <= t, 1)):
+                a, b = p0[hit].sum(), p1[hit].sum()
+                tpr, fpr = (a, b) if pos == 0 else (b, a)
+                e = float(epsilon_lower_bound(tpr * n, n, fpr * n, n))
+                if e > want:
+                    want, arg = e, (t, tpr, fpr)
+        got = best_threshold_epsilon(p0, p1, n, method="plug-in")
+        assert got.epsilon == pytest.approx(want, rel=1e-12) and got.events == 8
+        assert (got.threshold, got.tpr, got.fpr) == pytest.approx(arg, rel=1e-12)
+        mean = best_threshold_epsilon(p0, p1, n)
+        assert mean.method == "expected" and 0.0 <= mean.epsilon
+        if n == 10**6:  # counts in the thousands: the mean bound is the plug-in up to noise
+            assert mean.epsilon == pytest.approx(want, abs=0.01)
+    json.dumps(got.to_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"p0": [0.5, 0.6], "p1": [0.5, 0.5]}, "p0 must be a probability vector"),
+    ({"p0": [0.5, 0.5], "p1": [1.0]}, "same length"),
+    ({"p0": [1.0, np.nan], "p1": [0.5, 0.5]}, "p0 must be a probability vector"),
+    ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "method": "mean"}, "method must be"),
+    ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "n": 0}, "n must be an integer in [1"),
+])
+def test_best_threshold_bad_input(kw, needle):
+    args = {"n": 100, **kw}
+    with pytest.raises(FedAuditError, match=None) as info:
+        best_threshold_epsilon(args.pop("p0"), args.pop("p1"), args.pop("n"), **args)
+    assert needle in str(info.value)
+
+
+# --------------------------------------------------------------------------- false alarms
+#: runs per case; under a correct audit P[violation] ≤ α = 0.05 per run, so the count is
+#: stochastically below Bin(RUNS, 0.05), whose 0.999 quantile bounds it (one-in-a-thousand
+#: chance that a correct implementation fails for one case at these fixed seeds)
+RUNS = 120
+FA_CASES = {
+    "rr-4": (lambda: (RandomizedResponse(4, 2.0), np.eye(4)[0], np.eye(4)[3]), 3000),
+    "bits-8 (rare best event)": (lambda: bits_case(8, 3.0)[:3], 4000),
+}
+
+
+@pytest.mark.parametrize("name", list(FA_CASES))
+def test_false_alarm_rate_at_most_alpha_with_claim_at_the_exact_epsilon(name):
+    """Claim = the pair's exact ε (the tightest correct claim): a violation is a false alarm."""
+    make, samples = FA_CASES[name]
+    m, x0, x1 = make()
+    exact = m.epsilon_for_pair(x0, x1)
+    alarms = sum(audit_ldp(m, x0, x1, epsilon=exact, samples=samples, seed=s, test="likelihood-ratio").violation
+                 for s in range(RUNS))
+    assert alarms <= stats.binom.ppf(0.999, RUNS, 0.05), alarms
+
+
+# --------------------------------------------------------------------------- pair power and notes
+def _vq_pair_epsilon(d, eps):
+    """vqSGD, x = e0 vs −e0: only vertex +0 (and −0) change weight, 1/√d + r vs r, r = (1 − 1/√d)/(2d)."""
+    p, q = math.exp(eps) / (math.exp(eps) + 2 * d - 1), 1 / (math.exp(eps) + 2 * d - 1)
+    r = (1 - 1 / math.sqrt(d)) / (2 * d)
+    return math.log((q + (p - q) * (1 / math.sqrt(d) + r)) / (q + (p - q) * r))
+
+
+def test_low_power_pair_says_so():
+    m, e = VQSGD(16, 1.0), np.eye(16)[0]
+    r = audit_ldp(m, e, -e, samples=20_000, seed=0)
+    exact = _vq_pair_epsilon(16, 1.0)
+    assert r.epsilon_exact == pytest.approx(exact, rel=1e-12) and exact == pytest.approx(0.3457, abs=1e-4)
+    assert r.pair_power == pytest.approx(exact / 1.0, rel=1e-12) and r.pair_power < LOW_PAIR_POWER
+    assert not r.violation
+    assert r.notes == ["this pair's exact ε is 0.346, 35% of the claimed 1: a PASS here says little; "
+                       "try --pair search"]
+    d = json.loads(json.dumps(r.to_dict(), allow_nan=False))
+    assert d["pair_power"] == pytest.approx(exact) and d["notes"] == r.notes
+
+
+def test_full_power_pair_has_no_note_and_black_box_power_is_unknown():
+    r = audit_ldp(RandomizedResponse(2, 1.0), [1, 0], [0, 1], samples=5000, seed=0)
+    assert r.pair_power == 1.0 and r.notes == []
+    r = audit_ldp(lambda x, n, g: x[None, :] + g.laplace(size=(n, 1)), [1.0], [-1.0], epsilon=2.0,
+                  samples=5000, seed=0)
+    assert r.pair_power is None and r.notes == [] and r.to_dict()["pair_power"] is None
+
+
+def test_notes_for_an_uncertifiable_claim_and_an_exact_loss_above_the_claim():
+    m, e = VQSGD(16, 1.0), np.eye(16)[0]
+    r = audit_ldp(m, e, -e, epsilon=20.0, samples=1000, seed=0)
+    assert any("no audit can certify more than" in n and "claimed 20" in n for n in r.notes)
+    r = audit_ldp(m, e, -e, epsilon=0.1, samples=1000, seed=0)
+    assert not r.violation and r.pair_power == pytest.approx(_vq_pair_epsilon(16, 1.0) / 0.1)
+    assert any("above the claimed 0.1" in n and "did not certify" in n for n in r.notes)
+
+
+def test_searched_pair_note_does_not_suggest_search():
+    res = audit_worst_case(VQSGD(16, 1.0), samples=5000, search_samples=1000, rounds=0, seed=0)
+    assert res.pair_power is not None and res.pair_power < LOW_PAIR_POWER
+    assert len(res.notes) == 1 and "search found no stronger pair" in res.notes[0]
+    assert "--pair search" not in res.notes[0]
