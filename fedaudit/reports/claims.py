@@ -194,8 +194,10 @@ def run_ldp(spec: ClaimSpec, advance: Advance) -> Claim:
                     + ("(the pair's exact ε is unknown)" if power is None else f"({power:.2f} < {need:g})"))
     if spec.expect == "violation":
         summary += " — expected a violation" + (", detected" if violated else ", NOT detected")
-    if notes:
-        summary += " Notes: " + " ".join(notes)
+    # the audit's own notes, less the one the pair-power sentence above already says
+    fresh = [n for n in notes if not ("says little" in n and "says little" in summary)]
+    if fresh:
+        summary += ". Notes: " + "; ".join(n.rstrip(".") for n in fresh) + "."
     mechanism = {"name": p["mechanism"], **_mechanism_params(mech)}
     evidence: dict[str, Any] = {"mechanism": mechanism, "epsilon_claimed": eps}
     if delta or p["claimed_delta"] is not None:  # δ only where the guarantee has one
@@ -208,7 +210,7 @@ def run_ldp(spec: ClaimSpec, advance: Advance) -> Claim:
         "epsilon_lower": res.epsilon_lower, "epsilon_exact": res.epsilon_exact,
         "pair_power": power, **({"min_pair_power": p["min_pair_power"]} if p["min_pair_power"] is not None else {}),
         "violation": violated, "max_certifiable": res.max_certifiable,
-        "notes": notes,
+        **({"notes": notes} if notes else {}),
         "curve": curve,
         "audit": {k: v for k, v in res.to_dict().items() if k not in _LDP_SHOWN},
     })
@@ -254,10 +256,14 @@ def pair_power(res: Any, claimed_epsilon: float) -> float | None:
 
 
 def _power_sentence(power: float | None, exact: float | None, eps: float, searched: bool) -> str:
+    """The summary's sentence on pair power; below ``fedaudit.audit.ldp.LOW_PAIR_POWER`` (0.5
+    where the audit does not define it) it adds that a PASS says little."""
+    from fedaudit.audit import ldp
+
     if power is None:
         return "the pair's exact ε is unknown, so how much of the claim it tests is unknown"
     text = f"this pair's exact ε {_g(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
-    if power < 0.9:
+    if power < getattr(ldp, "LOW_PAIR_POWER", 0.5):
         text += " — a PASS says little" + ("" if searched else "; use pair = 'search'")
     return text
 
@@ -386,7 +392,7 @@ def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
         if p["max_nu"] < res.nu_lower:
             parts.append("note: max_nu is below the universal lower bound, no rule can meet it")
     evidence = {
-        "nu_empirical": nu, "max_nu": p["max_nu"], "aggregator_params": params or None, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower,
+        "nu_empirical": nu, **({"aggregator_params": params} if params else {}), "nu_bound": res.nu_bound, "nu_lower": res.nu_lower,
         "bound_violation": res.violation, "unbounded": res.unbounded,
         "reaches_lower_bound": res.reaches_lower_bound,
         "worst": {k: v for k, v in worst.items() if k not in ("text", "where")},

@@ -96,6 +96,17 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def _set_title(ax, text: str, share: float = 0.9) -> None:
+    """Set a title wrapped to ``share`` of the figure's width (about 9 px per character at 12 pt),
+    so a long title (a worst configuration, a plot's note) breaks onto more lines instead of
+    running off the figure; ``share`` is the part of the width the axes (the title's centre) get."""
+    import textwrap
+
+    width_px = share * ax.figure.get_figwidth() * ax.figure.dpi
+    chars = max(30, int(width_px / 9))
+    ax.set_title("\n".join(textwrap.fill(part, chars) for part in str(text).split("\n")))
+
+
 def _fmt(x: float) -> str:
     if math.isnan(x):
         return "NaN"
@@ -130,7 +141,7 @@ def _epsilon_vs_samples(spec: Mapping[str, Any]):
     e = _arr(spec["epsilon_lower"], "epsilon_lower")
     _same_length("samples", n, "epsilon_lower", e)
     claimed, exact = _num(spec["epsilon_claimed"], "epsilon_claimed"), _num(spec["epsilon_exact"], "epsilon_exact")
-    fig, ax = _figure()
+    fig, ax = _figure(7.2, 4.8)
     ok = np.isfinite(n) & np.isfinite(e)
     order = np.argsort(n[ok])
     ax.plot(n[ok][order], e[ok][order], "o-", color=_BLUE, lw=2, label="certified ε lower bound")
@@ -140,7 +151,7 @@ def _epsilon_vs_samples(spec: Mapping[str, Any]):
         ax.axhline(claimed, color=_RED, ls="--", lw=1.6, label=f"claimed ε = {claimed:.4g}")
         ax.axhspan(claimed, top, color=_RED, alpha=0.07, lw=0, label="violation region (ε_lb > claim)")
     if math.isfinite(exact):
-        ax.axhline(exact, color=_GREEN, ls=":", lw=1.8, label=f"exact ε = {exact:.4g}")
+        ax.axhline(exact, color=_GREEN, ls=":", lw=1.8, label=f"exact ε of the pair = {exact:.4g}")
     if ok.any() and (n[ok] > 0).all() and n[ok].max() / n[ok].min() >= 10:
         ax.set_xscale("log")
         _log_ticks(ax, n[ok], _si)
@@ -148,9 +159,9 @@ def _epsilon_vs_samples(spec: Mapping[str, Any]):
     ax.set_ylim(low, top)
     ax.set_xlabel("samples per input")
     ax.set_ylabel("ε")
-    ax.set_title(spec.get("title", "Certified ε lower bound against samples"))
+    _set_title(ax, spec.get("title", "Certified ε lower bound against samples"))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=9)
+    fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)  # never over the data
     return fig
 
 
@@ -211,7 +222,7 @@ def _privacy_region(spec: Mapping[str, Any]):
     ax.set_aspect("equal")
     ax.set_xlabel("FPR  P[M(b) ∈ E]")
     ax.set_ylabel("TPR  P[M(a) ∈ E]")
-    ax.set_title(spec.get("title", r"Privacy region: (FPR, TPR) against the $e^{\varepsilon}$ boundary"))
+    _set_title(ax, spec.get("title", r"Privacy region: (FPR, TPR) against the $e^{\varepsilon}$ boundary"))
     ax.grid(True, which="both", alpha=0.3)
     fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     return fig
@@ -260,7 +271,7 @@ def _mse_vs_dk(spec: Mapping[str, Any]):
     ax.set_xlabel("d / k")
     ax.set_ylabel("MSE  E‖x̂ − x‖²")
     title = spec.get("title", "MSE against d/k (log–log), dashed: fitted slope")
-    ax.set_title(title + ("\n" + "; ".join(orphans) if orphans else ""))
+    _set_title(ax, title + ("\n" + "; ".join(orphans) if orphans else ""))
     ax.grid(True, which="both", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     rank = {str(label): i for i, label in enumerate(series)}  # each series' data, then its fit; then references
@@ -312,7 +323,7 @@ def _nu_vs_bound(spec: Mapping[str, Any]):
     ax.set_xlim(right=right * (1.15 if log else 1.05))
     ax.set_xlabel(r"$\hat\nu$ (worst ratio found per attack configuration)")
     more = f" (top {cap} of {total})" if total > cap else ""
-    ax.set_title(spec.get("title", r"Empirical $\hat\nu$ against the published bound") + more)
+    _set_title(ax, spec.get("title", r"Empirical $\hat\nu$ against the published bound") + more, share=0.6)
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     return fig
@@ -354,7 +365,7 @@ def _heatmap(spec: Mapping[str, Any]):
     fig.colorbar(im, ax=ax, label=spec.get("value_label", ""))
     ax.set_xlabel(spec["x_label"])
     ax.set_ylabel(spec["y_label"])
-    ax.set_title(spec["title"])
+    _set_title(ax, spec["title"])
     return fig
 
 
@@ -392,7 +403,7 @@ def _curves(spec: Mapping[str, Any]):
         ax.set_yscale("log")
     ax.set_xlabel(spec["x_label"])
     ax.set_ylabel(spec["y_label"])
-    ax.set_title(spec["title"])
+    _set_title(ax, spec["title"])
     ax.grid(True, which="both", alpha=0.3)
     n = len(series)
     if n:
@@ -433,7 +444,8 @@ def describe(spec: Mapping[str, Any]) -> str:
         return ("Privacy region: observed and certified (FPR, TPR) against the (ε, δ) boundary "
                 "TPR ≤ e^ε·FPR + δ; a certified corner outside the shaded region proves a violation.")
     if kind == "mse_vs_dk":
-        return "MSE against d/k on log–log axes with 95% CIs; dotted lines: least-squares fitted slopes."
+        return ("MSE against d/k on log–log axes: markers are measurements with their CIs, dashed lines the "
+                "least-squares fits (slopes in the legend), flat lines the references.")
     if kind == "nu_vs_bound":
         return "Empirical ν̂ per attack configuration against the published bound and the lower bound f/(n−2f)."
     if kind in ("heatmap", "curves"):
