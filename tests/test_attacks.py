@@ -1,6 +1,7 @@
 """Byzantine attacks (fedaudit.attacks.byzantine): formulas, constraints, search, conventions."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from fedaudit.attacks.byzantine import (
     IPM,
     Attack,
     Fang,
+    FangKrumNotSelectedWarning,
     Gaussian,
     Mimic,
     MinMax,
@@ -311,6 +313,58 @@ def test_fang_krum_selected(seed, m, f):
     assert KrumRef(f).index(X) >= m  # Krum picks a malicious row
 
 
+def fang_krum_lambda(H, f):
+    """Independent reference of Fang's Krum variant: (λ returned, whether Krum picked it)."""
+    m, d = H.shape
+    n = m + f
+    s = np.where(H.mean(0) < 0, -1.0, 1.0)
+    dist = [[math.sqrt(float(np.sum((a - b) ** 2))) for b in H] for a in H]
+    sums = [sum(sorted(dist[i][j] for j in range(m) if j != i)[:n - f - 2]) for i in range(m)]
+    lam0 = min(sums) / ((n - 2 * f - 1) * math.sqrt(d)) + max(math.sqrt(float(r @ r)) for r in H) / math.sqrt(d)
+    lam = lam0
+    while True:
+        X = np.vstack([H, np.tile(-lam * s, (f, 1))])
+        if KrumRef(f).index(X) >= m:
+            return lam, True
+        if lam / 2 < 1e-5 * lam0:
+            return lam, False
+        lam /= 2
+
+
+@pytest.mark.parametrize("seed,m,f", [(0, 7, 2), (2, 7, 2), (0, 9, 3), (2, 8, 2)])
+def test_fang_krum_lambda_matches_the_reference(seed, m, f):
+    """The exact λ of the halving search, against a loop implementation. On these inputs Krum
+    scored with n − 2 neighbours (f ignored) or λ₀ computed with f = 0 stop at another λ, so a
+    variant that ignores f anywhere fails."""
+    H = np.random.default_rng(seed).normal(loc=0.2, size=(m, 10))
+    lam, selected = fang_krum_lambda(H, f)
+    attack = Fang("krum")
+    rows = attack(H, f)
+    s = np.where(H.mean(0) < 0, -1.0, 1.0)
+    np.testing.assert_allclose(rows, np.tile(-lam * s, (f, 1)), rtol=1e-12)
+    assert selected and attack.krum_selected is True and attack.krum_lambda == pytest.approx(lam, rel=1e-12)
+
+
+def test_fang_krum_reports_when_krum_never_picks_it():
+    """Identical honest rows all score 0, so Krum never selects a Byzantine row: the search
+    halves λ down to λ₀·2⁻¹⁶ (the last λ with λ/2 ≥ 1e-5·λ₀), warns and records the failure."""
+    H = np.tile(np.array([0.5, -1.0, 2.0, 0.25]), (6, 1))
+    attack = Fang("krum")
+    assert attack.krum_selected is None
+    with pytest.warns(FangKrumNotSelectedWarning, match="selected no Byzantine row"):
+        rows = attack(H, 2)
+    lam0 = np.linalg.norm(H[0]) / 2.0  # min-sum term is 0, max norm / √d with d = 4
+    assert attack.krum_selected is False and attack.krum_lambda == pytest.approx(lam0 * 2.0**-16, rel=1e-12)
+    assert (lam0 * 2.0**-16, False) == pytest.approx(fang_krum_lambda(H, 2))
+    np.testing.assert_allclose(rows, np.tile(-attack.krum_lambda * np.array([1.0, -1.0, 1.0, 1.0]), (2, 1)))
+    Fang("krum")(honest_matrix(7, 10, seed=0, loc=0.2), 2)  # a successful call records True, no warning
+    ok = Fang("krum")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ok(honest_matrix(7, 10, seed=0, loc=0.2), 2)
+    assert ok.krum_selected is True
+
+
 def test_fang_krum_needs_enough_inputs():
     with pytest.raises(FedAuditError, match="2f\\+3"):
         Fang("krum")(honest_matrix(4, 3), 2)
@@ -391,6 +445,21 @@ def test_optimal_random_attack_consistent_and_torch():
     np.testing.assert_array_equal(again[0], rows)
     t = Optimal(ALIE(), MeanRef(3), evals=6)(torch.tensor(H, dtype=torch.float32), 3)
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.shape == (3, 5)
+
+
+def test_optimal_against_a_random_rule_is_reproducible():
+    """Bucketing draws its permutation from the call's rng: the search gives the same bits for
+    the same seed, and each probe sees the same permutation (common random numbers)."""
+    from fedaudit.defenses import make_aggregator
+
+    H = honest_matrix(12, 4, seed=3)
+    rule = make_aggregator("bucketing+cwtm", 1, s=2, seed=None)  # OS-entropy construction seed
+    a = Optimal(IPM(), rule, evals=8).search(H, 3, rng=7)
+    b = Optimal(IPM(), rule, evals=8).search(H, 3, rng=7)
+    assert a[0].tobytes() == b[0].tobytes() and a[1:] == b[1:]
+    agg_seed = np.random.SeedSequence(7).spawn(1)[0]
+    X = np.vstack([H, a[0]])
+    assert a[2] == pytest.approx(np.linalg.norm(rule(X, rng=np.random.default_rng(agg_seed)) - H.mean(0)), rel=1e-12)
 
 
 def test_optimal_bad_aggregator_output():

@@ -11,6 +11,7 @@ from fedaudit.attacks.byzantine import (
     IPM,
     Attack,
     Fang,
+    FangKrumNotSelectedWarning,
     Gaussian,
     MinMax,
     MinSum,
@@ -30,7 +31,7 @@ from fedaudit.attacks.inference import (
 )
 
 __all__ = [
-    "Attack", "ALIE", "IPM", "SignFlip", "Gaussian", "Mimic", "MinMax", "MinSum", "Fang", "NonFinite", "Optimal",
+    "Attack", "ALIE", "IPM", "SignFlip", "Gaussian", "Mimic", "MinMax", "MinSum", "Fang", "FangKrumNotSelectedWarning", "NonFinite", "Optimal",
     "ATTACK_NAMES", "make_attack",
     "ColumnThreshold", "FrequencyTest", "LikelihoodRatio", "LogisticClassifier", "Projection", "Statistic",
 ]

@@ -28,12 +28,13 @@ USENIX Security 2020 (local model poisoning); Allouah et al. AISTATS 2023 (the l
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 from scipy import stats
 
-from fedaudit.defenses.base import as_array, to_like
+from fedaudit.defenses.base import Aggregator, as_array, to_like
 from fedaudit.errors import FedAuditError, check_int, check_real
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
@@ -47,6 +48,7 @@ __all__ = [
     "MinMax",
     "MinSum",
     "Fang",
+    "FangKrumNotSelectedWarning",
     "NonFinite",
     "Optimal",
     "ATTACK_NAMES",
@@ -372,6 +374,10 @@ class MinSum(_MinDistance):
         return float(np.sqrt(np.einsum("ij,ij->i", C, C).min() / float(p @ p)))
 
 
+class FangKrumNotSelectedWarning(RuntimeWarning):
+    """Fang's Krum variant found no λ for which Krum selects a Byzantine row (see :class:`Fang`)."""
+
+
 class Fang(Attack):
     """Local model poisoning (Fang, Cao, Jia, Gong, USENIX Security 2020), full-knowledge versions,
     in update space (the reference global model is the zero update). s_j = sign(μ_j) (0 → +1).
@@ -384,8 +390,13 @@ class Fang(Attack):
     * ``"krum"``: every row is −λ·s with λ halved from
         λ₀ = min_i Σ_{l∈Γ_i} ‖x_l − x_i‖ / ((n − 2f − 1)√d) + max_i ‖x_i‖/√d
       (Γ_i: the n − f − 2 nearest other honest vectors) until Krum (n − f − 2 neighbours, squared
-      distances) on honest ∪ Byzantine selects a Byzantine row, stopping below 1e-5·λ₀ (then the
-      last λ tried is used). All f rows are identical. Needs n ≥ 2f + 3.
+      distances) on honest ∪ Byzantine selects a Byzantine row, stopping below 1e-5·λ₀. All f
+      rows are identical. Needs n ≥ 2f + 3. When no λ ≥ 1e-5·λ₀ makes Krum select a Byzantine
+      row the attack has failed: it returns the last λ tried, emits a
+      :class:`FangKrumNotSelectedWarning` and records the outcome, readable after each call as
+      ``attack.krum_selected`` (True/False; None before the first krum-variant call) and
+      ``attack.krum_lambda`` (the λ returned). These two attributes are the only state, are
+      overwritten by every call and are not meant to be shared between threads.
 
     ``b > 1`` (default 2). No scale.
     """
@@ -395,6 +406,8 @@ class Fang(Attack):
     def __init__(self, variant: str = "trmean", b: float = 2.0):
         self.variant = _check_choice("variant", variant, ("trmean", "median", "krum"))
         self.b = check_real("b", b, low=1.0, open_low=True)
+        self.krum_selected: bool | None = None
+        self.krum_lambda: float | None = None
 
     def params(self) -> dict[str, Any]:
         return {"variant": self.variant, "b": self.b}
@@ -415,8 +428,7 @@ class Fang(Attack):
         dn_lo, dn_hi = np.where(wmin > 0, wmin / b, b * wmin), wmin    # s_j = +1: below w_min
         return np.where(s < 0, up_lo, dn_lo), np.where(s < 0, up_hi, dn_hi)
 
-    @staticmethod
-    def _krum_rows(H, f, s):
+    def _krum_rows(self, H, f, s):
         m, d = H.shape
         n = m + f
         if n < 2 * f + 3:
@@ -427,11 +439,20 @@ class Fang(Attack):
         k = n - f - 2  # ≤ m − 1 other honest vectors since n − f − 2 = m − 2
         min_sum = float(np.sort(D, axis=1)[:, :k].sum(axis=1).min())
         lam0 = min_sum / ((n - 2 * f - 1) * math.sqrt(d)) + float(np.linalg.norm(H, axis=1).max()) / math.sqrt(d)
+        if not math.isfinite(lam0):
+            raise FedAuditError(f"Fang krum variant: λ₀ = {lam0} is not finite (honest vectors too large "
+                                "for their norms and distances to be represented)")
         lam = lam0
         while True:
             row = -lam * s
             X = np.vstack([H, np.repeat(row[None, :], f, axis=0)])
-            if _krum_index(X, f) >= m or lam / 2 < 1e-5 * lam0 or lam0 == 0:
+            selected = _krum_index(X, f) >= m
+            if selected or lam / 2 < 1e-5 * lam0 or lam0 == 0:
+                self.krum_selected, self.krum_lambda = bool(selected), float(lam)
+                if not selected:
+                    warnings.warn(f"Fang krum variant: Krum selected no Byzantine row for any λ in "
+                                  f"[{lam:.3g}, {lam0:.3g}] (n={n}, f={f}); returning λ={lam:.3g} "
+                                  "(attack.krum_selected is False)", FangKrumNotSelectedWarning, stacklevel=4)
                 return X[m:]
             lam /= 2
 
@@ -476,8 +497,11 @@ class Optimal(Attack):
     rule was broken). The wrapped attack's randomness is common across probes (one seed, fresh
     stream per probe), so g is a deterministic function of s for a given ``rng``. F receives the
     honest rows followed by the Byzantine rows, in the caller's array type; F must be permutation
-    invariant for the result not to depend on that order. ``search`` returns the rows at the
-    best scale with that scale and its objective; ``__call__`` returns the rows only.
+    invariant for the result not to depend on that order. A fedaudit :class:`Aggregator` is
+    called as ``aggregator(X, rng=...)`` with the same child stream of ``rng`` at every probe
+    (common random numbers, so a random rule such as bucketing does not make g noisy); other
+    callables are called as ``aggregator(X)``. ``search`` returns the rows at the best scale
+    with that scale and its objective; ``__call__`` returns the rows only.
     """
 
     def __init__(self, attack: Attack, aggregator: Callable[[Any], Any], evals: int = 24,
@@ -519,6 +543,7 @@ class Optimal(Attack):
         if f == 0:
             return to_like(np.empty((0, d)), token, dtype), default, 0.0
         seed = as_seed_sequence(rng)
+        agg_seed = seed.spawn(1)[0]
         cache: dict[float, tuple[float, np.ndarray]] = {}
         calls = 0
 
@@ -531,7 +556,10 @@ class Optimal(Attack):
                 return -np.inf
             byz = self.attack.with_scale(s)(H, f, np.random.default_rng(seed))
             X = to_like(np.vstack([H, byz]), token, dtype)
-            out = self.aggregator(X)
+            if isinstance(self.aggregator, Aggregator):  # common random numbers for a random rule
+                out = self.aggregator(X, rng=np.random.default_rng(agg_seed))
+            else:
+                out = self.aggregator(X)
             calls += 1
             if hasattr(out, "detach") and hasattr(out, "cpu"):
                 out = out.detach().cpu().numpy()
