@@ -368,6 +368,66 @@ def test_dissensus_on_two_worlds_breaks_plain_gossip_not_cs_plus():
     assert cs.mean_drift[-1] < 0.2
 
 
+def test_cs_plus_stalls_on_two_worlds():
+    """The mechanism documented in cs_plus: each world reaches consensus internally, the gap
+    between the world means freezes (round 50 = round 200), the stalled state is a fixed point
+    of CS+, and at every bridge endpoint the bridge weight is at most twice the Byzantine
+    budget, so the bridge difference is clipped to τ = 0 while plain gossip (b = 0) would still
+    pull the worlds together."""
+    g = two_worlds_graph(10, bridges=2)
+    x0 = _state(20, 5, 0)
+    byz = {9, 19}
+    b = byzantine_weight(g, byz)
+    for i, j in ((0, 10), (1, 11)):
+        assert g.weights[i, j] <= 2 * b[i] and g.weights[j, i] <= 2 * b[j]
+    gaps = []
+    for rounds in (50, 200):
+        tr = simulate_gossip(x0, g, byz, "cs+", rounds, Dissensus(), rng=0)
+        S = tr.states[-1]
+        left = [k for k, i in enumerate(tr.honest) if i < 10]
+        right = [k for k, i in enumerate(tr.honest) if i >= 10]
+        assert consensus_error(S[left]) < 1e-20 and consensus_error(S[right]) < 1e-20
+        gaps.append(np.linalg.norm(S[left].mean(0) - S[right].mean(0)))
+    assert gaps[0] > 0.5 and gaps[1] == pytest.approx(gaps[0], rel=1e-12)
+    X = np.zeros((20, 5))
+    X[sorted(set(range(20)) - byz)] = S
+    X[9], X[19] = S[left[0]], S[right[0]]
+    msgs = Dissensus()(X, g, byz, rule="cs+")
+    np.testing.assert_array_equal(robust_gossip_step(X, g, "cs+", byzantine=byz, messages=msgs), X)
+    moved = robust_gossip_step(X, g, "plain", byzantine=byz, messages=X, b=0.0)
+    assert np.abs(moved[0] - X[0]).max() > 1e-3  # the bridge alone would pull
+
+
+def test_mean_drift_matches_an_independent_computation():
+    """mean_drift[t] = ‖x̄_H^t − x̄_H^0‖. Without attack every node follows plain gossip, so
+    X_t = (I − ηL)^t X_0 and the honest mean drifts towards the Byzantine nodes' values; with a
+    fixed-c dissensus on plain gossip x_i⁺ = x_i − η(1 − c·b_i)·(L_H X)_i for honest i (He et al.),
+    Byzantine rows frozen."""
+    g = erdos_renyi_graph(12, 0.4, rng=3)
+    x0 = _state(12, 3, 4)
+    x0[[0, 1]] += 5.0  # Byzantine nodes start far away: the honest mean must move
+    byz = [0, 1]
+    h = list(range(2, 12))
+    eta = 0.9
+    M = np.eye(12) - eta * g.laplacian
+    tr = simulate_gossip(x0, g, set(byz), "plain", 15, eta=eta)
+    want = [np.linalg.norm((np.linalg.matrix_power(M, t) @ x0)[h].mean(0) - x0[h].mean(0)) for t in range(16)]
+    np.testing.assert_allclose(tr.mean_drift, want, rtol=1e-10, atol=1e-13)
+    assert tr.mean_drift[0] == 0.0 and tr.mean_drift[-1] > 0.5
+    c = 3.0
+    bw = byzantine_weight(g, byz)
+    LH = g.weights * np.isin(np.arange(12), h)[None, :]
+    X = x0.copy()
+    want = [0.0]
+    for _ in range(10):
+        a = LH.sum(1)[:, None] * X - LH @ X
+        X[h] = X[h] - eta * (1 - c * bw[h])[:, None] * a[h]
+        want.append(np.linalg.norm(X[h].mean(0) - x0[h].mean(0)))
+    tr = simulate_gossip(x0, g, set(byz), "plain", 10, Dissensus(c), eta=eta)
+    np.testing.assert_allclose(tr.mean_drift, want, rtol=1e-9, atol=1e-12)
+    assert tr.mean_drift[-1] > 0.1
+
+
 def test_dissensus_on_er_graph_cs_plus_reaches_consensus():
     """G(20, 0.4) seed 1 (μ₂(L_H) ≈ 0.27, b_max = 2/9), nodes 0, 1 Byzantine: under dissensus with
     line search CS+ and ClippedGossip reach consensus while plain gossip diverges."""

@@ -426,7 +426,23 @@ def _cs_tau(ws, ds, C, W, b):
 
 def cs_plus(w: Any, D: Any, b: Any) -> np.ndarray:
     """CS+ (Gaucher et al. 2025): F = Σ_j w_j clip_τ(D_j), τ = first sorted ‖D_j‖ where the
-    cumulative weight reaches W − 2b (∞ if b = 0; 0 if W ≤ 2b). Shapes as :func:`plain_gossip`."""
+    cumulative weight reaches W − 2b (∞ if b = 0; 0 if W ≤ 2b). Shapes as :func:`plain_gossip`.
+
+    Known limitation — CS+ stalls on bottleneck graphs (documented, not fixed: it is the rule).
+    A node cannot tell an honest bridge edge from a Byzantine one; both are just far
+    neighbours. On :func:`two_worlds_graph` with a Byzantine node in each world (Metropolis
+    weights: every bridge endpoint i has one bridge of weight w_br = 1/11 and Byzantine weight
+    b_i = 1/11), the bridge weight satisfies w_br ≤ 2b_i. Once the two worlds disagree by more
+    than their internal spread, the bridge neighbour and the Byzantine neighbour are the two
+    farthest, together at most the clipped weight 2b_i, so the bridge difference is clipped to
+    τ_i = the distance to a clique mate. The inter-world pull at i is then at most w_br·τ_i, and
+    τ_i decays geometrically with the intra-world consensus, so the total pull Σ_t w_br·τ_i(t)
+    is finite: each world reaches consensus internally and the gap between the world means
+    converges to a positive constant (with τ_i = 0 the state is a fixed point of CS+). The
+    worlds keep mixing only where a node's bridge weight exceeds 2b_i (more or heavier bridges
+    than Byzantine weight); shrinking b below w_br/2 instead lets the Byzantine messages through
+    unclipped (with dissensus on this graph the honest states then blow up). See
+    ``tests/test_gossip.py::test_cs_plus_stalls_on_two_worlds``."""
     w, D, b, single = _as_batch(w, D, b)
     dist = _norms(D)
     _, ws, ds, C, W = _sorted(w, dist)
