@@ -149,7 +149,7 @@ def test_default_bound_clamps_rarely_and_bias_is_small():
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(dim=8, k=9, levels=4, epsilon=1.0), "k must be an integer in [1, dim=8]"),
     (dict(dim=8, k=0, levels=4, epsilon=1.0), "k must be"),
-    (dict(dim=8, k=2, levels=1, epsilon=1.0), "levels must be an integer in [2, inf)"),
+    (dict(dim=8, k=2, levels=1, epsilon=1.0), "levels must be an integer in [2, 2^24=16777216]"),
     (dict(dim=8, k=2, levels=4, epsilon=0.0), "epsilon must be"),
     (dict(dim=8, k=2, levels=4, epsilon=-1.0), "epsilon must be"),
     (dict(dim=8, k=2, levels=4, epsilon=1.0, clip=0.0), "clip must be"),

@@ -23,7 +23,11 @@ from scipy import stats
 
 from fedaudit.errors import FedAuditError, check_int, check_probability, check_real
 
-__all__ = ["cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "max_certifiable_epsilon",
+#: largest sample size an audit accepts (per input): 10^12 draws take days at 10^7 draws/s, and
+#: every count stays exact in float64 (< 2^53)
+MAX_SAMPLES = 10**12
+
+__all__ = ["MAX_SAMPLES", "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "max_certifiable_epsilon",
            "gdp_mu_estimate", "ThresholdBound", "best_threshold_epsilon"]
 
 

@@ -39,6 +39,7 @@ from fedaudit.audit.bounds import (
     cp_lower,
     cp_upper,
     epsilon_lower_bound,
+    MAX_SAMPLES,
     gdp_mu_estimate,
     max_certifiable_epsilon,
 )
@@ -361,7 +362,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         ``sampler(x, size, rng) -> (size, ...)`` array; then ``epsilon`` (the claim) is required.
     x0, x1 : the audited inputs (must differ).
     epsilon, delta : the claimed guarantee; default the mechanism's own (δ = 0 for samplers).
-    samples : draws per input in total (selection + certification), ≥ 100.
+    samples : draws per input in total (selection + certification), in [100, 10^12].
     confidence : 1 − α for the certified bound.
     test : "auto" (likelihood ratio when ``log_prob`` exists, plus every black-box family),
         "likelihood-ratio", "black-box", or any of "column", "projection", "classifier",
@@ -377,6 +378,11 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         dim = mechanism.dim
         eps_claim = mechanism.epsilon if epsilon is None else check_positive("epsilon", epsilon)
         delta_claim = mechanism.delta if delta is None else check_real("delta", delta, low=0.0, high=1.0, open_high=True)
+        if mechanism.delta > 0 and delta_claim == 0:
+            # an approximate-DP mechanism (Gaussian) has no pure-DP claim to audit: say so, never
+            # audit δ = 0 silently or substitute a default
+            raise FedAuditError(f"delta must be in (0, 1) for {type(mechanism).__name__} (an approximate-DP "
+                                f"mechanism with delta={mechanism.delta:g}), got delta=0")
     else:
         if epsilon is None:
             raise FedAuditError("epsilon (the claimed guarantee) is required when auditing a black-box sampler")
@@ -387,7 +393,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     x1 = check_vector("x1", x1, dim=x0.shape[0])
     if np.array_equal(x0, x1):
         raise FedAuditError("x0 and x1 must differ: an audit of a pair of equal inputs certifies nothing")
-    samples = check_int("samples", samples, low=100)
+    samples = check_int("samples", samples, low=100, high=MAX_SAMPLES, high_name="10^12")
     confidence = check_probability("confidence", confidence)
     selection_fraction = check_probability("selection_fraction", selection_fraction)
     alpha = 1.0 - confidence

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fedaudit.audit.bounds import MAX_SAMPLES
 from fedaudit.errors import FedAuditError, check_int, check_positive
 from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence
@@ -91,8 +92,8 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
         raise FedAuditError("dim is required to search pairs for a black-box sampler")
     dim = check_int("dim", dim, low=1)
     clip = check_positive("clip", 1.0 if clip is None else clip)
-    samples = check_int("samples", samples, low=200)
-    rounds = check_int("rounds", rounds, low=0)
+    samples = check_int("samples", samples, low=200, high=MAX_SAMPLES, high_name="10^12")
+    rounds = check_int("rounds", rounds, low=0, high=100)
     root = as_seed_sequence(seed)
     cand_seq, local_seq, score_seq = root.spawn(3)
     categorical = _is_categorical(mechanism)

@@ -18,8 +18,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from fedaudit.audit.bounds import MAX_SAMPLES
 from fedaudit.errors import FedAuditError, check_int, check_probability, check_vector
-from fedaudit.mechanisms.base import Mechanism
+from fedaudit.mechanisms.base import Mechanism, check_levels
 from fedaudit.rng import as_seed_sequence, chunk_plan
 
 __all__ = ["MSEResult", "measure_mse", "VarianceCurve", "variance_vs_dk", "plot_variance_curve"]
@@ -63,7 +64,7 @@ def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int |
     if not isinstance(mechanism, Mechanism):
         raise FedAuditError(f"mechanism must be a fedaudit Mechanism, got {type(mechanism).__name__}")
     x = check_vector("x", x, dim=mechanism.dim)
-    samples = check_int("samples", samples, low=2)
+    samples = check_int("samples", samples, low=2, high=MAX_SAMPLES, high_name="10^12")
     chunk = check_int("chunk", chunk, low=1)
     confidence = check_probability("confidence", confidence)
     plan = list(chunk_plan(samples, chunk))
@@ -163,6 +164,8 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
     from fedaudit.mechanisms.vqsgd import VQSGD
 
     dim = check_int("dim", dim, low=1)
+    samples = check_int("samples", samples, low=2, high=MAX_SAMPLES, high_name="10^12")
+    levels = check_levels(levels)
     ks = tuple(check_int("k", k, low=1, high=dim, high_name="dim") for k in ks)
     if not ks:
         raise FedAuditError("ks must list at least one k in [1, dim]")

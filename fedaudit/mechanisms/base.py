@@ -18,7 +18,17 @@ from fedaudit.errors import FedAuditError, check_int, check_matrix, check_vector
 from fedaudit.rng import RngLike, as_generator
 
 __all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
-           "halfspace_pair_sup"]
+           "halfspace_pair_sup", "MAX_LEVELS", "check_levels"]
+
+#: largest number of quantization levels a mechanism accepts: the level grid is one float64 array
+#: of ``levels`` entries (2^24 → 128 MB, half the 256 MB live-memory budget of DESIGN.md), and
+#: level indices travel as float64, exact far beyond this (2^53)
+MAX_LEVELS = 2**24
+
+
+def check_levels(levels: Any) -> int:
+    """levels as an int in [2, MAX_LEVELS = 2^24] (the bound the level grid can allocate)."""
+    return check_int("levels", levels, low=2, high=MAX_LEVELS, high_name="2^24")
 
 
 def clip_l2(X: np.ndarray, clip: float) -> np.ndarray:

@@ -23,7 +23,7 @@ from fedaudit.errors import FedAuditError, check_int, check_positive, check_prob
 from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
 from fedaudit.mechanisms.noise import discrete_gaussian, discrete_gaussian_logpmf
 
-__all__ = ["Gaussian", "analytic_gaussian_sigma", "analytic_gaussian_delta", "gaussian_pair_epsilon",
+__all__ = ["Gaussian", "check_gaussian_delta", "analytic_gaussian_sigma", "analytic_gaussian_delta", "gaussian_pair_epsilon",
            "smoothing_eta"]
 
 #: the discrete Gaussian's variance is split as sigma^2 = s1^2 + SMOOTHING_S2^2 (see Gaussian)
@@ -31,6 +31,17 @@ SMOOTHING_S2 = 2
 #: largest integer sigma^2 (in grid units) the exact int64 sampler is driven with (sigma <= 2^26)
 _MAX_SIGMA2_GRID = 1 << 52
 _REL = 2.0**-40  # relative safety margin for floating-point evaluations on the privacy path
+
+
+def check_gaussian_delta(delta: Any, name: str = "delta") -> float:
+    """δ of a Gaussian mechanism, in the open interval (0, 1). δ = 0 is rejected, never replaced
+    by a default: no finite σ makes Gaussian noise pure DP (its privacy loss is unbounded)."""
+    from numbers import Real
+
+    if isinstance(delta, Real) and not isinstance(delta, bool) and delta == 0:
+        raise FedAuditError(f"{name} must be in (0, 1) for the Gaussian mechanism, got {name}=0: Gaussian "
+                            f"noise is never pure DP (δ = 0 would need infinite noise)")
+    return check_probability(name, delta)
 
 
 def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
@@ -165,7 +176,7 @@ class Gaussian(GridMechanism):
     def __init__(self, dim: int, epsilon: float, delta: float, clip: float = 1.0):
         self.dim = check_int("dim", dim, low=1)
         self.epsilon = check_epsilon(epsilon)
-        self.delta = check_probability("delta", delta)
+        self.delta = check_gaussian_delta(delta)
         self.clip = check_positive("clip", clip)
         self.report_width = self.dim
         self.report_layout = (f"(n, {self.dim}) float64 noisy values on the grid k*{{grid}}; "

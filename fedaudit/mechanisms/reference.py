@@ -15,7 +15,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from fedaudit.errors import FedAuditError, check_int
-from fedaudit.mechanisms.base import Mechanism, check_epsilon
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels
 from fedaudit.rng import RngLike, as_generator
 
 __all__ = ["SSTQSketch", "sample_subsets"]
@@ -115,7 +115,7 @@ class SSTQSketch(Mechanism):
     def __init__(self, dim: int, k: int, levels: int, epsilon: float):
         self.dim = check_int("dim", dim, low=1)
         self.k = check_int("k", k, low=1, high=self.dim, high_name="dim")
-        self.levels = check_int("levels", levels, low=2)
+        self.levels = check_levels(levels)
         self.epsilon = check_epsilon(epsilon)  # claimed, NOT delivered
         self.delta = 0.0
         self.noise_scale = 2.0 / (self.levels * self.epsilon)

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from fedaudit.errors import check_int, check_positive, check_probability
-from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels, clip_l2
 from fedaudit.mechanisms.rotation import (
     SEED_BITS,
     next_pow2,
@@ -82,7 +82,7 @@ class SSTQ(Mechanism):
     ----------
     dim : input dimension d ≥ 1.
     k : coordinates kept per report, 1 ≤ k ≤ d.
-    levels : quantization levels s ≥ 2.
+    levels : quantization levels s, 2 ≤ s ≤ 2^24 (:data:`~fedaudit.mechanisms.base.MAX_LEVELS`).
     epsilon : total LDP budget per report (> 0), split evenly over the k coordinates;
         ``None`` gives the non-private quantizer (no randomized response).
     clip : L2 clipping radius C > 0.
@@ -97,7 +97,7 @@ class SSTQ(Mechanism):
                  rotate: bool = True, *, bound: float | None = None, clamp_mass: float = 1e-3):
         self.dim = check_int("dim", dim, low=1)
         self.k = check_int("k", k, low=1, high=self.dim, high_name="dim")
-        self.levels = check_int("levels", levels, low=2)
+        self.levels = check_levels(levels)
         self.epsilon = check_epsilon(epsilon, allow_none=True)
         self.clip = check_positive("clip", clip)
         self.rotate = bool(rotate)
@@ -342,7 +342,7 @@ class SSTQ(Mechanism):
         from fedaudit.errors import check_vector
 
         x = check_vector("x", x, dim=self.dim)
-        rotations = check_int("rotations", rotations, low=2)
+        rotations = check_int("rotations", rotations, low=2, high=10**12, high_name="10^12")
         gen = as_generator(rng)
         xc = clip_l2(x[None, :], self.clip)[0]
         total = np.zeros(self.dim)
