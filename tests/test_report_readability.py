@@ -159,7 +159,14 @@ def test_robustness_names_the_worst_configuration(monkeypatch):
     title = c.plots[0]["title"]
     assert "optimal alie / heavy-tailed at n=7, f=1, ν̂=0.75" in title
     assert "attained by optimal alie / heavy-tailed at n=7, f=1" in c.summary
-    assert c.evidence["worst"] == {"attack": "optimal alie", "shape": "heavy-tailed", "n": 7, "f": 1, "nu": 0.75}
+    assert c.evidence["worst"] == {"label": "optimal alie", "attack": "optimal alie", "shape": "heavy-tailed",
+                                   "n": 7, "f": 1, "nu": 0.75}
+    # the audit's own one-line label wins over the attack name; a shape it already names is not repeated
+    labelled = {"stage": "attack", "label": "optimal ipm / clustered", "attack": "ipm", "shape": "clustered", "nu": 0.6}
+    monkeypatch.setattr(robustness, "audit_robustness", lambda *a, **k: _robustness_result(0.6, 2.0, labelled))
+    c = run_one(ROBUST)
+    assert "worst: optimal ipm / clustered at n=7, f=1, ν̂=0.6" in c.plots[0]["title"]
+    assert c.evidence["worst"]["stage"] == "attack" and "shape" not in c.evidence["worst"]
     # an audit without `worst` still names its worst configuration, from worst_attack
     monkeypatch.setattr(robustness, "audit_robustness", lambda *a, **k: _robustness_result(0.5, 2.0))
     assert "ipm / clustered at n=7, f=1, ν̂=0.5" in run_one(ROBUST).plots[0]["title"]

@@ -421,35 +421,37 @@ def rule_params(spec: str, params: dict[str, Any] | None, seed: int) -> dict[str
 
 
 def worst_configuration(res: Any) -> dict[str, Any]:
-    """The configuration that attains ν̂: attack, n, f, ν̂ and a one-line ``text``.
+    """The configuration that attains ν̂: its description, n, f, ν̂ and a one-line ``text``.
 
-    Read from ``RobustnessAudit.worst`` (a mapping or an object with ``attack``/``label``, ``n``,
-    ``f``, ``nu``/``nu_empirical`` and optionally ``shape``) where the audit provides it; any
-    field it lacks falls back to the audit's own ``worst_attack``, ``n``, ``f`` and
-    ``nu_empirical``, so older results still name their worst case.
+    Read from ``RobustnessAudit.worst`` (a mapping or an object) where the audit provides it:
+    ``label`` (the audit's one-line description) or else ``attack``, plus ``stage``, ``shape``
+    (appended when the description does not name it), ``n``, ``f`` and ``nu``/``nu_empirical``.
+    Any field it lacks falls back to the audit's own ``worst_attack``, ``n``, ``f`` and
+    ``nu_empirical``, so results without ``worst`` still name their worst case.
     """
-    w = getattr(res, "worst", None)
+    w = getattr(res, "worst", None) or None
 
     def get(*names: str) -> Any:
         for name in names:
-            v = w.get(name) if isinstance(w, dict) else getattr(w, name, None)
+            v = (w.get(name) if isinstance(w, dict) else getattr(w, name, None)) if w is not None else None
             if v is not None:
                 return v
         return None
 
-    attack = get("attack", "label") if w is not None else None
-    shape = get("shape", "honest_shape") if w is not None else None
-    n = get("n") if w is not None else None
-    f = get("f") if w is not None else None
-    nu = get("nu", "nu_empirical") if w is not None else None
-    out = {"attack": str(attack if attack is not None else res.worst_attack),
-           "n": int(n if n is not None else res.n), "f": int(f if f is not None else res.f),
-           "nu": _finite_or_none(nu if nu is not None else res.nu_empirical)}
-    if shape is not None and str(shape) not in out["attack"]:
-        out["shape"] = str(shape)
+    desc = get("label", "attack")
+    nu = get("nu", "nu_empirical")
     raw = float(nu if nu is not None else res.nu_empirical)
+    out: dict[str, Any] = {"label": str(desc if desc is not None else res.worst_attack)}
+    for key in ("attack", "stage"):
+        if get(key) is not None:
+            out[key] = str(get(key))
+    shape = get("shape", "honest_shape")
+    if shape is not None and str(shape) not in out["label"]:
+        out["shape"] = str(shape)
+    out.update(n=int(get("n") if get("n") is not None else res.n), f=int(get("f") if get("f") is not None else res.f),
+               nu=_finite_or_none(raw))
     nu_text = "∞" if math.isinf(raw) else _g(out["nu"], ".3g")
-    out["where"] = out["attack"] + (f" / {out['shape']}" if "shape" in out else "") + f" at n={out['n']}, f={out['f']}"
+    out["where"] = out["label"] + (f" / {out['shape']}" if "shape" in out else "") + f" at n={out['n']}, f={out['f']}"
     out["text"] = f"{out['where']}, ν̂={nu_text}"
     return out
 
