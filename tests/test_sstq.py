@@ -176,3 +176,18 @@ def test_bad_inputs(x, needle):
         m.decode(np.zeros((2, 5)))
     with pytest.raises(FedAuditError, match="level indices"):
         m.decode(np.array([[1.0, 9.0, 0.0]]))
+
+
+@pytest.mark.parametrize("levels", [2, 4])
+def test_private_mse_is_linear_in_k_as_the_docstring_states(levels):
+    """Module docstring: at fixed total ε the private noise term is (D/k)·D·E[ŷ²] with
+    E[ŷ²] ≈ c_s·B²(s·k/ε)², so MSE ≈ c_s·D²·k·B²s²/ε² — linear in k, not quadratic. Checked on
+    the exact expected_mse (no sampling): within 20% of the formula (the ε/k → 0 approximation
+    is off by ≤ 16% at ε/k = 1/4, s = 4) and ×4 (not ×16) from k = 16 to k = 64."""
+    d, eps = 64, 1.0
+    x = 0.5 * np.eye(d)[0]
+    c_s = (levels + 1) / (3 * (levels - 1))
+    mse = {k: SSTQ(d, k, levels, eps, rotate=False).expected_mse(x) for k in (4, 16, 64)}
+    for k, v in mse.items():
+        assert v == pytest.approx(c_s * d**2 * k * levels**2 / eps**2, rel=0.2)
+    assert mse[64] / mse[16] == pytest.approx(4.0, rel=0.05)

@@ -42,8 +42,16 @@ Pass ``bound`` to choose B yourself.
 
 **Variance** (a hypothesis, not a fact — see ``fedaudit.audit.variance``): without privacy,
 MSE ≈ (D/k − 1)‖x‖² + (D/k)·Σ quantization variance = O(d/k). With privacy at a *fixed total*
-ε, each coordinate gets ε/k and 1/(p−c)² ≈ (s·k/ε)², so the noise term grows like
-(D/k)·k·B²·(sk/ε)² ∝ D·k²: larger k is then worse, not better.
+ε, each coordinate gets ε/k and p − c = (e^{ε/k} − 1)/(e^{ε/k} + s − 1) ≈ ε/(s·k), so a kept
+coordinate's estimate ŷ = L_o/(p − c) has E[ŷ²] ≈ c_s·B²·(s·k/ε)², c_s = (s+1)/(3(s−1)) the mean
+of L_l²/B² over the grid (outputs are nearly uniform when ε/k is small). The k kept coordinates
+are scaled by D/k, so the private noise term is (D/k)²·k·E[ŷ²] = (D/k)·D·E[ŷ²] and
+
+    MSE ≈ c_s·D²·k·B²·s²/ε²,
+
+linear in k at fixed D: larger k is then worse, not better (the log–log slope on d/k is −1).
+With the rotated bound B² = 2C²·ln(2D/β)/D this is ∝ D·k·log D (C²s²/ε² fixed); without
+rotation (B = C) it is ∝ D²·k.
 
 References: Javanmard, Woodruff, Mirrokni, arXiv 2608.05127 (SSTQ, claims only);
 Ailon & Chazelle 2009 (randomized Hadamard); Suresh et al. ICML 2017 (rotation + stochastic
