@@ -372,6 +372,11 @@ def test_honest_loss_grad_hvp_are_client_means(fed):
     assert np.allclose(fed.honest_grad(x), grads.mean(axis=0), rtol=1e-12, atol=1e-15)
     hv = np.mean([fed.client_hvp(i, x, v) for i in range(fed.n_honest)], axis=0)
     assert np.allclose(fed.honest_hvp(x, v), hv, rtol=1e-12, atol=1e-15)
+    # the per-x cache of honest_hvp follows x (another point, then the first one again)
+    x2 = x + 0.5 * rng.normal(size=fed.dim)
+    hv2 = np.mean([fed.client_hvp(i, x2, v) for i in range(fed.n_honest)], axis=0)
+    assert np.allclose(fed.honest_hvp(x2, v), hv2, rtol=1e-12, atol=1e-15) and not np.allclose(hv2, hv)
+    assert np.allclose(fed.honest_hvp(x, v), hv, rtol=1e-12, atol=1e-15)
     A0, y0 = fed.clients[0]
     assert fed.client_loss(0, x) == fed.model.loss(x, A0, y0)
     assert fed.honest_loss(np.zeros(fed.dim)) == pytest.approx(np.log(10), rel=1e-15)

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import fedaudit.fl.stress as stress
 from fedaudit.cli import main
@@ -350,3 +351,17 @@ def test_cli_reports_an_aggregator_breakdown(tmp_path, capsys):
     assert "aggregator breakdown at round 0" in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_aggregator_breakdown"] == 1 and summary["config"]["declared_f"] == 1
+
+
+def test_pigs_cell_records_its_step_and_delta_estimates():
+    config = StressConfig(**{**TINY, "aggregators": ("cwtm",), "attacks": ("alie",), "optimizer": "pigs",
+                             "rounds": 2})
+    cell = config.cells()[0]
+    with threadpool_limits(1):
+        rec = stress.run_cell((config, cell, cell_seed(0, cell)))
+    info = rec["optimizer_info"]
+    est = [e["delta"] for e in info["delta_estimates"]]
+    assert info["delta_hat"] == max(est) and info["delta_hat_x0"] == est[0]
+    assert {e["round"] for e in info["delta_estimates"]} == {0, 1}
+    assert info["eta"] == pytest.approx(1 / (2 * 1.25 * info["delta_hat"]))
+    json.dumps(rec, allow_nan=False)

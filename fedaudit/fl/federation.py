@@ -236,9 +236,18 @@ class Federation:
         return self.model._backprop(R, self._A) + self.mu * x
 
     def honest_hvp(self, x: Any, v: Any) -> np.ndarray:
-        """∇²L_H(x)·v = (1/|H|) Σ_i ∇²L_i(x)·v."""
+        """∇²L_H(x)·v = (1/|H|) Σ_i ∇²L_i(x)·v.
+
+        The softmax probabilities at x are kept for the next call at the same x (power
+        iteration applies the Hessian at one point many times): a pure cache, the result
+        depends only on (x, v)."""
         x, v = self._x(x), self._x(v, "v")
-        P = np.exp(self._log_probs(x))
+        cached = getattr(self, "_hvp_probs", None)
+        if cached is not None and np.array_equal(cached[0], x):
+            P = cached[1]
+        else:
+            P = np.exp(self._log_probs(x))
+            self._hvp_probs = (x.copy(), P)
         U = self.model._logits(v, self._A)
         Q = P * U - P * (P * U).sum(axis=1, keepdims=True)
         Q *= (self._weight / self.n_honest)[:, None]

@@ -61,6 +61,7 @@ import numpy as np
 
 from fedaudit.engine import derive_seed, run_tasks
 from fedaudit.errors import FedAuditError, check_int, check_positive, check_real
+from fedaudit.json import jsonable
 
 __all__ = [
     "OPTIMIZER_NAMES",
@@ -295,8 +296,6 @@ def _finite(x: Any) -> float | None:
 
 def _number(x: Any) -> float | str:
     """A trace value under the :mod:`fedaudit.json` convention: non-finite → "inf"/"-inf"/"nan"."""
-    from fedaudit.json import jsonable
-
     return jsonable(float(x))
 
 
@@ -379,6 +378,8 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
         "config_id": config.config_id,
         "diverged": diverged,
         "aggregator_breakdown": rule_broke,
+        # the optimizer's own choices, e.g. PIGS's η and the Δ̂ estimates it came from
+        "optimizer_info": None if trace is None else jsonable(trace.info),
         "declared_f": cell.f if config.declared_f is None else config.declared_f,
         "trace": {"round": rounds, "loss": losses, "accuracy": accs},
     }
@@ -601,8 +602,6 @@ class StressResult:
         return list(self.summary["missed_target"])
 
     def to_dict(self) -> dict[str, Any]:
-        from fedaudit.json import jsonable  # strict JSON at any depth
-
         return jsonable({**self.summary, "computed": list(self.computed), "skipped": list(self.skipped),
                          "heatmaps": list(self.heatmaps), "runtime_s": self.runtime_s})
 
