@@ -78,9 +78,11 @@ class _Heartbeat:
 
     def line(self) -> str:
         """The progress line of the current task."""
-        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total > 0 else ""
-        return (f"  … {self.label}: {self.done:,}/{self.total:,} {self.unit}{pct}, "
-                f"{time.monotonic() - self.t0:.0f} s")
+        if 0 < self.total and self.done <= self.total:
+            count = f"{self.done:,}/{self.total:,} {self.unit} ({100 * self.done / self.total:.0f}%)"
+        else:  # the total was an estimate (pair and subspace searches)
+            count = f"{self.done:,} {self.unit} (about {self.total:,} expected)"
+        return f"  … {self.label}: {count}, {time.monotonic() - self.t0:.0f} s"
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):

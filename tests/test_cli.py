@@ -1,8 +1,11 @@
 """The command line: exit codes, one-line errors, the commands issue #2 lists."""
 
 import json
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +80,221 @@ def test_audit_robustness_bad_aggregator_exits_2():
     proc = run("audit", "robustness", "--aggregator", "nosuch", "--n", "11", "--f", "2")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "cwtm" in proc.stderr
+
+
+# ---------------------------------------------------------------------------- help
+def _actions(parser, path=("fedaudit",)):
+    """Every (command path, action) of the argparse tree."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _actions(child, path + (name,))
+        else:
+            yield path, action
+
+
+def test_every_option_has_help_text():
+    from fedaudit.cli import build_parser
+
+    actions = list(_actions(build_parser()))
+    assert len({p for p, _ in actions}) >= 10  # the walk reached every subcommand
+    missing = [f"{' '.join(p)} {a.option_strings or a.dest}" for p, a in actions
+               if not isinstance(a, __import__("argparse")._HelpAction) and not (a.help or "").strip()]
+    assert missing == []
+
+
+def test_run_help_points_to_the_generated_plan_reference():
+    proc = run("run", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "docs/plans.md" in text and "python -m fedaudit.reports.plan_reference" in text
+    assert "--resume" in text
+
+
+def test_argparse_errors_are_one_line_with_exit_2():
+    for argv in (["run"], ["audit", "ldp", "--samples", "many"], ["nosuch"], ["run", "p.toml", "--out", "d",
+                                                                              "--force", "--resume"]):
+        proc = run(*argv)
+        assert proc.returncode == 2, argv
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("fedaudit: error: ") and "--help" in lines[0], proc.stderr
+
+
+# ---------------------------------------------------------------------------- output paths
+PLAN = '[[claim]]\nid = "vq"\nkind = "ldp"\nmechanism = "vqsgd"\ndim = 8\nsamples = 4000\n'
+
+
+def _one_line_exit_2(proc, needle):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedaudit: error: ") and "Traceback" not in proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    return f
+
+
+def test_unwritable_outputs_are_refused_before_any_work(tmp_path, a_file):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    slow_ldp = ["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "1e9", "--quiet"]  # minutes of work
+    cases = [
+        (slow_ldp + ["--json", "/proc/x.json"], "--json /proc/x.json cannot be written"),
+        (slow_ldp + ["--json", str(a_file / "x.json")], "is not a directory"),
+        (slow_ldp + ["--json", str(tmp_path / "missing" / "x.json")], "does not exist"),
+        (slow_ldp + ["--json", str(tmp_path)], "is a directory"),
+        (["audit", "variance", "--samples", "1e9", "--plot", "/proc/x.png"], "--plot /proc/x.png cannot be written"),
+        (["audit", "variance", "--samples", "1e9", "--plot", str(tmp_path / "v.xyz")], "unknown image format 'xyz'"),
+        (["audit", "robustness", "--trials", "1e9", "--json", str(a_file / "r.json")], "is not a directory"),
+        (["run", plan, "--out", "/proc/x"], "--out /proc/x"),
+        (["run", plan, "--out", a_file / "sub"], "cannot create the report directory"),
+        (["run", plan, "--out", a_file], "exists and is not a directory"),
+        (["stress", "--rounds", "100000", "--out", "/proc/x"], "--out /proc/x"),
+        (["stress", "--rounds", "100000", "--out", a_file], "exists and is not a directory"),
+    ]
+    for argv, needle in cases:
+        t0 = time.monotonic()
+        proc = run(*map(str, argv))
+        _one_line_exit_2(proc, needle)
+        assert proc.stdout == "" and time.monotonic() - t0 < 60, argv
+    assert a_file.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "plan.toml"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_directory_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        proc = run("audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "1e9", "--json", str(ro / "x.json"))
+        _one_line_exit_2(proc, "cannot be written")
+        plan = tmp_path / "plan.toml"
+        plan.write_text(PLAN)
+        _one_line_exit_2(run("run", str(plan), "--out", str(ro / "out")), "cannot create")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_existing_json_target_is_kept_until_the_audit_writes_it(tmp_path, capsys):
+    js = tmp_path / "r.json"
+    js.write_text("old")
+    assert main(["audit", "robustness", "--aggregator", "cwtm", "--n", "7", "--f", "1", "--d", "5", "--trials", "8",
+                 "--search-evals", "2", "--json", str(js), "--quiet"]) == 0
+    assert json.loads(js.read_text())["aggregator"] == "cwtm"
+
+
+# ---------------------------------------------------------------------------- progress off a terminal
+def test_progress_lines_when_output_is_a_pipe(tmp_path):
+    plan = tmp_path / "slow.toml"
+    plan.write_text('[[claim]]\nid = "slow"\nkind = "ldp"\nmechanism = "vqsgd"\ndim = 8\nsamples = 3000000\n'
+                    'curve = false\n')
+    proc = subprocess.run([sys.executable, "-m", "fedaudit.cli", "run", str(plan), "--out", str(tmp_path / "o"),
+                           "--progress-every", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import re
+
+    beats = [(int(a.replace(",", "")), int(b.replace(",", ""))) for a, b in
+             re.findall(r"… \[1/1\] slow: ([\d,]+)/([\d,]+) samples \(\d+%\), \d+ s", proc.stderr)]
+    assert len(beats) >= 3, proc.stderr
+    assert all(total == 6_000_000 for _, total in beats)
+    assert beats[-1][0] > beats[0][0]  # lines report real progress, not one repeated number
+    assert "PASS" in proc.stderr.splitlines()[-1]  # then the claim's own line
+
+
+def test_quiet_and_zero_interval_print_no_progress_lines(tmp_path):
+    plan = tmp_path / "p.toml"
+    plan.write_text(PLAN)
+    proc = run("run", str(plan), "--out", str(tmp_path / "o"), "--progress-every", "0")
+    assert proc.returncode == 0 and "…" not in proc.stderr and "PASS" in proc.stderr
+    proc = run("run", str(plan), "--out", str(tmp_path / "q"), "--quiet")
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+# ---------------------------------------------------------------------------- aggregator parameters
+def test_agg_param_reaches_the_rule(tmp_path):
+    nus = {}
+    for s in (1, 3):
+        js = tmp_path / f"b{s}.json"
+        assert main(["audit", "robustness", "--aggregator", "bucketing+cwtm", "--agg-param", f"s={s}", "--n", "13",
+                     "--f", "2", "--d", "10", "--trials", "20", "--search-evals", "3", "--seed", "1",
+                     "--json", str(js), "--quiet"]) == 0
+        nus[s] = json.loads(js.read_text())["nu_empirical"]
+    assert nus[1] != nus[3]  # bucket size 1 is plain CWTM; 3 changes the rule
+
+
+@pytest.mark.parametrize("params, needle", [
+    (["s=2", "--agg-param", "zz=1"], "zz"),
+    (["s"], "--agg-param must look like KEY=VALUE"),
+    (["krum:s=2"], "names aggregator 'krum'"),
+])
+def test_agg_param_errors_exit_2(params, needle):
+    argv = ["audit", "robustness", "--aggregator", "bucketing+cwtm", "--n", "13", "--f", "2", "--trials", "5"]
+    _one_line_exit_2(run(*argv, "--agg-param", *params), needle)
+
+
+def test_bucketing_without_its_parameter_is_a_clear_error():
+    _one_line_exit_2(run("audit", "robustness", "--aggregator", "bucketing+cwtm", "--n", "13", "--f", "2"), "s")
+
+
+def test_stress_agg_param_per_spec(tmp_path):
+    out = tmp_path / "s"
+    proc = run("stress", "--dataset", "digits", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param",
+               "bucketing+cwtm:s=2", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
+               "--rounds", "3", "--backend", "serial", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert "bucketing+cwtm" in summary["aggregators"]
+    assert '"s": 2' in (out / "summary.json").read_text() or "'s': 2" in (out / "summary.json").read_text()
+    assert not (out / ".lock").exists()
+    _one_line_exit_2(run("stress", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param", "s=2", "--rounds", "3",
+                         "--out", str(tmp_path / "t")), "cwtm")
+
+
+# ---------------------------------------------------------------------------- bounds
+@pytest.mark.parametrize("argv, needle", [
+    (["--mechanism", "gaussian", "--delta", "0", "--samples", "1000"], "delta"),
+    (["--mechanism", "sstq", "--samples", "1e30"], "samples"),
+    (["--mechanism", "sstq", "--levels", str(2 ** 40), "--samples", "1000"], "levels"),
+])
+def test_out_of_range_ldp_parameters_exit_2_with_one_line(argv, needle):
+    _one_line_exit_2(run("audit", "ldp", *argv, "--quiet"), needle)
+
+
+def test_delta_zero_is_not_replaced_by_a_default(monkeypatch):
+    import fedaudit.mechanisms.registry as registry
+
+    seen = {}
+    real = registry.make_mechanism
+
+    def spy(*a, **kw):
+        seen.update(kw)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(registry, "make_mechanism", spy)
+    main(["audit", "ldp", "--mechanism", "laplace", "--dim", "2", "--delta", "0", "--samples", "1000", "--quiet"])
+    assert seen["delta"] == 0.0
+    main(["audit", "ldp", "--mechanism", "laplace", "--dim", "2", "--samples", "1000", "--quiet"])
+    assert seen["delta"] == 1e-5
+
+
+# ---------------------------------------------------------------------------- samplers next to the command
+def test_sampler_module_in_the_working_directory(tmp_path):
+    (tmp_path / "mynoise.py").write_text(
+        "import numpy as np\n\n"
+        "def sample(x, size, rng):\n"
+        "    return np.asarray(x, float)[None, :] + rng.laplace(0.0, 2.0, size=(size, len(x)))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    fedaudit_bin = Path(sys.executable).with_name("fedaudit")
+    cmd = [str(fedaudit_bin)] if fedaudit_bin.exists() else [sys.executable, "-m", "fedaudit.cli"]
+    proc = subprocess.run(cmd + ["audit", "ldp", "--sampler", "mynoise:sample", "--dim", "1", "--epsilon", "1",
+                                 "--samples", "2e4", "--quiet"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "no violation" in proc.stdout
