@@ -614,17 +614,15 @@ def _spec_names_valid(spec: str) -> bool:
 
 
 def _accepted_keywords(spec: str) -> list[str]:
-    """The keywords the stages of ``spec`` accept (their constructors' parameters other than f)."""
-    import inspect
-
+    """The keywords the stages of ``spec`` accept (the registry's reading of their constructors)."""
     from fedaudit.defenses import registry
 
-    classes = {**getattr(registry, "_AGGREGATORS", {}), **getattr(registry, "_PREAGGREGATORS", {})}
+    classes = {**registry._AGGREGATORS, **registry._PREAGGREGATORS}
     out: list[str] = []
     for name in spec.split("+"):
         cls = classes.get(name.strip().lower())
         if cls is not None:
-            out += [k for k in inspect.signature(cls.__init__).parameters if k not in ("self", "f") and k not in out]
+            out += [k for k in registry._keywords(cls) if k not in out]
     return out
 
 
