@@ -128,7 +128,7 @@ def test_budget_zero_disables_the_optimiser_and_progress_units_match():
     budget = {"evals": 300, "restarts": 3}
     audit_robustness("krum", n=9, f=2, d=4, trials=10, search_evals=7, search=budget, seed=0,
                      progress=lambda k: calls.append(k))
-    assert len(calls) == progress_units(2, 10, 7, budget, d=4) == 10 + 3 + 7 + 1 + 4 * 3
+    assert len(calls) == progress_units(2, 10, 7, budget, d=4) == 10 + 3 + 7 + 1 + (3 + 2) * 3
 
 
 def test_time_limit_stops_the_search():

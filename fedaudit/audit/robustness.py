@@ -6,16 +6,25 @@ For inputs x_1..x_n and a rule F, the robustness ratio of the input is
 
 and F is (f, κ)-robust iff ν(x) ≤ κ for every x (Allouah et al., AISTATS 2023). Any x
 therefore certifies κ ≥ ν(x): ν̂ = max over the configurations we try is a lower bound on the
-rule's true constant. The max over S is exhaustive when C(n, f) ≤ 2·10^4 (vectorised through
-the Gram matrix: every quantity is a linear or quadratic form in the subset indicator), and a
-swap local search otherwise.
+rule's true constant. The max over S is exhaustive when C(n, f) ≤ 2·10^4 (vectorised over the
+subset indicators, :mod:`fedaudit.audit.robustness_search`), and a swap local search otherwise.
 
-Configurations: (i) the lower-bound construction — n − f (nearly) equal inputs and f others,
-which forces ν ≥ f/(n − 2f) on every rule with finite κ and ν → ∞ on the mean; (ii) honest
-draws of several shapes (Gaussian, heavy-tailed, clustered, anisotropic) with every attack and
-its line-searched ``Optimal`` variant for the Byzantine rows; (iii) a black-box hill climb
-directly over the Byzantine rows from the best configurations found. The configuration that
-achieved ν̂ is returned in full so it can be replayed (:func:`replay`).
+Configurations, in four stages (``RobustnessAudit.worst["stage"]`` names the one that won):
+(i) ``construction`` — n − f (nearly) equal inputs and f others, which forces ν ≥ f/(n − 2f)
+on every rule with finite κ and ν → ∞ on the mean; (ii) ``attack`` — honest draws of several
+shapes (Gaussian, heavy-tailed, clustered, anisotropic) with every attack and its line-searched
+``Optimal`` variant for the Byzantine rows; (iii) ``hill climb`` — a black-box random search
+over the Byzantine rows of the best attacked configuration; (iv) ``optimiser`` — multistart
+Nelder–Mead/Powell over *all* n rows in 1- and 2-dimensional subspaces of ℝ^d, seeded from
+the best configurations of (i)–(iii), with S maximised exactly for each candidate when
+C(n, f) ≤ 2000 (else over a working set of subsets refreshed from full evaluations; the
+reported ν is always a full evaluation in ℝ^d)
+(:func:`fedaudit.audit.robustness_search.optimise_configuration`; budget: ``search``). The
+configuration that achieved ν̂ is returned in full so it can be replayed (:func:`replay`).
+
+Breakdown. A rule that receives more non-finite rows than it tolerates raises
+:class:`~fedaudit.errors.AggregatorBreakdown`; the auditor records such configurations in
+``RobustnessAudit.breakdown`` and leaves them out of ν̂ (the rule produced no output to measure).
 """
 
 from __future__ import annotations
@@ -195,9 +204,8 @@ def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBu
     budget = SearchBudget.coerce(search)
     families = 0
     if budget.evals > 0:
-        families = sum(k <= d for k in budget.dims) + (len(budget.dims) if budget.embedded and d > max(budget.dims)
-                                                       else 0)
-    return trials + (3 + search_evals + 1 if f > 0 else 0) + families * budget.restarts
+        families = sum(k <= d for k in budget.dims) + int(budget.embedded and d > max(budget.dims))
+    return trials + (3 + search_evals + 1 if f > 0 else 0) + (families + 2) * budget.restarts * (families > 0)
 
 
 def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 100, trials: int = 200,

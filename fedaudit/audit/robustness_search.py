@@ -17,7 +17,10 @@ so stacking the C(n, f) indicators as a matrix M (cached per (n, f)) gives every
 with two matrix products, M·Y (s × d) when d ≤ n and the Gram form M·(YYᵀ)·Mᵀ otherwise. The
 max over S is then exact (exhaustive) whenever C(n, f) ≤ ``exhaustive_limit``; past it the
 evaluator falls back to the swap local search of :func:`fedaudit.audit.robustness.robustness_ratio`
-(a lower bound on the max, hence still a valid certificate).
+(a lower bound on the max, hence still a valid certificate). Inside the optimiser's loop, when
+C(n, f) > 2000 each candidate is scored on a working set of subsets (the top 256 of a full
+evaluation at the start and end of every local run, :class:`_Scorer`): again a lower bound, and
+the value finally reported is a full evaluation.
 
 **Search.** ν is maximised over the whole configuration (all n rows, honest and Byzantine alike:
 S is chosen afterwards, exactly) by multistart Nelder–Mead (Nelder & Mead 1965; adaptive
@@ -70,14 +73,16 @@ class SearchBudget:
     """Budget of the optimiser stage.
 
     ``evals``: objective evaluations in total (each = one call of the rule + the exact max over S);
-    0 disables the stage. ``restarts``: multistarts per subspace family, sharing ``evals``
-    evenly. ``dims``: subspace dimensions k searched. ``embedded``: also search a random k-frame
-    of ℝ^d with the rule evaluated in ℝ^d (only when d > max(dims)). ``time_s``: optional
-    wall-clock limit (results then depend on machine speed).
+    0 disables the stage. ``restarts``: local runs per subspace family from distinct starts
+    (phase 1), and 2·restarts runs of iterated local search (phase 2); see
+    :func:`optimise_configuration` for the split of ``evals`` between phases. ``dims``: subspace dimensions k
+    searched. ``embedded``: also search a random max(dims)-frame of ℝ^d with the rule evaluated
+    in ℝ^d (only when d > max(dims)). ``time_s``: optional wall-clock limit (results then depend
+    on machine speed).
     """
 
     evals: int = 3000
-    restarts: int = 6
+    restarts: int = 4
     dims: tuple[int, ...] = (1, 2)
     embedded: bool = True
     time_s: float | None = None
@@ -354,24 +359,31 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
     """Maximise ν over configurations X = Y Bᵀ (module docstring); the returned ν is certified
     by re-evaluating the rule on the best X ∈ ℝ^{n×d}.
 
-    Per subspace family the evaluations are split into ``restarts`` local runs: the first half
-    from the starts (seeds, then random), the second half as an iterated local search from the
-    family's incumbent, each perturbing a random half of its rows by 0.3× their RMS spread.
-    A local run is Nelder–Mead (70% of its evaluations) then Powell from NM's best point.
+    Families: ``d=k`` for k in ``dims`` and, if ``embedded`` and d > max(dims), one random
+    max(dims)-frame of ℝ^d. Phase 0 (20% of the evaluations): per family, configurations of three
+    coincident clusters (a, m − a honest rows and the f Byzantine ones) with their positions
+    optimised, for up to six splits a. Phase 1 (30%): ``restarts`` local runs per family from the
+    best cluster configurations (half of them, jittered), the seeds, then random starts. Phase 2
+    (50%): 2·``restarts`` runs of iterated local
+    search, alternating between the two best families' incumbents, each run perturbing a random
+    half of the incumbent's rows by 0.3× their RMS spread. A local run is Nelder–Mead (70% of its
+    evaluations) then Powell from NM's best point.
     """
     t0 = time.perf_counter()
     out = SearchOutcome()
     families: list[tuple[str, int, np.ndarray | None]] = [(f"d={k}", k, None) for k in budget.dims if k <= d]
     if budget.embedded and d > max(budget.dims):
-        for k in budget.dims:
-            Q, _ = np.linalg.qr(rng.normal(size=(d, k)))
-            families.append((f"{k}-dim random subspace of d={d}", k, Q[:, :k]))
+        k = max(budget.dims)
+        Q, _ = np.linalg.qr(rng.normal(size=(d, k)))
+        families.append((f"{k}-dim random subspace of d={d}", k, Q[:, :k]))
     if not families or budget.evals == 0:
         out.stopped = "disabled"
         out.runtime_s = time.perf_counter() - t0
         return out
-    runs = max(budget.restarts, 1)
-    per_run = max(budget.evals // (len(families) * runs), 2)
+    runs = budget.restarts
+    per_run0 = max(int(0.2 * budget.evals) // len(families), 2)
+    per_run1 = max(int(0.3 * budget.evals) // (len(families) * runs), 2)
+    per_run2 = max((budget.evals - (per_run0 + per_run1 * runs) * len(families)) // (2 * runs), 2)
     deadline = None if budget.time_s is None else t0 + budget.time_s
 
     def embed(Y: np.ndarray, B: np.ndarray | None) -> np.ndarray:
@@ -406,14 +418,18 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
             scorer.refresh(Y, Yz, offset)
         return scorer(Y, Yz, offset)
 
-    def local_run(Y0: np.ndarray, k: int, B: np.ndarray | None) -> tuple[float, np.ndarray]:
-        state = {"nu": -1.0, "Y": Y0.copy(), "count": 0}
+    def local_run(Y0: np.ndarray, k: int, B: np.ndarray | None, per_run: int,
+                  decode: Callable[[np.ndarray], np.ndarray] | None = None, v0: np.ndarray | None = None
+                  ) -> tuple[float, np.ndarray]:
+        """Nelder–Mead then Powell on v (Y = decode(v), default the rows themselves)."""
+        decode = decode or (lambda v: v.reshape(n, k))
+        state = {"nu": -1.0, "Y": Y0.copy(), "count": 0, "v": None}
 
         def objective(v: np.ndarray) -> float:
             if state["count"] >= per_run or (deadline is not None and time.perf_counter() > deadline):
                 raise _Stop
             state["count"] += 1
-            Y = v.reshape(n, k)
+            Y = decode(v)
             try:
                 nu = score(Y, B, refresh=state["count"] == 1)
             except AggregatorBreakdown:
@@ -422,15 +438,16 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
                 state.update(nu=UNBOUNDED, Y=Y.copy())
                 raise _Stop
             if nu > state["nu"]:
-                state.update(nu=nu, Y=Y.copy())
+                state.update(nu=nu, Y=Y.copy(), v=v.copy())
             return -nu
 
-        v0 = Y0.reshape(-1)
+        v0 = Y0.reshape(-1) if v0 is None else v0
+        state["v"] = v0.copy()
         try:
             minimize(objective, v0, method="Nelder-Mead",
                      options={"maxfev": int(per_run * 0.7), "xatol": 1e-10, "fatol": 1e-12,
                               "adaptive": v0.size > 10, "initial_simplex": _simplex(v0, rng)})
-            minimize(objective, state["Y"].reshape(-1), method="Powell",
+            minimize(objective, state["v"], method="Powell",
                      options={"maxfev": per_run, "xtol": 1e-8, "ftol": 1e-12})
         except _Stop:
             pass
@@ -442,38 +459,80 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         out.evals += state["count"]
         return state["nu"], state["Y"]
 
-    for label, k, B in families:
-        inc_nu, inc_Y = -1.0, None
-        starts = _starts(n, f, k, seeds, runs - runs // 2, rng)
-        for r in range(runs):
-            if deadline is not None and time.perf_counter() > deadline:
-                out.stopped = "time limit"
-                break
-            if r < len(starts):
-                start_label, Y0 = starts[r]
-            else:  # iterated local search around the incumbent
-                start_label = f"perturbed best ({inc_start})"
-                Y0 = inc_Y.copy()
-                rows = rng.random(n) < 0.5
-                Y0[rows] += 0.3 * float(np.sqrt(np.mean(Y0 ** 2)) or 1.0) * rng.normal(size=(int(rows.sum()), k))
-            nu_run, Y_run = local_run(Y0, k, B)
-            out.restarts_run += 1
-            if nu_run > inc_nu:
-                inc_nu, inc_Y, inc_start = nu_run, Y_run, start_label if r < len(starts) else inc_start
-            if progress is not None:
-                progress(1)
-            if nu_run >= UNBOUNDED:
-                break
-        if inc_Y is not None:
-            nu, X, S = certify(inc_Y, B)
-            out.per_subspace[label] = nu
-            if nu > out.nu:
-                out.nu, out.X, out.S, out.subspace, out.k, out.start = nu, X, S, label, k, inc_start
-        if out.nu >= UNBOUNDED:
+    incumbents: dict[str, list] = {}  # family label -> [ν, Y, start label, k, B]
+
+    def run(label: str, k: int, B: np.ndarray | None, start_label: str, Y0: np.ndarray, per_run: int) -> bool:
+        """One local run; False once the search must stop (time limit or unbounded)."""
+        if deadline is not None and time.perf_counter() > deadline:
+            out.stopped = "time limit"
+            return False
+        nu_run, Y_run = local_run(Y0, k, B, per_run)
+        out.restarts_run += 1
+        inc = incumbents.setdefault(label, [-1.0, None, start_label, k, B])
+        if nu_run > inc[0]:
+            inc[0], inc[1] = nu_run, Y_run
+            if not start_label.startswith("perturbed"):
+                inc[2] = start_label
+        if progress is not None:
+            progress(1)
+        if nu_run >= UNBOUNDED:
             out.stopped = "unbounded"
+            return False
+        return True
+
+    def cluster_starts(k: int, B: np.ndarray | None, evals: int) -> list[tuple[float, str, np.ndarray]]:
+        """Phase 0: three coincident clusters (a and m − a honest rows, the f Byzantine rows),
+        their 3k positions optimised for several splits a; exact ties let a rule's output sit on
+        a data point (GM's vertex optimality, medians), which row-wise starts rarely reach."""
+        m = n - f
+        if m < 2:
+            return []
+        splits = sorted(set(int(a) for a in np.linspace(1, m - 1, min(m - 1, 6)).round()))
+        found = []
+        for a in splits:
+            assign = np.r_[np.zeros(a, int), np.ones(m - a, int), np.full(f, 2, int)]
+            P0 = rng.normal(size=(3, k))
+            nu, Y = local_run(P0[assign], k, B, max(evals // len(splits), 2),
+                              decode=lambda v, assign=assign: v.reshape(3, k)[assign], v0=P0.reshape(-1))
+            found.append((nu, f"three clusters ({a} + {m - a} honest, {f} Byzantine)", Y))
+        found.sort(key=lambda t: -t[0])
+        return found
+
+    go = True
+    for label, k, B in families:  # phase 0 (clusters) and phase 1: every family from its starts
+        clusters = cluster_starts(k, B, per_run0)
+        starts = []
+        for nu_c, c_label, Y_c in clusters[: max(runs // 2, 1)]:
+            jitter = 1e-3 * float(np.sqrt(np.mean(Y_c ** 2)) or 1.0) * rng.normal(size=Y_c.shape)
+            starts.append((c_label, Y_c + jitter))
+            inc = incumbents.setdefault(label, [-1.0, None, c_label, k, B])
+            if nu_c > inc[0]:
+                inc[0], inc[1], inc[2] = nu_c, Y_c, c_label
+        starts += _starts(n, f, k, seeds, runs - len(starts), rng) if runs > len(starts) else []
+        for start_label, Y0 in starts:
+            go = run(label, k, B, start_label, Y0, per_run1)
+            if not go:
+                break
+        if not go:
             break
-        if out.stopped == "time limit":
+    for r in range(2 * runs if go else 0):  # phase 2: iterated local search on the two best families
+        ranked = sorted((v for v in incumbents.values() if v[1] is not None), key=lambda v: -v[0])[:2]
+        if not ranked:
             break
+        inc = ranked[r % len(ranked)]
+        label = next(lbl for lbl, v in incumbents.items() if v is inc)
+        Y0 = inc[1].copy()
+        rows = rng.random(n) < 0.5
+        Y0[rows] += 0.3 * float(np.sqrt(np.mean(Y0 ** 2)) or 1.0) * rng.normal(size=(int(rows.sum()), inc[3]))
+        if not run(label, inc[3], inc[4], f"perturbed best ({inc[2]})", Y0, per_run2):
+            break
+    for label, (nu_inc, Y_inc, start_label, k, B) in incumbents.items():
+        if Y_inc is None:
+            continue
+        nu, X, S = certify(Y_inc, B)
+        out.per_subspace[label] = nu
+        if nu > out.nu:
+            out.nu, out.X, out.S, out.subspace, out.k, out.start = nu, X, S, label, k, start_label
     out.runtime_s = time.perf_counter() - t0
     return out
 
