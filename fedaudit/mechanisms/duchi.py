@@ -121,7 +121,7 @@ class Duchi(Mechanism):
 
         f_x is constant on each open half-sphere {±<z, x> > 0} (the great circle <z, x> = 0 is
         null for d >= 2; for d = 1 the two atoms ±B never hit it). All four cells are non-null
-        unless x1 = c·x0 (exact test), when only {sign a1 = sign(c)·sign a0} remain; x = 0 is
+        unless x1 = c·x0 (up to rounding, :func:`~fedaudit.mechanisms.base.parallel_sign`), when only {sign a1 = sign(c)·sign a0} remain; x = 0 is
         uniform (f = 1), any direction. See :func:`~fedaudit.mechanisms.base.halfspace_pair_sup`.
         Antipodal inputs on the clip sphere give exactly log(pi/(1 − pi)) = eps.
         """

@@ -191,7 +191,7 @@ class PrivUnitG(Mechanism):
         mix_i is constant between the breakpoints {gamma} (w_i = 1) or {gamma, −gamma} (w_i < 1:
         sides of {<u, ±U_i> >= gamma}); Lebesgue-null boundaries are ignored. The image of
         u ↦ (<u, U0>, <u, U1>) is R² if U0, U1 are independent and the line a1 = c·a0 if
-        U1 = c·U0 (exact test; always for d = 1), so enumerating one point per cell is exact
+        U1 = c·U0 (up to rounding, :func:`~fedaudit.mechanisms.base.parallel_sign`; always for d = 1), so enumerating one point per cell is exact
         (:func:`~fedaudit.mechanisms.base.halfspace_pair_sup`). At x = 0 the law is the
         ½/½ mixture over v = ±e_1: it is not rotation invariant, so e_1 matters and is used.
         Antipodal unit inputs give exactly log(c_hi/c_lo) = eps.
