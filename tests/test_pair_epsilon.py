@@ -457,3 +457,30 @@ def test_bad_inputs_name_the_argument(name):
         m.privacy_loss(R, good, np.ones((2, d)))
     with pytest.raises(FedAuditError, match="reports"):
         m.privacy_loss(np.ones((2, m.report_width + 1)), good, good)
+
+
+def test_planted_unsplit_budget_has_its_exact_epsilon():
+    """The planted SSTQ that runs RR at ε on every coordinate: the base computation reads the
+    planted keep/other probabilities, so epsilon_for_pair is exact. Unrotated, x = ±½·1 in d = k = 4,
+    s = 2, B = 1: each coordinate rounds up w.p. ¾ (x0) or ¼ (x1), so the loss is
+    4·log((c + (p − c)·¾)/(c + (p − c)·¼)) with p = e/(1 + e), c = 1/(1 + e) (≈ 1.88 > ε = 1).
+    Rotated (d = 16, k = 4, s = 4, e1 vs −e1): bracketed by the per-seed sup over 2000 public
+    seeds from below and k·ε from above."""
+    from fedaudit.mechanisms.planted import UnsplitBudgetSSTQ
+
+    m = UnsplitBudgetSSTQ(4, 4, 2, 1.0, rotate=False)
+    x = np.full(4, 0.5)
+    p, c = math.e / (1 + math.e), 1 / (1 + math.e)
+    want = 4 * math.log((c + (p - c) * 0.75) / (c + (p - c) * 0.25))
+    assert m.epsilon_for_pair(x, -x) == pytest.approx(want, rel=1e-12) and want == pytest.approx(1.88, abs=0.01)
+    assert m.epsilon_per_coordinate == 1.0
+    # the correct sibling splits the budget: the same pair costs far less
+    assert SSTQ(4, 4, 2, 1.0, rotate=False).epsilon_for_pair(x, -x) < 1.0
+
+    m = UnsplitBudgetSSTQ(16, 4, 4, 1.0)
+    e = np.eye(16)[0]
+    exact = m.epsilon_for_pair(e, -e)
+    assert exact is not None and 1.0 < exact <= 4 * 1.0 + TOL
+    seeds = np.random.default_rng(0).integers(0, 2**52, size=2000).astype(float)
+    reached = per_seed_sup(m, e, -e, seeds).max()
+    assert reached <= exact + TOL and reached == pytest.approx(exact, abs=1e-9)

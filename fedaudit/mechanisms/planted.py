@@ -38,8 +38,12 @@ class UnsplitBudgetSSTQ(SSTQ):
         e = math.exp(self.epsilon)
         self.keep_prob, self.other_prob = e / (e + self.levels - 1), 1.0 / (e + self.levels - 1)
 
-    def _epsilon_for_pair(self, x0, x1):
-        return None  # the base computation assumes the split; not needed for a planted bug
+    @property
+    def epsilon_per_coordinate(self) -> float:
+        return self.epsilon  # the bug: the whole budget on every coordinate
+
+    # epsilon_for_pair is SSTQ's: it reads keep_prob/other_prob, so it is exact here too (the
+    # worst case over the clip ball is k·ε, attained when all k kept coordinates sit at ±B)
 
 
 class ScaledLaplace(Laplace):
