@@ -272,9 +272,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from fedaudit.plans import plan_path
 
     with plan_path("demo") as plan:  # shipped as package data: works from any directory
-        return _run_plan_to_dir(plan, args.out, force=True, quiet=args.quiet, print_html=True,
-                                every=args.progress_every,
-                                command=f"fedaudit demo --out {shlex.quote(str(args.out))}")
+        return _run_plan_to_dir(plan, args.out, force=not args.resume, resume=args.resume, quiet=args.quiet,
+                                print_html=True, every=args.progress_every,
+                                command=f"fedaudit demo --out {shlex.quote(str(args.out))}"
+                                        + (" --resume" if args.resume else ""))
 
 
 def cmd_showcase(args: argparse.Namespace) -> int:
@@ -794,6 +795,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[progress], epilog=_RUN_EPILOG,
                        help="run the shipped demo plan into reports/demo/ (--showcase: the mechanism tour)")
     p.add_argument("--out", default="reports/demo", help="report directory (overwritten; default reports/demo)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted demo in --out instead of starting over (finished claims are kept)")
     p.add_argument("--showcase", action="store_true",
                    help="instead, encode and decode random inputs with every mechanism (the earlier demo)")
     p.add_argument("--dim", type=int, default=None, help="showcase: dimension (default 1024; implies --showcase)")

@@ -298,3 +298,16 @@ def test_sampler_module_in_the_working_directory(tmp_path):
                           cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "no violation" in proc.stdout
+
+
+def test_second_stress_run_into_a_busy_directory_is_refused(tmp_path, capsys):
+    from fedaudit.locking import directory_lock
+
+    out = tmp_path / "grid"
+    out.mkdir()
+    with directory_lock(out):
+        assert main(["stress", "--aggregators", "cwtm", "--attacks", "alie", "--f", "1", "--beta", "1",
+                     "--n-honest", "5", "--rounds", "3", "--backend", "serial", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "results directory" in err and "in use by another fedaudit run" in err
+    assert not (out / "cells.jsonl").exists()

@@ -257,3 +257,26 @@ def test_directory_lock_is_exclusive_and_released(tmp_path):
     assert not path.exists()
     with directory_lock(tmp_path):  # free again
         pass
+
+
+def test_ctrl_c_keeps_finished_claims_and_says_how_to_resume(tmp_path):
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(QUICK.replace('mechanism = "rr"\ndim = 4\nsamples = 4000',
+                                       'mechanism = "rr"\ndim = 4\nsamples = 100000000\ncurve = false'))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "fedaudit.cli", "run", str(plan_file), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (out / CHECKPOINT_DIR / "vq.json").is_file(), 240, "the first checkpoint", proc)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == ("fedaudit: interrupted (finished claims are checkpointed: rerun "
+                                               "with --resume)") and "Traceback" not in stderr
+    assert (out / CHECKPOINT_DIR / "vq.json").is_file() and not (out / "report.json").exists()
+    assert not (out / ".lock").exists()
