@@ -173,3 +173,15 @@ def test_held_out_tightness_against_differential_evolution(rule, n, f):
     res = audit_robustness(rule, n=n, f=f, d=2, trials=4, search_evals=0, seed=5)
     reference = _de_reference(rule, n, f, seed=11)
     assert res.nu_empirical >= 0.95 * reference, (res.nu_empirical, reference)
+
+
+def test_search_reaches_a_hand_built_coincident_worst_case():
+    """CWMed, n=14, f=2: six honest rows at 0, six at 1 and both Byzantine rows at 1 put the
+    median at 1, so ν ≥ ‖1 − ½‖² / ¼ = 1. Reaching it needs exactly coincident rows (the
+    three-cluster phase); row-wise local search alone stalls near 0.83 here."""
+    n, f = 14, 2
+    X = np.r_[np.zeros(6), np.ones(8)][:, None]
+    built = robustness_ratio(X, make_aggregator("cwmed", f)(X), f)[0]
+    assert built == pytest.approx(1.0)
+    res = audit_robustness("cwmed", n=n, f=f, d=2, trials=4, search_evals=0, seed=5)
+    assert res.nu_empirical >= 0.99 * built
