@@ -1,19 +1,31 @@
 """Robust aggregation rules: (n, d) → (d,).
 
 Every rule subclasses :class:`~fedaudit.defenses.base.Aggregator`: it accepts numpy arrays and
-torch tensors (same type, dtype and device come back), never mutates its input, drops non-finite
-rows as Byzantine (running with f − r when r rows were dropped) and is stateless: the same input
-gives the same output on every call.
+torch tensors (same type, dtype and device come back; integer/bool inputs come back as float64),
+never mutates its input, drops non-finite rows as Byzantine up to its tolerance (see
+:mod:`fedaudit.defenses.base`: f, or ⌈n/2⌉ − 1 for rules without f and rules built with f = 0)
+and is stateless: the same input gives the same output on every call.
 
 Numerics shared by the distance-based rules (Krum, Multi-Krum, MDA, Bulyan and the NNM
 pre-aggregator): squared distances come from one Gram matrix,
 ‖x_i − x_j‖² = G_ii + G_jj − 2 G_ij, accumulated in float64 (also for float32 input) over column
 chunks of rows centred by their mean; no (n, n, d) intermediate is ever formed. When the
 centred norms dwarf the nearest-neighbour distances (an outlier drags the mean away, so the
-subtraction would cancel), the Gram matrix is recomputed once, centred on the most central row;
-when squares overflow float64 the rows are rescaled by a power of two (exact). Sums over rows
-of float32 inputs are accumulated in float64 as well; linear combinations of rows use BLAS in
-the input dtype.
+subtraction would cancel), the Gram matrix is recomputed once, centred on the most central row.
+
+Extreme magnitudes. Squared distances of finite rows can exceed float64's range (a row of
+1e308, one coordinate of 1e306, float32 max next to unit rows) or underflow (subnormal data).
+When the direct pass overflows or its largest diagonal entry leaves [2^-900, 2^900], the Gram
+matrix is rebuilt by :class:`_Geometry` around the coordinate-wise median: every row is
+expressed in units of a robust reference length (the median deviation) with exact powers of
+two, and rows beyond 2^400 reference lengths are drawn in radially to that radius. Distances
+among rows within that radius stay exact, so a rule's decisions are exact whenever the honest
+rows are within 2^400 median deviations of the median; any farther row is only ever seen as
+"farther than every honest row". GM and CC combine rows in the same units (a far row then
+exerts its unit Weiszfeld / clipped pull, as it does in exact arithmetic, instead of
+overflowing). Column-wise means recompute a block on scaled values when its sum overflows.
+Every result is finite. Sums over rows of float32 inputs are accumulated in float64; linear
+combinations of rows use BLAS in the input dtype.
 
 Coordinate-wise kernels (mean, trimmed mean, median, mean around the median) run on cache-sized
 column blocks; inputs of at least 2^22 elements spread the blocks over up to

@@ -169,6 +169,17 @@ class _Rule(ABC):
             return min(self.f, n)
         return max(0, min((n - 1) // 2, n - self._min_n_at(0)))
 
+    #: name of the trusted core method: ``_aggregate`` (aggregators) or ``_transform``
+    _core = "_aggregate"
+
+    def __call__(self, X: Any, *, rng: Any = None) -> Any:
+        """Apply the rule to X (n, d); ``rng`` (Generator, int or None) feeds random rules."""
+        return self._apply(X, self._run, rng)
+
+    def _run(self, X: np.ndarray, f: int, rng: Any) -> np.ndarray:
+        core = getattr(self, self._core)
+        return core(X, f, rng=rng) if self.uses_rng else core(X, f)
+
     def _apply(self, X: Any, core, rng: Any) -> Any:
         """Validate, drop non-finite rows (f reduced accordingly, AggregatorBreakdown past the
         tolerance), run ``core(finite, f, rng)`` and return the result in the caller's type."""
@@ -199,12 +210,6 @@ class Aggregator(_Rule):
     """(n, d) → (d,). Subclasses implement ``_aggregate(X, f)`` on a finite float array (random
     rules set ``uses_rng = True`` and implement ``_aggregate(X, f, rng=None)``)."""
 
-    def __call__(self, X: Any, *, rng: Any = None) -> Any:
-        return self._apply(X, self._run, rng)
-
-    def _run(self, X: np.ndarray, f: int, rng: Any) -> np.ndarray:
-        return self._aggregate(X, f, rng=rng) if self.uses_rng else self._aggregate(X, f)
-
     @abstractmethod
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray: ...
 
@@ -216,11 +221,7 @@ class PreAggregator(_Rule):
     Non-finite rows are dropped first (as for aggregators); the output is finite.
     """
 
-    def __call__(self, X: Any, *, rng: Any = None) -> Any:
-        return self._apply(X, self._run, rng)
-
-    def _run(self, X: np.ndarray, f: int, rng: Any) -> np.ndarray:
-        return self._transform(X, f, rng=rng) if self.uses_rng else self._transform(X, f)
+    _core = "_transform"
 
     @abstractmethod
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray: ...
