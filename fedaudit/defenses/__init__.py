@@ -2,6 +2,12 @@
 
 An aggregator maps (n, d) → (d,); a pre-aggregator maps (n, d) → (n', d); ``compose`` chains
 pre-aggregators and one aggregator. Build by name with :func:`make_aggregator`.
+
+Call contract (see :mod:`fedaudit.defenses.base`): ``rule(X, rng=generator)`` — random rules
+draw from ``rng`` and are otherwise stateless; rows holding NaN/±inf are dropped up to
+``rule.tolerance(n)`` (f for rules that need f with f ≥ 1, else ⌈n/2⌉ − 1) and beyond it
+:class:`~fedaudit.errors.AggregatorBreakdown` is raised; finite rows of any magnitude give a
+finite result; integer/bool inputs come back as float64.
 """
 
 from fedaudit.defenses.aggregators import (
