@@ -398,14 +398,38 @@ def test_search_pairs_laplace_small_budget():
     assert not np.array_equal(found.x0, found.x1)
     for x in (found.x0, found.x1):
         assert np.linalg.norm(x) <= m.clip * (1 + 1e-12)
-    # white box: ranked by the exact pair loss first, then by the small-sample bound
-    keys = [(c["epsilon_exact"], c["epsilon_lower"]) for c in found.candidates]
-    assert len(keys) >= 7 and keys == sorted(keys, reverse=True) and found.score == keys[0][1]
+    # ranked by the small-sample certified bound, the exact pair loss breaking ties
+    keys = [(c["epsilon_lower"], c["epsilon_exact"]) for c in found.candidates]
+    assert len(keys) >= 7 and keys == sorted(keys, reverse=True) and found.score == keys[0][0]
     assert found.candidates[0]["pair"] == found.name
     assert found.candidates[0]["epsilon_exact"] == pytest.approx(m.epsilon_for_pair(found.x0, found.x1))
     # for the L2 ball the flat antipodal pair maximises the L1 distance, hence Laplace's loss
-    assert found.name == "+clip·1/√d vs −clip·1/√d"
+    # (ε = 1); 1000 draws cannot rank dense pairs among themselves, but every dense candidate
+    # (exact ≥ 0.77) certifies more than the sparse ones (exact 0.5 or 0.25) at this seed
+    assert found.candidates[0]["epsilon_exact"] > 0.75
     assert found.to_dict()["x0"] == found.x0.tolist()
+
+
+class _LaplaceDenseUnknown(Laplace):
+    """Laplace whose exact pair loss is "intractable" (None) for pairs with more than one nonzero
+    coordinate: the ranking must not put every tractable (sparse, weaker) pair above them."""
+
+    def _epsilon_for_pair(self, x0, x1):
+        if max(np.count_nonzero(x0), np.count_nonzero(x1)) > 1:
+            return None
+        return super()._epsilon_for_pair(x0, x1)
+
+
+def test_search_ranks_by_the_certified_bound_not_by_having_an_exact_value():
+    """d = 4: dense antipodal pairs have loss 0.83–1, the sparse ±e1 pair 0.5; with the dense
+    pairs' exact value unknown, a dense pair must still win on its certified bound (ranking
+    known-exact pairs first picked ±e1)."""
+    m = _LaplaceDenseUnknown(4, 1.0)
+    found = search_pairs(m, samples=4000, rounds=0, seed=0)
+    assert found.candidates[0]["epsilon_exact"] is None and np.count_nonzero(found.x0) == 4
+    assert any(c["epsilon_exact"] is not None for c in found.candidates[1:])
+    lbs = [c["epsilon_lower"] for c in found.candidates]
+    assert lbs == sorted(lbs, reverse=True) and found.score == lbs[0]
 
 
 def test_search_pairs_black_box_needs_dim_and_stays_in_ball():

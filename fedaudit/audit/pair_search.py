@@ -3,9 +3,9 @@
 LDP is a worst case over pairs; an audit of one pair certifies only that pair. The search
 scores structured candidates — ±clip·e_i, ±clip·1/√d, antipodal random directions, 0 against
 the boundary (one-hot pairs e_i, e_j for categorical mechanisms) — then runs a few rounds of
-local search around the best ones. Each candidate is scored by a small audit on its own
-seeded stream (and, in white box, by the exact loss of the pair); the winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh
-draws. Because certification samples are independent of everything the search saw, the
+local search around the best ones. Each candidate is ranked by the certified bound of a small
+audit on its own seeded stream (in white box the exact loss of the pair breaks ties); the
+winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh draws. Because certification samples are independent of everything the search saw, the
 certified bound needs no correction for the search.
 """
 
@@ -81,8 +81,10 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
                  test: str = "auto", progress: Callable[[int], None] | None = None) -> PairSearch:
     """Score structured pairs and ``rounds`` of local perturbations with small audits.
 
-    Candidates rank by their exact pair loss where the mechanism computes one
-    (``epsilon_for_pair``), then by the small-sample certified bound."""
+    Candidates rank by their small-sample certified bound; the exact pair loss
+    (``epsilon_for_pair``, white box) only breaks ties, a known exact value before an unknown
+    one. Ranking known-exact pairs first would put a weak pair whose loss happens to be
+    tractable above a strong pair whose loss is not (e.g. SSTQ's dense pairs)."""
     from fedaudit.audit.ldp import audit_ldp
 
     if isinstance(mechanism, Mechanism):
@@ -104,10 +106,9 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
     def score(name, a, b):
         res = audit_ldp(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples, test=test,
                         seed=next(score_children), progress=progress)
-        # Rank by the exact pair loss when the mechanism computes it (white box), then by the
-        # small-sample certified bound; black boxes and intractable pairs rank by the bound.
+        # rank by the certified bound; the exact loss (when tractable) breaks ties
         exact = res.epsilon_exact
-        scored.append(((exact if exact is not None else -1.0, res.epsilon_lower), name, a, b, exact))
+        scored.append(((res.epsilon_lower, exact if exact is not None else -np.inf), name, a, b, exact))
 
     def ranked():
         return sorted(scored, key=lambda t: t[0], reverse=True)
@@ -124,9 +125,9 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
                 if not np.array_equal(a2, b2):
                     score(f"{name} ~ local r{r + 1}.{rank + 1}.{j + 1}", a2, b2)
     order = ranked()
-    (_, best_lb), best_name, x0, x1, _ = order[0]
+    (best_lb, _), best_name, x0, x1, _ = order[0]
     return PairSearch(x0=x0, x1=x1, name=best_name, score=float(best_lb),
-                      candidates=[{"pair": n, "epsilon_lower": float(key[1]), "epsilon_exact": exact}
+                      candidates=[{"pair": n, "epsilon_lower": float(key[0]), "epsilon_exact": exact}
                                   for key, n, _, _, exact in order],
                       samples_per_candidate=samples)
 
