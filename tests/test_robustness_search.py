@@ -185,3 +185,13 @@ def test_search_reaches_a_hand_built_coincident_worst_case():
     assert built == pytest.approx(1.0)
     res = audit_robustness("cwmed", n=n, f=f, d=2, trials=4, search_evals=0, seed=5)
     assert res.nu_empirical >= 0.99 * built
+
+
+def test_nonfinite_rows_are_never_in_S():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(9, 3))
+    X[[2, 6]] = [np.nan, np.inf, 0.0]
+    z = rng.normal(size=3)
+    nu, S, method = robustness_ratio(X, z, 2)
+    assert method == "exhaustive" and 2 not in S and 6 not in S
+    assert nu == pytest.approx(brute(np.delete(X, [2, 6], axis=0), z, 0), rel=1e-9)

@@ -121,13 +121,18 @@ class SearchBudget:
 
 
 # --------------------------------------------------------------------------- exact subset max
-@lru_cache(maxsize=32)
-def _masks(n: int, f: int) -> np.ndarray:
-    """(C(n, f), n) float 0/1 indicators of every S with |S| = n − f (read-only, cached)."""
-    m = n - f
-    combos = np.array(list(itertools.combinations(range(n), m)), dtype=np.int64).reshape(-1, m)
+def _indicators(rows: np.ndarray, n: int, m: int) -> np.ndarray:
+    """(C(len(rows), m), n) float 0/1 indicators of every m-subset of ``rows``."""
+    combos = np.array(list(itertools.combinations(rows, m)), dtype=np.int64).reshape(-1, m)
     M = np.zeros((combos.shape[0], n))
     np.put_along_axis(M, combos, 1.0, axis=1)
+    return M
+
+
+@lru_cache(maxsize=8)
+def _masks(n: int, f: int) -> np.ndarray:
+    """(C(n, f), n) indicators of every S with |S| = n − f (read-only, cached)."""
+    M = _indicators(np.arange(n), n, n - f)
     M.setflags(write=False)
     return M
 
@@ -187,7 +192,7 @@ def exact_ratio(X: np.ndarray, z: np.ndarray, f: int, allowed: np.ndarray | None
     k = int(allowed.sum())
     if k < m or math.comb(k, m) > EXHAUSTIVE_LIMIT:
         return None
-    M = _masks(n, f) if k == n else _restricted_masks(n, f, allowed)
+    M = _masks(n, f) if k == n else _indicators(np.flatnonzero(allowed), n, m)
     Xa = X if k == n else np.where(allowed[:, None], X, 0.0)
     r = subset_ratios(M, Xa, z)
     if float(np.max(np.abs(Xa))) <= 1e100:
@@ -205,15 +210,6 @@ def exact_ratio(X: np.ndarray, z: np.ndarray, f: int, allowed: np.ndarray | None
         r[normal] = r_norm
     i = int(np.argmax(r))
     return float(r[i]), np.flatnonzero(M[i])
-
-
-def _restricted_masks(n: int, f: int, allowed: np.ndarray) -> np.ndarray:
-    idx = np.flatnonzero(allowed)
-    m = n - f
-    combos = np.array(list(itertools.combinations(idx, m)), dtype=np.int64).reshape(-1, m)
-    M = np.zeros((combos.shape[0], n))
-    np.put_along_axis(M, combos, 1.0, axis=1)
-    return M
 
 
 # --------------------------------------------------------------------------- calling a rule
