@@ -6,7 +6,6 @@ certified ε is computed from the exact pmf (``expected_epsilon_lower_bound``), 
 carries no certification noise and is deterministic for the fixed seeds.
 """
 
-import itertools
 import json
 import math
 
@@ -18,6 +17,7 @@ from fedaudit.audit.bounds import (
     best_threshold_epsilon,
     epsilon_lower_bound,
     expected_epsilon_lower_bound,
+    threshold_event_epsilon,
 )
 from fedaudit.audit.ldp import LOW_PAIR_POWER, audit_ldp
 from fedaudit.audit.pair_search import audit_worst_case
@@ -29,28 +29,25 @@ from fedaudit.mechanisms import SSTQ, VQSGD, RandomizedResponse
 def bits_case(d, eps):
     """SSTQ with k = d, s = 2, no rotation and B = 1/√d at x = ±1/√d: every coordinate is an
     independent binary RR bit at ε/d, a product of d RR bits. The privacy loss of a report with
-    j bits agreeing with x0 is (2j − d)·ε/d, and j ~ Bin(d, p) under x0, Bin(d, 1 − p) under x1."""
+    j bits agreeing with x0 is (2j − d)·ε/d, and j ~ Bin(d, p) under x0, Bin(d, 1 − p) under x1:
+    the pmfs returned are over j."""
     m = SSTQ(d, d, 2, eps, rotate=False, bound=1 / math.sqrt(d))
     x0 = np.ones(d) / math.sqrt(d)
     p = 1 / (1 + math.exp(-eps / d))
     j = np.arange(d + 1)
-    return m, x0, -x0, stats.binom.pmf(j, d, p), stats.binom.pmf(j, d, 1 - p), (2 * j - d) * eps / d
+    return m, x0, -x0, stats.binom.pmf(j, d, p), stats.binom.pmf(j, d, 1 - p)
 
 
 def finite_case(m, x0, x1, outputs):
     o = np.asarray(outputs, dtype=float)[:, None]
-    lp0, lp1 = m.log_prob(o, x0), m.log_prob(o, x1)
-    return m, x0, x1, np.exp(lp0), np.exp(lp1), lp0 - lp1
+    return m, x0, x1, np.exp(m.log_prob(o, x0)), np.exp(m.log_prob(o, x1))
 
 
 def selected_event_value(case, r):
     """Expected certified ε of the event the audit chose, from the exact pmf."""
-    *_, p0, p1, loss = case
-    ev, t = r.event, r.event["threshold"]
-    hit = loss >= t - 1e-9 if ">=" in ev["event"] else loss <= t + 1e-9
-    P0, P1 = min(p0[hit].sum(), 1.0), min(p1[hit].sum(), 1.0)
-    tpr, fpr = (P0, P1) if ev["positive_input"] == "x0" else (P1, P0)
-    return expected_epsilon_lower_bound(tpr, fpr, r.certification_samples)
+    ev = r.event
+    return threshold_event_epsilon(case[3], case[4], r.certification_samples, threshold=ev["threshold"],
+                                   upper=">=" in ev["event"], positive=int(ev["positive_input"][1]))
 
 
 def test_rare_most_informative_event_is_selected():
@@ -60,7 +57,7 @@ def test_rare_most_informative_event_is_selected():
     event has ~1 hit and the pessimistic projection picks "≥ 14" in half the seeds (0.34 lost);
     the importance-weighted rates pick the rare event every time."""
     case = bits_case(16, 4.0)
-    m, x0, x1, p0, p1, _ = case
+    m, x0, x1, p0, p1 = case
     for seed in (2, 3, 4):  # the old rule lost 0.34 at seeds 2 and 4
         r = audit_ldp(m, x0, x1, samples=300_000, seed=seed, test="likelihood-ratio")
         best = best_threshold_epsilon(p0, p1, r.certification_samples)
@@ -84,7 +81,7 @@ def test_issue_target_at_1e6(name):
     else:
         m = VQSGD(256, 4.0)
         case = finite_case(m, np.eye(256)[0], -np.eye(256)[0], range(512))
-    m, x0, x1, p0, p1, _ = case
+    m, x0, x1, p0, p1 = case
     lbs = []
     for seed in range(6):
         r = audit_ldp(m, x0, x1, samples=1_000_000, seed=seed)
@@ -149,6 +146,19 @@ def test_best_threshold_matches_loop_over_levels_and_groups_ties():
         if n == 10**6:  # counts in the thousands: the mean bound is the plug-in up to noise
             assert mean.epsilon == pytest.approx(want, abs=0.01)
     json.dumps(got.to_dict(), allow_nan=False)
+
+
+def test_threshold_event_epsilon_picks_the_right_outcomes():
+    p0 = np.array([0.02, 0.3, 0.3, 0.18, 0.2])
+    p1 = np.array([0.001, 0.1, 0.1, 0.3, 0.499])
+    n, t = 10_000, math.log(3.0)  # {L ≥ log 3} = outcomes 0, 1, 2 (L = 3.0, 1.1, 1.1)
+    want = expected_epsilon_lower_bound(0.62, 0.201, n)
+    assert threshold_event_epsilon(p0, p1, n, threshold=t * (1 + 1e-12), upper=True, positive=0) == pytest.approx(want)
+    # {L ≤ log 3} with TPR on x1: outcomes 1..4
+    want = expected_epsilon_lower_bound(0.999, 0.98, n)
+    assert threshold_event_epsilon(p0, p1, n, threshold=t, upper=False, positive=1) == pytest.approx(want)
+    assert threshold_event_epsilon(p0, p1, n, threshold=t, upper=False, positive=1) != \
+        threshold_event_epsilon(p0, p1, n, threshold=t * 0.99, upper=False, positive=1)
 
 
 @pytest.mark.parametrize("kw, needle", [
