@@ -32,7 +32,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.reports.integrity import signing_key, validate_report_dict
 from fedaudit.reports.model import Report
 
-__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "read_report", "atomic_write", "fsync_dir"]
+__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "read_report", "atomic_write"]
 
 FORMATS = ("json", "html", "md")
 FILENAMES = {"json": "report.json", "html": "report.html", "md": "report.md"}
@@ -74,7 +74,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         raise
 
 
-def fsync_dir(path: Path) -> None:
+def _fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -143,7 +143,7 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
                 (out / FILENAMES[fmt]).unlink()  # a stale rendering of an older report
     except OSError as exc:
         raise FedAuditError(f"cannot write report into {out}: {exc.strerror or exc}") from None
-    fsync_dir(out)
+    _fsync_dir(out)
     return written
 
 
