@@ -195,3 +195,11 @@ def test_nonfinite_rows_are_never_in_S():
     nu, S, method = robustness_ratio(X, z, 2)
     assert method == "exhaustive" and 2 not in S and 6 not in S
     assert nu == pytest.approx(brute(np.delete(X, [2, 6], axis=0), z, 0), rel=1e-9)
+
+
+def test_tight_subset_far_from_the_other_rows_keeps_its_precision():
+    """Two rows 1.4e-8 apart next to a row at distance 1: every S gives exactly ν = 1 when F(x)
+    is the first row; a centred Gram computation loses all digits of var_S here (it gave 5)."""
+    X = np.array([[8.19314690e-07], [8.05655683e-07], [1.00000022e+00]])
+    nu, S, _ = robustness_ratio(X, X[0], 1)
+    assert nu == pytest.approx(brute(X, X[0], 1), rel=1e-6) and nu == pytest.approx(1.0, rel=1e-6)

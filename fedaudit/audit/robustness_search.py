@@ -14,7 +14,9 @@ the rows centred (c = mean of the rows, y_i = x_i − c, w = F(x) − c):
     err_S   = ‖w‖² − 2 wᵀYᵀ1_S / m + ‖Yᵀ1_S‖² / m²,
 
 so stacking the C(n, f) indicators as a matrix M (cached per (n, f)) gives every subset's ratio
-with two matrix products, M·Y (s × d) when d ≤ n and the Gram form M·(YYᵀ)·Mᵀ otherwise. The
+with matrix products. The implementation (:func:`subset_ratios`) uses the equivalent
+difference forms var_S = 1_Sᵀ D 1_S / (2m²), D_ij = ‖x_i − x_j‖², and err_S = ‖Σ_{i∈S}(x_i − F(x))‖²/m²,
+which keep full relative precision when a tight S lies far from the other rows. The
 max over S is then exact (exhaustive) whenever C(n, f) ≤ ``exhaustive_limit``; past it the
 evaluator falls back to the swap local search of :func:`fedaudit.audit.robustness.robustness_ratio`
 (a lower bound on the max, hence still a valid certificate). Inside the optimiser's loop, when
@@ -140,39 +142,31 @@ def _masks(n: int, f: int) -> np.ndarray:
 def subset_ratios(M: np.ndarray, X: np.ndarray, z: np.ndarray, offset: float = 0.0) -> np.ndarray:
     """err_S / var_S for every indicator row of M (s, n), X (n, d) and z (d,) finite.
 
-    Vectorised through the formulas of the module docstring (M·Y when d ≤ n, else the Gram
-    form); ``offset`` is added to every error (the squared distance of F(x) from the subspace
-    when x and F(x) are given in the coordinates of an orthonormal frame). Rows are centred and,
-    when their magnitudes would overflow or underflow a square,
-    scaled by a power of two (ν is invariant under a common translation and scaling of x and
-    F(x)). A zero-variance S with a positive error gives inf.
+    Computed from differences only, so no cancellation between large centred terms:
+    var_S = 1_Sᵀ D 1_S / (2m²) with D_ij = ‖x_i − x_j‖², and err_S = 1_Sᵀ E 1_S / m² with
+    E_ij = ⟨x_i − z, x_j − z⟩ (its rounding error is relative to Σ_S ‖x_i − z‖² ≤ 2m(var_S + err_S),
+    so the ratio keeps full relative precision even for a tight S far from the other rows).
+    ``offset`` is added to every error (the squared distance of F(x) from the subspace when x
+    and F(x) are given in the coordinates of an orthonormal frame). Inputs are halved and, if
+    their differences would overflow or underflow a square, scaled by a power of two (ν is
+    invariant under a common scaling). A zero-variance S with a positive error gives inf.
     """
-    n = X.shape[0]
-    c = 0.5 * (X / n).sum(axis=0)  # half the mean; halving keeps differences of huge entries finite
-    Y = 0.5 * X - c
-    w = 0.5 * z - c
-    scale = max(float(np.max(np.abs(Y), initial=0.0)), float(np.max(np.abs(w), initial=0.0)))
-    offset = 0.25 * offset  # the halving above
-    if scale == 0.0 and offset == 0.0:
-        return np.zeros(M.shape[0])
+    Xh, zh = 0.5 * X, 0.5 * z  # halves: differences of entries up to the float64 maximum stay finite
+    Dx = Xh[:, None, :] - Xh[None, :, :]
+    R = Xh - zh
+    scale = max(float(np.max(np.abs(Dx), initial=0.0)), float(np.max(np.abs(R), initial=0.0)))
+    offset = 0.25 * offset
     if scale == 0.0:
-        return np.full(M.shape[0], np.inf)
+        return np.full(M.shape[0], np.inf if offset > 0 else 0.0)
     if scale > 1e150 or scale < 1e-150:
         p2 = 2.0 ** -math.frexp(scale)[1]
-        Y, w, offset = Y * p2, w * p2, offset * p2 * p2
+        Dx, R, offset = Dx * p2, R * p2, offset * p2 * p2
+    D = np.einsum("ijk,ijk->ij", Dx, Dx)
+    E = R @ R.T
     m = float(M[0].sum()) if M.shape[0] else 1.0
-    sq = np.einsum("ij,ij->i", Y, Y)
-    if Y.shape[1] <= n:
-        P = M @ Y  # (s, d) = m·(x̄_S − c)
-        mean_sq = np.einsum("sj,sj->s", P, P) / (m * m)
-        cross = P @ w / m
-    else:
-        mean_sq = np.einsum("sn,sn->s", M @ (Y @ Y.T), M) / (m * m)
-        cross = M @ (Y @ w) / m
-    var = np.maximum(M @ sq / m - mean_sq, 0.0)
-    ww = float(w @ w)
-    err = np.maximum(ww - 2.0 * cross + mean_sq, 0.0) + offset
-    big = max(float(sq.max()), ww, offset, 1e-300)
+    var = np.einsum("sn,sn->s", M @ D, M) / (2.0 * m * m)
+    err = np.maximum(np.einsum("sn,sn->s", M @ E, M) / (m * m), 0.0) + offset
+    big = max(float(D.max()), float(np.diag(E).max()), offset, 1e-300)
     ok = var > 1e-24 * big
     return np.where(ok, err / np.where(ok, var, 1.0), np.where(err > 1e-18 * big, np.inf, 0.0))
 
