@@ -510,3 +510,14 @@ def test_curves_reference_lines_and_markers():
     colors = {str(line.get_label()): line.get_color() for line in lines if line.get_label() in ("dgd", "pigs")}
     assert sorted(d.get_color() for d in diamonds) == sorted(colors.values())
     assert "first round at or below L*" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_evidence_shows_results_before_the_plan_parameters_that_are_set(monkeypatch):
+    import fedaudit.audit.robustness as robustness
+
+    monkeypatch.setattr(robustness, "audit_robustness", lambda *a, **k: _robustness_result(0.3, 2.0))
+    ev = run_one(ROBUST).evidence
+    keys = list(ev)
+    assert keys[0] == "nu_empirical" and keys[-1] == "parameters"
+    assert ev["parameters"]["aggregator"] == "cwtm" and "max_nu" not in ev["parameters"]  # unset: not listed
+    assert None not in ev["parameters"].values()

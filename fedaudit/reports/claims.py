@@ -102,10 +102,11 @@ def _g(v: Any, spec: str = ".4g") -> str:
 
 def _claim(spec: ClaimSpec, verdict: str, evidence: dict[str, Any], summary: str, plots: list[dict],
            parameters: bool = True) -> Claim:
-    """The Claim of a run; ``parameters`` puts the plan's parameters first in the evidence (kinds
-    whose evidence states its own parameters pass False)."""
+    """The Claim of a run. With ``parameters`` the plan's parameters that are set (not None) follow
+    the results in the evidence, so a report shows what was found before how it was configured
+    (kinds whose evidence states its own parameters pass False)."""
     if parameters:
-        evidence = {"parameters": dict(spec.params), **evidence}
+        evidence = {**evidence, "parameters": {k: v for k, v in spec.params.items() if v is not None}}
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict,
                  evidence=trim(evidence), summary=summary, plots=plots, seed=spec.seed)
 
