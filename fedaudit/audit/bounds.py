@@ -28,7 +28,8 @@ from fedaudit.errors import FedAuditError, check_int, check_probability, check_r
 MAX_SAMPLES = 10**12
 
 __all__ = ["MAX_SAMPLES", "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "max_certifiable_epsilon",
-           "gdp_mu_estimate", "ThresholdBound", "best_threshold_epsilon", "threshold_event_epsilon"]
+           "gdp_mu_estimate", "ThresholdBound", "best_threshold_epsilon", "threshold_event_rates",
+           "threshold_event_epsilon"]
 
 
 def cp_lower(k, n, alpha):
@@ -190,13 +191,12 @@ def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, alpha: float =
                           fpr=float(fpr[i]), n=n, method=method, events=len(cands))
 
 
-def threshold_event_epsilon(p0, p1, n: int, *, threshold: float, upper: bool, positive: int, delta: float = 0.0,
-                            alpha: float = 0.05, tolerance: float = 1e-9) -> float:
-    """Expected certified ε (:func:`expected_epsilon_lower_bound`) of one threshold event of the
-    exact privacy loss L = log p0 − log p1 at ``n`` draws per input: E = {L ≥ t} (``upper``) or
-    {L ≤ t}, TPR measured on x0 (``positive = 0``) or x1. Outcomes within ``tolerance``·max(1, |t|)
-    of t count as on the threshold (an audit's statistic and this L round differently). Use it to
-    judge the event an audit selected (``LDPAudit.event``) without its certification noise."""
+def threshold_event_rates(p0, p1, *, threshold: float, upper: bool, positive: int,
+                          tolerance: float = 1e-9) -> tuple[float, float]:
+    """(TPR, FPR) of one threshold event of the exact privacy loss L = log p0 − log p1:
+    E = {L ≥ t} (``upper``) or {L ≤ t}, TPR measured on x0 (``positive = 0``) or x1. Outcomes
+    within ``tolerance``·max(1, |t|) of t count as on the threshold (an audit's statistic and
+    this L round differently). Use it to judge the event an audit selected (``LDPAudit.event``)."""
     p0 = np.asarray(p0, dtype=np.float64).reshape(-1)
     p1 = np.asarray(p1, dtype=np.float64).reshape(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -205,5 +205,14 @@ def threshold_event_epsilon(p0, p1, n: int, *, threshold: float, upper: bool, po
     hit = loss >= threshold - tol if upper else loss <= threshold + tol
     hit &= (p0 > 0) | (p1 > 0)
     a, b = min(float(p0[hit].sum()), 1.0), min(float(p1[hit].sum()), 1.0)
-    tpr, fpr = (a, b) if positive == 0 else (b, a)
+    return (a, b) if positive == 0 else (b, a)
+
+
+def threshold_event_epsilon(p0, p1, n: int, *, threshold: float, upper: bool, positive: int, delta: float = 0.0,
+                            alpha: float = 0.05, tolerance: float = 1e-9) -> float:
+    """Expected certified ε (:func:`expected_epsilon_lower_bound`) at ``n`` draws per input of the
+    threshold event described in :func:`threshold_event_rates`: what certifying it averages to,
+    free of the certification noise of any one audit."""
+    tpr, fpr = threshold_event_rates(p0, p1, threshold=threshold, upper=upper, positive=positive,
+                                     tolerance=tolerance)
     return expected_epsilon_lower_bound(tpr, fpr, n, delta=delta, alpha=alpha)
