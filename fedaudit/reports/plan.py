@@ -20,6 +20,13 @@ names the claim and the key, e.g.
 ``claim 'sstq-eps1' (#2): key 'samples' must be an integer >= 100, got 'abc'``.
 Integer keys accept whole floats (``samples = 2e5``); float keys accept integers.
 
+Aggregator keywords. Robustness, stress and convergence claims take ``aggregator_params``, the
+keywords of :func:`fedaudit.defenses.registry.make_aggregator` (``aggregator_params = { s = 2 }``
+for ``"bucketing+cwtm"``; a stress grid may name specs, ``{ "bucketing+cwtm" = { s = 2 } }``).
+The rule is built once at parse time, so an unknown keyword, a missing required one (bucketing's
+``s``) or a rejected value is one error naming the claim, the key and the valid keywords. A
+stage that takes a ``seed`` the plan leaves unset gets one derived from the claim's seed.
+
 Seeds. A claim's seed is ``derive_seed(plan seed, "claim=<id>")``
 (:func:`fedaudit.engine.derive_seed`: the id's SHA-256 words as the ``spawn_key`` of
 ``SeedSequence(plan seed)``), so adding, removing or reordering claims never changes another
