@@ -521,3 +521,9 @@ def test_evidence_shows_results_before_the_plan_parameters_that_are_set(monkeypa
     assert keys[0] == "nu_empirical" and keys[-1] == "parameters"
     assert ev["parameters"]["aggregator"] == "cwtm" and "max_nu" not in ev["parameters"]  # unset: not listed
     assert None not in ev["parameters"].values()
+
+
+def test_plateau_window_default_fits_short_runs():
+    short = load_plan(plan({"id": "c", "kind": "convergence", "optimizers": ["dgd"], "rounds": 4}))
+    long = load_plan(plan({"id": "c", "kind": "convergence", "optimizers": ["dgd"], "rounds": 60}))
+    assert short.claims[0].params["plateau_window"] == 3 and long.claims[0].params["plateau_window"] == 10

@@ -340,7 +340,8 @@ def _schemas() -> dict[str, dict[str, Key]]:
                                help="the target honest loss L* (default: the baseline's final level plus "
                                     "target_eps of its gap to the best loss reached)"),
             "target_eps": Key("float", 0.05, low=0, help="relative tolerance of the default target loss"),
-            "plateau_window": Key("int", 10, low=1, help="w: rounds over which a plateau's relative change is taken"),
+            "plateau_window": Key("int", None, low=1, help="w: rounds over which a plateau's relative change is "
+                                                        "taken (default min(10, rounds - 1))"),
             "plateau_tol": Key("float", 0.01, low=0, high=1, open_low=True,
                                help="τ: a plateau changes the loss by at most τ (relative) over w rounds"),
             "max_rounds": Key("table[int]", None, low=0, help="optimizer = most rounds to reach the target loss"),
@@ -756,6 +757,8 @@ def _cross_convergence(where: str, p: dict[str, Any], expect: str) -> None:
     _flat_params(where, p)
     _check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n_honest"] + p["f"], "n_honest",
                       p["aggregator_params"])
+    if p["plateau_window"] is None:
+        p["plateau_window"] = min(10, p["rounds"] - 1)
     if p["plateau_window"] >= p["rounds"]:
         raise _fail(where, "plateau_window", f"must be an integer in [1, rounds - 1 = {p['rounds'] - 1}], "
                                              f"got {p['plateau_window']}")
