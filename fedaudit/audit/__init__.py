@@ -5,7 +5,14 @@
 * :func:`measure_mse` / :func:`variance_vs_dk` — error of unbiased mechanisms.
 """
 
-from fedaudit.audit.bounds import cp_lower, cp_upper, epsilon_lower_bound
+from fedaudit.audit.bounds import (
+    ThresholdBound,
+    best_threshold_epsilon,
+    cp_lower,
+    cp_upper,
+    epsilon_lower_bound,
+    expected_epsilon_lower_bound,
+)
 from fedaudit.audit.ldp import LDPAudit, audit_ldp
 from fedaudit.audit.pair_search import PairSearch, audit_worst_case, search_pairs
 from fedaudit.audit.variance import MSEResult, VarianceCurve, measure_mse, plot_variance_curve, variance_vs_dk
@@ -23,5 +30,6 @@ __all__ = [
     "LDPAudit", "audit_ldp", "audit_worst_case", "search_pairs", "PairSearch",
     "audit_robustness", "RobustnessAudit",
     "MSEResult", "VarianceCurve", "measure_mse", "plot_variance_curve", "variance_vs_dk",
-    "cp_lower", "cp_upper", "epsilon_lower_bound",
+    "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",
+    "ThresholdBound",
 ]
