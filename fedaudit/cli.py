@@ -521,15 +521,9 @@ def cmd_stress(args: argparse.Namespace) -> int:
                           rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
                           optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy,
                           declared_f=args.declared_f, **({"aggregator_params": params} if params else {}))
-    from fedaudit.locking import directory_lock
+    from fedaudit.locking import create_directory, directory_lock
 
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FedAuditError(f"--out {out_dir} exists and is not a directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FedAuditError(f"--out {out_dir}: cannot create the results directory: {exc.strerror or exc}") from None
+    out_dir = create_directory(args.out, what="results directory")
     with directory_lock(out_dir, what="results directory"), \
             progress_bar(len(config.cells()), "cells", args.quiet, args.progress_every) as advance:
         res = run_stress(config, args.out, workers=args.workers, backend=args.backend, progress=advance,

@@ -20,10 +20,24 @@ from pathlib import Path
 
 from fedaudit.errors import FedAuditError
 
-__all__ = ["LOCK_NAME", "directory_lock"]
+__all__ = ["LOCK_NAME", "create_directory", "directory_lock"]
 
 #: name of the lock file inside a locked directory
 LOCK_NAME = ".lock"
+
+
+def create_directory(directory: str | os.PathLike, *, what: str = "directory", flag: str = "--out") -> Path:
+    """Create ``directory`` (and its parents) or say in one line why it cannot be an output
+    directory (a :class:`FedAuditError` naming ``flag``): it is a file, its parent is a file, or
+    it cannot be created here (/proc, a read-only location)."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise FedAuditError(f"{flag} {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FedAuditError(f"{flag} {out}: cannot create the {what}: {exc.strerror or exc}") from None
+    return out
 
 
 def _try_lock(fd: int) -> bool:

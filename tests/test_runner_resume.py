@@ -19,6 +19,15 @@ from fedaudit.locking import directory_lock
 from fedaudit.reports.plan import load_plan
 from fedaudit.reports.runner import CHECKPOINT_DIR, WORK_DIR, Checkpoints, run_plan, run_plan_to_dir
 
+VQ = """\
+[[claim]]
+id = "vq"
+kind = "ldp"
+mechanism = "vqsgd"
+dim = 8
+samples = 4000
+"""
+
 PLAN = """\
 [plan]
 title = "resume test"
@@ -46,22 +55,9 @@ n_honest = 6
 backend = "serial"
 min_accuracy = 0.3
 
-[[claim]]
-id = "vq"
-kind = "ldp"
-mechanism = "vqsgd"
-dim = 8
-samples = 4000
-"""
+""" + VQ
 
-QUICK = """\
-[[claim]]
-id = "vq"
-kind = "ldp"
-mechanism = "vqsgd"
-dim = 8
-samples = 4000
-
+QUICK = VQ + """
 [[claim]]
 id = "rr"
 kind = "ldp"

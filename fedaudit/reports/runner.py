@@ -81,20 +81,6 @@ def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
                  seed=spec.seed, error=message + where)
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class Checkpoints:
     """The finished claims of one plan run in ``root/.checkpoint/`` (one JSON file per claim).
 
@@ -157,7 +143,7 @@ class Checkpoints:
 
     def save(self, claim: Claim, run_started: float) -> Path:
         """Write the checkpoint of ``claim`` atomically; returns its path."""
-        from fedaudit.reports.io import atomic_write
+        from fedaudit.reports.io import _fsync_dir, atomic_write
 
         self.dir.mkdir(parents=True, exist_ok=True)
         record = {"format": CHECKPOINT_FORMAT, "fedaudit": fedaudit.__version__, "plan_sha256": self.plan.sha256,
@@ -222,16 +208,6 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
     return Report(manifest=manifest, claims=claims, title=plan.title)
 
 
-def _claim_directory(out: Path) -> None:
-    """Create ``out`` (and its parents), or say in one line why it cannot be a report directory."""
-    if out.exists() and not out.is_dir():
-        raise FedAuditError(f"--out {out} exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FedAuditError(f"--out {out}: cannot create the report directory: {exc.strerror or exc}") from None
-
-
 def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | os.PathLike, *,
                     force: bool = False, resume: bool = False, progress: PlanProgress | None = None,
                     command: str | None = None, formats: tuple[str, ...] | None = None
@@ -244,13 +220,12 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
     run, a non-empty directory without ``force`` or ``resume``, checkpoints of another plan.
     Without ``resume`` old checkpoints are discarded; with it they are reused.
     """
-    from fedaudit.locking import directory_lock
+    from fedaudit.locking import create_directory, directory_lock
     from fedaudit.reports.io import write_report
 
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
-    out = Path(out_dir)
-    _claim_directory(out)
+    out = create_directory(out_dir, what="report directory")
     with directory_lock(out, what="report directory"):
         others = [p for p in out.iterdir() if p.name not in (".lock", CHECKPOINT_DIR, WORK_DIR)]
         has_checkpoints = (out / CHECKPOINT_DIR).is_dir() and any((out / CHECKPOINT_DIR).iterdir())
