@@ -527,3 +527,19 @@ def test_plateau_window_default_fits_short_runs():
     short = load_plan(plan({"id": "c", "kind": "convergence", "optimizers": ["dgd"], "rounds": 4}))
     long = load_plan(plan({"id": "c", "kind": "convergence", "optimizers": ["dgd"], "rounds": 60}))
     assert short.claims[0].params["plateau_window"] == 3 and long.claims[0].params["plateau_window"] == 10
+
+
+def test_long_titles_wrap_inside_the_figure():
+    label = "optimiser (1-dim random subspace of d=100, from two clusters + f at a point)"
+    spec = {"type": "nu_vs_bound", "configurations": {label: 1.2, "ipm / clustered": 0.3}, "nu_bound": 12.4,
+            "nu_lower": 0.45, "title": f"ν̂ per configuration — nnm+cwtm; worst: {label} at n=21, f=5, ν̂=1.2"}
+    fig = PLOTTERS["nu_vs_bound"](spec)
+    lines = fig.axes[0].get_title().split("\n")
+    assert len(lines) >= 3 and " ".join(lines) == spec["title"]
+    # drawn, each line fits in the figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.get_figwidth() * fig.dpi
