@@ -219,13 +219,14 @@ def test_progress_lines_when_output_is_a_pipe(tmp_path):
     assert "PASS" in proc.stderr.splitlines()[-1]  # then the claim's own line
 
 
-def test_quiet_and_zero_interval_print_no_progress_lines(tmp_path):
+def test_quiet_and_zero_interval_print_no_progress_lines(tmp_path, capsys):
     plan = tmp_path / "p.toml"
     plan.write_text(PLAN)
-    proc = run("run", str(plan), "--out", str(tmp_path / "o"), "--progress-every", "0")
-    assert proc.returncode == 0 and "…" not in proc.stderr and "PASS" in proc.stderr
-    proc = run("run", str(plan), "--out", str(tmp_path / "q"), "--quiet")
-    assert proc.returncode == 0 and proc.stderr == ""
+    assert main(["run", str(plan), "--out", str(tmp_path / "o"), "--progress-every", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "…" not in err and "PASS" in err
+    assert main(["run", str(plan), "--out", str(tmp_path / "q"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 # ---------------------------------------------------------------------------- aggregator parameters
@@ -254,18 +255,20 @@ def test_bucketing_without_its_parameter_is_a_clear_error():
     _one_line_exit_2(run("audit", "robustness", "--aggregator", "bucketing+cwtm", "--n", "13", "--f", "2"), "s")
 
 
-def test_stress_agg_param_per_spec(tmp_path):
+def test_stress_agg_param_per_spec(tmp_path, capsys):
     out = tmp_path / "s"
-    proc = run("stress", "--dataset", "digits", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param",
-               "bucketing+cwtm:s=2", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
-               "--rounds", "3", "--backend", "serial", "--out", str(out), "--quiet")
-    assert proc.returncode == 0, proc.stderr
+    assert main(["stress", "--dataset", "digits", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param",
+                 "bucketing+cwtm:s=2", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
+                 "--rounds", "3", "--backend", "serial", "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert "bucketing+cwtm" in summary["aggregators"]
     assert '"s": 2' in (out / "summary.json").read_text() or "'s': 2" in (out / "summary.json").read_text()
     assert not (out / ".lock").exists()
-    _one_line_exit_2(run("stress", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param", "s=2", "--rounds", "3",
-                         "--out", str(tmp_path / "t")), "cwtm")
+    capsys.readouterr()
+    assert main(["stress", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param", "s=2", "--rounds", "3",
+                 "--out", str(tmp_path / "t")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "'cwtm'" in lines[0] and "s" in lines[0]
 
 
 # ---------------------------------------------------------------------------- bounds

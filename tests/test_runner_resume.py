@@ -152,7 +152,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_report(tmp_path):
     assert report["overall"] == expected["overall"] and report["manifest"]["plan_sha256"] == ckpt["plan_sha256"]
 
 
-def test_resume_refuses_checkpoints_of_another_plan(tmp_path):
+def test_resume_refuses_checkpoints_of_another_plan(tmp_path, capsys):
     plan_a = tmp_path / "a.toml"
     plan_a.write_text(QUICK)
     plan_b = tmp_path / "b.toml"
@@ -163,16 +163,15 @@ def test_resume_refuses_checkpoints_of_another_plan(tmp_path):
     done = run_plan(plan).claims[0]
     Checkpoints(out, plan).save(done, time.time())  # as if a run of plan a was killed after one claim
 
-    proc = cli("run", plan_b, "--out", out, "--resume")
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+    assert main(["run", str(plan_b), "--out", str(out), "--resume"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fedaudit: error: ") and "different plan" in lines[0]
     assert "vq.json" in lines[0] and not (out / "report.json").exists()
     assert (out / CHECKPOINT_DIR / "vq.json").is_file()  # refused, not destroyed
 
-    proc = cli("run", plan_a, "--out", out, "--resume")
-    assert proc.returncode == 0, proc.stderr
-    assert "vq (ldp" in proc.stderr and "from its checkpoint" in proc.stderr
+    assert main(["run", str(plan_a), "--out", str(out), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "vq (ldp" in err and "from its checkpoint" in err
     report = json.loads((out / "report.json").read_text())
     assert report["claims"][0]["runtime_s"] == done.runtime_s and [c["id"] for c in report["claims"]] == ["vq", "rr"]
 
