@@ -914,7 +914,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
-        hint = " (finished claims are checkpointed: rerun with --resume)" if getattr(args, "command", "") == "run" else ""
+        hint = {"run": " (finished claims are checkpointed: rerun with --resume)",
+                "demo": " (finished claims are checkpointed: rerun with --resume)",
+                "stress": " (finished cells are kept: rerun the same command to continue)"}.get(
+            getattr(args, "command", ""), "")
         err.print(f"fedaudit: interrupted{hint}", highlight=False, markup=False, soft_wrap=True)
         return 130
 
