@@ -176,6 +176,19 @@ def test_resume_refuses_checkpoints_of_another_plan(tmp_path, capsys):
     assert report["claims"][0]["runtime_s"] == done.runtime_s and [c["id"] for c in report["claims"]] == ["vq", "rr"]
 
 
+def test_a_run_killed_inside_its_first_claim_resumes_only_with_its_own_plan(tmp_path, capsys):
+    plan_a = tmp_path / "a.toml"
+    plan_a.write_text(QUICK)
+    plan_b = tmp_path / "b.toml"
+    plan_b.write_text(QUICK + "\n")  # other bytes, other SHA-256
+    out = tmp_path / "out"
+    Checkpoints(out, load_plan(plan_a)).begin(123.0)  # what a run records before its first claim
+    assert main(["run", str(plan_b), "--out", str(out), "--resume", "--quiet"]) == 2
+    assert "_run.json belongs to a different plan" in capsys.readouterr().err
+    report, _ = run_plan_to_dir(plan_a, out, resume=True)
+    assert report.manifest.started.startswith("1970-01-01T00:02:03")  # the interrupted run's start
+
+
 def test_checkpoint_of_another_version_or_a_tampered_claim_is_refused(tmp_path):
     plan_file = tmp_path / "a.toml"
     plan_file.write_text(QUICK)
@@ -217,7 +230,7 @@ def test_a_claim_that_errors_is_not_checkpointed_and_is_retried(tmp_path, monkey
     out = tmp_path / "out"
     first = run_plan(load_plan(plan_file), checkpoints=Checkpoints(out, load_plan(plan_file)))
     assert [c.verdict for c in first.claims] == ["PASS", "INCONCLUSIVE"]
-    assert sorted(p.name for p in (out / CHECKPOINT_DIR).iterdir()) == ["vq.json"]
+    assert sorted(p.name for p in (out / CHECKPOINT_DIR).iterdir()) == ["_run.json", "vq.json"]
     report, _ = run_plan_to_dir(plan_file, out, resume=True)
     assert [c.verdict for c in report.claims] == ["PASS", "PASS"] and calls == ["vq", "rr", "rr"]
 

@@ -85,9 +85,14 @@ class Checkpoints:
     """The finished claims of one plan run in ``root/.checkpoint/`` (one JSON file per claim).
 
     A checkpoint file holds ``{"format", "fedaudit", "plan_sha256", "claim_id", "run_started",
-    "claim"}`` where ``claim`` is ``Claim.to_dict()``. Files are written atomically (temporary
-    file in the same directory, fsync, rename, fsync of the directory).
+    "claim"}`` where ``claim`` is ``Claim.to_dict()``; ``_run.json`` (claim ids cannot start with
+    ``_``) holds the same header for the run itself, written before the first claim, so even a run
+    killed inside its first claim (a stress grid half done in ``.work/``) can only be resumed with
+    its own plan. Files are written atomically (temporary file in the same directory, fsync,
+    rename, fsync of the directory).
     """
+
+    RUN_FILE = "_run.json"
 
     def __init__(self, root: str | os.PathLike, plan: Plan):
         self.root = Path(root)
@@ -113,22 +118,13 @@ class Checkpoints:
         for path in sorted(self.dir.iterdir()):
             if path.name.startswith("."):  # a temporary file of an interrupted write
                 continue
+            data = self._read(path)
+            if path.name == self.RUN_FILE:
+                t = data.get("run_started")
+                if isinstance(t, (int, float)) and not isinstance(t, bool):
+                    started = t if started is None else min(started, t)
+                continue
             where = f"checkpoint {path}"
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                raise FedAuditError(f"cannot read {where}: {exc}; rerun without --resume (and with --force) "
-                                    f"to start over") from None
-            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-                raise FedAuditError(f"{where} has an unknown format; rerun without --resume (and with --force)")
-            if data.get("plan_sha256") != self.plan.sha256:
-                raise FedAuditError(
-                    f"{where} belongs to a different plan (sha256 {str(data.get('plan_sha256'))[:12]}, this plan "
-                    f"{self.plan.sha256[:12]}); resume with the plan that started the run, or rerun without "
-                    f"--resume (and with --force) to start over")
-            if data.get("fedaudit") != fedaudit.__version__:
-                raise FedAuditError(f"{where} was written by fedaudit {data.get('fedaudit')}, this is "
-                                    f"{fedaudit.__version__}; rerun without --resume (and with --force)")
             claim_id = data.get("claim_id")
             if claim_id not in ids or path.name != f"{claim_id}.json":
                 raise FedAuditError(f"{where} names claim {claim_id!r}, which is not in the plan")
@@ -141,17 +137,44 @@ class Checkpoints:
                 started = t if started is None else min(started, t)
         return found, started
 
-    def save(self, claim: Claim, run_started: float) -> Path:
-        """Write the checkpoint of ``claim`` atomically; returns its path."""
+    def _read(self, path: Path) -> dict[str, Any]:
+        """A checkpoint file's record, after checking its format, plan SHA-256 and version."""
+        where = f"checkpoint {path}"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise FedAuditError(f"cannot read {where}: {exc}; rerun without --resume (and with --force) "
+                                f"to start over") from None
+        if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+            raise FedAuditError(f"{where} has an unknown format; rerun without --resume (and with --force)")
+        if data.get("plan_sha256") != self.plan.sha256:
+            raise FedAuditError(
+                f"{where} belongs to a different plan (sha256 {str(data.get('plan_sha256'))[:12]}, this plan "
+                f"{self.plan.sha256[:12]}); resume with the plan that started the run, or rerun without "
+                f"--resume (and with --force) to start over")
+        if data.get("fedaudit") != fedaudit.__version__:
+            raise FedAuditError(f"{where} was written by fedaudit {data.get('fedaudit')}, this is "
+                                f"{fedaudit.__version__}; rerun without --resume (and with --force)")
+        return data
+
+    def _write(self, path: Path, record: dict[str, Any]) -> Path:
         from fedaudit.reports.io import _fsync_dir, atomic_write
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        record = {"format": CHECKPOINT_FORMAT, "fedaudit": fedaudit.__version__, "plan_sha256": self.plan.sha256,
-                  "claim_id": claim.id, "run_started": run_started, "claim": claim.to_dict()}
-        path = self.path(claim.id)
-        atomic_write(path, json.dumps(record, allow_nan=False, ensure_ascii=False, sort_keys=True))
+        header = {"format": CHECKPOINT_FORMAT, "fedaudit": fedaudit.__version__, "plan_sha256": self.plan.sha256}
+        atomic_write(path, json.dumps({**header, **record}, allow_nan=False, ensure_ascii=False, sort_keys=True))
         _fsync_dir(self.dir)
         return path
+
+    def begin(self, run_started: float) -> None:
+        """Record the run (plan SHA-256, version, start time) unless an earlier start is recorded."""
+        if not (self.dir / self.RUN_FILE).is_file():
+            self._write(self.dir / self.RUN_FILE, {"run_started": run_started})
+
+    def save(self, claim: Claim, run_started: float) -> Path:
+        """Write the checkpoint of ``claim`` atomically; returns its path."""
+        return self._write(self.path(claim.id), {"claim_id": claim.id, "run_started": run_started,
+                                                 "claim": claim.to_dict()})
 
     def clear(self) -> None:
         """Remove every checkpoint (and the claims' intermediate files)."""
@@ -178,6 +201,8 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
     hooks = progress or PlanProgress()
     done, first_started = checkpoints.load() if (checkpoints is not None and resume) else ({}, None)
     started = first_started if first_started is not None else time.time()
+    if checkpoints is not None:
+        checkpoints.begin(started)
     hooks.plan_started(plan)
     claims: list[Claim] = []
     for spec in plan.claims:
