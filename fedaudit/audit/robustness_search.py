@@ -350,9 +350,9 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
     by re-evaluating the rule on the best X ∈ ℝ^{n×d}.
 
     Families: ``d=k`` for k in ``dims`` and, if ``embedded`` and d > max(dims), one random
-    max(dims)-frame of ℝ^d. Phase 0 (20% of the evaluations): per family, configurations of three
-    coincident clusters (a, m − a honest rows and the f Byzantine ones) with their positions
-    optimised, for up to six splits a. Phase 1 (30%): ``restarts`` local runs per family from the
+    max(dims)-frame of ℝ^d. Phase 0 (20% of the evaluations): per family, configurations of
+    coincident clusters (a, m − a honest rows; the f Byzantine rows together, or one row and the
+    other f − 1) with their positions optimised, for up to six splits a. Phase 1 (30%): ``restarts`` local runs per family from the
     best cluster configurations (half of them, jittered), the seeds, then random starts. Phase 2
     (50%): 2·``restarts`` runs of iterated local
     search, alternating between the two best families' incumbents, each run perturbing a random
@@ -471,20 +471,27 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         return True
 
     def cluster_starts(k: int, B: np.ndarray | None, evals: int) -> list[tuple[float, str, np.ndarray]]:
-        """Phase 0: three coincident clusters (a and m − a honest rows, the f Byzantine rows),
-        their 3k positions optimised for several splits a; exact ties let a rule's output sit on
-        a data point (GM's vertex optimality, medians), which row-wise starts rarely reach."""
+        """Phase 0: coincident clusters — a and m − a honest rows, and the f Byzantine rows
+        together or as one row plus f − 1 — with their positions optimised, for several
+        splits a; exact ties let a rule's output sit on a data point (GM's vertex optimality,
+        medians, Krum picking one Byzantine row backed by the others), which row-wise starts
+        rarely reach."""
         m = n - f
         if m < 2:
             return []
         splits = sorted(set(int(a) for a in np.linspace(1, m - 1, min(m - 1, 6)).round()))
+        byz_layouts = ["together", "1 + rest"] if f >= 2 else ["together"]
+        layouts = [(a, lay) for a in splits for lay in byz_layouts]
         found = []
-        for a in splits:
-            assign = np.r_[np.zeros(a, int), np.ones(m - a, int), np.full(f, 2, int)]
-            P0 = rng.normal(size=(3, k))
-            nu, Y = local_run(P0[assign], k, B, max(evals // len(splits), 2),
-                              decode=lambda v, assign=assign: v.reshape(3, k)[assign], v0=P0.reshape(-1))
-            found.append((nu, f"three clusters ({a} + {m - a} honest, {f} Byzantine)", Y))
+        for a, lay in layouts:
+            byz = np.full(f, 2, int) if lay == "together" else np.r_[2, np.full(f - 1, 3, int)]
+            assign = np.r_[np.zeros(a, int), np.ones(m - a, int), byz]
+            c = int(assign.max()) + 1
+            P0 = rng.normal(size=(c, k))
+            nu, Y = local_run(P0[assign], k, B, max(evals // len(layouts), 2),
+                              decode=lambda v, assign=assign, c=c: v.reshape(c, k)[assign], v0=P0.reshape(-1))
+            byz_label = f"{f} Byzantine together" if lay == "together" else f"Byzantine 1 + {f - 1}"
+            found.append((nu, f"honest clusters {a} + {m - a}, {byz_label}", Y))
         found.sort(key=lambda t: -t[0])
         return found
 
