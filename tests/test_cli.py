@@ -203,10 +203,10 @@ def test_existing_json_target_is_kept_until_the_audit_writes_it(tmp_path, capsys
 # ---------------------------------------------------------------------------- progress off a terminal
 def test_progress_lines_when_output_is_a_pipe(tmp_path):
     plan = tmp_path / "slow.toml"
-    plan.write_text('[[claim]]\nid = "slow"\nkind = "ldp"\nmechanism = "vqsgd"\ndim = 8\nsamples = 3000000\n'
+    plan.write_text('[[claim]]\nid = "slow"\nkind = "ldp"\nmechanism = "vqsgd"\ndim = 8\nsamples = 6000000\n'
                     'curve = false\n')
     proc = subprocess.run([sys.executable, "-m", "fedaudit.cli", "run", str(plan), "--out", str(tmp_path / "o"),
-                           "--progress-every", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           "--progress-every", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     import re
@@ -214,7 +214,7 @@ def test_progress_lines_when_output_is_a_pipe(tmp_path):
     beats = [(int(a.replace(",", "")), int(b.replace(",", ""))) for a, b in
              re.findall(r"… \[1/1\] slow: ([\d,]+)/([\d,]+) samples \(\d+%\), \d+ s", proc.stderr)]
     assert len(beats) >= 3, proc.stderr
-    assert all(total == 6_000_000 for _, total in beats)
+    assert all(total == 12_000_000 for _, total in beats)
     assert beats[-1][0] > beats[0][0]  # lines report real progress, not one repeated number
     assert "PASS" in proc.stderr.splitlines()[-1]  # then the claim's own line
 
