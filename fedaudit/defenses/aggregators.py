@@ -351,11 +351,34 @@ def _ill_conditioned(G: np.ndarray, D: np.ndarray) -> int | None:
     return None
 
 
+def _tiny_pairs_are_duplicates(X: np.ndarray, D: np.ndarray) -> bool:
+    """Whether every pair i ≠ j with D_ij < 2^-900 holds identical rows (so D_ij = 0 is exact
+    and not an underflow). Each row is compared with one representative: O(n·d) at most."""
+    n = D.shape[0]
+    i_idx, j_idx = np.nonzero(np.triu(D < _GRAM_LOW, 1))
+    if i_idx.size == 0:
+        return True
+    rep = np.arange(n)
+    for j in np.unique(j_idx):
+        r = rep[int(i_idx[j_idx == j].min())]
+        if not np.array_equal(X[j], X[r]):
+            return False
+        rep[j] = r
+    return bool(np.all(rep[i_idx] == rep[j_idx]))
+
+
+def _tiny_rows_are_center(X: np.ndarray, G: np.ndarray, center: np.ndarray) -> bool:
+    """Whether every row whose squared deviation G_ii is below 2^-900 equals the centre."""
+    return all(np.array_equal(X[i], center) for i in np.flatnonzero(np.diag(G) < _GRAM_LOW))
+
+
 def _pairwise_sqdist(X: np.ndarray) -> np.ndarray:
     """(n, n) squared Euclidean distances, float64, via a centred Gram matrix.
 
     Direct pass (rows centred by their mean; recentred once on the most central row when
-    cancellation threatens). When that pass overflows or underflows, the overflow-free
+    cancellation threatens). When that pass overflows or underflows (its largest diagonal
+    entry outside [2^-900, 2^900], or a squared distance below 2^-900 between rows that are not
+    identical), the overflow-free
     :class:`_Geometry` around the coordinate-wise median is used instead: the result is then in
     units of 2^(−2E) with rows beyond 2^400 reference lengths drawn in radially, which never
     changes a comparison among rows within that radius (callers only compare distances).
@@ -368,11 +391,13 @@ def _pairwise_sqdist(X: np.ndarray) -> np.ndarray:
         if _fast_ok(G):
             D = _sqdist_from_gram(G)
             c = _ill_conditioned(G, D)
-            if c is None:
+            if c is not None:
+                G = _gram(X, center=X[c].astype(np.float64))
+                D = _sqdist_from_gram(G) if _fast_ok(G) else None
+            # a squared distance below 2^-900 is exact only between identical rows; otherwise it
+            # may have underflowed (rows closer than ~1e-135 next to ordinary ones)
+            if D is not None and _tiny_pairs_are_duplicates(X, D):
                 return D
-            G = _gram(X, center=X[c].astype(np.float64))
-            if _fast_ok(G):
-                return _sqdist_from_gram(G)
     geo = _Geometry(X, _cw_median(X))
     G = geo.gram()
     D = _sqdist_from_gram(G)
@@ -388,7 +413,7 @@ def _centered_gram(X: np.ndarray, z0: np.ndarray,
     the :class:`_Geometry` it came from (its units are 2^(−E); None: input units)."""
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         G = _gram(X, center=z0)
-    if _fast_ok(G):
+    if _fast_ok(G) and _tiny_rows_are_center(X, G, z0):
         return G, None
     geo = _Geometry(X, z0, floor_log2)
     return geo.gram(), geo
