@@ -50,7 +50,7 @@ kind = "stress"
 aggregators = ["cwtm", "nnm+cwtm"]
 attacks = ["alie", "signflip"]
 fs = [1]
-rounds = 15
+rounds = 150
 n_honest = 6
 backend = "serial"
 min_accuracy = 0.3
@@ -90,7 +90,7 @@ def _wait_for(predicate, timeout, what, proc=None):
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}: "
                                  f"{proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
 
 
