@@ -199,6 +199,27 @@ def test_decisions_stay_exact_next_to_a_1e308_row(spec):
     np.testing.assert_allclose(rule(X), rule(Y), rtol=1e-12, atol=1e-12)
 
 
+def test_distances_that_underflow_next_to_ordinary_rows(monkeypatch):
+    """Honest rows ~1e-301 apart next to an ordinary row (1.0): the direct Gram pass is in range
+    but the honest squared distances underflow to 0, so every subset looks equally tight. MDA
+    must still keep the honest rows (found by hypothesis); identical rows (D = 0 exactly) keep
+    the direct pass."""
+    X = np.array([[1.25730221e-301], [-1.32104863e-301], [1.0], [1.04900117e-301], [4.12486577e-218]])
+    honest = X[[0, 1, 3]]
+    np.testing.assert_allclose(make_aggregator("mda", 2)(X), honest.mean(0), rtol=1e-9)
+    np.testing.assert_array_equal(make_aggregator("krum", 1)(X), X[3])  # smallest 2-neighbour score
+    Y = np.random.default_rng(0).normal(size=(9, 3))
+    Y[6:] = Y[0]  # three identical rows (as ALIE sends): exact zeros, the one-pass path stays
+    import fedaudit.defenses.aggregators as agg
+
+    def no_slow_path(*args, **kw):
+        raise AssertionError("slow path taken for identical rows")
+
+    monkeypatch.setattr(agg, "_Geometry", no_slow_path)
+    np.testing.assert_array_equal(make_aggregator("krum", 2)(Y), Y[0])
+    assert np.isfinite(make_aggregator("nnm+gm", 2)(Y)).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_column_means_of_values_near_the_largest_float(dtype):
     """Sums of values near the dtype's max overflow; means must not (exact rescaling)."""
