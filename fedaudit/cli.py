@@ -771,7 +771,9 @@ def _agg_param_option(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
-    parser = _Parser(prog="fedaudit", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="fedaudit",
+                     description="Audit the privacy and Byzantine robustness of federated learning. Exit codes: "
+                                 "0 every claim holds, 1 a claim failed, 2 bad input, 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"fedaudit {fedaudit.__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
