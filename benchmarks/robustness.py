@@ -92,7 +92,8 @@ def tightness(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--pairs", default=",".join(f"{n}:{f}" for n, f in HELD_OUT))
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--trials", type=int, default=48)
-    ap.add_argument("--evals", type=int, default=SearchBudget().evals, help="auditor's optimiser budget")
+    ap.add_argument("--evals", type=int, default=SearchBudget().evals,
+                    help="auditor's base optimiser budget (cheap rules get more: robustness_search.effective_budget)")
     ap.add_argument("--restarts", type=int, default=SearchBudget().restarts)
     ap.add_argument("--de-iters", type=int, default=150, help="differential-evolution generations per k")
     ap.add_argument("--de-time", type=float, default=40.0, help="seconds per k before DE is stopped")
@@ -110,7 +111,7 @@ def tightness(argv: list[str] | None = None) -> list[dict]:
     budget = {"evals": args.evals, "restarts": args.restarts}
     jobs = [(r, n, f, args.d, args.trials, budget, args.de_iters, args.de_time, args.seed, refs.get((r, n, f)))
             for r in args.rules.split(",") for n, f in pairs]
-    print(f"auditor: d={args.d}, {args.trials} trials, optimiser {budget}; independent: differential evolution, "
+    print(f"auditor: d={args.d}, {args.trials} trials, optimiser {budget} (base; 'opt evals' = spent); independent: differential evolution, "
           f"popsize 15, ≤ {args.de_iters} generations or {args.de_time:g} s per k ∈ {{1, 2}}")
     print(f"{'rule':<10} {'n':>3} {'f':>2} {'ν̂ before':>9} {'ν̂ audit':>9} {'ν̂ indep':>9} {'ratio':>6} "
           f"{'audit s':>8} {'opt evals':>9} {'DE evals':>9} {'DE s':>7}  worst")

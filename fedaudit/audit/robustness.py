@@ -19,7 +19,9 @@ Nelder–Mead/Powell over *all* n rows in 1- and 2-dimensional subspaces of ℝ^
 the best configurations of (i)–(iii), with S maximised exactly for each candidate when
 C(n, f) ≤ 2000 (else over a working set of subsets refreshed from full evaluations; the
 reported ν is always a full evaluation in ℝ^d)
-(:func:`fedaudit.audit.robustness_search.optimise_configuration`; budget: ``search``). The
+(:func:`fedaudit.audit.robustness_search.optimise_configuration`; budget: ``search``, scaled up
+for cheap closed-form rules at small n by :func:`~fedaudit.audit.robustness_search.effective_budget`,
+plus a forced-selection phase for Krum). The
 configuration that achieved ν̂ is returned in full so it can be replayed (:func:`replay`).
 
 Breakdown. A rule that receives more non-finite rows than it tolerates raises
@@ -38,7 +40,8 @@ import numpy as np
 
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
-from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule, exact_ratio,
+from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule,
+                                              effective_budget, exact_ratio, forced_selection_runs,
                                               optimise_configuration, subset_ratios)
 from fedaudit.errors import AggregatorBreakdown, FedAuditError, check_int
 from fedaudit.rng import as_seed_sequence
@@ -199,13 +202,22 @@ def _resolve_attacks(attacks: str | Sequence[str]) -> list[str]:
 
 
 def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBudget | dict | int | None = None,
-                   d: int = 100) -> int:
-    """How many times :func:`audit_robustness` calls ``progress(1)`` (for progress bars)."""
+                   d: int = 100, *, aggregator: Any = None, n: int | None = None) -> int:
+    """How many times :func:`audit_robustness` calls ``progress(1)`` (for progress bars).
+
+    ``aggregator`` (the rule or its registry spec) and ``n`` decide the optimiser's cost class
+    (:func:`~fedaudit.audit.robustness_search.effective_budget`: cheap rules run more restarts)
+    and whether Krum's forced-selection phase runs (one unit per low-dimensional family);
+    without them the count for the base budget and no forced-selection phase is returned."""
     budget = SearchBudget.coerce(search)
+    forced = 0
+    if aggregator is not None and n is not None:
+        budget = effective_budget(budget, aggregator, n, f)
+        forced = forced_selection_runs(aggregator, n, f, budget, d)
     families = 0
     if budget.evals > 0:
         families = sum(k <= d for k in budget.dims) + int(budget.embedded and d > max(budget.dims))
-    return trials + (3 + search_evals + 1 if f > 0 else 0) + (families + 2) * budget.restarts * (families > 0)
+    return trials + (3 + search_evals + 1 if f > 0 else 0) + (families + 2) * budget.restarts * (families > 0) + forced
 
 
 def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 100, trials: int = 200,
@@ -242,6 +254,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     if n < need:
         raise FedAuditError(f"{spec} needs n >= {need} for f={f}, got n={n}")
     names = _resolve_attacks(attacks) if f > 0 else []
+    spent = effective_budget(budget, agg, n, f)  # more evaluations and restarts for cheap rules
     root = as_seed_sequence(seed)
     construct_seq, trial_seq, search_seq, optimise_seq, rule_seq = root.spawn(5)
     rule_seed = int(rule_seq.generate_state(1)[0])
@@ -351,7 +364,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     ranked = sorted(seeds.items(), key=lambda kv: -kv[1][0])
     construction = [(k, v[1]) for k, v in ranked if k.startswith("f-outliers")][:1]
     others = [(k, v[1]) for k, v in ranked if not k.startswith("f-outliers") and math.isfinite(v[0])][:2]
-    outcome = optimise_configuration(agg, n, f, d, seeds=construction + others, budget=budget,
+    outcome = optimise_configuration(agg, n, f, d, seeds=construction + others, budget=spent,
                                      rng=np.random.default_rng(optimise_seq), rule_seed=rule_seed,
                                      progress=progress)
     if outcome.X is not None:
@@ -368,7 +381,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     if broke["count"]:
         breakdown = {"count": broke["count"], "labels": broke["labels"][:50], "first": broke["first"]}
     if "X" not in best:  # the rule broke down on every configuration tried
-        return _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0)
+        return _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent)
 
     nu_hat = float(best["nu"])
     unbounded = nu_hat >= _UNBOUNDED
@@ -407,20 +420,22 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         runtime_s=time.perf_counter() - t0,
         worst=worst,
         breakdown=breakdown,
-        search=_search_report(budget, outcome, nu_before),
+        search=_search_report(budget, outcome, nu_before, spent),
         stage_runtime_s=stage_time,
     )
 
 
-def _search_report(budget: SearchBudget, outcome, nu_before: float) -> dict[str, Any]:
-    return {"budget": budget.to_dict(), "evals": outcome.evals, "local_runs": outcome.restarts_run,
+def _search_report(budget: SearchBudget, outcome, nu_before: float, spent: SearchBudget | None = None
+                   ) -> dict[str, Any]:
+    spent = spent or budget
+    return {"budget": budget.to_dict(), "effective_budget": spent.to_dict(), "evals": outcome.evals, "local_runs": outcome.restarts_run,
             "runtime_s": outcome.runtime_s, "stopped": outcome.stopped,
             "nu": max(outcome.nu, 0.0) if outcome.X is not None else None,
             "nu_before": nu_before if nu_before >= 0 else None,
             "per_subspace": {k: (math.inf if v >= _UNBOUNDED else v) for k, v in outcome.per_subspace.items()}}
 
 
-def _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0) -> RobustnessAudit:
+def _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent) -> RobustnessAudit:
     """Every configuration broke the rule down: no ν to report (nu_empirical = 0, no config)."""
     lower = kappa_lower_bound(n, f)
     key = spec.lower() if isinstance(spec, str) else None
@@ -433,4 +448,4 @@ def _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_t
         bound=bound.to_dict() if bound is not None else None, trials=trials,
         seed=seed if isinstance(seed, int) else None, subsets="none", runtime_s=time.perf_counter() - t0,
         worst={"stage": "breakdown", "label": "breakdown on every configuration", "d": d, "nu": 0.0},
-        breakdown=breakdown, search=_search_report(budget, outcome, -1.0), stage_runtime_s=stage_time)
+        breakdown=breakdown, search=_search_report(budget, outcome, -1.0, spent), stage_runtime_s=stage_time)

@@ -366,7 +366,10 @@ def run_variance(spec: ClaimSpec, advance: Advance) -> Claim:
 
 # ----------------------------------------------------------------------------- robustness
 def _robustness_units(p: dict[str, Any]) -> int:
-    return p["trials"] + (3 + p["search_evals"] + 1 if p["f"] > 0 else 0)
+    from fedaudit.audit.robustness import progress_units
+
+    # run_robustness passes no search budget, so the optimiser runs with the defaults
+    return progress_units(p["f"], p["trials"], p["search_evals"], None, d=p["d"], aggregator=p["aggregator"], n=p["n"])
 
 
 def run_robustness(spec: ClaimSpec, advance: Advance) -> Claim:
