@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterable
 
 from fedaudit.errors import FedAuditError
+from fedaudit.locking import create_directory
 from fedaudit.reports.integrity import signing_key, validate_report_dict
 from fedaudit.reports.model import Report
 
@@ -43,15 +44,9 @@ def prepare_out_dir(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
     existing non-empty directory without ``force``, is a :class:`FedAuditError`. Call it before a
     long run so the refusal comes first, then ``write_report(..., force=True)`` at the end."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise FedAuditError(f"report directory {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FedAuditError(f"cannot create report directory {out}: {exc.strerror or exc}") from None
-    return out
+    return create_directory(out, what="report directory", flag="report directory")
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
