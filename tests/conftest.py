@@ -1,5 +1,6 @@
 """Shared test configuration: deterministic hypothesis profile, derived tolerances."""
 
+import itertools
 import os
 
 import numpy as np
@@ -36,3 +37,14 @@ def assert_unbiased(estimates: np.ndarray, truth: np.ndarray, n_assertions: int 
     ok = err <= z * se + 1e-12
     assert ok.all(), (f"bias beyond {z:.2f} SE at coords {np.flatnonzero(~ok)[:5]}: "
                       f"mean={mean[~ok][:5]}, truth={np.asarray(truth)[~ok][:5]}, se={se[~ok][:5]}")
+
+
+def brute_ratio(X: np.ndarray, z: np.ndarray, f: int) -> float:
+    """Robustness ratio by brute force: max over |S| = n − f of ‖z − x̄_S‖² / ((1/|S|) Σ_S ‖x_i − x̄_S‖²)."""
+    n = X.shape[0]
+    best = 0.0
+    for S in itertools.combinations(range(n), n - f):
+        xs = X[list(S)]
+        m = xs.mean(0)
+        best = max(best, float(np.sum((z - m) ** 2) / np.mean(np.sum((xs - m) ** 2, axis=1))))
+    return best

@@ -1,6 +1,5 @@
 """The (f, ν) auditor: exact subset maximisation, lower-bound construction, bounds, replay."""
 
-import itertools
 import json
 import math
 
@@ -11,17 +10,7 @@ from fedaudit.audit.robustness import audit_robustness, replay, robustness_ratio
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.defenses.theory import kappa_lower_bound
 from fedaudit.errors import FedAuditError
-
-
-def brute_ratio(X, z, f):
-    n = X.shape[0]
-    best = 0.0
-    for S in itertools.combinations(range(n), n - f):
-        xs = X[list(S)]
-        m = xs.mean(0)
-        var = np.mean(np.sum((xs - m) ** 2, axis=1))
-        best = max(best, float(np.sum((z - m) ** 2) / var))
-    return best
+from conftest import brute_ratio
 
 
 @pytest.mark.parametrize("n, f", [(5, 1), (7, 2), (9, 3)])

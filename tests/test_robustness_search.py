@@ -2,7 +2,6 @@
 breakdowns recorded instead of raised, and a held-out tightness check against an independent
 optimiser (differential evolution)."""
 
-import itertools
 import json
 import math
 
@@ -15,16 +14,7 @@ from fedaudit.audit.robustness_search import (SearchBudget, _masks, call_rule, c
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
-
-
-def brute(X, z, f):
-    n = X.shape[0]
-    best = 0.0
-    for S in itertools.combinations(range(n), n - f):
-        xs = X[list(S)]
-        m = xs.mean(0)
-        best = max(best, float(np.sum((z - m) ** 2) / np.mean(np.sum((xs - m) ** 2, axis=1))))
-    return best
+from conftest import brute_ratio
 
 
 @pytest.mark.parametrize("d", [1, 3, 20])  # d > n takes the Gram form
@@ -33,7 +23,7 @@ def test_exact_ratio_matches_brute_force_in_both_forms(d):
     X = rng.normal(size=(9, d)) * 3.0 + 50.0
     z = rng.normal(size=d) + 50.0
     nu, S = exact_ratio(X, z, 3)
-    assert nu == pytest.approx(brute(X, z, 3), rel=1e-9)
+    assert nu == pytest.approx(brute_ratio(X, z, 3), rel=1e-9)
     xs = X[S]
     assert nu == pytest.approx(np.sum((z - xs.mean(0)) ** 2) / np.mean(np.sum((xs - xs.mean(0)) ** 2, 1)), rel=1e-9)
 
@@ -47,7 +37,7 @@ def test_huge_finite_rows_neither_overflow_nor_hide_the_normal_subsets():
     with np.errstate(over="raise", invalid="raise"):  # nothing may overflow inside the computation
         nu, S = exact_ratio(X, z, 2)
     assert math.isfinite(nu) and sorted(S) == list(range(7))
-    assert nu == pytest.approx(brute(X[:7], z, 0), rel=1e-9)
+    assert nu == pytest.approx(brute_ratio(X[:7], z, 0), rel=1e-9)
     nu2, _, method = robustness_ratio(X, z, 2)
     assert method == "exhaustive" and nu2 == nu
 
@@ -60,7 +50,7 @@ def test_subspace_frame_with_offset_equals_the_ratio_in_the_ambient_space():
     Yz = z @ B
     offset = float(z @ z - Yz @ Yz)
     r_frame = subset_ratios(_masks(8, 2), Y, Yz, offset)
-    assert r_frame.max() == pytest.approx(brute(Y @ B.T, z, 2), rel=1e-9)
+    assert r_frame.max() == pytest.approx(brute_ratio(Y @ B.T, z, 2), rel=1e-9)
 
 
 class _FragileMedian(Aggregator):
@@ -232,7 +222,7 @@ def test_nonfinite_rows_are_never_in_S():
     z = rng.normal(size=3)
     nu, S, method = robustness_ratio(X, z, 2)
     assert method == "exhaustive" and 2 not in S and 6 not in S
-    assert nu == pytest.approx(brute(np.delete(X, [2, 6], axis=0), z, 0), rel=1e-9)
+    assert nu == pytest.approx(brute_ratio(np.delete(X, [2, 6], axis=0), z, 0), rel=1e-9)
 
 
 def test_tight_subset_far_from_the_other_rows_keeps_its_precision():
@@ -240,7 +230,7 @@ def test_tight_subset_far_from_the_other_rows_keeps_its_precision():
     is the first row; a centred Gram computation loses all digits of var_S here (it gave 5)."""
     X = np.array([[8.19314690e-07], [8.05655683e-07], [1.00000022e+00]])
     nu, S, _ = robustness_ratio(X, X[0], 1)
-    assert nu == pytest.approx(brute(X, X[0], 1), rel=1e-6) and nu == pytest.approx(1.0, rel=1e-6)
+    assert nu == pytest.approx(brute_ratio(X, X[0], 1), rel=1e-6) and nu == pytest.approx(1.0, rel=1e-6)
 
 
 def _de_reference_2d(rule, n, f, seed):
