@@ -419,7 +419,7 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
 
 def cmd_aggregators(args: argparse.Namespace) -> int:
     from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
-    from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
+    from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 
     table = Table(title=f"Robust aggregation rules at n={args.n}, f={args.f} "
                         f"(universal lower bound f/(n−2f) = {kappa_lower_bound(args.n, args.f):.4g})")

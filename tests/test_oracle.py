@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from fedaudit.audit.oracle import OracleFit, fit_envelope, fit_least_squares, fit_oracle, plot_oracle
 from fedaudit.defenses.optimizers import DGD, QuadraticProblem, run
-from fedaudit.defenses.theory import kappa_upper_bound
+from fedaudit.defenses.kappa import kappa_upper_bound
 from fedaudit.errors import FedAuditError
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fedaudit.audit.robustness import audit_robustness, replay, robustness_ratio
 from fedaudit.defenses.registry import make_aggregator
-from fedaudit.defenses.theory import kappa_lower_bound
+from fedaudit.defenses.kappa import kappa_lower_bound
 from fedaudit.errors import FedAuditError
 from conftest import brute_ratio
 

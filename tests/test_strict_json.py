@@ -141,7 +141,7 @@ def _search_budget():
 
 
 def _kappa():
-    from fedaudit.defenses.theory import KappaBound
+    from fedaudit.defenses.kappa import KappaBound
 
     return [KappaBound("krum", 11, 3, v, "f/(n-2f)", "ref", False, "") for v in (math.inf, math.nan, 2.5)]
 
@@ -187,7 +187,7 @@ BUILDERS = {
     "fedaudit.audit.variance.VarianceCurve": _variance,
     "fedaudit.mechanisms.base.Mechanism": _mechanisms,
     "fedaudit.audit.robustness_search.SearchBudget": _search_budget,
-    "fedaudit.defenses.theory.KappaBound": _kappa,
+    "fedaudit.defenses.kappa.KappaBound": _kappa,
     "fedaudit.errors.AggregatorBreakdown": _breakdown,
     "fedaudit.fl.stress.StressConfig": lambda: [_stress_config()],
     "fedaudit.fl.stress.StressResult": _stress,
@@ -239,7 +239,7 @@ def test_to_dict_is_strict_json(key):
 
 def test_builders_carry_non_finite_values_through():
     """The hand-built instances hold inf/nan; the convention strings (not null) must come out."""
-    from fedaudit.defenses.theory import KappaBound
+    from fedaudit.defenses.kappa import KappaBound
 
     assert [KappaBound("krum", 11, 3, v, "", "", False, "").to_dict()["kappa"] for v in (math.inf, math.nan)] \
         == ["inf", "nan"]

@@ -29,7 +29,7 @@ which implies the envelope form for every (G², B²) valid along the run. ``hold
 empirical lower bound on the aggregator's κ *under this attack along this run*. The envelope
 constants and κ·(Ĝ², B̂²) are descriptive figures only (plots, reports), never a verdict.
 
-κ comes from :func:`fedaudit.defenses.theory.kappa_upper_bound` (published, unverified
+κ comes from :func:`fedaudit.defenses.kappa.kappa_upper_bound` (published, unverified
 constants) when the aggregator spec, n and f are given, else from the ``nu`` passed in (e.g.
 ``audit_robustness(...).nu_empirical``).
 """
@@ -147,7 +147,7 @@ def fit_oracle(trace: Any, *, aggregator: str | None = None, n: int | None = Non
     published, else ``nu``; with neither, no comparison is made. ``burn_in`` drops the first
     recorded points.
     """
-    from fedaudit.defenses.theory import kappa_upper_bound
+    from fedaudit.defenses.kappa import kappa_upper_bound
 
     burn_in = check_int("burn_in", burn_in, low=0)
     e_all = list(getattr(trace, "oracle_err_sq", []))

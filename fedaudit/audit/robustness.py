@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedaudit.defenses.base import Aggregator
-from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
+from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule,
                                               effective_budget, exact_ratio, forced_selection_runs,
                                               optimise_configuration, subset_ratios)

@@ -25,7 +25,7 @@ from fedaudit.defenses.aggregators import (
 from fedaudit.defenses.base import Aggregator, PreAggregator, compose
 from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
 from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
-from fedaudit.defenses.theory import KappaBound, kappa_lower_bound, kappa_upper_bound
+from fedaudit.defenses.kappa import KappaBound, kappa_lower_bound, kappa_upper_bound
 from fedaudit.defenses import gossip
 
 __all__ = [

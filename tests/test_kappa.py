@@ -5,7 +5,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from fedaudit.defenses.theory import kappa_lower_bound, kappa_upper_bound
+from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 from fedaudit.errors import FedAuditError
 
 
