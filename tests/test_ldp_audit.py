@@ -25,7 +25,7 @@ from fedaudit.mechanisms.planted import (
     UnsplitBudgetSSTQ,
     scaled_gaussian_sampler,
 )
-from fedaudit.mechanisms.reference import SSTQSketch
+from fedaudit.mechanisms.published import SSTQSketch
 
 RUNTIME_FIELDS = ("runtime_s", "sampling_s")
 
@@ -235,7 +235,7 @@ def test_claim_smaller_than_truth_is_flagged():
 
 
 @pytest.mark.parametrize("x1_scale, min_eps", [(-1.0, 4.0), (0.5, 6.0)])
-def test_reference_sketch_flagged_with_large_epsilon(x1_scale, min_eps):
+def test_published_sketch_flagged_with_large_epsilon(x1_scale, min_eps):
     """The seed's SSTQ sketch claims ε=1. Antipodal: exact ε 8 (budget not split, value range
     unbounded); e1 vs ½e1: the norm leaks (ε = ∞). At 2e4 samples seed 0 certifies 4.65 and 6.40
     (ceiling 8.49); the thresholds sit ~0.6 below."""

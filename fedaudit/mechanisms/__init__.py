@@ -1,7 +1,7 @@
 """What leaves a client: local randomizers with exact likelihoods.
 
 Every mechanism implements :class:`Mechanism` (``encode``, ``sample``, ``decode``,
-``log_prob``, ``dim``, ``epsilon``, ``delta``, ``bits_per_report``). ``reference`` keeps
+``log_prob``, ``dim``, ``epsilon``, ``delta``, ``bits_per_report``). ``published`` keeps
 algorithms *as published* (the SSTQ sketch) so audits can show their flaws; they are never
 defaults.
 """
@@ -12,7 +12,7 @@ from fedaudit.mechanisms.gaussian import Gaussian
 from fedaudit.mechanisms.laplace import Laplace
 from fedaudit.mechanisms.privunit import PrivUnitG
 from fedaudit.mechanisms.randomized_response import RandomizedResponse
-from fedaudit.mechanisms.reference import SSTQSketch
+from fedaudit.mechanisms.published import SSTQSketch
 from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
 from fedaudit.mechanisms.sstq import SSTQ
 from fedaudit.mechanisms.vqsgd import VQSGD

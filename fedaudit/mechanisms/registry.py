@@ -16,7 +16,7 @@ def _factories() -> dict[str, Callable[..., Mechanism]]:
     from fedaudit.mechanisms.laplace import Laplace
     from fedaudit.mechanisms.privunit import PrivUnitG
     from fedaudit.mechanisms.randomized_response import RandomizedResponse
-    from fedaudit.mechanisms.reference import SSTQSketch
+    from fedaudit.mechanisms.published import SSTQSketch
     from fedaudit.mechanisms.sstq import SSTQ
     from fedaudit.mechanisms.vqsgd import VQSGD
 

@@ -1,6 +1,6 @@
 """SSTQ — subsampled stochastic (Turbo)quantization with ε-local differential privacy.
 
-The corrected version of the seed's sketch (``reference.SSTQSketch`` keeps the original). A
+The corrected version of the seed's sketch (``published.SSTQSketch`` keeps the original). A
 report of x ∈ R^d is produced in five steps:
 
 1. **Clip**: x ← x·min(1, C/‖x‖₂), so ‖x‖₂ ≤ C (no norm is ever sent).

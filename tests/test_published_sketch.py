@@ -1,4 +1,4 @@
-"""The literal SSTQ sketch (reference.py): unbiased, exact likelihood, and demonstrably not LDP."""
+"""The literal SSTQ sketch (published.py): unbiased, exact likelihood, and demonstrably not LDP."""
 
 import itertools
 import math
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-import fedaudit.mechanisms.reference as reference
+import fedaudit.mechanisms.published as published
 from conftest import assert_unbiased
 from fedaudit.errors import FedAuditError
-from fedaudit.mechanisms.reference import SSTQSketch, sample_subsets
+from fedaudit.mechanisms.published import SSTQSketch, sample_subsets
 
 
 # ------------------------------------------------------------------------ subset sampler
@@ -28,7 +28,7 @@ def test_sample_subsets_uniform(method):
 
 
 def test_sample_subsets_chunking_and_edge_cases(monkeypatch):
-    monkeypatch.setattr(reference, "_CHUNK_ELEMS", 16)  # forces many chunks on both paths
+    monkeypatch.setattr(published, "_CHUNK_ELEMS", 16)  # forces many chunks on both paths
     for method in ("floyd", "argpartition"):
         S = sample_subsets(101, 10, 4, rng=2, method=method)
         assert (np.diff(S, axis=1) > 0).all()
