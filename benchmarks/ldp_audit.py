@@ -31,7 +31,7 @@ from scipy import stats
 from fedaudit.audit.bounds import best_threshold_epsilon, threshold_event_epsilon
 from fedaudit.audit.ldp import audit_ldp
 from fedaudit.mechanisms import SSTQ, VQSGD, Gaussian, Laplace, RandomizedResponse, SSTQSketch
-from fedaudit.mechanisms.planted import UnsplitBudgetSSTQ, scaled_gaussian_sampler
+from fedaudit.testing.planted import UnsplitBudgetSSTQ, scaled_gaussian_sampler
 
 
 def spike(d: int) -> np.ndarray:

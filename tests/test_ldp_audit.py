@@ -18,7 +18,7 @@ from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms import SSTQ, VQSGD, Duchi, Laplace, PrivUnitG, RandomizedResponse
 from fedaudit.mechanisms.gaussian import analytic_gaussian_sigma
-from fedaudit.mechanisms.planted import (
+from fedaudit.testing.planted import (
     CleartextIndicesSSTQ,
     LeakedNormSSTQ,
     ScaledLaplace,

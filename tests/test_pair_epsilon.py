@@ -466,7 +466,7 @@ def test_planted_unsplit_budget_has_its_exact_epsilon():
     4·log((c + (p − c)·¾)/(c + (p − c)·¼)) with p = e/(1 + e), c = 1/(1 + e) (≈ 1.88 > ε = 1).
     Rotated (d = 16, k = 4, s = 4, e1 vs −e1): bracketed by the per-seed sup over 2000 public
     seeds from below and k·ε from above."""
-    from fedaudit.mechanisms.planted import UnsplitBudgetSSTQ
+    from fedaudit.testing.planted import UnsplitBudgetSSTQ
 
     m = UnsplitBudgetSSTQ(4, 4, 2, 1.0, rotate=False)
     x = np.full(4, 0.5)

@@ -1,0 +1,18 @@
+"""Helpers for test suites — fedaudit's own and its users'.
+
+:mod:`fedaudit.testing.planted` holds deliberately broken randomizers, each reproducing one
+implementation mistake seen in practice while claiming its correct sibling's guarantee. An
+auditor that does not flag them is broken. Never use them for anything but tests.
+
+This package may import :mod:`fedaudit.mechanisms`; the mechanisms never import it.
+"""
+
+from fedaudit.testing.planted import (
+    CleartextIndicesSSTQ,
+    LeakedNormSSTQ,
+    ScaledLaplace,
+    UnsplitBudgetSSTQ,
+    scaled_gaussian_sampler,
+)
+
+__all__ = ["UnsplitBudgetSSTQ", "ScaledLaplace", "LeakedNormSSTQ", "CleartextIndicesSSTQ", "scaled_gaussian_sampler"]
