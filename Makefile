@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench browser clean
+.PHONY: demo test test-slow bench browser docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/mechanisms.py
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on any warning.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

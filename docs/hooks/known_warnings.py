@@ -1,0 +1,59 @@
+"""MkDocs hooks for the API reference.
+
+1. Let `mkdocs build --strict` pass over the known warnings of two docstrings, and nothing else.
+2. Show Sphinx cross-reference roles in the docstrings (``:class:`~a.b.C` ``) as plain code.
+
+Package docstrings belong to their modules' owners, so the site does not rewrite them. Each
+entry below is one exact warning the build produces today, with why it is harmless on the
+rendered page. Any other warning (a new docstring problem, a broken link, a missing page) still
+fails the strict build. Delete an entry once its docstring is fixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+KNOWN = (
+    # fedaudit.engine.run_tasks: the paragraph after its numpydoc "Parameters" section is read as
+    # two more parameters ("An ...", "results ..."). The page shows two empty rows there.
+    "griffe: fedaudit/engine.py:152: No types or annotations for parameters ['An']",
+    "griffe: fedaudit/engine.py:152: Parameter 'An' does not appear in the function signature",
+    "griffe: fedaudit/engine.py:152: No types or annotations for parameters ['results']",
+    "griffe: fedaudit/engine.py:152: Parameter 'results' does not appear in the function signature",
+    # fedaudit.attacks.NonFinite writes the index formula "[NaN, +inf, −inf][(i + j) mod 3]", which
+    # Markdown reads as a reference link; the page shows the formula as plain text.
+    "Could not find cross-reference target '(i + j) mod 3'",
+)
+
+
+class _DropKnown(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        message = record.getMessage()
+        return not any(known in message for known in KNOWN)
+
+
+def on_config(config):
+    # The strict-mode warning counter is attached just before on_config, so filter every handler now
+    # (the counter included); once per handler, since `mkdocs serve` rebuilds.
+    for handler in logging.getLogger("mkdocs").handlers:
+        if not any(isinstance(f, _DropKnown) for f in handler.filters):
+            handler.addFilter(_DropKnown())
+    return config
+
+
+# mkdocstrings renders a Sphinx role as the literal role name followed by the code span:
+# ":class:<code>~fedaudit.errors.AggregatorBreakdown</code>". Keep the code span and drop the role;
+# a leading "~" means "show the last component only", as Sphinx does.
+_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj):<code>(~?)([^<]*)</code>")
+
+
+def _plain(m: re.Match) -> str:
+    name = m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2)
+    return f"<code>{name}</code>"
+
+
+def on_page_content(html, page, config, files):
+    return _ROLE.sub(_plain, html)
