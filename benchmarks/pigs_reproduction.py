@@ -14,7 +14,8 @@ downloaded), so the numbers are *not* expected to match the paper's MNIST ones e
 Methods, one oracle call (= one communication round) each per round:
   dgd      D-GD lr 0.1 (authors' value) and ``dgd_1/L`` with the theory step 1/L;
   dnag     torch-SGD Nesterov, lr 0.1, momentum 0.9 (authors' "D-NAG");
-  racc     the paper's robust accelerated method (Γ_k/γ_k schedule, corrected form — see
+  robust-accelerated
+           the paper's robust accelerated method (Γ_k/γ_k schedule, corrected form — see
            fedaudit.defenses.optimizers.RobustAccelerated), L from the data, μ = 1e-2;
   pigs     PIGS with its default step η = 1/(2·1.25·Δ̂), Δ̂ = the largest power-iteration estimate
            of ‖∇²L_H − ∇²L_0‖_op at x_0 and at the probes along the run (fedaudit.defenses.optimizers.PIGS);
@@ -50,7 +51,7 @@ CLAIMED = {"rounds": {"pigs": 5, "dnag": 41, "dgd": 135}, "plateau_gap": 2e-4,
            "ablation": {"beta1/none/f0": (2.0, 12, 91.8), "beta1/alie/f1": (2.0, 14, 91.6),
                         "beta1/ipm/f1": (2.0, 13, 91.7), "iid/none/f0": (8.0, 4, 92.5),
                         "iid/alie/f5": (8.0, 5, 92.3), "iid/ipm/f5": (8.0, 5, 92.4)}}
-PRIMARY = ("dgd", "dnag", "racc", "pigs")
+PRIMARY = ("dgd", "dnag", "robust-accelerated", "pigs")
 
 
 # ------------------------------------------------------------------ building blocks
@@ -85,7 +86,7 @@ def _optimizer(kind: str, params: dict[str, Any]):
         return DGD(params["lr"])
     if kind == "dnag":
         return DNAG(params["lr"], params.get("momentum", 0.9))
-    if kind == "racc":
+    if kind == "robust-accelerated":
         return RobustAccelerated(params.get("L"), params.get("mu"), variant=params.get("variant", "fgm"))
     if kind == "pigs":
         return PIGS(eta=params.get("eta"))
@@ -212,7 +213,7 @@ def main_experiment(args) -> dict[str, Any]:
         ("dgd", "dgd", {"lr": 0.1}),
         ("dgd_1/L", "dgd", {"lr_is_inverse_L": True}),
         ("dnag", "dnag", {"lr": 0.1, "momentum": 0.9}),
-        ("racc", "racc", {"L": L, "mu": args.mu, "variant": "fgm"}),
+        ("robust-accelerated", "robust-accelerated", {"L": L, "mu": args.mu, "variant": "fgm"}),
         ("pigs", "pigs", {}),
         ("pigs_x0", "pigs", {"eta": eta_x0}),
         ("pigs_eta4", "pigs", {"eta": 4.0}),
@@ -246,11 +247,11 @@ def main_experiment(args) -> dict[str, Any]:
             summary[lab] = _summarise(results[lab], loss_star, shared_plateau=shared)
     # D-GD: the authors' lr 0.1 unless it is unstable, then the theory step 1/L
     dgd_choice = "dgd" if not summary["dgd"]["diverged"] else "dgd_1/L"
-    primary = {"dgd": dgd_choice, "dnag": "dnag", "racc": "racc", "pigs": "pigs"}
+    primary = {"dgd": dgd_choice, "dnag": "dnag", "robust-accelerated": "robust-accelerated", "pigs": "pigs"}
 
     pigs_info = results["pigs"]["info"]
     eta_run = pigs_info["eta"]
-    steps = {"dgd": "lr 0.1", "dgd_1/L": f"lr {1 / L:.3g}", "dnag": "0.1/m0.9", "racc": f"L={L:.3g}",
+    steps = {"dgd": "lr 0.1", "dgd_1/L": f"lr {1 / L:.3g}", "dnag": "0.1/m0.9", "robust-accelerated": f"L={L:.3g}",
              "pigs": f"η {eta_run:.3g}", "pigs_x0": f"η {eta_x0:.3g}", "pigs_eta4": "η 4", "pigs_eta2": "η 2",
              "ref_dgd": "lr 0.1", "ref_dnag": "0.1/m0.9", "ref_pigs_eta4": "η 4",
              "ref_pigs": f"η {results['ref_pigs']['info']['eta']:.3g}"}
@@ -264,7 +265,7 @@ def main_experiment(args) -> dict[str, Any]:
           f"(from {len(flat)} flat runs)")
     print("rounds: first k with L−ℓ* ≤ (1+ε)(ℓ∞−ℓ*), ℓ∞ = median of the run's last 20% ('shared' = ℓ∞ common "
           "to the attacked runs that end flat); 'flat' = last 20% varies < 1% of the gap")
-    hdr = (f"{'method':<14} {'step':>10} {'rounds 5%':>9} {'rounds 1%':>9} {'shared 5%':>9} {'plateau ℓ∞−ℓ*':>14} "
+    hdr = (f"{'method':<20} {'step':>10} {'rounds 5%':>9} {'rounds 1%':>9} {'shared 5%':>9} {'plateau ℓ∞−ℓ*':>14} "
            f"{'flat':>5} {'min L−ℓ* @k':>17} {'test acc':>8} {'time s':>7}")
     print(hdr)
     print("-" * len(hdr))
@@ -272,10 +273,10 @@ def main_experiment(args) -> dict[str, Any]:
         s = summary[lab]
         tag = lab + (" (f=0)" if lab.startswith("ref_") else "")
         if s["diverged"]:
-            print(f"{tag:<14} {steps[lab]:>10} diverged after {s['rounds_run']} rounds")
+            print(f"{tag:<20} {steps[lab]:>10} diverged after {s['rounds_run']} rounds")
             continue
         mn = f"{_fmt(s['min_loss'] - loss_star, '.3g')} @{s['min_loss_round']}"
-        print(f"{tag:<14} {steps[lab]:>10} {_fmt(s['rounds_5pct']):>9} {_fmt(s['rounds_1pct']):>9} "
+        print(f"{tag:<20} {steps[lab]:>10} {_fmt(s['rounds_5pct']):>9} {_fmt(s['rounds_1pct']):>9} "
               f"{_fmt(s.get('rounds_5pct_shared')):>9} {_fmt(s['plateau_gap'], '.4g'):>14} {str(s['on_plateau']):>5} "
               f"{mn:>17} {_fmt(s['final_test_acc'], '.3f'):>8} {s['wall_time_s']:>7.1f}")
 
@@ -287,7 +288,7 @@ def main_experiment(args) -> dict[str, Any]:
         return None if (a is None or b is None or b == 0) else a / b
 
     ratios = {"dgd/pigs": ratio(rounds["dgd"], rounds["pigs"]), "dgd/dnag": ratio(rounds["dgd"], rounds["dnag"]),
-              "dgd/racc": ratio(rounds["dgd"], rounds["racc"]),
+              "dgd/robust-accelerated": ratio(rounds["dgd"], rounds["robust-accelerated"]),
               "dgd/pigs_eta4": ratio(rounds["dgd"], summary["pigs_eta4"]["rounds_5pct"]),
               "dgd_1/L/pigs": ratio(summary["dgd_1/L"]["rounds_5pct"], rounds["pigs"]),
               "dgd_1/L/dnag": ratio(summary["dgd_1/L"]["rounds_5pct"], rounds["dnag"])}

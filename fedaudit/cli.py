@@ -883,9 +883,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--declared-f", type=int, default=None,
                    help="f every rule is configured for (default: each cell's f); below f the rule may break down")
     p.add_argument("--beta", default="0.5,1,5", help="comma-separated Dirichlet concentrations (> 0)")
-    p.add_argument("--optimizer", default="dgd", help="dgd, dnag, racc or pigs")
+    p.add_argument("--optimizer", default="dgd", help="dgd, dnag, robust-accelerated or pigs")
     p.add_argument("--rounds", type=int, default=300, help="training rounds per cell (default 300)")
-    p.add_argument("--lr", type=float, default=0.1, help="step size of dgd and dnag (racc, pigs set their own)")
+    p.add_argument("--lr", type=float, default=0.1, help="step size of dgd and dnag (robust-accelerated, pigs set their own)")
     p.add_argument("--n-honest", type=int, default=20, help="honest clients (default 20)")
     p.add_argument("--mu", type=float, default=1e-2, help="ℓ2 regularisation")
     p.add_argument("--no-optimal-attack", action="store_true",

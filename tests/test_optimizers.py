@@ -94,7 +94,7 @@ def _fgm_three_sequence(problem, L, mu, x0, rounds, rng):
 
 
 @pytest.mark.parametrize("mu_scale", [0.0, 1.0])
-def test_racc_two_sequence_equals_three_sequence_fgm(quad, mu_scale):
+def test_robust_accelerated_two_sequence_equals_three_sequence_fgm(quad, mu_scale):
     # inexact oracle with additive + multiplicative error: the identity is algebraic
     A, b = quad.A, quad.b
     P = QuadraticProblem(A, b, bias=0.05 * np.arange(quad.dim) / quad.dim, alpha=0.1)
@@ -105,7 +105,7 @@ def test_racc_two_sequence_equals_three_sequence_fgm(quad, mu_scale):
     np.testing.assert_allclose(tr.loss[1:], losses, rtol=1e-10, atol=1e-12)
 
 
-def test_racc_converges_and_literal_does_not(quad):
+def test_robust_accelerated_converges_and_literal_does_not(quad):
     xs = quad.minimizer()
     fstar = quad.honest_loss(xs)
     fgm = run(RobustAccelerated(), quad, rounds=300, seed=0)
@@ -122,7 +122,7 @@ def test_racc_converges_and_literal_does_not(quad):
     assert np.linalg.norm(lit0.x_final) < 1e-6
 
 
-def test_racc_accelerates_over_gd_on_ill_conditioned_quadratic():
+def test_robust_accelerated_accelerates_over_gd_on_ill_conditioned_quadratic():
     d = 20
     A = _spd(d, 3, lo=1e-3, hi=1.0)
     A = (A + A.T) / 2
@@ -133,7 +133,7 @@ def test_racc_accelerates_over_gd_on_ill_conditioned_quadratic():
     assert acc.loss[-1] - fstar < 1e-3 * (gd.loss[-1] - fstar)
 
 
-def test_racc_long_run_no_overflow():
+def test_robust_accelerated_long_run_no_overflow():
     P = QuadraticProblem(np.diag([1.0, 0.5]), np.array([1.0, -1.0]))
     tr = run(RobustAccelerated(), P, rounds=5000, seed=0, record_every=1000)
     assert np.isfinite(tr.loss).all() and not tr.diverged
@@ -516,7 +516,7 @@ def test_run_records_breakdown_round_and_counts():
     json.dumps(d, allow_nan=False)
 
 
-@pytest.mark.parametrize("name", ["dgd", "dnag", "racc", "pigs"])
+@pytest.mark.parametrize("name", ["dgd", "dnag", "robust-accelerated", "pigs"])
 def test_every_optimizer_records_a_real_federation_breakdown(name):
     # NonFinite attack with 3 rows against a CWTM configured for declared_f = 1
     from fedaudit.fl.data import load_digits_dataset
@@ -524,7 +524,7 @@ def test_every_optimizer_records_a_real_federation_breakdown(name):
 
     fed = Federation.build(load_digits_dataset(seed=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
                            attack="nonfinite", declared_f=1, seed=0)
-    opt = {"dgd": DGD(0.1), "dnag": DNAG(0.1), "racc": RobustAccelerated(), "pigs": PIGS()}[name]
+    opt = {"dgd": DGD(0.1), "dnag": DNAG(0.1), "robust-accelerated": RobustAccelerated(), "pigs": PIGS()}[name]
     tr = run(opt, fed, rounds=5, seed=0)
     assert {k: tr.breakdown[k] for k in ("round", "rule", "n", "nonfinite", "tolerated")} == \
         {"round": 0, "rule": "cwtm", "n": 8, "nonfinite": 3, "tolerated": 1}
@@ -537,7 +537,7 @@ def test_every_optimizer_records_a_real_federation_breakdown(name):
 
 # ------------------------------------------------------------------ reproducible randomness
 def _optimizers():
-    return {"dgd": DGD(0.1), "dnag": DNAG(0.1, 0.9), "racc": RobustAccelerated(), "pigs": PIGS()}
+    return {"dgd": DGD(0.1), "dnag": DNAG(0.1, 0.9), "robust-accelerated": RobustAccelerated(), "pigs": PIGS()}
 
 
 def test_optimizer_table_covers_the_registered_names():
@@ -562,7 +562,7 @@ def _bits(tr):
     return d
 
 
-@pytest.mark.parametrize("name", ["dgd", "dnag", "racc", "pigs"])
+@pytest.mark.parametrize("name", ["dgd", "dnag", "robust-accelerated", "pigs"])
 def test_same_seed_same_bits_with_a_random_rule(bucket_fed, name):
     opt = _optimizers()[name]
     a = run(opt, bucket_fed, rounds=6, seed=0)

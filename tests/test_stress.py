@@ -161,7 +161,7 @@ def test_a_directory_holds_one_configuration(tmp_path, serial_run):
     (dict(fs=(5,)), "f must be an integer in [0, n_honest - 1=4]"),
     (dict(betas=(0.0,)), "beta must be"),
     (dict(rounds=0), "rounds must be"),
-    (dict(optimizer="adam"), "valid names: dgd, dnag, racc, pigs"),
+    (dict(optimizer="adam"), "valid names: dgd, dnag, robust-accelerated, pigs"),
     (dict(aggregators=("krum",), fs=(3,)), "needs n >="),
 ])
 def test_config_validation(change, needle):
@@ -200,7 +200,7 @@ def test_cli_grid_resume_and_target_exit_codes(tmp_path, serial_run):
     (["--beta", "0"], "beta must be a finite real number in (0, inf)"),
     (["--beta=-1,1"], "beta must be"),
     (["--rounds", "0"], "rounds must be an integer in [1, inf), got rounds=0"),
-    (["--optimizer", "adam"], "unknown optimizer 'adam'; valid names: dgd, dnag, racc, pigs"),
+    (["--optimizer", "adam"], "unknown optimizer 'adam'; valid names: dgd, dnag, robust-accelerated, pigs"),
     (["--f", "one"], "--f expects comma-separated numbers"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, change, needle):

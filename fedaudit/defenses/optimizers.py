@@ -446,7 +446,7 @@ class RobustAccelerated(Optimizer):
     ``L`` and ``mu`` default to ``problem.smoothness()`` / ``problem.strong_convexity()``.
     """
 
-    name = "racc"
+    name = "robust-accelerated"
     VARIANTS = ("fgm", "literal", "nesterov")
 
     def __init__(self, L: float | None = None, mu: float | None = None, variant: str = "fgm"):

@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 #: Optimizers by CLI name: distributed GD, robust Nesterov, robust accelerated, PIGS.
-OPTIMIZER_NAMES: tuple[str, ...] = ("dgd", "dnag", "racc", "pigs")
+OPTIMIZER_NAMES: tuple[str, ...] = ("dgd", "dnag", "robust-accelerated", "pigs")
 #: Breakdown when the final loss exceeds this multiple of the loss at x0.
 BREAKDOWN_LOSS_FACTOR = 10.0
 #: Breakdown when the final accuracy is below chance (1/n_classes) plus this margin.
@@ -145,9 +145,10 @@ class StressConfig:
     ``attacks`` (``fedaudit.attacks.ATTACK_NAMES``), ``fs`` (Byzantine counts, each
     < ``n_honest``) and ``betas`` (Dirichlet concentrations > 0; smaller = more heterogeneous).
     Run: ``optimizer`` in :data:`OPTIMIZER_NAMES` for ``rounds`` rounds — ``dgd`` and ``dnag``
-    (momentum 0.9) with step size ``lr``; ``racc`` takes L and μ from the federation and ``pigs``
-    its default η (1/(2·1.25·Δ̂), Δ̂ the max along the run), so ``lr`` does not apply to them —
-    ``n_honest`` honest clients, regularisation ``mu``, ``optimal_attack`` (line-search the
+    (momentum 0.9) with step size ``lr``; ``robust-accelerated`` takes L and μ from the
+    federation and ``pigs`` its default η (1/(2·1.25·Δ̂), Δ̂ the max along the run), so ``lr``
+    does not apply to them — ``n_honest`` honest clients, regularisation ``mu``,
+    ``optimal_attack`` (line-search the
     attack's scale against the aggregator each round). ``target_accuracy`` only affects the
     report (rounds to reach it), never the training. ``aggregator_params`` maps an aggregator
     spec to the keywords :func:`~fedaudit.defenses.registry.make_aggregator` gets for it (e.g.
@@ -283,7 +284,7 @@ def _make_optimizer(config: StressConfig, fed: Any):
         return opt.DGD(config.lr)
     if config.optimizer == "dnag":
         return opt.DNAG(config.lr, momentum=0.9)
-    if config.optimizer == "racc":  # L and μ from the federation (FederationProblem.smoothness / .mu)
+    if config.optimizer == "robust-accelerated":  # L and μ from the federation (FederationProblem.smoothness / .mu)
         return opt.RobustAccelerated()
     return opt.PIGS()  # η = 1/(2·1.25·Δ̂), Δ̂ the max estimate at x0 and along the run
 

@@ -581,7 +581,7 @@ def _make_optimizer(name: str, p: dict[str, Any]):
         return opt.DGD(p["lr"])
     if name == "dnag":
         return opt.DNAG(p["lr"], momentum=p["momentum"])
-    if name == "racc":
+    if name == "robust-accelerated":
         return opt.RobustAccelerated()
     return opt.PIGS(eta=p["eta"])
 
