@@ -417,6 +417,45 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     return 1 if res.violation else 0
 
 
+def _load_scores(flag: str, path: str) -> np.ndarray:
+    """A 1-D array of scores from a .npy file (no pickles); a missing or unreadable file is a FedAuditError."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise FedAuditError(f"{flag} {path}: no such file") from None
+    except IsADirectoryError:
+        raise FedAuditError(f"{flag} {path} is a directory; give a .npy file") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise FedAuditError(f"{flag} {path} is not a readable .npy array: {exc}") from None
+    if not isinstance(arr, np.ndarray):  # an .npz archive
+        raise FedAuditError(f"{flag} {path} holds an archive, not one array of scores; save it with numpy.save")
+    if arr.ndim != 1:
+        raise FedAuditError(f"{flag} {path} must hold a 1-D array of scores, got shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool) or np.iscomplexobj(arr):
+        raise FedAuditError(f"{flag} {path} must hold real numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def cmd_audit_scores(args: argparse.Namespace) -> int:
+    from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor, SplitSelection
+
+    check_output_file("--json", args.json)
+    if args.selection == "bonferroni":
+        if args.thresholds is None:
+            raise FedAuditError("--selection bonferroni needs --thresholds T1,T2,... fixed before seeing the scores")
+        selection = BonferroniSelection(thresholds=_number_list("--thresholds", args.thresholds, float))
+    else:
+        if args.thresholds is not None:
+            raise FedAuditError("--thresholds applies to --selection bonferroni only (split chooses its own)")
+        selection = SplitSelection(fraction=args.fraction, seed=args.seed)
+    scores_in, scores_out = _load_scores("IN", args.scores_in), _load_scores("OUT", args.scores_out)
+    res = ScoreAuditor(scores_in, scores_out).epsilon_lower(confidence=args.confidence, delta=args.delta,
+                                                            selection=selection)
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _write_json(args.json, res)
+    return 0
+
+
 def cmd_aggregators(args: argparse.Namespace) -> int:
     from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
     from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
@@ -858,6 +897,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
     p.set_defaults(func=cmd_audit_ldp)
+
+    p = audit.add_parser("scores", help="certify a lower bound on ε from attack scores of runs with and without "
+                                        "the target (.npy files)")
+    p.add_argument("scores_in", metavar="IN.npy", help="1-D scores of runs on the input with the target")
+    p.add_argument("scores_out", metavar="OUT.npy", help="1-D scores of runs on the neighbouring input without it")
+    p.add_argument("--delta", type=float, required=True, help="the claimed δ, in [0, 1)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bound, in (0, 1)")
+    p.add_argument("--selection", default="split", choices=("split", "bonferroni"),
+                   help="split: choose the threshold on part of the scores, certify on the rest (default); "
+                        "bonferroni: every --thresholds value on all scores, confidence split over them")
+    p.add_argument("--fraction", type=float, default=0.5, help="split: share of each score set that selects (default 0.5)")
+    p.add_argument("--thresholds", default=None, metavar="T1,T2,...",
+                   help="bonferroni: comma-separated thresholds fixed before seeing the scores (required there)")
+    p.add_argument("--seed", type=int, default=0, help="split: seed of the random split (default 0)")
+    p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
+    p.set_defaults(func=cmd_audit_scores)
 
     p = audit.add_parser("variance", parents=[progress], help="MSE against d/k for SSTQ next to vqSGD and PrivUnitG")
     p.add_argument("--dim", type=int, default=1024, help="input dimension d (default 1024)")
