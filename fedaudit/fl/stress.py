@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit import json as fjson
 from fedaudit.engine import derive_seed, run_tasks
 from fedaudit.errors import FedAuditError, check_int, check_positive, check_real
 from fedaudit.json import jsonable
@@ -432,7 +433,6 @@ def _check_config_file(out_dir: Path, config: StressConfig) -> None:
             diff = sorted(k for k in mine if theirs.get(k) != mine[k])
             raise FedAuditError(f"{out_dir} holds a stress run with a different configuration "
                                 f"({', '.join(diff) or 'config_id'} differ); use a new --out directory")
-    from fedaudit import json as fjson  # strict JSON: aggregator_params may hold inf
 
     path.write_text(fjson.dumps(mine, indent=2) + "\n")
 
@@ -638,7 +638,7 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
         tasks = [(config, c, cell_seed(config.seed, c)) for c in todo]
         with open(out / CELLS_FILE, "a", encoding="utf-8") as fh:
             for (_, cell, _), rec in run_tasks(run_cell, tasks, workers=workers, backend=backend, progress=progress):
-                fh.write(json.dumps(rec, allow_nan=False, ensure_ascii=False) + "\n")
+                fh.write(fjson.dumps(rec) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
                 done[cell.key] = rec
@@ -646,7 +646,7 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
     summary = summarize(config, done)
     heatmaps = plot_heatmaps(summary, out) if plot else []
     summary["heatmaps"] = [Path(p).name for p in heatmaps]
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
+    (out / SUMMARY_FILE).write_text(fjson.dumps(summary, indent=2) + "\n")
     return StressResult(config=config, out_dir=str(out), summary=summary, computed=tuple(computed),
                         skipped=skipped, heatmaps=tuple(heatmaps), runtime_s=round(time.perf_counter() - t0, 3),
                         records={k: done[k] for k in (c.key for c in grid) if k in done})

@@ -69,7 +69,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         raise
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -138,7 +138,7 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
                 (out / FILENAMES[fmt]).unlink()  # a stale rendering of an older report
     except OSError as exc:
         raise FedAuditError(f"cannot write report into {out}: {exc.strerror or exc}") from None
-    _fsync_dir(out)
+    fsync_dir(out)
     return written
 
 

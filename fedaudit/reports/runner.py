@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import fedaudit
+from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.claims import UNIT_NAMES, run_claim, work_units
 from fedaudit.reports.model import Claim, Manifest, Report
@@ -158,12 +159,12 @@ class Checkpoints:
         return data
 
     def _write(self, path: Path, record: dict[str, Any]) -> Path:
-        from fedaudit.reports.io import _fsync_dir, atomic_write
+        from fedaudit.reports.io import atomic_write, fsync_dir
 
         self.dir.mkdir(parents=True, exist_ok=True)
         header = {"format": CHECKPOINT_FORMAT, "fedaudit": fedaudit.__version__, "plan_sha256": self.plan.sha256}
-        atomic_write(path, json.dumps({**header, **record}, allow_nan=False, ensure_ascii=False, sort_keys=True))
-        _fsync_dir(self.dir)
+        atomic_write(path, fjson.dumps({**header, **record}, sort_keys=True))
+        fsync_dir(self.dir)
         return path
 
     def begin(self, run_started: float) -> None:
