@@ -148,6 +148,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     progress:
         Optional callback, called with ``1`` after each completed task.
 
+    Notes
+    -----
     An exception raised by ``fn`` propagates out of the iterator after pending tasks are cancelled;
     results already yielded are unaffected. Closing the iterator early also cancels pending tasks.
     """
