@@ -1,0 +1,212 @@
+"""One open registry: a name (or a ``"module:attr"`` reference) mapped to a factory.
+
+Every pluggable family of the toolkit — mechanisms, aggregators, pre-aggregators, attacks,
+optimizers, partitions, datasets and claim kinds — is one :class:`Registry`. A registry
+
+- maps a case-insensitive name to a factory (a class or a function);
+- accepts ``"package.module:attr"`` wherever a name is accepted, so a user's own component runs
+  in plans and in the CLI without being registered;
+- checks keywords against the factory's signature before calling it, and suggests the nearest
+  name ("did you mean") for a misspelt name or keyword;
+- lists its entries with a one-line summary for the CLI and the documentation.
+
+Users add their own entries with :meth:`Registry.register` (or the ``register_*`` helper of the
+family, e.g. :func:`fedaudit.mechanisms.register_mechanism`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from fedaudit.errors import FedAuditError
+
+__all__ = ["Entry", "Registry", "did_you_mean", "load_reference"]
+
+T = TypeVar("T")
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``choices`` to ``word``, else ``""``."""
+    close = difflib.get_close_matches(str(word).lower(), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_reference(reference: str, *, what: str = "object") -> Any:
+    """Import ``"package.module:attr"`` (``attr`` may be dotted) and return the attribute."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise FedAuditError(f"{what} reference {reference!r} must look like 'package.module:attr'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise FedAuditError(f"{what} reference {reference!r}: cannot import module {module_name!r} ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise FedAuditError(f"{what} reference {reference!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _summary(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().split("\n\n")[0].replace("\n", " ")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered factory: its name, the factory itself and a one-line summary."""
+
+    name: str
+    factory: Callable[..., T]
+    summary: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "summary": self.summary}
+
+
+class Registry(Generic[T]):
+    """Names to factories for one family of components (``kind`` names the family in messages).
+
+    ``skip`` lists parameters the caller always supplies itself (e.g. ``f`` for aggregators),
+    so they are neither required nor reported as accepted keywords.
+    """
+
+    def __init__(self, kind: str, *, skip: tuple[str, ...] = ()):
+        self.kind = kind
+        self.skip = tuple(skip)
+        self._entries: dict[str, Entry[T]] = {}
+
+    # -- registration -------------------------------------------------------------------------
+    def register(self, name: str, factory: Callable[..., T] | None = None, *, summary: str | None = None,
+                 replace: bool = False) -> Any:
+        """Register ``factory`` under ``name``; without ``factory`` this is a decorator.
+
+        A name is lowercase letters, digits, '-', '_' or '.'; registering a taken name is an error
+        unless ``replace=True``.
+        """
+        if factory is None:
+            return lambda fn: self.register(name, fn, summary=summary, replace=replace)
+        if not isinstance(name, str) or not name.strip() or ":" in name or "+" in name:
+            raise FedAuditError(f"{self.kind} name must be a non-empty string without ':' or '+', got {name!r}")
+        if not callable(factory):
+            raise FedAuditError(f"{self.kind} {name!r}: the factory must be callable, got {type(factory).__name__}")
+        key = name.strip().lower()
+        if key in self._entries and not replace:
+            raise FedAuditError(f"{self.kind} {key!r} is already registered; pass replace=True to override it")
+        self._entries[key] = Entry(key, factory, _summary(factory) if summary is None else summary)
+        return factory
+
+    def unregister(self, name: str) -> None:
+        """Remove a registered name (used by tests and by users replacing a built-in)."""
+        self._entries.pop(self._key(name), None)
+
+    # -- lookup -------------------------------------------------------------------------------
+    def names(self) -> tuple[str, ...]:
+        """The registered names, in registration order."""
+        return tuple(self._entries)
+
+    def entries(self) -> tuple[Entry[T], ...]:
+        return tuple(self._entries.values())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (self._key(name) in self._entries or self._is_reference(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return name.strip().lower()
+
+    @staticmethod
+    def _is_reference(name: str) -> bool:
+        return ":" in name
+
+    def known(self, name: Any) -> bool:
+        """True when ``name`` is registered or is a ``module:attr`` reference that imports."""
+        if not isinstance(name, str):
+            return False
+        try:
+            self.factory(name)
+        except FedAuditError:
+            return False
+        return True
+
+    def factory(self, name: str) -> Callable[..., T]:
+        """The factory for a registered name or a ``"module:attr"`` reference."""
+        if not isinstance(name, str) or not name.strip():
+            raise FedAuditError(f"{self.kind} must be a non-empty name string, got {name!r}")
+        if self._is_reference(name):
+            obj = load_reference(name.strip(), what=self.kind)
+            if not callable(obj):
+                raise FedAuditError(f"{self.kind} reference {name!r} is not callable")
+            return obj
+        key = self._key(name)
+        if key not in self._entries:
+            raise FedAuditError(f"unknown {self.kind} {name!r}{did_you_mean(key, self._entries)}; "
+                                f"choose one of: {', '.join(self._entries)} (or give 'package.module:attr')")
+        return self._entries[key].factory
+
+    # -- keywords -----------------------------------------------------------------------------
+    def parameters(self, name: str) -> dict[str, inspect.Parameter] | None:
+        """Keyword parameters of the factory (``None`` when it takes ``**kwargs``)."""
+        fn = self.factory(name)
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return None
+        params = {k: p for k, p in sig.parameters.items() if k not in self.skip and k != "self"}
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return None
+        return {k: p for k, p in params.items()
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+
+    def accepted(self, name: str) -> tuple[str, ...] | None:
+        """Names of the keywords the factory accepts (``None``: any keyword)."""
+        params = self.parameters(name)
+        return None if params is None else tuple(params)
+
+    def required(self, name: str) -> tuple[str, ...]:
+        params = self.parameters(name) or {}
+        return tuple(k for k, p in params.items() if p.default is inspect.Parameter.empty)
+
+    def check_keywords(self, name: str, keywords: Any, *, supplied: tuple[str, ...] = ()) -> None:
+        """Raise :class:`FedAuditError` for a keyword the factory does not take, or a missing one.
+
+        ``supplied`` names keywords the caller passes itself (they count as present).
+        """
+        accepted = self.accepted(name)
+        given = set(keywords)
+        if accepted is not None:
+            unknown = sorted(given - set(accepted))
+            if unknown:
+                hint = did_you_mean(unknown[0], accepted)
+                raise FedAuditError(f"{self.kind} {name!r} takes no keyword {unknown[0]!r}{hint}; "
+                                    f"it accepts: {', '.join(accepted) or 'none'}")
+        missing = [k for k in self.required(name) if k not in given and k not in supplied]
+        if missing:
+            raise FedAuditError(f"{self.kind} {name!r} needs the keyword(s) {', '.join(missing)}")
+
+    def build(self, name: str, /, *args: Any, **keywords: Any) -> T:
+        """Check the keywords, then call the factory: ``factory(*args, **keywords)``."""
+        self.check_keywords(name, keywords, supplied=self._positional(name, len(args)))
+        return self.factory(name)(*args, **keywords)
+
+    def _positional(self, name: str, count: int) -> tuple[str, ...]:
+        params = self.parameters(name) or {}
+        return tuple(list(params)[:count])
+
+    # -- listing ------------------------------------------------------------------------------
+    def describe(self) -> list[tuple[str, str]]:
+        """``(name, one-line summary)`` for every entry, for ``fedaudit list`` and the docs."""
+        return [(e.name, e.summary) for e in self._entries.values()]
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {len(self._entries)} entries)"
