@@ -64,9 +64,6 @@ class Entry(Generic[T]):
     factory: Callable[..., T]
     summary: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "summary": self.summary}
-
 
 class Registry(Generic[T]):
     """Names to factories for one family of components (``kind`` names the family in messages).

@@ -109,7 +109,7 @@ def test_run_help_points_to_the_generated_plan_reference():
     proc = run("run", "--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    assert "docs/plans.md" in text and "python -m fedaudit.reports.plan_reference" in text
+    assert "docs/plans.md" in text and "python -m fedaudit.experiments.plan_reference" in text
     assert "--resume" in text
 
 

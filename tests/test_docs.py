@@ -5,12 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedaudit.reports import plan_reference
-from fedaudit.reports.plan import COMMON_KEYS, PLAN_KEYS, SCHEMAS
+from fedaudit.experiments import plan_reference
+from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS, SCHEMAS
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "plans.md"
-REGEN = "python -m fedaudit.reports.plan_reference > docs/plans.md"
+REGEN = "python -m fedaudit.experiments.plan_reference > docs/plans.md"
 
 
 def test_committed_reference_is_what_the_generator_prints():
@@ -44,7 +44,7 @@ def test_check_mode_flags_a_stale_file(tmp_path):
 
 
 def test_module_entry_point_prints_the_reference():
-    proc = subprocess.run([sys.executable, "-m", "fedaudit.reports.plan_reference"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "fedaudit.experiments.plan_reference"], capture_output=True,
                           text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == plan_reference.markdown()

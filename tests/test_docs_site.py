@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedaudit.reports.plan import load_plan
+from fedaudit.experiments.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -16,7 +16,7 @@ import pytest
 
 import fedaudit
 from fedaudit import plans
-from fedaudit.reports.plan import load_plan
+from fedaudit.experiments.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "fedaudit"
@@ -106,7 +106,7 @@ def test_installed_wheel_finds_the_demo_plan_from_any_directory(wheel, tmp_path)
     code = textwrap.dedent(f'''
         import sys
         from pathlib import Path
-        import fedaudit, fedaudit.cli as cli, fedaudit.reports.runner as runner
+        import fedaudit, fedaudit.cli as cli, fedaudit.experiments.runner as runner
         assert Path(fedaudit.__file__).resolve().is_relative_to(Path({str(site)!r}).resolve()), fedaudit.__file__
         seen = {{}}
 

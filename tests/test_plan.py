@@ -11,10 +11,10 @@ import pytest
 
 from fedaudit.cli import main
 from fedaudit.errors import FedAuditError
-from fedaudit.reports import claims as claims_mod
+from fedaudit.experiments import claims as claims_mod
 from fedaudit.reports.io import write_report
-from fedaudit.reports.plan import SCHEMAS, claim_seed, describe_schema, load_plan
-from fedaudit.reports.runner import PlanProgress, run_plan
+from fedaudit.experiments.plan import SCHEMAS, claim_seed, describe_schema, load_plan
+from fedaudit.experiments.runner import PlanProgress, run_plan
 
 REPO = Path(__file__).resolve().parents[1]
 

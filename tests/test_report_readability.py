@@ -13,11 +13,11 @@ import pytest
 from scipy import stats
 
 from fedaudit.errors import FedAuditError
-from fedaudit.reports import claims as claims_mod
+from fedaudit.experiments import claims as claims_mod
 from fedaudit.reports.model import flatten_evidence
-from fedaudit.reports.plan import load_plan
+from fedaudit.experiments.plan import load_plan
 from fedaudit.reports.plots import PLOTTERS
-from fedaudit.reports.runner import run_plan
+from fedaudit.experiments.runner import run_plan
 
 
 def plan(*claims, seed=0):

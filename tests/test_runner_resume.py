@@ -16,8 +16,8 @@ import fedaudit
 from fedaudit.cli import main
 from fedaudit.errors import FedAuditError
 from fedaudit.locking import directory_lock
-from fedaudit.reports.plan import load_plan
-from fedaudit.reports.runner import CHECKPOINT_DIR, WORK_DIR, Checkpoints, run_plan, run_plan_to_dir
+from fedaudit.experiments.plan import load_plan
+from fedaudit.experiments.runner import CHECKPOINT_DIR, WORK_DIR, Checkpoints, run_plan, run_plan_to_dir
 
 VQ = """\
 [[claim]]
@@ -213,7 +213,7 @@ def test_checkpoint_of_another_version_or_a_tampered_claim_is_refused(tmp_path):
 
 
 def test_a_claim_that_errors_is_not_checkpointed_and_is_retried(tmp_path, monkeypatch):
-    from fedaudit.reports import claims as claims_mod
+    from fedaudit.experiments import claims as claims_mod
 
     plan_file = tmp_path / "a.toml"
     plan_file.write_text(QUICK)

@@ -9,7 +9,7 @@
   refuses to overwrite without force);
 * :mod:`~fedaudit.reports.html`, :mod:`~fedaudit.reports.markdown`, :mod:`~fedaudit.reports.plots` — renderers.
 
-Nothing below :mod:`fedaudit.audit` imports this package.
+It renders only: nothing in it runs an experiment.
 """
 
 from fedaudit.reports.integrity import KEY_ENV, VerifyResult, load_schema, schema_errors, signing_key, verify_report

@@ -1,11 +1,11 @@
-"""One runner per claim kind: run the audit a :class:`~fedaudit.reports.plan.ClaimSpec` names and
+"""One runner per claim kind: run the audit a :class:`~fedaudit.experiments.plan.ClaimSpec` names and
 turn its result into a :class:`~fedaudit.reports.model.Claim` (verdict, evidence, plot specs).
 
 Verdicts. Each runner decides two things from the evidence: whether the claim *holds* and
 whether a violation was *detected* with confidence. With ``expect = "pass"`` the verdict is
 PASS when the claim holds, else FAIL; with ``expect = "violation"`` (a known-bad system kept as a
 regression case) it is PASS when the violation is detected, else FAIL. INCONCLUSIVE marks a run
-that raised (``error`` says why; see :mod:`fedaudit.reports.runner`) and an ldp audit too weak
+that raised (``error`` says why; see :mod:`fedaudit.experiments.runner`) and an ldp audit too weak
 to mean anything (below).
 
 * **ldp** — the certified lower bound ε_lb (at ``confidence``) against the claimed ε: a
@@ -41,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fedaudit.reports.model import Claim
-from fedaudit.reports.plan import ClaimSpec
+from fedaudit.experiments.plan import ClaimSpec
 
 __all__ = ["RUNNERS", "run_claim", "work_units", "trim"]
 
@@ -416,7 +416,7 @@ def rule_params(spec: str, params: dict[str, Any] | None, seed: int) -> dict[str
     ``derive_seed(claim seed, "aggregator=<spec>")`` — so a randomised rule is as reproducible
     as the rest of the claim."""
     from fedaudit.engine import derive_seed
-    from fedaudit.reports.plan import _accepted_keywords
+    from fedaudit.experiments.plan import _accepted_keywords
 
     out = dict(params or {})
     if "seed" not in out and "seed" in _accepted_keywords(spec):
@@ -481,7 +481,7 @@ def run_stress(spec: ClaimSpec, advance: Advance, workdir: str | None = None) ->
     ``workdir`` holds the grid's ``cells.jsonl`` (a rerun into it skips finished cells; the caller
     removes it); by default a temporary directory removed when the claim ends."""
     from fedaudit.fl.stress import StressConfig, run_stress as _run_stress
-    from fedaudit.reports.plan import _stress_config_kw
+    from fedaudit.experiments.plan import _stress_config_kw
 
     p = spec.params
     kw = _stress_config_kw(p, seed=spec.seed)

@@ -8,7 +8,7 @@ machinery, which must not pass silently but must not hide the other verdicts eit
 (``KeyboardInterrupt`` and ``SystemExit`` still stop the run.)
 
 The manifest records the SHA-256 of the plan's bytes, the root seed (the ``SeedSequence``
-entropy every claim seed derives from, see :mod:`fedaudit.reports.plan`) and the start and end
+entropy every claim seed derives from, see :mod:`fedaudit.experiments.plan`) and the start and end
 times.
 
 Checkpoints and resume. :func:`run_plan_to_dir` runs into a report directory it locks for the
@@ -39,9 +39,9 @@ from typing import Any, Mapping
 import fedaudit
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
-from fedaudit.reports.claims import UNIT_NAMES, run_claim, work_units
+from fedaudit.experiments.claims import UNIT_NAMES, run_claim, work_units
 from fedaudit.reports.model import Claim, Manifest, Report
-from fedaudit.reports.plan import ClaimSpec, Plan, load_plan
+from fedaudit.experiments.plan import ClaimSpec, Plan, load_plan
 
 __all__ = ["PlanProgress", "Checkpoints", "run_plan", "run_plan_to_dir", "CHECKPOINT_DIR", "WORK_DIR"]
 
