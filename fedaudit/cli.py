@@ -667,7 +667,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 class _PlanProgress:
-    """Progress of a plan run on stderr (the hooks of ``fedaudit.reports.runner.PlanProgress``):
+    """Progress of a plan run on stderr (the hooks of ``fedaudit.experiments.runner.PlanProgress``):
     rich bars on a terminal; otherwise a line every ``every`` seconds while a claim runs and one
     per finished claim; nothing when quiet."""
 
@@ -738,8 +738,8 @@ def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html
                      command: str | None = None, resume: bool = False, every: float | None = None) -> int:
     """Validate the plan, lock and check the report directory, run (checkpointing every claim,
     reusing checkpoints with ``resume``), write the report and print the verdicts."""
-    from fedaudit.reports.plan import load_plan
-    from fedaudit.reports.runner import run_plan_to_dir
+    from fedaudit.experiments.plan import load_plan
+    from fedaudit.experiments.runner import run_plan_to_dir
 
     plan = load_plan(plan_path)  # every plan mistake is reported before anything runs
     header = (f"{'resuming' if resume else 'running'} {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
@@ -787,7 +787,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 PLAN_REFERENCE = "docs/plans.md"
 
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
-               "tree (generated from the schema), or print it with `python -m fedaudit.reports.plan_reference`. "
+               "tree (generated from the schema), or print it with `python -m fedaudit.experiments.plan_reference`. "
                "The shipped example plan: fedaudit/plans/demo.toml. Exit codes: 0 every claim met its "
                "expectation, 1 some claim did not, 2 bad input, 130 interrupted (rerun with --resume).")
 

@@ -37,7 +37,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int
 from fedaudit.rng import derive_seed  # re-exported: task seeds are named children of the root seed
 
 __all__ = ["BACKENDS", "run_tasks", "derive_seed", "default_workers"]

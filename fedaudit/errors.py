@@ -1,28 +1,13 @@
-"""Input validation at the public boundary.
+"""The error types of fedaudit.
 
-Every public entry point checks its arguments here, once, and raises :class:`FedAuditError`
-(a ``ValueError``) with a message that names the parameter and the allowed range, e.g.
-``"k must be an integer in [1, dim=64], got k=100"``. Internals then trust their inputs.
+:class:`FedAuditError` (a ``ValueError``) is bad input: its message names the parameter and the
+allowed range. :class:`AggregatorBreakdown` is a rule meeting more non-finite rows than it
+tolerates. The checks that raise them live in :mod:`fedaudit.validation`.
 """
 
 from __future__ import annotations
 
-import math
-from numbers import Integral, Real
-from typing import Any
-
-import numpy as np
-
-__all__ = [
-    "FedAuditError",
-    "AggregatorBreakdown",
-    "check_int",
-    "check_real",
-    "check_positive",
-    "check_probability",
-    "check_matrix",
-    "check_vector",
-]
+__all__ = ["FedAuditError", "AggregatorBreakdown"]
 
 
 class FedAuditError(ValueError):
@@ -51,105 +36,3 @@ class AggregatorBreakdown(FedAuditError):
                 "tolerated": self.tolerated, "message": str(self)}
 
 
-def _fmt(value: Any) -> str:
-    return repr(value) if not isinstance(value, float) else f"{value:g}"
-
-
-def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None,
-              low_name: str | None = None, high_name: str | None = None) -> int:
-    """Return ``value`` as ``int`` if it is an integer in ``[low, high]`` (None = unbounded)."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise FedAuditError(f"{name} must be an integer{_range(low, high, low_name, high_name)}, "
-                                f"got {name}={_fmt(value)}")
-    value = int(value)
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise FedAuditError(f"{name} must be an integer{_range(low, high, low_name, high_name)}, "
-                            f"got {name}={value}")
-    return value
-
-
-def _range(low, high, low_name=None, high_name=None, open_low=False, open_high=False) -> str:
-    lo = "-inf" if low is None else (f"{low_name}={_fmt(low)}" if low_name else _fmt(low))
-    hi = "inf" if high is None else (f"{high_name}={_fmt(high)}" if high_name else _fmt(high))
-    if low is None and high is None:
-        return ""
-    left = "(" if (open_low or low is None) else "["
-    right = ")" if (open_high or high is None) else "]"
-    return f" in {left}{lo}, {hi}{right}"
-
-
-def check_real(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-               open_low: bool = False, open_high: bool = False) -> float:
-    """Return ``value`` as a finite ``float`` inside the given interval."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        try:
-            value = float(value)  # numpy scalars, 0-d arrays
-        except (TypeError, ValueError):
-            raise FedAuditError(f"{name} must be a real number{_range(low, high, None, None, open_low, open_high)}, "
-                                f"got {name}={value!r}") from None
-    value = float(value)
-    bad = not math.isfinite(value)
-    if low is not None:
-        bad |= value <= low if open_low else value < low
-    if high is not None:
-        bad |= value >= high if open_high else value > high
-    if bad:
-        raise FedAuditError(f"{name} must be a finite real number"
-                            f"{_range(low, high, None, None, open_low, open_high)}, got {name}={_fmt(value)}")
-    return value
-
-
-def check_positive(name: str, value: Any) -> float:
-    """A finite real number > 0."""
-    return check_real(name, value, low=0.0, open_low=True)
-
-
-def check_probability(name: str, value: Any, *, open_low: bool = True, open_high: bool = True) -> float:
-    """A probability in (0, 1) by default; the ends can be closed."""
-    return check_real(name, value, low=0.0, high=1.0, open_low=open_low, open_high=open_high)
-
-
-def _as_float_array(name: str, value: Any) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor at the boundary
-        value = value.detach().cpu().numpy()
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise FedAuditError(f"{name} must be an array of real numbers, got {type(value).__name__}") from err
-    return arr
-
-
-def check_matrix(name: str, value: Any, *, cols: int | None = None, finite: bool = True,
-                 min_rows: int = 1) -> np.ndarray:
-    """Return a float64 (n, cols) array; a 1-D input of length ``cols`` becomes one row."""
-    arr = _as_float_array(name, value)
-    if arr.ndim == 1 and cols is not None and arr.shape[0] == cols:
-        arr = arr[None, :]
-    if arr.ndim != 2:
-        want = f"(n, {cols})" if cols is not None else "(n, d)"
-        raise FedAuditError(f"{name} must have shape {want}, got shape {arr.shape}")
-    if cols is not None and arr.shape[1] != cols:
-        raise FedAuditError(f"{name} must have shape (n, {cols}) to match dim={cols}, got shape {arr.shape}")
-    if arr.shape[0] < min_rows:
-        raise FedAuditError(f"{name} must have at least {min_rows} row(s), got shape {arr.shape}")
-    if finite and not np.isfinite(arr).all():
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise FedAuditError(f"{name} must contain only finite values, found {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
-    return arr
-
-
-def check_vector(name: str, value: Any, *, dim: int | None = None, finite: bool = True) -> np.ndarray:
-    """Return a float64 vector of length ``dim`` (a (1, dim) row is accepted)."""
-    arr = _as_float_array(name, value)
-    if arr.ndim == 2 and arr.shape[0] == 1:
-        arr = arr[0]
-    if arr.ndim != 1 or (dim is not None and arr.shape[0] != dim):
-        want = f"({dim},)" if dim is not None else "(d,)"
-        raise FedAuditError(f"{name} must have shape {want}, got shape {arr.shape}")
-    if finite and not np.isfinite(arr).all():
-        i = int(np.argmax(~np.isfinite(arr)))
-        raise FedAuditError(f"{name} must contain only finite values, found {arr[i]} at index {i}")
-    return arr

@@ -13,7 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int
 
 RngLike = np.random.Generator | np.random.SeedSequence | int | None
 

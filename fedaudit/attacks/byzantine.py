@@ -34,8 +34,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
-from fedaudit.defenses.base import Aggregator, as_array, to_like
-from fedaudit.errors import FedAuditError, check_int, check_real
+from fedaudit.arrays import as_array, to_like
+from fedaudit.defenses.base import Aggregator
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_real
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
 __all__ = [

@@ -45,7 +45,8 @@ from fedaudit.defenses.gossip import (
     resolve_rule,
     robust_gossip_step,
 )
-from fedaudit.errors import FedAuditError, check_int, check_matrix, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_matrix, check_real
 from fedaudit.rng import RngLike
 
 __all__ = [

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-from fedaudit.errors import FedAuditError, check_int, check_probability, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_probability, check_real
 
 #: largest sample size an audit accepts (per input): 10^12 draws take days at 10^7 draws/s, and
 #: every count stays exact in float64 (< 2^53)

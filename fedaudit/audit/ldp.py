@@ -43,7 +43,8 @@ from fedaudit.audit.bounds import (
     gdp_mu_estimate,
     max_certifiable_epsilon,
 )
-from fedaudit.errors import FedAuditError, check_int, check_positive, check_probability, check_real, check_vector
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive, check_probability, check_real, check_vector
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence

@@ -42,7 +42,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_real
 
 __all__ = ["OracleFit", "fit_envelope", "fit_least_squares", "fit_oracle", "plot_oracle"]
 

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from fedaudit.audit.bounds import MAX_SAMPLES
-from fedaudit.errors import FedAuditError, check_int, check_positive
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive
 from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence
 

@@ -43,7 +43,8 @@ from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule,
                                               effective_budget, exact_ratio, forced_selection_runs,
                                               optimise_configuration, subset_ratios)
-from fedaudit.errors import AggregatorBreakdown, FedAuditError, check_int
+from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.validation import check_int
 from fedaudit.rng import as_seed_sequence
 
 __all__ = ["RobustnessAudit", "SearchBudget", "robustness_ratio", "replay", "audit_robustness", "progress_units",

@@ -84,7 +84,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy.optimize import minimize
 
-from fedaudit.errors import AggregatorBreakdown, FedAuditError, check_int, check_real
+from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.validation import check_int, check_real
 
 __all__ = ["SearchBudget", "SearchOutcome", "effective_budget", "cheap_rule", "subset_ratios", "exact_ratio", "optimise_configuration", "call_rule",
            "UNBOUNDED", "EXHAUSTIVE_LIMIT"]

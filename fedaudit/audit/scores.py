@@ -33,7 +33,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
-from fedaudit.errors import FedAuditError, check_int, check_probability, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_probability, check_real
 from fedaudit.json import jsonable
 from fedaudit.rng import as_seed_sequence
 

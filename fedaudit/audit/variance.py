@@ -19,7 +19,8 @@ import numpy as np
 from scipy import stats
 
 from fedaudit.audit.bounds import MAX_SAMPLES
-from fedaudit.errors import FedAuditError, check_int, check_probability, check_vector
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_probability, check_vector
 from fedaudit.mechanisms.base import Mechanism, check_levels
 from fedaudit.rng import as_seed_sequence, chunk_plan
 

@@ -47,7 +47,8 @@ from typing import Any, Callable
 import numpy as np
 
 from fedaudit.defenses.base import Aggregator
-from fedaudit.errors import FedAuditError, check_int, check_positive, check_vector
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive, check_vector
 
 __all__ = [
     "Mean",

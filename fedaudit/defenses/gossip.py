@@ -47,7 +47,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_matrix, check_probability, check_real, check_vector
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_matrix, check_probability, check_real, check_vector
 from fedaudit.rng import RngLike, as_generator, spawn_generators
 
 __all__ = [

@@ -33,7 +33,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int
 
 __all__ = ["KappaBound", "kappa_lower_bound", "kappa_upper_bound", "BOUNDED_RULES"]
 

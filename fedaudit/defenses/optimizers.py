@@ -64,15 +64,8 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from fedaudit.errors import (
-    AggregatorBreakdown,
-    FedAuditError,
-    check_int,
-    check_matrix,
-    check_positive,
-    check_real,
-    check_vector,
-)
+from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.validation import check_int, check_matrix, check_positive, check_real, check_vector
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
 __all__ = [

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedaudit.defenses.aggregators import _mean, _pairwise_sqdist, _row_norms
 from fedaudit.defenses.base import PreAggregator
-from fedaudit.errors import check_int, check_positive
+from fedaudit.validation import check_int, check_positive
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
 __all__ = ["NNM", "Bucketing", "ARC", "Clipping"]

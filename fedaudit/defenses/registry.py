@@ -26,7 +26,8 @@ from fedaudit.defenses.aggregators import (
 )
 from fedaudit.defenses.base import Aggregator, compose
 from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int
 
 __all__ = ["AGGREGATOR_NAMES", "PREAGGREGATOR_NAMES", "make_aggregator"]
 

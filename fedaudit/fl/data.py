@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_real
 from fedaudit.rng import RngLike, as_generator
 
 __all__ = [

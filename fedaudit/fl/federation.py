@@ -23,7 +23,8 @@ import numpy as np
 
 from fedaudit.attacks.byzantine import Attack, Optimal, make_attack
 from fedaudit.defenses.registry import make_aggregator
-from fedaudit.errors import FedAuditError, check_int, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_real
 from fedaudit.fl.data import Dataset, load_dataset
 from fedaudit.fl.models import LogisticModel, log_softmax
 from fedaudit.fl.partition import partition

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_real
 
 __all__ = ["LogisticModel", "log_softmax", "mlp", "cnn"]
 

@@ -61,7 +61,8 @@ import numpy as np
 
 from fedaudit import json as fjson
 from fedaudit.engine import derive_seed, run_tasks
-from fedaudit.errors import FedAuditError, check_int, check_positive, check_real
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive, check_real
 from fedaudit.json import jsonable
 
 __all__ = [

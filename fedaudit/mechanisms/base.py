@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_matrix, check_vector
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_matrix, check_vector
 from fedaudit.rng import RngLike, as_generator
 
 __all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
@@ -231,7 +232,7 @@ class Mechanism(ABC):
 
 def check_epsilon(epsilon: Any, *, allow_none: bool = False) -> float | None:
     """epsilon > 0 (finite); ``None`` allowed for non-private variants."""
-    from fedaudit.errors import check_positive
+    from fedaudit.validation import check_positive
 
     if epsilon is None:
         if allow_none:

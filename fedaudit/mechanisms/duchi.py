@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
-from fedaudit.errors import check_int, check_positive, check_real
+from fedaudit.validation import check_int, check_positive, check_real
 from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
                                       signed_directions)
 

@@ -19,7 +19,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from fedaudit.errors import FedAuditError, check_int, check_positive, check_probability
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive, check_probability
 from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
 from fedaudit.mechanisms.noise import discrete_gaussian, discrete_gaussian_logpmf
 

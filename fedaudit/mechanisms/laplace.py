@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_positive
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive
 from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
 from fedaudit.mechanisms.noise import discrete_laplace, discrete_laplace_logpmf, rational_at_least
 

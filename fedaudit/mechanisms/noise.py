@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int
 from fedaudit.rng import RngLike, as_generator
 
 __all__ = [

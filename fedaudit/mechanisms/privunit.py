@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import ndtri_exp
 
-from fedaudit.errors import check_int, check_positive, check_real
+from fedaudit.validation import check_int, check_positive, check_real
 from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
                                       signed_directions)
 

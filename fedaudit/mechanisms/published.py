@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
-from fedaudit.errors import FedAuditError, check_int
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels
 from fedaudit.rng import RngLike, as_generator
 

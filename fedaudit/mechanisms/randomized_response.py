@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import FedAuditError, check_int, check_matrix
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_matrix
 from fedaudit.mechanisms.base import Mechanism, check_epsilon
 
 __all__ = ["RandomizedResponse", "one_hot", "check_index_reports"]

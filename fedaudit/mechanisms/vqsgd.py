@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.errors import check_int, check_matrix, check_positive
+from fedaudit.validation import check_int, check_matrix, check_positive
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
 from fedaudit.mechanisms.randomized_response import check_index_reports
 
