@@ -619,3 +619,73 @@ def test_registry():
             make_aggregator(spec, 1)
     with pytest.raises(FedAuditError, match="tau"):
         make_aggregator("cwtm", 1, tau=3.0)
+
+
+USER_RULE = '''
+import numpy as np
+from fedaudit.defenses.base import Aggregator, PreAggregator
+
+
+class FirstRow(Aggregator):
+    """Returns the first row (a deliberately non-robust user rule)."""
+
+    name = "first-row"
+
+    def __init__(self, f=0, offset=0.0):
+        super().__init__(f)
+        self.offset = offset
+
+    def _aggregate(self, X, f):
+        return X[0] + self.offset
+
+
+class Halve(PreAggregator):
+    name = "halve"
+
+    def _transform(self, X, f):
+        return X / 2
+
+
+def not_a_rule(f=0):
+    return "nope"
+'''
+
+
+def test_registry_did_you_mean_module_attr_and_user_rules(tmp_path, monkeypatch):
+    from fedaudit.defenses import AGGREGATORS, PREAGGREGATORS, register_aggregator, register_preaggregator
+
+    with pytest.raises(FedAuditError, match=r"unknown aggregator 'cwmt'.*did you mean 'cwtm'"):
+        make_aggregator("nnm+cwmt", 1)
+    (tmp_path / "user_rules_mod.py").write_text(USER_RULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    X = data(3, 7, 3)
+    rule = make_aggregator("user_rules_mod:FirstRow", 1, offset=2.0)
+    assert rule.name == "first-row" and rule.f == 1
+    np.testing.assert_array_equal(rule(X), X[0] + 2.0)
+    composed = make_aggregator("user_rules_mod:Halve+fedaudit.defenses.aggregators:Mean", 1)
+    np.testing.assert_allclose(composed(X), X.mean(axis=0) / 2, rtol=1e-12)
+    np.testing.assert_allclose(make_aggregator("nnm+user_rules_mod:FirstRow", 2)(X), NNM(2)(X)[0], rtol=1e-12)
+    with pytest.raises(FedAuditError, match="must build a fedaudit.defenses.Aggregator"):
+        make_aggregator("user_rules_mod:not_a_rule", 1)
+    with pytest.raises(FedAuditError, match="must build a fedaudit.defenses.PreAggregator"):
+        make_aggregator("user_rules_mod:FirstRow+cwtm", 1)
+    with pytest.raises(FedAuditError, match="cannot import module"):
+        make_aggregator("no_such_module_xyz:Rule", 1)
+    with pytest.raises(FedAuditError, match="not parameters of any stage"):
+        make_aggregator("user_rules_mod:FirstRow", 1, offst=1.0)
+
+    import user_rules_mod
+
+    register_aggregator("first-row-test", user_rules_mod.FirstRow)
+    register_preaggregator("halve-test", user_rules_mod.Halve)
+    try:
+        assert "first-row-test" in AGGREGATORS.names() and "halve-test" in PREAGGREGATORS.names()
+        np.testing.assert_allclose(make_aggregator("halve-test+first-row-test", 1, offset=1.0)(X), X[0] / 2 + 1.0)
+        with pytest.raises(FedAuditError, match="already registered"):
+            register_aggregator("first-row-test", user_rules_mod.FirstRow)
+        with pytest.raises(FedAuditError, match="without ':' or '\\+'"):
+            register_aggregator("a+b", user_rules_mod.FirstRow)
+    finally:
+        AGGREGATORS.unregister("first-row-test")
+        PREAGGREGATORS.unregister("halve-test")
+    assert "first-row-test" not in AGGREGATORS.names()

@@ -25,8 +25,8 @@ from fedaudit.attacks.byzantine import (
     Optimal,
     SignFlip,
     alie_z_max,
-    make_attack,
 )
+from fedaudit.attacks.registry import ATTACKS, make_attack, register_attack
 from fedaudit.defenses.base import Aggregator
 from fedaudit.errors import FedAuditError
 
@@ -509,6 +509,31 @@ def test_names_and_registry():
         make_attack("krum")
     with pytest.raises(FedAuditError, match="ipm"):
         make_attack("ipm", bogus=1)
+    assert ATTACKS.names() == ATTACK_NAMES
+
+
+def test_registry_did_you_mean_and_user_attacks():
+    with pytest.raises(FedAuditError, match=r"unknown attack 'alei'.*did you mean 'alie'"):
+        make_attack("alei")
+    with pytest.raises(FedAuditError, match=r"takes no keyword 'ta'.*did you mean 'tau'"):
+        make_attack("ipm", ta=1.0)
+    a = make_attack("fedaudit.attacks.byzantine:IPM", tau=3.0)  # a module:attr reference
+    assert isinstance(a, IPM) and a.tau == 3.0
+
+    class Zeros(Attack):
+        name = "zeros"
+
+        def _rows(self, H, f, rng):
+            return np.zeros((f, H.shape[1]))
+
+    register_attack("zeros-test", Zeros)
+    try:
+        assert "zeros-test" in ATTACKS.names()
+        assert np.array_equal(make_attack("zeros-test")(np.ones((3, 2)), 2), np.zeros((2, 2)))
+        with pytest.raises(FedAuditError, match="already registered"):
+            register_attack("zeros-test", Zeros)
+    finally:
+        ATTACKS.unregister("zeros-test")
 
 
 def test_with_scale_returns_copy():

@@ -19,8 +19,8 @@ from fedaudit.attacks.byzantine import (
     NonFinite,
     Optimal,
     SignFlip,
-    make_attack,
 )
+from fedaudit.attacks.registry import ATTACKS, make_attack, register_attack
 from fedaudit.attacks.inference import (
     ColumnThreshold,
     FrequencyTest,
@@ -32,6 +32,6 @@ from fedaudit.attacks.inference import (
 
 __all__ = [
     "Attack", "ALIE", "IPM", "SignFlip", "Gaussian", "Mimic", "MinMax", "MinSum", "Fang", "FangKrumNotSelectedWarning", "NonFinite", "Optimal",
-    "ATTACK_NAMES", "make_attack",
+    "ATTACK_NAMES", "ATTACKS", "make_attack", "register_attack",
     "ColumnThreshold", "FrequencyTest", "LikelihoodRatio", "LogisticClassifier", "Projection", "Statistic",
 ]

@@ -54,7 +54,6 @@ __all__ = [
     "NonFinite",
     "Optimal",
     "ATTACK_NAMES",
-    "make_attack",
     "alie_z_max",
 ]
 
@@ -600,29 +599,8 @@ class Optimal(Attack):
         return s if self.high is None else min(s, self.high)
 
 
-# ----------------------------------------------------------------------------- registry
+# ----------------------------------------------------------------------------- names
 
-_REGISTRY: dict[str, type[Attack]] = {
-    "alie": ALIE,
-    "ipm": IPM,
-    "signflip": SignFlip,
-    "gaussian": Gaussian,
-    "mimic": Mimic,
-    "minmax": MinMax,
-    "minsum": MinSum,
-    "fang": Fang,
-    "nonfinite": NonFinite,
-}
-#: Registry keys accepted by :func:`make_attack` (``Optimal`` wraps one of these, so it is not listed).
-ATTACK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
-
-
-def make_attack(name: str, **kw: Any) -> Attack:
-    """Build a registered attack by name with constructor keywords, e.g. ``make_attack("ipm", tau=2)``."""
-    cls = _REGISTRY.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise FedAuditError(f"unknown attack {name!r}; valid names: {', '.join(ATTACK_NAMES)}")
-    try:
-        return cls(**kw)
-    except TypeError as err:
-        raise FedAuditError(f"bad parameters for attack {name!r}: {err}") from None
+#: The built-in attack names (transitional: callers switch to ``fedaudit.attacks.registry.ATTACKS``).
+ATTACK_NAMES: tuple[str, ...] = ("alie", "ipm", "signflip", "gaussian", "mimic", "minmax", "minsum", "fang",
+                                 "nonfinite")

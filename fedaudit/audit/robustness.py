@@ -235,7 +235,8 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     A configuration on which the rule raises :class:`~fedaudit.errors.AggregatorBreakdown` is
     recorded in ``breakdown``, not raised.
     """
-    from fedaudit.attacks.byzantine import Optimal, make_attack
+    from fedaudit.attacks.byzantine import Optimal
+    from fedaudit.attacks.registry import make_attack
     from fedaudit.defenses.registry import make_aggregator
 
     t0 = time.perf_counter()

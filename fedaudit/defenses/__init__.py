@@ -24,7 +24,15 @@ from fedaudit.defenses.aggregators import (
 )
 from fedaudit.defenses.base import Aggregator, PreAggregator, compose
 from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
-from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
+from fedaudit.defenses.registry import (
+    AGGREGATOR_NAMES,
+    AGGREGATORS,
+    PREAGGREGATOR_NAMES,
+    PREAGGREGATORS,
+    make_aggregator,
+    register_aggregator,
+    register_preaggregator,
+)
 from fedaudit.defenses.kappa import KappaBound, kappa_lower_bound, kappa_upper_bound
 from fedaudit.defenses import gossip
 
@@ -49,5 +57,9 @@ __all__ = [
     "Clipping",
     "AGGREGATOR_NAMES",
     "PREAGGREGATOR_NAMES",
+    "AGGREGATORS",
+    "PREAGGREGATORS",
     "make_aggregator",
+    "register_aggregator",
+    "register_preaggregator",
 ]

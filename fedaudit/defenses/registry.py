@@ -1,16 +1,19 @@
-"""Stable lowercase names for aggregators and pre-aggregators, and spec parsing.
+"""Aggregators and pre-aggregators by name, and spec parsing.
 
-A spec is one aggregator name, optionally preceded by pre-aggregator names joined by '+':
-``"cwtm"``, ``"nnm+cwtm"``, ``"bucketing+nnm+gm"``. :func:`make_aggregator` gives every stage
-the same f and routes each keyword to the stages whose constructor takes it (``s`` and
-``seed`` to bucketing, ``c`` to clipping, ``m`` to multikrum, ``tau``/``iters``/``center`` to
-cc, ``tol``/``max_iter``/``nu`` to gm, ``max_subsets`` to mda).
+:data:`AGGREGATORS` and :data:`PREAGGREGATORS` are :class:`fedaudit.registry.Registry` objects
+(lowercase name → class or factory). Users add their own with :func:`register_aggregator` /
+:func:`register_preaggregator`, or name them as ``"package.module:attr"`` in a spec.
+
+A spec is one aggregator, optionally preceded by pre-aggregators joined by '+': ``"cwtm"``,
+``"nnm+cwtm"``, ``"bucketing+nnm+gm"``, ``"nnm+mypkg.rules:MyRule"``. :func:`make_aggregator`
+gives every stage the same f and routes each keyword to the stages whose factory takes it
+(``s`` and ``seed`` to bucketing, ``c`` to clipping, ``m`` to multikrum, ``tau``/``iters``/
+``center`` to cc, ``tol``/``max_iter``/``nu`` to gm, ``max_subsets`` to mda).
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+from typing import Any, Callable
 
 from fedaudit.defenses.aggregators import (
     CWMed,
@@ -24,78 +27,112 @@ from fedaudit.defenses.aggregators import (
     Mean,
     MultiKrum,
 )
-from fedaudit.defenses.base import Aggregator, compose
+from fedaudit.defenses.base import Aggregator, PreAggregator, compose
 from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
 from fedaudit.errors import FedAuditError
+from fedaudit.registry import Registry, did_you_mean
 from fedaudit.validation import check_int
 
-__all__ = ["AGGREGATOR_NAMES", "PREAGGREGATOR_NAMES", "make_aggregator"]
+__all__ = [
+    "AGGREGATORS",
+    "PREAGGREGATORS",
+    "AGGREGATOR_NAMES",
+    "PREAGGREGATOR_NAMES",
+    "register_aggregator",
+    "register_preaggregator",
+    "make_aggregator",
+    "spec_stages",
+]
 
-_AGGREGATORS: dict[str, type] = {
-    "mean": Mean,
-    "cwtm": CWTM,
-    "cwmed": CWMed,
-    "gm": GeometricMedian,
-    "krum": Krum,
-    "multikrum": MultiKrum,
-    "mda": MDA,
-    "cc": CenteredClipping,
-    "meamed": Meamed,
-    "bulyan": Bulyan,
-}
-_PREAGGREGATORS: dict[str, type] = {
-    "nnm": NNM,
-    "bucketing": Bucketing,
-    "arc": ARC,
-    "clipping": Clipping,
-}
+#: Aggregators (n, d) → (d,) by name; every factory is called as ``factory(f=f, **keywords)``.
+AGGREGATORS: Registry[Aggregator] = Registry("aggregator", skip=("f",))
+#: Pre-aggregators (n, d) → (n', d) by name, called like the aggregators.
+PREAGGREGATORS: Registry[PreAggregator] = Registry("pre-aggregator", skip=("f",))
 
-AGGREGATOR_NAMES: tuple[str, ...] = tuple(_AGGREGATORS)
-PREAGGREGATOR_NAMES: tuple[str, ...] = tuple(_PREAGGREGATORS)
+for _name, _cls in (("mean", Mean), ("cwtm", CWTM), ("cwmed", CWMed), ("gm", GeometricMedian), ("krum", Krum),
+                    ("multikrum", MultiKrum), ("mda", MDA), ("cc", CenteredClipping), ("meamed", Meamed),
+                    ("bulyan", Bulyan)):
+    AGGREGATORS.register(_name, _cls)
+for _name, _cls in (("nnm", NNM), ("bucketing", Bucketing), ("arc", ARC), ("clipping", Clipping)):
+    PREAGGREGATORS.register(_name, _cls)
+del _name, _cls
+
+#: The built-in aggregator names (registered users' rules are in ``AGGREGATORS.names()``).
+AGGREGATOR_NAMES: tuple[str, ...] = AGGREGATORS.names()
+#: The built-in pre-aggregator names.
+PREAGGREGATOR_NAMES: tuple[str, ...] = PREAGGREGATORS.names()
 
 
-def _keywords(cls: type) -> dict[str, inspect.Parameter]:
-    params = inspect.signature(cls.__init__).parameters
-    return {k: p for k, p in params.items() if k not in ("self", "f")}
+def register_aggregator(name: str, factory: Callable[..., Aggregator] | None = None, *,
+                        summary: str | None = None, replace: bool = False) -> Any:
+    """Register an aggregator class or factory (called as ``factory(f=f, **keywords)``, returning
+    a :class:`~fedaudit.defenses.base.Aggregator`) under ``name``; a decorator without ``factory``."""
+    return AGGREGATORS.register(name, factory, summary=summary, replace=replace)
 
 
-def _build(name: str, cls: type, f: int, kw: dict[str, Any]) -> Any:
-    accepted = _keywords(cls)
-    mine = {k: v for k, v in kw.items() if k in accepted}
-    missing = [k for k, p in accepted.items() if p.default is inspect.Parameter.empty and k not in mine]
+def register_preaggregator(name: str, factory: Callable[..., PreAggregator] | None = None, *,
+                           summary: str | None = None, replace: bool = False) -> Any:
+    """Register a pre-aggregator class or factory (returning a
+    :class:`~fedaudit.defenses.base.PreAggregator`) under ``name``; a decorator without ``factory``."""
+    return PREAGGREGATORS.register(name, factory, summary=summary, replace=replace)
+
+
+def spec_stages(spec: str) -> list[tuple[str, Registry]]:
+    """The stages of a spec as ``(name, registry)`` pairs, validated: every name is registered
+    (or a ``module:attr`` reference), the last is an aggregator and the others pre-aggregators.
+
+    A ``module:attr`` stage is looked up in the registry of its position (the object it names
+    is checked when the stage is built)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise FedAuditError(f"aggregator spec must be a non-empty string such as 'nnm+cwtm', got {spec!r}")
+    names = [part.strip() if ":" in part else part.strip().lower() for part in spec.split("+")]
+    valid = (f"aggregators: {', '.join(AGGREGATORS.names())}; "
+             f"pre-aggregators: {', '.join(PREAGGREGATORS.names())} (or 'package.module:attr')")
+    for name in names:
+        if ":" not in name and name not in AGGREGATORS and name not in PREAGGREGATORS:
+            hint = did_you_mean(name, AGGREGATORS.names() + PREAGGREGATORS.names()) if name else ""
+            raise FedAuditError(f"unknown aggregator {name!r} in spec {spec!r}{hint}; valid names are {valid}")
+    *pre, last = names
+    if ":" not in last and last not in AGGREGATORS:
+        raise FedAuditError(f"spec {spec!r} must end with an aggregator ({', '.join(AGGREGATORS.names())}), "
+                            f"got {last!r}")
+    misplaced = [p for p in pre if ":" not in p and p not in PREAGGREGATORS]
+    if misplaced:
+        raise FedAuditError(f"in spec {spec!r} only the last name may be an aggregator; "
+                            f"{', '.join(misplaced)} must be pre-aggregators ({', '.join(PREAGGREGATORS.names())})")
+    return [(p, PREAGGREGATORS) for p in pre] + [(last, AGGREGATORS)]
+
+
+def _build(name: str, registry: Registry, f: int, kw: dict[str, Any]) -> Any:
+    accepted = registry.accepted(name)
+    mine = dict(kw) if accepted is None else {k: v for k, v in kw.items() if k in accepted}
+    missing = [k for k in registry.required(name) if k not in mine]
     if missing:
         raise FedAuditError(f"{name} needs the keyword(s) {', '.join(missing)} "
                             f"(e.g. make_aggregator('{name}+cwtm', f, {missing[0]}=...))")
-    return cls(f=f, **mine)
+    rule = registry.factory(name)(f=f, **mine)
+    want = Aggregator if registry is AGGREGATORS else PreAggregator
+    if not isinstance(rule, want):
+        raise FedAuditError(f"{registry.kind} {name!r} must build a fedaudit.defenses.{want.__name__}, "
+                            f"got {type(rule).__name__}")
+    return rule
 
 
 def make_aggregator(spec: str, f: int, **kw: Any) -> Aggregator:
-    """Build an aggregator from a spec such as ``"cwtm"`` or ``"nnm+cwtm"``.
+    """Build an aggregator from a spec such as ``"cwtm"``, ``"nnm+cwtm"`` or ``"nnm+pkg.mod:Rule"``.
 
-    Pre-aggregators come first, joined by '+', and the last name must be an aggregator; names
-    are case-insensitive. Every stage is built with the same ``f``; each keyword goes to every
-    stage that accepts it and a keyword no stage accepts is an error. Returns the aggregator
-    itself for a single name, else ``compose(*stages)``.
+    Pre-aggregators come first, joined by '+', and the last stage must be an aggregator; names
+    are case-insensitive and a stage may be a ``"package.module:attr"`` reference. Every stage is
+    built as ``factory(f=f, **its keywords)``; each keyword goes to every stage that accepts it
+    and a keyword no stage accepts is an error. Returns the aggregator itself for a single
+    stage, else ``compose(*stages)``.
     """
-    if not isinstance(spec, str) or not spec.strip():
-        raise FedAuditError(f"aggregator spec must be a non-empty string such as 'nnm+cwtm', got {spec!r}")
+    stages = spec_stages(spec)
     f = check_int("f", f, low=0)
-    names = [part.strip().lower() for part in spec.split("+")]
-    valid = f"aggregators: {', '.join(AGGREGATOR_NAMES)}; pre-aggregators: {', '.join(PREAGGREGATOR_NAMES)}"
-    for name in names:
-        if name not in _AGGREGATORS and name not in _PREAGGREGATORS:
-            raise FedAuditError(f"unknown aggregator {name!r} in spec {spec!r}; valid names are {valid}")
-    *pre, last = names
-    if last not in _AGGREGATORS:
-        raise FedAuditError(f"spec {spec!r} must end with an aggregator ({', '.join(AGGREGATOR_NAMES)}), "
-                            f"got {last!r}")
-    misplaced = [p for p in pre if p not in _PREAGGREGATORS]
-    if misplaced:
-        raise FedAuditError(f"in spec {spec!r} only the last name may be an aggregator; "
-                            f"{', '.join(misplaced)} must be pre-aggregators ({', '.join(PREAGGREGATOR_NAMES)})")
-    used = {k for name in names for k in _keywords({**_AGGREGATORS, **_PREAGGREGATORS}[name])}
-    unknown = sorted(set(kw) - used)
-    if unknown:
-        raise FedAuditError(f"keyword(s) {', '.join(unknown)} are not parameters of any stage of {spec!r}")
-    stages = [_build(p, _PREAGGREGATORS[p], f, kw) for p in pre] + [_build(last, _AGGREGATORS[last], f, kw)]
-    return stages[0] if len(stages) == 1 else compose(*stages)
+    accepted = [registry.accepted(name) for name, registry in stages]
+    if all(a is not None for a in accepted):
+        unknown = sorted(set(kw) - {k for a in accepted for k in a})
+        if unknown:
+            raise FedAuditError(f"keyword(s) {', '.join(unknown)} are not parameters of any stage of {spec!r}")
+    built = [_build(name, registry, f, kw) for name, registry in stages]
+    return built[0] if len(built) == 1 else compose(*built)

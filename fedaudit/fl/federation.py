@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedaudit.attacks.byzantine import Attack, Optimal, make_attack
+from fedaudit.attacks.byzantine import Attack, Optimal
+from fedaudit.attacks.registry import make_attack
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_real

@@ -181,7 +181,7 @@ class StressConfig:
         return dict((self.aggregator_params or {}).get(spec, {}))
 
     def __post_init__(self) -> None:
-        from fedaudit.attacks.byzantine import make_attack
+        from fedaudit.attacks.registry import make_attack
         from fedaudit.defenses.registry import make_aggregator
 
         set_ = functools.partial(object.__setattr__, self)

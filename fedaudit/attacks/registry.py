@@ -1,0 +1,43 @@
+"""Byzantine attacks by name: :data:`ATTACKS` (a :class:`fedaudit.registry.Registry`),
+:func:`register_attack` for users' own attacks and :func:`make_attack`.
+
+A factory is called with the attack's constructor keywords and returns a callable
+``attack(honest, f, rng) -> (f, d)`` (normally a :class:`~fedaudit.attacks.byzantine.Attack`).
+``"package.module:attr"`` is accepted wherever a name is. :class:`~fedaudit.attacks.byzantine.Optimal`
+wraps an attack and an aggregator, so it is not registered.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fedaudit.attacks.byzantine import ALIE, IPM, Attack, Fang, Gaussian, MinMax, MinSum, Mimic, NonFinite, SignFlip
+from fedaudit.errors import FedAuditError
+from fedaudit.registry import Registry, did_you_mean
+
+__all__ = ["ATTACKS", "register_attack", "make_attack"]
+
+#: Byzantine attacks by name.
+ATTACKS: Registry[Attack] = Registry("attack")
+for _cls in (ALIE, IPM, SignFlip, Gaussian, Mimic, MinMax, MinSum, Fang, NonFinite):
+    ATTACKS.register(_cls.name, _cls)
+del _cls
+
+
+def register_attack(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
+                    replace: bool = False) -> Any:
+    """Register an attack class or factory under ``name`` (a decorator without ``factory``)."""
+    return ATTACKS.register(name, factory, summary=summary, replace=replace)
+
+
+def make_attack(name: str, **kw: Any) -> Attack:
+    """Build an attack by name (or ``"package.module:attr"``) with constructor keywords, e.g.
+    ``make_attack("ipm", tau=2)``."""
+    if not isinstance(name, str) or name not in ATTACKS:
+        hint = did_you_mean(name, ATTACKS.names()) if isinstance(name, str) else ""
+        raise FedAuditError(f"unknown attack {name!r}; valid names: {', '.join(ATTACKS.names())} "
+                            f"(or 'package.module:attr'){hint}")
+    try:
+        return ATTACKS.build(name, **kw)
+    except TypeError as err:
+        raise FedAuditError(f"bad parameters for attack {name!r}: {err}") from None
