@@ -1,7 +1,8 @@
 """What leaves a client: local randomizers with exact likelihoods.
 
 Every mechanism implements :class:`Mechanism` (``encode``, ``sample``, ``decode``,
-``log_prob``, ``dim``, ``epsilon``, ``delta``, ``bits_per_report``). ``published`` keeps
+``log_prob``, ``dim``, ``guarantee``, ``epsilon``, ``delta``, ``bits_per_report``) and is built by
+name through :data:`MECHANISMS` (``make_mechanism``; users add theirs with ``register_mechanism``). ``published`` keeps
 algorithms *as published* (the SSTQ sketch) so audits can show their flaws; they are never
 defaults.
 """
@@ -13,11 +14,11 @@ from fedaudit.mechanisms.laplace import Laplace
 from fedaudit.mechanisms.privunit import PrivUnitG
 from fedaudit.mechanisms.randomized_response import RandomizedResponse
 from fedaudit.mechanisms.published import SSTQSketch
-from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
+from fedaudit.mechanisms.registry import MECHANISM_NAMES, MECHANISMS, make_mechanism, register_mechanism
 from fedaudit.mechanisms.sstq import SSTQ
 from fedaudit.mechanisms.vqsgd import VQSGD
 
 __all__ = [
     "Mechanism", "clip_l2", "SSTQ", "SSTQSketch", "VQSGD", "PrivUnitG", "Duchi", "Laplace", "Gaussian",
-    "RandomizedResponse", "MECHANISM_NAMES", "make_mechanism",
+    "RandomizedResponse", "MECHANISMS", "MECHANISM_NAMES", "make_mechanism", "register_mechanism",
 ]

@@ -2,9 +2,10 @@
 
 A :class:`Mechanism` is a local randomizer ``M: R^d -> reports``. Reports are 2-D float64
 arrays, one row per report, with a layout each mechanism documents in ``report_layout``.
-The claimed guarantee is ``(epsilon, delta)``-LDP per report (``epsilon=None``: no claim):
-for all inputs x, x' in the input domain and every event S,
-``P[M(x) in S] <= exp(epsilon) P[M(x') in S] + delta``.
+The claimed guarantee is a typed value, ``Mechanism.guarantee``: :class:`~fedaudit.guarantees.PureLDP`
+(ε) or :class:`~fedaudit.guarantees.ApproxLDP` (ε, δ) per report, ``None`` for no claim (a
+non-private variant): for all inputs x, x' in the input domain and every event S,
+``P[M(x) in S] <= exp(epsilon) P[M(x') in S] + delta``. ``epsilon`` and ``delta`` are read from it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import Guarantee, epsilon_delta
 from fedaudit.validation import check_int, check_matrix, check_vector
 from fedaudit.rng import RngLike, as_generator
 
@@ -115,17 +117,28 @@ class Mechanism(ABC):
     """Abstract local randomizer.
 
     Subclasses implement ``_encode`` (validated float64 (n, dim) input), ``decode`` and,
-    where the output law is tractable, ``_log_prob``; they set ``dim``, ``epsilon``,
-    ``delta``, ``bits_per_report``, ``report_width`` and ``report_layout``.
+    where the output law is tractable, ``_log_prob``; they set ``dim``, ``guarantee`` (the
+    claimed :class:`~fedaudit.guarantees.PureLDP` / :class:`~fedaudit.guarantees.ApproxLDP`,
+    or None), ``bits_per_report``, ``report_width`` and ``report_layout``.
     """
 
     #: registry / CLI name
     name: str = "mechanism"
     dim: int
-    epsilon: float | None
-    delta: float = 0.0
+    #: the claimed guarantee per report (None: no claim)
+    guarantee: Guarantee | None
     report_width: int
     report_layout: str = ""
+
+    @property
+    def epsilon(self) -> float | None:
+        """The claimed ε (None when the mechanism claims nothing)."""
+        return epsilon_delta(self.guarantee)[0]
+
+    @property
+    def delta(self) -> float:
+        """The claimed δ (0 for a pure-LDP claim or no claim)."""
+        return epsilon_delta(self.guarantee)[1]
 
     # ------------------------------------------------------------------ API
     @property
@@ -221,6 +234,7 @@ class Mechanism(ABC):
             "dim": self.dim,
             "epsilon": self.epsilon,
             "delta": self.delta,
+            "guarantee": None if self.guarantee is None else self.guarantee.to_dict(),
             "bits_per_report": self.bits_per_report,
             "report_layout": self.report_layout,
         }

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
+from fedaudit.guarantees import PureLDP
 from fedaudit.validation import check_int, check_positive, check_real
 from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
                                       signed_directions)
@@ -66,9 +67,8 @@ class Duchi(Mechanism):
 
     def __init__(self, dim: int, epsilon: float, clip: float = 1.0):
         self.dim = check_int("dim", dim, low=1)
-        self.epsilon = check_epsilon(epsilon)
+        self.guarantee = PureLDP(check_epsilon(epsilon))
         self.clip = check_positive("clip", clip)
-        self.delta = 0.0
         self.report_width = self.dim
         self.report_layout = f"(n, {self.dim}) float64 points on the sphere of radius B; decode = identity"
         self.radius = duchi_radius(self.dim, self.epsilon, self.clip)

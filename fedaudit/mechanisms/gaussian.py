@@ -19,6 +19,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
+from fedaudit.guarantees import ApproxLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_positive, check_probability
 from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
@@ -176,8 +177,7 @@ class Gaussian(GridMechanism):
 
     def __init__(self, dim: int, epsilon: float, delta: float, clip: float = 1.0):
         self.dim = check_int("dim", dim, low=1)
-        self.epsilon = check_epsilon(epsilon)
-        self.delta = check_gaussian_delta(delta)
+        self.guarantee = ApproxLDP(check_epsilon(epsilon), check_gaussian_delta(delta))
         self.clip = check_positive("clip", clip)
         self.report_width = self.dim
         self.report_layout = (f"(n, {self.dim}) float64 noisy values on the grid k*{{grid}}; "

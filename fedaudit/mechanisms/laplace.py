@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.guarantees import PureLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_positive
 from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
@@ -58,9 +59,8 @@ class Laplace(GridMechanism):
 
     def __init__(self, dim: int, epsilon: float, clip: float = 1.0):
         self.dim = check_int("dim", dim, low=1)
-        self.epsilon = check_epsilon(epsilon)
+        self.guarantee = PureLDP(check_epsilon(epsilon))
         self.clip = check_positive("clip", clip)
-        self.delta = 0.0
         self.report_width = self.dim
         l1_diam = 2.0 * self.clip * math.sqrt(self.dim)
         self.grid = pow2_floor(l1_diam / (self.dim * 2.0**12))

@@ -23,6 +23,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import ndtri_exp
 
+from fedaudit.guarantees import PureLDP
 from fedaudit.validation import check_int, check_positive, check_real
 from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
                                       signed_directions)
@@ -111,11 +112,10 @@ class PrivUnitG(Mechanism):
 
     def __init__(self, dim: int, epsilon: float, clip: float = 1.0, p: float | None = None):
         self.dim = check_int("dim", dim, low=1)
-        self.epsilon = check_epsilon(epsilon)
+        self.guarantee = PureLDP(check_epsilon(epsilon))
         self.clip = check_positive("clip", clip)
         self._p_given = p is not None
         self.p = _check_p(p) if p is not None else optimal_p(self.epsilon)
-        self.delta = 0.0
         self.report_width = self.dim
         self.report_layout = f"(n, {self.dim}) float64 output vectors; decode = identity"
         self._log_q, self._log_1mq = (float(a) for a in _log_q_pair(self.epsilon, self.p))

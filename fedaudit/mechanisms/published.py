@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
+from fedaudit.guarantees import PureLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels
@@ -117,8 +118,7 @@ class SSTQSketch(Mechanism):
         self.dim = check_int("dim", dim, low=1)
         self.k = check_int("k", k, low=1, high=self.dim, high_name="dim")
         self.levels = check_levels(levels)
-        self.epsilon = check_epsilon(epsilon)  # claimed, NOT delivered
-        self.delta = 0.0
+        self.guarantee = PureLDP(check_epsilon(epsilon))  # claimed, NOT delivered  # claimed, NOT delivered
         self.noise_scale = 2.0 / (self.levels * self.epsilon)
         self.report_width = 2 * self.k + 1
         self.report_layout = (f"(n, {self.report_width}): [norm, idx_1..idx_k (ascending), "

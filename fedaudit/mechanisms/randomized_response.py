@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.guarantees import PureLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_matrix
 from fedaudit.mechanisms.base import Mechanism, check_epsilon
@@ -76,8 +77,7 @@ class RandomizedResponse(Mechanism):
     def __init__(self, k: int, epsilon: float):
         self.k = check_int("k", k, low=2)
         self.dim = self.k
-        self.epsilon = check_epsilon(epsilon)
-        self.delta = 0.0
+        self.guarantee = PureLDP(check_epsilon(epsilon))
         self.report_width = 1
         self.report_layout = "(n, 1): [o] reported category index in {0..k-1} (float)"
         lz = float(np.logaddexp(self.epsilon, math.log(self.k - 1)))  # log(e^ε + k − 1)

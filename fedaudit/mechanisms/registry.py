@@ -1,48 +1,109 @@
-"""Stable string names for mechanisms, used by the CLI, plans and reports."""
+"""The mechanism registry: names (or ``"module:attr"`` references) to factories.
+
+Every factory is called as ``factory(dim, epsilon, **keywords)`` and takes only the keywords its
+mechanism uses, so :meth:`fedaudit.registry.Registry.check_keywords` rejects one it does not take
+(``k`` for ``laplace``, with "did you mean"). Users add their own with :func:`register_mechanism`
+or name a factory ``"package.module:attr"`` wherever a mechanism name is accepted.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
+from fedaudit.mechanisms.duchi import Duchi
+from fedaudit.mechanisms.gaussian import Gaussian
+from fedaudit.mechanisms.laplace import Laplace
+from fedaudit.mechanisms.privunit import PrivUnitG
+from fedaudit.mechanisms.published import SSTQSketch
+from fedaudit.mechanisms.randomized_response import RandomizedResponse
+from fedaudit.mechanisms.sstq import SSTQ
+from fedaudit.mechanisms.vqsgd import VQSGD
+from fedaudit.registry import Registry
 
-__all__ = ["MECHANISM_NAMES", "make_mechanism"]
+__all__ = ["MECHANISMS", "MECHANISM_NAMES", "register_mechanism", "make_mechanism", "default_k"]
 
-
-def _factories() -> dict[str, Callable[..., Mechanism]]:
-    from fedaudit.mechanisms.duchi import Duchi
-    from fedaudit.mechanisms.gaussian import Gaussian
-    from fedaudit.mechanisms.laplace import Laplace
-    from fedaudit.mechanisms.privunit import PrivUnitG
-    from fedaudit.mechanisms.randomized_response import RandomizedResponse
-    from fedaudit.mechanisms.published import SSTQSketch
-    from fedaudit.mechanisms.sstq import SSTQ
-    from fedaudit.mechanisms.vqsgd import VQSGD
-
-    return {
-        "sstq": lambda dim, epsilon, k, levels, clip, delta, rotate: SSTQ(dim, k, levels, epsilon, clip, rotate=rotate),
-        "sstq-sketch": lambda dim, epsilon, k, levels, clip, delta, rotate: SSTQSketch(dim, k, levels, epsilon),
-        "vqsgd": lambda dim, epsilon, k, levels, clip, delta, rotate: VQSGD(dim, epsilon, clip),
-        "privunitg": lambda dim, epsilon, k, levels, clip, delta, rotate: PrivUnitG(dim, epsilon, clip=clip),
-        "duchi": lambda dim, epsilon, k, levels, clip, delta, rotate: Duchi(dim, epsilon, clip),
-        "laplace": lambda dim, epsilon, k, levels, clip, delta, rotate: Laplace(dim, epsilon, clip),
-        "gaussian": lambda dim, epsilon, k, levels, clip, delta, rotate: Gaussian(dim, epsilon, delta, clip),
-        "rr": lambda dim, epsilon, k, levels, clip, delta, rotate: RandomizedResponse(dim, epsilon),
-    }
+#: every mechanism factory, called as ``factory(dim, epsilon, **keywords)``
+MECHANISMS: Registry[Mechanism] = Registry("mechanism", skip=("dim", "epsilon"))
 
 
-MECHANISM_NAMES = ("sstq", "sstq-sketch", "vqsgd", "privunitg", "duchi", "laplace", "gaussian", "rr")
+def register_mechanism(name: str, factory: Callable[..., Mechanism] | None = None, *, summary: str | None = None,
+                       replace: bool = False) -> Any:
+    """Register ``factory(dim, epsilon, **keywords) -> Mechanism`` under ``name`` (decorator
+    without ``factory``); afterwards ``make_mechanism(name, ...)`` and plans accept it."""
+    return MECHANISMS.register(name, factory, summary=summary, replace=replace)
+
+
+def default_k(dim: Any) -> int:
+    """Coordinates kept per report when ``k`` is not given: max(1, dim // 16) (1 for an invalid
+    ``dim``, which the mechanism itself then rejects with its own message)."""
+    return max(1, int(dim) // 16) if isinstance(dim, int) and dim >= 1 else 1
+
+
+@register_mechanism("sstq")
+def _sstq(dim: int, epsilon: float | None, *, k: int | None = None, levels: int = 4, clip: float = 1.0,
+          rotate: bool = True) -> SSTQ:
+    """SSTQ: clip, randomized Hadamard rotation, subsample k, s-level rounding, s-ary RR at ε/k (ε-LDP)."""
+    return SSTQ(dim, default_k(dim) if k is None else k, levels, epsilon, clip, rotate=rotate)
+
+
+@register_mechanism("sstq-sketch")
+def _sstq_sketch(dim: int, epsilon: float, *, k: int | None = None, levels: int = 4) -> SSTQSketch:
+    """The SSTQ sketch as published: NOT LDP (sends the norm, unscaled noise, unsplit budget)."""
+    return SSTQSketch(dim, default_k(dim) if k is None else k, levels, epsilon)
+
+
+@register_mechanism("vqsgd")
+def _vqsgd(dim: int, epsilon: float | None, *, clip: float = 1.0) -> VQSGD:
+    """vqSGD: one signed vertex of the scaled cross-polytope, ε-LDP randomized response over vertices."""
+    return VQSGD(dim, epsilon, clip)
+
+
+@register_mechanism("privunitg")
+def _privunitg(dim: int, epsilon: float, *, clip: float = 1.0) -> PrivUnitG:
+    """PrivUnitG (Asi, Feldman, Talwar 2022): ε-LDP, asymptotically optimal unbiased mean estimation."""
+    return PrivUnitG(dim, epsilon, clip=clip)
+
+
+@register_mechanism("duchi")
+def _duchi(dim: int, epsilon: float, *, clip: float = 1.0) -> Duchi:
+    """Duchi, Jordan, Wainwright's L2 mechanism: a point on a sphere, ε-LDP."""
+    return Duchi(dim, epsilon, clip)
+
+
+@register_mechanism("laplace")
+def _laplace(dim: int, epsilon: float, *, clip: float = 1.0) -> Laplace:
+    """Laplace mechanism with exact discrete-Laplace noise on a power-of-two grid (ε-LDP)."""
+    return Laplace(dim, epsilon, clip)
+
+
+@register_mechanism("gaussian")
+def _gaussian(dim: int, epsilon: float, *, delta: float = 1e-5, clip: float = 1.0) -> Gaussian:
+    """Gaussian mechanism with exact discrete-Gaussian noise, analytic calibration ((ε, δ)-LDP)."""
+    return Gaussian(dim, epsilon, delta, clip)
+
+
+@register_mechanism("rr")
+def _rr(dim: int, epsilon: float) -> RandomizedResponse:
+    """k-ary randomized response over dim categories (one-hot inputs), ε-LDP."""
+    return RandomizedResponse(dim, epsilon)
+
+
+#: the built-in names, in registration order (``MECHANISMS.names()`` also lists users' entries)
+MECHANISM_NAMES = MECHANISMS.names()
 
 
 def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None = None, levels: int = 4,
                    clip: float = 1.0, delta: float = 1e-5, rotate: bool = True) -> Mechanism:
-    """Build a mechanism by registry name. ``k`` defaults to max(1, dim // 16); for ``rr``,
-    ``dim`` is the number of categories."""
-    factories = _factories()
-    key = name.lower()
-    if key not in factories:
-        raise FedAuditError(f"unknown mechanism {name!r}; choose one of: {', '.join(MECHANISM_NAMES)}")
-    if k is None:
-        k = max(1, int(dim) // 16) if isinstance(dim, int) and dim >= 1 else 1
-    return factories[key](dim=dim, epsilon=epsilon, k=k, levels=levels, clip=clip, delta=delta, rotate=rotate)
+    """Build a mechanism by registry name or ``"module:attr"`` reference.
+
+    The common keywords are passed to the factory only when it takes them (``k`` is ignored for
+    ``laplace``; a factory with ``**keywords`` gets all of them). ``k`` defaults to
+    max(1, dim // 16); for ``rr``, ``dim`` is the number of categories. Use
+    ``MECHANISMS.build(name, dim, epsilon, **keywords)`` to reject keywords a mechanism does not take.
+    """
+    keywords = {"k": default_k(dim) if k is None else k, "levels": levels, "clip": clip, "delta": delta, "rotate": rotate}
+    accepted = MECHANISMS.accepted(name)
+    if accepted is not None:
+        keywords = {key: v for key, v in keywords.items() if key in accepted}
+    return MECHANISMS.factory(name)(dim, epsilon, **keywords)

@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.guarantees import make_guarantee
 from fedaudit.validation import check_int, check_positive, check_probability
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels, clip_l2
 from fedaudit.mechanisms.rotation import (
@@ -106,7 +107,7 @@ class SSTQ(Mechanism):
         self.dim = check_int("dim", dim, low=1)
         self.k = check_int("k", k, low=1, high=self.dim, high_name="dim")
         self.levels = check_levels(levels)
-        self.epsilon = check_epsilon(epsilon, allow_none=True)
+        self.guarantee = make_guarantee(check_epsilon(epsilon, allow_none=True))
         self.clip = check_positive("clip", clip)
         self.rotate = bool(rotate)
         self.clamp_mass = check_probability("clamp_mass", clamp_mass)
@@ -126,7 +127,6 @@ class SSTQ(Mechanism):
         self.report_width = 1 + self.k
         self.report_layout = (f"[u, o_1..o_{self.k}]: public seed u < 2^{SEED_BITS} "
                               f"(derives the subset and rotation signs), then level indices in 0..{self.levels - 1}")
-        self.delta = 0.0
         self._rows = max(1, _CHUNK_BYTES // (8 * self.padded_dim))
 
     # ------------------------------------------------------------ properties

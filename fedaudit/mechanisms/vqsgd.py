@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.guarantees import make_guarantee
 from fedaudit.validation import check_int, check_matrix, check_positive
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
 from fedaudit.mechanisms.randomized_response import check_index_reports
@@ -51,9 +52,8 @@ class VQSGD(Mechanism):
 
     def __init__(self, dim: int, epsilon: float | None, clip: float = 1.0):
         self.dim = check_int("dim", dim, low=1)
-        self.epsilon = check_epsilon(epsilon, allow_none=True)
+        self.guarantee = make_guarantee(check_epsilon(epsilon, allow_none=True))
         self.clip = check_positive("clip", clip)
-        self.delta = 0.0
         self.report_width = 1
         self.report_layout = ("(n, 1): [v] vertex index in {0..2d-1}; v = 2i -> +clip*sqrt(d)*e_i, "
                               "v = 2i+1 -> -clip*sqrt(d)*e_i")
