@@ -487,7 +487,9 @@ def test_gd_on_robust_oracle_learns(digits):
 def test_test_accuracy_is_on_the_test_split(digits):
     # iid split with few clients and a short run: train and test accuracy differ; both are checked
     # against predictions computed here from the packed weights (W, b) = unpack(x)
-    from fedaudit.defenses.optimizers import DGD, FederationProblem, run
+    from fedaudit.fl.optimizers import DGD
+    from fedaudit.fl.problems import FederationProblem
+    from fedaudit.fl.training import run
 
     fed = Federation.build(digits, n_honest=3, f=0, attack=None, aggregator="mean", scheme="iid", seed=0)
     tr = run(DGD(0.5), fed, rounds=3, seed=0)

@@ -7,19 +7,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from fedaudit.defenses.optimizers import (
-    DGD,
-    DNAG,
-    PIGS,
-    FederationProblem,
-    QuadraticProblem,
-    RobustAccelerated,
-    estimate_delta,
-    nesterov_schedule,
-    plateau_level,
-    rounds_to_plateau,
-    run,
-)
+from fedaudit.audit.convergence import plateau_level, rounds_to_plateau
+from fedaudit.fl.optimizers import DGD, DNAG, PIGS, RobustAccelerated, estimate_delta, nesterov_schedule
+from fedaudit.fl.problems import FederationProblem, QuadraticProblem
+from fedaudit.fl.training import run
 from fedaudit.errors import FedAuditError
 
 
@@ -541,9 +532,82 @@ def _optimizers():
 
 
 def test_optimizer_table_covers_the_registered_names():
-    from fedaudit.fl.stress import OPTIMIZER_NAMES
+    from fedaudit.fl.registry import OPTIMIZERS
 
-    assert set(_optimizers()) == set(OPTIMIZER_NAMES)
+    assert OPTIMIZERS.names() == ("dgd", "dnag", "robust-accelerated", "pigs")
+    assert set(_optimizers()) == set(OPTIMIZERS.names())
+
+
+def test_make_optimizer_is_the_one_construction_chain():
+    from fedaudit.fl.optimizers import Optimizer
+    from fedaudit.fl.registry import OPTIMIZERS, make_optimizer, register_optimizer
+
+    shared = {"lr": 0.05, "momentum": 0.5, "eta": 0.3}
+    built = {name: make_optimizer(name, settings=shared) for name in OPTIMIZERS.names()}
+    assert built["dgd"].params() == {"lr": 0.05}
+    assert built["dnag"].params() == {"lr": 0.05, "momentum": 0.5}
+    assert built["robust-accelerated"].params() == {"L": None, "mu": None, "variant": "fgm"}
+    assert built["pigs"].eta == 0.3
+    assert make_optimizer("PIGS", settings={"eta": None}).eta is None  # None: the default (estimated) step
+    assert make_optimizer("robust-accelerated", variant="nesterov").variant == "nesterov"
+    assert repr(make_optimizer("dgd", lr=0.5)) == "DGD(lr=0.5)"
+    with pytest.raises(FedAuditError, match=r"unknown optimizer 'dnga'; valid names: dgd, dnag.*did you mean 'dnag'"):
+        make_optimizer("dnga")
+    with pytest.raises(FedAuditError, match=r"takes no keyword 'lr'"):
+        make_optimizer("pigs", lr=0.1)  # an explicit keyword is checked, a setting is not
+    with pytest.raises(FedAuditError, match=r"needs the keyword\(s\) lr"):
+        make_optimizer("dgd")
+    assert isinstance(make_optimizer("fedaudit.fl.optimizers:DGD", settings=shared), DGD)
+
+    class Frozen(Optimizer):
+        """Never moves (a user optimizer)."""
+
+        name = "frozen"
+
+        def start(self, problem, x0, rng):
+            from fedaudit.fl.optimizers import OptimizerState
+
+            class S(OptimizerState):
+                def query(self):
+                    return x0
+
+                def update(self, g):
+                    pass
+
+                def output(self):
+                    return x0
+
+            return S()
+
+    register_optimizer("frozen-test", Frozen)
+    try:
+        q = QuadraticProblem(np.eye(2), np.ones(2))
+        tr = run(make_optimizer("frozen-test", settings=shared), q, rounds=3)
+        assert tr.loss == [0.0] * 4 and tr.optimizer == "frozen" and tr.params == {}
+    finally:
+        OPTIMIZERS.unregister("frozen-test")
+
+
+def test_first_at_or_below_and_plateau_status():
+    from fedaudit.audit.convergence import first_at_or_below, plateau_status
+
+    assert first_at_or_below([0, 5, 10], [3.0, math.nan, 1.0], 1.0) == 10
+    assert first_at_or_below([0, 5, 10], [3.0, 0.5, 1.0], 1.0) == 5
+    assert first_at_or_below([0, 5], [3.0, 1.0 + 1e-16], 1.0) == 5  # lands on the level (rounding)
+    assert first_at_or_below([0, 5], [3.0, 1.0 + 1e-9], 1.0) is None
+    assert first_at_or_below([0, 5], [math.inf, -math.inf], 0.0) is None  # non-finite never counts
+    rounds = list(range(0, 50, 5))
+    falling = [2.0 ** -k for k in range(10)]
+    st = plateau_status(rounds, falling, 10, 0.01)
+    assert not st["reached"] and st["round"] is None and st["final_change"] == pytest.approx(-0.75)
+    flat = [4.0, 2.0, 1.5, 1.0, 1.0, 1.0, 1.001, 1.0, 1.0, 1.0]
+    st = plateau_status(rounds, flat, 10, 0.01)
+    # Δ(k) = |L(k) − L(k − 10)|/|L(k − 10)| ≤ 0.01 from round 25 on (Δ(20) = 1/3 > τ)
+    assert st == {"reached": True, "round": 25, "final_change": 0.0, "window": 10, "tol": 0.01}
+    assert plateau_status(rounds, flat[:-1] + [math.nan], 10, 0.01)["final_change"] is None
+    assert plateau_status([0, 3], [1.0, 1.0], 10, 0.01) == {"reached": False, "round": None, "final_change": None,
+                                                             "window": 10, "tol": 0.01}
+    assert plateau_status([0, 10, 20], [0.0, 0.0, 0.0], 10, 0.01)["reached"] is False  # Δ undefined at L = 0
 
 
 @pytest.fixture(scope="module")
@@ -595,10 +659,12 @@ def test_trace_json_writes_non_finite_numbers_as_strings(quad):
     assert d["loss"][-1] == "inf" and all(isinstance(v, float) for v in d["loss"][:-1])
     back = json.loads(json.dumps(d, allow_nan=False))
     assert back["loss"][-1] == "inf" and None not in back["loss"] and None not in back["grad_norm"]
-    manual = run(DGD(0.1), quad, rounds=1, seed=0)
-    manual.grad_norm = [float("nan"), 1.0]
-    manual.extras = {"x": [float("-inf")]}
-    manual.info = {"d": np.float64("inf")}
+    import dataclasses
+
+    manual = dataclasses.replace(run(DGD(0.1), quad, rounds=1, seed=0), grad_norm=[float("nan"), 1.0],
+                                 extras={"x": [float("-inf")]}, info={"d": np.float64("inf")})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        manual.diverged = True  # a result is frozen
     m = manual.to_dict()
     assert m["grad_norm"] == ["nan", 1.0] and m["extras"] == {"x": ["-inf"]} and m["info"] == {"d": "inf"}
 

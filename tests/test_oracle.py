@@ -9,7 +9,9 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from fedaudit.audit.oracle import OracleFit, fit_envelope, fit_least_squares, fit_oracle, plot_oracle
-from fedaudit.defenses.optimizers import DGD, QuadraticProblem, run
+from fedaudit.fl.optimizers import DGD
+from fedaudit.fl.problems import QuadraticProblem
+from fedaudit.fl.training import run
 from fedaudit.defenses.kappa import kappa_upper_bound
 from fedaudit.errors import FedAuditError
 

@@ -275,15 +275,13 @@ def test_grid_records_an_aggregator_breakdown(tmp_path):
 
 def test_cell_trace_writes_non_finite_numbers_as_strings(monkeypatch):
     # the strict-JSON convention of fedaudit.json: "inf"/"nan" in traces, null only for absent values
-    from fedaudit.defenses import optimizers
+    from fedaudit.fl.training import Trace
 
     def overflowing(opt, fed, x0, rounds, seed):
-        tr = optimizers.Trace(optimizer="dgd", config={}, rounds=[0, 1], loss=[2.3, float("inf")],
-                              grad_norm=[1.0, float("nan")], test_acc=[0.1, float("nan")])
-        tr.diverged = True
-        return tr
+        return Trace(optimizer="dgd", params={}, rounds=[0, 1], loss=[2.3, float("inf")],
+                     grad_norm=[1.0, float("nan")], test_acc=[0.1, float("nan")], diverged=True)
 
-    monkeypatch.setattr(optimizers, "run", overflowing)
+    monkeypatch.setattr(stress, "run", overflowing)
     config = StressConfig(**TINY)
     cell = config.cells()[0]
     rec = stress.run_cell((config, cell, cell_seed(0, cell)))

@@ -1,12 +1,19 @@
-"""Federated-learning simulation: offline datasets, client partitions, models and the federation
-that turns honest gradients, Byzantine vectors and a robust aggregator into an inexact oracle.
+"""The simulated federated system: offline datasets, client partitions, models, the federation
+that turns honest gradients, Byzantine vectors and a robust aggregator into an inexact oracle,
+the server optimizers and the training loop, the gossip simulator and stress grids.
 
 * :mod:`fedaudit.fl.data` — :class:`Dataset`, :func:`load_digits_dataset`, :func:`load_mnist`
   (local files only), :func:`synthetic_logistic`, :func:`synthetic_linear`, :func:`load_dataset`;
 * :mod:`fedaudit.fl.partition` — ByzFL's iid / Dirichlet / γ-similarity / extreme splits;
 * :mod:`fedaudit.fl.models` — :class:`LogisticModel` (exact numpy loss/grad/HVP), torch
   :func:`mlp` and :func:`cnn`;
-* :mod:`fedaudit.fl.federation` — :class:`Federation` (``Federation.build(...)``).
+* :mod:`fedaudit.fl.federation` — :class:`Federation` (``Federation.build(...)``);
+* :mod:`fedaudit.fl.problems` — the inexact-oracle problem protocol and its adapters;
+* :mod:`fedaudit.fl.optimizers` — D-GD, D-NAG, robust accelerated, PIGS;
+* :mod:`fedaudit.fl.training` — :func:`run` and its :class:`Trace`;
+* :mod:`fedaudit.fl.gossip` — :func:`simulate_gossip` (decentralised robust gossip);
+* :mod:`fedaudit.fl.stress` — stress grids (aggregator × attack × f × β);
+* :mod:`fedaudit.fl.registry` — optimizers, partitions and datasets by name.
 """
 
 from fedaudit.fl.data import (
@@ -21,6 +28,7 @@ from fedaudit.fl.data import (
 )
 from fedaudit.fl.federation import Federation, LabelFlip
 from fedaudit.fl.models import LogisticModel, cnn, mlp
+from fedaudit.fl.optimizers import DGD, DNAG, PIGS, Optimizer, RobustAccelerated, estimate_delta, nesterov_schedule
 from fedaudit.fl.partition import (
     PARTITION_SCHEMES,
     dirichlet_cuts,
@@ -30,6 +38,17 @@ from fedaudit.fl.partition import (
     iid_partition,
     partition,
 )
+from fedaudit.fl.problems import FederationProblem, Problem, QuadraticProblem, as_problem
+from fedaudit.fl.registry import (
+    DATASETS,
+    OPTIMIZERS,
+    PARTITIONS,
+    make_optimizer,
+    register_dataset,
+    register_optimizer,
+    register_partition,
+)
+from fedaudit.fl.training import Trace, run
 
 __all__ = [
     "Dataset", "DATASET_NAMES", "load_digits_dataset", "load_mnist", "synthetic_logistic", "synthetic_linear",
@@ -38,4 +57,9 @@ __all__ = [
     "extreme_partition", "partition",
     "LogisticModel", "mlp", "cnn",
     "Federation", "LabelFlip",
+    "Problem", "QuadraticProblem", "FederationProblem", "as_problem",
+    "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
+    "Trace", "run",
+    "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
+    "make_optimizer",
 ]

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int, check_real
+from fedaudit.fl.registry import DATASETS, lookup
 from fedaudit.rng import RngLike, as_generator
+from fedaudit.validation import check_int, check_real
 
 __all__ = [
     "Dataset",
@@ -43,8 +44,6 @@ __all__ = [
 #: Torchvision's MNIST normalisation constants (``transforms.Normalize((0.1307,), (0.3081,))``).
 MNIST_MEAN = 0.1307
 MNIST_STD = 0.3081
-
-DATASET_NAMES: tuple[str, ...] = ("digits", "mnist", "synthetic")
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,11 +319,37 @@ def synthetic_linear(n_samples: int, dim: int, seed: RngLike = 0, noise: float =
                    info={"test_fraction": float(test_fraction)})
 
 
-# ----------------------------------------------------------------------------- dispatcher
+# ----------------------------------------------------------------------------- by name
+
+
+def _digits(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+    """scikit-learn's bundled 8×8 digits (:func:`load_digits_dataset`; ``path`` is not used)."""
+    return load_digits_dataset(seed=seed, **kwargs)
+
+
+def _mnist(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+    """MNIST from local files (:func:`load_mnist`; ``path`` required, nothing is downloaded)."""
+    if path is None:
+        raise FedAuditError("dataset 'mnist' needs path= (a directory with the IDX files or an .npz); "
+                            "no download is attempted")
+    return load_mnist(path, seed=seed, **kwargs)
+
+
+def _synthetic(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+    """:func:`synthetic_logistic` with n_samples=2000, dim=20, n_classes=10 unless given."""
+    return synthetic_logistic(seed=seed, **{"n_samples": 2000, "dim": 20, "n_classes": 10, **kwargs})
+
+
+for _name, _fn in (("digits", _digits), ("mnist", _mnist), ("synthetic", _synthetic)):
+    DATASETS.register(_name, _fn)
+del _name, _fn
+
+#: The built-in dataset names (transitional: callers switch to ``fedaudit.fl.registry.DATASETS``).
+DATASET_NAMES: tuple[str, ...] = DATASETS.names()
 
 
 def load_dataset(name: str, *, path: str | Path | None = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
-    """Load a dataset by name.
+    """Load a dataset of :data:`fedaudit.fl.registry.DATASETS` by name (or ``"package.module:attr"``).
 
     * ``"digits"`` — :func:`load_digits_dataset` (keywords ``test_fraction``, ``standardize``);
     * ``"mnist"`` — :func:`load_mnist` from ``path`` (required; keywords ``test_fraction``,
@@ -332,22 +357,8 @@ def load_dataset(name: str, *, path: str | Path | None = None, seed: RngLike = 0
     * ``"synthetic"`` — :func:`synthetic_logistic` with defaults n_samples=2000, dim=20,
       n_classes=10 (all overridable by keyword).
     """
-    key = name.strip().lower() if isinstance(name, str) else name
+    factory = lookup(DATASETS, name)
     try:
-        return _load(key, name, path, seed, kwargs)
+        return factory(path=path, seed=seed, **kwargs)
     except TypeError as err:
         raise FedAuditError(f"bad keyword for dataset {name!r}: {err}") from None
-
-
-def _load(key: Any, name: Any, path: Any, seed: RngLike, kwargs: dict[str, Any]) -> Dataset:
-    if key == "digits":
-        return load_digits_dataset(seed=seed, **kwargs)
-    if key == "mnist":
-        if path is None:
-            raise FedAuditError("dataset 'mnist' needs path= (a directory with the IDX files or an .npz); "
-                                "no download is attempted")
-        return load_mnist(path, seed=seed, **kwargs)
-    if key == "synthetic":
-        opts = {"n_samples": 2000, "dim": 20, "n_classes": 10, **kwargs}
-        return synthetic_logistic(seed=seed, **opts)
-    raise FedAuditError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}")

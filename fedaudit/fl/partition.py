@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int, check_real
+from fedaudit.fl.registry import PARTITIONS, lookup
 from fedaudit.rng import RngLike, as_generator
+from fedaudit.validation import check_int, check_real
 
 __all__ = [
     "PARTITION_SCHEMES",
@@ -32,7 +33,6 @@ __all__ = [
     "partition",
 ]
 
-PARTITION_SCHEMES: tuple[str, ...] = ("iid", "dirichlet", "gamma", "extreme")
 _ALIASES = {"gamma_similarity": "gamma", "gamma-similarity": "gamma", "niid": "dirichlet"}
 
 
@@ -163,32 +163,58 @@ def extreme_partition(labels: Any, n_clients: int, seed: RngLike = 0) -> list[np
     return _as_int64(np.array_split(_sorted_by_label(y, perm), n_clients))
 
 
+def _iid(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+    """Random permutation split into equal parts (sizes differ by at most 1)."""
+    return iid_partition(labels.size, n_clients, seed)
+
+
+def _dirichlet(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+    """Per-class Dirichlet(β·1) proportions over clients (needs beta)."""
+    return dirichlet_partition(labels, n_clients, _check_beta(beta), seed, min_size=min_size,
+                               max_redraws=max_redraws)
+
+
+def _gamma(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+    """A fraction γ of the samples i.i.d., the rest sorted by label (needs gamma)."""
+    return gamma_similarity_partition(labels, n_clients, _check_gamma(gamma), seed)
+
+
+def _extreme(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+    """All samples sorted by label and split."""
+    return extreme_partition(labels, n_clients, seed)
+
+
+for _name, _fn in (("iid", _iid), ("dirichlet", _dirichlet), ("gamma", _gamma), ("extreme", _extreme)):
+    PARTITIONS.register(_name, _fn)
+del _name, _fn
+
+#: The built-in scheme names (transitional: callers switch to ``fedaudit.fl.registry.PARTITIONS``).
+PARTITION_SCHEMES: tuple[str, ...] = PARTITIONS.names()
+
+
 def partition(labels: Any, n_clients: int, scheme: str, *, beta: float | None = None, gamma: float | None = None,
               seed: RngLike = 0, min_size: int = 0, max_redraws: int = 1000) -> list[np.ndarray]:
-    """Dispatch to a scheme of :data:`PARTITION_SCHEMES` (``"gamma_similarity"`` is an alias).
+    """Split by a scheme of :data:`fedaudit.fl.registry.PARTITIONS` (``"gamma_similarity"`` is an
+    alias of ``"gamma"``, ``"niid"`` of ``"dirichlet"``).
 
     ``beta`` (> 0) is required for ``"dirichlet"``, ``gamma`` (∈ [0, 1]) for ``"gamma"``; a value
     given for another scheme is still validated. ``min_size`` is enforced by redrawing for
-    ``"dirichlet"`` and checked (FedAuditError) for the deterministic-size schemes.
+    ``"dirichlet"`` and checked (FedAuditError) for the other schemes.
     """
     y = _check_labels(labels)
     n_clients = _check_clients(n_clients)
     key = _ALIASES.get(scheme, scheme) if isinstance(scheme, str) else scheme
-    if key not in PARTITION_SCHEMES:
-        raise FedAuditError(f"unknown partition scheme {scheme!r}; valid schemes: {', '.join(PARTITION_SCHEMES)}")
-    if beta is not None or key == "dirichlet":
+    factory = lookup(PARTITIONS, key, what="partition scheme")
+    if beta is not None:
         beta = _check_beta(beta)
-    if gamma is not None or key == "gamma":
+    if gamma is not None:
         gamma = _check_gamma(gamma)
     min_size = check_int("min_size", min_size, low=0)
-    if key == "dirichlet":
-        return dirichlet_partition(y, n_clients, beta, seed, min_size=min_size, max_redraws=max_redraws)
-    if key == "iid":
-        parts = iid_partition(y.size, n_clients, seed)
-    elif key == "gamma":
-        parts = gamma_similarity_partition(y, n_clients, gamma, seed)
-    else:
-        parts = extreme_partition(y, n_clients, seed)
+    parts = _as_int64(factory(y, n_clients, seed=seed, beta=beta, gamma=gamma, min_size=min_size,
+                              max_redraws=max_redraws))
+    if not np.array_equal(np.sort(np.concatenate(parts)), np.arange(y.size)):
+        raise FedAuditError(f"partition scheme {scheme!r} must give every index of the {y.size} samples "
+                            "to exactly one client")
     smallest = min(p.size for p in parts)
     if smallest < min_size:
         raise FedAuditError(f"scheme {key!r} gives a client only {smallest} samples < min_size={min_size} "

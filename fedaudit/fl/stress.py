@@ -6,9 +6,9 @@ clients holding a Dirichlet(β) split of the dataset, ``f`` Byzantine clients ru
 rounds from x0 = 0, recording the honest loss L_H(x_t) and the test accuracy every round.
 
 Seeds. Cell ``c`` with canonical key ``"aggregator=…;attack=…;f=…;beta=…"`` gets
-``seed_c = derive_seed(root_seed, key_c)`` (:func:`fedaudit.engine.derive_seed`: the key's
+``seed_c = derive_seed(root_seed, key_c)`` (:func:`fedaudit.rng.derive_seed`: the key's
 SHA-256 words as the ``spawn_key`` of ``SeedSequence(root_seed)``); the optimizer's run (one
-oracle stream per round, see :func:`fedaudit.defenses.optimizers.run`) is seeded with
+oracle stream per round, see :func:`fedaudit.fl.training.run`) is seeded with
 ``derive_seed(seed_c, "optimizer")``. The honest clients' data split is a function of the β part
 of the key only: ``partition_seed = derive_seed(root_seed, "partition;beta=…")`` seeds
 ``Federation.build``, so every aggregator, attack and f at the same β trains on the *same*
@@ -26,7 +26,7 @@ Breakdown rule (``breakdown`` = any of the following, with the reasons listed):
   there, the cell has ``aggregator_breakdown = {"round", "rule", "n", "nonfinite",
   "tolerated", "message"}`` and null final loss and accuracy;
 * ``loss not finite``  — the final honest loss is NaN or ±inf, including a run that
-  :func:`~fedaudit.defenses.optimizers.run` stopped early as diverged (non-finite iterate, or
+  :func:`~fedaudit.fl.training.run` stopped early as diverged (non-finite iterate, or
   loss > 10⁶·L(x0)) or that raised on non-finite values; such a cell has ``diverged: true`` and
   null final loss and accuracy;
 * ``loss > 10×L(x0)`` — the final honest loss exceeds ten times the loss at the start point;
@@ -60,10 +60,17 @@ from typing import Any
 import numpy as np
 
 from fedaudit import json as fjson
-from fedaudit.engine import derive_seed, run_tasks
+from fedaudit.attacks.registry import make_attack
+from fedaudit.defenses.registry import make_aggregator
+from fedaudit.engine import run_tasks
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int, check_positive, check_real
+from fedaudit.fl.data import load_dataset
+from fedaudit.fl.federation import Federation
+from fedaudit.fl.registry import OPTIMIZERS, lookup, make_optimizer
+from fedaudit.fl.training import run
 from fedaudit.json import jsonable
+from fedaudit.rng import derive_seed
+from fedaudit.validation import check_int, check_positive, check_real
 
 __all__ = [
     "OPTIMIZER_NAMES",
@@ -82,8 +89,8 @@ __all__ = [
     "plot_heatmaps",
 ]
 
-#: Optimizers by CLI name: distributed GD, robust Nesterov, robust accelerated, PIGS.
-OPTIMIZER_NAMES: tuple[str, ...] = ("dgd", "dnag", "robust-accelerated", "pigs")
+#: The built-in optimizer names (transitional: callers switch to ``fedaudit.fl.registry.OPTIMIZERS``).
+OPTIMIZER_NAMES: tuple[str, ...] = OPTIMIZERS.names()
 #: Breakdown when the final loss exceeds this multiple of the loss at x0.
 BREAKDOWN_LOSS_FACTOR = 10.0
 #: Breakdown when the final accuracy is below chance (1/n_classes) plus this margin.
@@ -104,12 +111,18 @@ def _names(what: str, values: Iterable[str]) -> tuple[str, ...]:
     for v in values:
         if not isinstance(v, str):
             raise FedAuditError(f"{what} must be names, got {v!r}")
-        v = v.strip().lower()
+        v = _canonical(v)
         if v and v not in out:
             out.append(v)
     if not out:
         raise FedAuditError(f"{what} must name at least one entry")
     return tuple(out)
+
+
+def _canonical(name: str) -> str:
+    """A name or '+'-joined spec in canonical form: registered names lowercase, ``module:attr``
+    references kept as written."""
+    return "+".join(p.strip() if ":" in p else p.strip().lower() for p in name.split("+"))
 
 
 def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -207,9 +220,8 @@ class StressConfig:
         set_("dataset", self.dataset.strip().lower())
         if self.data_path is not None:
             set_("data_path", str(self.data_path))
-        opt = str(self.optimizer).strip().lower()
-        if opt not in OPTIMIZER_NAMES:
-            raise FedAuditError(f"unknown optimizer {self.optimizer!r}; valid names: {', '.join(OPTIMIZER_NAMES)}")
+        opt = _canonical(str(self.optimizer))
+        lookup(OPTIMIZERS, opt)
         set_("optimizer", opt)
         if self.target_accuracy is not None:
             set_("target_accuracy", check_real("target_accuracy", self.target_accuracy, low=0.0, high=1.0))
@@ -260,7 +272,7 @@ class StressConfig:
 
 
 def cell_seed(root_seed: int, cell: Cell | str) -> int:
-    """The cell's seed: :func:`fedaudit.engine.derive_seed` of the root seed and the cell key."""
+    """The cell's seed: :func:`fedaudit.rng.derive_seed` of the root seed and the cell key."""
     return derive_seed(root_seed, cell.key if isinstance(cell, Cell) else cell)
 
 
@@ -274,21 +286,9 @@ def partition_seed(root_seed: int, beta: float) -> int:
 
 @functools.lru_cache(maxsize=4)
 def _dataset(name: str, path: str | None, seed: int):
-    from fedaudit.fl.data import load_dataset
-
+    """The train/test data of a grid (cached: every cell of a worker shares it). ``seed`` is the
+    grid's root seed, the dataset's own entry point (its train/test split)."""
     return load_dataset(name, path=path, seed=seed)
-
-
-def _make_optimizer(config: StressConfig, fed: Any):
-    from fedaudit.defenses import optimizers as opt
-
-    if config.optimizer == "dgd":
-        return opt.DGD(config.lr)
-    if config.optimizer == "dnag":
-        return opt.DNAG(config.lr, momentum=0.9)
-    if config.optimizer == "robust-accelerated":  # L and μ from the federation (FederationProblem.smoothness / .mu)
-        return opt.RobustAccelerated()
-    return opt.PIGS()  # η = 1/(2·1.25·Δ̂), Δ̂ the max estimate at x0 and along the run
 
 
 def _finite(x: Any) -> float | None:
@@ -327,9 +327,6 @@ def _breakdown(final_loss: float, initial_loss: float, final_acc: float | None, 
 def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
     """Train one cell and return its JSON record (top-level and picklable, for :func:`run_tasks`)."""
     config, cell, seed = task
-    from fedaudit.defenses.optimizers import run
-    from fedaudit.fl.federation import Federation
-
     start = time.perf_counter()
     data = _dataset(config.dataset, config.data_path, config.seed)
     part_seed = partition_seed(config.seed, cell.beta)
@@ -344,7 +341,8 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
         initial_loss = float(fed.honest_loss(x0))
         initial_acc = fed.test_accuracy(x0)
         try:
-            trace = run(_make_optimizer(config, fed), fed, x0, config.rounds, seed=derive_seed(seed, "optimizer"))
+            optimizer = make_optimizer(config.optimizer, settings={"lr": config.lr, "momentum": 0.9})
+            trace = run(optimizer, fed, x0, config.rounds, seed=derive_seed(seed, "optimizer"))
         except (FedAuditError, ArithmeticError) as exc:  # training blew up on non-finite values
             trace, error = None, f"{type(exc).__name__}: {exc}"
     diverged = trace is None or trace.diverged
