@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-import fedaudit.defenses.aggregators as agg_module
-from fedaudit.defenses import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
-from fedaudit.defenses.aggregators import _centered_gram, _cw_median, _weiszfeld
+import fedaudit.kernels as kernels
+from fedaudit.defenses import AGGREGATORS, PREAGGREGATORS, make_aggregator
+from fedaudit.kernels import centered_gram, cw_median, weiszfeld
 
 SETTINGS = [(21, 5, 10**6), (100, 20, 10**5)]
 QUICK = [(21, 5, 10**5), (100, 20, 10**4)]
@@ -100,7 +100,7 @@ def byzfl_rule(bz: Any, name: str, f: int) -> Callable[[np.ndarray], np.ndarray]
 def our_rules(n: int, f: int) -> list[tuple[str, Any, str]]:
     """(label, rule or None, note)."""
     rows = []
-    for name in list(AGGREGATOR_NAMES) + [p for p in PREAGGREGATOR_NAMES] + ["nnm+cwtm", "nnm+gm"]:
+    for name in list(AGGREGATORS.names()) + list(PREAGGREGATORS.names()) + ["nnm+cwtm", "nnm+gm"]:
         kw: dict[str, Any] = {}
         if name == "mda":
             count = math.comb(n, f)
@@ -115,7 +115,7 @@ def our_rules(n: int, f: int) -> list[tuple[str, Any, str]]:
             kw = {"s": 2, "seed": 0}
         if name == "clipping":
             kw = {"c": 1.0}
-        if name in PREAGGREGATOR_NAMES:  # time the pre-aggregator alone
+        if name in PREAGGREGATORS.names():  # time the pre-aggregator alone
             rule = make_aggregator(name + "+mean", f, **kw).stages[0]
         else:
             rule = make_aggregator(name, f, **kw)
@@ -124,9 +124,9 @@ def our_rules(n: int, f: int) -> list[tuple[str, Any, str]]:
 
 
 def gm_iterations(X: np.ndarray) -> int:
-    z0 = _cw_median(X)
-    G, _ = _centered_gram(X, z0)
-    return _weiszfeld(G, 1e-8, 1000, 1e-12)[1]
+    z0 = cw_median(X)
+    G, _ = centered_gram(X, z0)
+    return weiszfeld(G, 1e-8, 1000, 1e-12)[1]
 
 
 def run_setting(n: int, f: int, d: int, repeat: int, bz: Any) -> dict[str, Any]:
@@ -191,8 +191,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.threads is not None:
-        agg_module._MAX_THREADS = max(1, args.threads)
-    threads = agg_module._max_threads()
+        kernels.MAX_THREADS = max(1, args.threads)
+    threads = kernels.max_threads()
     bz, desc = (None, "byzfl not importable (--no-byzfl)") if args.no_byzfl else load_byzfl()
     print(f"{platform.machine()}, numpy {np.__version__}, best of {args.repeat}, up to {threads} thread(s) for "
           f"fedaudit's coordinate-wise kernels (BLAS threads as configured); {desc}")

@@ -599,3 +599,35 @@ def test_bad_inputs(honest, f, match, attack):
 def test_alie_formula_property(H, f, z):
     rows = ALIE(z=z, sign=1)(H, f)
     np.testing.assert_allclose(rows, np.tile(H.mean(0) + z * H.std(0, ddof=1), (f, 1)), rtol=1e-12, atol=1e-9)
+
+
+def test_fang_krum_uses_the_defenses_krum():
+    """The attack's "does Krum select a Byzantine row" is the Krum rule itself (one scoring, one
+    tie-break): on the rows it returns, fedaudit's Krum picks a Byzantine row iff the attack says so."""
+    from fedaudit.defenses import Krum
+
+    seen = set()
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        m, d, f = int(rng.integers(5, 12)), int(rng.integers(2, 8)), int(rng.integers(1, 3))
+        H = rng.normal(size=(m, d)) * (10.0 if seed % 3 else 0.01) + (5.0 if seed % 2 else 0.0)
+        attack = Fang("krum")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FangKrumNotSelectedWarning)
+            rows = attack(H, f, rng=0)
+        chosen = Krum(f)(np.vstack([H, rows]))
+        assert any(np.array_equal(chosen, r) for r in rows) == attack.krum_selected
+        seen.add(attack.krum_selected)
+    assert seen == {True, False}  # both outcomes are exercised
+
+
+def test_krum_tie_break_is_order_invariant():
+    """Two mutual nearest neighbours tie on the Krum score (n − f − 2 = 1): the shared rule breaks
+    the tie by the total distance, not by the row index (the attack's old rule), so reordering the
+    rows does not change which row is selected."""
+    from fedaudit.kernels import krum_order, pairwise_sqdist
+
+    X = np.array([[0.0], [1.0], [5.0], [-3.0], [9.0]])  # rows 0 and 1 tie; row 1 (value 1) is more central
+    for perm in ([0, 1, 2, 3, 4], [1, 0, 2, 3, 4], [4, 3, 2, 1, 0]):
+        Y = X[perm]
+        assert Y[krum_order(pairwise_sqdist(Y), 2, Y)[0]][0] == 1.0

@@ -37,6 +37,7 @@ from scipy import stats
 from fedaudit.arrays import as_array, to_like
 from fedaudit.defenses.base import Aggregator
 from fedaudit.errors import FedAuditError
+from fedaudit.kernels import krum_order, pairwise_sqdist
 from fedaudit.validation import check_int, check_real
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
@@ -76,27 +77,6 @@ def _std(H: np.ndarray, who: str) -> np.ndarray:
     if H.shape[0] < 2:
         raise FedAuditError(f"{who} needs at least 2 honest vectors (σ uses ddof=1), got {H.shape[0]}")
     return H.std(axis=0, ddof=1)
-
-
-def _sq_dists(X: np.ndarray) -> np.ndarray:
-    """Pairwise squared Euclidean distances via the Gram matrix of the centred rows."""
-    Xc = X - X.mean(axis=0)
-    G = Xc @ Xc.T
-    g = np.diag(G)
-    D = g[:, None] + g[None, :] - 2.0 * G
-    np.fill_diagonal(D, 0.0)
-    return np.maximum(D, 0.0)
-
-
-def _krum_index(X: np.ndarray, f: int) -> int:
-    """Krum (Blanchard et al. 2017): argmin_i of Σ of squared distances to its n − f − 2 nearest
-    other rows; ties go to the smallest index."""
-    n = X.shape[0]
-    m = n - f - 2
-    D = _sq_dists(X)
-    np.fill_diagonal(D, np.inf)
-    scores = np.sort(D, axis=1)[:, :m].sum(axis=1)
-    return int(np.argmin(scores))
 
 
 def alie_z_max(n: int, f: int, variant: str = "honest") -> float:
@@ -352,7 +332,7 @@ class MinMax(_MinDistance):
 
     def _gamma(self, C, p):
         pp = float(p @ p)
-        R2 = float(_sq_dists(C).max())
+        R2 = float(pairwise_sqdist(C).max())
         c = np.einsum("ij,ij->i", C, C)
         b = -(C @ p)  # ⟨μ − x_i, p⟩
         disc = np.maximum(b * b + pp * np.maximum(R2 - c, 0.0), 0.0)
@@ -435,7 +415,7 @@ class Fang(Attack):
         if n < 2 * f + 3:
             raise FedAuditError(f"Fang krum variant needs n >= 2f+3 inputs (Krum's n-f-2 >= 1 neighbours "
                                 f"and n-2f-1 >= 1), got n={n}, f={f}")
-        D = np.sqrt(_sq_dists(H))
+        D = np.sqrt(pairwise_sqdist(H))
         np.fill_diagonal(D, np.inf)
         k = n - f - 2  # ≤ m − 1 other honest vectors since n − f − 2 = m − 2
         min_sum = float(np.sort(D, axis=1)[:, :k].sum(axis=1).min())
@@ -447,7 +427,7 @@ class Fang(Attack):
         while True:
             row = -lam * s
             X = np.vstack([H, np.repeat(row[None, :], f, axis=0)])
-            selected = _krum_index(X, f) >= m
+            selected = int(krum_order(pairwise_sqdist(X), f, X)[0]) >= m
             if selected or lam / 2 < 1e-5 * lam0 or lam0 == 0:
                 self.krum_selected, self.krum_lambda = bool(selected), float(lam)
                 if not selected:

@@ -85,6 +85,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.kernels import krum_scores
 from fedaudit.validation import check_int, check_real
 
 __all__ = ["SearchBudget", "SearchOutcome", "effective_budget", "cheap_rule", "subset_ratios", "exact_ratio", "optimise_configuration", "call_rule",
@@ -570,8 +571,6 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         supporters sit near it, and the honest rest forms c ∈ {2, 3, 4} clusters — first with
         the groups' positions as variables, then row-wise from the two best. Candidates are
         ranked by the true ν (the rule re-run on them), never by the surrogate."""
-        from fedaudit.defenses.aggregators import _krum_scores
-
         m, q_f = n - f, int(getattr(agg, "f", f))
         masks = _masks(n, f)
 
@@ -579,7 +578,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
             diff = Y[:, None, :] - Y[None, :, :]
             D = np.einsum("ijk,ijk->ij", diff, diff)
             scale = float(D.sum()) / (n * (n - 1)) or 1.0
-            sc = _krum_scores(D, q_f)
+            sc = krum_scores(D, q_f)
             with np.errstate(all="ignore"):
                 r = float(np.max(subset_ratios(masks, Y, Y[0])))
             if not math.isfinite(r):

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.defenses.aggregators import _mean, _pairwise_sqdist, _row_norms
 from fedaudit.defenses.base import PreAggregator
+from fedaudit.kernels import mean_rows, pairwise_sqdist, row_norms
 from fedaudit.validation import check_int, check_positive
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
@@ -35,7 +35,7 @@ def _norm_shift(nu: np.ndarray, P: np.ndarray) -> int:
 
 def _scale_rows(X: np.ndarray, nu: np.ndarray, P: np.ndarray, S: int, c: float) -> np.ndarray:
     """x_i · min(1, C/‖x_i‖) as a new array, C = c·2^S, norms ‖x_i‖ = ν_i·2^(−P_i) (see
-    :func:`~fedaudit.defenses.aggregators._row_norms`); rows with ‖x_i‖ ≤ C are unchanged.
+    :func:`fedaudit.kernels.row_norms`); rows with ‖x_i‖ ≤ C are unchanged.
 
     Ordinary rows (P_i = 0, S = 0) are multiplied by C/‖x_i‖ in float64 and rounded once into
     the input dtype (a huge float32 row needs a factor below float32's normal range); huge or
@@ -71,8 +71,8 @@ class NNM(PreAggregator):
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
         n, d = X.shape
         if f == 0:
-            return np.broadcast_to(_mean(X).astype(X.dtype), (n, d)).copy()
-        D = _pairwise_sqdist(X)
+            return np.broadcast_to(mean_rows(X).astype(X.dtype), (n, d)).copy()
+        D = pairwise_sqdist(X)
         np.fill_diagonal(D, -1.0)  # x_i is its own nearest neighbour
         idx = np.argsort(D, axis=1, kind="stable")[:, :n - f]
         A = np.zeros((n, n), dtype=X.dtype)
@@ -146,7 +146,7 @@ class ARC(PreAggregator):
         k = (2 * f * (n - f)) // n
         if k == 0:
             return X.copy()
-        nu, P = _row_norms(X)
+        nu, P = row_norms(X)
         S = _norm_shift(nu, P)
         norms = np.ldexp(nu, -P - S)  # in units of 2^S (S = 0 unless a norm exceeds ~2^1020)
         C = float(np.partition(norms, n - k - 1)[n - k - 1])  # the (k+1)-th largest norm
@@ -170,6 +170,6 @@ class Clipping(PreAggregator):
         return {"c": self.c, "f": self.f}
 
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
-        nu, P = _row_norms(X)
+        nu, P = row_norms(X)
         S = _norm_shift(nu, P)
         return _scale_rows(X, nu, P, S, float(np.ldexp(self.c, -S)))

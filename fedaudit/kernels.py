@@ -1,0 +1,511 @@
+"""Numerical kernels shared by the server rules, the attacks and the audits.
+
+Column-wise reductions (sums, means, medians) run on cache-sized column blocks; inputs of at
+least 2^22 elements spread the blocks over up to min(:data:`MAX_THREADS`, available cores)
+threads. Each column is computed by the same code whatever the split, so results are
+bit-identical for any number of threads. Sums over rows of float32 inputs are accumulated in
+float64; linear combinations of rows use BLAS in the input dtype.
+
+Distances. Squared distances come from one Gram matrix, ‖x_i − x_j‖² = G_ii + G_jj − 2 G_ij,
+accumulated in float64 (also for float32 input) over column chunks of rows centred by their
+mean; no (n, n, d) intermediate is ever formed. When the centred norms dwarf the
+nearest-neighbour distances (an outlier drags the mean away, so the subtraction would cancel),
+the Gram matrix is recomputed once, centred on the most central row.
+
+Extreme magnitudes. Squared distances of finite rows can exceed float64's range (a row of
+1e308, one coordinate of 1e306, float32 max next to unit rows) or underflow (subnormal data).
+When the direct pass overflows or its largest diagonal entry leaves [2^-900, 2^900], the Gram
+matrix is rebuilt by :class:`Geometry` around the coordinate-wise median: every row is
+expressed in units of a robust reference length (the median deviation) with exact powers of
+two, and rows beyond 2^400 reference lengths are drawn in radially to that radius. Distances
+among rows within that radius stay exact, so a rule's decisions are exact whenever the honest
+rows are within 2^400 median deviations of the median; any farther row is only ever seen as
+"farther than every honest row". Column-wise means recompute a block on scaled values when its
+sum overflows.
+
+Krum. :func:`krum_scores` and :func:`krum_order` are the one Krum scoring and its one tie-break
+rule (used by Krum, Multi-Krum, Bulyan, the Fang attack and the robustness search).
+
+Notation: n inputs x_1 … x_n ∈ ℝ^d, at most f of them Byzantine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from functools import cmp_to_key
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "MAX_THREADS", "max_threads", "by_columns", "sum_rows", "mean_rows", "lincomb", "cw_median", "gram",
+    "Geometry", "row_norms", "sqdist_from_gram", "pairwise_sqdist", "centered_gram", "krum_scores",
+    "krum_order", "gram_distances", "weiszfeld",
+]
+
+#: Elements per column block of the column-wise kernels (sorts, medians, sums).
+_BLOCK = 1 << 17
+#: Inputs with at least this many elements run the column-wise kernels on several threads.
+_PARALLEL = 1 << 22
+#: Upper bound on those threads (the available cores bound them as well; lower it to use fewer).
+MAX_THREADS = 8
+#: float64 elements per column chunk of the Gram pass (2 MiB: stays in cache, keeps BLAS efficient).
+_CHUNK = 1 << 18
+#: Recentre the Gram matrix when the median centred squared norm exceeds this many times the
+#: median nearest-neighbour squared distance (relative cancellation error ≈ ratio · 1e-16).
+_ILL_CONDITIONED = 1e6
+#: Range of the largest diagonal entry of a direct Gram pass that is used as is (outside it the
+#: overflow-free :class:`Geometry` takes over).
+_GRAM_LOW, _GRAM_HIGH = 2.0 ** -900, 2.0 ** 900
+#: log2 of the radius (in reference lengths) beyond which Geometry draws a row in radially.
+_FAR_LOG2 = 400
+
+
+
+def max_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_THREADS, cores))
+
+
+def _run(tasks: list[Callable[[], Any]], parallel: bool) -> list[Any]:
+    """Results of ``tasks`` in order; with ``parallel``, contiguous groups of tasks run on up
+    to max_threads() threads (numpy's sorts, ufuncs and BLAS calls release the GIL)."""
+    threads = min(max_threads(), len(tasks)) if parallel else 1
+    if threads <= 1:
+        return [t() for t in tasks]
+    results: list[Any] = [None] * len(tasks)
+    errors: list[BaseException] = []
+
+    def work(idx: np.ndarray) -> None:
+        try:
+            for i in idx:
+                results[i] = tasks[i]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    groups = np.array_split(np.arange(len(tasks)), threads)
+    pool = [threading.Thread(target=work, args=(g,)) for g in groups[1:]]
+    for t in pool:
+        t.start()
+    work(groups[0])
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def by_columns(X: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """(d,) float64 result of a column-wise kernel, evaluated block by block.
+
+    ``fn`` maps an (n, w) column block (a view of X: copy before writing) to its (w,) result.
+    Blocks of about _BLOCK elements keep a kernel's temporaries in cache; an odd block width
+    keeps the rows of a copied block off 4 KiB-aliasing strides. Inputs of ≥ _PARALLEL elements
+    are split over threads; every column is computed by the same code whatever the split, so
+    the result does not depend on the number of threads. A block whose result overflowed (sums
+    of values near the dtype's largest finite value) is recomputed on the block scaled by
+    2^(−⌈log2 n⌉−1) and scaled back, exactly (powers of two; order statistics are unchanged).
+    """
+    n, d = X.shape
+    width = max(1, _BLOCK // n) | 1
+    out = np.empty(d)
+    shrink = n.bit_length() + 1  # 2^shrink > 2n: sums of n scaled values cannot overflow
+
+    def task(a: int) -> Callable[[], None]:
+        def run() -> None:
+            B = X[:, a:a + width]
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = fn(B)
+            if not np.isfinite(r).all():  # sums of values near the dtype's max overflowed
+                r = np.ldexp(fn(np.ldexp(B, -shrink)), shrink)
+            out[a:a + width] = r
+        return run
+
+    _run([task(a) for a in range(0, d, width)], X.size >= _PARALLEL)
+    return out
+
+
+def sum_rows(X: np.ndarray) -> np.ndarray:
+    """Σ_i x_i in float64, (d,)."""
+    return np.add.reduce(X, axis=0, dtype=np.float64)
+
+
+def mean_rows(X: np.ndarray) -> np.ndarray:
+    """(1/n) Σ_i x_i accumulated in float64."""
+    n = X.shape[0]
+    return by_columns(X, lambda B: np.add.reduce(B, axis=0, dtype=np.float64) / n)
+
+
+def lincomb(w: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Σ_i w_i x_i with BLAS in X's dtype (one pass over X)."""
+    return np.asarray(w, dtype=X.dtype) @ X
+
+
+def cw_median(X: np.ndarray) -> np.ndarray:
+    """Coordinate-wise median in float64 (mean of the two middle values for even n)."""
+    return by_columns(X, _cw_median_block)
+
+
+def _cw_median_block(X: np.ndarray) -> np.ndarray:
+    """One single-kth np.partition along axis 0 (numpy's multi-kth partition is ~5× slower);
+    for even n the lower middle value is the max of the rows left of the kth position."""
+    n = X.shape[0]
+    h = n // 2
+    if n == 1:
+        return X[0].astype(np.float64)
+    P = np.partition(X, h, axis=0)
+    upper = P[h].astype(np.float64)
+    if n % 2:
+        return upper
+    lower = P[:h].max(axis=0).astype(np.float64)
+    return 0.5 * lower + 0.5 * upper
+
+
+def _fast_ok(G: np.ndarray) -> bool:
+    """Whether a Gram matrix from the direct (unscaled) pass can be used: finite, and its
+    largest diagonal entry in [2^-900, 2^900] (no overflow in the quadratic forms that follow,
+    no underflow of the squares)."""
+    if not np.isfinite(G).all():
+        return False
+    top = float(np.max(np.diag(G)))
+    return _GRAM_LOW <= top <= _GRAM_HIGH
+
+
+def gram(X: np.ndarray, center: np.ndarray | None = None) -> np.ndarray:
+    """float64 Gram matrix of x_i − c: c = row mean (None) or the given (d,) point.
+
+    One pass over X in column chunks: each chunk is cast to float64, centred and multiplied
+    (a syrk, multi-threaded by BLAS when n is large enough), so float32 inputs accumulate in
+    float64 and memory stays bounded.
+    """
+    n, d = X.shape
+    step = max(8, _CHUNK // n // 8 * 8)  # whole cache lines per row keep the syrk fast
+    G = np.zeros((n, n))
+    buf = np.empty((n, min(step, d)))
+    inv_n = np.full(n, 1.0 / n)
+    for j in range(0, d, step):
+        xb = X[:, j:j + step]
+        b = buf[:, :xb.shape[1]]
+        np.copyto(b, xb)  # cast to float64
+        b -= (inv_n @ b) if center is None else center[j:j + step]
+        G += b @ b.T
+    return G
+
+
+class Geometry:
+    """Overflow-free geometry of the rows around a centre c (the slow path of the Gram kernels).
+
+    Used when the direct pass overflows or underflows (a row of 1e308, one coordinate of 1e306,
+    float32 max next to ordinary rows, subnormal data). With t_i = x_i/2 − c/2 (never
+    overflows), the deviation δ_i = ‖x_i − c‖ is computed exactly as 2ν_i·2^(−P_i), where
+    2^(P_i) normalises max_k |t_ik| into [1, 2) and ν_i = ‖2^(P_i) t_i‖. The reference length
+    δ_ref is the upper median of the δ_i (the smallest positive one if that is 0; at least
+    ``floor_log2``): a majority of rows lies within it, so it is at most the largest honest
+    deviation whenever a majority is honest. Every row is then expressed in units of
+    2^(−E) ≈ δ_ref: y_i = 2^E (x_i − c), and a row with ‖y_i‖ > R = 2^400 (δ_i > 2^400 δ_ref) is
+    drawn in radially to ‖y_i‖ = R (its direction is kept; the row itself is never modified).
+    G = Y Yᵀ then has entries ≤ R² (no overflow) and distances between rows within 2^400 δ_ref
+    of c are exact to rounding down to 2^(−500) δ_ref (no underflow). Decisions of the
+    distance-based rules are therefore exact whenever the honest rows lie within 2^400 δ_ref of
+    c; a Byzantine row farther out is only ever compared as "farther than every honest row".
+    All powers of two are applied with ``ldexp`` (exact barring underflow).
+    """
+
+    def __init__(self, X: np.ndarray, center: np.ndarray, floor_log2: float = -math.inf):
+        n, d = X.shape
+        self.X = X
+        self.half_c = 0.5 * np.asarray(center, dtype=np.float64)
+        self.step = max(1, _CHUNK // n)
+        m = np.zeros(n)
+        for j in range(0, d, self.step):
+            np.maximum(m, np.abs(self._t(j)).max(axis=1), out=m)
+        self.P = (1 - np.frexp(m)[1]).astype(np.int64)  # 2^P · max|t_i| ∈ [1, 2) (P = 1 for m = 0)
+        nu2 = np.zeros(n)
+        for j in range(0, d, self.step):
+            u = np.ldexp(self._t(j), self.P[:, None])
+            nu2 += np.einsum("ij,ij->i", u, u)
+        self.nu = np.sqrt(nu2)
+        with np.errstate(divide="ignore"):
+            ldev = np.log2(self.nu) + 1.0 - self.P  # log2 ‖x_i − c‖ (−inf: the row is c)
+        srt = np.sort(ldev)
+        ref = float(srt[n // 2])
+        if ref == -math.inf:
+            pos = srt[np.isfinite(srt)]
+            ref = float(pos[0]) if pos.size else 0.0
+        ref = max(ref, floor_log2)
+        self.E = -int(math.floor(ref))
+        self.far = ldev + self.E > _FAR_LOG2
+        # far rows: y_i = 2^P t_i · (R / ν_i), of norm R
+        self.far_factor = np.where(self.far, 2.0 ** _FAR_LOG2 / np.where(self.nu > 0, self.nu, 1.0), 0.0)
+
+    def _t(self, j: int) -> np.ndarray:
+        return self.X[:, j:j + self.step].astype(np.float64) * 0.5 - self.half_c[j:j + self.step]
+
+    def _y(self, j: int) -> np.ndarray:
+        t = self._t(j)
+        with np.errstate(over="ignore"):
+            y = np.ldexp(t, self.E + 1)
+        if self.far.any():
+            rows = self.far
+            y[rows] = np.ldexp(t[rows], self.P[rows][:, None]) * self.far_factor[rows][:, None]
+        return y
+
+    def gram(self) -> np.ndarray:
+        n, d = self.X.shape
+        G = np.zeros((n, n))
+        for j in range(0, d, self.step):
+            y = self._y(j)
+            G += y @ y.T
+        return G
+
+    def scaled(self, length: float) -> float:
+        """A length in the units of :meth:`gram` (capped at 2^1000)."""
+        return float(min(np.ldexp(length, self.E), 2.0 ** 1000))
+
+    def combine(self, beta: np.ndarray) -> np.ndarray:
+        """c + Σ_i β_i ỹ_i in the input units (ỹ_i = x_i − c, drawn in for far rows), float64;
+        computed as 2·(c/2 + 2^(−E−1) Σ β_i y_i), so no intermediate overflows."""
+        d = self.X.shape[1]
+        out = np.empty(d)
+        for j in range(0, d, self.step):
+            acc = np.ldexp(beta @ self._y(j), -self.E - 1)
+            with np.errstate(over="ignore"):
+                out[j:j + self.step] = np.ldexp(self.half_c[j:j + self.step] + acc, 1)
+        big = np.finfo(np.float64).max
+        return np.clip(out, -big, big)
+
+
+def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row norms as (ν, P) with ‖x_i‖ = ν_i · 2^(−P_i), exact to rounding for every finite row.
+
+    One direct pass (squares summed in float64 over column chunks, P = 0); rows whose squared
+    norm overflowed or fell below 2^-960 are recomputed after normalising their largest entry
+    into [1, 2) by a power of two (so huge and subnormal rows get their true norm)."""
+    n, d = X.shape
+    step = max(1, _CHUNK // n)
+    sqn = np.zeros(n)
+    buf = np.empty((n, min(step, d)))
+    with np.errstate(over="ignore", under="ignore"):
+        for j in range(0, d, step):
+            xb = X[:, j:j + step]
+            b = buf[:, :xb.shape[1]]
+            np.copyto(b, xb)
+            sqn += np.einsum("ij,ij->i", b, b)
+    nu = np.sqrt(sqn)
+    P = np.zeros(n, dtype=np.int64)
+    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < _GRAM_LOW))
+    rows_per = max(1, _CHUNK // d)
+    for a in range(0, bad.size, rows_per):
+        rows = bad[a:a + rows_per]
+        B = X[rows].astype(np.float64)
+        p = (1 - np.frexp(np.abs(B).max(axis=1))[1]).astype(np.int64)
+        U = np.ldexp(B, p[:, None])
+        nu[rows], P[rows] = np.sqrt(np.einsum("ij,ij->i", U, U)), p
+    return nu, P
+
+
+def sqdist_from_gram(G: np.ndarray) -> np.ndarray:
+    g = np.diag(G)
+    D = g[:, None] + g[None, :] - 2.0 * G
+    D = 0.5 * (D + D.T)  # exactly symmetric, so tied scores stay tied
+    np.maximum(D, 0.0, out=D)
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
+def _ill_conditioned(G: np.ndarray, D: np.ndarray) -> int | None:
+    """Index of a central row to recentre on when cancellation threatens D, else None.
+
+    The relative error of D_ij is ≈ 1e-16 · G_ii / D_ij; when the median centred squared norm
+    exceeds _ILL_CONDITIONED times the median nearest-neighbour squared distance, return the
+    row with the smallest median distance (a row in the densest region)."""
+    n = D.shape[0]
+    off = D + np.diag(np.full(n, np.inf))
+    if np.median(np.diag(G)) > _ILL_CONDITIONED * np.median(off.min(axis=1)):
+        return int(np.argmin(np.median(off, axis=1)))
+    return None
+
+
+def _tiny_pairs_are_duplicates(X: np.ndarray, D: np.ndarray) -> bool:
+    """Whether every pair i ≠ j with D_ij < 2^-900 holds identical rows (so D_ij = 0 is exact
+    and not an underflow). Each row is compared with one representative: O(n·d) at most."""
+    n = D.shape[0]
+    i_idx, j_idx = np.nonzero(np.triu(D < _GRAM_LOW, 1))
+    if i_idx.size == 0:
+        return True
+    rep = np.arange(n)
+    for j in np.unique(j_idx):
+        r = rep[int(i_idx[j_idx == j].min())]
+        if not np.array_equal(X[j], X[r]):
+            return False
+        rep[j] = r
+    return bool(np.all(rep[i_idx] == rep[j_idx]))
+
+
+def _tiny_rows_are_center(X: np.ndarray, G: np.ndarray, center: np.ndarray) -> bool:
+    """Whether every row whose squared deviation G_ii is below 2^-900 equals the centre."""
+    return all(np.array_equal(X[i], center) for i in np.flatnonzero(np.diag(G) < _GRAM_LOW))
+
+
+def pairwise_sqdist(X: np.ndarray) -> np.ndarray:
+    """(n, n) squared Euclidean distances, float64, via a centred Gram matrix.
+
+    Direct pass (rows centred by their mean; recentred once on the most central row when
+    cancellation threatens). When that pass overflows or underflows (its largest diagonal
+    entry outside [2^-900, 2^900], or a squared distance below 2^-900 between rows that are not
+    identical), the overflow-free
+    :class:`Geometry` around the coordinate-wise median is used instead: the result is then in
+    units of 2^(−2E) with rows beyond 2^400 reference lengths drawn in radially, which never
+    changes a comparison among rows within that radius (callers only compare distances).
+    """
+    n = X.shape[0]
+    if n == 1:
+        return np.zeros((1, 1))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        G = gram(X)
+        if _fast_ok(G):
+            D = sqdist_from_gram(G)
+            c = _ill_conditioned(G, D)
+            if c is not None:
+                G = gram(X, center=X[c].astype(np.float64))
+                D = sqdist_from_gram(G) if _fast_ok(G) else None
+            # a squared distance below 2^-900 is exact only between identical rows; otherwise it
+            # may have underflowed (rows closer than ~1e-135 next to ordinary ones)
+            if D is not None and _tiny_pairs_are_duplicates(X, D):
+                return D
+    geo = Geometry(X, cw_median(X))
+    G = geo.gram()
+    D = sqdist_from_gram(G)
+    c = _ill_conditioned(G, D)
+    if c is not None:
+        D = sqdist_from_gram(Geometry(X, X[c].astype(np.float64)).gram())
+    return D
+
+
+def centered_gram(X: np.ndarray, z0: np.ndarray,
+                   floor_log2: float = -math.inf) -> tuple[np.ndarray, "Geometry | None"]:
+    """Gram matrix of the rows centred at z0 and, when the direct pass over- or underflowed,
+    the :class:`Geometry` it came from (its units are 2^(−E); None: input units)."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        G = gram(X, center=z0)
+    if _fast_ok(G) and _tiny_rows_are_center(X, G, z0):
+        return G, None
+    geo = Geometry(X, z0, floor_log2)
+    return geo.gram(), geo
+
+
+def krum_scores(D: np.ndarray, f: int) -> np.ndarray:
+    """score_i = Σ of the n − f − 2 smallest D_ij over j ≠ i (at least 0 neighbours)."""
+    n = D.shape[0]
+    k = max(0, n - f - 2)
+    if k == 0:
+        return np.zeros(n)
+    off = D + np.diag(np.full(n, np.inf))
+    return np.partition(off, k - 1, axis=1)[:, :k].sum(axis=1)
+
+
+def krum_order(D: np.ndarray, f: int, X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Positions 0 … m−1 of D (rows ``rows`` of X, default all) by increasing Krum score, ties
+    broken without looking at the row order.
+
+    Ties are structural (mutual nearest neighbours have equal scores when n − f − 2 = 1): they
+    go to the smaller total Σ_j D_ij; rows still tied (symmetric configurations) are ordered
+    lexicographically by value, and identical rows by index (which one is chosen then does not
+    change the result).
+    """
+    score, total = krum_scores(D, f), D.sum(axis=1)
+    order = np.lexsort((total, score))
+    s, t = score[order], total[order]
+    tied = (s[1:] == s[:-1]) & (t[1:] == t[:-1])
+    if not tied.any():
+        return order
+    group = np.concatenate([[0], np.cumsum(~tied)])
+    for g in np.unique(group[1:][tied]):  # only exactly tied groups, usually none
+        pos = np.flatnonzero(group == g)
+        ids = np.arange(D.shape[0]) if rows is None else rows
+        order[pos] = sorted(order[pos], key=cmp_to_key(lambda a, b: _lex_cmp(X[ids[a]], X[ids[b]])))
+    return order
+
+
+def _lex_cmp(a: np.ndarray, b: np.ndarray) -> int:
+    diff = np.flatnonzero(a != b)
+    if diff.size == 0:
+        return 0
+    j = diff[0]
+    return -1 if a[j] < b[j] else 1
+
+
+def gram_distances(G: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, float]:
+    """Distances from the rows to z = z0 + Σ β_j (x_j − z0), and ‖z − z0‖², from the Gram."""
+    Gb = G @ beta
+    bGb = float(beta @ Gb)
+    return np.sqrt(np.maximum(np.diag(G) - 2.0 * Gb + bGb, 0.0)), bGb
+
+
+def weiszfeld(G: np.ndarray, tol: float, max_iter: int, nu: float) -> tuple[np.ndarray, int]:
+    """Weiszfeld / Vardi–Zhang iteration on the coefficients β of z = z0 + Σ β_i (x_i − z0).
+
+    Returns β and the number of iterations run (0 when an input row is optimal)."""
+    n = G.shape[0]
+    g = np.diag(G)
+    r = float(np.median(np.sqrt(g)))  # robust scale: median distance of the rows to z0
+    if r == 0.0:  # more than half of the rows sit on z0 (a point of multiplicity > n/2 is the GM)
+        r = float(np.sqrt(g.max()))
+        if r == 0.0:
+            return np.zeros(n), 0
+    vertices = _optimal_vertices(G, nu)
+    if vertices.size:
+        beta = np.zeros(n)
+        beta[vertices] = 1.0 / vertices.size
+        return beta, 0
+    thr = (tol * r) ** 2
+    beta = np.zeros(n)
+    it = 0
+    for it in range(1, max_iter + 1):
+        dist, bGb = gram_distances(G, beta)
+        # Gram-based distances carry an absolute error ≈ 1e-8·√(G_ii + ‖z − z0‖²)
+        coincide = dist <= np.maximum(nu, 1e-7 * np.sqrt(g + bGb))
+        w = np.where(coincide, 0.0, 1.0 / np.where(coincide, 1.0, dist))
+        W = float(w.sum())
+        if W == 0.0:  # every row coincides with the iterate
+            break
+        new = w / W
+        eta = int(np.count_nonzero(coincide))
+        if eta:
+            diff = new - beta
+            R = W * math.sqrt(max(float(diff @ G @ diff), 0.0))
+            if R <= eta:  # the coinciding input row is the minimiser: land on it exactly
+                new = np.zeros(n)
+                new[int(np.argmax(coincide))] = 1.0
+            else:
+                gamma = eta / R
+                new = (1.0 - gamma) * new + gamma * beta
+        step = new - beta
+        beta = new
+        if float(step @ G @ step) <= thr:
+            break
+    return beta, it
+
+
+def _optimal_vertices(G: np.ndarray, nu: float) -> np.ndarray:
+    """Input rows that minimise Σ_i ‖x_i − z‖ (Vardi & Zhang 2000, Theorem 1).
+
+    x_k is a minimiser iff ‖Σ_{i: x_i ≠ x_k} (x_i − x_k)/‖x_i − x_k‖‖ ≤ η_k, η_k the number of
+    rows equal to x_k. Weiszfeld only creeps towards such a vertex, so it is tested for all rows
+    at once on the Gram matrix (O(n³), no pass over the data). Several distinct minimising rows
+    only occur for collinear data (the minimisers then form a segment); the caller returns their
+    centroid, which is a minimiser and does not depend on the row order (the median in 1-D).
+    """
+    n = G.shape[0]
+    dist = np.sqrt(sqdist_from_gram(G))
+    same = dist <= np.maximum(nu, 1e-7 * np.sqrt(np.diag(G)))[:, None]
+    np.fill_diagonal(same, True)
+    U = np.where(same, 0.0, 1.0 / np.where(same, 1.0, dist))  # U_ki = 1/‖x_i − x_k‖
+    M = U - np.diag(U.sum(axis=1))  # row k: coefficients of R̃(x_k) = Σ_i U_ki (x_i − x_k)
+    R = np.sqrt(np.maximum(np.einsum("ki,ij,kj->k", M, G, M, optimize=True), 0.0))
+    return np.flatnonzero(R <= same.sum(axis=1) * (1.0 + 1e-9))
