@@ -72,13 +72,13 @@ def test_weighted_rates_are_unbiased_for_both_inputs():
     shrink is the CP median, ≈ (h − ⅓)/h. Tolerance: 5 standard errors of a direct count of the
     event's h pooled hits, which bounds the weighted estimate's (its weights are ≤ 1/π_i and the
     ratio within an event is exact)."""
-    from fedaudit.audit.ldp import _weighted_rates
+    from fedaudit.audit.distinguishers import weighted_rates
 
     m, x0, x1, p0, p1 = bits_case(8, 3.0)
     s0 = m.privacy_loss(m.sample(x0, 20_000, rng=1), x0, x1)
     s1 = m.privacy_loss(m.sample(x1, 20_000, rng=2), x0, x1)
     t = np.unique(np.concatenate([s0, s1]))
-    ge0, ge1, le0, le1 = _weighted_rates(s0, s1, t, alpha=1.0)
+    ge0, ge1, le0, le1 = weighted_rates(s0, s1, t, alpha=1.0)
     pooled = np.concatenate([s0, s1])
     for i, ti in enumerate(t):
         for est, upper, pos in ((ge0, True, 0), (ge1, True, 1), (le0, False, 0), (le1, False, 1)):

@@ -140,7 +140,7 @@ def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None,
     """Search a pair on small budgets, then certify it on fresh draws (independent seeds)."""
     from dataclasses import replace
 
-    from fedaudit.audit.ldp import _notes, audit_ldp
+    from fedaudit.audit.ldp import audit_ldp, audit_notes
 
     t0 = time.perf_counter()
     search_seq, cert_seq = as_seed_sequence(seed).spawn(2)
@@ -148,6 +148,6 @@ def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None,
                          rounds=rounds, seed=search_seq, test=test, progress=progress)
     result = audit_ldp(mechanism, found.x0, found.x1, epsilon=epsilon, delta=delta, samples=samples,
                        confidence=confidence, test=test, seed=cert_seq, progress=progress)
-    notes = _notes(result.epsilon_exact, result.epsilon_claimed, result.pair_power, result.violation,
+    notes = audit_notes(result.epsilon_exact, result.epsilon_claimed, result.pair_power, result.violation,
                    result.max_certifiable, searched=True)
     return replace(result, seed=seed, search=found.to_dict(), runtime_s=time.perf_counter() - t0, notes=notes)

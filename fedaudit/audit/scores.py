@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_real
@@ -39,7 +40,7 @@ from fedaudit.json import jsonable
 from fedaudit.rng import as_seed_sequence
 
 __all__ = ["ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection", "ORIENTATIONS",
-           "MIN_SCORES"]
+           "MIN_SCORES", "pessimistic_projection", "candidate_thresholds"]
 
 #: "in-high": E = {s ≥ t}; "in-low": E = {s ≤ t}; TPR is always measured on ``scores_in``
 ORIENTATIONS = ("in-high", "in-low")
@@ -52,19 +53,60 @@ _MAX_THRESHOLDS = 1_000_000
 
 
 def _check_scores(name: str, value: Any) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor at the boundary
-        value = value.detach().cpu().numpy()
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        arr = np.asarray(torch_to_numpy(value, name)[0] if is_torch(value) else value, dtype=np.float64)
     except (TypeError, ValueError):
         raise FedAuditError(f"{name} must be a 1-D array of real numbers, got {type(value).__name__}") from None
     if arr.ndim != 1:
         raise FedAuditError(f"{name} must be a 1-D array of scores, got shape {arr.shape}")
-    if not MIN_SCORES <= arr.size <= MAX_SAMPLES:
-        raise FedAuditError(f"{name} must hold between {MIN_SCORES} and 10^12 scores, got {arr.size}")
+    _check_size(name, arr.size)
     if not np.isfinite(arr).all():
         i = int(np.argmax(~np.isfinite(arr)))
         raise FedAuditError(f"{name} must contain only finite values, found {arr[i]} at index {i}")
+    return arr
+
+
+def _check_size(name: str, size: int) -> None:
+    if not MIN_SCORES <= size <= MAX_SAMPLES:
+        raise FedAuditError(f"{name} must hold between {MIN_SCORES} and 10^12 scores, got {size}")
+
+
+class _Tally:
+    """Sorted scores, each with a multiplicity (1 when ``cum`` is None): the counts #{s ≥ t} and
+    #{s ≤ t} of every threshold t by binary search."""
+
+    def __init__(self, values: np.ndarray, cum: np.ndarray | None = None):
+        self.values, self.cum = values, cum
+        self.size = int(values.size if cum is None else cum[-1])
+
+    @classmethod
+    def of_counts(cls, name: str, values: Any, counts: Any) -> "_Tally":
+        v = _check_values(f"{name} values", values)
+        c = np.asarray(counts).reshape(-1) if np.ndim(counts) else np.asarray([counts])
+        if c.shape != v.shape or c.dtype.kind not in "iu" or (c < 0).any():
+            raise FedAuditError(f"{name} counts must be non-negative integers, one per value "
+                                f"({v.size} values), got {counts!r:.60}")
+        order = np.argsort(v, kind="stable")
+        tally = cls(v[order], np.concatenate([[0], np.cumsum(c[order].astype(np.int64))]))
+        _check_size(name, tally.size)
+        return tally
+
+    def count(self, t: np.ndarray, orientation: str) -> np.ndarray:
+        """#{s ≥ t} ("in-high") or #{s ≤ t} ("in-low") for every threshold in ``t``."""
+        if orientation == "in-high":
+            i = np.searchsorted(self.values, t, side="left")
+            return self.size - (i if self.cum is None else self.cum[i])
+        i = np.searchsorted(self.values, t, side="right")
+        return i if self.cum is None else self.cum[i]
+
+
+def _check_values(name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise FedAuditError(f"{name} must be real numbers, got {type(value).__name__}") from None
+    if not np.isfinite(arr).all():
+        raise FedAuditError(f"{name} must be finite")
     return arr
 
 
@@ -175,36 +217,76 @@ class ScoreAudit:
                 f"{self.selection['strategy']} selection")
 
 
-def _counts(sorted_scores: np.ndarray, t: np.ndarray, orientation: str) -> np.ndarray:
-    """Number of scores in E for every threshold: #{s ≥ t} (in-high) or #{s ≤ t} (in-low)."""
-    if orientation == "in-high":
-        return len(sorted_scores) - np.searchsorted(sorted_scores, t, side="left")
-    return np.searchsorted(sorted_scores, t, side="right")
+def pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, *, delta: float,
+                           alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """(projected bound, TPR_lb) of threshold events counted on a selection sample.
+
+    The projected bound is the one a certification with ``n_cert_tp`` and ``n_cert_fp`` draws
+    would give if the rates sat at their pessimistic selection values, TPR at its
+    Clopper–Pearson lower and FPR at its upper bound (α/2 each):
+    ``ε_lb(TPR_lb·n_cert_tp, n_cert_tp, FPR_ub·n_cert_fp, n_cert_fp)``. Few-count tail events are
+    penalised twice (winner's curse), while events that certify well only at the larger
+    certification size are still preferred (vectorised over events).
+    """
+    tpr = cp_lower(tp, n_tp, alpha / 2)
+    fpr = cp_upper(fp, n_fp, alpha / 2)
+    return epsilon_lower_bound(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta=delta, alpha=alpha), tpr
 
 
-def _candidates(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Candidate thresholds from the selection scores: every distinct value, or (when there are
-    more than 4096) a quantile grid that is dense in both tails, where large-ε events live."""
+def candidate_thresholds(a: np.ndarray, b: np.ndarray, *, tail_points: int = 200) -> np.ndarray:
+    """Candidate thresholds from two selection samples: every distinct value, or (when there are
+    more than 4096) the quantiles at 2049 even levels and ``tail_points`` geometric levels in
+    [10^-6, 0.02] from each end (dense in both tails, where large-ε events live), plus the four
+    sample extremes."""
     pooled = np.concatenate([a, b])
     uniq = np.unique(pooled)
     if len(uniq) <= _MAX_CANDIDATES:
         return uniq
-    tail = np.geomspace(1e-6, 0.02, 200)
+    tail = np.geomspace(1e-6, 0.02, tail_points)
     q = np.unique(np.concatenate([np.linspace(0.0, 1.0, 2049), tail, 1.0 - tail]))
-    ends = [a[0], a[-1], b[0], b[-1]]
+    ends = [a.min(), a.max(), b.min(), b.max()]
     return np.unique(np.concatenate([np.quantile(pooled, q), ends]))
 
 
 class ScoreAuditor:
     """Certified ε lower bounds from attack scores of runs with (``scores_in``) and without
-    (``scores_out``) the target; see the module docstring for the math and the assumptions."""
+    (``scores_out``) the target; see the module docstring for the math and the assumptions.
+
+    :meth:`from_counts` builds one from tallies (distinct scores and their multiplicities), which
+    keeps memory bounded for huge discrete audits, e.g. the event indicators 1[s ∈ E] of a
+    streamed certification (a sufficient statistic for one pre-registered event).
+    """
 
     def __init__(self, scores_in: Any, scores_out: Any):
-        self.scores_in = _check_scores("scores_in", scores_in)
-        self.scores_out = _check_scores("scores_out", scores_out)
+        self.scores_in: np.ndarray | None = _check_scores("scores_in", scores_in)
+        self.scores_out: np.ndarray | None = _check_scores("scores_out", scores_out)
+        self._in = self._out = None  # sorted on first use
+
+    @classmethod
+    def from_counts(cls, values_in: Any, counts_in: Any, values_out: Any, counts_out: Any) -> "ScoreAuditor":
+        """An auditor of tallied scores: ``counts_in[i]`` runs with the target scored ``values_in[i]``
+        (likewise out). Only :class:`BonferroniSelection` applies (a split needs individual runs)."""
+        self = cls.__new__(cls)
+        self.scores_in = self.scores_out = None
+        self._in = _Tally.of_counts("scores_in", values_in, counts_in)
+        self._out = _Tally.of_counts("scores_out", values_out, counts_out)
+        return self
+
+    def _tallies(self) -> tuple[_Tally, _Tally]:
+        if self._in is None:
+            self._in, self._out = _Tally(np.sort(self.scores_in)), _Tally(np.sort(self.scores_out))
+        return self._in, self._out
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """(number of scores in, number of scores out)."""
+        if self.scores_in is not None:
+            return int(self.scores_in.size), int(self.scores_out.size)
+        return self._in.size, self._out.size
 
     def __repr__(self) -> str:
-        return f"ScoreAuditor({self.scores_in.size} scores in, {self.scores_out.size} scores out)"
+        n_in, n_out = self.sizes
+        return f"ScoreAuditor({n_in} scores in, {n_out} scores out)"
 
     def epsilon_lower(self, confidence: float = 0.95, delta: float = 0.0,
                       selection: SplitSelection | BonferroniSelection | None = None) -> ScoreAudit:
@@ -214,6 +296,9 @@ class ScoreAuditor:
         delta = check_real("delta", delta, low=0.0, high=1.0, open_high=True)
         selection = SplitSelection() if selection is None else selection
         if isinstance(selection, SplitSelection):
+            if self.scores_in is None:
+                raise FedAuditError("SplitSelection needs the individual scores of every run; this auditor holds "
+                                    "tallies (ScoreAuditor.from_counts): use a BonferroniSelection")
             return self._split(selection, confidence, delta)
         if isinstance(selection, BonferroniSelection):
             return self._bonferroni(selection, confidence, delta)
@@ -233,22 +318,19 @@ class ScoreAuditor:
             perm = rng.permutation(s.size)
             parts.append((np.sort(s[perm[:k]]), np.sort(s[perm[k:]])))
         (sel_in, cert_in), (sel_out, cert_out) = parts
-        t = _candidates(sel_in, sel_out)
+        t = candidate_thresholds(sel_in, sel_out)
         n_ci, n_co = cert_in.size, cert_out.size
         best = None
         for orient in sel.orientations:
-            tp, fp = _counts(sel_in, t, orient), _counts(sel_out, t, orient)
-            # pessimistic selection rates, projected to the certification sizes
-            tpr = cp_lower(tp, sel_in.size, alpha / 2)
-            fpr = cp_upper(fp, sel_out.size, alpha / 2)
-            score = epsilon_lower_bound(tpr * n_ci, n_ci, fpr * n_co, n_co, delta=delta, alpha=alpha)
+            tp, fp = _Tally(sel_in).count(t, orient), _Tally(sel_out).count(t, orient)
+            score, tpr = pessimistic_projection(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta=delta, alpha=alpha)
             # ties (e.g. every score 0): the largest TPR, then the first threshold
             i = int(np.lexsort((-tpr, -score))[0])
             if best is None or score[i] > best[0]:
                 best = (float(score[i]), orient, float(t[i]))
         projected, orient, threshold = best
-        tp = int(_counts(cert_in, np.array([threshold]), orient)[0])
-        fp = int(_counts(cert_out, np.array([threshold]), orient)[0])
+        tp = int(_Tally(cert_in).count(np.array([threshold]), orient)[0])
+        fp = int(_Tally(cert_out).count(np.array([threshold]), orient)[0])
         info = {"strategy": "split", "fraction": sel.fraction, "seed": sel.seed,
                 "orientations": list(sel.orientations), "selection_in": int(sel_in.size),
                 "selection_out": int(sel_out.size), "candidates": int(t.size * len(sel.orientations)),
@@ -257,13 +339,13 @@ class ScoreAuditor:
 
     def _bonferroni(self, sel: BonferroniSelection, confidence: float, delta: float) -> ScoreAudit:
         alpha = 1.0 - confidence
-        a, b = np.sort(self.scores_in), np.sort(self.scores_out)
+        a, b = self._tallies()
         t = np.asarray(sel.thresholds)
         m = sel.tests
         a_test = alpha / m
         best = None
         for orient in sel.orientations:
-            tp, fp = _counts(a, t, orient), _counts(b, t, orient)
+            tp, fp = a.count(t, orient), b.count(t, orient)
             eps = epsilon_lower_bound(tp, a.size, fp, b.size, delta=delta, alpha=a_test)
             i = int(np.lexsort((-tp, -eps))[0])
             if best is None or eps[i] > best[0]:
@@ -275,6 +357,7 @@ class ScoreAuditor:
 
     def _result(self, threshold, orient, tp, n_in, fp, n_out, confidence, a_test, delta, info) -> ScoreAudit:
         eps = float(epsilon_lower_bound(tp, n_in, fp, n_out, delta=delta, alpha=a_test))
+        size_in, size_out = self.sizes
         return ScoreAudit(
             epsilon_lower=eps, confidence=confidence, delta=delta, threshold=threshold, orientation=orient,
             event=f"s {'>=' if orient == 'in-high' else '<='} {threshold:.6g}",
@@ -282,4 +365,4 @@ class ScoreAuditor:
             tpr_lower=float(cp_lower(tp, n_in, a_test / 2)), fpr_upper=float(cp_upper(fp, n_out, a_test / 2)),
             alpha_per_test=a_test,
             max_certifiable=float(epsilon_lower_bound(n_in, n_in, 0, n_out, delta=delta, alpha=a_test)),
-            selection=info, scores_in=int(self.scores_in.size), scores_out=int(self.scores_out.size))
+            selection=info, scores_in=size_in, scores_out=size_out)
