@@ -1,4 +1,5 @@
-"""Robust gossip (fedaudit.defenses.gossip) and its attacks (fedaudit.attacks.gossip).
+"""Robust gossip (fedaudit.defenses.gossip), its attacks (fedaudit.attacks.gossip) and the simulator
+(fedaudit.fl.gossip).
 
 Known answers are hand computations on one node with weights (0.1, 0.2, 0.3, 0.15) and
 distances (1, 2, 4, 10); graph spectra are checked against closed forms (complete graph, ring,
@@ -35,11 +36,11 @@ from fedaudit.defenses.gossip import (
     ring_graph,
     robust_gossip_step,
     robust_sum,
-    simulate_gossip,
     spectral_gap,
     two_worlds_graph,
 )
 from fedaudit.errors import FedAuditError
+from fedaudit.fl.gossip import simulate_gossip
 
 RULES = ["plain", "cs+", "gts", "clippedgossip"]
 ROBUST = ["cs+", "gts", "clippedgossip"]
@@ -447,3 +448,28 @@ def test_single_node_helpers_validate():
         robust_sum("gts", W4, np.ones((3, 2)), 0.1)
     with pytest.raises(FedAuditError, match="b must be"):
         robust_sum("gts", W4, D4, -0.1)
+
+
+def test_gossip_update_is_the_core_of_the_validated_step():
+    """The public one-round core (used by the simulator and the attacks' line search) gives the
+    same bits as the validated step, with the same messages, budget and η, on every node or on a
+    subset of the honest nodes."""
+    from fedaudit.defenses.gossip import budget_vector, byzantine_mask, check_messages, gossip_update
+
+    g = erdos_renyi_graph(12, 0.4, rng=1)
+    X = _state(12, seed=4)
+    byz = [2, 7]
+    msgs = _state(12, seed=5) * 10
+    for rule in RULES:
+        mask = byzantine_mask(g, byz)
+        _, fn = resolve_rule(rule)
+        ref = robust_gossip_step(X, g, rule, byzantine=byz, messages=msgs, eta=0.5, b=None)
+        core = gossip_update(X, g, fn, mask, check_messages(msgs, 12, 3), 0.5, budget_vector(g, mask, None))
+        np.testing.assert_array_equal(core, ref)
+        part = gossip_update(X, g, fn, mask, check_messages(msgs, 12, 3), 0.5, budget_vector(g, mask, 0.2),
+                             np.array([0, 5]))
+        np.testing.assert_array_equal(part[[0, 5]], robust_gossip_step(X, g, rule, byzantine=byz, messages=msgs,
+                                                                       eta=0.5, b=0.2)[[0, 5]])
+        np.testing.assert_array_equal(np.delete(part, [0, 5], axis=0), np.delete(X, [0, 5], axis=0))
+    with pytest.raises(FedAuditError, match="at least one honest node"):
+        byzantine_mask(g, range(12))

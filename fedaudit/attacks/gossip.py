@@ -1,4 +1,5 @@
-"""Attacks on robust gossip (decentralised F-RG, see :mod:`fedaudit.defenses.gossip`).
+"""Attacks on robust gossip (decentralised F-RG, see :mod:`fedaudit.defenses.gossip`; the
+multi-round simulator is :func:`fedaudit.fl.gossip.simulate_gossip`).
 
 Both attacks are *identical-message* attacks: every Byzantine neighbour of an honest node i sends
 the same vector
@@ -35,12 +36,12 @@ import numpy as np
 
 from fedaudit.defenses.gossip import (
     GossipGraph,
-    _budget,
-    _byzantine_mask,
-    _check_graph,
-    _check_eta,
-    _step,
+    budget_vector,
+    byzantine_mask,
+    check_eta,
+    check_graph,
     fiedler_vector,
+    gossip_update,
     honest_gossip_step,
     resolve_rule,
     robust_gossip_step,
@@ -106,11 +107,11 @@ def line_maximize(fun: Callable[[float], float], lo: float, hi: float, evals: in
 
 
 def _prepare(X: Any, graph: GossipGraph, byzantine: Iterable[int] | None) -> tuple[np.ndarray, GossipGraph, np.ndarray]:
-    graph = _check_graph(graph)
+    graph = check_graph(graph)
     X = check_matrix("X", X)
     if X.shape[0] != graph.n:
         raise FedAuditError(f"X must have n={graph.n} rows (one per node), got shape {X.shape}")
-    return X, graph, _byzantine_mask(graph, byzantine)
+    return X, graph, byzantine_mask(graph, byzantine)
 
 
 def dissensus_direction(X: Any, graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
@@ -175,14 +176,14 @@ class GossipAttack:
         # Only honest nodes with a Byzantine neighbour depend on c; the other nodes add a
         # c-independent constant to attack_deviation, so the argmax is computed without them.
         _, fn = resolve_rule(rule)
-        eta = _check_eta(eta)
-        bvec = _budget(graph, mask, b)
+        eta = check_eta(eta)
+        bvec = budget_vector(graph, mask, b)
         nodes = np.flatnonzero(~mask & graph.adjacency[:, mask].any(axis=1))
         ref = honest_gossip_step(X, graph, byz, eta)[nodes]
 
         def dev(c: float) -> float:
             with np.errstate(over="ignore", invalid="ignore"):
-                step = _step(X, graph, fn, mask, X + c * a, eta, bvec, nodes)[nodes]
+                step = gossip_update(X, graph, fn, mask, X + c * a, eta, bvec, nodes)[nodes]
                 diff = step - ref
                 return float(np.sum(diff * diff))
 

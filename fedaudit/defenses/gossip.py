@@ -48,12 +48,12 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int, check_matrix, check_probability, check_real, check_vector
-from fedaudit.rng import RngLike, as_generator, spawn_generators
+from fedaudit.rng import RngLike, as_generator
+from fedaudit.validation import check_int, check_matrix, check_probability, check_real
 
 __all__ = [
     "GossipGraph",
-    "GossipTrace",
+    "RuleFn",
     "GOSSIP_RULES",
     "gossip_graph",
     "ring_graph",
@@ -76,7 +76,12 @@ __all__ = [
     "resolve_rule",
     "robust_gossip_step",
     "honest_gossip_step",
-    "simulate_gossip",
+    "check_graph",
+    "byzantine_mask",
+    "budget_vector",
+    "check_eta",
+    "check_messages",
+    "gossip_update",
 ]
 
 #: Relative tolerance on cumulative weights (C ≥ W − 2b is tested as C ≥ W − 2b − TOL·W).
@@ -266,13 +271,15 @@ def two_worlds_graph(n_per_world: int, bridges: int = 1, weights: str = "metropo
 
 
 # =============================================================================== spectra
-def _check_graph(graph: Any) -> GossipGraph:
+def check_graph(graph: Any) -> GossipGraph:
+    """``graph`` itself when it is a :class:`GossipGraph`, else :class:`FedAuditError`."""
     if not isinstance(graph, GossipGraph):
         raise FedAuditError(f"graph must be a GossipGraph (see gossip_graph), got {type(graph).__name__}")
     return graph
 
 
-def _byzantine_mask(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
+def byzantine_mask(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
+    """(n,) bool mask of the Byzantine nodes (validated indices; at least one node stays honest)."""
     mask = np.zeros(graph.n, dtype=bool)
     if byzantine is None:
         return mask
@@ -286,13 +293,13 @@ def _byzantine_mask(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.n
 
 def laplacian(graph: GossipGraph, nodes: Iterable[int] | None = None) -> np.ndarray:
     """Weighted Laplacian L = D − W of the subgraph induced by ``nodes`` (default: all nodes)."""
-    graph = _check_graph(graph)
+    graph = check_graph(graph)
     W = graph.weights if nodes is None else graph.weights[np.ix_(list(nodes), list(nodes))]
     return np.diag(W.sum(axis=1)) - W
 
 
 def _honest_spectrum(graph: GossipGraph, byzantine: Iterable[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    mask = _byzantine_mask(graph, byzantine)
+    mask = byzantine_mask(graph, byzantine)
     honest = np.flatnonzero(~mask)
     key = ("spectrum", honest.tobytes())
     if key not in graph._cache:
@@ -308,15 +315,15 @@ def algebraic_connectivity(graph: GossipGraph, byzantine: Iterable[int] | None =
 
     This is the spectral quantity in which Gaucher et al. state the breakdown point of F-RG.
     """
-    _, vals, _ = _honest_spectrum(_check_graph(graph), byzantine)
+    _, vals, _ = _honest_spectrum(check_graph(graph), byzantine)
     return float(max(vals[1], 0.0))
 
 
 def spectral_gap(graph: GossipGraph, byzantine: Iterable[int] | None = (), eta: float = 1.0) -> float:
     """1 − ρ with ρ = max(|1 − ημ₂|, |1 − ημ_max|): per-round contraction gap of honest-only gossip
     X_H ← (I − ηL_H) X_H on the disagreement subspace (negative: plain gossip diverges at this η)."""
-    eta = _check_eta(eta)
-    _, vals, _ = _honest_spectrum(_check_graph(graph), byzantine)
+    eta = check_eta(eta)
+    _, vals, _ = _honest_spectrum(check_graph(graph), byzantine)
     rho = max(abs(1.0 - eta * vals[1]), abs(1.0 - eta * vals[-1]))
     return float(1.0 - rho)
 
@@ -325,7 +332,7 @@ def fiedler_vector(graph: GossipGraph, byzantine: Iterable[int] | None = ()) -> 
     """Unit eigenvector of μ₂(L_H) on the honest nodes, as an (n,) vector with zeros on Byzantine
     nodes. Sign fixed so that its first entry of magnitude > 1e-12 is positive (if μ₂ is
     repeated the eigenvector is one deterministic choice of numpy's ``eigh``)."""
-    honest, _, vecs = _honest_spectrum(_check_graph(graph), byzantine)
+    honest, _, vecs = _honest_spectrum(check_graph(graph), byzantine)
     u = vecs[:, 1].copy()
     nz = np.flatnonzero(np.abs(u) > 1e-12)
     if nz.size and u[nz[0]] < 0:
@@ -337,8 +344,8 @@ def fiedler_vector(graph: GossipGraph, byzantine: Iterable[int] | None = ()) -> 
 
 def byzantine_weight(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
     """b_i = Σ_{j∈N(i)∩B} w_ij for every node i (the default budget of F-RG)."""
-    graph = _check_graph(graph)
-    mask = _byzantine_mask(graph, byzantine)
+    graph = check_graph(graph)
+    mask = byzantine_mask(graph, byzantine)
     return graph.weights[:, mask].sum(axis=1)
 
 
@@ -355,7 +362,8 @@ def _cons_err(XH: np.ndarray) -> float:
         return float(np.mean(np.sum((XH - XH.mean(axis=0)) ** 2, axis=1)))
 
 
-def _check_eta(eta: Any) -> float:
+def check_eta(eta: Any) -> float:
+    """The step size η > 0 (finite)."""
     return check_real("eta", eta, low=0.0, open_low=True)
 
 
@@ -543,7 +551,8 @@ def robust_sum(rule: str | RuleFn, weights: Any, diffs: Any, b: float) -> np.nda
 
 
 # =============================================================================== one round
-def _check_messages(messages: Any, n: int, d: int) -> np.ndarray | None:
+def check_messages(messages: Any, n: int, d: int) -> np.ndarray | None:
+    """Byzantine messages as float64: None, (n, d) per receiver or (n, n, d) per edge [sender, receiver]."""
     if messages is None:
         return None
     M = np.asarray(messages, dtype=np.float64)
@@ -553,7 +562,9 @@ def _check_messages(messages: Any, n: int, d: int) -> np.ndarray | None:
     return M
 
 
-def _budget(graph: GossipGraph, mask: np.ndarray, b: Any) -> np.ndarray:
+def budget_vector(graph: GossipGraph, mask: np.ndarray, b: Any) -> np.ndarray:
+    """(n,) Byzantine weight budgets b_i: the true Byzantine weight Σ_{j∈N(i)∩B} w_ij (``b=None``),
+    one number for every node, or an (n,) array (finite, ≥ 0)."""
     if b is None:
         return graph.weights[:, mask].sum(axis=1)
     arr = np.asarray(b, dtype=np.float64)
@@ -565,10 +576,15 @@ def _budget(graph: GossipGraph, mask: np.ndarray, b: Any) -> np.ndarray:
     return arr
 
 
-def _step(X: np.ndarray, graph: GossipGraph, fn: RuleFn, mask: np.ndarray, messages: np.ndarray | None,
-          eta: float, bvec: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
-    """Trusted core of :func:`robust_gossip_step` (inputs already validated). ``nodes``: the
-    honest nodes to update (default: all honest nodes); the other rows are copied from X."""
+def gossip_update(X: np.ndarray, graph: GossipGraph, fn: RuleFn, mask: np.ndarray, messages: np.ndarray | None,
+          eta: float, budget: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
+    """One F-RG round on validated inputs (the core of :func:`robust_gossip_step`, for callers that
+    repeat rounds on the same graph: the simulator, the attacks' line search).
+
+    ``X`` float64 (n, d), ``fn`` a rule function from :func:`resolve_rule`, ``mask`` from
+    :func:`byzantine_mask`, ``messages`` from :func:`check_messages`, ``eta`` from
+    :func:`check_eta`, ``budget`` from :func:`budget_vector`. ``nodes``: the honest nodes to
+    update (default: all honest nodes); the other rows are copied from X."""
     n, d = X.shape
     nbr, wpad = graph._padded
     k = nbr.shape[1]
@@ -587,7 +603,7 @@ def _step(X: np.ndarray, graph: GossipGraph, fn: RuleFn, mask: np.ndarray, messa
                     Db = X[recv] - (messages[recv] if messages.ndim == 2 else messages[nb[r, c], recv])
                     Db[~np.isfinite(Db).all(axis=1)] = 0.0  # malformed message: ignored
                     D[r, c] = Db
-            out[idx] = X[idx] - eta * np.asarray(fn(w, D, bvec[idx]))
+            out[idx] = X[idx] - eta * np.asarray(fn(w, D, budget[idx]))
     return out
 
 
@@ -601,128 +617,27 @@ def robust_gossip_step(X: Any, graph: GossipGraph, rule: str | RuleFn = "cs+", *
     they send their own row of X. ``b``: None (true Byzantine weight of each node), a number, or
     an (n,) array. Returns the new (n, d) state.
     """
-    graph = _check_graph(graph)
+    graph = check_graph(graph)
     X = check_matrix("X", X)
     if X.shape[0] != graph.n:
         raise FedAuditError(f"X must have n={graph.n} rows (one per node), got shape {X.shape}")
-    mask = _byzantine_mask(graph, byzantine)
+    mask = byzantine_mask(graph, byzantine)
     _, fn = resolve_rule(rule)
-    eta = _check_eta(eta)
-    M = _check_messages(messages, graph.n, X.shape[1])
-    return _step(X, graph, fn, mask, M, eta, _budget(graph, mask, b))
+    eta = check_eta(eta)
+    M = check_messages(messages, graph.n, X.shape[1])
+    return gossip_update(X, graph, fn, mask, M, eta, budget_vector(graph, mask, b))
 
 
 def honest_gossip_step(X: Any, graph: GossipGraph, byzantine: Iterable[int] | None = (),
                        eta: float = 1.0) -> np.ndarray:
     """Plain gossip on the honest subgraph only: x_i ← x_i − η Σ_{j∈N(i)∩H} w_ij (x_i − x_j) for
     honest i (Byzantine rows unchanged) — the reference the attacks try to deviate from."""
-    graph = _check_graph(graph)
+    graph = check_graph(graph)
     X = check_matrix("X", X, finite=False)
-    mask = _byzantine_mask(graph, byzantine)
-    eta = _check_eta(eta)
+    mask = byzantine_mask(graph, byzantine)
+    eta = check_eta(eta)
     WH = graph.weights * (~mask)[None, :]
     out = X.copy()
     h = ~mask
     out[h] = X[h] - eta * (WH[h].sum(axis=1)[:, None] * X[h] - WH[h] @ X)
     return out
-
-
-# =============================================================================== simulator
-@dataclass(frozen=True)
-class GossipTrace:
-    """Result of :func:`simulate_gossip`.
-
-    ``consensus_error[t]`` = (1/|H|) Σ_{i∈H} ‖x_i^t − x̄_H^t‖² (t = 0..rounds); ``mean_drift[t]`` =
-    ‖x̄_H^t − x̄_H^0‖ (how far the honest average was dragged); ``states`` (rounds+1, |H|, d) honest
-    states or None; ``c[t]`` the attack scale used in round t+1 (NaN if none reported);
-    ``diverged`` is True when an honest state became non-finite (later errors are +inf).
-    """
-
-    rule: str
-    attack: str | None
-    rounds: int
-    eta: float
-    honest: tuple[int, ...]
-    byzantine: tuple[int, ...]
-    consensus_error: np.ndarray
-    mean_drift: np.ndarray
-    c: np.ndarray
-    diverged: bool
-    states: np.ndarray | None = None
-
-    @property
-    def final_error(self) -> float:
-        return float(self.consensus_error[-1])
-
-    def to_dict(self) -> dict[str, Any]:
-        from fedaudit.json import jsonable  # strict JSON, one convention: nan is "nan" (null means absent)
-
-        f = lambda v: np.asarray(v, dtype=float)
-        return jsonable({"rule": self.rule, "attack": self.attack, "rounds": self.rounds, "eta": self.eta,
-                         "honest": list(self.honest), "byzantine": list(self.byzantine),
-                         "consensus_error": f(self.consensus_error), "mean_drift": f(self.mean_drift), "c": f(self.c),
-                         "diverged": self.diverged})
-
-
-def simulate_gossip(x0: Any, graph: GossipGraph, byzantine: Iterable[int] | None = (), rule: str | RuleFn = "cs+",
-                    rounds: int = 50, attack: Callable[..., Any] | None = None, eta: float = 1.0, *,
-                    b: Any = None, rng: RngLike = None, store_states: bool = True) -> GossipTrace:
-    """Run ``rounds`` F-RG rounds from ``x0`` (n, d) (a 1-D x0 is one coordinate per node).
-
-    Without ``attack`` the Byzantine nodes follow the protocol (they send and update their state
-    like everybody; the rule still uses the budget b). With ``attack`` — a callable
-    ``attack(X, graph, byzantine, *, rule, eta, b, rng) -> messages`` ((n, d) per receiver or
-    (n, n, d) per edge), e.g. :class:`fedaudit.attacks.gossip.Dissensus` — Byzantine rows stay
-    frozen and the messages are recomputed each round from the current state. An attack with a
-    ``plan`` method returning (messages, c) has its scale c logged. Round t uses the t-th of
-    ``rounds`` independent child streams of ``rng``, so a seed fixes the whole run.
-    """
-    graph = _check_graph(graph)
-    X = check_vector("x0", x0)[:, None] if np.ndim(x0) == 1 else check_matrix("x0", x0)
-    if X.shape[0] != graph.n:
-        raise FedAuditError(f"x0 must have n={graph.n} rows (one per node), got shape {X.shape}")
-    mask = _byzantine_mask(graph, byzantine)
-    name, fn = resolve_rule(rule)
-    rounds = check_int("rounds", rounds, low=0)
-    eta = _check_eta(eta)
-    if attack is not None and not callable(attack):
-        raise FedAuditError(f"attack must be None or a callable, got {type(attack).__name__}")
-    bvec = _budget(graph, mask, b)
-    honest = np.flatnonzero(~mask)
-    byz = tuple(int(v) for v in np.flatnonzero(mask))
-    gens = spawn_generators(rng, rounds)
-
-    err = np.full(rounds + 1, np.inf)
-    drift = np.full(rounds + 1, np.inf)
-    cs = np.full(rounds, np.nan)
-    states = np.full((rounds + 1, honest.size, X.shape[1]), np.nan) if store_states else None
-    mean0 = X[honest].mean(axis=0)
-
-    def record(t: int) -> None:
-        XH = X[honest]
-        err[t] = _cons_err(XH)
-        with np.errstate(over="ignore", invalid="ignore"):
-            drift[t] = float(np.linalg.norm(XH.mean(axis=0) - mean0))
-        if states is not None:
-            states[t] = XH
-
-    record(0)
-    diverged = False
-    for t in range(rounds):
-        if attack is None:
-            X = _step(X, graph, fn, np.zeros(graph.n, dtype=bool), None, eta, bvec)
-        else:
-            kwargs = dict(rule=rule, eta=eta, b=bvec, rng=gens[t])
-            plan = getattr(attack, "plan", None)
-            if callable(plan):
-                msgs, cs[t] = plan(X, graph, byz, **kwargs)
-            else:
-                msgs = attack(X, graph, byz, **kwargs)
-            X = _step(X, graph, fn, mask, _check_messages(msgs, graph.n, X.shape[1]), eta, bvec)
-        if not np.isfinite(X[honest]).all():
-            diverged = True
-            break
-        record(t + 1)
-    attack_name = None if attack is None else getattr(attack, "name", type(attack).__name__)
-    return GossipTrace(rule=name, attack=attack_name, rounds=rounds, eta=eta, honest=tuple(int(v) for v in honest),
-                       byzantine=byz, consensus_error=err, mean_drift=drift, c=cs, diverged=diverged, states=states)

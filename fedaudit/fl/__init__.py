@@ -27,6 +27,7 @@ from fedaudit.fl.data import (
     synthetic_logistic,
 )
 from fedaudit.fl.federation import Federation, LabelFlip
+from fedaudit.fl.gossip import GossipTrace, simulate_gossip
 from fedaudit.fl.models import LogisticModel, cnn, mlp
 from fedaudit.fl.optimizers import DGD, DNAG, PIGS, Optimizer, RobustAccelerated, estimate_delta, nesterov_schedule
 from fedaudit.fl.partition import (
@@ -59,7 +60,7 @@ __all__ = [
     "Federation", "LabelFlip",
     "Problem", "QuadraticProblem", "FederationProblem", "as_problem",
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
-    "Trace", "run",
+    "Trace", "run", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
 ]
