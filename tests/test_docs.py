@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from fedaudit.experiments import plan_reference
-from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS, SCHEMAS
+from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
+from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "plans.md"
@@ -22,7 +23,7 @@ def test_every_key_of_every_kind_has_a_row_with_its_description():
     sections = re.split(r"^## ", text, flags=re.M)
     by_title = {s.splitlines()[0]: s for s in sections[1:]}
     for title, keys in [("`[plan]`", PLAN_KEYS), ("Keys of every `[[claim]]`", COMMON_KEYS),
-                        *((f"Kind `{kind}`", SCHEMAS[kind]) for kind in SCHEMAS)]:
+                        *((f"Kind `{kind}`", claim_kind(kind).keys()) for kind in CLAIM_KINDS.names())]:
         body = by_title[title]
         rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([^`]+)` \|.*$", body, flags=re.M)}
         assert set(rows) == set(keys), title

@@ -20,7 +20,8 @@ from fedaudit.errors import FedAuditError
 from fedaudit.reports import KEY_ENV, Claim, Manifest, Report, read_report, render_html, render_markdown, verify_report
 from fedaudit.reports import write_report
 from fedaudit.reports.integrity import UNCHECKED
-from fedaudit.reports.model import canonical_json_bytes, package_checkout
+from fedaudit.reports.canonical import canonical_json_bytes
+from fedaudit.reports.model import package_checkout
 
 REPO = Path(fedaudit.__file__).resolve().parents[1]
 KEY = "correct horse battery staple"

@@ -13,7 +13,10 @@ import pytest
 from scipy import stats
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments import claims as claims_mod
+from fedaudit.audit.convergence import plateau_status
+from fedaudit.experiments.kinds.ldp import pair_power
+from fedaudit.experiments.kinds.stress import stress_plots
+from fedaudit.experiments.kinds.variance import slope_ci
 from fedaudit.reports.model import flatten_evidence
 from fedaudit.experiments.plan import load_plan
 from fedaudit.reports.plots import PLOTTERS
@@ -48,7 +51,7 @@ def test_slope_ci_matches_textbook_ols_with_known_equal_variances():
     sigma = 0.04
     results = _fake_results(np.exp(logm), [sigma] * 5)
     z = stats.norm.isf(0.05 / 2)
-    slope, lo, hi = claims_mod._slope_ci(dk, results, z)
+    slope, lo, hi = slope_ci(dk, results, z)
     fit = stats.linregress(u, logm)
     se = sigma / math.sqrt(np.sum((u - u.mean()) ** 2))
     assert slope == pytest.approx(fit.slope, rel=1e-12)
@@ -63,7 +66,7 @@ def test_slope_ci_matches_weighted_covariance_with_unequal_variances():
     rel = np.array([0.01, 0.05, 0.2, 0.02])
     mse = np.exp(1.0 + 0.4 * u)
     z = stats.norm.isf(0.01 / 2)
-    slope, lo, hi = claims_mod._slope_ci(dk, _fake_results(mse, rel), z)
+    slope, lo, hi = slope_ci(dk, _fake_results(mse, rel), z)
     X = np.column_stack([np.ones_like(u), u])
     A = np.linalg.pinv(X)
     var = (A @ np.diag(rel ** 2) @ A.T)[1, 1]
@@ -258,18 +261,18 @@ def test_stress_and_convergence_train_with_the_given_params(monkeypatch):
 def test_plateau_status_definition():
     rounds = list(range(31))
     flat_from_20 = [10.0 * 0.8 ** min(k, 20) for k in rounds]  # falls 20% a round, then constant
-    st = claims_mod.plateau_status(rounds, flat_from_20, window=5, tol=0.01)
+    st = plateau_status(rounds, flat_from_20, window=5, tol=0.01)
     # Δ(k) = |L(k) − L(k−5)|/L(k−5) is 0 from k = 25 on (both ends on the flat part), > τ before
     assert st["reached"] and st["round"] == 25 and st["final_change"] == 0.0
     still_falling = [1.0 / (k + 1) for k in rounds]  # Δ(30) = |1/31 − 1/26| / (1/26) = 5/31
-    st = claims_mod.plateau_status(rounds, still_falling, window=5, tol=0.01)
+    st = plateau_status(rounds, still_falling, window=5, tol=0.01)
     assert not st["reached"] and st["round"] is None
     assert st["final_change"] == pytest.approx(-5 / 31)
-    assert claims_mod.plateau_status(rounds, still_falling, window=5, tol=0.2)["reached"]
+    assert plateau_status(rounds, still_falling, window=5, tol=0.2)["reached"]
     # a curve that was flat, then moves at the end, has not reached a plateau
     late_jump = [1.0] * 30 + [1.5]
-    assert not claims_mod.plateau_status(rounds, late_jump, window=5, tol=0.01)["reached"]
-    assert claims_mod.plateau_status(rounds[:3], [1.0, 1.0, 1.0], window=5, tol=0.01)["final_change"] is None
+    assert not plateau_status(rounds, late_jump, window=5, tol=0.01)["reached"]
+    assert plateau_status(rounds[:3], [1.0, 1.0, 1.0], window=5, tol=0.01)["final_change"] is None
 
 
 def _trace(losses):
@@ -290,12 +293,12 @@ CONV = {"id": "cv", "kind": "convergence", "optimizers": ["dgd", "pigs"], "round
 
 
 def test_convergence_target_speedup_and_plateau_on_fixed_curves(monkeypatch):
-    import fedaudit.defenses.optimizers as optimizers
+    import fedaudit.fl.training as training
 
     # dgd: 0.1 + 1/(k+1), still falling at round 40; pigs: 0.1 + 0.5^k, flat (within 1%) long before the end
     dgd = [0.1 + 1.0 / (k + 1) for k in range(41)]
     pigs = [0.1 + 0.5 ** k for k in range(41)]
-    monkeypatch.setattr(optimizers, "run", _fake_run([dgd, pigs]))
+    monkeypatch.setattr(training, "run", _fake_run([dgd, pigs]))
     c = run_one({**CONV, "min_speedup": {"pigs": 5.0}})
     ev = c.evidence
     best = min(pigs)
@@ -324,14 +327,14 @@ def test_convergence_target_speedup_and_plateau_on_fixed_curves(monkeypatch):
 
 
 def test_convergence_fails_below_min_speedup_and_with_an_explicit_target(monkeypatch):
-    import fedaudit.defenses.optimizers as optimizers
+    import fedaudit.fl.training as training
 
     dgd = [0.1 + 1.0 / (k + 1) for k in range(41)]
     pigs = [0.1 + 0.5 ** k for k in range(41)]
-    monkeypatch.setattr(optimizers, "run", _fake_run([dgd, pigs]))
+    monkeypatch.setattr(training, "run", _fake_run([dgd, pigs]))
     assert run_one({**CONV, "min_speedup": {"pigs": 6.0}}).verdict == "FAIL"  # 35/6 = 5.83 < 6
     # an explicit target the baseline never reaches: the speedup is a lower bound, rounds / R_pigs
-    monkeypatch.setattr(optimizers, "run", _fake_run([dgd, pigs]))
+    monkeypatch.setattr(training, "run", _fake_run([dgd, pigs]))
     c = run_one({**CONV, "target_loss": 0.11, "min_speedup": {"pigs": 5.0}, "max_rounds": {"dgd": 40}})
     per = c.evidence["per_optimizer"]
     assert per["dgd"]["rounds_to_target"] is None and per["pigs"]["rounds_to_target"] == 7
@@ -376,10 +379,10 @@ def test_ldp_evidence_lists_only_the_mechanisms_own_parameters():
 
 
 def test_pair_power_from_the_audit_or_from_epsilon_exact():
-    assert claims_mod.pair_power(SimpleNamespace(epsilon_exact=0.35), 1.0) == pytest.approx(0.35)
-    assert claims_mod.pair_power(SimpleNamespace(epsilon_exact=0.5), 2.0) == pytest.approx(0.25)
-    assert claims_mod.pair_power(SimpleNamespace(epsilon_exact=None), 1.0) is None
-    assert claims_mod.pair_power(SimpleNamespace(epsilon_exact=0.5, pair_power=0.7), 1.0) == pytest.approx(0.7)
+    assert pair_power(SimpleNamespace(epsilon_exact=0.35), 1.0) == pytest.approx(0.35)
+    assert pair_power(SimpleNamespace(epsilon_exact=0.5), 2.0) == pytest.approx(0.25)
+    assert pair_power(SimpleNamespace(epsilon_exact=None), 1.0) is None
+    assert pair_power(SimpleNamespace(epsilon_exact=0.5, pair_power=0.7), 1.0) == pytest.approx(0.7)
 
 
 def test_pair_power_in_summary_and_min_pair_power_verdicts(monkeypatch):
@@ -439,7 +442,7 @@ def _records(accs, losses):
 def test_stress_heatmaps_share_one_scale():
     config = SimpleNamespace(fs=(1, 2), betas=(1.0,), aggregators=("cwtm",), attacks=("alie",), optimizer="dgd")
     res = SimpleNamespace(records=_records([0.9, 0.55], [0.4, 2.5]))
-    plots = claims_mod._stress_plots(config, res, {"min_accuracy": 0.5, "max_loss": 3.0})
+    plots = stress_plots(config, res, {"min_accuracy": 0.5, "max_loss": 3.0})
     heat = [p for p in plots if p["type"] == "heatmap"]
     acc = [p for p in heat if "accuracy" in p["title"]]
     loss = [p for p in heat if "loss" in p["title"]]

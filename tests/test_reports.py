@@ -31,7 +31,8 @@ from fedaudit.reports import (
     verify_report,
     write_report,
 )
-from fedaudit.reports.model import canonical_json_bytes, json_safe
+from fedaudit.json import jsonable
+from fedaudit.reports.canonical import canonical_json_bytes
 from fedaudit.reports.plots import render_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -166,10 +167,10 @@ def test_canonical_json_and_sanitiser():
     assert text == json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     r.seal(None)
     assert r.canonical_json() == body  # sealing does not change what is hashed
-    assert json_safe({"a": (1.5, float("-inf")), "b": np.array([[1, 2]]), "c": np.bool_(True), 3: np.float32(0.5)}) \
+    assert jsonable({"a": (1.5, float("-inf")), "b": np.array([[1, 2]]), "c": np.bool_(True), 3: np.float32(0.5)}) \
         == {"a": [1.5, "-inf"], "b": [[1, 2]], "c": True, "3": 0.5}
     with pytest.raises(FedAuditError, match="not JSON data"):
-        json_safe({"x": object()})
+        jsonable({"x": object()})
 
 
 def test_overall_verdict_and_counts():
@@ -184,9 +185,10 @@ def test_overall_verdict_and_counts():
 
 def test_claim_and_report_validation():
     base = dict(id="a", kind="ldp", title="t", expect="pass", verdict="PASS", evidence={})
-    for field, bad in (("kind", "privacy"), ("verdict", "OK"), ("expect", "fail"), ("id", "")):
+    for field, bad in (("kind", "no kind"), ("kind", ""), ("verdict", "OK"), ("expect", "fail"), ("id", "")):
         with pytest.raises(FedAuditError, match=field if field != "id" else "id"):
             Claim(**{**base, field: bad})
+    assert Claim(**{**base, "kind": "my_pkg.kinds:Latency"}).kind == "my_pkg.kinds:Latency"  # kinds are open
     with pytest.raises(FedAuditError, match="plots\\[0\\] type"):
         Claim(**base, plots=[{"type": "pie"}])
     with pytest.raises(FedAuditError, match="missing values"):

@@ -213,20 +213,20 @@ def test_checkpoint_of_another_version_or_a_tampered_claim_is_refused(tmp_path):
 
 
 def test_a_claim_that_errors_is_not_checkpointed_and_is_retried(tmp_path, monkeypatch):
-    from fedaudit.experiments import claims as claims_mod
+    from fedaudit.experiments.kinds.ldp import LDP
 
     plan_file = tmp_path / "a.toml"
     plan_file.write_text(QUICK)
     calls = []
-    real = claims_mod.RUNNERS["ldp"]
+    real = LDP.run
 
-    def flaky(spec, advance, **kw):
+    def flaky(self, spec, rng, progress, **kw):
         calls.append(spec.id)
         if spec.id == "rr" and calls.count("rr") == 1:
             raise RuntimeError("transient")
-        return real(spec, advance, **kw)
+        return real(self, spec, rng, progress, **kw)
 
-    monkeypatch.setitem(claims_mod.RUNNERS, "ldp", flaky)
+    monkeypatch.setattr(LDP, "run", flaky)
     out = tmp_path / "out"
     first = run_plan(load_plan(plan_file), checkpoints=Checkpoints(out, load_plan(plan_file)))
     assert [c.verdict for c in first.claims] == ["PASS", "INCONCLUSIVE"]

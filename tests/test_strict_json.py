@@ -183,8 +183,16 @@ def _claim_spec():
     return [ClaimSpec(1, "c", "ldp", "t", "pass", 3, {"epsilon": math.inf, "grid": [math.nan, 1.0]})]
 
 
+def _evidence():
+    from fedaudit.experiments.kind import Evidence
+
+    return [Evidence(holds=True, violated=False, evidence={"eps": math.inf, "ci": [math.nan, -math.inf]},
+                     summary="s", plots=({"type": "curves", "y": [math.inf]},))]
+
+
 BUILDERS = {
     "fedaudit.audit.variance.VarianceCurve": _variance,
+    "fedaudit.experiments.kind.Evidence": _evidence,
     "fedaudit.mechanisms.base.Mechanism": _mechanisms,
     "fedaudit.audit.robustness_search.SearchBudget": _search_budget,
     "fedaudit.defenses.kappa.KappaBound": _kappa,

@@ -1,9 +1,11 @@
-"""The plan reference (``docs/plans.md``), generated from the plan schema so it cannot drift.
+"""The plan reference (``docs/plans.md``), generated from the plan keys and the claim kinds so it
+cannot drift.
 
-Every table row comes from a :class:`~fedaudit.experiments.plan.Key` of ``PLAN_KEYS``,
-``COMMON_KEYS`` or ``SCHEMAS[kind]`` (its ``describe()`` text, default and ``help``); every
-kind's paragraph is the first paragraph of its runner's docstring in
-:mod:`fedaudit.experiments.claims`. Regenerate after changing the schema::
+Every table row comes from a :class:`~fedaudit.experiments.keys.Key` of ``PLAN_KEYS``,
+``COMMON_KEYS`` or a kind's ``keys()`` (its ``describe()`` text, default and ``help``); every
+kind's paragraph is the first paragraph of its :class:`~fedaudit.experiments.kind.ClaimKind`
+class docstring, followed by its progress unit and figures. The kinds are those of
+:data:`~fedaudit.experiments.kinds.CLAIM_KINDS`. Regenerate after changing a kind::
 
     python -m fedaudit.experiments.plan_reference > docs/plans.md
 
@@ -27,13 +29,13 @@ def _cell(text: str) -> str:
 
 
 def _default(key) -> str:
-    from fedaudit.experiments.plan import _show
+    from fedaudit.experiments.keys import show
 
     if key.required:
         return "**required**"
     if key.default is None:
         return "— (optional)"
-    return f"`{_show(key.default)}`"
+    return f"`{show(key.default)}`"
 
 
 def _table(keys: Mapping[str, object]) -> list[str]:
@@ -50,10 +52,10 @@ def _first_paragraph(fn) -> str:
 
 def markdown() -> str:
     """The whole reference as Markdown text (ends with one newline)."""
-    from fedaudit.experiments.claims import RUNNERS
-    from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS, SCHEMAS
+    from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
+    from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS
 
-    kinds = list(SCHEMAS)
+    kinds = list(CLAIM_KINDS.names())
     out = [
         "# Plan reference",
         "",
@@ -89,12 +91,15 @@ def markdown() -> str:
         "",
         *_table(COMMON_KEYS),
     ]
-    for kind in kinds:
-        out += ["", f"## Kind `{kind}`", ""]
-        about = _first_paragraph(RUNNERS[kind]) if kind in RUNNERS else ""
+    for name in kinds:
+        kind = claim_kind(name)
+        out += ["", f"## Kind `{name}`", ""]
+        about = _first_paragraph(type(kind))
         if about:
             out += [about, ""]
-        out += _table(SCHEMAS[kind])
+        figures = ", ".join(f"`{t}`" for t in kind.figures) or "none"
+        out += [f"Progress is counted in {kind.unit}; figures: {figures}.", ""]
+        out += _table(kind.keys())
     return "\n".join(out) + "\n"
 
 

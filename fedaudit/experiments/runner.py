@@ -36,14 +36,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 import fedaudit
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.claims import UNIT_NAMES, run_claim, work_units
-from fedaudit.reports.model import Claim, Manifest, Report
+from fedaudit.experiments.kind import Progress, trim, verdict
+from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import ClaimSpec, Plan, load_plan
+from fedaudit.reports.model import Claim, Manifest, Report
 
-__all__ = ["PlanProgress", "Checkpoints", "run_plan", "run_plan_to_dir", "CHECKPOINT_DIR", "WORK_DIR"]
+__all__ = ["PlanProgress", "Checkpoints", "run_claim", "work_units", "run_plan", "run_plan_to_dir",
+           "CHECKPOINT_DIR", "WORK_DIR"]
 
 #: checkpoint directory inside a report directory
 CHECKPOINT_DIR = ".checkpoint"
@@ -71,6 +75,35 @@ class PlanProgress:
 
     def claim_resumed(self, spec: ClaimSpec, claim: Claim) -> None:
         """A claim's verdict was loaded from its checkpoint instead of being computed."""
+
+
+def work_units(spec: ClaimSpec) -> int:
+    """How many progress units the claim's run reports (an estimate for pair searches)."""
+    return max(1, int(claim_kind(spec.kind).work_units(spec.params)))
+
+
+def run_claim(spec: ClaimSpec, progress: Progress | None = None, *, workdir: str | None = None) -> Claim:
+    """Run one claim through its kind and turn the :class:`~fedaudit.experiments.kind.Evidence`
+    into a :class:`~fedaudit.reports.model.Claim`, timed (exceptions propagate; :func:`run_plan`
+    records them).
+
+    The kind gets the claim's generator ``default_rng(spec.seed)`` (``spec.seed`` is
+    ``derive_seed(plan seed, "claim=<id>")`` unless pinned). The verdict follows from the
+    evidence and ``expect`` (:func:`~fedaudit.experiments.kind.verdict`); unless the evidence
+    states its own parameters, the plan's parameters that are set follow the results, so a report
+    shows what was found before how it was configured. Lists of more than
+    :data:`~fedaudit.experiments.kind.MAX_NUMBERS` numbers are trimmed. ``workdir``: a directory
+    for the claim's intermediate files (stress grids keep their cells there, so a killed run
+    resumes cell by cell)."""
+    t0 = time.perf_counter()
+    found = claim_kind(spec.kind).run(spec, np.random.default_rng(spec.seed), progress or (lambda n: None),
+                                      workdir=workdir)
+    evidence = dict(found.evidence)
+    if not found.states_parameters:
+        evidence["parameters"] = {k: v for k, v in spec.params.items() if v is not None}
+    return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict(spec.expect, found),
+                 evidence=trim(evidence), summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
+                 runtime_s=time.perf_counter() - t0)
 
 
 def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
@@ -212,7 +245,7 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
             getattr(hooks, "claim_resumed", hooks.claim_finished)(spec, claim)
             claims.append(claim)
             continue
-        hooks.claim_started(spec, work_units(spec), UNIT_NAMES[spec.kind])
+        hooks.claim_started(spec, work_units(spec), claim_kind(spec.kind).unit)
         workdir = None
         if checkpoints is not None:
             workdir = checkpoints.root / WORK_DIR / spec.id

@@ -16,7 +16,6 @@ from fedaudit.reports.integrity import KEY_ENV, VerifyResult, load_schema, schem
 from fedaudit.reports.io import prepare_out_dir, read_report, write_report
 from fedaudit.reports.model import (
     EXPECTS,
-    KINDS,
     PLOT_TYPES,
     SCHEMA_VERSION,
     VERDICTS,
@@ -25,13 +24,12 @@ from fedaudit.reports.model import (
     Manifest,
     Report,
     Verdict,
-    json_safe,
     utc_now,
 )
 
 __all__ = [
-    "Claim", "Manifest", "Report", "Verdict", "Expect", "VERDICTS", "EXPECTS", "KINDS", "PLOT_TYPES",
-    "SCHEMA_VERSION", "json_safe", "utc_now", "write_report", "read_report", "prepare_out_dir",
+    "Claim", "Manifest", "Report", "Verdict", "Expect", "VERDICTS", "EXPECTS", "PLOT_TYPES",
+    "SCHEMA_VERSION", "utc_now", "write_report", "read_report", "prepare_out_dir",
     "verify_report", "VerifyResult", "signing_key", "KEY_ENV", "load_schema", "schema_errors",
     "render_html", "render_markdown",
 ]

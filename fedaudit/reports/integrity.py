@@ -1,6 +1,6 @@
 """Report integrity: JSON Schema validation, SHA-256 digest, optional HMAC-SHA256 signature.
 
-* **digest** — SHA-256 (hex) of the canonical JSON (:func:`~fedaudit.reports.model.canonical_json_bytes`:
+* **digest** — SHA-256 (hex) of the canonical JSON (:func:`~fedaudit.reports.canonical.canonical_json_bytes`:
   the report object without ``digest``/``signature``, sorted keys, no whitespace, UTF-8). It detects
   accidental or casual edits; anyone can recompute it, so it proves nothing against a deliberate forger.
 * **signature** — HMAC-SHA256 (hex) of the same bytes under the secret in ``FEDAUDIT_REPORT_KEY``
@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import hmac
 import json
 import os
@@ -25,9 +24,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
+from fedaudit.reports.canonical import canonical_json_bytes, digest, sign
+from fedaudit.reports.model import Report
 
-__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "digest", "sign", "load_schema", "schema_errors",
+__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "load_schema", "schema_errors",
            "validate_report_dict", "VerifyResult", "verify_report"]
 
 #: environment variable holding the HMAC key (its UTF-8 bytes are the key)
@@ -38,16 +40,6 @@ def signing_key() -> bytes | None:
     """The HMAC key from ``FEDAUDIT_REPORT_KEY`` as bytes, or None when unset or empty."""
     value = os.environ.get(KEY_ENV)
     return value.encode("utf-8") if value else None
-
-
-def digest(canonical: bytes) -> str:
-    """SHA-256 hex digest of canonical report bytes."""
-    return hashlib.sha256(canonical).hexdigest()
-
-
-def sign(canonical: bytes, key: bytes) -> str:
-    """HMAC-SHA256 hex of canonical report bytes under ``key``."""
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,12 +134,12 @@ def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, 
             status[name] = "missing"
             problems.append(f"artifact {name}: missing ({exc.strerror or exc})")
             continue
-        if hmac.compare_digest(hashlib.sha256(blob).hexdigest(), entry["sha256"]):
+        if hmac.compare_digest(digest(blob), entry["sha256"]):
             status[name] = "ok"
         else:
             status[name] = "changed"
             problems.append(f"artifact {name}: changed after the report was written (SHA-256 "
-                            f"{hashlib.sha256(blob).hexdigest()[:16]}…, recorded {entry['sha256'][:16]}…)")
+                            f"{digest(blob)[:16]}…, recorded {entry['sha256'][:16]}…)")
     for name in RENDERINGS:
         if name not in status and (folder / name).exists():
             status[name] = "unlisted"
@@ -161,9 +153,6 @@ def verify_report(path: str | os.PathLike) -> VerifyResult:
     of every rendering in its artifact table and, when ``FEDAUDIT_REPORT_KEY`` is set, the HMAC
     signature. An unreadable or missing file raises :class:`FedAuditError`; a file that is not
     strict JSON (NaN/Infinity tokens, a duplicated key) is reported as not intact."""
-    from fedaudit import json as fjson
-    from fedaudit.reports.model import Report, canonical_json_bytes
-
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"

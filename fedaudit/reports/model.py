@@ -34,12 +34,11 @@ from typing import Any, Literal, Mapping
 
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
-from fedaudit.reports import integrity
+from fedaudit.reports import canonical
 
 __all__ = [
-    "Verdict", "Expect", "VERDICTS", "EXPECTS", "KINDS", "PLOT_TYPES", "SCHEMA_VERSION",
-    "Claim", "Manifest", "Report", "json_safe", "canonical_json_bytes", "utc_now",
-    "flatten_evidence", "format_value",
+    "Verdict", "Expect", "VERDICTS", "EXPECTS", "PLOT_TYPES", "SCHEMA_VERSION",
+    "Claim", "Manifest", "Report", "utc_now", "check_plot_spec", "flatten_evidence", "format_value",
 ]
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -47,7 +46,6 @@ Expect = Literal["pass", "violation"]
 
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
 EXPECTS: tuple[str, ...] = ("pass", "violation")
-KINDS: tuple[str, ...] = ("ldp", "variance", "robustness", "stress", "convergence")
 SCHEMA_VERSION = "1.1"
 
 #: plot type -> the keys its specification must carry (see ``schema.json`` for their types)
@@ -60,31 +58,10 @@ PLOT_TYPES: dict[str, tuple[str, ...]] = {
     "curves": ("title", "x_label", "y_label", "log_y", "series"),
 }
 
-_SPECIAL = fjson.SPECIAL
+_KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
 
 
 # ------------------------------------------------------------------------------ JSON data
-def json_safe(value: Any, _path: str = "") -> Any:
-    """``value`` as strict JSON data: dicts with string keys, lists, str, int, float, bool, None.
-
-    Non-finite floats become ``"inf"``/``"-inf"``/``"nan"``; numpy scalars and arrays, tuples,
-    torch tensors, dataclasses and objects with ``to_dict`` are converted. Anything else is a
-    :class:`FedAuditError` naming where it sits. This is :func:`fedaudit.json.jsonable`.
-    """
-    return fjson.jsonable(value, _path)
-
-
-def canonical_json_bytes(data: Mapping[str, Any], *, without_artifacts: bool = False) -> bytes:
-    """The canonical form of a report dictionary: top-level ``digest`` and ``signature`` removed,
-    sorted keys, no whitespace, non-ASCII kept, UTF-8 encoded. With ``without_artifacts`` the
-    manifest's ``artifacts`` is set to null first: the bytes of the *content digest*, which the
-    renderings show (see the module docstring)."""
-    body = {k: v for k, v in data.items() if k not in ("digest", "signature")}
-    if without_artifacts and isinstance(body.get("manifest"), Mapping):
-        body["manifest"] = {**body["manifest"], "artifacts": None}
-    return fjson.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
 def utc_now() -> str:
     """The current time as ISO-8601 UTC with a ``Z`` suffix, to the millisecond."""
     return _iso(_dt.datetime.now(_dt.timezone.utc))
@@ -146,8 +123,9 @@ class Claim:
         if not isinstance(self.id, str) or not self.id.strip():
             raise FedAuditError(f"claim id must be a non-empty string, got {self.id!r}")
         where = f"claim {self.id!r}"
-        if self.kind not in KINDS:
-            raise FedAuditError(f"{where}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not isinstance(self.kind, str) or not _KIND_RE.match(self.kind):
+            raise FedAuditError(f"{where}: kind must be a claim kind's name (letters, digits, '_', '.', '-', ':'), "
+                                f"got {self.kind!r}")
         if self.expect not in EXPECTS:
             raise FedAuditError(f"{where}: expect must be 'pass' or 'violation', got {self.expect!r}")
         if self.verdict not in VERDICTS:
@@ -176,9 +154,9 @@ class Claim:
         return {
             "id": self.id, "kind": self.kind, "title": self.title, "expect": self.expect,
             "verdict": self.verdict, "summary": self.summary,
-            "evidence": json_safe(dict(self.evidence), f"[{self.id}].evidence"),
-            "plots": json_safe(list(self.plots), f"[{self.id}].plots"),
-            "runtime_s": json_safe(self.runtime_s), "seed": self.seed, "error": self.error,
+            "evidence": fjson.jsonable(dict(self.evidence), f"[{self.id}].evidence"),
+            "plots": fjson.jsonable(list(self.plots), f"[{self.id}].plots"),
+            "runtime_s": fjson.jsonable(self.runtime_s), "seed": self.seed, "error": self.error,
         }
 
     @classmethod
@@ -188,7 +166,7 @@ class Claim:
             return cls(id=d["id"], kind=d["kind"], title=d.get("title", d["id"]), expect=d["expect"],
                        verdict=d["verdict"], evidence=dict(d["evidence"]), summary=d.get("summary", ""),
                        plots=[dict(p) for p in d.get("plots", [])],
-                       runtime_s=_SPECIAL.get(runtime, runtime) if isinstance(runtime, str) else runtime,
+                       runtime_s=fjson.from_special(runtime),
                        seed=d.get("seed"), error=d.get("error"))
         except (KeyError, TypeError) as exc:
             raise FedAuditError(f"claim {d.get('id', '?') if isinstance(d, Mapping) else '?'!r} is malformed: "
@@ -348,7 +326,7 @@ class Report:
             "title": self.title,
             "overall": self.overall,
             "counts": self.counts,
-            "manifest": json_safe(self.manifest.to_dict(), ".manifest"),
+            "manifest": fjson.jsonable(self.manifest.to_dict(), ".manifest"),
             "claims": [c.to_dict() for c in self.claims],
             "digest": self.digest,
             "signature": self.signature,
@@ -380,16 +358,16 @@ class Report:
 
     def canonical_json(self) -> bytes:
         """UTF-8 canonical JSON of the report without ``digest`` and ``signature``."""
-        return canonical_json_bytes(self.to_dict())
+        return canonical.canonical_json_bytes(self.to_dict())
 
     def compute_digest(self) -> str:
         """SHA-256 (hex) of :meth:`canonical_json`."""
-        return integrity.digest(self.canonical_json())
+        return canonical.digest(self.canonical_json())
 
     def content_digest(self) -> str:
         """SHA-256 (hex) of the canonical JSON with ``manifest.artifacts`` null: what the
         renderings show and the artifact table records as ``rendered_from``."""
-        return integrity.digest(canonical_json_bytes(self.to_dict(), without_artifacts=True))
+        return canonical.digest(canonical.canonical_json_bytes(self.to_dict(), without_artifacts=True))
 
     def rendering_view(self) -> "Report":
         """The report as the renderings show it: ``manifest.artifacts`` null, ``digest`` the
@@ -404,11 +382,11 @@ class Report:
         """Set ``digest`` and, with a key, ``signature`` = HMAC-SHA256(key, canonical JSON) in hex
         (without a key any previous signature is dropped). Returns ``self``."""
         body = self.canonical_json()
-        self.digest = integrity.digest(body)
+        self.digest = canonical.digest(body)
         if key is None or key == b"" or key == "":
             self.signature = None
         else:
-            self.signature = integrity.sign(body, key.encode("utf-8") if isinstance(key, str) else bytes(key))
+            self.signature = canonical.sign(body, key.encode("utf-8") if isinstance(key, str) else bytes(key))
         return self
 
 
@@ -423,7 +401,7 @@ def format_value(value: Any, max_items: int = 6) -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            return format_value(json_safe(value))
+            return format_value(fjson.jsonable(value))
         return f"{value:.6g}"
     if isinstance(value, str):
         special = {"inf": "∞", "-inf": "−∞", "nan": "NaN"}.get(value)
@@ -462,7 +440,7 @@ def flatten_evidence(evidence: Mapping[str, Any], max_rows: int | None = None) -
             else:
                 rows.append((key, format_value(v)))
 
-    walk(json_safe(dict(evidence)), "")
+    walk(fjson.jsonable(dict(evidence)), "")
     if max_rows is not None and len(rows) > max_rows:
         extra = len(rows) - max_rows
         rows = rows[:max_rows] + [("…", f"{extra} more field(s) in report.json")]

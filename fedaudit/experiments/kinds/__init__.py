@@ -1,0 +1,61 @@
+"""The claim kinds: one module per kind, all in the open :data:`CLAIM_KINDS` registry.
+
+Built in: :mod:`~fedaudit.experiments.kinds.ldp`, :mod:`~fedaudit.experiments.kinds.variance`,
+:mod:`~fedaudit.experiments.kinds.robustness`, :mod:`~fedaudit.experiments.kinds.stress` and
+:mod:`~fedaudit.experiments.kinds.convergence`. A kind of your own is a
+:class:`~fedaudit.experiments.kind.ClaimKind` subclass registered with
+:func:`register_claim_kind` (or named ``kind = "package.module:Class"`` in a plan); plans
+validate its keys, the runner runs it and the report renders its evidence like a built-in's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedaudit.errors import FedAuditError
+from fedaudit.experiments.kind import ClaimKind
+from fedaudit.experiments.kinds.convergence import Convergence
+from fedaudit.experiments.kinds.ldp import LDP
+from fedaudit.experiments.kinds.robustness import Robustness
+from fedaudit.experiments.kinds.stress import Stress
+from fedaudit.experiments.kinds.variance import Variance
+from fedaudit.registry import Registry
+
+__all__ = ["CLAIM_KINDS", "register_claim_kind", "claim_kind"]
+
+#: claim kind name -> its :class:`ClaimKind` subclass
+CLAIM_KINDS: Registry[ClaimKind] = Registry("claim kind")
+
+
+def register_claim_kind(cls: type[ClaimKind] | None = None, *, replace: bool = False) -> Any:
+    """Register a :class:`ClaimKind` subclass under its ``name`` (a decorator, or call it with the
+    class). Its plot types must be ones the reports draw
+    (:data:`fedaudit.reports.model.PLOT_TYPES`)."""
+    if cls is None:
+        return lambda c: register_claim_kind(c, replace=replace)
+    _check_kind(cls)
+    return CLAIM_KINDS.register(cls.name, cls, replace=replace)
+
+
+def _check_kind(cls: Any) -> None:
+    from fedaudit.reports.model import PLOT_TYPES
+
+    if not (isinstance(cls, type) and issubclass(cls, ClaimKind)):
+        raise FedAuditError(f"a claim kind must be a ClaimKind subclass, got {cls!r}")
+    if not isinstance(cls.name, str) or not cls.name.strip():
+        raise FedAuditError(f"claim kind {cls.__name__} needs a non-empty class attribute 'name'")
+    unknown = [t for t in cls.figures if t not in PLOT_TYPES]
+    if unknown:
+        raise FedAuditError(f"claim kind {cls.name!r} draws plot type {unknown[0]!r}, which the reports cannot "
+                            f"render; use one of {', '.join(PLOT_TYPES)}")
+
+
+def claim_kind(name: str) -> ClaimKind:
+    """The claim kind registered as ``name`` (or a ``"package.module:Class"`` reference), built."""
+    cls = CLAIM_KINDS.factory(name)
+    _check_kind(cls)
+    return cls()
+
+
+for _cls in (LDP, Variance, Robustness, Stress, Convergence):
+    register_claim_kind(_cls)

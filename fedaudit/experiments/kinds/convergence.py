@@ -1,0 +1,298 @@
+"""Claim kind ``convergence``: optimizers compared on one federation by rounds to a target loss.
+
+Rounds to a target loss L* (stated with its basis), speedups over the baseline (ratios of those
+rounds), whether each run reached a plateau (:func:`~fedaudit.audit.convergence.plateau_status`),
+final loss and accuracy against the optional thresholds; a diverged run meets none.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from fedaudit.experiments.components import (
+    check_aggregator,
+    check_attacks,
+    dataset_names,
+    flat_params,
+    normalise_spec,
+    optimizer_names,
+    rule_params,
+)
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
+from fedaudit.experiments.keys import Key, key_error, require_bound
+
+__all__ = ["Convergence"]
+
+
+def _g(v: Any, spec: str = ".4g") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    return format(v, spec)
+
+
+def _sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, basis: str,
+              p: Mapping[str, Any]) -> str:
+    """"target loss L* = … (basis); rounds to L*: …; speedups with their basis; plateau per optimizer"."""
+    if target is None:
+        head = f"no target loss ({basis})"
+    else:
+        rb = per[base]["rounds_to_target"]
+        reached = (f"reached in {rb} rounds" if rb is not None
+                   else ("diverged" if per[base]["diverged"] else f"not reached in {p['rounds']} rounds"))
+        head = f"target loss L* = {target:.4g} ({basis}); baseline {base} {reached}"
+    bits = [head]
+    for n, r in per.items():
+        if n == base:
+            continue
+        ro = r["rounds_to_target"]
+        if r["diverged"]:
+            bits.append(f"{n} diverged")
+        elif ro is None:
+            bits.append(f"{n} never reached L* → speedup 0")
+        elif r["speedup_is_lower_bound"]:
+            bits.append(f"{n} reached L* in {ro} rounds, {base} not in {p['rounds']} → speedup > "
+                        f"{_g(r['speedup'], '.3g')}×")
+        else:
+            bits.append(f"{n} reached L* in {ro} rounds vs {base} {rb} → speedup {_g(r['speedup'], '.3g')}×")
+    w, tol = p["plateau_window"], p["plateau_tol"]
+    states = []
+    for n, r in per.items():
+        st = r["plateau"]
+        if r["diverged"]:
+            states.append(f"{n} diverged")
+        elif st["reached"]:
+            states.append(f"{n} from round {st['round']}")
+        elif st["final_change"] is None:
+            states.append(f"{n} undetermined (fewer than {w} rounds)")
+        else:
+            states.append(f"{n} not reached ({st['final_change']:+.1%} over its last {w} rounds)")
+    bits.append(f"plateau (|ΔL|/L ≤ {tol:g} over {w} rounds): " + ", ".join(states))
+    bits.append("final loss " + ", ".join(f"{n} {_g(r['final_loss'])}" for n, r in per.items()))
+    return "; ".join(bits)
+
+
+class Convergence(ClaimKind):
+    """Run each optimizer on the same federation and oracle randomness; compare rounds to a target loss.
+
+    ℓ_best is the lowest honest loss any run reached. The target loss L* is ``target_loss`` if
+    the plan gives one, else the baseline's final level ℓ_B (:func:`~fedaudit.audit.convergence.plateau_level`:
+    the median of its last 20% of rounds) plus ``target_eps`` of its gap to the best loss,
+    L* = ℓ_B + target_eps·|ℓ_B − ℓ_best| — the loss the baseline itself reaches by the end of
+    the run. Each optimizer's rounds to target R_o is the first round with L ≤ L* (None when
+    it never gets there or diverged); its speedup over the baseline is R_base / R_o (∞ when it
+    starts at or below L* and the baseline does not, 0 when it never gets there; when the
+    baseline never reaches an explicit target, rounds / R_o is reported as a lower bound).
+    Whether each reached a plateau is :func:`~fedaudit.audit.convergence.plateau_status` (window
+    ``plateau_window``, tolerance ``plateau_tol``) — reported next to, never mixed into, the
+    rounds to target.
+    """
+
+    name = "convergence"
+    unit = "rounds"
+    figures = ("curves",)
+
+    def keys(self) -> dict[str, Key]:
+        optimizers, datasets = optimizer_names(), dataset_names()
+        return {
+            "optimizers": Key("list[str]", choices=optimizers, help="optimizers to compare"),
+            "baseline": Key("str", None, choices=optimizers, help="reference for speedups (default: the first)"),
+            "dataset": Key("str", "digits", choices=datasets),
+            "data_path": Key("str", None),
+            "n_honest": Key("int", 20, low=2),
+            "f": Key("int", 1, low=0),
+            "beta": Key("float", 5.0, low=0, open_low=True),
+            "aggregator": Key("str", "nnm+cwtm"),
+            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
+                                                          "e.g. { s = 2 } for bucketing"),
+            "attack": Key("str", "alie"),
+            "optimal_attack": Key("bool", True),
+            "mu": Key("float", 1e-2, low=0),
+            "rounds": Key("int", 100, low=2),
+            "lr": Key("float", 0.1, low=0, open_low=True, help="step size of dgd and dnag"),
+            "momentum": Key("float", 0.9, low=0, high=1, open_high=True, help="dnag momentum"),
+            "eta": Key("float", None, low=0, open_low=True, help="PIGS step (default 1/(2Δ̂))"),
+            "target_loss": Key("float", None, low=0, open_low=True,
+                               help="the target honest loss L* (default: the baseline's final level plus "
+                                    "target_eps of its gap to the best loss reached)"),
+            "target_eps": Key("float", 0.05, low=0, help="relative tolerance of the default target loss"),
+            "plateau_window": Key("int", None, low=1, help="w: rounds over which a plateau's relative change is "
+                                                        "taken (default min(10, rounds - 1))"),
+            "plateau_tol": Key("float", 0.01, low=0, high=1, open_low=True,
+                               help="τ: a plateau changes the loss by at most τ (relative) over w rounds"),
+            "max_rounds": Key("table[int]", None, low=0, help="optimizer = most rounds to reach the target loss"),
+            "min_speedup": Key("table[float]", None, low=0, open_low=True,
+                               help="optimizer = least speedup over the baseline (ratio of rounds to the target loss)"),
+            "max_final_loss": Key("float", None, low=0, open_low=True, help="every optimizer's final honest loss"),
+            "min_final_accuracy": Key("float", None, low=0, high=1, help="every optimizer's final test accuracy"),
+        }
+
+    def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
+        opts = p["optimizers"]
+        if p["baseline"] is None:
+            p["baseline"] = opts[0]
+        elif p["baseline"] not in opts:
+            raise key_error(where, "baseline", f"must be one of the compared optimizers ({', '.join(opts)}), "
+                                               f"got {p['baseline']!r}")
+        for key in ("max_rounds", "min_speedup"):
+            table = p[key]
+            if table is None:
+                continue
+            bad = [name for name in table if name not in opts]
+            if bad:
+                raise key_error(where, key, f"names optimizer {bad[0]!r}, which is not compared; use one of "
+                                            f"{', '.join(opts)}")
+            if key == "max_rounds":
+                over = [name for name, v in table.items() if v > p["rounds"]]
+                if over:
+                    raise key_error(where, key, f"gives {over[0]} = {table[over[0]]}, more than rounds = {p['rounds']}")
+        if p["min_speedup"] is not None and p["baseline"] in p["min_speedup"]:
+            raise key_error(where, "min_speedup", f"cannot constrain the baseline {p['baseline']!r} against itself")
+        if p["f"] >= p["n_honest"]:
+            raise key_error(where, "f", f"must be an integer in [0, n_honest - 1 = {p['n_honest'] - 1}], got {p['f']}")
+        p["attack"] = p["attack"].lower()
+        p["aggregator"] = normalise_spec(p["aggregator"])
+        check_attacks(where, "attack", [p["attack"]], allow_all=False, allow_labelflip=True)
+        flat_params(where, p)
+        check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n_honest"] + p["f"], "n_honest",
+                         p["aggregator_params"])
+        if p["plateau_window"] is None:
+            p["plateau_window"] = min(10, p["rounds"] - 1)
+        if p["plateau_window"] >= p["rounds"]:
+            raise key_error(where, "plateau_window", f"must be an integer in [1, rounds - 1 = {p['rounds'] - 1}], "
+                                                     f"got {p['plateau_window']}")
+        if p["dataset"] == "mnist" and p["data_path"] is None:
+            raise key_error(where, "data_path", "is required for dataset 'mnist' (local IDX directory or .npz)")
+        require_bound(where, p, expect, ("max_rounds", "min_speedup", "max_final_loss", "min_final_accuracy"))
+
+    def default_title(self, p: Mapping[str, Any], expect: str) -> str:
+        return (f"{' vs '.join(o.upper() for o in p['optimizers'])} on {p['dataset']} "
+                f"({p['aggregator']}, {p['attack']}, f={p['f']})")
+
+    def work_units(self, p: Mapping[str, Any]) -> int:
+        return p["rounds"] * len(p["optimizers"])
+
+    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.convergence import first_at_or_below, plateau_level, plateau_status
+        from fedaudit.fl.data import load_dataset
+        from fedaudit.fl.federation import Federation
+        from fedaudit.fl.registry import make_optimizer
+        from fedaudit.fl.training import run
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        agg_kw = rule_params(p["aggregator"], p.get("aggregator_params"), spec.seed)
+        data = load_dataset(p["dataset"], path=p["data_path"], seed=derive_seed(spec.seed, "data"))
+        fed = Federation.build(data, n_honest=p["n_honest"], f=p["f"], scheme="dirichlet", beta=p["beta"],
+                               mu=p["mu"], aggregator=p["aggregator"], attack=p["attack"] if p["f"] > 0 else None,
+                               optimal_attack=p["optimal_attack"], seed=derive_seed(spec.seed, "federation"),
+                               aggregator_kw=agg_kw or None)
+        run_seed = derive_seed(spec.seed, "optimizer")  # the same oracle streams for every optimizer
+        settings = {"lr": p["lr"], "momentum": p["momentum"], "eta": p["eta"]}
+        traces = {}
+        for name in p["optimizers"]:
+            done = [0]
+
+            def tick(k, rec, done=done):
+                if k > done[0]:
+                    progress(k - done[0])
+                    done[0] = k
+
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                traces[name] = run(make_optimizer(name, settings=settings), fed, None, p["rounds"], seed=run_seed, callback=tick)
+            progress(p["rounds"] - done[0])
+        finite = [v for t in traces.values() if not t.diverged for v in t.loss if math.isfinite(v)]
+        best = min(finite) if finite else math.nan
+        base = p["baseline"]
+        per: dict[str, dict[str, Any]] = {}
+        for name, t in traces.items():
+            ok = not t.diverged and all(math.isfinite(v) for v in t.loss)
+            per[name] = {
+                "diverged": not ok,
+                "final_loss": finite_or_none(t.loss[-1]) if ok else None,
+                "final_accuracy": finite_or_none(t.test_acc[-1]) if ok and t.test_acc[-1] is not None else None,
+                "final_level": plateau_level(t.loss) if ok else None,
+                "plateau": plateau_status(list(t.rounds), list(t.loss), p["plateau_window"], p["plateau_tol"]),
+                "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,
+                "info": t.info,
+            }
+        level_b = per[base]["final_level"]
+        if p["target_loss"] is not None:
+            target, basis = p["target_loss"], "target_loss set in the plan"
+        elif level_b is not None:
+            target = level_b + p["target_eps"] * abs(level_b - best)
+            basis = (f"{base}'s final level {level_b:.4g} + {p['target_eps']:g} × its gap to the best loss "
+                     f"reached {best:.4g}")
+        else:
+            target, basis = None, f"undefined: the baseline {base} diverged"
+        for name, t in traces.items():
+            per[name]["rounds_to_target"] = (None if target is None or per[name]["diverged"]
+                                             else first_at_or_below(list(t.rounds), list(t.loss), target))
+        r_base = per[base]["rounds_to_target"]
+        for name in traces:
+            r = per[name]["rounds_to_target"]
+            lower_bound = False
+            if name == base:
+                speed = 1.0 if r is not None else None
+            elif r is None:
+                speed = 0.0 if target is not None else None
+            elif r_base is None:  # an explicit target the baseline never reached: R_base > rounds
+                speed, lower_bound = (math.inf if r == 0 else p["rounds"] / r), True
+            elif r == 0:
+                speed = 1.0 if r_base == 0 else math.inf
+            else:
+                speed = r_base / r
+            per[name]["speedup"] = speed
+            per[name]["speedup_is_lower_bound"] = lower_bound
+        checks = []
+        for name, limit in (p["max_rounds"] or {}).items():
+            v = per[name]["rounds_to_target"]
+            checks.append({"check": f"max_rounds[{name}]", "bound": limit, "value": v,
+                           "holds": v is not None and v <= limit})
+        for name, limit in (p["min_speedup"] or {}).items():
+            v = per[name]["speedup"]
+            checks.append({"check": f"min_speedup[{name}]", "bound": limit, "value": v,
+                           "holds": v is not None and v >= limit})
+        if p["max_final_loss"] is not None:
+            for name in p["optimizers"]:
+                v = per[name]["final_loss"]
+                checks.append({"check": f"max_final_loss[{name}]", "bound": p["max_final_loss"], "value": v,
+                               "holds": v is not None and v <= p["max_final_loss"]})
+        if p["min_final_accuracy"] is not None:
+            for name in p["optimizers"]:
+                v = per[name]["final_accuracy"]
+                checks.append({"check": f"min_final_accuracy[{name}]", "bound": p["min_final_accuracy"], "value": v,
+                               "holds": v is not None and v >= p["min_final_accuracy"]})
+        holds = all(c["holds"] for c in checks)
+        parts = [_sentence(per, base, target, basis, p)]
+        failed = [c["check"] for c in checks if not c["holds"]]
+        if checks:
+            parts.append("all thresholds met" if not failed else "NOT met: " + ", ".join(failed))
+        else:
+            parts.append("no threshold declared (measurement only)")
+        evidence = {
+            "checks": checks, "baseline": base, "target_loss": target, "target_basis": basis, "best_loss": best,
+            "plateau_rule": {"window": p["plateau_window"], "tol": p["plateau_tol"],
+                             "definition": "on a plateau at round k when |L(k) − L(k−w)| / |L(k−w)| ≤ τ; reached "
+                                           "when on one at the last round, from the first round it stays on one"},
+            "per_optimizer": per,
+            "federation": {"dataset": p["dataset"], "n_honest": p["n_honest"], "f": p["f"], "beta": p["beta"],
+                           "aggregator": p["aggregator"], "aggregator_params": agg_kw or None,
+                           "attack": p["attack"], "dim": fed.dim},
+            "seeds": {"data": derive_seed(spec.seed, "data"), "federation": derive_seed(spec.seed, "federation"),
+                      "optimizer": run_seed},
+        }
+        series = {n: {"x": [int(r) for r in t.rounds], "y": [finite_or_none(v) for v in t.loss]}
+                  for n, t in traces.items()}
+        markers = {n: {"x": r["rounds_to_target"], "y": target} for n, r in per.items()
+                   if r["rounds_to_target"] is not None and target is not None}
+        hlines = {"target loss L*": target, "best loss reached": best if math.isfinite(best) else None}
+        plots = ({"type": "curves",
+                  "title": f"honest loss L_H(x_k) — {p['aggregator']} under {p['attack']}, f={p['f']}",
+                  "x_label": "round", "y_label": "honest loss", "log_y": True, "series": series,
+                  "hlines": hlines, "markers": markers, "markers_label": "first round at or below L*"},)
+        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots)

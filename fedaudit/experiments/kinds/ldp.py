@@ -1,0 +1,290 @@
+"""Claim kind ``ldp``: certify a lower bound on a randomizer's ε and compare it with the claim.
+
+The certified lower bound ε_lb (at ``confidence``) against the claimed ε: a violation is
+ε_lb > ε_claimed (certified: P[false alarm] ≤ 1 − confidence); "holds" means no violation was
+detected by this audit — an audit can only refute an LDP claim, never prove it. The *pair power*
+ε_exact(pair)/ε_claimed bounds what the pair can show (:func:`pair_power`). With
+``min_pair_power`` set, a run that certified no violation on a pair of lower (or unknown) power
+is INCONCLUSIVE whatever ``expect`` says: the absence of a violation on such a pair is evidence
+neither for nor against the claim. A certified violation is decisive at any power. The evidence
+lists the mechanism's own parameters (``Mechanism.params()``) and states the claimed ε (and δ,
+for approximate-DP mechanisms only) once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from fedaudit.errors import FedAuditError
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
+from fedaudit.experiments.keys import Key, key_error, show
+
+__all__ = ["LDP", "PAIRS", "input_pair", "pair_label", "audit_pair", "pair_power", "build_mechanism"]
+
+#: the fixed input pairs (``one-hot`` is forced for categorical mechanisms such as rr)
+PAIRS = ("antipodal", "flat", "zero-boundary")
+
+_LABELS = {"antipodal": "+clip·e1 vs −clip·e1", "flat": "+clip·1/√d vs −clip·1/√d",
+           "zero-boundary": "0 vs clip·e1", "one-hot": "e0 vs e1"}
+
+#: candidates a pair search certifies on ``search_samples`` draws: 7 structured pairs + 2 rounds × 8 local moves
+SEARCH_CANDIDATES = 7 + 2 * 8
+
+
+def input_pair(pair: str, dim: int, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """The neighbouring inputs (x0, x1) named ``pair``, in R^dim with ‖x‖ ≤ clip:
+    antipodal ±clip·e1, flat ±clip·1/√d, zero-boundary 0 vs clip·e1, one-hot e0 vs e1 (categories)."""
+    e = np.eye(dim)
+    if pair == "one-hot":
+        return e[0], e[1]
+    flat = clip * np.ones(dim) / np.sqrt(dim)
+    pairs = {"antipodal": (clip * e[0], -clip * e[0]), "flat": (flat, -flat), "zero-boundary": (np.zeros(dim), clip * e[0])}
+    if pair not in pairs:
+        raise FedAuditError(f"pair must be one of {', '.join(repr(p) for p in (*PAIRS, 'one-hot'))}, got {pair!r}")
+    return pairs[pair]
+
+
+def pair_label(pair: str) -> str:
+    """The pair as a report shows it, e.g. "+clip·e1 vs −clip·e1"."""
+    return _LABELS[pair]
+
+
+def categorical(target: Any) -> bool:
+    """True for a mechanism whose inputs are categories (randomized response): its pair is one-hot."""
+    from fedaudit.mechanisms.randomized_response import RandomizedResponse
+
+    return isinstance(target, RandomizedResponse)
+
+
+def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples: int, search_samples: int,
+               seed: int, epsilon: float | None, delta: float | None, confidence: float, test: str,
+               progress: Callable[[int], None] | None = None) -> tuple[Any, np.ndarray, np.ndarray, str]:
+    """Certify ``target`` (a mechanism or a sampler) on ``pair`` — a fixed pair, or ``"search"``
+    for the worst pair found (:func:`~fedaudit.audit.pair_search.audit_worst_case`). Categorical
+    mechanisms always use the one-hot pair unless searched. Returns ``(LDPAudit, x0, x1, label)``.
+    Shared by the ``ldp`` claim kind and ``fedaudit audit ldp``."""
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.audit.pair_search import audit_worst_case
+
+    common = dict(epsilon=epsilon, delta=delta, confidence=confidence, test=test, progress=progress)
+    if pair == "search":
+        res = audit_worst_case(target, dim=dim, clip=clip, samples=samples, search_samples=search_samples,
+                               seed=seed, **common)
+        return res, np.asarray(res.x0), np.asarray(res.x1), res.search["best"]
+    if categorical(target):
+        pair = "one-hot"
+    x0, x1 = input_pair(pair, dim if dim is not None else target.dim, clip)
+    return audit_ldp(target, x0, x1, samples=samples, seed=seed, **common), x0, x1, pair_label(pair)
+
+
+def build_mechanism(p: Mapping[str, Any]) -> Any:
+    """The mechanism of an ldp claim's parameters (``make_mechanism`` with the plan's keywords)."""
+    from fedaudit.mechanisms.registry import make_mechanism
+
+    return make_mechanism(p["mechanism"], p["dim"], p["epsilon"], k=p["k"], levels=p["levels"], clip=p["clip"],
+                          delta=p["delta"], rotate=p["rotate"])
+
+
+def pair_power(res: Any, claimed_epsilon: float) -> float | None:
+    """How much of the claim the audited pair can test: ε_exact(pair) / ε_claimed.
+
+    ``LDPAudit.pair_power`` when the audit provides it, else computed from ``epsilon_exact``
+    (``None`` when the pair's exact ε is unknown). An audit of a pair with power p can certify at
+    most ε = p·ε_claimed however many samples it draws, so a PASS on a pair with p ≪ 1 says
+    little about the claim: even a mechanism that breaks the claim elsewhere passes it.
+    """
+    given = getattr(res, "pair_power", None)
+    if given is not None:
+        return finite_or_none(given)
+    exact = getattr(res, "epsilon_exact", None)
+    if exact is None or not claimed_epsilon or not math.isfinite(claimed_epsilon):
+        return None
+    return finite_or_none(float(exact) / float(claimed_epsilon))
+
+
+def _g(v: Any, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _power_sentence(power: float | None, exact: float | None, eps: float, searched: bool) -> str:
+    """The summary's sentence on pair power; below ``fedaudit.audit.ldp.LOW_PAIR_POWER`` it adds
+    that a PASS says little."""
+    from fedaudit.audit.ldp import LOW_PAIR_POWER
+
+    if power is None:
+        return "the pair's exact ε is unknown, so how much of the claim it tests is unknown"
+    text = f"this pair's exact ε {_g(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
+    if power < LOW_PAIR_POWER:
+        text += " — a PASS says little" + ("" if searched else "; use pair = 'search'")
+    return text
+
+
+#: LDPAudit fields the ldp evidence already shows under its own names (left out of ``audit``)
+_SHOWN = frozenset({"epsilon_lower", "epsilon_claimed", "delta_claimed", "violation", "epsilon_exact", "test",
+                    "samples", "seed", "confidence", "max_certifiable", "mechanism", "pair_power", "notes"})
+
+
+def _mechanism_params(mech: Any) -> dict[str, Any]:
+    """The mechanism's own constructor parameters (``Mechanism.params()``) without ε and δ, which
+    the evidence states once, as the claim (``epsilon_claimed``, ``delta_claimed``)."""
+    params = mech.params() if callable(getattr(mech, "params", None)) else {}
+    return {k: v for k, v in params.items() if k not in ("epsilon", "delta")}
+
+
+def _curve_sizes(p: Mapping[str, Any]) -> list[int]:
+    n = p["samples"]
+    return [n // 16, n // 4] if p["curve"] else []
+
+
+class LDP(ClaimKind):
+    """Certify a lower bound on ε (pair given or searched); optionally at N/16 and N/4 as well."""
+
+    name = "ldp"
+    unit = "samples"
+    figures = ("epsilon_vs_samples", "privacy_region")
+
+    def keys(self) -> dict[str, Key]:
+        from fedaudit.mechanisms.registry import MECHANISMS
+
+        return {
+            "mechanism": Key("str", help=f"registry name of the randomizer ({', '.join(MECHANISMS.names())}) "
+                                         f"or 'package.module:attr'"),
+            "dim": Key("int", 64, low=1, high=1_000_000, help="input dimension (categories for rr)"),
+            "epsilon": Key("float", 1.0, low=0, open_low=True, help="the mechanism's ε parameter"),
+            "delta": Key("float", 1e-5, low=0, high=1, open_high=True, help="the mechanism's δ parameter (gaussian)"),
+            "k": Key("int", None, low=1, help="SSTQ coordinates per report (default dim // 16)"),
+            "levels": Key("int", 4, low=2, help="quantization levels"),
+            "clip": Key("float", 1.0, low=0, open_low=True, help="L2 clip radius of the inputs"),
+            "rotate": Key("bool", True, help="SSTQ random rotation"),
+            "claimed_epsilon": Key("float", None, low=0, open_low=True,
+                                   help="the ε claim under audit (default: the mechanism's ε)"),
+            "claimed_delta": Key("float", None, low=0, high=1, open_high=True,
+                                 help="the δ claim under audit (default: the mechanism's δ)"),
+            "pair": Key("str", "antipodal", choices=(*PAIRS, "search"),
+                        help="the audited input pair, or 'search' for the worst pair found"),
+            "samples": Key("int", 200_000, low=100, help="draws per input for the certified bound"),
+            "search_samples": Key("int", 20_000, low=200, help="draws per input per searched candidate"),
+            "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
+            "test": Key("str", "auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ..."),
+            "curve": Key("bool", True, help="also certify at samples/16 and samples/4 (epsilon_vs_samples plot)"),
+            "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
+                                  help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
+                                       "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
+        }
+
+    def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
+        from fedaudit.audit.ldp import TESTS
+        from fedaudit.mechanisms.registry import MECHANISMS
+
+        if p["k"] is not None and p["k"] > p["dim"]:
+            raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
+        names = [t.strip().lower() for t in p["test"].split(",") if t.strip()]
+        if not names or any(t not in TESTS and t != "lr" for t in names):
+            raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
+                                           f"allowed), got {show(p['test'])}")
+        p["test"] = ",".join(names)
+        if ":" not in p["mechanism"]:
+            p["mechanism"] = p["mechanism"].lower()
+        try:
+            MECHANISMS.factory(p["mechanism"])
+        except FedAuditError as exc:
+            raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
+        if p["mechanism"] == "rr" and p["dim"] < 2:
+            raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
+        try:
+            mech = build_mechanism(p)
+        except FedAuditError as exc:
+            raise FedAuditError(f"{where}: mechanism {p['mechanism']!r} rejects its parameters: {exc}") from None
+        if categorical(mech) and p["pair"] != "search":
+            p["pair"] = "one-hot"  # e_0 vs e_1: rr takes categories, not vectors
+        if p["curve"] and p["samples"] < 1600:
+            p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
+
+    def default_title(self, p: Mapping[str, Any], expect: str) -> str:
+        eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else p["epsilon"]
+        name = {"sstq": "SSTQ", "sstq-sketch": "SSTQ sketch (as published)", "vqsgd": "vqSGD",
+                "privunitg": "PrivUnitG", "rr": "randomized response"}.get(p["mechanism"], p["mechanism"])
+        k = f", k={p['k']}" if p["mechanism"].startswith("sstq") and p["k"] is not None else ""
+        verb = "is not" if expect == "violation" else "is"
+        return f"{name} (d={p['dim']}{k}) {verb} {eps:g}-LDP"
+
+    def work_units(self, p: Mapping[str, Any]) -> int:
+        total = 2 * p["samples"] + 2 * sum(_curve_sizes(p))
+        if p["pair"] == "search":
+            candidates = 2 if p["mechanism"] == "rr" else SEARCH_CANDIDATES
+            total += 2 * candidates * p["search_samples"]
+        return total
+
+    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.ldp import audit_ldp
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        mech = build_mechanism(p)
+        eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else mech.epsilon
+        delta = p["claimed_delta"] if p["claimed_delta"] is not None else mech.delta
+        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress)
+        res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=None, clip=p["clip"], samples=p["samples"],
+                                            search_samples=p["search_samples"], seed=spec.seed, **common)
+        # the curve: the same pair certified on fewer, independent draws (seeds named by the size)
+        curve = []
+        for n in _curve_sizes(p):
+            small = audit_ldp(mech, x0, x1, samples=n, seed=derive_seed(spec.seed, f"curve={n}"), **common)
+            curve.append({"samples": n, "epsilon_lower": small.epsilon_lower, "seed": small.seed,
+                          "violation": small.violation})
+        curve.append({"samples": res.samples, "epsilon_lower": res.epsilon_lower, "seed": spec.seed,
+                      "violation": res.violation})
+
+        violated = bool(res.violation)
+        power = pair_power(res, eps)
+        notes = [str(n) for n in (getattr(res, "notes", None) or [])]
+        weak = p["min_pair_power"] is not None and not violated and (power is None or power < p["min_pair_power"])
+        conf = f"{res.confidence:.0%}"
+        if violated:
+            exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {_g(res.epsilon_exact, '.3g')}"
+            summary = (f"VIOLATION: certified ε ≥ {res.epsilon_lower:.3f} at {conf} exceeds the claimed "
+                       f"ε = {eps:g} ({pair_name}, {res.test}){exact}")
+        else:
+            summary = (f"no violation detected: certified ε ≥ {res.epsilon_lower:.3f} at {conf} is within the "
+                       f"claimed ε = {eps:g} ({pair_name}, {res.test}, max certifiable {res.max_certifiable:.2f}); "
+                       + _power_sentence(power, res.epsilon_exact, eps, p["pair"] == "search"))
+        if weak:
+            need = p["min_pair_power"]
+            summary += (f" — INCONCLUSIVE: min_pair_power {need:g} not met "
+                        + ("(the pair's exact ε is unknown)" if power is None else f"({power:.2f} < {need:g})"))
+        if spec.expect == "violation":
+            summary += " — expected a violation" + (", detected" if violated else ", NOT detected")
+        # the audit's own notes, less the one the pair-power sentence above already says
+        fresh = [n for n in notes if not ("says little" in n and "says little" in summary)]
+        if fresh:
+            summary += ". Notes: " + "; ".join(n.rstrip(".") for n in fresh) + "."
+        mechanism = {"name": p["mechanism"], **_mechanism_params(mech)}
+        evidence: dict[str, Any] = {"mechanism": mechanism, "epsilon_claimed": eps}
+        if delta or p["claimed_delta"] is not None:  # δ only where the guarantee has one
+            evidence["delta_claimed"] = delta
+        if mech.epsilon is not None and not math.isclose(mech.epsilon, eps):
+            evidence["epsilon_mechanism"] = mech.epsilon  # calibrated at one ε, audited against another
+        evidence.update({
+            "pair": pair_name, "distinguisher": res.test, "samples": res.samples, "confidence": res.confidence,
+            **({"search_samples": p["search_samples"]} if p["pair"] == "search" else {}),
+            "epsilon_lower": res.epsilon_lower, "epsilon_exact": res.epsilon_exact,
+            "pair_power": power, **({"min_pair_power": p["min_pair_power"]} if p["min_pair_power"] is not None else {}),
+            "violation": violated, "max_certifiable": res.max_certifiable,
+            **({"notes": notes} if notes else {}),
+            "curve": curve,
+            "audit": {k: v for k, v in res.to_dict().items() if k not in _SHOWN},
+        })
+        ev = res.event
+        plots = (
+            {"type": "epsilon_vs_samples", "title": "certified ε lower bound vs samples per input",
+             "samples": [c["samples"] for c in curve], "epsilon_lower": [c["epsilon_lower"] for c in curve],
+             "epsilon_claimed": eps, "epsilon_exact": res.epsilon_exact},
+            {"type": "privacy_region", "title": f"certified event ({ev['event']}, positive {ev['positive_input']})",
+             "tpr": res.tpr, "fpr": res.fpr, "epsilon": eps, "delta": delta,
+             "tpr_lower": ev["tpr_lower"], "fpr_upper": ev["fpr_upper"], "epsilon_lower": res.epsilon_lower},
+        )
+        return Evidence(holds=not violated, violated=violated, evidence=evidence, summary=summary, plots=plots,
+                        inconclusive=weak, states_parameters=True)

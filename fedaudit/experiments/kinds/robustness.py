@@ -1,0 +1,146 @@
+"""Claim kind ``robustness``: the (f, κ)-robustness of a server rule, audited.
+
+ν̂ (a certified lower bound on the rule's κ: the configuration that attains it is in the
+evidence) against ``max_nu`` and the published bound: holds when ν̂ ≤ max_nu and the published
+bound is not violated.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from fedaudit.experiments.components import (
+    check_aggregator,
+    check_attacks,
+    flat_params,
+    normalise_spec,
+    rule_params,
+)
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
+from fedaudit.experiments.keys import Key, key_error
+
+__all__ = ["Robustness", "worst_configuration"]
+
+
+def _g(v: Any, spec: str = ".4g") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    return format(v, spec)
+
+
+def worst_configuration(res: Any) -> dict[str, Any]:
+    """The configuration that attains ν̂: its description, n, f, ν̂ and a one-line ``text``.
+
+    Read from ``RobustnessAudit.worst`` (a mapping or an object) where the audit provides it:
+    ``label`` (the audit's one-line description) or else ``attack``, plus ``stage``, ``shape``
+    (appended when the description does not name it), ``n``, ``f`` and ``nu``/``nu_empirical``.
+    Any field it lacks falls back to the audit's own ``worst_attack``, ``n``, ``f`` and
+    ``nu_empirical``, so results without ``worst`` still name their worst case.
+    """
+    w = getattr(res, "worst", None) or None
+
+    def get(*names: str) -> Any:
+        for name in names:
+            v = (w.get(name) if isinstance(w, dict) else getattr(w, name, None)) if w is not None else None
+            if v is not None:
+                return v
+        return None
+
+    desc = get("label", "attack")
+    nu = get("nu", "nu_empirical")
+    raw = float(nu if nu is not None else res.nu_empirical)
+    out: dict[str, Any] = {"label": str(desc if desc is not None else res.worst_attack)}
+    for key in ("attack", "stage"):
+        if get(key) is not None:
+            out[key] = str(get(key))
+    shape = get("shape", "honest_shape")
+    if shape is not None and str(shape) not in out["label"]:
+        out["shape"] = str(shape)
+    out.update(n=int(get("n") if get("n") is not None else res.n), f=int(get("f") if get("f") is not None else res.f),
+               nu=finite_or_none(raw))
+    nu_text = "∞" if math.isinf(raw) else _g(out["nu"], ".3g")
+    out["where"] = out["label"] + (f" / {out['shape']}" if "shape" in out else "") + f" at n={out['n']}, f={out['f']}"
+    out["text"] = f"{out['where']}, ν̂={nu_text}"
+    return out
+
+
+class Robustness(ClaimKind):
+    """ν̂ of the rule (a certified lower bound on its κ) against max_nu and the published bound."""
+
+    name = "robustness"
+    unit = "configurations"
+    figures = ("nu_vs_bound",)
+
+    def keys(self) -> dict[str, Key]:
+        return {
+            "aggregator": Key("str", help="registry spec, e.g. cwtm or nnm+cwtm"),
+            "n": Key("int", low=1, high=1000),
+            "f": Key("int", low=0),
+            "d": Key("int", 100, low=1, high=100_000),
+            "trials": Key("int", 200, low=1),
+            "attacks": Key("list[str]", ["all"], help="attack names or 'all'"),
+            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
+                                                          "e.g. { s = 2 } for bucketing"),
+            "search_evals": Key("int", 60, low=0),
+            "max_nu": Key("float", None, low=0, open_low=True,
+                          help="largest acceptable ν̂ (the published bound must also hold)"),
+        }
+
+    def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
+        if p["n"] <= 2 * p["f"]:
+            raise key_error(where, "f", f"must satisfy n > 2f (n={p['n']}), got f={p['f']}")
+        check_attacks(where, "attacks", p["attacks"], allow_all=True, allow_labelflip=False)
+        p["attacks"] = "all" if p["attacks"] == ["all"] else p["attacks"]
+        flat_params(where, p)
+        check_aggregator(where, "aggregator", p["aggregator"], p["f"], p["n"], "n", p["aggregator_params"])
+        p["aggregator"] = normalise_spec(p["aggregator"])
+
+    def default_title(self, p: Mapping[str, Any], expect: str) -> str:
+        attacks = "all attacks" if p["attacks"] == "all" else "/".join(a.upper() for a in p["attacks"])
+        bound = f", ν ≤ {p['max_nu']:g}" if p["max_nu"] is not None else ""
+        return f"{p['aggregator'].upper()} is robust at n={p['n']}, f={p['f']} under {attacks}{bound}"
+
+    def work_units(self, p: Mapping[str, Any]) -> int:
+        from fedaudit.audit.robustness import progress_units
+
+        # run passes no search budget, so the optimiser runs with the defaults
+        return progress_units(p["f"], p["trials"], p["search_evals"], None, d=p["d"], aggregator=p["aggregator"],
+                              n=p["n"])
+
+    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.robustness import audit_robustness
+        from fedaudit.defenses.registry import make_aggregator
+
+        p = spec.params
+        params = rule_params(p["aggregator"], p.get("aggregator_params"), spec.seed)
+        rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
+        res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
+                               seed=spec.seed, search_evals=p["search_evals"], progress=progress)
+        nu = res.nu_empirical
+        within_max = p["max_nu"] is None or nu <= p["max_nu"]
+        holds = within_max and not res.violation
+        worst = worst_configuration(res)
+        parts = [f"ν̂ = {_g(nu)}, attained by {worst['where']}",
+                 f"universal lower bound f/(n−2f) = {res.nu_lower:.4g}",
+                 "published bound " + ("none" if res.nu_bound is None else _g(res.nu_bound))
+                 + (" VIOLATED" if res.violation else "")]
+        if p["max_nu"] is not None:
+            parts.append(f"max_nu {p['max_nu']:g} " + ("met" if within_max else "EXCEEDED"))
+            if p["max_nu"] < res.nu_lower:
+                parts.append("note: max_nu is below the universal lower bound, no rule can meet it")
+        evidence = {
+            "nu_empirical": nu, **({"aggregator_params": params} if params else {}), "nu_bound": res.nu_bound,
+            "nu_lower": res.nu_lower, "bound_violation": res.violation, "unbounded": res.unbounded,
+            "reaches_lower_bound": res.reaches_lower_bound,
+            "worst": {k: v for k, v in worst.items() if k not in ("text", "where")},
+            "audit": res.to_dict(),
+        }
+        top = dict(list(res.per_configuration.items())[:12])
+        rule_name = res.aggregator + ("" if not params else "(" + ", ".join(f"{k}={v}" for k, v in params.items()) + ")")
+        plots = ({"type": "nu_vs_bound", "title": f"ν̂ per configuration — {rule_name}; worst: {worst['text']}",
+                  "configurations": top, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower, "nu_empirical": nu,
+                  "nu_max": p["max_nu"]},)
+        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots)

@@ -1,0 +1,205 @@
+"""Claim kind ``stress``: a federated training grid under attack, every cell against a requirement.
+
+Every cell (aggregator × attack × f × β) must reach ``min_accuracy`` and stay at or below
+``max_loss``; a diverged cell meets neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+from typing import Any, Mapping
+
+from fedaudit.errors import FedAuditError
+from fedaudit.experiments.components import (
+    check_aggregator,
+    check_attacks,
+    dataset_names,
+    normalise_spec,
+    optimizer_names,
+    params_per_spec,
+    rule_params,
+)
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.keys import Key, key_error
+
+__all__ = ["Stress", "stress_config_keywords", "stress_plots"]
+
+
+def stress_config_keywords(p: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """The :class:`~fedaudit.fl.stress.StressConfig` keywords of a stress claim's parameters."""
+    return dict(aggregators=tuple(p["aggregators"]), attacks=tuple(p["attacks"]), fs=tuple(p["fs"]),
+                betas=tuple(p["betas"]), dataset=p["dataset"], data_path=p["data_path"], optimizer=p["optimizer"],
+                rounds=p["rounds"], lr=p["lr"], n_honest=p["n_honest"], mu=p["mu"], seed=seed,
+                optimal_attack=p["optimal_attack"], aggregator_params=p.get("aggregator_params"))
+
+
+def _cell_ok(rec: Mapping[str, Any], p: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    why = []
+    acc, loss = rec.get("final_accuracy"), rec.get("final_loss")
+    if p["min_accuracy"] is not None and (acc is None or acc < p["min_accuracy"]):
+        why.append("diverged" if acc is None else f"accuracy {acc:.3f} < {p['min_accuracy']:g}")
+    if p["max_loss"] is not None and (loss is None or loss > p["max_loss"]):
+        why.append("loss diverged" if loss is None else f"loss {loss:.4g} > {p['max_loss']:g}")
+    return not why, why
+
+
+def stress_plots(config: Any, res: Any, p: Mapping[str, Any]) -> list[dict]:
+    """One heatmap per (f, β) and metric, all panels of a metric on one colour scale — accuracy
+    on [0, 1], loss on [0, largest finite loss of the grid] — so equal colours mean equal values
+    across panels (as ``fedaudit stress`` draws them); and the accuracy curves of small grids."""
+    from fedaudit.fl.stress import Cell
+
+    recs = res.records
+    plots = []
+    metrics = []
+    if p["min_accuracy"] is not None or p["max_loss"] is None:
+        metrics.append(("final_accuracy", "final test accuracy"))
+    if p["max_loss"] is not None:
+        metrics.append(("final_loss", "final honest loss"))
+    pairs = [(f, b) for f in config.fs for b in config.betas][:6]
+    losses = [v for rec in recs.values() if isinstance(v := rec.get("final_loss"), (int, float)) and math.isfinite(v)]
+    scale = {"final_accuracy": (0.0, 1.0), "final_loss": (0.0, max(losses) if losses and max(losses) > 0 else 1.0)}
+    for f, b in pairs:
+        for field_, label in metrics:
+            values = [[(recs.get(Cell(a, t, f, b).key) or {}).get(field_) for t in config.attacks]
+                      for a in config.aggregators]
+            vmin, vmax = scale[field_]
+            plots.append({"type": "heatmap", "title": f"{label} at f={f}, β={b:g} (null = diverged)",
+                          "x_label": "attack", "y_label": "aggregator", "x": list(config.attacks),
+                          "y": list(config.aggregators), "values": values, "value_label": label,
+                          "vmin": vmin, "vmax": vmax})
+    if len(recs) <= 12:
+        series = {}
+        for key, rec in recs.items():
+            tr = rec.get("trace") or {}
+            if tr.get("round"):
+                series[f"{rec['aggregator']} / {rec['attack']} f={rec['f']} β={rec['beta']:g}"] = {
+                    "x": tr["round"], "y": tr.get("accuracy", [])}
+        if series:
+            hl = {"min_accuracy": p["min_accuracy"]} if p["min_accuracy"] is not None else {}
+            plots.append({"type": "curves", "title": f"test accuracy during training ({config.optimizer})",
+                          "x_label": "round", "y_label": "test accuracy", "log_y": False, "series": series,
+                          "hlines": hl})
+    return plots
+
+
+class Stress(ClaimKind):
+    """Train every cell of the grid and check the worst case over attacks in every cell.
+
+    ``workdir`` holds the grid's ``cells.jsonl`` (a rerun into it skips finished cells; the caller
+    removes it); by default a temporary directory removed when the claim ends."""
+
+    name = "stress"
+    unit = "cells"
+    figures = ("heatmap", "curves")
+
+    def keys(self) -> dict[str, Key]:
+        return {
+            "aggregators": Key("list[str]", help="registry specs"),
+            "aggregator_params": Key("params", None,
+                                     help="make_aggregator keywords for every aggregator ({ s = 2 }), or per "
+                                          "spec ({ \"bucketing+cwtm\" = { s = 2 } })"),
+            "attacks": Key("list[str]", help="attack names (or labelflip)"),
+            "fs": Key("list[int]", [1], low=0),
+            "betas": Key("list[float]", [1.0], low=0, open_low=True),
+            "dataset": Key("str", "digits", choices=dataset_names()),
+            "data_path": Key("str", None),
+            "optimizer": Key("str", "dgd", choices=optimizer_names()),
+            "rounds": Key("int", 100, low=1),
+            "lr": Key("float", 0.1, low=0, open_low=True),
+            "n_honest": Key("int", 20, low=2),
+            "mu": Key("float", 1e-2, low=0),
+            "optimal_attack": Key("bool", True),
+            "workers": Key("int", None, low=1),
+            "backend": Key("str", "process", choices=("process", "serial", "ray")),
+            "min_accuracy": Key("float", None, low=0, high=1,
+                                help="every cell's final test accuracy must reach it"),
+            "max_loss": Key("float", None, low=0, open_low=True,
+                            help="every cell's final honest loss must stay below it"),
+        }
+
+    def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
+        from fedaudit.fl.stress import StressConfig
+
+        p["aggregators"] = [normalise_spec(a) for a in p["aggregators"]]
+        p["attacks"] = [a.lower() for a in p["attacks"]]
+        check_attacks(where, "attacks", p["attacks"], allow_all=False, allow_labelflip=True)
+        big = [f for f in p["fs"] if f >= p["n_honest"]]
+        if big:
+            raise key_error(where, "fs", f"must list integers in [0, n_honest - 1 = {p['n_honest'] - 1}], got {big[0]}")
+        p["aggregator_params"] = params_per_spec(where, p["aggregators"], p["aggregator_params"])
+        for spec in p["aggregators"]:
+            for f in p["fs"]:
+                check_aggregator(where, "aggregators", spec, f, p["n_honest"] + f, "n_honest",
+                                 (p["aggregator_params"] or {}).get(spec))
+        if p["min_accuracy"] is None and p["max_loss"] is None:
+            raise FedAuditError(f"{where}: set 'min_accuracy' or 'max_loss' (the requirement every cell must meet)")
+        if p["dataset"] == "mnist" and p["data_path"] is None:
+            raise key_error(where, "data_path", "is required for dataset 'mnist' (local IDX directory or .npz)")
+        try:
+            StressConfig(**stress_config_keywords(p, seed=0))
+        except FedAuditError as exc:
+            raise FedAuditError(f"{where}: {exc}") from None
+
+    def default_title(self, p: Mapping[str, Any], expect: str) -> str:
+        req = []
+        if p["min_accuracy"] is not None:
+            req.append(f"accuracy ≥ {p['min_accuracy']:g}")
+        if p["max_loss"] is not None:
+            req.append(f"loss ≤ {p['max_loss']:g}")
+        verb = "keeps" if len(p["aggregators"]) == 1 else "keep"
+        return (f"{', '.join(a.upper() for a in p['aggregators'])} {verb} {' and '.join(req)} "
+                f"under {', '.join(p['attacks'])} on {p['dataset']}")
+
+    def work_units(self, p: Mapping[str, Any]) -> int:
+        return len(p["aggregators"]) * len(p["attacks"]) * len(p["fs"]) * len(p["betas"])
+
+    def run(self, spec, rng, progress: Progress, *, workdir: str | None = None) -> Evidence:
+        from fedaudit.fl.stress import StressConfig, run_stress
+
+        p = spec.params
+        kw = stress_config_keywords(p, seed=spec.seed)
+        kw["aggregator_params"] = {a: params for a in p["aggregators"]
+                                   if (params := rule_params(a, (p.get("aggregator_params") or {}).get(a),
+                                                             spec.seed))} or None
+        config = StressConfig(**kw)
+        with contextlib.nullcontext(workdir) if workdir is not None else \
+                tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
+            res = run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=progress, plot=False)
+        s = res.summary
+        cells, failing = [], []
+        for row in s["cells"]:
+            ok, why = _cell_ok(row, p)
+            cells.append({**row, "meets": ok, "why": why})
+            if not ok:
+                failing.append({"key": row["key"], "why": why})
+        holds = not failing and bool(s["complete"])
+        accs = [c["final_accuracy"] for c in cells]
+        losses = [c["final_loss"] for c in cells]
+        worst_acc = None if any(a is None for a in accs) else min(accs, default=None)
+        worst_loss = None if any(v is None for v in losses) else max(losses, default=None)
+        req = []
+        if p["min_accuracy"] is not None:
+            req.append(f"accuracy ≥ {p['min_accuracy']:g}")
+        if p["max_loss"] is not None:
+            req.append(f"loss ≤ {p['max_loss']:g}")
+        summary = (f"{len(cells) - len(failing)}/{len(cells)} cells meet {' and '.join(req)}; worst accuracy "
+                   f"{'diverged' if worst_acc is None else f'{worst_acc:.3f}'}, worst loss "
+                   f"{'diverged' if worst_loss is None else f'{worst_loss:.4g}'}"
+                   + (f"; failing: {', '.join(f['key'] for f in failing[:3])}" + (" …" if len(failing) > 3 else "")
+                      if failing else ""))
+        evidence = {
+            "requirement": {"min_accuracy": p["min_accuracy"], "max_loss": p["max_loss"]},
+            "cells_meeting": len(cells) - len(failing), "cells": len(cells),
+            "worst_accuracy": worst_acc, "worst_loss": worst_loss,
+            "failing": failing,
+            "per_cell": [{k: c[k] for k in ("key", "final_accuracy", "final_loss", "breakdown", "breakdown_reasons",
+                                            "meets", "why", "seed", "runtime_s") if k in c} for c in cells],
+            "breakdown_rule": s["breakdown_rule"], "seed_rule": s["seed_rule"],
+            "worst_case": s["aggregators"],
+            "config": s["config"], "runtime_s": res.runtime_s,
+        }
+        return Evidence(holds=holds, violated=bool(failing), evidence=evidence, summary=summary,
+                        plots=tuple(stress_plots(config, res, p)))

@@ -1,0 +1,158 @@
+"""Claim kind ``variance``: the MSE of SSTQ against d/k, checked against bounds.
+
+MSE of private SSTQ at every k and the log–log slope of MSE on d/k. The claim holds when the
+CI's upper end meets ``max_mse``/``max_slope`` (lower end for ``min_slope``); a violation is
+detected when the CI lies entirely on the wrong side of a bound.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.keys import Key, key_error, require_bound
+
+__all__ = ["Variance", "slope_ci", "rescaled_ci"]
+
+
+def _z(confidence: float) -> float:
+    from scipy import stats
+
+    return float(stats.norm.isf((1 - confidence) / 2))
+
+
+def slope_ci(dk: list[float], results: list[Any], z: float) -> tuple[float, float, float]:
+    """Least-squares slope of log MSE on log(d/k) with a delta-method CI: the measurements are
+    independent, Var(log MSE_i) ≈ (se_i / MSE_i)², se_i = (ci_high − mse)/z_0.95 (CLT), and the
+    slope is Σ c_i log MSE_i with c_i = (u_i − ū)/Σ(u − ū)², u = log(d/k)."""
+    from fedaudit.audit.variance import loglog_slope
+
+    u = np.log(np.asarray(dk, float))
+    c = (u - u.mean()) / np.sum((u - u.mean()) ** 2)
+    slope = loglog_slope(dk, [r.mse for r in results])
+    z95 = [_z(r.confidence) for r in results]
+    var_log = np.array([((r.ci_high - r.mse) / zz / r.mse) ** 2 if r.mse > 0 else 0.0 for r, zz in zip(results, z95)])
+    half = z * float(np.sqrt(np.sum(c ** 2 * var_log)))
+    return slope, slope - half, slope + half
+
+
+def rescaled_ci(r: Any, z: float) -> tuple[float, float]:
+    """The CLT interval of an MSEResult at another confidence: mse ± z·se (se from its own CI)."""
+    se = (r.ci_high - r.mse) / _z(r.confidence)
+    return max(0.0, r.mse - z * se), r.mse + z * se
+
+
+class Variance(ClaimKind):
+    """MSE of SSTQ against d/k (private and not) next to vqSGD and PrivUnitG; check the bounds."""
+
+    name = "variance"
+    unit = "reports"
+    figures = ("mse_vs_dk",)
+
+    def keys(self) -> dict[str, Key]:
+        return {
+            "dim": Key("int", 1024, low=1, high=1_000_000),
+            "ks": Key("list[int]", low=1, help="SSTQ k values (each <= dim)"),
+            "epsilon": Key("float", 1.0, low=0, open_low=True),
+            "levels": Key("int", 2, low=2),
+            "clip": Key("float", 1.0, low=0, open_low=True),
+            "samples": Key("int", 20_000, low=100, help="reports per measurement"),
+            "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
+            "max_mse": Key("float", None, low=0, open_low=True,
+                           help="bound on the private SSTQ MSE at every k (CI upper end must meet it)"),
+            "max_slope": Key("float", None, help="bound on the log-log slope of private SSTQ MSE on d/k (CI upper end)"),
+            "min_slope": Key("float", None, help="bound on the slope from below (CI lower end)"),
+        }
+
+    def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
+        big = [k for k in p["ks"] if k > p["dim"]]
+        if big:
+            raise key_error(where, "ks", f"must list integers in [1, dim={p['dim']}], got {big[0]}")
+        if p["min_slope"] is not None and p["max_slope"] is not None and p["min_slope"] > p["max_slope"]:
+            raise key_error(where, "min_slope", f"must be <= max_slope={p['max_slope']:g}, got {p['min_slope']:g}")
+        if (p["min_slope"] is not None or p["max_slope"] is not None) and len(p["ks"]) < 2:
+            raise key_error(where, "ks", "must list at least two k values to fit a slope")
+        require_bound(where, p, expect, ("max_mse", "max_slope", "min_slope"))
+
+    def default_title(self, p: Mapping[str, Any], expect: str) -> str:
+        bits = []
+        if p["max_mse"] is not None:
+            bits.append(f"MSE ≤ {p['max_mse']:g}")
+        if p["min_slope"] is not None or p["max_slope"] is not None:
+            lo = "−∞" if p["min_slope"] is None else f"{p['min_slope']:g}"
+            hi = "∞" if p["max_slope"] is None else f"{p['max_slope']:g}"
+            bits.append(f"slope on d/k in [{lo}, {hi}]")
+        tail = (": " + ", ".join(bits)) if bits else ""
+        return f"SSTQ MSE vs d/k at d={p['dim']}, ε={p['epsilon']:g}{tail}"
+
+    def work_units(self, p: Mapping[str, Any]) -> int:
+        return p["samples"] * (2 * len(p["ks"]) + 3)
+
+    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.variance import variance_vs_dk
+
+        p = spec.params
+        curve = variance_vs_dk(p["dim"], p["ks"], p["epsilon"], levels=p["levels"], clip=p["clip"],
+                               samples=p["samples"], seed=spec.seed, progress=progress)
+        z = _z(p["confidence"])
+        dk = list(curve.d_over_k)
+        cis = [rescaled_ci(r, z) for r in curve.sstq]
+        cis0 = [rescaled_ci(r, z) for r in curve.sstq_nonprivate]
+        slope, slope_lo, slope_hi = slope_ci(dk, list(curve.sstq), z) if len(dk) >= 2 else (math.nan,) * 3
+        checks, holds, violated = [], True, False
+        if p["max_mse"] is not None:
+            worst_hi = max(hi for _, hi in cis)
+            worst_lo = max(lo for lo, _ in cis)
+            ok, bad = worst_hi <= p["max_mse"], worst_lo > p["max_mse"]
+            checks.append({"check": "max_mse", "bound": p["max_mse"], "value": max(r.mse for r in curve.sstq),
+                           "ci": [worst_lo, worst_hi], "holds": ok, "violated": bad})
+            holds, violated = holds and ok, violated or bad
+        if p["max_slope"] is not None:
+            ok, bad = slope_hi <= p["max_slope"], slope_lo > p["max_slope"]
+            checks.append({"check": "max_slope", "bound": p["max_slope"], "value": slope,
+                           "ci": [slope_lo, slope_hi], "holds": ok, "violated": bad})
+            holds, violated = holds and ok, violated or bad
+        if p["min_slope"] is not None:
+            ok, bad = slope_lo >= p["min_slope"], slope_hi < p["min_slope"]
+            checks.append({"check": "min_slope", "bound": p["min_slope"], "value": slope,
+                           "ci": [slope_lo, slope_hi], "holds": ok, "violated": bad})
+            holds, violated = holds and ok, violated or bad
+        conf = f"{p['confidence']:.0%}"
+        parts = [f"private SSTQ slope of MSE on d/k {slope:+.3f} ({conf} CI [{slope_lo:+.3f}, {slope_hi:+.3f}])",
+                 f"MSE {min(r.mse for r in curve.sstq):.4g}–{max(r.mse for r in curve.sstq):.4g} "
+                 f"(PrivUnitG {curve.privunitg.mse:.4g}, vqSGD {curve.vqsgd.mse:.4g})"]
+        for c in checks:
+            state = "holds" if c["holds"] else ("VIOLATED" if c["violated"] else "not shown at " + conf)
+            parts.append(f"{c['check']} {c['bound']:g}: {state}")
+        if not checks:
+            parts.append("no bound declared (measurement only)")
+        label_p, label_0 = f"SSTQ ε={curve.epsilon:g}", "SSTQ no privacy"
+        evidence = {
+            "checks": checks,
+            "slope_private": slope, "slope_private_ci": [slope_lo, slope_hi],
+            "slope_nonprivate": curve.slope_nonprivate,
+            "confidence": p["confidence"],
+            "per_k": [{"k": k, "d_over_k": x, "mse": r.mse, "ci": list(ci), "unbiased": r.unbiased,
+                       "mse_nonprivate": r0.mse, "ci_nonprivate": list(ci0)}
+                      for k, x, r, ci, r0, ci0 in zip(curve.ks, dk, curve.sstq, cis, curve.sstq_nonprivate, cis0)],
+            "references": {"privunitg": curve.privunitg.mse, "vqsgd": curve.vqsgd.mse,
+                           "vqsgd_nonprivate": curve.vqsgd_nonprivate.mse},
+            "samples": curve.samples,
+            "curve": curve.to_dict(),
+        }
+        hlines = {f"vqSGD ε={curve.epsilon:g}": curve.vqsgd.mse, "vqSGD no privacy": curve.vqsgd_nonprivate.mse,
+                  f"PrivUnitG ε={curve.epsilon:g} (optimal)": curve.privunitg.mse}
+        if p["max_mse"] is not None:
+            hlines["bound max_mse"] = p["max_mse"]
+        plots = ({"type": "mse_vs_dk", "title": f"MSE vs d/k at d={curve.dim}, s={curve.levels} ({conf} CIs)",
+                  "d_over_k": dk,
+                  "series": {label_p: {"mse": [r.mse for r in curve.sstq], "ci_low": [c[0] for c in cis],
+                                       "ci_high": [c[1] for c in cis]},
+                             label_0: {"mse": [r.mse for r in curve.sstq_nonprivate], "ci_low": [c[0] for c in cis0],
+                                       "ci_high": [c[1] for c in cis0]}},
+                  "hlines": hlines,
+                  "slopes": {label_p: slope, label_0: curve.slope_nonprivate}},)
+        return Evidence(holds=holds, violated=violated, evidence=evidence, summary="; ".join(parts), plots=plots)
