@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedaudit.audit.bounds import epsilon_lower_bound, max_certifiable_epsilon
-from fedaudit.audit.ldp import audit_ldp
+from fedaudit.audit import pair_search
+from fedaudit.audit.ldp import audit_ldp, audit_ldp_streams
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms import SSTQ, VQSGD, Duchi, Laplace, PrivUnitG, RandomizedResponse
@@ -459,9 +460,10 @@ def test_audit_worst_case_certifies_on_independent_seeds():
     # each half on its own child reproduces it, so the certification draws share no stream with
     # anything the search saw.
     search_seq, cert_seq = np.random.SeedSequence(7).spawn(2)
-    found = search_pairs(m, samples=1000, rounds=1, seed=search_seq)
+    found = pair_search._search_pairs(m, dim=None, clip=None, epsilon=None, delta=None, samples=1000, rounds=1,
+                                      streams=search_seq, test="auto", progress=None)
     assert found.name == res.search["best"] and found.x0.tolist() == res.x0
-    again = audit_ldp(m, found.x0, found.x1, samples=3000, seed=cert_seq)
+    again = audit_ldp_streams(m, found.x0, found.x1, samples=3000, streams=cert_seq)
     drop = set(RUNTIME_FIELDS) | {"seed", "search"}
     assert {k: v for k, v in again.to_dict().items() if k not in drop} == \
            {k: v for k, v in res.to_dict().items() if k not in drop}

@@ -79,10 +79,11 @@ def _top_columns(t0: np.ndarray, t1: np.ndarray, limit: int) -> np.ndarray:
     return order[:limit]
 
 
-def LogisticClassifier(t0: np.ndarray, t1: np.ndarray, *, max_features: int = 256, max_train: int = 20_000,
-                       seed: int = 0) -> Statistic:
+def LogisticClassifier(t0: np.ndarray, t1: np.ndarray, *, max_features: int = 256,
+                       max_train: int = 20_000) -> Statistic:
     """Logistic regression on standardized report columns (at most ``max_features`` most
-    separated columns, ``max_train`` rows per input); s = decision function."""
+    separated columns, ``max_train`` rows per input); s = decision function. The fit (L2
+    penalty, L-BFGS) is deterministic: it draws no randomness."""
     from sklearn.linear_model import LogisticRegression
 
     cols = _top_columns(t0, t1, max_features)
@@ -92,7 +93,7 @@ def LogisticClassifier(t0: np.ndarray, t1: np.ndarray, *, max_features: int = 25
     sd = np.where(sd > 0, sd, 1.0)
     X = (np.concatenate([a, b]) - mu) / sd
     y = np.r_[np.ones(len(a)), np.zeros(len(b))]
-    clf = LogisticRegression(max_iter=300, random_state=seed)
+    clf = LogisticRegression(max_iter=300)
     clf.fit(X, y)
     w, c = clf.coef_[0], float(clf.intercept_[0])
     return Statistic("logistic-classifier", lambda r: ((r[:, cols] - mu) / sd) @ w + c, "classifier")
@@ -127,7 +128,7 @@ def FrequencyTest(t0: np.ndarray, t1: np.ndarray, *, max_distinct_fraction: floa
 
 def fit_black_box(t0: np.ndarray, t1: np.ndarray, *, x0: np.ndarray | None, x1: np.ndarray | None,
                   decode: Callable[[np.ndarray], np.ndarray] | None, families: Sequence[str],
-                  max_columns: int = 32, seed: int = 0) -> list[Statistic]:
+                  max_columns: int = 32) -> list[Statistic]:
     """Fit the requested black-box families on training samples (t0 from x0, t1 from x1)."""
     out: list[Statistic] = []
     if "column" in families:
@@ -139,7 +140,7 @@ def fit_black_box(t0: np.ndarray, t1: np.ndarray, *, x0: np.ndarray | None, x1: 
             out.append(Projection(x0, x1, decode))
     # with one column a linear classifier is a monotone map of that column: nothing to add
     if "classifier" in families and t0.shape[1] > 1 and min(len(t0), len(t1)) >= 20:
-        out.append(LogisticClassifier(t0, t1, seed=seed))
+        out.append(LogisticClassifier(t0, t1))
     if "frequency" in families:
         freq = FrequencyTest(t0, t1)
         if freq is not None:

@@ -33,7 +33,7 @@ The audited claim is the mechanism's typed :attr:`~fedaudit.mechanisms.Mechanism
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence
 from fedaudit.validation import check_int, check_positive, check_probability, check_real, check_vector
 
-__all__ = ["LDPAudit", "audit_ldp", "audit_notes", "claimed_guarantee", "Sampler", "BLACK_BOX_FAMILIES", "TESTS",
+__all__ = ["LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_notes", "claimed_guarantee", "Sampler", "BLACK_BOX_FAMILIES", "TESTS",
            "LOW_PAIR_POWER"]
 
 #: cap on the selection split per input (train + select), and on stored training bytes
@@ -161,6 +161,10 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
               chunk: int | None = None, progress: ProgressFn | None = None) -> "LDPAudit":
     """Certify a lower bound on the LDP ε of ``mechanism`` from the pair (x0, x1).
 
+    The audit's randomness is ``SeedSequence(seed)`` (``seed=None``: fresh entropy), so
+    ``audit_ldp(..., seed=s)`` is ``audit_ldp_streams(..., streams=SeedSequence(s))`` with
+    ``LDPAudit.seed = s``.
+
     Parameters
     ----------
     mechanism : a :class:`~fedaudit.mechanisms.Mechanism`, or a black-box
@@ -178,6 +182,28 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         not depend on it.
     progress : called with the number of reports drawn after each step.
     """
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
+        raise FedAuditError(f"seed must be a non-negative integer or None, got seed={seed!r} (a stream of a larger "
+                            f"experiment goes to audit_ldp_streams(streams=...))")
+    res = audit_ldp_streams(mechanism, x0, x1, streams=as_seed_sequence(seed), epsilon=epsilon, delta=delta,
+                            samples=samples, confidence=confidence, test=test, selection_fraction=selection_fraction,
+                            chunk=chunk, progress=progress)
+    return res if seed is None else replace(res, seed=int(seed))
+
+
+def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, streams: np.random.SeedSequence,
+                      epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
+                      confidence: float = 0.95, test: str = "auto", selection_fraction: float = 0.1,
+                      chunk: int | None = None, progress: ProgressFn | None = None) -> "LDPAudit":
+    """:func:`audit_ldp` drawing from the child streams of ``streams`` (a ``SeedSequence``, e.g. one
+    child of a larger seeded experiment such as a pair search); ``LDPAudit.seed`` is None.
+
+    Stream layout: ``streams.spawn(4)`` = (width probe, train, select, certify); each split
+    spawns one child per input and each of those one child per block
+    (:func:`fedaudit.audit.sampling.stream`).
+    """
+    if not isinstance(streams, np.random.SeedSequence):
+        raise FedAuditError(f"streams must be a numpy SeedSequence, got {type(streams).__name__}")
     t_start = time.perf_counter()
     claim, delta_claim = claimed_guarantee(mechanism, epsilon, delta)
     eps_claim = epsilon_delta(claim)[0]
@@ -192,8 +218,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     alpha = 1.0 - confidence
 
     # ---- 1. sampling: seeded streams of the train, select and certify splits
-    root = as_seed_sequence(seed)
-    probe_seq, train_seq, select_seq, cert_seq = root.spawn(4)
+    probe_seq, train_seq, select_seq, cert_seq = streams.spawn(4)
     width = source.probe_width(x0, np.random.default_rng(probe_seq))
     block = block_rows(width)
     chunk_blocks = 1 if chunk is None else max(1, check_int("chunk", chunk, low=1) // block)
@@ -226,8 +251,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     decode = source.mechanism.decode if source.mechanism is not None else None
     # the exact likelihood ratio is not fitted, so it also selects on the (kept) training draws
     lr_train = [[stats[0](train0)], [stats[0](train1)]] if use_lr else None
-    stats += fit_black_box(train0, train1, x0=x0, x1=x1, decode=decode, families=families,
-                           seed=int(root.generate_state(1)[0]))
+    stats += fit_black_box(train0, train1, x0=x0, x1=x1, decode=decode, families=families)
     del train0, train1
     if not stats:
         raise FedAuditError(f"no distinguisher applies for test={test!r} to reports of width {width}")
@@ -268,7 +292,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         fpr=fpr,
         test=chosen.statistic.name,
         samples=samples,
-        seed=int(seed) if isinstance(seed, (int, np.integer)) else None,
+        seed=None,
         confidence=confidence,
         tightness=(certified.epsilon_lower / eps_claim) if eps_claim else None,
         event={
