@@ -53,3 +53,53 @@ def test_bounds_grow_with_f_at_fixed_n(f, extra):
 def test_bad_n_f(n, f):
     with pytest.raises(FedAuditError):
         kappa_lower_bound(n, f)
+
+
+def test_bound_dispatches_on_the_rule_class_not_its_name():
+    """A user's rule named "cwtm" must not inherit CWTM's bound; instances, compositions, specs
+    and classes give the same bound as the names did."""
+    import numpy as np
+
+    from fedaudit.defenses import CWTM, NNM, Aggregator, GeometricMedian, Krum, Mean, MultiKrum, compose
+    from fedaudit.defenses.base import MedianBased, NearestNeighbourMixing, RobustnessClass, TrimmedMean
+    from fedaudit.defenses.kappa import kappa_formula, robustness_class
+
+    class Impostor(Aggregator):
+        name = "cwtm"
+
+        def _aggregate(self, X, f):
+            return X[0]
+
+    assert kappa_upper_bound(Impostor(5), 21, 5) is None
+    assert robustness_class(Impostor(5)) == (RobustnessClass(), "cwtm")
+    by_name = kappa_upper_bound("cwtm", 21, 5)
+    assert kappa_upper_bound(CWTM(5), 21, 5) == by_name and by_name.rule == "cwtm"
+    assert kappa_upper_bound(TrimmedMean(), 21, 5).kappa == by_name.kappa
+    assert kappa_upper_bound(compose(NNM(5), Krum(5)), 21, 5) == kappa_upper_bound("nnm+krum", 21, 5)
+    assert kappa_upper_bound(compose(NNM(5), Impostor(5)), 21, 5) is None
+    assert compose(NNM(5), GeometricMedian()).robustness == NearestNeighbourMixing(MedianBased())
+    assert kappa_upper_bound(MultiKrum(2), 10, 2) is None and kappa_upper_bound(Mean(1), 10, 1).kappa == math.inf
+
+    class Subclassed(CWTM):  # a CWTM is a CWTM, whatever it is called
+        name = "my-trimmed"
+
+    assert kappa_upper_bound(Subclassed(5), 21, 5).kappa == by_name.kappa
+
+    class Declared(Aggregator):  # a user rule may declare a class, and register a bound for a new one
+        name = "declared"
+        robustness = MedianBased()
+
+        def _aggregate(self, X, f):
+            return np.median(X, axis=0)
+
+    assert kappa_upper_bound(Declared(2), 11, 2).kappa == kappa_upper_bound("gm", 11, 2).kappa
+
+    class Halving(RobustnessClass):
+        pass
+
+    kappa_formula.register(Halving, lambda cls, n, f, rule: (0.5, "1/2"))
+    assert kappa_upper_bound(Halving(), 11, 2).kappa == 0.5
+    with pytest.raises(FedAuditError, match="did you mean 'cwtm'"):
+        kappa_upper_bound("cwmt", 21, 5)
+    with pytest.raises(FedAuditError, match="must be an Aggregator"):
+        kappa_upper_bound(3.0, 21, 5)

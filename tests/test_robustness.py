@@ -79,6 +79,22 @@ def test_planted_non_robust_rule_is_flagged():
     assert res.violation and res.nu_empirical > res.nu_bound
 
 
+def test_a_rule_named_cwtm_does_not_inherit_the_cwtm_bound():
+    """The bound comes from the rule's robustness class: a rule that is not a CWTM but calls
+    itself "cwtm" is audited without a published bound (and so cannot "violate" it)."""
+    from fedaudit.defenses.base import Aggregator
+
+    class FirstRow(Aggregator):
+        name = "cwtm"
+
+        def _aggregate(self, X, f):
+            return X[0]
+
+    res = audit_robustness(FirstRow(2), n=9, f=2, d=5, trials=6, search_evals=0, search=0, seed=0)
+    assert res.aggregator == "cwtm" and res.nu_bound is None and res.bound is None and not res.violation
+    assert res.nu_empirical > kappa_lower_bound(9, 2)  # the empirical search still measures it
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(n=4, f=2), "n > 2f"),
     (dict(n=7, f=2, attacks="nosuch"), "unknown attack"),

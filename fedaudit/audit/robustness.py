@@ -383,12 +383,11 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     if broke["count"]:
         breakdown = {"count": broke["count"], "labels": broke["labels"][:50], "first": broke["first"]}
     if "X" not in best:  # the rule broke down on every configuration tried
-        return _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent)
+        return _all_broken(spec, agg, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent)
 
     nu_hat = float(best["nu"])
     unbounded = nu_hat >= _UNBOUNDED
-    key = spec.lower() if isinstance(spec, str) else None
-    bound = kappa_upper_bound(key, n, f) if key else None
+    bound = kappa_upper_bound(agg, n, f) if isinstance(agg, Aggregator) else None  # by the rule's class
     nu_bound = bound.kappa if bound is not None else None
     lower = kappa_lower_bound(n, f)
     Xbest = best["X"]
@@ -437,11 +436,10 @@ def _search_report(budget: SearchBudget, outcome, nu_before: float, spent: Searc
             "per_subspace": {k: (math.inf if v >= _UNBOUNDED else v) for k, v in outcome.per_subspace.items()}}
 
 
-def _all_broken(spec, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent) -> RobustnessAudit:
+def _all_broken(spec, agg, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent) -> RobustnessAudit:
     """Every configuration broke the rule down: no ν to report (nu_empirical = 0, no config)."""
     lower = kappa_lower_bound(n, f)
-    key = spec.lower() if isinstance(spec, str) else None
-    bound = kappa_upper_bound(key, n, f) if key else None
+    bound = kappa_upper_bound(agg, n, f) if isinstance(agg, Aggregator) else None
     return RobustnessAudit(
         aggregator=str(spec), n=n, f=f, d=d, nu_empirical=0.0,
         nu_bound=bound.kappa if bound is not None else None, nu_lower=lower, violation=False, unbounded=False,

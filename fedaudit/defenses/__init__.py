@@ -1,7 +1,10 @@
 """Server-side defenses: robust aggregators, pre-aggregators and their composition.
 
 An aggregator maps (n, d) → (d,); a pre-aggregator maps (n, d) → (n', d); ``compose`` chains
-pre-aggregators and one aggregator. Build by name with :func:`make_aggregator`.
+pre-aggregators and one aggregator. Build by name with :func:`make_aggregator` (registries
+:data:`AGGREGATORS`, :data:`PREAGGREGATORS`). Every rule exposes its typed robustness class
+(``rule.robustness``), on which :func:`kappa_upper_bound` dispatches. Gossip rules are
+:mod:`fedaudit.defenses.gossip`.
 
 Call contract (see :mod:`fedaudit.defenses.base`): ``rule(X, rng=generator)`` — random rules
 draw from ``rng`` and are otherwise stateless; rows holding NaN/±inf are dropped up to
@@ -22,7 +25,17 @@ from fedaudit.defenses.aggregators import (
     Mean,
     MultiKrum,
 )
-from fedaudit.defenses.base import Aggregator, PreAggregator, compose
+from fedaudit.defenses.base import (
+    Aggregator,
+    Averaging,
+    KrumSelection,
+    MedianBased,
+    NearestNeighbourMixing,
+    PreAggregator,
+    RobustnessClass,
+    TrimmedMean,
+    compose,
+)
 from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
 from fedaudit.defenses.registry import (
     AGGREGATOR_NAMES,
@@ -40,6 +53,12 @@ __all__ = [
     "KappaBound", "kappa_lower_bound", "kappa_upper_bound", "gossip",
     "Aggregator",
     "PreAggregator",
+    "RobustnessClass",
+    "Averaging",
+    "TrimmedMean",
+    "KrumSelection",
+    "MedianBased",
+    "NearestNeighbourMixing",
     "compose",
     "Mean",
     "CWTM",

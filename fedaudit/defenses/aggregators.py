@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.defenses.base import Aggregator
+from fedaudit.defenses.base import Aggregator, Averaging, KrumSelection, MedianBased, TrimmedMean
 from fedaudit.errors import FedAuditError
 from fedaudit.kernels import (
     by_columns,
@@ -92,6 +92,7 @@ class Mean(Aggregator):
     """
 
     name = "mean"
+    robustness = Averaging()
     needs_f = False
 
     def __init__(self, f: int = 0):
@@ -115,6 +116,7 @@ class CWTM(Aggregator):
     """
 
     name = "cwtm"
+    robustness = TrimmedMean()
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
@@ -132,6 +134,7 @@ class CWMed(Aggregator):
     """
 
     name = "cwmed"
+    robustness = MedianBased()
     needs_f = False
 
     def __init__(self, f: int = 0):
@@ -167,6 +170,7 @@ class GeometricMedian(Aggregator):
     """
 
     name = "gm"
+    robustness = MedianBased()
     needs_f = False
 
     def __init__(self, tol: float = 1e-8, max_iter: int = 1000, nu: float = 1e-12, f: int = 0):
@@ -207,6 +211,7 @@ class Krum(Aggregator):
     """
 
     name = "krum"
+    robustness = KrumSelection()
 
     def min_n(self, f: int) -> int:
         return 2 * f + 3

@@ -46,7 +46,8 @@ every S ⊆ [n] with |S| = n − f,  ‖F(x) − x̄_S‖² ≤ (κ/|S|) Σ_{i�
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -55,7 +56,47 @@ from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.validation import check_int
 from fedaudit.rng import as_generator
 
-__all__ = ["Aggregator", "PreAggregator", "Composed", "compose"]
+__all__ = ["RobustnessClass", "Averaging", "TrimmedMean", "KrumSelection", "MedianBased", "NearestNeighbourMixing",
+           "Aggregator", "PreAggregator", "Composed", "compose", "composed_class"]
+
+
+# ------------------------------------------------------------------------------ robustness classes
+@dataclass(frozen=True)
+class RobustnessClass:
+    """The family of published (f, κ)-robustness bounds a rule belongs to.
+
+    Every rule exposes one as ``rule.robustness``; :func:`fedaudit.defenses.kappa.kappa_upper_bound`
+    looks the bound up by this *type*, never by the rule's name, so a user's rule called "cwtm"
+    does not inherit CWTM's bound. This base class itself means "no published bound" (the
+    default of every rule, e.g. Multi-Krum, MDA, CC, Meamed, Bulyan and users' rules).
+    """
+
+
+@dataclass(frozen=True)
+class Averaging(RobustnessClass):
+    """The arithmetic mean: κ = 0 without Byzantine inputs, unbounded for f > 0."""
+
+
+@dataclass(frozen=True)
+class TrimmedMean(RobustnessClass):
+    """Coordinate-wise trimmed mean: κ = (6f/(n−2f))(1 + f/(n−2f)) (Allouah et al. 2023)."""
+
+
+@dataclass(frozen=True)
+class KrumSelection(RobustnessClass):
+    """Krum's selection: κ = 6(1 + f/(n−2f)) for n > 2f + 2 (Allouah et al. 2023)."""
+
+
+@dataclass(frozen=True)
+class MedianBased(RobustnessClass):
+    """Geometric or coordinate-wise median: κ = 4(1 + f/(n−2f))² (Allouah et al. 2023)."""
+
+
+@dataclass(frozen=True)
+class NearestNeighbourMixing(RobustnessClass):
+    """NNM followed by a rule of class ``inner``: κ = (8f/(n−f))(κ_inner + 1) (Allouah et al. 2023)."""
+
+    inner: RobustnessClass
 
 
 def _clamp_finite(out: np.ndarray, name: str) -> np.ndarray:
@@ -80,6 +121,8 @@ class _Rule(ABC):
     needs_f: bool = True
     #: whether the trusted core takes a keyword ``rng`` (random rules)
     uses_rng: bool = False
+    #: the published (f, κ) family of the rule (an aggregator's, see :class:`RobustnessClass`)
+    robustness: ClassVar[RobustnessClass] = RobustnessClass()
 
     def __init__(self, f: int = 0):
         self.f = check_int("f", f, low=0)
@@ -173,6 +216,12 @@ class PreAggregator(_Rule):
         """Fewest input rows that give at least m output rows (m for row-wise maps)."""
         return m
 
+    @classmethod
+    def robustness_after(cls, inner: RobustnessClass) -> RobustnessClass:
+        """The class of this pre-aggregator followed by a rule of class ``inner`` (default: no
+        published bound)."""
+        return RobustnessClass()
+
 
 class Composed(Aggregator):
     """pre_1 ∘ … ∘ pre_m then an aggregator: ``compose(NNM(f), CWTM(f))``.
@@ -192,6 +241,11 @@ class Composed(Aggregator):
         self.stages = stages
         self.name = "+".join(s.name for s in stages)
         self.needs_f = any(s.needs_f for s in stages)
+
+    @property
+    def robustness(self) -> RobustnessClass:  # type: ignore[override]
+        """The last stage's class, mapped through the pre-aggregators from last to first."""
+        return composed_class([type(s) for s in self.stages[:-1]], self.stages[-1].robustness)
 
     def min_n(self, f: int) -> int:
         """Smallest n for which every stage gets enough rows with Byzantine count min(stage.f, f),
@@ -218,6 +272,15 @@ class Composed(Aggregator):
 
     def params(self) -> dict[str, Any]:
         return {"stages": [repr(s) for s in self.stages]}
+
+
+def composed_class(pre: list[type], last: RobustnessClass) -> RobustnessClass:
+    """The robustness class of pre_1 ∘ … ∘ pre_m ∘ F with F of class ``last`` (classes of the
+    pre-aggregators, applied from the innermost out)."""
+    out = last
+    for stage in reversed(pre):
+        out = stage.robustness_after(out)
+    return out
 
 
 def compose(*stages: _Rule) -> Composed:

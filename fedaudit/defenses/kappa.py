@@ -20,6 +20,11 @@ CWMed      4·(1 + f/(n−2f))²
 NNM ∘ F    (8f/(n−f))·(κ_F + 1)
 =========  ==========================================
 
+Dispatch. A bound is looked up by the rule's robustness class
+(:class:`~fedaudit.defenses.base.RobustnessClass`: ``rule.robustness``), never by its name: a
+user's rule named "cwtm" has no published bound unless its class says so. Add a bound for a new
+class with ``kappa_formula.register(MyClass)``.
+
 Provenance: these formulas are taken from the project's research notes, which recorded them
 from the paper's table without being able to re-read the full text; they could not be
 re-verified against the paper in this environment either (``verified=False`` below). They are
@@ -29,14 +34,27 @@ therefore treated as hypotheses: the empirical auditor flags ``violation`` whene
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fedaudit.defenses.base import (
+    Aggregator,
+    Averaging,
+    KrumSelection,
+    MedianBased,
+    NearestNeighbourMixing,
+    RobustnessClass,
+    TrimmedMean,
+    composed_class,
+)
+from fedaudit.defenses.registry import spec_stages
 from fedaudit.errors import FedAuditError
+from fedaudit.json import jsonable
 from fedaudit.validation import check_int
 
-__all__ = ["KappaBound", "kappa_lower_bound", "kappa_upper_bound", "BOUNDED_RULES"]
+__all__ = ["KappaBound", "kappa_lower_bound", "kappa_upper_bound", "kappa_formula", "robustness_class"]
 
 _REF = "Allouah et al., AISTATS 2023 (arXiv 2302.01772), Table 1"
 _PROVENANCE = "formula from the project research notes; not re-verified against the paper text here"
@@ -56,9 +74,7 @@ class KappaBound:
     note: str
 
     def to_dict(self) -> dict[str, Any]:
-        from fedaudit.json import jsonable  # strict JSON: inf is "inf", nan is "nan"
-
-        return jsonable(asdict(self))
+        return jsonable(asdict(self))  # strict JSON: inf is "inf", nan is "nan"
 
 
 def _check(n: int, f: int) -> tuple[int, int]:
@@ -75,42 +91,86 @@ def kappa_lower_bound(n: int, f: int) -> float:
     return f / (n - 2 * f)
 
 
-def _base(rule: str, n: int, f: int) -> tuple[float, str] | None:
-    r = f / (n - 2 * f)
-    if rule == "cwtm":
-        return 6 * r * (1 + r), "(6f/(n−2f))·(1 + f/(n−2f))"
-    if rule == "krum":
-        if n <= 2 * f + 2:
-            return None
-        return 6 * (1 + r), "6·(1 + f/(n−2f))"
-    if rule in ("gm", "cwmed"):
-        return 4 * (1 + r) ** 2, "4·(1 + f/(n−2f))²"
-    if rule == "mean":
-        return (0.0 if f == 0 else math.inf), "0 if f = 0, unbounded otherwise"
+@functools.singledispatch
+def kappa_formula(cls: RobustnessClass, n: int, f: int, rule: str) -> tuple[float, str] | None:
+    """(κ, formula) of the published bound for a rule of class ``cls`` named ``rule`` at (n, f),
+    n > 2f; ``None`` when no bound is published (the base class)."""
     return None
 
 
-BOUNDED_RULES = ("mean", "cwtm", "krum", "gm", "cwmed", "nnm+cwtm", "nnm+krum", "nnm+gm", "nnm+cwmed")
+@kappa_formula.register
+def _(cls: Averaging, n: int, f: int, rule: str) -> tuple[float, str] | None:
+    return (0.0 if f == 0 else math.inf), "0 if f = 0, unbounded otherwise"
 
 
-def kappa_upper_bound(rule: str, n: int, f: int) -> KappaBound | None:
-    """The published κ for ``rule`` ("cwtm", "krum", "gm", "cwmed", "mean", or "nnm+<one of
-    those>") at (n, f); ``None`` when no bound is published for it."""
+@kappa_formula.register
+def _(cls: TrimmedMean, n: int, f: int, rule: str) -> tuple[float, str] | None:
+    r = f / (n - 2 * f)
+    return 6 * r * (1 + r), "(6f/(n−2f))·(1 + f/(n−2f))"
+
+
+@kappa_formula.register
+def _(cls: KrumSelection, n: int, f: int, rule: str) -> tuple[float, str] | None:
+    if n <= 2 * f + 2:
+        return None
+    return 6 * (1 + f / (n - 2 * f)), "6·(1 + f/(n−2f))"
+
+
+@kappa_formula.register
+def _(cls: MedianBased, n: int, f: int, rule: str) -> tuple[float, str] | None:
+    return 4 * (1 + f / (n - 2 * f)) ** 2, "4·(1 + f/(n−2f))²"
+
+
+@kappa_formula.register
+def _(cls: NearestNeighbourMixing, n: int, f: int, rule: str) -> tuple[float, str] | None:
+    if isinstance(cls.inner, NearestNeighbourMixing):  # published for NNM ∘ F with F a base rule only
+        return None
+    name = rule.split("+", 1)[1] if "+" in rule else "F"
+    inner = kappa_formula(cls.inner, n, f, name)
+    if inner is None:
+        return None
+    return (8 * f / (n - f)) * (inner[0] + 1), f"(8f/(n−f))·(κ_{name} + 1), κ_{name} = {inner[1]}"
+
+
+def _class_of(factory: Any) -> RobustnessClass:
+    tag = getattr(factory, "robustness", None)
+    return tag if isinstance(tag, RobustnessClass) else RobustnessClass()
+
+
+def robustness_class(rule: Any) -> tuple[RobustnessClass, str]:
+    """(robustness class, rule name) of an aggregator, a :class:`RobustnessClass` or a registered
+    spec string such as ``"nnm+cwtm"`` (resolved through :mod:`fedaudit.defenses.registry`
+    from the registered classes, without building them)."""
+    if isinstance(rule, RobustnessClass):
+        return rule, type(rule).__name__
+    if isinstance(rule, Aggregator):
+        return rule.robustness, rule.name
+    if isinstance(rule, str):
+        stages = [(name, registry.factory(name)) for name, registry in spec_stages(rule)]
+        pre = [f for _, f in stages[:-1]]
+        if not all(isinstance(f, type) and hasattr(f, "robustness_after") for f in pre):
+            return RobustnessClass(), "+".join(name for name, _ in stages)
+        return composed_class(pre, _class_of(stages[-1][1])), "+".join(name for name, _ in stages)
+    raise FedAuditError(f"rule must be an Aggregator, a RobustnessClass or a registered spec such as 'nnm+cwtm', "
+                        f"got {type(rule).__name__}")
+
+
+def kappa_upper_bound(rule: Any, n: int, f: int) -> KappaBound | None:
+    """The published κ for ``rule`` at (n, f), looked up by its robustness class; ``None`` when
+    no bound is published for it.
+
+    ``rule`` is an :class:`~fedaudit.defenses.base.Aggregator` (e.g. ``CWTM(f)``,
+    ``compose(NNM(f), Krum(f))``), a :class:`~fedaudit.defenses.base.RobustnessClass`, or a
+    registered spec string (``"cwtm"``, ``"nnm+gm"``, …) resolved through the registry.
+    Bounds are published for the mean, CWTM, Krum, GM, CWMed and NNM followed by one of those.
+    """
     n, f = _check(n, f)
-    key = str(rule).lower().replace(" ", "")
-    note = _PROVENANCE
-    if key.startswith("nnm+"):
-        inner = _base(key[4:], n, f)
-        if inner is None or "+" in key[4:]:
-            return None
-        kappa = (8 * f / (n - f)) * (inner[0] + 1)
-        formula = f"(8f/(n−f))·(κ_{key[4:]} + 1), κ_{key[4:]} = {inner[1]}"
-    else:
-        base = _base(key, n, f)
-        if base is None:
-            return None
-        kappa, formula = base
-    if key == "mean":
-        note = "the mean is not (f, κ)-robust for any finite κ when f > 0"
-    return KappaBound(rule=key, n=n, f=f, kappa=float(kappa), formula=formula, reference=_REF,
+    cls, name = robustness_class(rule)
+    found = kappa_formula(cls, n, f, name)
+    if found is None:
+        return None
+    kappa, formula = found
+    note = ("the mean is not (f, κ)-robust for any finite κ when f > 0" if type(cls) is Averaging
+            else _PROVENANCE)
+    return KappaBound(rule=name, n=n, f=f, kappa=float(kappa), formula=formula, reference=_REF,
                       verified=False, note=note)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fedaudit.defenses.base import PreAggregator
+from fedaudit.defenses.base import NearestNeighbourMixing, PreAggregator, RobustnessClass
 from fedaudit.kernels import mean_rows, pairwise_sqdist, row_norms
 from fedaudit.validation import check_int, check_positive
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
@@ -67,6 +67,11 @@ class NNM(PreAggregator):
     """
 
     name = "nnm"
+
+    @classmethod
+    def robustness_after(cls, inner: RobustnessClass) -> RobustnessClass:
+        """NNM followed by a rule of class ``inner``."""
+        return NearestNeighbourMixing(inner)
 
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
         n, d = X.shape
