@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
+from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism
 
 
 def best_time(fn, repeat: int) -> float:
@@ -46,7 +46,7 @@ def main() -> None:
     print(f"d={d}, k={d // 16}, n={n} reports, ε={args.epsilon:g}; np.copy floor = {floor * 1e3:.2f} ms "
           f"({platform.machine()}, numpy {np.__version__})")
     print(f"{'mechanism':<12} {'bits/report':>12} {'encode s':>9} {'decode s':>9} {'reports/s':>11} {'× copy':>9}")
-    for name in MECHANISM_NAMES:
+    for name in MECHANISMS.names():
         m = make_mechanism(name, d, args.epsilon, k=d // 16, levels=4, clip=1.0)
         inputs = onehot if name == "rr" else X
         reports = m.encode(inputs, rng=1)

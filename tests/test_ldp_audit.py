@@ -491,3 +491,45 @@ def test_search_on_rr_flags_nothing_and_on_planted_bug_flags():
     assert x0.sum() == x1.sum() == 1.0 and set(np.unique(np.r_[x0, x1])) == {0.0, 1.0}
     bad = audit_worst_case(ScaledLaplace(2, 1.0, factor=3), samples=5000, search_samples=1000, rounds=1, seed=0)
     assert bad.violation and bad.epsilon_lower > 1.0
+
+
+def test_the_claim_is_read_from_the_typed_guarantee():
+    """audit_ldp reads the claimed ε/δ from ``mechanism.guarantee`` by type: a mechanism whose
+    guarantee is ApproxLDP is audited at its δ (and δ = 0 is refused), whatever attributes it has."""
+    from fedaudit.audit.ldp import claimed_guarantee
+    from fedaudit.guarantees import ApproxLDP, PureLDP
+
+    class Relaxed(Laplace):
+        def __init__(self):
+            super().__init__(1, 1.0)
+            self.guarantee = ApproxLDP(0.5, 0.01)  # a weaker, approximate claim
+
+    m = Relaxed()
+    assert (m.epsilon, m.delta) == (0.5, 0.01)
+    assert claimed_guarantee(m, None, None) == (ApproxLDP(0.5, 0.01), 0.01)
+    assert claimed_guarantee(m, 2.0, 1e-3) == (ApproxLDP(2.0, 1e-3), 1e-3)
+    assert claimed_guarantee(Laplace(1, 1.0), None, None) == (PureLDP(1.0), 0.0)
+    assert claimed_guarantee(Laplace(1, 1.0), None, 0.1) == (ApproxLDP(1.0, 0.1), 0.1)
+    assert claimed_guarantee(VQSGD(2, None), None, None) == (None, 0.0)
+    res = audit_ldp(m, [1.0], [-1.0], samples=20_000, seed=0)
+    assert (res.epsilon_claimed, res.delta_claimed) == (0.5, 0.01)
+    ref = audit_ldp(Laplace(1, 1.0), [1.0], [-1.0], samples=20_000, seed=0, epsilon=0.5, delta=0.01)
+    assert res.epsilon_lower == ref.epsilon_lower and res.event == ref.event
+    with pytest.raises(FedAuditError, match=r"delta must be in \(0, 1\) for Relaxed"):
+        audit_ldp(m, [1.0], [-1.0], samples=1000, delta=0.0)
+
+
+def test_entry_points_take_integer_seeds_and_streams_go_to_audit_ldp_streams():
+    m = Laplace(1, 1.0)
+    with pytest.raises(FedAuditError, match="audit_ldp_streams"):
+        audit_ldp(m, [1.0], [-1.0], samples=1000, seed=np.random.SeedSequence(1))
+    with pytest.raises(FedAuditError, match="seed must be a non-negative integer"):
+        search_pairs(m, samples=1000, seed=np.random.default_rng(1))
+    with pytest.raises(FedAuditError, match="streams must be a numpy SeedSequence"):
+        audit_ldp_streams(m, [1.0], [-1.0], samples=1000, streams=3)
+    a = audit_ldp(m, [1.0], [-1.0], samples=5000, seed=11)
+    b = audit_ldp_streams(m, [1.0], [-1.0], samples=5000, streams=np.random.SeedSequence(11))
+    assert a.seed == 11 and b.seed is None
+    drop = set(RUNTIME_FIELDS) | {"seed"}
+    assert {k: v for k, v in a.to_dict().items() if k not in drop} == \
+           {k: v for k, v in b.to_dict().items() if k not in drop}

@@ -218,6 +218,31 @@ def test_single_preregistered_event_agrees_with_audit_ldp():
     assert 0.5 < r.epsilon_lower <= 1.0
 
 
+def test_tallied_scores_give_the_counts_of_the_individual_scores():
+    """ScoreAuditor.from_counts (distinct scores with multiplicities) certifies exactly what the
+    expanded scores certify, for every pre-registered threshold and orientation; a split needs
+    the individual runs and is refused."""
+    rng = np.random.default_rng(0)
+    v_in, v_out = np.array([0.0, 1.0, 2.0, 3.0]), np.array([3.0, -1.0, 1.0])
+    c_in, c_out = rng.integers(0, 50, 4), np.array([4, 40, 9])
+    full = ScoreAuditor(np.repeat(v_in, c_in), np.repeat(v_out, c_out))
+    tally = ScoreAuditor.from_counts(v_in, c_in, v_out, c_out)
+    assert tally.sizes == full.sizes == (int(c_in.sum()), int(c_out.sum()))
+    for thresholds in ([1.0], [-1.0, 0.5, 2.0, 3.0, 4.0]):
+        sel = BonferroniSelection(thresholds)
+        assert tally.epsilon_lower(0.9, 0.01, sel) == full.epsilon_lower(0.9, 0.01, sel)
+    with pytest.raises(FedAuditError, match="SplitSelection needs the individual scores"):
+        tally.epsilon_lower()
+    with pytest.raises(FedAuditError, match="counts must be non-negative integers, one per value"):
+        ScoreAuditor.from_counts([0.0, 1.0], [5, -1], [0.0], [20])
+    with pytest.raises(FedAuditError, match="counts must be non-negative integers"):
+        ScoreAuditor.from_counts([0.0, 1.0], [5.5, 9], [0.0], [20])
+    with pytest.raises(FedAuditError, match="between 10 and 10\\^12 scores, got 3"):
+        ScoreAuditor.from_counts([0.0], [3], [0.0], [20])
+    with pytest.raises(FedAuditError, match="values must be finite"):
+        ScoreAuditor.from_counts([np.inf], [30], [0.0], [20])
+
+
 # --------------------------------------------------------------------------- results and validation
 def test_result_is_frozen_and_strict_json(gaussian_runs):
     r = gaussian_runs[3][0]

@@ -1,6 +1,8 @@
 """Experiments that turn samples into certified numbers.
 
-* :func:`audit_ldp` / :func:`audit_worst_case` — certified lower bounds on a randomizer's ε;
+* :func:`audit_ldp` / :func:`audit_worst_case` — certified lower bounds on a randomizer's ε
+  (sampling → distinguishers → :class:`ScoreAuditor`; :func:`audit_ldp_streams` draws from a
+  given ``SeedSequence``);
 * :class:`ScoreAuditor` — certified ε lower bounds from attack scores (scores in, bound out);
 * :func:`audit_robustness` — empirical (f, ν)-robustness of an aggregation rule;
 * :func:`measure_mse` / :func:`variance_vs_dk` — error of unbiased mechanisms.
@@ -14,7 +16,7 @@ from fedaudit.audit.bounds import (
     epsilon_lower_bound,
     expected_epsilon_lower_bound,
 )
-from fedaudit.audit.ldp import LDPAudit, audit_ldp
+from fedaudit.audit.ldp import LDPAudit, audit_ldp, audit_ldp_streams
 from fedaudit.audit.pair_search import PairSearch, audit_worst_case, search_pairs
 from fedaudit.audit.scores import BonferroniSelection, ScoreAudit, ScoreAuditor, SplitSelection
 from fedaudit.audit.variance import MSEResult, VarianceCurve, measure_mse, plot_variance_curve, variance_vs_dk
@@ -30,7 +32,7 @@ def __getattr__(name):  # robustness pulls in the defenses and attacks: load on 
 
 __all__ = [
     "ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection",
-    "LDPAudit", "audit_ldp", "audit_worst_case", "search_pairs", "PairSearch",
+    "LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_worst_case", "search_pairs", "PairSearch",
     "audit_robustness", "RobustnessAudit",
     "MSEResult", "VarianceCurve", "measure_mse", "plot_variance_curve", "variance_vs_dk",
     "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",

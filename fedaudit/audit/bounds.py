@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from fedaudit.errors import FedAuditError
+from fedaudit.json import jsonable
 from fedaudit.validation import check_int, check_probability, check_real
 
 #: largest sample size an audit accepts (per input): 10^12 draws take days at 10^7 draws/s, and
@@ -129,8 +130,6 @@ class ThresholdBound:
     events: int
 
     def to_dict(self) -> dict:
-        from fedaudit.json import jsonable
-
         return jsonable(asdict(self))
 
 

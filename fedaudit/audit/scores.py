@@ -22,7 +22,9 @@ threshold on the same counts breaks that guarantee, so the choice is a strategy 
 
 The scores are assumed to be independent draws (one per run) within each set, and the two sets
 independent of each other — the usual many-runs audit. Counting is vectorised (sort once,
-``searchsorted`` for every threshold).
+``searchsorted`` for every threshold). :meth:`ScoreAuditor.from_counts` takes tallied scores
+(distinct values with multiplicities) instead: :func:`~fedaudit.audit.ldp.audit_ldp` certifies its
+one chosen event that way, from the event indicators 1[s ∈ E] of its streamed certification draws.
 """
 
 from __future__ import annotations

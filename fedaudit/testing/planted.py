@@ -58,9 +58,8 @@ class ScaledLaplace(Laplace):
         self.scale_grid = self.scale_num / self.scale_den
         self.scale = self.scale_grid * self.grid
 
-    def _epsilon_for_pair(self, x0, x1):
-        k0, k1 = self._grid_point(x0[None, :])[0], self._grid_point(x1[None, :])[0]
-        return float(np.abs(k0 - k1).sum() / self.scale_grid)
+    def params(self) -> dict[str, Any]:
+        return {**super().params(), "factor": self.factor}
 
 
 class LeakedNormSSTQ(SSTQ):
@@ -105,6 +104,9 @@ class CleartextIndicesSSTQ(SSTQ):
         super().__init__(dim, k, levels, epsilon, clip, rotate=False)
         self.report_width = 2 * self.k
         self.report_layout = f"[i_1..i_{self.k}, o_1..o_{self.k}]: top-k indices of |x| in the clear, then levels"
+
+    def params(self) -> dict[str, Any]:
+        return {"dim": self.dim, "k": self.k, "levels": self.levels, "epsilon": self.epsilon, "clip": self.clip}
 
     def _top(self, X: np.ndarray) -> np.ndarray:
         return np.sort(np.argsort(-np.abs(X), axis=1, kind="stable")[:, : self.k], axis=1)
