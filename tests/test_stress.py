@@ -13,6 +13,7 @@ from fedaudit.cli import main
 from fedaudit.engine import derive_seed, run_tasks
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.stress import Cell, StressConfig, cell_seed, run_stress
+from fedaudit.reports.heatmap import plot_heatmaps
 
 TINY = dict(dataset="digits", aggregators=("cwtm", "nnm+cwtm"), attacks=("alie", "signflip"), fs=(1,),
             betas=(1.0,), n_honest=5, rounds=5, seed=0)
@@ -38,7 +39,7 @@ def cli(*argv):
 @pytest.fixture(scope="module")
 def serial_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("serial")
-    res = run_stress(StressConfig(**TINY), out, backend="serial")
+    res = run_stress(StressConfig(**TINY), out, backend="serial", draw=plot_heatmaps)
     return out, res
 
 
@@ -136,7 +137,7 @@ def test_resume_computes_only_missing_cells_and_drops_a_torn_line(tmp_path, seri
     calls = []
     real = stress.run_cell
     monkeypatch.setattr(stress, "run_cell", lambda task: calls.append(task[1].key) or real(task))
-    res = run_stress(StressConfig(**TINY), tmp_path, backend="serial", plot=False)
+    res = run_stress(StressConfig(**TINY), tmp_path, backend="serial")
     missing = json.loads(lines[3])["key"]
     assert calls == [missing] and res.computed == (missing,) and len(res.skipped) == 3
     assert _strip(_cells(tmp_path)) == _strip(_cells(src))  # same result as the uninterrupted run
@@ -144,7 +145,7 @@ def test_resume_computes_only_missing_cells_and_drops_a_torn_line(tmp_path, seri
 
 def test_serial_and_process_backends_give_identical_cells(tmp_path, serial_run):
     src, _ = serial_run
-    run_stress(StressConfig(**TINY), tmp_path, backend="process", workers=2, plot=False)
+    run_stress(StressConfig(**TINY), tmp_path, backend="process", workers=2)
     assert _strip(_cells(tmp_path)) == _strip(_cells(src))
 
 
@@ -363,3 +364,35 @@ def test_pigs_cell_records_its_step_and_delta_estimates():
     assert {e["round"] for e in info["delta_estimates"]} == {0, 1}
     assert info["eta"] == pytest.approx(1 / (2 * 1.25 * info["delta_hat"]))
     json.dumps(rec, allow_nan=False)
+
+
+def test_module_attr_aggregator_and_optimizer_in_a_stress_config(tmp_path, serial_run):
+    """A user's rule (a ``module:attr`` reference, case kept) trains like the registered one:
+    ``fedaudit.defenses.aggregators:CWTM`` behind NNM gives the same cells as "nnm+cwtm"."""
+    src, _ = serial_run
+    spec = "NNM+fedaudit.defenses.aggregators:CWTM"
+    config = StressConfig(**{**TINY, "aggregators": (spec,), "attacks": ("alie",),
+                             "optimizer": "fedaudit.fl.optimizers:DGD"})
+    assert config.aggregators == ("nnm+fedaudit.defenses.aggregators:CWTM",)
+    assert config.optimizer == "fedaudit.fl.optimizers:DGD"
+    res = run_stress(config, tmp_path, backend="serial", draw=plot_heatmaps)
+    (rec,) = _cells(tmp_path)
+    ref = {r["key"]: r for r in _cells(src)}["aggregator=nnm+cwtm;attack=alie;f=1;beta=1.0"]
+    assert rec["trace"]["loss"] == ref["trace"]["loss"] and rec["final_accuracy"] == ref["final_accuracy"]
+    assert res.heatmaps == (str(tmp_path / "heatmap_nnm+fedaudit.defenses.aggregators_CWTM.png"),)
+    with pytest.raises(FedAuditError, match=r"cannot import module 'no_such_pkg'"):
+        StressConfig(**{**TINY, "aggregators": ("no_such_pkg:Rule",)})
+
+
+def test_stress_draws_nothing_itself(tmp_path):
+    """fl.stress computes; the heatmaps are drawn by reports.heatmap when the caller passes draw=."""
+    import fedaudit.fl.stress as module
+
+    assert not hasattr(module, "plot_heatmaps") and "matplotlib" not in open(module.__file__).read()
+    summary = {"fs": [1, 3], "betas": [0.5], "initial_loss": 2.3, "config": {"dataset": "digits", "optimizer": "dgd",
+               "rounds": 5, "n_honest": 5},
+               "aggregators": {"cwtm": {"worst_accuracy": [[0.9], [None]], "worst_accuracy_attack": [["alie"], ["ipm"]],
+                                        "worst_loss": [[0.4], [None]], "worst_loss_attack": [["alie"], ["ipm"]],
+                                        "breakdowns": [[0], [1]], "aggregator_breakdowns": [[0], [1]], "attacks": 2}}}
+    (path,) = plot_heatmaps(summary, tmp_path)
+    assert path.endswith("heatmap_cwtm.png") and open(path, "rb").read(4) == b"\x89PNG"

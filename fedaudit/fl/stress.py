@@ -36,8 +36,9 @@ Files in ``out_dir``: ``cells.jsonl`` (one JSON object per finished cell, append
 as each cell completes — a crash loses only the cells still running; rerunning skips every cell
 whose key is already there; a torn last line is dropped), ``config.json`` (the run
 configuration the cells belong to; a rerun with a different configuration is refused),
-``heatmap_<aggregator>.png`` (worst case over attacks of final accuracy and of final loss on the
-f × β grid) and ``summary.json``. JSON follows :mod:`fedaudit.json`: a non-finite number in a
+``summary.json`` and, when :func:`run_stress` is given ``draw`` (e.g.
+:func:`fedaudit.reports.heatmap.plot_heatmaps`), ``heatmap_<aggregator>.png`` (worst case over
+attacks of final accuracy and of final loss on the f × β grid). JSON follows :mod:`fedaudit.json`: a non-finite number in a
 trace is the string ``"inf"``, ``"-inf"`` or ``"nan"``; ``null`` means absent (the final loss
 and accuracy of a run that diverged or broke down, marked by ``diverged`` /
 ``aggregator_breakdown``).
@@ -50,7 +51,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -86,7 +86,6 @@ __all__ = [
     "rounds_to_target",
     "load_cells",
     "summarize",
-    "plot_heatmaps",
 ]
 
 #: The built-in optimizer names (transitional: callers switch to ``fedaudit.fl.registry.OPTIMIZERS``).
@@ -517,66 +516,6 @@ def summarize(config: StressConfig, cells: dict[str, dict]) -> dict[str, Any]:
     }
 
 
-def _safe_name(spec: str) -> str:
-    return re.sub(r"[^A-Za-z0-9+._-]", "_", spec)
-
-
-def plot_heatmaps(summary: dict[str, Any], out_dir: str | os.PathLike) -> list[str]:
-    """One PNG per aggregator: worst case over attacks of final accuracy and of final loss on f × β.
-
-    Rows are f, columns β; each cell shows the value and the attack attaining it. Accuracy is on
-    a fixed [0, 1] scale; loss on a linear scale from 0 to the largest of the finite worst losses
-    and the loss at x0 (shared by every aggregator, so the PNGs compare); diverged cells are grey.
-    A cell where some attack caused a breakdown is marked "✗ k/m".
-    """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fs, betas = summary["fs"], summary["betas"]
-    finite = [v for s in summary["aggregators"].values() for row in s["worst_loss"] for v in row if v is not None]
-    loss_max = max(finite + [summary.get("initial_loss") or 0.0]) or 1.0
-    paths = []
-    for agg, s in summary["aggregators"].items():
-        fig = Figure(figsize=(3.2 + 2.2 * len(betas), 1.9 + 0.7 * len(fs)), layout="constrained")
-        FigureCanvasAgg(fig)
-        panels = (("worst_accuracy", "worst_accuracy_attack", "worst-case final test accuracy", "viridis", 1.0),
-                  ("worst_loss", "worst_loss_attack", "worst-case final honest loss", "magma_r", loss_max))
-        for k, (field_, att_field, title, cmap_name, vmax) in enumerate(panels):
-            ax = fig.add_subplot(1, 2, k + 1)
-            vals = np.array([[np.nan if v is None else v for v in row] for row in s[field_]], dtype=float)
-            cmap = matplotlib.colormaps[cmap_name].with_extremes(bad="#b0b0b0")
-            im = ax.imshow(vals, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
-            fig.colorbar(im, ax=ax, shrink=0.9)
-            for i in range(len(fs)):
-                for j in range(len(betas)):
-                    att = s[att_field][i][j]
-                    if att is None:
-                        text = "—"
-                    elif np.isnan(vals[i, j]):
-                        text = f"{'rule broke' if s['aggregator_breakdowns'][i][j] else 'diverged'}\n{att}"
-                    else:
-                        text = f"{vals[i, j]:.3g}\n{att}"
-                    if att is not None and s["breakdowns"][i][j]:
-                        text += f"\n✗ {s['breakdowns'][i][j]}/{s['attacks']}"
-                    ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white",
-                            bbox={"facecolor": "black", "alpha": 0.4, "pad": 1.5, "linewidth": 0})
-            ax.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
-            ax.set_yticks(range(len(fs)), [str(f) for f in fs])
-            ax.set_xlabel("Dirichlet β")
-            if k == 0:
-                ax.set_ylabel("f (Byzantine clients)")
-            ax.set_title(title, fontsize=9)
-        cfg = summary["config"]
-        fig.suptitle(f"{agg}: worst over {s['attacks']} attack(s) — {cfg['dataset']}, {cfg['optimizer']}, "
-                     f"{cfg['rounds']} rounds, n_honest={cfg['n_honest']} (smaller β = more heterogeneous)",
-                     fontsize=9)
-        path = Path(out_dir) / f"heatmap_{_safe_name(agg)}.png"
-        fig.savefig(path, dpi=110)
-        paths.append(str(path))
-    return paths
-
-
 # ----------------------------------------------------------------------------- the grid
 
 
@@ -608,17 +547,24 @@ class StressResult:
 
 def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int | None = None,
                backend: str = "process", progress: Callable[[int], None] | None = None,
-               on_start: Callable[[int, int], None] | None = None, plot: bool = True) -> StressResult:
+               on_start: Callable[[int, int], None] | None = None,
+               draw: Callable[[dict[str, Any], Path], Sequence[str]] | None = None,
+               plot: bool = False) -> StressResult:
     """Run (or resume) the grid in ``out_dir``; return the summary and write the files.
 
     Cells already in ``out_dir/cells.jsonl`` are skipped; the others run through
     :func:`fedaudit.engine.run_tasks` (``workers`` default ``os.cpu_count()``, ``backend``
     ``"process"``, ``"serial"`` or ``"ray"``) and are appended and flushed one line each as they
     finish. ``on_start(to_run, skipped)`` is called once before training; ``progress(1)`` after
-    each finished cell.
+    each finished cell. ``draw(summary, out_dir) -> written paths`` draws the figures (e.g.
+    :func:`fedaudit.reports.heatmap.plot_heatmaps`); their file names go into ``summary.json``.
+    This module draws nothing itself; ``plot`` is temporary (``plot=False`` is accepted until the
+    experiments helper drops it, ``plot=True`` is an error naming ``draw``).
     """
     if not isinstance(config, StressConfig):
         raise FedAuditError(f"config must be a StressConfig, got {type(config).__name__}")
+    if plot:
+        raise FedAuditError("run_stress draws nothing itself: pass draw=fedaudit.reports.heatmap.plot_heatmaps")
     t0 = time.perf_counter()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -643,7 +589,7 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
                 done[cell.key] = rec
                 computed.append(cell.key)
     summary = summarize(config, done)
-    heatmaps = plot_heatmaps(summary, out) if plot else []
+    heatmaps = list(draw(summary, out)) if draw is not None else []
     summary["heatmaps"] = [Path(p).name for p in heatmaps]
     (out / SUMMARY_FILE).write_text(fjson.dumps(summary, indent=2) + "\n")
     return StressResult(config=config, out_dir=str(out), summary=summary, computed=tuple(computed),
