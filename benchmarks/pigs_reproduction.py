@@ -16,9 +16,9 @@ Methods, one oracle call (= one communication round) each per round:
   dnag     torch-SGD Nesterov, lr 0.1, momentum 0.9 (authors' "D-NAG");
   robust-accelerated
            the paper's robust accelerated method (Γ_k/γ_k schedule, corrected form — see
-           fedaudit.defenses.optimizers.RobustAccelerated), L from the data, μ = 1e-2;
+           fedaudit.fl.optimizers.RobustAccelerated), L from the data, μ = 1e-2;
   pigs     PIGS with its default step η = 1/(2·1.25·Δ̂), Δ̂ = the largest power-iteration estimate
-           of ‖∇²L_H − ∇²L_0‖_op at x_0 and at the probes along the run (fedaudit.defenses.optimizers.PIGS);
+           of ‖∇²L_H − ∇²L_0‖_op at x_0 and at the probes along the run (fedaudit.fl.optimizers.PIGS);
   pigs_x0  the former default, η = 1/(2Δ̂(x_0)) from x_0 alone (a lower estimate of sup_x Δ(x): unsafe side);
   pigs_eta4 / pigs_eta2  PIGS with the authors' η = 4 (code) and the seed's η = 2 (table).
 Reference: the same honest clients with f = 0 and the mean (no attack); ℓ* = min of the
@@ -79,25 +79,13 @@ def _federation(spec: dict[str, Any]):
                             attack=spec["attack"] if f > 0 else None, optimal_attack=True, seed=spec["seed"])
 
 
-def _optimizer(kind: str, params: dict[str, Any]):
-    from fedaudit.defenses.optimizers import DGD, DNAG, PIGS, RobustAccelerated
-
-    if kind == "dgd":
-        return DGD(params["lr"])
-    if kind == "dnag":
-        return DNAG(params["lr"], params.get("momentum", 0.9))
-    if kind == "robust-accelerated":
-        return RobustAccelerated(params.get("L"), params.get("mu"), variant=params.get("variant", "fgm"))
-    if kind == "pigs":
-        return PIGS(eta=params.get("eta"))
-    raise ValueError(kind)
-
-
 def _task(job: dict[str, Any]) -> dict[str, Any]:
     """Worker: build the federation, run one optimizer, return a JSON-able summary + curves."""
     from threadpoolctl import threadpool_limits
 
-    from fedaudit.defenses.optimizers import FederationProblem, run
+    from fedaudit.fl.problems import FederationProblem
+    from fedaudit.fl.registry import make_optimizer
+    from fedaudit.fl.training import run
 
     with threadpool_limits(1):
         fed = _federation(job["fed"])
@@ -105,7 +93,7 @@ def _task(job: dict[str, Any]) -> dict[str, Any]:
         params = dict(job["params"])
         if params.pop("lr_is_inverse_L", False):
             params["lr"] = 1.0 / problem.smoothness()
-        opt = _optimizer(job["kind"], params)
+        opt = make_optimizer(job["kind"], settings=params)  # each optimizer takes the parameters it accepts
         t0 = time.perf_counter()
         tr = run(opt, problem, rounds=job["rounds"], seed=job["seed"], record_every=1)
         out = tr.to_dict()
@@ -151,7 +139,7 @@ def _summarise(trace: dict[str, Any], loss_star: float, shared_plateau: float | 
     """Rounds to 5 % / 1 % of the run's own plateau (median of its last 20 %), with an absolute
     floor atol = 1e-4·(L(x_0) − ℓ*) so that f = 0 runs (plateau = ℓ*) are not asked for machine
     precision; optionally also against a plateau shared by several runs."""
-    from fedaudit.defenses.optimizers import plateau_level, rounds_to_plateau
+    from fedaudit.audit.convergence import plateau_level, rounds_to_plateau
 
     losses = [float(v) for v in trace["loss"]]
     out = {"diverged": bool(trace["diverged"]), "rounds_run": trace["rounds"][-1],
@@ -194,7 +182,8 @@ def main_experiment(args) -> dict[str, Any]:
     from threadpoolctl import threadpool_limits
 
     from fedaudit.audit.oracle import fit_oracle
-    from fedaudit.defenses.optimizers import FederationProblem, estimate_delta
+    from fedaudit.fl.optimizers import estimate_delta
+    from fedaudit.fl.problems import FederationProblem
 
     fed_spec = {"mnist": args.mnist, "seed": args.seed, "n_honest": 20, "f": args.f, "scheme": "dirichlet",
                 "beta": 5.0, "mu": args.mu, "aggregator": "nnm+cwtm", "attack": "alie"}
