@@ -41,9 +41,10 @@ import numpy as np
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule,
-                                              effective_budget, exact_ratio, forced_selection_runs,
-                                              optimise_configuration, subset_ratios)
+                                              effective_budget, forced_selection_runs,
+                                              optimise_configuration, robustness_ratio)
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.json import jsonable
 from fedaudit.validation import check_int
 from fedaudit.rng import as_seed_sequence
 
@@ -93,69 +94,7 @@ class RobustnessAudit:
     stage_runtime_s: dict[str, float] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        def safe(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
-            if isinstance(v, dict):
-                return {k: safe(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [safe(x) for x in v]
-            return v
-
-        return safe(asdict(self))
-
-
-# ------------------------------------------------------------------------- ratio over S
-def robustness_ratio(X: np.ndarray, z: np.ndarray, f: int, *, honest: np.ndarray | None = None
-                     ) -> tuple[float, np.ndarray, str]:
-    """max over S (|S| = n − f, finite rows only) of ‖z − x̄_S‖² / var_S; returns (ν, S, method).
-
-    Exhaustive (:func:`fedaudit.audit.robustness_search.exact_ratio`, vectorised over the subset
-    indicators) when C(#finite rows, n − f) ≤ 2·10^4, else a swap local search (a lower bound).
-    """
-    X = np.asarray(X, dtype=np.float64)
-    z = np.asarray(z, dtype=np.float64).reshape(-1)
-    n = X.shape[0]
-    m = n - f
-    allowed = np.isfinite(X).all(axis=1)
-    if allowed.sum() < m:
-        raise FedAuditError(f"fewer than n − f = {m} finite inputs: the ratio is undefined")
-    if not np.isfinite(z).all():
-        return math.inf, np.flatnonzero(allowed)[:m], "non-finite output"
-    exact = exact_ratio(X, z, f, allowed)
-    if exact is not None:
-        return exact[0], exact[1], "exhaustive"
-    return _greedy(np.where(allowed[:, None], X, 0.0), z, n, m, allowed, honest)
-
-
-def _greedy(X, z, n, m, allowed, honest) -> tuple[float, np.ndarray, str]:
-    """Swap local search over S from the honest set and the m rows closest to/farthest from z."""
-    dist = np.where(allowed, np.sum((0.5 * X - 0.5 * z) ** 2, axis=1), np.inf)
-    starts = [np.argsort(dist)[:m], np.argsort(-np.where(allowed, dist, -np.inf))[:m]]
-    if honest is not None and len(honest) == m:
-        starts.append(np.asarray(honest))
-    best = (-1.0, None)
-    for start in starts:
-        mask = np.zeros(n)
-        mask[start] = 1.0
-        current = float(subset_ratios(mask[None, :], X, z)[0])
-        for _ in range(200):
-            inside, outside = np.flatnonzero(mask > 0), np.flatnonzero((mask == 0) & allowed)
-            if len(outside) == 0:
-                break
-            cand = np.repeat(mask[None, :], len(inside) * len(outside), axis=0)
-            ii = np.repeat(inside, len(outside))
-            oo = np.tile(outside, len(inside))
-            cand[np.arange(len(cand)), ii] = 0.0
-            cand[np.arange(len(cand)), oo] = 1.0
-            r = subset_ratios(cand, X, z)
-            j = int(np.argmax(r))
-            if r[j] <= current * (1 + 1e-12):
-                break
-            current, mask = float(r[j]), cand[j]
-        if current > best[0]:
-            best = (current, np.flatnonzero(mask))
-    return best[0], best[1], "greedy swap search"
+        return jsonable(asdict(self))  # strict JSON (fedaudit.json): non-finite floats as "inf"/"-inf"/"nan"
 
 
 def replay(config: dict[str, Any], aggregator: Aggregator) -> float:

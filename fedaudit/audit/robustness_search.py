@@ -18,7 +18,7 @@ with matrix products. The implementation (:func:`subset_ratios`) uses the equiva
 difference forms var_S = 1_Sᵀ D 1_S / (2m²), D_ij = ‖x_i − x_j‖², and err_S = ‖Σ_{i∈S}(x_i − F(x))‖²/m²,
 which keep full relative precision when a tight S lies far from the other rows. The
 max over S is then exact (exhaustive) whenever C(n, f) ≤ ``exhaustive_limit``; past it the
-evaluator falls back to the swap local search of :func:`fedaudit.audit.robustness.robustness_ratio`
+evaluator falls back to the swap local search of :func:`robustness_ratio`
 (a lower bound on the max, hence still a valid certificate). Inside the optimiser's loop, when
 C(n, f) > 2000 each candidate is scored on a working set of subsets (the top 256 of a full
 evaluation at the start and end of every local run, :class:`_Scorer`): again a lower bound, and
@@ -88,7 +88,8 @@ from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.kernels import krum_scores
 from fedaudit.validation import check_int, check_real
 
-__all__ = ["SearchBudget", "SearchOutcome", "effective_budget", "cheap_rule", "subset_ratios", "exact_ratio", "optimise_configuration", "call_rule",
+__all__ = ["SearchBudget", "SearchOutcome", "effective_budget", "cheap_rule", "subset_ratios", "exact_ratio",
+           "robustness_ratio", "optimise_configuration", "call_rule",
            "UNBOUNDED", "EXHAUSTIVE_LIMIT"]
 
 #: ν at or above this is reported as unbounded (the rule has no finite κ)
@@ -348,13 +349,65 @@ def _starts(n: int, f: int, k: int, seeds: Sequence[tuple[str, np.ndarray]], cou
     return out[:count]
 
 
+# ------------------------------------------------------------------------- ratio over S
+def robustness_ratio(X: np.ndarray, z: np.ndarray, f: int, *, honest: np.ndarray | None = None
+                     ) -> tuple[float, np.ndarray, str]:
+    """max over S (|S| = n − f, finite rows only) of ‖z − x̄_S‖² / var_S; returns (ν, S, method).
+
+    Exhaustive (:func:`exact_ratio`, vectorised over the subset
+    indicators) when C(#finite rows, n − f) ≤ 2·10^4, else a swap local search (a lower bound).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    z = np.asarray(z, dtype=np.float64).reshape(-1)
+    n = X.shape[0]
+    m = n - f
+    allowed = np.isfinite(X).all(axis=1)
+    if allowed.sum() < m:
+        raise FedAuditError(f"fewer than n − f = {m} finite inputs: the ratio is undefined")
+    if not np.isfinite(z).all():
+        return math.inf, np.flatnonzero(allowed)[:m], "non-finite output"
+    exact = exact_ratio(X, z, f, allowed)
+    if exact is not None:
+        return exact[0], exact[1], "exhaustive"
+    return _greedy(np.where(allowed[:, None], X, 0.0), z, n, m, allowed, honest)
+
+
+def _greedy(X, z, n, m, allowed, honest) -> tuple[float, np.ndarray, str]:
+    """Swap local search over S from the honest set and the m rows closest to/farthest from z."""
+    dist = np.where(allowed, np.sum((0.5 * X - 0.5 * z) ** 2, axis=1), np.inf)
+    starts = [np.argsort(dist)[:m], np.argsort(-np.where(allowed, dist, -np.inf))[:m]]
+    if honest is not None and len(honest) == m:
+        starts.append(np.asarray(honest))
+    best = (-1.0, None)
+    for start in starts:
+        mask = np.zeros(n)
+        mask[start] = 1.0
+        current = float(subset_ratios(mask[None, :], X, z)[0])
+        for _ in range(200):
+            inside, outside = np.flatnonzero(mask > 0), np.flatnonzero((mask == 0) & allowed)
+            if len(outside) == 0:
+                break
+            cand = np.repeat(mask[None, :], len(inside) * len(outside), axis=0)
+            ii = np.repeat(inside, len(outside))
+            oo = np.tile(outside, len(inside))
+            cand[np.arange(len(cand)), ii] = 0.0
+            cand[np.arange(len(cand)), oo] = 1.0
+            r = subset_ratios(cand, X, z)
+            j = int(np.argmax(r))
+            if r[j] <= current * (1 + 1e-12):
+                break
+            current, mask = float(r[j]), cand[j]
+        if current > best[0]:
+            best = (current, np.flatnonzero(mask))
+    return best[0], best[1], "greedy swap search"
+
+
+
 def _ratio(X: np.ndarray, z: np.ndarray, f: int) -> tuple[float, np.ndarray]:
     if np.isfinite(z).all():
         exact = exact_ratio(X, z, f)
         if exact is not None:
             return exact
-    from fedaudit.audit.robustness import robustness_ratio
-
     nu, S, _ = robustness_ratio(X, z, f)
     return nu, S
 
@@ -398,8 +451,6 @@ class _Scorer:
             r = subset_ratios(M, Y, z, offset)
             top = M[np.argpartition(-r, _WORKING_SIZE)[:_WORKING_SIZE]]
         else:
-            from fedaudit.audit.robustness import robustness_ratio
-
             X = np.hstack([Y, np.full((self.n, 1), 0.0)])
             zz = np.append(z, math.sqrt(offset))
             _, S, _ = robustness_ratio(X, zz, self.f)
