@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
-from fedaudit.arrays import as_array, to_like
+from fedaudit.arrays import as_array, is_torch, to_like, torch_to_numpy
 from fedaudit.defenses.base import Aggregator
 from fedaudit.errors import FedAuditError
 from fedaudit.kernels import krum_order, pairwise_sqdist
@@ -542,8 +542,8 @@ class Optimal(Attack):
             else:
                 out = self.aggregator(X)
             calls += 1
-            if hasattr(out, "detach") and hasattr(out, "cpu"):
-                out = out.detach().cpu().numpy()
+            if is_torch(out):
+                out = torch_to_numpy(out, "aggregator output")[0]
             out = np.asarray(out, dtype=np.float64).reshape(-1)
             if out.shape != (d,):
                 raise FedAuditError(f"aggregator must return a vector of shape ({d},), got shape {out.shape}")

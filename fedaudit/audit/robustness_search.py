@@ -84,6 +84,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy.optimize import minimize
 
+from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.kernels import krum_scores
 from fedaudit.validation import check_int, check_real
@@ -292,8 +293,8 @@ def call_rule(agg: Callable, X: np.ndarray, rule_seed: int) -> np.ndarray:
             out = agg(X, rng=np.random.default_rng(rule_seed))
         else:
             out = agg(X)
-    if hasattr(out, "detach"):
-        out = out.detach().cpu().numpy()
+    if is_torch(out):
+        out = torch_to_numpy(out, "aggregator output")[0]
     return np.asarray(out, dtype=np.float64).reshape(-1)
 
 
