@@ -160,9 +160,9 @@ def check_output_file(flag: str, path: str | None, *, plot: bool = False) -> Non
         return
     p = Path(path)
     if plot:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from fedaudit.reports.figures import image_formats
 
-        formats = FigureCanvasAgg.get_supported_filetypes()
+        formats = image_formats()
         ext = p.suffix[1:].lower()
         if ext and ext not in formats:
             raise FedAuditError(f"{flag} {path}: unknown image format {ext!r}; use one of {', '.join(sorted(formats))}")
@@ -193,6 +193,8 @@ def _agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, 
     keyword goes to every spec; with it, only to that spec (which must be one of ``specs``).
     Every spec's keywords are checked by ``make_aggregator`` later (an unknown key is exit 2).
     """
+    from fedaudit.experiments.components import normalise_spec
+
     out: dict[str, dict] = {spec: {} for spec in specs}
     for item in items or ():
         head, eq, raw = item.partition("=")
@@ -213,7 +215,7 @@ def _agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, 
                 except ValueError:
                     value = raw
         if colon:
-            spec = target.strip().lower()
+            spec = normalise_spec(target)
             if spec not in out:
                 raise FedAuditError(f"--agg-param {item!r} names aggregator {spec!r}, which is not among "
                                     f"{', '.join(specs)}")
@@ -226,37 +228,46 @@ def _agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, 
 
 # ---------------------------------------------------------------------------- commands
 def cmd_mechanisms(args: argparse.Namespace) -> int:
-    from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
+    from fedaudit.guarantees import PureLDP
+    from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism
 
     table = Table(title=f"Mechanisms at d={args.dim} (k={args.k or max(1, args.dim // 16)}, s={args.levels})")
     for col in ("name", "class", "ε", "δ", "bits/report", "LDP claim"):
         table.add_column(col, justify="right" if col in ("ε", "δ", "bits/report") else "left")
-    for name in MECHANISM_NAMES:
+    for name in MECHANISMS.names():
         m = make_mechanism(name, args.dim, args.epsilon, k=args.k, levels=args.levels, clip=args.clip, delta=args.delta)
-        claim = "NOT LDP (reference)" if name == "sstq-sketch" else ("pure" if m.delta == 0 else "approximate")
+        claim = ("NOT LDP (reference)" if name == "sstq-sketch"
+                 else ("pure" if isinstance(m.guarantee, PureLDP) else "approximate"))
         table.add_row(name, type(m).__name__, f"{m.epsilon:g}", f"{m.delta:g}", f"{m.bits_per_report:,}", claim)
     out.print(table)
     return 0
 
 
-def _demo_rows(dim: int, n: int, epsilon: float, seed: int, advance: Callable[[int], None]):
-    from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
-    from fedaudit.rng import spawn_generators
+def _registries() -> dict[str, object]:
+    """What ``fedaudit list`` lists: every open registry by the plural a user types."""
+    from fedaudit.attacks.registry import ATTACKS
+    from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS
+    from fedaudit.experiments.kinds import CLAIM_KINDS
+    from fedaudit.fl.registry import DATASETS, OPTIMIZERS, PARTITIONS
+    from fedaudit.mechanisms.registry import MECHANISMS
 
-    data_rng, *rngs = spawn_generators(seed, len(MECHANISM_NAMES) + 1)
-    X = data_rng.normal(size=(n, dim))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    X *= data_rng.uniform(0.5, 1.0, size=(n, 1))  # inside the unit clip ball
-    for name, rng in zip(MECHANISM_NAMES, rngs):
-        m = make_mechanism(name, dim, epsilon, k=max(1, dim // 16), levels=4, clip=1.0)
-        inputs = X
-        if name == "rr":
-            inputs = np.eye(dim)[data_rng.integers(0, dim, size=n)]
-        est = m.decode(m.encode(inputs, rng=rng))
-        per_report = float(np.mean(np.sum((est - inputs) ** 2, axis=1)))
-        mean_err = float(np.sum((est.mean(0) - inputs.mean(0)) ** 2))
-        advance(1)
-        yield name, m, per_report, mean_err
+    return {"mechanisms": MECHANISMS, "aggregators": AGGREGATORS, "preaggregators": PREAGGREGATORS,
+            "attacks": ATTACKS, "optimizers": OPTIMIZERS, "partitions": PARTITIONS, "datasets": DATASETS,
+            "kinds": CLAIM_KINDS}
+
+
+LISTINGS = ("mechanisms", "aggregators", "preaggregators", "attacks", "optimizers", "partitions", "datasets", "kinds")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    registry = _registries()[args.what]
+    table = Table(title=f"{args.what} (registered names; 'package.module:attr' is accepted wherever a name is)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("summary", overflow="fold")
+    for name, summary in registry.describe():
+        table.add_row(escape(name), escape(summary))
+    out.print(table)
+    return 0
 
 
 _SHOWCASE_DEFAULTS = {"dim": 1024, "n": 2000, "epsilon": 4.0, "seed": 0}
@@ -279,22 +290,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_showcase(args: argparse.Namespace) -> int:
-    from fedaudit.mechanisms.registry import MECHANISM_NAMES
+    from fedaudit.experiments.showcase import round_trips
+    from fedaudit.mechanisms.registry import MECHANISMS
 
     table = Table(title=f"Encode → decode of {args.n:,} inputs at d={args.dim}, ε={args.epsilon:g} (clip 1)")
     for col in ("mechanism", "bits/report", "MSE per report", "‖mean error‖²", "note"):
         table.add_column(col, justify="left" if col in ("mechanism", "note") else "right")
-    with progress_bar(len(MECHANISM_NAMES), "mechanisms", args.quiet, args.progress_every) as advance:
-        for name, m, per_report, mean_err in _demo_rows(args.dim, args.n, args.epsilon, args.seed, advance):
-            note = {"sstq-sketch": "seed pseudo-code: NOT LDP", "rr": f"{args.dim}-ary, one-hot inputs",
-                    "gaussian": f"δ={m.delta:g}"}.get(name, "")
-            table.add_row(name, f"{m.bits_per_report:,}", f"{per_report:.4g}", f"{mean_err:.4g}", note)
+    with progress_bar(len(MECHANISMS), "mechanisms", args.quiet, args.progress_every) as advance:
+        rows = round_trips(args.dim, args.n, args.epsilon, args.seed, advance)
+    for row in rows:
+        note = {"sstq-sketch": "seed pseudo-code: NOT LDP", "rr": f"{args.dim}-ary, one-hot inputs",
+                "gaussian": f"δ={row.mechanism.delta:g}"}.get(row.name, "")
+        table.add_row(row.name, f"{row.mechanism.bits_per_report:,}", f"{row.mse_per_report:.4g}",
+                      f"{row.mean_error:.4g}", note)
     out.print(table)
     return 0
 
 
 def cmd_audit_variance(args: argparse.Namespace) -> int:
-    from fedaudit.audit.variance import plot_variance_curve, variance_vs_dk
+    from fedaudit.audit.variance import variance_vs_dk
+    from fedaudit.reports.figures import save_figure, variance_figure
 
     check_output_file("--plot", args.plot, plot=True)
     check_output_file("--json", args.json)
@@ -314,7 +329,7 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
     out.print(f"vqSGD ε={curve.epsilon:g}: MSE {curve.vqsgd.mse:.4g}; vqSGD no privacy: MSE {curve.vqsgd_nonprivate.mse:.4g};  "
               f"PrivUnitG ε={curve.epsilon:g}: MSE {curve.privunitg.mse:.4g} (optimal unbiased reference)")
     if args.plot:
-        out.print(f"plot: {plot_variance_curve(curve, args.plot)}")
+        out.print(f"plot: {save_figure(variance_figure(curve), args.plot)}")
     _write_json(args.json, curve)
     return 0
 
@@ -347,22 +362,8 @@ def _load_sampler(spec: str):
     return fn
 
 
-def _audit_pair(args: argparse.Namespace, target, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    from fedaudit.mechanisms.randomized_response import RandomizedResponse
-
-    e = np.eye(dim)
-    if isinstance(target, RandomizedResponse):
-        return e[0], e[1]
-    c = args.clip
-    pairs = {"antipodal": (c * e[0], -c * e[0]),
-             "flat": (c * np.ones(dim) / np.sqrt(dim), -c * np.ones(dim) / np.sqrt(dim)),
-             "zero-boundary": (np.zeros(dim), c * e[0])}
-    return pairs[args.pair]
-
-
 def cmd_audit_ldp(args: argparse.Namespace) -> int:
-    from fedaudit.audit.ldp import audit_ldp
-    from fedaudit.audit.pair_search import audit_worst_case
+    from fedaudit.experiments.kinds.ldp import SEARCH_CANDIDATES, audit_pair
 
     check_output_file("--json", args.json)
     if args.sampler:
@@ -378,17 +379,12 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
                                 delta=1e-5 if args.delta is None else args.delta)  # 0 is passed on
         name = repr(target)
     dim = target.dim if hasattr(target, "dim") else args.dim
-    searches = 23 if args.pair == "search" else 0  # 7 structured pairs + 2 rounds × 8 local moves
+    searches = SEARCH_CANDIDATES if args.pair == "search" else 0
     total = 2 * args.samples + 2 * searches * args.search_samples
     with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
-        if args.pair == "search":
-            res = audit_worst_case(target, dim=dim, clip=args.clip, epsilon=args.epsilon, delta=args.delta,
-                                   samples=args.samples, search_samples=args.search_samples,
-                                   confidence=args.confidence, test=args.test, seed=args.seed, progress=advance)
-        else:
-            x0, x1 = _audit_pair(args, target, dim)
-            res = audit_ldp(target, x0, x1, epsilon=args.epsilon, delta=args.delta, samples=args.samples,
-                            confidence=args.confidence, test=args.test, seed=args.seed, progress=advance)
+        res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
+                                  search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
+                                  delta=args.delta, confidence=args.confidence, test=args.test, progress=advance)
     verdict = "[bold red]VIOLATION[/]" if res.violation else "[bold green]no violation[/]"
     table = Table(title=f"LDP audit of {name}", show_header=False)
     table.add_column("field", style="bold")
@@ -457,18 +453,19 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
 
 
 def cmd_aggregators(args: argparse.Namespace) -> int:
-    from fedaudit.defenses.registry import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, make_aggregator
+    from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS, make_aggregator
     from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 
     table = Table(title=f"Robust aggregation rules at n={args.n}, f={args.f} "
                         f"(universal lower bound f/(n−2f) = {kappa_lower_bound(args.n, args.f):.4g})")
     for col in ("name", "class", "kind", "needs n ≥", "published κ", "formula"):
         table.add_column(col, overflow="fold")
-    specs = [(name, "aggregator") for name in AGGREGATOR_NAMES] + [(name, "pre-aggregator") for name in PREAGGREGATOR_NAMES]
+    specs = ([(name, "aggregator") for name in AGGREGATORS.names()]
+             + [(name, "pre-aggregator") for name in PREAGGREGATORS.names()])
     specs += [(f"nnm+{name}", "composition") for name in ("cwtm", "krum", "gm", "cwmed")]
     for name, kind in specs:
         rule = make_aggregator(name, args.f) if kind != "pre-aggregator" else None
-        bound = kappa_upper_bound(name, args.n, args.f) if kind != "pre-aggregator" else None
+        bound = kappa_upper_bound(rule, args.n, args.f) if rule is not None else None
         need = str(rule.min_n(rule.f)) if rule is not None else "—"
         kappa = "—" if bound is None else ("unbounded" if bound.kappa == float("inf") else f"{bound.kappa:.4g}")
         table.add_row(name, type(rule).__name__ if rule is not None else "(compose it)", kind, need, kappa,
@@ -484,7 +481,9 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.defenses.registry import make_aggregator
 
     check_output_file("--json", args.json)
-    spec = args.aggregator.strip().lower()
+    from fedaudit.experiments.components import normalise_spec
+
+    spec = normalise_spec(args.aggregator)
     params = _agg_params(args.agg_param, [spec])[spec]
     rule = make_aggregator(spec, args.f, **params) if params else spec  # unknown keyword: exit 2
     total = args.trials + 3 + args.search_evals + 1
@@ -552,7 +551,9 @@ def _short_reason(reasons: list[str]) -> str:
 def cmd_stress(args: argparse.Namespace) -> int:
     from fedaudit.fl.stress import Cell, StressConfig, run_stress
 
-    specs = [a.strip().lower() for a in args.aggregators.split(",") if a.strip()]
+    from fedaudit.experiments.components import normalise_spec
+
+    specs = [normalise_spec(a) for a in args.aggregators.split(",") if a.strip()]
     params = {spec: kw for spec, kw in _agg_params(args.agg_param, specs).items() if kw}
     config = StressConfig(aggregators=specs, attacks=args.attacks.split(","),
                           fs=_number_list("--f", args.f, int), betas=_number_list("--beta", args.beta, float),
@@ -810,6 +811,8 @@ def _agg_param_option(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
+    from fedaudit.experiments.kinds.ldp import PAIRS
+
     parser = _Parser(prog="fedaudit",
                      description="Audit the privacy and Byzantine robustness of federated learning. Exit codes: "
                                  "0 every claim holds, 1 a claim failed, 2 bad input, 130 interrupted.")
@@ -826,6 +829,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, default=1e-5, help="δ of the Gaussian mechanism (default 1e-5)")
     p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
     p.set_defaults(func=cmd_mechanisms)
+
+    p = sub.add_parser("list", help="list the registered components of one kind, with a one-line summary each")
+    p.add_argument("what", choices=LISTINGS, help="which registry: " + ", ".join(LISTINGS))
+    p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("demo", parents=[progress], epilog=_RUN_EPILOG,
                        help="run the shipped demo plan into reports/demo/ (--showcase: the mechanism tour)")
@@ -890,7 +897,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=_count, default=1_000_000, help="draws per input (default 1e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bound, in (0, 1)")
     p.add_argument("--test", default="auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ...")
-    p.add_argument("--pair", default="antipodal", choices=("antipodal", "flat", "zero-boundary", "search"),
+    p.add_argument("--pair", default="antipodal", choices=(*PAIRS, "search"),
                    help="the audited input pair, or 'search' for the worst pair found (default antipodal)")
     p.add_argument("--search-samples", type=_count, default=20_000,
                    help="draws per input per candidate pair with --pair search (default 20000)")

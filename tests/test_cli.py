@@ -325,3 +325,68 @@ def test_second_stress_run_into_a_busy_directory_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "results directory" in err and "in use by another fedaudit run" in err
     assert not (out / "cells.jsonl").exists()
+
+
+@pytest.mark.parametrize("what, names", [
+    ("mechanisms", ("sstq", "laplace", "rr")), ("aggregators", ("cwtm", "krum")), ("preaggregators", ("nnm",)),
+    ("attacks", ("alie", "ipm")), ("optimizers", ("dgd", "pigs")), ("datasets", ("digits",)),
+    ("partitions", ("dirichlet",)), ("kinds", ("ldp", "convergence")),
+])
+def test_list_prints_every_registered_name_with_its_summary(what, names, capsys):
+    from fedaudit.cli import _registries
+
+    assert main(["list", what]) == 0
+    text = capsys.readouterr().out
+    entries = _registries()[what].describe()
+    assert {n for n, _ in entries} >= set(names)
+    for name, summary in entries:
+        assert name in text and (not summary or summary.split()[0] in text), (name, summary)
+
+
+def test_list_shows_a_registered_kind(capsys):
+    from fedaudit.experiments.kind import ClaimKind
+    from fedaudit.experiments.kinds import CLAIM_KINDS, register_claim_kind
+
+    class Latency(ClaimKind):
+        """Check the round latency of a deployment."""
+
+        name = "latency"
+
+    register_claim_kind(Latency)
+    try:
+        assert main(["list", "kinds"]) == 0
+        assert "Check the round latency" in capsys.readouterr().out
+    finally:
+        CLAIM_KINDS.unregister("latency")
+
+
+def test_module_attr_aggregator_and_mechanism_on_the_cli(tmp_path, capsys):
+    js = tmp_path / "r.json"
+    assert main(["audit", "robustness", "--aggregator", "fedaudit.defenses.aggregators:CWTM", "--n", "7", "--f", "1",
+                 "--d", "5", "--trials", "8", "--attacks", "alie", "--search-evals", "0", "--quiet",
+                 "--json", str(js)]) == 0
+    assert json.loads(js.read_text())["nu_empirical"] >= 0
+    js = tmp_path / "l.json"
+    assert main(["audit", "ldp", "--mechanism", "fedaudit.mechanisms.laplace:Laplace", "--dim", "4",
+                 "--epsilon", "1", "--samples", "2000", "--quiet", "--json", str(js)]) == 0
+    assert json.loads(js.read_text())["epsilon_claimed"] == 1.0
+
+
+def test_showcase_streams_follow_the_documented_layout():
+    import numpy as np
+
+    from fedaudit.experiments.showcase import round_trips
+    from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism
+    from fedaudit.rng import spawn_generators
+
+    rows = round_trips(16, 50, 2.0, seed=3)
+    assert [r.name for r in rows] == list(MECHANISMS.names())
+    data_rng, *rngs = spawn_generators(3, len(rows) + 1)
+    X = data_rng.normal(size=(50, 16))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X *= data_rng.uniform(0.5, 1.0, size=(50, 1))
+    i = [r.name for r in rows].index("laplace")
+    m = make_mechanism("laplace", 16, 2.0, clip=1.0)
+    est = m.decode(m.encode(X, rng=rngs[i]))
+    assert rows[i].mse_per_report == float(np.mean(np.sum((est - X) ** 2, axis=1)))
+    assert rows[i].mean_error == float(np.sum((est.mean(0) - X.mean(0)) ** 2))

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import numpy as np
@@ -377,6 +378,26 @@ def test_every_plot_type_renders_png():
     with pytest.raises(FedAuditError, match="values"):
         render_png({"type": "epsilon_vs_samples", "samples": [1, 2], "epsilon_lower": [1.0],
                     "epsilon_claimed": 1.0, "epsilon_exact": None})
+
+
+def test_cli_figures_are_drawn_in_reports_without_touching_the_backend(tmp_path):
+    import matplotlib
+
+    from fedaudit.audit.variance import variance_vs_dk
+    from fedaudit.reports.figures import image_formats, oracle_figure, save_figure, variance_figure
+
+    backend = matplotlib.get_backend()
+    curve = variance_vs_dk(64, [4, 16], 2.0, samples=200, seed=1)
+    path = save_figure(variance_figure(curve), tmp_path / "v.png")
+    assert path == tmp_path / "v.png" and path.read_bytes().startswith(PNG_MAGIC)
+    assert {"png", "svg", "pdf"} <= set(image_formats())
+    fit = SimpleNamespace(s=[1e-3, 1e-2, 1e-1], e=[1e-4, 5e-4, 2e-3], zeta2=1e-4, alpha=0.02, zeta2_ls=1e-4,
+                          alpha_ls=0.019, zeta2_bound=None, alpha_bound=None, kappa=None, optimizer="dgd")
+    svg = save_figure(oracle_figure(fit), tmp_path / "o.svg", dpi=120)
+    assert b"<svg" in svg.read_bytes()[:400]
+    with pytest.raises(FedAuditError, match="OracleFit"):
+        oracle_figure({"zeta2": 1.0})
+    assert matplotlib.get_backend() == backend
 
 
 def test_html_renders_in_headless_chromium(written, tmp_path):

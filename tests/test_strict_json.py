@@ -190,7 +190,15 @@ def _evidence():
                      summary="s", plots=({"type": "curves", "y": [math.inf]},))]
 
 
+def _round_trips():
+    from fedaudit.experiments.showcase import RoundTrip
+    from fedaudit.mechanisms.laplace import Laplace
+
+    return [RoundTrip("laplace", Laplace(4, 1.0), math.inf, math.nan)]
+
+
 BUILDERS = {
+    "fedaudit.experiments.showcase.RoundTrip": _round_trips,
     "fedaudit.audit.variance.VarianceCurve": _variance,
     "fedaudit.experiments.kind.Evidence": _evidence,
     "fedaudit.mechanisms.base.Mechanism": _mechanisms,
@@ -265,7 +273,7 @@ def test_builders_carry_non_finite_values_through():
 
 def test_gossip_and_variance_use_the_convention():
     from fedaudit.audit.variance import MSEResult
-    from fedaudit.defenses.gossip import GossipTrace
+    from fedaudit.fl.gossip import GossipTrace
 
     arr = np.array([1.0, math.nan, math.inf, -math.inf])
     g = GossipTrace("cs+", None, 3, 1.0, (0, 1), (), arr, arr, arr, True, None).to_dict()

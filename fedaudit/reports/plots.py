@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.model import PLOT_TYPES, check_plot_spec
 
@@ -51,15 +52,14 @@ _REF_STYLES = (("#6b7280", (0, (6, 3))), ("#7d3c98", (0, (6, 2, 1, 2))), ("#117a
 def _ref_style(j: int) -> dict[str, Any]:
     color, dash = _REF_STYLES[j % len(_REF_STYLES)]
     return {"color": color, "ls": dash, "lw": 1.4}
-_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def _num(value: Any, name: str = "value") -> float:
     if value is None:
         return math.nan
     if isinstance(value, str):
-        if value in _SPECIAL:
-            return _SPECIAL[value]
+        if value in fjson.SPECIAL:
+            return fjson.SPECIAL[value]
         raise FedAuditError(f"plot {name} must be a number, got {value!r}")
     if isinstance(value, bool):
         raise FedAuditError(f"plot {name} must be a number, got {value!r}")
