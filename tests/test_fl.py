@@ -510,7 +510,7 @@ def test_test_accuracy_is_on_the_test_split(digits):
 
 def test_declared_f_configures_the_rule_not_the_adversary(digits):
     under = Federation.build(digits, n_honest=5, f=3, aggregator="cwtm", attack="nonfinite", declared_f=1, seed=0)
-    assert under.f == 3 and under.n == 8 and under.aggregator.f == 1 and under.config["declared_f"] == 1
+    assert under.f == 3 and under.n == 8 and under.aggregator.f == 1 and under.params()["declared_f"] == 1
     assert Federation.build(digits, n_honest=5, f=2, seed=0).declared_f == 2
     from fedaudit.errors import AggregatorBreakdown
 

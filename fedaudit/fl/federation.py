@@ -62,7 +62,7 @@ class Federation:
     data matrix), ``client_indices`` (rows of ``dataset.X_train`` per client), ``sizes``,
     ``aggregator`` (an :class:`~fedaudit.defenses.base.Aggregator`), ``attack`` (an
     :class:`~fedaudit.attacks.byzantine.Attack`, ``Optimal``-wrapped when requested, a
-    :class:`LabelFlip`, or None when f = 0 without attack), ``label_flip``, ``config``.
+    :class:`LabelFlip`, or None when f = 0 without attack), ``label_flip``; :meth:`params` the build parameters.
 
     All gradients are full-batch and exact (float64). ``rng=None`` in the random methods uses
     the federation's own stream, spawned from the build ``seed`` (reproducible per instance).
@@ -153,7 +153,7 @@ class Federation:
                 attack = Optimal(attack, self.aggregator)
             self.attack = attack
         self._rng = as_generator(attack_ss)
-        self.config = {
+        self._params = {
             "dataset": dataset.name, "n_honest": self.n_honest, "f": self.f, "scheme": scheme, "beta": beta,
             "gamma": gamma, "mu": mu, "aggregator": getattr(self.aggregator, "name", repr(self.aggregator)),
             "attack": getattr(self.attack, "name", None), "optimal_attack": bool(optimal_attack),
@@ -187,7 +187,12 @@ class Federation:
 
     def __repr__(self) -> str:
         return (f"Federation(dataset={self.dataset.name!r}, n_honest={self.n_honest}, f={self.f}, dim={self.dim}, "
-                f"aggregator={self.config['aggregator']!r}, attack={self.config['attack']!r})")
+                f"aggregator={self._params['aggregator']!r}, attack={self._params['attack']!r})")
+
+    def params(self) -> dict[str, Any]:
+        """The build parameters (dataset name, n_honest, f, scheme, β, γ, μ, rule and attack names,
+        optimal_attack, label_flip, min_size, declared_f) plus ``dim`` and the ``client_sizes``."""
+        return dict(self._params)
 
     # ------------------------------------------------------------------ helpers
 
