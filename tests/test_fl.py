@@ -533,3 +533,43 @@ def test_oracle_hands_its_generator_to_the_rule(digits):
     assert np.array_equal(fed.oracle(x, 5), g)
     assert np.array_equal(fed.oracle(x, np.random.default_rng(5)), g)
     assert any(not np.array_equal(fed.oracle(x, s), g) for s in (6, 7, 8))
+
+
+# ----------------------------------------------------------------------------- registries
+
+
+def test_partition_and_dataset_registries_take_users_entries():
+    from fedaudit.fl.registry import DATASETS, PARTITIONS, register_dataset, register_partition
+
+    assert PARTITIONS.names() == ("iid", "dirichlet", "gamma", "extreme")
+    assert DATASETS.names() == ("digits", "mnist", "synthetic")
+    y = np.arange(40) % 4
+    with pytest.raises(FedAuditError, match=r"unknown partition scheme 'dirichlte'.*did you mean 'dirichlet'"):
+        partition(y, 4, "dirichlte", beta=1.0)
+    with pytest.raises(FedAuditError, match=r"unknown dataset 'digit'.*did you mean 'digits'"):
+        load_dataset("digit")
+    assert [p.tolist() for p in partition(y, 2, "gamma_similarity", gamma=1.0, seed=3)] == \
+        [p.tolist() for p in partition(y, 2, "gamma", gamma=1.0, seed=3)]  # the documented alias
+
+    def halves(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+        """First half, second half."""
+        return np.array_split(np.arange(labels.size), n_clients)
+
+    def overlapping(labels, n_clients, *, seed, **kw):
+        return [np.arange(labels.size)] * n_clients
+
+    register_partition("halves-test", halves)
+    register_partition("overlap-test", overlapping)
+    register_dataset("tiny-test", lambda *, path=None, seed=0, **kw: synthetic_logistic(60, 3, seed=seed, **kw))
+    try:
+        assert [p.tolist() for p in partition(y, 2, "halves-test")] == [list(range(20)), list(range(20, 40))]
+        with pytest.raises(FedAuditError, match="exactly one client"):
+            partition(y, 2, "overlap-test")
+        assert load_dataset("tiny-test", seed=1).n_train + load_dataset("tiny-test", seed=1).n_test == 60
+        fed = Federation.build(load_dataset("tiny-test", seed=1), n_honest=2, f=0, scheme="halves-test",
+                               aggregator="mean", attack=None, seed=0)
+        assert fed.params()["client_sizes"] == [len(p) for p in np.array_split(np.arange(fed.dataset.n_train), 2)]
+    finally:
+        PARTITIONS.unregister("halves-test")
+        PARTITIONS.unregister("overlap-test")
+        DATASETS.unregister("tiny-test")
