@@ -16,7 +16,7 @@ from fedaudit.experiments.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-PACKAGES = ("mechanisms", "defenses", "attacks", "audit", "fl", "reports", "engine", "errors", "rng", "json")
+PACKAGES = ("mechanisms", "defenses", "attacks", "audit", "fl", "experiments", "reports", "engine", "errors", "rng", "json")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
@@ -54,6 +54,20 @@ def test_reference_page_documents_the_package(name):
     text = (DOCS / "reference" / f"{name}.md").read_text(encoding="utf-8")
     assert re.search(rf"^::: fedaudit\.{name}$", text, flags=re.M)
     importlib.import_module(f"fedaudit.{name}")
+
+
+def test_the_claim_kind_example_of_the_reference_runs_in_a_plan():
+    from fedaudit.experiments.kinds import CLAIM_KINDS
+    from fedaudit.experiments.runner import run_plan
+
+    exec(compile(_code_block("reference/experiments.md", "latency.py"), "latency.py", "exec"), {})
+    try:
+        report = run_plan({"plan": {"seed": 1}, "claim": [{"id": "lat", "kind": "latency", "max_ms": 200}]})
+    finally:
+        CLAIM_KINDS.unregister("latency")
+    (claim,) = report.claims
+    assert claim.error is None and claim.verdict == "PASS" and claim.title == "rounds finish within 200 ms"
+    assert claim.evidence["parameters"] == {"rounds": 100, "max_ms": 200.0}
 
 
 def test_ci_plan_of_the_tutorial_is_valid(tmp_path):
