@@ -50,3 +50,15 @@ def test_dispatch_on_type():
     assert make_guarantee(1.0) == PureLDP(1.0)
     assert make_guarantee(1.0, 1e-5) == ApproxLDP(1.0, 1e-5)
     assert make_guarantee(None, 0.5) is None
+
+
+def test_published_and_planted_mechanisms_carry_the_guarantee_they_claim():
+    from fedaudit.mechanisms import SSTQ, SSTQSketch
+    from fedaudit.testing import CleartextIndicesSSTQ, LeakedNormSSTQ, ScaledLaplace, UnsplitBudgetSSTQ
+
+    assert SSTQSketch(8, 2, 4, 1.0).guarantee == PureLDP(1.0)  # claimed, NOT delivered
+    for m in (UnsplitBudgetSSTQ(8, 2, 4, 1.0), LeakedNormSSTQ(8, 2, 4, 1.0), CleartextIndicesSSTQ(8, 2, 4, 1.0),
+              ScaledLaplace(2, 1.0, factor=3)):
+        assert m.guarantee == PureLDP(1.0) and (m.epsilon, m.delta) == (1.0, 0.0)
+    assert ScaledLaplace(2, 1.0, factor=3).params() == {"dim": 2, "epsilon": 1.0, "clip": 1.0, "factor": 3}
+    assert SSTQ(8, 2, 4, None).guarantee is None
