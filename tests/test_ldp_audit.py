@@ -533,3 +533,25 @@ def test_entry_points_take_integer_seeds_and_streams_go_to_audit_ldp_streams():
     drop = set(RUNTIME_FIELDS) | {"seed"}
     assert {k: v for k, v in a.to_dict().items() if k not in drop} == \
            {k: v for k, v in b.to_dict().items() if k not in drop}
+
+
+def test_torch_reports_and_scores_are_accepted_at_the_boundary():
+    """A sampler may return torch tensors and ScoreAuditor may take them: the audit sees the
+    same float64 values as with numpy (fedaudit.arrays does the conversion)."""
+    torch = pytest.importorskip("torch")
+    from fedaudit.audit import ScoreAuditor
+
+    def numpy_sampler(x, size, rng):
+        return np.asarray(x)[None, :] + rng.laplace(0.0, 2.0, size=(size, len(x)))
+
+    def torch_sampler(x, size, rng):
+        return torch.from_numpy(numpy_sampler(x, size, rng))
+
+    a = audit_ldp(numpy_sampler, [1.0], [-1.0], epsilon=1.0, samples=4000, seed=2)
+    b = audit_ldp(torch_sampler, [1.0], [-1.0], epsilon=1.0, samples=4000, seed=2)
+    assert stable(a) == stable(b)
+    s_in, s_out = np.random.default_rng(0).normal(1.0, 1.0, 200), np.random.default_rng(1).normal(0.0, 1.0, 200)
+    assert ScoreAuditor(torch.from_numpy(s_in), torch.tensor(s_out)).epsilon_lower() == \
+           ScoreAuditor(s_in, s_out).epsilon_lower()
+    with pytest.raises(FedAuditError, match="scores_in must hold real numbers, got complex"):
+        ScoreAuditor(torch.zeros(20, dtype=torch.complex64), s_out)

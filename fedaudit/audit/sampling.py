@@ -58,8 +58,10 @@ class ReportSource:
         except Exception as exc:  # a user's sampler failing deep inside
             raise FedAuditError(f"sampler failed on input {which}: {type(exc).__name__}: {exc}") from exc
         self.seconds += time.perf_counter() - t0
+        if is_torch(out):
+            out = torch_to_numpy(out, f"sampler output (input {which})")[0]
         try:
-            out = np.asarray(torch_to_numpy(out, "sampler output")[0] if is_torch(out) else out, dtype=np.float64)
+            out = np.asarray(out, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise FedAuditError(f"sampler returned {type(out).__name__}, not an array of real numbers "
                                 f"(input {which}): {exc}") from None

@@ -55,8 +55,10 @@ _MAX_THRESHOLDS = 1_000_000
 
 
 def _check_scores(name: str, value: Any) -> np.ndarray:
+    if is_torch(value):
+        value = torch_to_numpy(value, name)[0]
     try:
-        arr = np.asarray(torch_to_numpy(value, name)[0] if is_torch(value) else value, dtype=np.float64)
+        arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise FedAuditError(f"{name} must be a 1-D array of real numbers, got {type(value).__name__}") from None
     if arr.ndim != 1:
