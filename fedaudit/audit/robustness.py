@@ -130,14 +130,15 @@ def _outlier_construction(n: int, f: int, d: int, spread: float, rng: np.random.
 
 
 def _resolve_attacks(attacks: str | Sequence[str]) -> list[str]:
-    from fedaudit.attacks.byzantine import ATTACK_NAMES
+    from fedaudit.attacks.registry import ATTACKS
 
     if attacks == "all":
-        return list(ATTACK_NAMES)
-    names = [a.strip().lower() for a in (attacks.split(",") if isinstance(attacks, str) else attacks) if a.strip()]
-    bad = [a for a in names if a not in ATTACK_NAMES]
+        return list(ATTACKS.names())
+    names = [a.strip() if ":" in a else a.strip().lower()
+             for a in (attacks.split(",") if isinstance(attacks, str) else attacks) if a.strip()]
+    bad = [a for a in names if a not in ATTACKS]
     if bad or not names:
-        raise FedAuditError(f"unknown attack(s) {bad or attacks!r}; choose from {', '.join(ATTACK_NAMES)} or 'all'")
+        raise FedAuditError(f"unknown attack(s) {bad or attacks!r}; choose from {', '.join(ATTACKS.names())} or 'all'")
     return names
 
 

@@ -155,10 +155,12 @@ class Cell:
 class StressConfig:
     """A stress grid and the training run every cell performs.
 
-    Grid axes: ``aggregators`` (registry specs such as ``"cwtm"`` or ``"nnm+cwtm"``),
-    ``attacks`` (``fedaudit.attacks.ATTACK_NAMES``), ``fs`` (Byzantine counts, each
+    Grid axes: ``aggregators`` (registry specs such as ``"cwtm"``, ``"nnm+cwtm"`` or
+    ``"nnm+pkg.mod:Rule"``), ``attacks`` (names of ``fedaudit.attacks.ATTACKS``, ``module:attr``
+    references or ``"labelflip"``), ``fs`` (Byzantine counts, each
     < ``n_honest``) and ``betas`` (Dirichlet concentrations > 0; smaller = more heterogeneous).
-    Run: ``optimizer`` in :data:`OPTIMIZER_NAMES` for ``rounds`` rounds — ``dgd`` and ``dnag``
+    Run: ``optimizer`` (a name of :data:`fedaudit.fl.registry.OPTIMIZERS` or a ``module:attr``
+    reference, built by :func:`~fedaudit.fl.registry.make_optimizer`) for ``rounds`` rounds — ``dgd`` and ``dnag``
     (momentum 0.9) with step size ``lr``; ``robust-accelerated`` takes L and μ from the
     federation and ``pigs`` its default η (1/(2·1.25·Δ̂), Δ̂ the max along the run), so ``lr``
     does not apply to them — ``n_honest`` honest clients, regularisation ``mu``,
