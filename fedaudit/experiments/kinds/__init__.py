@@ -1,8 +1,10 @@
 """The claim kinds: one module per kind, all in the open :data:`CLAIM_KINDS` registry.
 
-Built in: :mod:`~fedaudit.experiments.kinds.ldp`, :mod:`~fedaudit.experiments.kinds.variance`,
+Built in: :mod:`~fedaudit.experiments.kinds.convergence`, :mod:`~fedaudit.experiments.kinds.ldp`,
 :mod:`~fedaudit.experiments.kinds.robustness`, :mod:`~fedaudit.experiments.kinds.stress` and
-:mod:`~fedaudit.experiments.kinds.convergence`. A kind of your own is a
+:mod:`~fedaudit.experiments.kinds.variance`. Every :class:`~fedaudit.experiments.kind.ClaimKind`
+subclass defined in a module of this package is registered when the package is imported (in
+module-name order), so a new built-in kind is one new module. A kind of your own is a
 :class:`~fedaudit.experiments.kind.ClaimKind` subclass registered with
 :func:`register_claim_kind` (or named ``kind = "package.module:Class"`` in a plan); plans
 validate its keys, the runner runs it and the report renders its evidence like a built-in's.
@@ -10,15 +12,12 @@ validate its keys, the runner runs it and the report renders its evidence like a
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind
-from fedaudit.experiments.kinds.convergence import Convergence
-from fedaudit.experiments.kinds.ldp import LDP
-from fedaudit.experiments.kinds.robustness import Robustness
-from fedaudit.experiments.kinds.stress import Stress
-from fedaudit.experiments.kinds.variance import Variance
 from fedaudit.registry import Registry
 
 __all__ = ["CLAIM_KINDS", "register_claim_kind", "claim_kind"]
@@ -57,5 +56,12 @@ def claim_kind(name: str) -> ClaimKind:
     return cls()
 
 
-for _cls in (LDP, Variance, Robustness, Stress, Convergence):
-    register_claim_kind(_cls)
+def _register_builtins() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, ClaimKind) and obj.__module__ == module.__name__:
+                register_claim_kind(obj)
+
+
+_register_builtins()
