@@ -10,6 +10,7 @@ non-private variant): for all inputs x, x' in the input domain and every event S
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import Guarantee, epsilon_delta
-from fedaudit.validation import check_int, check_matrix, check_vector
+from fedaudit.validation import check_int, check_matrix, check_positive, check_vector
 from fedaudit.rng import RngLike, as_generator
 
 __all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
@@ -108,8 +109,6 @@ def halfspace_pair_sup(mix0, breaks0, mix1, breaks1, relation: int) -> float:
 
 def pow2_floor(x: float) -> float:
     """Largest power of two <= x (x > 0): grid steps whose multiples are exact in float64."""
-    import math
-
     return math.ldexp(1.0, math.frexp(x)[1] - 1)
 
 
@@ -246,8 +245,6 @@ class Mechanism(ABC):
 
 def check_epsilon(epsilon: Any, *, allow_none: bool = False) -> float | None:
     """epsilon > 0 (finite); ``None`` allowed for non-private variants."""
-    from fedaudit.validation import check_positive
-
     if epsilon is None:
         if allow_none:
             return None

@@ -13,6 +13,7 @@ analytic calibration over to the discrete noise.
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,6 @@ _REL = 2.0**-40  # relative safety margin for floating-point evaluations on the 
 def check_gaussian_delta(delta: Any, name: str = "delta") -> float:
     """δ of a Gaussian mechanism, in the open interval (0, 1). δ = 0 is rejected, never replaced
     by a default: no finite σ makes Gaussian noise pure DP (its privacy loss is unbounded)."""
-    from numbers import Real
-
     if isinstance(delta, Real) and not isinstance(delta, bool) and delta == 0:
         raise FedAuditError(f"{name} must be in (0, 1) for the Gaussian mechanism, got {name}=0: Gaussian "
                             f"noise is never pure DP (δ = 0 would need infinite noise)")

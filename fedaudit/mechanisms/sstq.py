@@ -66,7 +66,8 @@ from typing import Any
 import numpy as np
 
 from fedaudit.guarantees import make_guarantee
-from fedaudit.validation import check_int, check_positive, check_probability
+from fedaudit.errors import FedAuditError
+from fedaudit.validation import check_int, check_positive, check_probability, check_vector
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels, clip_l2
 from fedaudit.mechanisms.rotation import (
     SEED_BITS,
@@ -192,7 +193,6 @@ class SSTQ(Mechanism):
 
     def _check_reports(self, reports: Any) -> np.ndarray:
         reports = super()._check_reports(reports)
-        from fedaudit.errors import FedAuditError
 
         seeds, levels = reports[:, 0], reports[:, 1:]
         if ((seeds < 0) | (seeds >= 2**SEED_BITS) | (seeds != np.floor(seeds))).any():
@@ -328,9 +328,6 @@ class SSTQ(Mechanism):
     def expected_mse(self, x: Any) -> float:
         """Exact E‖x̂ − x‖² without rotation: Σ_j (d/k)·E[ŷ_j²] − y_j², where
         E[ŷ_j²] = Σ_o P(o | y_j)·L_o²/(p − c)² (y = clip(x); coordinates never clamp)."""
-        from fedaudit.errors import FedAuditError
-        from fedaudit.validation import check_vector
-
         if self.rotate:
             raise FedAuditError("expected_mse is exact only for rotate=False; use audit.measure_mse")
         y = clip_l2(check_vector("x", x, dim=self.dim)[None, :], self.clip)[0]
@@ -348,8 +345,6 @@ class SSTQ(Mechanism):
         Returns the bias norm (relative to ‖clip(x)‖), a per-coordinate max |bias| with its
         standard error, and the fraction of clamped coordinates.
         """
-        from fedaudit.validation import check_vector
-
         x = check_vector("x", x, dim=self.dim)
         rotations = check_int("rotations", rotations, low=2, high=10**12, high_name="10^12")
         gen = as_generator(rng)
