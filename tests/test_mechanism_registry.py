@@ -73,6 +73,16 @@ def test_a_registered_user_mechanism_is_built_and_audited():
     assert "user-coin" not in MECHANISMS.names()
 
 
+def test_a_factory_needing_a_keyword_make_mechanism_cannot_pass_is_refused_clearly():
+    register_mechanism("user-scaled", lambda dim, epsilon, *, scale: Laplace(dim, epsilon / scale))
+    try:
+        with pytest.raises(FedAuditError, match=r"mechanism 'user-scaled' needs the keyword\(s\) scale"):
+            make_mechanism("user-scaled", 2, 1.0)
+        assert MECHANISMS.build("user-scaled", 2, 1.0, scale=2.0).epsilon == 0.5
+    finally:
+        MECHANISMS.unregister("user-scaled")
+
+
 def test_a_module_attr_reference_is_a_mechanism_name():
     mod = types.ModuleType("fedaudit_user_mechs")
     mod.leaky = lambda dim, epsilon, **kw: Laplace(dim, 4.0 * epsilon, kw["clip"])  # claims ε, delivers 4ε

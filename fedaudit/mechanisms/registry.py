@@ -106,4 +106,5 @@ def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None 
     accepted = MECHANISMS.accepted(name)
     if accepted is not None:
         keywords = {key: v for key, v in keywords.items() if key in accepted}
+    MECHANISMS.check_keywords(name, keywords)  # a user factory's required keyword beyond these: say so
     return MECHANISMS.factory(name)(dim, epsilon, **keywords)
