@@ -15,12 +15,10 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize
 
 from fedaudit.defenses import (
-    AGGREGATOR_NAMES,
     ARC,
     CWTM,
     MDA,
     NNM,
-    PREAGGREGATOR_NAMES,
     Bucketing,
     Bulyan,
     CenteredClipping,
@@ -600,10 +598,12 @@ def test_mda_subset_limit():
 
 
 def test_registry():
-    assert AGGREGATOR_NAMES == ("mean", "cwtm", "cwmed", "gm", "krum", "multikrum", "mda", "cc", "meamed", "bulyan")
-    assert PREAGGREGATOR_NAMES == ("nnm", "bucketing", "arc", "clipping")
+    from fedaudit.defenses import AGGREGATORS, PREAGGREGATORS
+
+    assert AGGREGATORS.names() == ("mean", "cwtm", "cwmed", "gm", "krum", "multikrum", "mda", "cc", "meamed", "bulyan")
+    assert PREAGGREGATORS.names() == ("nnm", "bucketing", "arc", "clipping")
     X = data(0, 12, 4)
-    for name in AGGREGATOR_NAMES:
+    for name in AGGREGATORS.names():
         rule = make_aggregator(name, 2)
         assert rule.name == name and rule.f == 2
         assert rule(X).shape == (4,)

@@ -36,8 +36,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedaudit.attacks import ATTACK_NAMES, make_attack
-from fedaudit.defenses import AGGREGATOR_NAMES, PREAGGREGATOR_NAMES, Bucketing, CWMed, GeometricMedian, Krum, Mean
+from fedaudit.attacks import ATTACKS, make_attack
+from fedaudit.defenses import AGGREGATORS, PREAGGREGATORS, Bucketing, CWMed, GeometricMedian, Krum, Mean
 from fedaudit.defenses import make_aggregator
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 
@@ -46,7 +46,7 @@ F32_MAX = float(np.finfo(np.float32).max)
 EXTREMES = [1e308, -1e308, F64_MAX, -F64_MAX, 1e306, F32_MAX, -F32_MAX, np.inf, -np.inf, np.nan,
             5e-324, -2.2e-310, 1e-300, 0.0]
 KW = {"bucketing": {"s": 2, "seed": 3}, "clipping": {"c": 1.0}, "cc": {"tau": 0.5, "iters": 3}}
-SPECS = list(AGGREGATOR_NAMES) + [f"{p}+{a}" for p in PREAGGREGATOR_NAMES for a in AGGREGATOR_NAMES]
+SPECS = list(AGGREGATORS.names()) + [f"{p}+{a}" for p in PREAGGREGATORS.names() for a in AGGREGATORS.names()]
 
 
 def build(spec: str, f: int):
@@ -383,9 +383,9 @@ RANDOM = {"bucketing"}
 
 
 def _rule_cases():
-    for name in AGGREGATOR_NAMES:
+    for name in AGGREGATORS.names():
         yield name, build(name, 1)
-    for name in PREAGGREGATOR_NAMES:
+    for name in PREAGGREGATORS.names():
         yield name, build(name + "+mean", 1).stages[0]
     yield "bucketing+nnm+cwtm", build("bucketing+nnm+cwtm", 1)
 
@@ -404,7 +404,7 @@ def test_same_seed_same_bits_different_seed_different_bits(name, rule):
         assert a.tobytes() == c.tobytes() == rule(X).tobytes()
 
 
-@pytest.mark.parametrize("name", ATTACK_NAMES)
+@pytest.mark.parametrize("name", ATTACKS.names())
 def test_attacks_same_seed_same_bits(name):
     H = np.random.default_rng(3).normal(size=(12, 6))
     attack = make_attack(name)

@@ -7,7 +7,6 @@ Byzantine call convention: ``attack(honest, f, rng=None) -> (f, d)`` with ``hone
 
 from fedaudit.attacks.byzantine import (
     ALIE,
-    ATTACK_NAMES,
     IPM,
     Attack,
     Fang,
@@ -32,6 +31,6 @@ from fedaudit.attacks.inference import (
 
 __all__ = [
     "Attack", "ALIE", "IPM", "SignFlip", "Gaussian", "Mimic", "MinMax", "MinSum", "Fang", "FangKrumNotSelectedWarning", "NonFinite", "Optimal",
-    "ATTACK_NAMES", "ATTACKS", "make_attack", "register_attack",
+    "ATTACKS", "make_attack", "register_attack",
     "ColumnThreshold", "FrequencyTest", "LikelihoodRatio", "LogisticClassifier", "Projection", "Statistic",
 ]

@@ -54,7 +54,6 @@ __all__ = [
     "FangKrumNotSelectedWarning",
     "NonFinite",
     "Optimal",
-    "ATTACK_NAMES",
     "alie_z_max",
 ]
 
@@ -578,9 +577,3 @@ class Optimal(Attack):
         s = max(float(s), self.low)
         return s if self.high is None else min(s, self.high)
 
-
-# ----------------------------------------------------------------------------- names
-
-#: The built-in attack names (transitional: callers switch to ``fedaudit.attacks.registry.ATTACKS``).
-ATTACK_NAMES: tuple[str, ...] = ("alie", "ipm", "signflip", "gaussian", "mimic", "minmax", "minsum", "fang",
-                                 "nonfinite")

@@ -38,9 +38,7 @@ from fedaudit.defenses.base import (
 )
 from fedaudit.defenses.preaggregators import ARC, NNM, Bucketing, Clipping
 from fedaudit.defenses.registry import (
-    AGGREGATOR_NAMES,
     AGGREGATORS,
-    PREAGGREGATOR_NAMES,
     PREAGGREGATORS,
     make_aggregator,
     register_aggregator,
@@ -74,8 +72,6 @@ __all__ = [
     "Bucketing",
     "ARC",
     "Clipping",
-    "AGGREGATOR_NAMES",
-    "PREAGGREGATOR_NAMES",
     "AGGREGATORS",
     "PREAGGREGATORS",
     "make_aggregator",

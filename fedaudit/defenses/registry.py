@@ -36,8 +36,6 @@ from fedaudit.validation import check_int
 __all__ = [
     "AGGREGATORS",
     "PREAGGREGATORS",
-    "AGGREGATOR_NAMES",
-    "PREAGGREGATOR_NAMES",
     "register_aggregator",
     "register_preaggregator",
     "make_aggregator",
@@ -56,11 +54,6 @@ for _name, _cls in (("mean", Mean), ("cwtm", CWTM), ("cwmed", CWMed), ("gm", Geo
 for _name, _cls in (("nnm", NNM), ("bucketing", Bucketing), ("arc", ARC), ("clipping", Clipping)):
     PREAGGREGATORS.register(_name, _cls)
 del _name, _cls
-
-#: The built-in aggregator names (registered users' rules are in ``AGGREGATORS.names()``).
-AGGREGATOR_NAMES: tuple[str, ...] = AGGREGATORS.names()
-#: The built-in pre-aggregator names.
-PREAGGREGATOR_NAMES: tuple[str, ...] = PREAGGREGATORS.names()
 
 
 def register_aggregator(name: str, factory: Callable[..., Aggregator] | None = None, *,

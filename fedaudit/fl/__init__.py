@@ -17,7 +17,6 @@ the server optimizers and the training loop, the gossip simulator and stress gri
 """
 
 from fedaudit.fl.data import (
-    DATASET_NAMES,
     Dataset,
     load_dataset,
     load_digits_dataset,
@@ -31,7 +30,6 @@ from fedaudit.fl.gossip import GossipTrace, simulate_gossip
 from fedaudit.fl.models import LogisticModel, cnn, mlp
 from fedaudit.fl.optimizers import DGD, DNAG, PIGS, Optimizer, RobustAccelerated, estimate_delta, nesterov_schedule
 from fedaudit.fl.partition import (
-    PARTITION_SCHEMES,
     dirichlet_cuts,
     dirichlet_partition,
     extreme_partition,
@@ -52,9 +50,9 @@ from fedaudit.fl.registry import (
 from fedaudit.fl.training import Trace, run
 
 __all__ = [
-    "Dataset", "DATASET_NAMES", "load_digits_dataset", "load_mnist", "synthetic_logistic", "synthetic_linear",
+    "Dataset", "load_digits_dataset", "load_mnist", "synthetic_logistic", "synthetic_linear",
     "load_dataset", "stratified_split",
-    "PARTITION_SCHEMES", "iid_partition", "dirichlet_partition", "dirichlet_cuts", "gamma_similarity_partition",
+    "iid_partition", "dirichlet_partition", "dirichlet_cuts", "gamma_similarity_partition",
     "extreme_partition", "partition",
     "LogisticModel", "mlp", "cnn",
     "Federation", "LabelFlip",

@@ -30,7 +30,6 @@ from fedaudit.validation import check_int, check_real
 
 __all__ = [
     "Dataset",
-    "DATASET_NAMES",
     "MNIST_MEAN",
     "MNIST_STD",
     "load_digits_dataset",
@@ -343,9 +342,6 @@ def _synthetic(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset
 for _name, _fn in (("digits", _digits), ("mnist", _mnist), ("synthetic", _synthetic)):
     DATASETS.register(_name, _fn)
 del _name, _fn
-
-#: The built-in dataset names (transitional: callers switch to ``fedaudit.fl.registry.DATASETS``).
-DATASET_NAMES: tuple[str, ...] = DATASETS.names()
 
 
 def load_dataset(name: str, *, path: str | Path | None = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:

@@ -24,7 +24,6 @@ from fedaudit.rng import RngLike, as_generator
 from fedaudit.validation import check_int, check_real
 
 __all__ = [
-    "PARTITION_SCHEMES",
     "iid_partition",
     "dirichlet_partition",
     "dirichlet_cuts",
@@ -187,9 +186,6 @@ def _extreme(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_
 for _name, _fn in (("iid", _iid), ("dirichlet", _dirichlet), ("gamma", _gamma), ("extreme", _extreme)):
     PARTITIONS.register(_name, _fn)
 del _name, _fn
-
-#: The built-in scheme names (transitional: callers switch to ``fedaudit.fl.registry.PARTITIONS``).
-PARTITION_SCHEMES: tuple[str, ...] = PARTITIONS.names()
 
 
 def partition(labels: Any, n_clients: int, scheme: str, *, beta: float | None = None, gamma: float | None = None,

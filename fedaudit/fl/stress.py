@@ -73,7 +73,6 @@ from fedaudit.rng import derive_seed
 from fedaudit.validation import check_int, check_positive, check_real
 
 __all__ = [
-    "OPTIMIZER_NAMES",
     "BREAKDOWN_LOSS_FACTOR",
     "BREAKDOWN_ACCURACY_MARGIN",
     "StressConfig",
@@ -88,8 +87,6 @@ __all__ = [
     "summarize",
 ]
 
-#: The built-in optimizer names (transitional: callers switch to ``fedaudit.fl.registry.OPTIMIZERS``).
-OPTIMIZER_NAMES: tuple[str, ...] = OPTIMIZERS.names()
 #: Breakdown when the final loss exceeds this multiple of the loss at x0.
 BREAKDOWN_LOSS_FACTOR = 10.0
 #: Breakdown when the final accuracy is below chance (1/n_classes) plus this margin.
