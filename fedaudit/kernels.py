@@ -63,8 +63,8 @@ _GRAM_LOW, _GRAM_HIGH = 2.0 ** -900, 2.0 ** 900
 _FAR_LOG2 = 400
 
 
-
 def max_threads() -> int:
+    """Threads the column-wise kernels use on large inputs: min(:data:`MAX_THREADS`, available cores)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -310,6 +310,7 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sqdist_from_gram(G: np.ndarray) -> np.ndarray:
+    """D_ij = G_ii + G_jj − 2 G_ij, made exactly symmetric, clipped at 0, zero diagonal."""
     g = np.diag(G)
     D = g[:, None] + g[None, :] - 2.0 * G
     D = 0.5 * (D + D.T)  # exactly symmetric, so tied scores stay tied

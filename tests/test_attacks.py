@@ -629,3 +629,10 @@ def test_krum_tie_break_is_order_invariant():
     for perm in ([0, 1, 2, 3, 4], [1, 0, 2, 3, 4], [4, 3, 2, 1, 0]):
         Y = X[perm]
         assert Y[krum_order(pairwise_sqdist(Y), 2, Y)[0]][0] == 1.0
+
+
+def test_has_scale_says_what_optimal_can_search():
+    assert [a.name for a in ALL_DEFAULTS if a.has_scale] == ["alie", "ipm", "signflip", "gaussian", "minmax",
+                                                              "minsum"]
+    with pytest.raises(FedAuditError, match="no scale parameter"):
+        Optimal(Mimic(), MeanRef(0))

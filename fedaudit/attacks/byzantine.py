@@ -132,6 +132,11 @@ class Attack:
         return {}
 
     @property
+    def has_scale(self) -> bool:
+        """Whether the attack has a magnitude parameter (what :class:`Optimal` line-searches)."""
+        return self._scale_param is not None
+
+    @property
     def scale(self) -> float | None:
         """The current scale, or None if the attack has none (or it depends on n, f)."""
         return None if self._scale_param is None else self.params()[self._scale_param]
@@ -488,7 +493,7 @@ class Optimal(Attack):
                  low: float = 0.0, high: float | None = None):
         if not isinstance(attack, Attack) or isinstance(attack, Optimal):
             raise FedAuditError(f"attack must be a fedaudit Byzantine attack (not Optimal), got {attack!r}")
-        if attack._scale_param is None:
+        if not attack.has_scale:
             raise FedAuditError(f"attack {attack.name!r} has no scale parameter to optimise")
         if not callable(aggregator):
             raise FedAuditError(f"aggregator must be callable (n, d) -> (d,), got {type(aggregator).__name__}")

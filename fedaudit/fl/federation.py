@@ -149,7 +149,7 @@ class Federation:
                 raise FedAuditError(f"attack must be an attack name, a fedaudit Attack or None, got {attack!r}")
             elif attack_kw:
                 raise FedAuditError("attack_kw applies only when attack is a name")
-            if optimal_attack and not isinstance(attack, Optimal) and getattr(attack, "_scale_param", None) is not None:
+            if optimal_attack and not isinstance(attack, Optimal) and getattr(attack, "has_scale", False):
                 attack = Optimal(attack, self.aggregator)
             self.attack = attack
         self._rng = as_generator(attack_ss)
