@@ -197,7 +197,7 @@ class Federation:
     # ------------------------------------------------------------------ helpers
 
     def _x(self, x: Any, name: str = "x") -> np.ndarray:
-        return self.model._x(x, name)
+        return self.model.check_x(x, name)
 
     def _client(self, i: Any) -> tuple[np.ndarray, np.ndarray]:
         i = check_int("i", i, low=0, high=self.n_honest - 1, high_name="n_honest-1")

@@ -62,7 +62,7 @@ class LogisticModel:
 
     def unpack(self, x: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """Views (W (C, p), b (C,) or None) into the flat vector x."""
-        x = self._x(x)
+        x = self.check_x(x)
         C, p = self.n_classes, self.n_features
         W = x[: C * p].reshape(C, p)
         return W, (x[C * p:] if self.fit_intercept else None)
@@ -81,7 +81,8 @@ class LogisticModel:
 
     # ------------------------------------------------------------------ validation
 
-    def _x(self, x: Any, name: str = "x") -> np.ndarray:
+    def check_x(self, x: Any, name: str = "x") -> np.ndarray:
+        """``x`` as a float64 parameter vector of shape (dim,), else FedAuditError naming ``name``."""
         x = np.asarray(x, dtype=np.float64)
         if x.shape != (self.dim,):
             raise FedAuditError(f"{name} must have shape ({self.dim},) (dim of {self!r}), got {x.shape}")
@@ -137,22 +138,22 @@ class LogisticModel:
     def loss(self, x: Any, A: Any, y: Any) -> float:
         """Mean cross-entropy + (μ/2)‖x‖²."""
         A, y = self._Ay(A, y)
-        return self._loss_grad(self._x(x), A, y, want_grad=False)[0]
+        return self._loss_grad(self.check_x(x), A, y, want_grad=False)[0]
 
     def grad(self, x: Any, A: Any, y: Any) -> np.ndarray:
         """∇loss(x), shape (dim,)."""
         A, y = self._Ay(A, y)
-        return self._loss_grad(self._x(x), A, y)[1]
+        return self._loss_grad(self.check_x(x), A, y)[1]
 
     def loss_grad(self, x: Any, A: Any, y: Any) -> tuple[float, np.ndarray]:
         """(loss, grad) sharing one forward pass (what L-BFGS closures want)."""
         A, y = self._Ay(A, y)
-        return self._loss_grad(self._x(x), A, y)
+        return self._loss_grad(self.check_x(x), A, y)
 
     def hvp(self, x: Any, A: Any, y: Any, v: Any) -> np.ndarray:
         """Exact Hessian-vector product ∇²loss(x)·v (independent of y; y is validated only)."""
         A, y = self._Ay(A, y)
-        x, v = self._x(x), self._x(v, "v")
+        x, v = self.check_x(x), self.check_x(v, "v")
         P = np.exp(log_softmax(self._logits(x, A)))
         U = self._logits(v, A)  # u_n = V a_n + v_b: the directional derivative of the logits
         Q = P * U - P * (P * U).sum(axis=1, keepdims=True)
@@ -161,7 +162,7 @@ class LogisticModel:
     def hessian(self, x: Any, A: Any, y: Any) -> np.ndarray:
         """Dense Hessian (dim, dim) — O(C²·(p+1)²·N) work; for small models and tests."""
         A, y = self._Ay(A, y)
-        x = self._x(x)
+        x = self.check_x(x)
         N, C, p = A.shape[0], self.n_classes, self.n_features
         P = np.exp(log_softmax(self._logits(x, A)))
         At = np.hstack([A, np.ones((N, 1))]) if self.fit_intercept else A
@@ -181,11 +182,11 @@ class LogisticModel:
 
     def predict(self, x: Any, A: Any) -> np.ndarray:
         """argmax_c of the logits, int64 (N,)."""
-        return np.argmax(self._logits(self._x(x), self._A(A)), axis=1).astype(np.int64)
+        return np.argmax(self._logits(self.check_x(x), self._A(A)), axis=1).astype(np.int64)
 
     def predict_proba(self, x: Any, A: Any) -> np.ndarray:
         """softmax(W a + b), (N, C)."""
-        return np.exp(log_softmax(self._logits(self._x(x), self._A(A))))
+        return np.exp(log_softmax(self._logits(self.check_x(x), self._A(A))))
 
     def accuracy(self, x: Any, A: Any, y: Any) -> float:
         """Fraction of rows with predict == y."""
