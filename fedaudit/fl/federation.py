@@ -204,7 +204,7 @@ class Federation:
         return self.clients[i]
 
     def _log_probs(self, x: np.ndarray) -> np.ndarray:
-        return log_softmax(self.model._logits(x, self._A))
+        return log_softmax(self.model.logits_core(x, self._A))
 
     def _per_client_sum(self, values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(values, self._offsets[:-1], axis=0)
@@ -230,7 +230,7 @@ class Federation:
         R *= self._weight[:, None]
         G = np.empty((self.n_honest, self.dim))
         for i, (s, e) in enumerate(zip(self._offsets[:-1], self._offsets[1:])):
-            G[i] = self.model._backprop(R[s:e], self._A[s:e])
+            G[i] = self.model.backprop_core(R[s:e], self._A[s:e])
         G += self.mu * x
         return G
 
@@ -240,7 +240,7 @@ class Federation:
         R = np.exp(self._log_probs(x))
         R[self._rows, self._y] -= 1.0
         R *= (self._weight / self.n_honest)[:, None]
-        return self.model._backprop(R, self._A) + self.mu * x
+        return self.model.backprop_core(R, self._A) + self.mu * x
 
     def honest_hvp(self, x: Any, v: Any) -> np.ndarray:
         """∇²L_H(x)·v = (1/|H|) Σ_i ∇²L_i(x)·v.
@@ -255,25 +255,25 @@ class Federation:
         else:
             P = np.exp(self._log_probs(x))
             self._hvp_probs = (x.copy(), P)
-        U = self.model._logits(v, self._A)
+        U = self.model.logits_core(v, self._A)
         Q = P * U - P * (P * U).sum(axis=1, keepdims=True)
         Q *= (self._weight / self.n_honest)[:, None]
-        return self.model._backprop(Q, self._A) + self.mu * v
+        return self.model.backprop_core(Q, self._A) + self.mu * v
 
     def client_loss(self, i: int, x: Any) -> float:
         """L_i(x) for honest client i (client 0 is PIGS's trusted surrogate L̂)."""
         A, y = self._client(i)
-        return self.model._loss_grad(self._x(x), A, y, want_grad=False)[0]
+        return self.model.loss_grad_core(self._x(x), A, y, want_grad=False)[0]
 
     def client_grad(self, i: int, x: Any) -> np.ndarray:
         """∇L_i(x)."""
         A, y = self._client(i)
-        return self.model._loss_grad(self._x(x), A, y)[1]
+        return self.model.loss_grad_core(self._x(x), A, y)[1]
 
     def client_loss_grad(self, i: int, x: Any) -> tuple[float, np.ndarray]:
         """(L_i(x), ∇L_i(x)) from one forward pass."""
         A, y = self._client(i)
-        return self.model._loss_grad(self._x(x), A, y)
+        return self.model.loss_grad_core(self._x(x), A, y)
 
     def client_hvp(self, i: int, x: Any, v: Any) -> np.ndarray:
         """∇²L_i(x)·v (exact)."""
@@ -297,7 +297,7 @@ class Federation:
         if self.f == 0:
             return np.empty((0, self.dim))
         if self.label_flip:
-            return np.stack([self.model._loss_grad(x, A, y)[1] for A, y in self._byz_clients])
+            return np.stack([self.model.loss_grad_core(x, A, y)[1] for A, y in self._byz_clients])
         rows = np.asarray(self.attack(H, self.f, self._rng if rng is None else as_generator(rng)), dtype=np.float64)
         return rows.reshape(self.f, self.dim)
 

@@ -109,62 +109,66 @@ class LogisticModel:
         return A, y
 
     # ------------------------------------------------------------------ core (no validation)
+    # Inputs already validated (float64 x of shape (dim,), A (N, p), integer y): the federation's
+    # per-round loops call these directly.
 
-    def _logits(self, x: np.ndarray, A: np.ndarray) -> np.ndarray:
+    def logits_core(self, x: np.ndarray, A: np.ndarray) -> np.ndarray:
+        """Z = A Wᵀ + b, (N, C)."""
         C, p = self.n_classes, self.n_features
         Z = A @ x[: C * p].reshape(C, p).T
         if self.fit_intercept:
             Z += x[C * p:]
         return Z
 
-    def _backprop(self, R: np.ndarray, A: np.ndarray) -> np.ndarray:
+    def backprop_core(self, R: np.ndarray, A: np.ndarray) -> np.ndarray:
         """[Rᵀ A, Σ_n R_n] flattened in the parameter layout (no 1/N, no μ term)."""
         gW = (A.T @ R).T.ravel()  # (p × N)(N × C) is the faster BLAS layout
         return np.concatenate([gW, R.sum(axis=0)]) if self.fit_intercept else gW
 
-    def _loss_grad(self, x: np.ndarray, A: np.ndarray, y: np.ndarray, want_grad: bool = True):
+    def loss_grad_core(self, x: np.ndarray, A: np.ndarray, y: np.ndarray, want_grad: bool = True):
+        """(mean cross-entropy + (μ/2)‖x‖², its gradient or None)."""
         N = A.shape[0]
-        logP = log_softmax(self._logits(x, A))
+        logP = log_softmax(self.logits_core(x, A))
         rows = np.arange(N)
         loss = -logP[rows, y].mean() + 0.5 * self.mu * float(x @ x)
         if not want_grad:
             return float(loss), None
         R = np.exp(logP)
         R[rows, y] -= 1.0
-        return float(loss), self._backprop(R, A) / N + self.mu * x
+        return float(loss), self.backprop_core(R, A) / N + self.mu * x
 
     # ------------------------------------------------------------------ public
 
     def loss(self, x: Any, A: Any, y: Any) -> float:
         """Mean cross-entropy + (μ/2)‖x‖²."""
         A, y = self._Ay(A, y)
-        return self._loss_grad(self.check_x(x), A, y, want_grad=False)[0]
+        return self.loss_grad_core(self.check_x(x), A, y, want_grad=False)[0]
 
     def grad(self, x: Any, A: Any, y: Any) -> np.ndarray:
         """∇loss(x), shape (dim,)."""
         A, y = self._Ay(A, y)
-        return self._loss_grad(self.check_x(x), A, y)[1]
+        return self.loss_grad_core(self.check_x(x), A, y)[1]
 
     def loss_grad(self, x: Any, A: Any, y: Any) -> tuple[float, np.ndarray]:
         """(loss, grad) sharing one forward pass (what L-BFGS closures want)."""
         A, y = self._Ay(A, y)
-        return self._loss_grad(self.check_x(x), A, y)
+        return self.loss_grad_core(self.check_x(x), A, y)
 
     def hvp(self, x: Any, A: Any, y: Any, v: Any) -> np.ndarray:
         """Exact Hessian-vector product ∇²loss(x)·v (independent of y; y is validated only)."""
         A, y = self._Ay(A, y)
         x, v = self.check_x(x), self.check_x(v, "v")
-        P = np.exp(log_softmax(self._logits(x, A)))
-        U = self._logits(v, A)  # u_n = V a_n + v_b: the directional derivative of the logits
+        P = np.exp(log_softmax(self.logits_core(x, A)))
+        U = self.logits_core(v, A)  # u_n = V a_n + v_b: the directional derivative of the logits
         Q = P * U - P * (P * U).sum(axis=1, keepdims=True)
-        return self._backprop(Q, A) / A.shape[0] + self.mu * v
+        return self.backprop_core(Q, A) / A.shape[0] + self.mu * v
 
     def hessian(self, x: Any, A: Any, y: Any) -> np.ndarray:
         """Dense Hessian (dim, dim) — O(C²·(p+1)²·N) work; for small models and tests."""
         A, y = self._Ay(A, y)
         x = self.check_x(x)
         N, C, p = A.shape[0], self.n_classes, self.n_features
-        P = np.exp(log_softmax(self._logits(x, A)))
+        P = np.exp(log_softmax(self.logits_core(x, A)))
         At = np.hstack([A, np.ones((N, 1))]) if self.fit_intercept else A
         q = At.shape[1]
         H4 = np.empty((C, q, C, q))  # [c, j, c', j'] over augmented features
@@ -182,11 +186,11 @@ class LogisticModel:
 
     def predict(self, x: Any, A: Any) -> np.ndarray:
         """argmax_c of the logits, int64 (N,)."""
-        return np.argmax(self._logits(self.check_x(x), self._A(A)), axis=1).astype(np.int64)
+        return np.argmax(self.logits_core(self.check_x(x), self._A(A)), axis=1).astype(np.int64)
 
     def predict_proba(self, x: Any, A: Any) -> np.ndarray:
         """softmax(W a + b), (N, C)."""
-        return np.exp(log_softmax(self._logits(self.check_x(x), self._A(A))))
+        return np.exp(log_softmax(self.logits_core(self.check_x(x), self._A(A))))
 
     def accuracy(self, x: Any, A: Any, y: Any) -> float:
         """Fraction of rows with predict == y."""
