@@ -299,9 +299,11 @@ def call_rule(agg: Callable, X: np.ndarray, rule_seed: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- the optimiser
-@dataclass
+@dataclass(frozen=True)
 class SearchOutcome:
-    """Best configuration found by the optimiser stage, certified in the audit's ℝ^d."""
+    """Best configuration found by the optimiser stage, certified in the audit's ℝ^d: ν, the
+    inputs X and subset S attaining it, where it was found (subspace, k, start), the work done
+    (evaluations, local runs, runtime), why the search stopped and the best ν per subspace."""
 
     nu: float = -1.0
     X: np.ndarray | None = None
@@ -480,16 +482,14 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
     certified best becomes that family's incumbent.
     """
     t0 = time.perf_counter()
-    out = SearchOutcome()
+    out: dict[str, Any] = {"per_subspace": {}, "evals": 0, "restarts_run": 0, "stopped": "budget", "nu": -1.0}
     families: list[tuple[str, int, np.ndarray | None]] = [(f"d={k}", k, None) for k in budget.dims if k <= d]
     if budget.embedded and d > max(budget.dims):
         k = max(budget.dims)
         Q, _ = np.linalg.qr(rng.normal(size=(d, k)))
         families.append((f"{k}-dim random subspace of d={d}", k, Q[:, :k]))
     if not families or budget.evals == 0:
-        out.stopped = "disabled"
-        out.runtime_s = time.perf_counter() - t0
-        return out
+        return SearchOutcome(stopped="disabled", runtime_s=time.perf_counter() - t0)
     runs = budget.restarts
     per_run0 = max(int(0.2 * budget.evals) // len(families), 2)
     per_run1 = max(int(0.3 * budget.evals) // (len(families) * runs), 2)
@@ -566,7 +566,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
                 score(state["Y"], B, refresh=True)
             except AggregatorBreakdown:
                 pass
-        out.evals += state["count"]
+        out["evals"] += state["count"]
         return state["nu"], state["Y"]
 
     incumbents: dict[str, list] = {}  # family label -> [ν, Y, start label, k, B]
@@ -574,10 +574,10 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
     def run(label: str, k: int, B: np.ndarray | None, start_label: str, Y0: np.ndarray, per_run: int) -> bool:
         """One local run; False once the search must stop (time limit or unbounded)."""
         if deadline is not None and time.perf_counter() > deadline:
-            out.stopped = "time limit"
+            out["stopped"] = "time limit"
             return False
         nu_run, Y_run = local_run(Y0, k, B, per_run)
-        out.restarts_run += 1
+        out["restarts_run"] += 1
         inc = incumbents.setdefault(label, [-1.0, None, start_label, k, B])
         if nu_run > inc[0]:
             inc[0], inc[1] = nu_run, Y_run
@@ -586,7 +586,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         if progress is not None:
             progress(1)
         if nu_run >= UNBOUNDED:
-            out.stopped = "unbounded"
+            out["stopped"] = "unbounded"
             return False
         return True
 
@@ -659,7 +659,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
                 minimize(objective, res.x, method="Powell", options={"maxfev": evals_run, "xtol": 1e-8, "ftol": 1e-12})
             except _Stop:
                 pass
-            out.evals += count[0]
+            out["evals"] += count[0]
             return best[0], best[1]
 
         group_runs = [(c, rep) for c in (2, 3, 4) if c <= m - 1 for rep in range(2)]
@@ -681,7 +681,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
                     nu = score(Yc, None)
                 except AggregatorBreakdown:
                     continue
-                out.evals += 1
+                out["evals"] += 1
                 if math.isfinite(nu) and nu > best[0]:
                     best = (nu, Yc, f"forced selection of a row with {f} supporters, {c} honest clusters")
         if progress is not None:
@@ -727,11 +727,10 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         if Y_inc is None:
             continue
         nu, X, S = certify(Y_inc, B)
-        out.per_subspace[label] = nu
-        if nu > out.nu:
-            out.nu, out.X, out.S, out.subspace, out.k, out.start = nu, X, S, label, k, start_label
-    out.runtime_s = time.perf_counter() - t0
-    return out
+        out["per_subspace"][label] = nu
+        if nu > out["nu"]:
+            out.update(nu=nu, X=X, S=S, subspace=label, k=k, start=start_label)
+    return SearchOutcome(**out, runtime_s=time.perf_counter() - t0)
 
 
 def _forced_selection_applies(agg: Any, n: int, f: int) -> bool:
