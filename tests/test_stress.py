@@ -388,7 +388,16 @@ def test_stress_draws_nothing_itself(tmp_path):
     """fl.stress computes; the heatmaps are drawn by reports.heatmap when the caller passes draw=."""
     import fedaudit.fl.stress as module
 
+    import ast
+
+    import fedaudit.reports.heatmap as heatmap
+
     assert not hasattr(module, "plot_heatmaps") and "matplotlib" not in open(module.__file__).read()
+    src = open(heatmap.__file__).read()
+    imported = {(n.module or "").split(".")[0] if isinstance(n, ast.ImportFrom) else a.name.split(".")[0]
+                for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    assert "fedaudit" not in imported and "matplotlib.use" not in src  # renders plain data, OO API only
     summary = {"fs": [1, 3], "betas": [0.5], "initial_loss": 2.3, "config": {"dataset": "digits", "optimizer": "dgd",
                "rounds": 5, "n_honest": 5},
                "aggregators": {"cwtm": {"worst_accuracy": [[0.9], [None]], "worst_accuracy_attack": [["alie"], ["ipm"]],
