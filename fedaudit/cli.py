@@ -23,7 +23,6 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.markup import escape
-from rich.table import Table
 
 import fedaudit
 from fedaudit.errors import FedAuditError
@@ -230,16 +229,15 @@ def _agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, 
 def cmd_mechanisms(args: argparse.Namespace) -> int:
     from fedaudit.guarantees import PureLDP
     from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism
+    from fedaudit.reports.terminal import print_mechanisms
 
-    table = Table(title=f"Mechanisms at d={args.dim} (k={args.k or max(1, args.dim // 16)}, s={args.levels})")
-    for col in ("name", "class", "ε", "δ", "bits/report", "LDP claim"):
-        table.add_column(col, justify="right" if col in ("ε", "δ", "bits/report") else "left")
+    rows = []
     for name in MECHANISMS.names():
         m = make_mechanism(name, args.dim, args.epsilon, k=args.k, levels=args.levels, clip=args.clip, delta=args.delta)
         claim = ("NOT LDP (reference)" if name == "sstq-sketch"
                  else ("pure" if isinstance(m.guarantee, PureLDP) else "approximate"))
-        table.add_row(name, type(m).__name__, f"{m.epsilon:g}", f"{m.delta:g}", f"{m.bits_per_report:,}", claim)
-    out.print(table)
+        rows.append((name, m, claim))
+    print_mechanisms(out, rows, dim=args.dim, k=args.k or max(1, args.dim // 16), levels=args.levels)
     return 0
 
 
@@ -260,13 +258,9 @@ LISTINGS = ("mechanisms", "aggregators", "preaggregators", "attacks", "optimizer
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    registry = _registries()[args.what]
-    table = Table(title=f"{args.what} (registered names; 'package.module:attr' is accepted wherever a name is)")
-    table.add_column("name", no_wrap=True)
-    table.add_column("summary", overflow="fold")
-    for name, summary in registry.describe():
-        table.add_row(escape(name), escape(summary))
-    out.print(table)
+    from fedaudit.reports.terminal import print_registry
+
+    print_registry(out, args.what, _registries()[args.what].describe())
     return 0
 
 
@@ -292,24 +286,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_showcase(args: argparse.Namespace) -> int:
     from fedaudit.experiments.showcase import round_trips
     from fedaudit.mechanisms.registry import MECHANISMS
+    from fedaudit.reports.terminal import print_showcase
 
-    table = Table(title=f"Encode → decode of {args.n:,} inputs at d={args.dim}, ε={args.epsilon:g} (clip 1)")
-    for col in ("mechanism", "bits/report", "MSE per report", "‖mean error‖²", "note"):
-        table.add_column(col, justify="left" if col in ("mechanism", "note") else "right")
     with progress_bar(len(MECHANISMS), "mechanisms", args.quiet, args.progress_every) as advance:
         rows = round_trips(args.dim, args.n, args.epsilon, args.seed, advance)
-    for row in rows:
-        note = {"sstq-sketch": "seed pseudo-code: NOT LDP", "rr": f"{args.dim}-ary, one-hot inputs",
-                "gaussian": f"δ={row.mechanism.delta:g}"}.get(row.name, "")
-        table.add_row(row.name, f"{row.mechanism.bits_per_report:,}", f"{row.mse_per_report:.4g}",
-                      f"{row.mean_error:.4g}", note)
-    out.print(table)
+    print_showcase(out, rows, n=args.n, dim=args.dim, epsilon=args.epsilon)
     return 0
 
 
 def cmd_audit_variance(args: argparse.Namespace) -> int:
     from fedaudit.audit.variance import variance_vs_dk
     from fedaudit.reports.figures import save_figure, variance_figure
+    from fedaudit.reports.terminal import print_variance
 
     check_output_file("--plot", args.plot, plot=True)
     check_output_file("--json", args.json)
@@ -317,17 +305,7 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
     with progress_bar(total, "reports", args.quiet, args.progress_every) as advance:
         curve = variance_vs_dk(args.dim, args.k, args.epsilon, levels=args.levels, clip=args.clip,
                                samples=args.samples, seed=args.seed, progress=advance)
-    table = Table(title=f"MSE vs d/k — d={curve.dim}, ε={curve.epsilon:g}, s={curve.levels}, {curve.samples:,} reports each")
-    for col in ("k", "d/k", "SSTQ ε MSE ± 95% CI", "no privacy MSE ± 95% CI", "unbiased"):
-        table.add_column(col, justify="right")
-    for k, dk, p, q in zip(curve.ks, curve.d_over_k, curve.sstq, curve.sstq_nonprivate):
-        table.add_row(str(k), f"{dk:g}", f"{p.mse:.4g} ± {p.ci_high - p.mse:.2g}",
-                      f"{q.mse:.4g} ± {q.ci_high - q.mse:.2g}", "yes" if p.unbiased and q.unbiased else "NO")
-    out.print(table)
-    out.print(f"log–log slope of MSE on d/k: private {curve.slope_private:+.3f}, "
-              f"non-private {curve.slope_nonprivate:+.3f} (the seed claims +1)")
-    out.print(f"vqSGD ε={curve.epsilon:g}: MSE {curve.vqsgd.mse:.4g}; vqSGD no privacy: MSE {curve.vqsgd_nonprivate.mse:.4g};  "
-              f"PrivUnitG ε={curve.epsilon:g}: MSE {curve.privunitg.mse:.4g} (optimal unbiased reference)")
+    print_variance(out, curve)
     if args.plot:
         out.print(f"plot: {save_figure(variance_figure(curve), args.plot)}")
     _write_json(args.json, curve)
@@ -364,6 +342,7 @@ def _load_sampler(spec: str):
 
 def cmd_audit_ldp(args: argparse.Namespace) -> int:
     from fedaudit.experiments.kinds.ldp import SEARCH_CANDIDATES, audit_pair
+    from fedaudit.reports.terminal import print_ldp_audit
 
     check_output_file("--json", args.json)
     if args.sampler:
@@ -385,30 +364,7 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
         res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
                                   search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
                                   delta=args.delta, confidence=args.confidence, test=args.test, progress=advance)
-    verdict = "[bold red]VIOLATION[/]" if res.violation else "[bold green]no violation[/]"
-    table = Table(title=f"LDP audit of {name}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    exact = "—" if res.epsilon_exact is None else f"{res.epsilon_exact:.4g}"
-    rows = [
-        ("verdict", verdict),
-        ("claimed", f"ε = {res.epsilon_claimed:g}, δ = {res.delta_claimed:g}"),
-        (f"certified ε lower bound ({res.confidence:.0%})", f"{res.epsilon_lower:.4f}"),
-        ("exact ε of the pair (white box)", exact),
-        ("tightness ε_lb / ε", "—" if res.tightness is None else f"{res.tightness:.3f}"),
-        ("distinguisher", f"{res.test}  ({res.event['event']}, positive {res.event['positive_input']})"),
-        ("event counts", f"TP {res.event['tp']:,} / FP {res.event['fp']:,} of {res.event['n']:,}  "
-                         f"(TPR {res.tpr:.4g}, FPR {res.fpr:.4g})"),
-        ("GDP μ (estimate, not a bound)", "—" if res.gdp_mu is None else f"{res.gdp_mu:.3f}"),
-        ("max certifiable at this N", f"{res.max_certifiable:.3f}"),
-        ("samples per input", f"{res.samples:,} ({res.selection_samples:,} select, {res.certification_samples:,} certify)"),
-        ("runtime", f"{res.runtime_s:.2f} s ({res.sampling_s:.2f} s drawing samples)"),
-    ]
-    if res.search:
-        rows.insert(5, ("pair (searched)", f"{res.search['best']} — {len(res.search['candidates'])} candidates"))
-    for k, v in rows:
-        table.add_row(escape(k), v if k == "verdict" else escape(v))
-    out.print(table)
+    print_ldp_audit(out, res, name)
     _write_json(args.json, res)
     return 1 if res.violation else 0
 
@@ -453,32 +409,25 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
 
 
 def cmd_aggregators(args: argparse.Namespace) -> int:
-    from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS, make_aggregator
     from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
+    from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS, make_aggregator
+    from fedaudit.reports.terminal import print_aggregators
 
-    table = Table(title=f"Robust aggregation rules at n={args.n}, f={args.f} "
-                        f"(universal lower bound f/(n−2f) = {kappa_lower_bound(args.n, args.f):.4g})")
-    for col in ("name", "class", "kind", "needs n ≥", "published κ", "formula"):
-        table.add_column(col, overflow="fold")
     specs = ([(name, "aggregator") for name in AGGREGATORS.names()]
              + [(name, "pre-aggregator") for name in PREAGGREGATORS.names()])
     specs += [(f"nnm+{name}", "composition") for name in ("cwtm", "krum", "gm", "cwmed")]
+    rows = []
     for name, kind in specs:
         rule = make_aggregator(name, args.f) if kind != "pre-aggregator" else None
-        bound = kappa_upper_bound(rule, args.n, args.f) if rule is not None else None
-        need = str(rule.min_n(rule.f)) if rule is not None else "—"
-        kappa = "—" if bound is None else ("unbounded" if bound.kappa == float("inf") else f"{bound.kappa:.4g}")
-        table.add_row(name, type(rule).__name__ if rule is not None else "(compose it)", kind, need, kappa,
-                      escape(bound.formula) if bound is not None else "")
-    out.print(table)
-    out.print("Bounds: Allouah et al., AISTATS 2023 (formulas as recorded in the research notes; not re-verified "
-              "against the paper here). `fedaudit audit robustness` measures each rule from below.")
+        rows.append((name, kind, rule, kappa_upper_bound(rule, args.n, args.f) if rule is not None else None))
+    print_aggregators(out, rows, n=args.n, f=args.f, lower=kappa_lower_bound(args.n, args.f))
     return 0
 
 
 def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.audit.robustness import audit_robustness
     from fedaudit.defenses.registry import make_aggregator
+    from fedaudit.reports.terminal import print_robustness
 
     check_output_file("--json", args.json)
     from fedaudit.experiments.components import normalise_spec
@@ -491,29 +440,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
         res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
                                attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
                                progress=advance)
-    fmt = lambda v: "—" if v is None else ("unbounded" if v == float("inf") else f"{v:.4g}")
-    verdict = "[bold red]VIOLATION of the published bound[/]" if res.violation else (
-        "[bold yellow]unbounded (not robust)[/]" if res.unbounded else "[bold green]within the published bound[/]"
-        if res.nu_bound is not None else "no published bound")
-    table = Table(title=f"(f, ν)-robustness of {res.aggregator} at n={res.n}, f={res.f}, d={res.d}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for k, v in (("verdict", verdict),
-                 ("ν̂ (empirical, lower bound on κ)", fmt(res.nu_empirical)),
-                 ("published upper bound κ", fmt(res.nu_bound)),
-                 ("universal lower bound f/(n−2f)", fmt(res.nu_lower)),
-                 ("search reached the lower bound", "yes" if res.reaches_lower_bound else "no"),
-                 ("worst configuration", escape(res.worst_attack)),
-                 ("subsets S", res.subsets),
-                 ("trials / runtime", f"{res.trials} / {res.runtime_s:.2f} s")):
-        table.add_row(escape(k), v)
-    out.print(table)
-    top = Table(title="worst configurations")
-    top.add_column("configuration")
-    top.add_column("ν̂", justify="right")
-    for label, nu in list(res.per_configuration.items())[:8]:
-        top.add_row(escape(label), fmt(nu))
-    out.print(top)
+    print_robustness(out, res)
     _write_json(args.json, res)
     return 1 if res.violation else 0
 
@@ -538,20 +465,12 @@ def _number_list(flag: str, text: str, kind: type) -> list:
     return values
 
 
-def _short_reason(reasons: list[str]) -> str:
-    """The first breakdown reason of a stress cell, in a few characters."""
-    first = reasons[0] if reasons else ""
-    for prefix, short in (("diverged", "diverged"), ("training raised", "error"), ("loss not finite", "loss ∞"),
-                          ("loss >", "loss↑"), ("accuracy <", "chance acc")):
-        if first.startswith(prefix):
-            return short
-    return first or "yes"
-
-
 def cmd_stress(args: argparse.Namespace) -> int:
-    from fedaudit.fl.stress import Cell, StressConfig, run_stress
-
     from fedaudit.experiments.components import normalise_spec
+    from fedaudit.fl.stress import Cell, StressConfig, run_stress
+    from fedaudit.locking import create_directory, directory_lock
+    from fedaudit.reports.heatmap import plot_heatmaps
+    from fedaudit.reports.terminal import print_stress
 
     specs = [normalise_spec(a) for a in args.aggregators.split(",") if a.strip()]
     params = {spec: kw for spec, kw in _agg_params(args.agg_param, specs).items() if kw}
@@ -561,109 +480,27 @@ def cmd_stress(args: argparse.Namespace) -> int:
                           rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
                           optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy,
                           declared_f=args.declared_f, **({"aggregator_params": params} if params else {}))
-    from fedaudit.locking import create_directory, directory_lock
-
     out_dir = create_directory(args.out, what="results directory")
     with directory_lock(out_dir, what="results directory"), \
             progress_bar(len(config.cells()), "cells", args.quiet, args.progress_every) as advance:
         res = run_stress(config, args.out, workers=args.workers, backend=args.backend, progress=advance,
-                         on_start=lambda todo, skipped: advance(skipped))
-    s = res.summary
-    num = lambda v, spec=".4g": "—" if v is None else format(v, spec)
-    rtt = lambda v: "—" if config.target_accuracy is None else ("never" if v is None else str(v))
-    title = (f"Final honest loss and test accuracy on {config.dataset}: {config.optimizer} lr={config.lr:g}, "
-             f"{config.rounds} rounds, "
-             f"n_honest={config.n_honest}, μ={config.mu:g}"
-             + ("" if config.target_accuracy is None else f", target accuracy {config.target_accuracy:g}"))
-    if len(s["cells"]) <= 48:
-        table = Table(title=title)
-        wide = lambda field: max(len(field), *(len(r[field]) for r in s["cells"]))
-        table.add_column("aggregator", min_width=wide("aggregator"), no_wrap=True)
-        table.add_column("attack", min_width=wide("attack"), no_wrap=True)
-        table.add_column("f", justify="right", no_wrap=True)
-        table.add_column("β", justify="right", no_wrap=True)
-        table.add_column("loss", justify="right", min_width=8, no_wrap=True)
-        table.add_column("accuracy", justify="right", no_wrap=True)
-        if config.target_accuracy is not None:
-            table.add_column("rounds to target", justify="right", min_width=5)
-        table.add_column("breakdown", min_width=10, no_wrap=True)
-        for r in s["cells"]:
-            loss = "diverged" if r["final_loss"] is None else f"{r['final_loss']:.4g}"
-            row = [escape(r["aggregator"]), escape(r["attack"]), str(r["f"]), f"{r['beta']:g}", loss,
-                   num(r["final_accuracy"], ".3f")]
-            if config.target_accuracy is not None:
-                row.append(rtt(r["rounds_to_target"]))
-            row.append(f"[bold red]{escape(_short_reason(r['breakdown_reasons']))}[/]" if r["breakdown"] else "no")
-            table.add_row(*row)
-    else:  # summarised: worst case over attacks per (aggregator, f, β)
-        table = Table(title=title + " — worst case over attacks")
-        table.add_column("aggregator", min_width=max(len(a) for a in s["aggregators"]), no_wrap=True)
-        for col in ("f", "β", "worst acc", "attack", "worst loss", "attack", "broken") + (
-                ("missed target",) if config.target_accuracy is not None else ()):
-            table.add_column(col, justify="left" if col == "attack" else "right")
-        missed = set(res.missed_target)
-        for agg, a in s["aggregators"].items():
-            for i, f in enumerate(s["fs"]):
-                for j, b in enumerate(s["betas"]):
-                    if a["worst_accuracy_attack"][i][j] is None and a["worst_loss_attack"][i][j] is None:
-                        continue
-                    acc = num(a["worst_accuracy"][i][j], ".3f") if a["worst_accuracy"][i][j] is not None else "diverged"
-                    loss = "diverged" if a["loss_diverged"][i][j] else num(a["worst_loss"][i][j])
-                    n_brk = a["breakdowns"][i][j]
-                    row = [escape(agg), str(f), f"{b:g}", acc, escape(str(a["worst_accuracy_attack"][i][j] or "—")),
-                           loss, escape(str(a["worst_loss_attack"][i][j] or "—")),
-                           f"[bold red]{n_brk}/{a['attacks']}[/]" if n_brk else f"0/{a['attacks']}"]
-                    if config.target_accuracy is not None:
-                        k = sum(Cell(agg, t, f, b).key in missed for t in config.attacks)
-                        row.append(f"[bold red]{k}/{a['attacks']}[/]" if k else f"0/{a['attacks']}")
-                    table.add_row(*row)
-    out.print(table)
-    out.print(f"{s['n_done']}/{s['n_cells']} cells ({len(res.computed)} computed, {len(res.skipped)} resumed) "
-              f"in {res.runtime_s:.1f} s; {s['n_breakdown']} breakdown(s)", highlight=False)
-    out.print(f"results: {escape(str(res.out_dir))}/ (cells.jsonl, summary.json, "
-              f"{escape(', '.join(s['heatmaps']))})", highlight=False, soft_wrap=True)
-    if config.target_accuracy is not None and res.missed_target:
-        out.print(f"[bold red]{len(res.missed_target)} cell(s) never reached accuracy "
-                  f"{config.target_accuracy:g}[/]")
-        return 1
-    return 0
+                         on_start=lambda todo, skipped: advance(skipped), draw=plot_heatmaps)
+    never = set(res.missed_target)
+    missed = {(agg, f, b): sum(Cell(agg, t, f, b).key in never for t in config.attacks)
+              for agg in config.aggregators for f in config.fs for b in config.betas}
+    print_stress(out, config, res, missed)
+    return 1 if config.target_accuracy is not None and res.missed_target else 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``fedaudit verify``: schema, digest, every rendering's SHA-256 and the signature. Exit 0
     only when the report is intact and verified (signed: valid under the key; unsigned: no key
     set); 1 otherwise, including a signed report checked without the key; 2 when unreadable."""
-    from fedaudit.reports.integrity import KEY_ENV, UNCHECKED, signing_key, verify_report
+    from fedaudit.reports.integrity import signing_key, verify_report
+    from fedaudit.reports.terminal import print_verify
 
     res = verify_report(args.report)  # unreadable or missing: FedAuditError, exit 2
-    mark = lambda ok: "[green]✓[/]" if ok else "[bold red]✗[/]"
-    table = Table(title=f"Integrity of {escape(str(args.report))}")
-    table.add_column("check")
-    table.add_column("", justify="center")
-    table.add_column("result")
-    table.add_row("schema", mark(res.schema_ok), "valid" if res.schema_ok else "invalid")
-    table.add_row("digest (SHA-256)", mark(res.digest_ok), "matches the content" if res.digest_ok else "mismatch")
-    sig_ok = res.signature == "valid" or (res.signature == "absent" and signing_key() is None)
-    note = {UNCHECKED: f"signed, signature not checked (set {KEY_ENV})",
-            "absent": "absent (unsigned report)"}.get(res.signature, res.signature)
-    table.add_row("signature (HMAC-SHA256)", mark(sig_ok) if res.signature != UNCHECKED else "[bold yellow]?[/]",
-                  escape(note))
-    for name, state in res.artifacts.items():
-        table.add_row(escape(name), mark(state == "ok"),
-                      {"ok": "matches its recorded SHA-256"}.get(state, state))
-    if not res.artifacts:
-        table.add_row("renderings", "–", "none recorded")
-    out.print(table)
-    for problem in res.problems:
-        out.print(f"[red]•[/] {escape(problem)}", highlight=False, soft_wrap=True)
-    if res.content_digest and res.artifacts:
-        out.print(f"renderings show content digest {res.content_digest}", highlight=False, soft_wrap=True)
-    if res.ok:
-        out.print("[bold green]intact[/]")
-    elif res.signature == UNCHECKED and len(res.problems) == 1:
-        out.print(f"[bold yellow]NOT verified: signed, signature not checked (set {KEY_ENV})[/]")
-    else:
-        out.print("[bold red]NOT intact[/]")
+    print_verify(out, res, str(args.report), key_set=signing_key() is not None)
     return 0 if res.ok else 1
 
 
@@ -731,16 +568,13 @@ class _PlanProgress:
             err.print(line, highlight=False, soft_wrap=True)
 
 
-def _short(text: str, limit: int = 140) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
                      command: str | None = None, resume: bool = False, every: float | None = None) -> int:
     """Validate the plan, lock and check the report directory, run (checkpointing every claim,
     reusing checkpoints with ``resume``), write the report and print the verdicts."""
     from fedaudit.experiments.plan import load_plan
     from fedaudit.experiments.runner import run_plan_to_dir
+    from fedaudit.reports.terminal import print_plan_report
 
     plan = load_plan(plan_path)  # every plan mistake is reported before anything runs
     header = (f"{'resuming' if resume else 'running'} {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
@@ -749,31 +583,8 @@ def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html
         # the directory (unwritable, locked by another run, not empty, foreign checkpoints) is
         # refused inside, before the first claim runs
         report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command)
-    colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
-    wide = out.width >= 150  # room for the summaries inside the table
-    table = Table(title=escape(report.title))
-    for col in ("#", "claim", "kind", "expect", "verdict", "time") + (("summary",) if wide else ()):
-        table.add_column(col, justify="right" if col in ("#", "time") else "left",
-                         no_wrap=col != "summary", overflow="fold")
-    notes = []
-    for i, c in enumerate(report.claims, 1):
-        summary = c.summary if c.error is None else f"error: {c.error}"
-        row = [str(i), escape(c.id), c.kind, c.expect, f"[{colour[c.verdict]}]{c.verdict}[/]", f"{c.runtime_s:.1f} s"]
-        table.add_row(*row, *((escape(_short(summary)),) if wide else ()))
-        if not wide and c.verdict != "PASS":
-            notes.append(f"[{colour[c.verdict]}]{c.verdict}[/] {escape(c.id)}: {escape(summary)}")
-    out.print(table)
-    for note in notes:
-        out.print(note, highlight=False, soft_wrap=True)
-    counts = report.counts
-    met = counts["PASS"]
-    out.print(f"[{colour[report.overall]}]{report.overall}[/]: {met}/{len(report.claims)} claim(s) met their "
-              f"expectation ({counts['FAIL']} FAIL, {counts['INCONCLUSIVE']} INCONCLUSIVE)", highlight=False)
-    if print_html:
-        out.print(f"report: {escape(str(paths['html'].resolve()))}", highlight=False, soft_wrap=True)
-    else:
-        out.print(f"report: {escape(', '.join(str(paths[k]) for k in ('html', 'json', 'md') if k in paths))}",
-                  highlight=False, soft_wrap=True)
+    print_plan_report(out, report, paths, print_html=print_html)
+    met = report.counts["PASS"]
     return 0 if met == len(report.claims) else 1
 
 

@@ -400,6 +400,23 @@ def test_cli_figures_are_drawn_in_reports_without_touching_the_backend(tmp_path)
     assert matplotlib.get_backend() == backend
 
 
+def test_reports_import_nothing_that_runs_an_experiment():
+    import ast
+
+    import fedaudit
+
+    root = Path(fedaudit.__file__).parent
+    banned = ("fedaudit.audit", "fedaudit.fl", "fedaudit.defenses", "fedaudit.attacks", "fedaudit.mechanisms",
+              "fedaudit.engine", "fedaudit.experiments", "fedaudit.cli")
+    found = []
+    for path in sorted((root / "reports").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}: {n}" for n in names if n.startswith(banned)]
+    assert found == []
+
+
 def test_html_renders_in_headless_chromium(written, tmp_path):
     chromium = shutil.which("chromium")
     if chromium is None:

@@ -117,10 +117,10 @@ def _generic(cls: type) -> list[object]:
 
 # ------------------------------------------------------------------------------ explicit builders
 def _mechanisms():
-    from fedaudit.mechanisms.registry import MECHANISM_NAMES, make_mechanism
+    from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism
 
-    out = [make_mechanism(name, 8, 1.0, k=2) for name in MECHANISM_NAMES]
-    for name in MECHANISM_NAMES:  # non-private variants where a mechanism has one
+    out = [make_mechanism(name, 8, 1.0, k=2) for name in MECHANISMS.names()]
+    for name in MECHANISMS.names():  # non-private variants where a mechanism has one
         try:
             out.append(make_mechanism(name, 8, None, k=2))
         except (FedAuditError, TypeError):

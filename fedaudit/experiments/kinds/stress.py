@@ -167,7 +167,7 @@ class Stress(ClaimKind):
         config = StressConfig(**kw)
         with contextlib.nullcontext(workdir) if workdir is not None else \
                 tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
-            res = run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=progress, plot=False)
+            res = run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=progress)
         s = res.summary
         cells, failing = [], []
         for row in s["cells"]:
