@@ -14,11 +14,11 @@ from fedaudit.mechanisms.laplace import Laplace
 from fedaudit.mechanisms.privunit import PrivUnitG
 from fedaudit.mechanisms.randomized_response import RandomizedResponse
 from fedaudit.mechanisms.published import SSTQSketch
-from fedaudit.mechanisms.registry import MECHANISM_NAMES, MECHANISMS, make_mechanism, register_mechanism
+from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism, register_mechanism
 from fedaudit.mechanisms.sstq import SSTQ
 from fedaudit.mechanisms.vqsgd import VQSGD
 
 __all__ = [
     "Mechanism", "clip_l2", "SSTQ", "SSTQSketch", "VQSGD", "PrivUnitG", "Duchi", "Laplace", "Gaussian",
-    "RandomizedResponse", "MECHANISMS", "MECHANISM_NAMES", "make_mechanism", "register_mechanism",
+    "RandomizedResponse", "MECHANISMS", "make_mechanism", "register_mechanism",
 ]

@@ -21,7 +21,7 @@ from fedaudit.mechanisms.sstq import SSTQ
 from fedaudit.mechanisms.vqsgd import VQSGD
 from fedaudit.registry import Registry
 
-__all__ = ["MECHANISMS", "MECHANISM_NAMES", "register_mechanism", "make_mechanism", "default_k"]
+__all__ = ["MECHANISMS", "register_mechanism", "make_mechanism", "default_k"]
 
 #: every mechanism factory, called as ``factory(dim, epsilon, **keywords)``
 MECHANISMS: Registry[Mechanism] = Registry("mechanism", skip=("dim", "epsilon"))
@@ -87,10 +87,6 @@ def _gaussian(dim: int, epsilon: float, *, delta: float = 1e-5, clip: float = 1.
 def _rr(dim: int, epsilon: float) -> RandomizedResponse:
     """k-ary randomized response over dim categories (one-hot inputs), ε-LDP."""
     return RandomizedResponse(dim, epsilon)
-
-
-#: the built-in names, in registration order (``MECHANISMS.names()`` also lists users' entries)
-MECHANISM_NAMES = MECHANISMS.names()
 
 
 def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None = None, levels: int = 4,
