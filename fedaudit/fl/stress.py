@@ -547,8 +547,7 @@ class StressResult:
 def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int | None = None,
                backend: str = "process", progress: Callable[[int], None] | None = None,
                on_start: Callable[[int, int], None] | None = None,
-               draw: Callable[[dict[str, Any], Path], Sequence[str]] | None = None,
-               plot: bool = False) -> StressResult:
+               draw: Callable[[dict[str, Any], Path], Sequence[str]] | None = None) -> StressResult:
     """Run (or resume) the grid in ``out_dir``; return the summary and write the files.
 
     Cells already in ``out_dir/cells.jsonl`` are skipped; the others run through
@@ -557,13 +556,10 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
     finish. ``on_start(to_run, skipped)`` is called once before training; ``progress(1)`` after
     each finished cell. ``draw(summary, out_dir) -> written paths`` draws the figures (e.g.
     :func:`fedaudit.reports.heatmap.plot_heatmaps`); their file names go into ``summary.json``.
-    This module draws nothing itself; ``plot`` is temporary (``plot=False`` is accepted until the
-    experiments helper drops it, ``plot=True`` is an error naming ``draw``).
+    This module draws nothing itself.
     """
     if not isinstance(config, StressConfig):
         raise FedAuditError(f"config must be a StressConfig, got {type(config).__name__}")
-    if plot:
-        raise FedAuditError("run_stress draws nothing itself: pass draw=fedaudit.reports.heatmap.plot_heatmaps")
     t0 = time.perf_counter()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
