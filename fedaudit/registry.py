@@ -197,8 +197,12 @@ class Registry(Generic[T]):
         return self.factory(name)(*args, **keywords)
 
     def _positional(self, name: str, count: int) -> tuple[str, ...]:
-        params = self.parameters(name) or {}
-        return tuple(list(params)[:count])
+        """The names the first ``count`` positional arguments bind to (``skip`` included)."""
+        try:
+            params = [k for k in inspect.signature(self.factory(name)).parameters if k != "self"]
+        except (TypeError, ValueError):
+            return ()
+        return tuple(params[:count])
 
     # -- listing ------------------------------------------------------------------------------
     def describe(self) -> list[tuple[str, str]]:

@@ -33,6 +33,14 @@ def test_register_and_build_checks_keywords():
     with pytest.raises(FedAuditError, match="needs the keyword.*size"):
         reg.build("box", colour="x")
     assert reg.accepted("box") == ("size", "colour")   # f is skipped
+    # positional arguments bind in signature order, skipped parameters included: size=1, f=2
+    with pytest.raises(FedAuditError, match="needs the keyword.*size"):
+        reg.build("box", colour="x")
+    skip_first = Registry("gadget", skip=("dim",))
+    skip_first.register("g", lambda dim, width, tint="x": (dim, width, tint))
+    assert skip_first.build("g", 3, width=2) == (3, 2, "x")
+    with pytest.raises(FedAuditError, match="needs the keyword.*width"):
+        skip_first.build("g", 3)
     assert reg.accepted("anything") is None
     assert reg.build("anything", q=1) == {"q": 1}
     assert reg.describe()[0] == ("box", "A box of a given size.")
