@@ -178,7 +178,7 @@ def _reports():
 
 
 def _claim_spec():
-    from fedaudit.experiments.plan import ClaimSpec
+    from fedaudit.experiments.kind import ClaimSpec
 
     return [ClaimSpec(1, "c", "ldp", "t", "pass", 3, {"epsilon": math.inf, "grid": [math.nan, 1.0]})]
 
@@ -210,7 +210,7 @@ BUILDERS = {
     "fedaudit.reports.model.Claim": _reports,
     "fedaudit.reports.model.Manifest": _reports,
     "fedaudit.reports.model.Report": _reports,
-    "fedaudit.experiments.plan.ClaimSpec": _claim_spec,
+    "fedaudit.experiments.kind.ClaimSpec": _claim_spec,
 }
 
 

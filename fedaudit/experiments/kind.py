@@ -22,7 +22,7 @@ evidence too weak to decide either way (:func:`verdict`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from fedaudit.experiments.keys import Key
@@ -30,15 +30,40 @@ from fedaudit.experiments.keys import Key
 if TYPE_CHECKING:
     import numpy as np
 
-    from fedaudit.experiments.plan import ClaimSpec
-
-__all__ = ["ClaimKind", "Evidence", "Progress", "verdict", "trim", "finite_or_none", "MAX_NUMBERS"]
+__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Progress", "verdict", "trim", "finite_or_none", "MAX_NUMBERS"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
 
 #: lists with more numbers than this are replaced by a short description in the evidence
 MAX_NUMBERS = 512
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A validated claim, as a kind's ``run`` receives it: the common fields (``seed`` derived
+    from the plan seed and the id unless pinned) and the kind's parameters with defaults filled
+    in and cross-checked (:func:`fedaudit.experiments.plan.load_plan` builds it)."""
+
+    index: int  # 1-based position in the plan
+    id: str
+    kind: str
+    title: str
+    expect: str
+    seed: int
+    params: dict[str, Any] = field(repr=False)
+    seed_pinned: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"claim {self.id!r} (#{self.index})"
+
+    def to_dict(self) -> dict[str, Any]:
+        from fedaudit.json import jsonable  # TOML allows inf/nan: strict JSON strings
+
+        return {"id": self.id, "kind": self.kind, "title": self.title, "expect": self.expect, "seed": self.seed,
+                "seed_rule": "pinned in the plan" if self.seed_pinned else "derive_seed(plan seed, 'claim=<id>')",
+                "params": jsonable(dict(self.params))}
 
 
 @dataclass(frozen=True)
@@ -105,7 +130,7 @@ class ClaimKind:
         """How many ``unit`` the run reports through ``progress`` (an estimate is fine)."""
         return 1
 
-    def run(self, spec: "ClaimSpec", rng: "np.random.Generator", progress: Progress, *,
+    def run(self, spec: ClaimSpec, rng: "np.random.Generator", progress: Progress, *,
             workdir: str | None = None) -> Evidence:
         """Run the claim. ``rng`` is the claim's generator (``default_rng(spec.seed)``; entry
         points that take an integer seed use ``spec.seed``); ``workdir``, when given, is a

@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind
+from fedaudit.experiments.kind import ClaimKind, ClaimSpec
 from fedaudit.experiments.keys import Key, check_keys, show, unknown_keys
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.registry import did_you_mean
 
-__all__ = ["COMMON_KEYS", "PLAN_KEYS", "ClaimSpec", "Plan", "load_plan", "parse_plan", "claim_seed"]
+__all__ = ["COMMON_KEYS", "PLAN_KEYS", "Plan", "load_plan", "parse_plan", "claim_seed"]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -66,31 +66,6 @@ PLAN_KEYS: dict[str, Key] = {
 
 
 # ----------------------------------------------------------------------------- model
-@dataclass(frozen=True)
-class ClaimSpec:
-    """A validated claim: common fields and the kind's parameters with defaults filled in."""
-
-    index: int  # 1-based position in the plan
-    id: str
-    kind: str
-    title: str
-    expect: str
-    seed: int
-    params: dict[str, Any] = field(repr=False)
-    seed_pinned: bool = False
-
-    @property
-    def where(self) -> str:
-        return f"claim {self.id!r} (#{self.index})"
-
-    def to_dict(self) -> dict[str, Any]:
-        from fedaudit.json import jsonable  # TOML allows inf/nan: strict JSON strings
-
-        return {"id": self.id, "kind": self.kind, "title": self.title, "expect": self.expect, "seed": self.seed,
-                "seed_rule": "pinned in the plan" if self.seed_pinned else "derive_seed(plan seed, 'claim=<id>')",
-                "params": jsonable(dict(self.params))}
-
-
 @dataclass(frozen=True)
 class Plan:
     """A validated plan. ``source`` is the bytes its SHA-256 is computed over (the file's bytes,

@@ -41,9 +41,9 @@ import numpy as np
 import fedaudit
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import Progress, trim, verdict
+from fedaudit.experiments.kind import ClaimSpec, Progress, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
-from fedaudit.experiments.plan import ClaimSpec, Plan, load_plan
+from fedaudit.experiments.plan import Plan, load_plan
 from fedaudit.reports.model import Claim, Manifest, Report
 
 __all__ = ["PlanProgress", "Checkpoints", "run_claim", "work_units", "run_plan", "run_plan_to_dir",
