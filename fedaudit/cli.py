@@ -680,7 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True, metavar="AUDIT",
                                                                          parser_class=_Parser)
     p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below")
-    p.add_argument("--aggregator", default="nnm+cwtm", help="registry spec, e.g. cwtm, krum, nnm+cwtm (default nnm+cwtm)")
+    p.add_argument("--aggregator", default="nnm+cwtm",
+                   help="registry spec, e.g. cwtm, krum, nnm+cwtm, or a stage package.module:attr (default nnm+cwtm)")
     _agg_param_option(p)
     p.add_argument("--n", type=int, default=21, help="number of input vectors n (default 21)")
     p.add_argument("--f", type=int, default=5, help="number of Byzantine vectors f, n > 2f (default 5)")
@@ -694,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_audit_robustness)
     p = audit.add_parser("ldp", parents=[progress], help="certify a lower bound on a randomizer's LDP ε")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--mechanism", default="sstq", help="registry name (see `fedaudit mechanisms`; default sstq)")
+    src.add_argument("--mechanism", default="sstq",
+                     help="registry name (see `fedaudit mechanisms`) or package.module:attr factory (default sstq)")
     src.add_argument("--sampler", default=None,
                      help="package.module:function, a black box sampler(x, size, rng); modules in the working "
                           "directory are found, as with `python -m`")
@@ -749,14 +751,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="train over aggregators × attacks × f × β and map where robustness breaks")
     p.add_argument("--dataset", default="digits", help="digits, mnist (needs --data-path) or synthetic")
     p.add_argument("--data-path", default=None, help="MNIST files (IDX directory or .npz)")
-    p.add_argument("--aggregators", default="cwtm,nnm+cwtm,krum,gm", help="comma-separated registry specs")
+    p.add_argument("--aggregators", default="cwtm,nnm+cwtm,krum,gm",
+                   help="comma-separated registry specs (`fedaudit list aggregators`); a stage may be package.module:attr")
     _agg_param_option(p)
     p.add_argument("--attacks", default="alie,ipm,signflip,minmax", help="comma-separated attack names")
     p.add_argument("--f", default="1,3,5", help="comma-separated Byzantine counts (each < --n-honest)")
     p.add_argument("--declared-f", type=int, default=None,
                    help="f every rule is configured for (default: each cell's f); below f the rule may break down")
     p.add_argument("--beta", default="0.5,1,5", help="comma-separated Dirichlet concentrations (> 0)")
-    p.add_argument("--optimizer", default="dgd", help="dgd, dnag, robust-accelerated or pigs")
+    p.add_argument("--optimizer", default="dgd",
+                   help="dgd, dnag, robust-accelerated, pigs (`fedaudit list optimizers`) or package.module:attr")
     p.add_argument("--rounds", type=int, default=300, help="training rounds per cell (default 300)")
     p.add_argument("--lr", type=float, default=0.1, help="step size of dgd and dnag (robust-accelerated, pigs set their own)")
     p.add_argument("--n-honest", type=int, default=20, help="honest clients (default 20)")
