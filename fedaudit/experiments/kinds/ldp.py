@@ -22,7 +22,8 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
 from fedaudit.experiments.keys import Key, key_error, show
 
-__all__ = ["LDP", "PAIRS", "input_pair", "pair_label", "audit_pair", "pair_power", "build_mechanism"]
+__all__ = ["LDP", "PAIRS", "SEARCH_CANDIDATES", "input_pair", "pair_label", "categorical", "audit_pair", "pair_power",
+           "build_mechanism"]
 
 #: the fixed input pairs (``one-hot`` is forced for categorical mechanisms such as rr)
 PAIRS = ("antipodal", "flat", "zero-boundary")
