@@ -106,7 +106,7 @@ class Convergence(ClaimKind):
             "n_honest": Key("int", 20, low=2),
             "f": Key("int", 1, low=0),
             "beta": Key("float", 5.0, low=0, open_low=True),
-            "aggregator": Key("str", "nnm+cwtm"),
+            "aggregator": Key("str", "nnm+cwtm", help="registry spec; a stage may be 'package.module:attr'"),
             "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
                                                           "e.g. { s = 2 } for bucketing"),
             "attack": Key("str", "alie"),

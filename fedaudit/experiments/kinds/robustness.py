@@ -76,7 +76,7 @@ class Robustness(ClaimKind):
 
     def keys(self) -> dict[str, Key]:
         return {
-            "aggregator": Key("str", help="registry spec, e.g. cwtm or nnm+cwtm"),
+            "aggregator": Key("str", help="registry spec, e.g. cwtm or nnm+cwtm; a stage may be 'package.module:attr'"),
             "n": Key("int", low=1, high=1000),
             "f": Key("int", low=0),
             "d": Key("int", 100, low=1, high=100_000),

@@ -97,7 +97,7 @@ class Stress(ClaimKind):
 
     def keys(self) -> dict[str, Key]:
         return {
-            "aggregators": Key("list[str]", help="registry specs"),
+            "aggregators": Key("list[str]", help="registry specs (a stage may be 'package.module:attr')"),
             "aggregator_params": Key("params", None,
                                      help="make_aggregator keywords for every aggregator ({ s = 2 }), or per "
                                           "spec ({ \"bucketing+cwtm\" = { s = 2 } })"),
