@@ -33,10 +33,19 @@ from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
 
-__all__ = ["SPECIAL", "jsonable", "dumps", "loads", "write", "from_special"]
+__all__ = ["SPECIAL", "jsonable", "dumps", "loads", "write", "from_special", "finite_or_none"]
 
 #: the strings that stand for non-finite floats, and the floats they stand for
 SPECIAL: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def finite_or_none(value: Any) -> float | None:
+    """``float(value)`` when finite, else None: a diverged or undefined number recorded as
+    missing (null) rather than as ``"inf"``/``"nan"`` (the convention of evidence and stress cells)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _special(value: float) -> str:

@@ -14,8 +14,6 @@ import inspect
 import json
 import math
 import pkgutil
-import typing
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -339,3 +337,10 @@ def test_written_report_is_strict(tmp_path):
     text = paths["json"].read_text(encoding="utf-8")
     data = strict_loads(text)
     assert data["claims"][0]["runtime_s"] == "inf" and "NaN" not in text
+
+
+def test_finite_or_none_records_non_finite_as_absent():
+    from fedaudit.json import finite_or_none
+
+    assert finite_or_none(2) == 2.0 and isinstance(finite_or_none(np.float32(1.5)), float)
+    assert [finite_or_none(v) for v in (None, math.inf, -math.inf, math.nan)] == [None] * 4

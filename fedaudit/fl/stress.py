@@ -68,7 +68,7 @@ from fedaudit.fl.data import load_dataset
 from fedaudit.fl.federation import Federation
 from fedaudit.fl.registry import OPTIMIZERS, lookup, make_optimizer
 from fedaudit.fl.training import run
-from fedaudit.json import jsonable
+from fedaudit.json import finite_or_none, jsonable
 from fedaudit.rng import derive_seed
 from fedaudit.validation import check_int, check_positive, check_real
 
@@ -289,12 +289,6 @@ def _dataset(name: str, path: str | None, seed: int):
     return load_dataset(name, path=path, seed=seed)
 
 
-def _finite(x: Any) -> float | None:
-    """A final value: the float, or None (absent) when it is not finite."""
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def _number(x: Any) -> float | str:
     """A trace value under the :mod:`fedaudit.json` convention: non-finite → "inf"/"-inf"/"nan"."""
     return jsonable(float(x))
@@ -351,8 +345,8 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
     accs = [] if trace is None else [None if a is None else _number(a) for a in trace.test_acc]
     # a run that diverged or broke down (stopped early) has no final loss or accuracy
     final_loss = float("inf") if stopped else float(trace.loss[-1])
-    final_acc = None if stopped or trace.test_acc[-1] is None else _finite(trace.test_acc[-1])
-    final_grad = None if stopped else _finite(trace.grad_norm[-1])
+    final_acc = None if stopped else finite_or_none(trace.test_acc[-1])
+    final_grad = None if stopped else finite_or_none(trace.grad_norm[-1])
     best_acc = max([a for a in accs if isinstance(a, float)], default=None)
     reasons = _breakdown(final_loss, initial_loss, final_acc, n_classes)
     if error is not None:
@@ -366,9 +360,9 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
         "key": cell.key, "aggregator": cell.aggregator, "attack": cell.attack, "f": cell.f, "beta": cell.beta,
         "n_honest": config.n_honest, "dataset": config.dataset, "optimizer": config.optimizer,
         "rounds": config.rounds, "lr": config.lr, "mu": config.mu,
-        "initial_loss": _finite(initial_loss), "initial_accuracy": None if initial_acc is None else _finite(initial_acc),
-        "final_loss": _finite(final_loss), "final_grad_norm": final_grad,
-        "final_accuracy": None if final_acc is None else _finite(final_acc), "best_accuracy": best_acc,
+        "initial_loss": finite_or_none(initial_loss), "initial_accuracy": finite_or_none(initial_acc),
+        "final_loss": finite_or_none(final_loss), "final_grad_norm": final_grad,
+        "final_accuracy": finite_or_none(final_acc), "best_accuracy": best_acc,
         "target_accuracy": config.target_accuracy,
         "rounds_to_target": None if stopped else rounds_to_target(rounds, accs, config.target_accuracy),
         "breakdown": bool(reasons), "breakdown_reasons": reasons, "n_classes": n_classes,
