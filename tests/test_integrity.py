@@ -278,7 +278,7 @@ def test_markdown_escapes_everything_user_controlled(tmp_path):
     hostile = " ".join(HOSTILE)
     claim = Claim(id="c<script>1</script>`x`", kind="ldp", title=f"title {hostile}", expect="pass",
                   verdict="INCONCLUSIVE", summary=f"summary {hostile}", error=f"error {hostile}\nsecond line",
-                  evidence={"note": f"value {hostile}", f"key<img src=x onerror=1>": 1.0, "pipe": "a | b"})
+                  evidence={"note": f"value {hostile}", "key<img src=x onerror=1>": 1.0, "pipe": "a | b"})
     report = Report(m, [claim], title=f"report {hostile}")
     paths = write_report(report, tmp_path / "r", formats=("json", "md"))
     md = paths["md"].read_text(encoding="utf-8")
