@@ -327,9 +327,6 @@ def _load_sampler(spec: str):
     module, _, attr = spec.partition(":")
     if not module or not attr:
         raise FedAuditError(f"--sampler must look like package.module:function, got {spec!r}")
-    cwd = os.getcwd()  # user modules next to the command, as `python -m` finds them
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
@@ -786,6 +783,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)
+    cwd = os.getcwd()  # "package.module:attr" names find user modules next to the command, as `python -m` does
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         return int(args.func(args))
     except FedAuditError as exc:

@@ -390,3 +390,26 @@ def test_showcase_streams_follow_the_documented_layout():
     est = m.decode(m.encode(X, rng=rngs[i]))
     assert rows[i].mse_per_report == float(np.mean(np.sum((est - X) ** 2, axis=1)))
     assert rows[i].mean_error == float(np.sum((est.mean(0) - X.mean(0)) ** 2))
+
+
+def test_run_finds_a_claim_kind_in_the_working_directory(tmp_path):
+    (tmp_path / "my_kinds.py").write_text(
+        "from fedaudit.experiments.kind import ClaimKind, Evidence\n"
+        "from fedaudit.experiments.keys import Key\n\n\n"
+        "class Always(ClaimKind):\n"
+        '    """A claim that holds."""\n\n'
+        '    name = "always"\n\n'
+        "    def keys(self):\n"
+        '        return {"n": Key("int", 3, low=1)}\n\n'
+        "    def default_title(self, params, expect):\n"
+        "        return f\"{params['n']} holds\"\n\n"
+        "    def run(self, spec, rng, progress, *, workdir=None):\n"
+        '        return Evidence(holds=True, violated=False, evidence={"draw": float(rng.random())}, summary="ok")\n')
+    (tmp_path / "plan.toml").write_text('[[claim]]\nid = "mine"\nkind = "my_kinds:Always"\n')
+    fedaudit_bin = Path(sys.executable).with_name("fedaudit")
+    proc = subprocess.run([str(fedaudit_bin), "run", "plan.toml", "--out", "out", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["claims"][0]["kind"] == "my_kinds:Always" and data["claims"][0]["title"] == "3 holds"
+    assert main(["verify", str(tmp_path / "out")]) == 0
