@@ -21,7 +21,6 @@ evidence too weak to decide either way (:func:`verdict`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -30,7 +29,7 @@ from fedaudit.experiments.keys import Key
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Progress", "verdict", "trim", "finite_or_none", "MAX_NUMBERS"]
+__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Progress", "verdict", "trim", "MAX_NUMBERS"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
@@ -164,11 +163,3 @@ def trim(value: Any, max_numbers: int = MAX_NUMBERS) -> Any:
         return [trim(v, max_numbers) for v in value]
     return value
 
-
-def finite_or_none(value: Any) -> float | None:
-    """``float(value)`` when finite, else None: evidence states a diverged or undefined number as
-    missing (null), not as ``"inf"``/``"nan"``."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None

@@ -21,8 +21,9 @@ from fedaudit.experiments.components import (
     optimizer_names,
     rule_params,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error, require_bound
+from fedaudit.json import finite_or_none
 
 __all__ = ["Convergence"]
 

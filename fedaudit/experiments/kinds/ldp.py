@@ -19,8 +19,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error, show
+from fedaudit.json import finite_or_none
 
 __all__ = ["LDP", "PAIRS", "SEARCH_CANDIDATES", "input_pair", "pair_label", "categorical", "audit_pair", "pair_power",
            "build_mechanism"]

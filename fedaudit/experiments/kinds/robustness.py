@@ -17,8 +17,9 @@ from fedaudit.experiments.components import (
     normalise_spec,
     rule_params,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, finite_or_none
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error
+from fedaudit.json import finite_or_none
 
 __all__ = ["Robustness", "worst_configuration"]
 
