@@ -2,7 +2,7 @@
 
 The contract that makes parallel results reproducible: **every task carries its own seed**. The
 caller derives it before submission, either by ``SeedSequence(root).spawn(n)`` in a fixed plan
-order or, when tasks are named (grid cells), with :func:`derive_seed` from a stable hash of the
+order or, when tasks are named (grid cells), with :func:`fedaudit.rng.derive_seed` from a stable hash of the
 task's key. A worker never draws a seed, never counts tasks and never looks at its worker id, so
 the result of a task is a function of the task alone — identical under ``backend="serial"``,
 ``"process"`` or ``"ray"`` and for any ``workers``. (Never ``seed + index``: that couples a
@@ -39,9 +39,8 @@ from typing import Any, TypeVar
 
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int
-from fedaudit.rng import derive_seed  # re-exported: task seeds are named children of the root seed
 
-__all__ = ["BACKENDS", "run_tasks", "derive_seed", "default_workers"]
+__all__ = ["BACKENDS", "run_tasks", "default_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -10,7 +10,8 @@ from threadpoolctl import threadpool_limits
 
 import fedaudit.fl.stress as stress
 from fedaudit.cli import main
-from fedaudit.engine import derive_seed, run_tasks
+from fedaudit.engine import run_tasks
+from fedaudit.rng import derive_seed
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.stress import Cell, StressConfig, cell_seed, run_stress
 from fedaudit.reports.heatmap import plot_heatmaps
