@@ -19,7 +19,6 @@ Usage: ``python benchmarks/ldp_audit.py [--quick] [--part targets|selection|all]
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np

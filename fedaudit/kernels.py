@@ -502,7 +502,6 @@ def _optimal_vertices(G: np.ndarray, nu: float) -> np.ndarray:
     only occur for collinear data (the minimisers then form a segment); the caller returns their
     centroid, which is a minimiser and does not depend on the row order (the median in 1-D).
     """
-    n = G.shape[0]
     dist = np.sqrt(sqdist_from_gram(G))
     same = dist <= np.maximum(nu, 1e-7 * np.sqrt(np.diag(G)))[:, None]
     np.fill_diagonal(same, True)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedaudit.audit.bounds import epsilon_lower_bound, max_certifiable_epsilon
+from fedaudit.audit.bounds import epsilon_lower_bound
 from fedaudit.audit import pair_search
 from fedaudit.audit.ldp import audit_ldp, audit_ldp_streams
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs

@@ -723,7 +723,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         Y0[rows] += 0.3 * float(np.sqrt(np.mean(Y0 ** 2)) or 1.0) * rng.normal(size=(int(rows.sum()), inc[3]))
         if not run(label, inc[3], inc[4], f"perturbed best ({inc[2]})", Y0, per_run2):
             break
-    for label, (nu_inc, Y_inc, start_label, k, B) in incumbents.items():
+    for label, (_, Y_inc, start_label, k, B) in incumbents.items():
         if Y_inc is None:
             continue
         nu, X, S = certify(Y_inc, B)

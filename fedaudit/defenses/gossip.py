@@ -150,11 +150,6 @@ class GossipGraph:
         return self.adjacency.sum(axis=1)
 
     @property
-    def strengths(self) -> np.ndarray:
-        """Weighted degrees Σ_j w_ij."""
-        return self.weights.sum(axis=1)
-
-    @property
     def laplacian(self) -> np.ndarray:
         """L = D − W with D = diag(Σ_j w_ij)."""
         return laplacian(self)

@@ -270,11 +270,6 @@ class Federation:
         A, y = self._client(i)
         return self.model.loss_grad_core(self._x(x), A, y)[1]
 
-    def client_loss_grad(self, i: int, x: Any) -> tuple[float, np.ndarray]:
-        """(L_i(x), ∇L_i(x)) from one forward pass."""
-        A, y = self._client(i)
-        return self.model.loss_grad_core(self._x(x), A, y)
-
     def client_hvp(self, i: int, x: Any, v: Any) -> np.ndarray:
         """∇²L_i(x)·v (exact)."""
         A, y = self._client(i)

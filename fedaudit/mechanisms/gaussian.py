@@ -184,7 +184,6 @@ class Gaussian(GridMechanism):
 
         eta = smoothing_eta(SMOOTHING_S2)
         log_c = self.dim * (math.log1p(eta) - math.log1p(-eta))
-        self.smoothing_log_c = log_c
         eps_cal = min(self.epsilon - 2.0 * log_c, self.epsilon * (1.0 - _REL))
         delta_cal = min(self.delta * math.exp(-log_c), self.delta * (1.0 - _REL))
         if eps_cal <= 0.0:  # pragma: no cover - needs dim ~ 1e33
