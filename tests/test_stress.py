@@ -406,3 +406,14 @@ def test_stress_draws_nothing_itself(tmp_path):
                                         "breakdowns": [[0], [1]], "aggregator_breakdowns": [[0], [1]], "attacks": 2}}}
     (path,) = plot_heatmaps(summary, tmp_path)
     assert path.endswith("heatmap_cwtm.png") and open(path, "rb").read(4) == b"\x89PNG"
+
+
+def test_cell_files_are_read_as_strict_json(tmp_path):
+    # fedaudit writes cells with fedaudit.json ("nan" strings); a bare NaN token or a duplicated
+    # key is not one of its records
+    for line in ('{"key": "a", "loss": NaN}', '{"key": "a", "key": "b"}'):
+        (tmp_path / stress.CELLS_FILE).write_text(line + "\n")
+        with pytest.raises(FedAuditError, match="is not a cell record"):
+            stress.load_cells(tmp_path)
+    (tmp_path / stress.CELLS_FILE).write_text('{"key": "a", "loss": "nan"}\n')
+    assert stress.load_cells(tmp_path) == {"a": {"key": "a", "loss": "nan"}}

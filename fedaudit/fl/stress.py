@@ -60,8 +60,6 @@ from typing import Any
 import numpy as np
 
 from fedaudit import json as fjson
-from fedaudit.attacks.registry import make_attack
-from fedaudit.defenses.registry import make_aggregator
 from fedaudit.engine import run_tasks
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import load_dataset
@@ -259,6 +257,8 @@ class StressConfig:
 
     @property
     def config_id(self) -> str:
+        # deliberately the stdlib json.dumps (ensure_ascii, no fedaudit.json conversion): the id
+        # hashes this exact text, and changing the serialisation would change every config_id
         text = json.dumps(self.run_config(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -401,9 +401,9 @@ def load_cells(out_dir: str | os.PathLike, config_id: str | None = None, *, repa
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = fjson.loads(line, what=f"{path}:{i}")
             key = rec["key"]
-        except (ValueError, KeyError, TypeError):
+        except (FedAuditError, KeyError, TypeError):
             raise FedAuditError(f"{path}:{i} is not a cell record; fix or remove the line") from None
         if config_id is not None and rec.get("config_id") != config_id:
             raise FedAuditError(f"{path} holds cells from a different run configuration "
@@ -417,8 +417,8 @@ def _check_config_file(out_dir: Path, config: StressConfig) -> None:
     mine = {"config_id": config.config_id, **config.run_config()}
     if path.exists():
         try:
-            theirs = json.loads(path.read_text())
-        except ValueError:
+            theirs = fjson.loads(path.read_bytes(), what=str(path))
+        except FedAuditError:
             theirs = {}
         if theirs.get("config_id") not in (None, config.config_id):
             diff = sorted(k for k in mine if theirs.get(k) != mine[k])
