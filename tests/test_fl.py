@@ -573,3 +573,17 @@ def test_partition_and_dataset_registries_take_users_entries():
         PARTITIONS.unregister("halves-test")
         PARTITIONS.unregister("overlap-test")
         DATASETS.unregister("tiny-test")
+
+
+def test_federation_from_a_seed_sequence_leaves_it_untouched():
+    ss = np.random.SeedSequence(11)
+    a = Federation("synthetic", n_honest=4, f=1, seed=ss)
+    assert ss.n_children_spawned == 0
+    b = Federation("synthetic", n_honest=4, f=1, seed=ss)
+    assert a.params()["client_sizes"] == b.params()["client_sizes"]
+    np.testing.assert_array_equal(a.dataset.X_train, b.dataset.X_train)
+    x = np.zeros(a.dim)
+    np.testing.assert_array_equal(a.oracle(x), b.oracle(x))
+    # the same numbers as the integer seed of that SeedSequence
+    c = Federation("synthetic", n_honest=4, f=1, seed=11)
+    assert c.params()["client_sizes"] == a.params()["client_sizes"]

@@ -75,9 +75,12 @@ class Federation:
                  aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None,
                  declared_f: int | None = None):
         ss = as_seed_sequence(seed)
-        part_ss, attack_ss = ss.spawn(2)
+        # spawn from a copy: the caller's SeedSequence is not advanced, so the same SeedSequence
+        # twice builds the same federation (children 0, 1, 2: partition, attack stream, dataset)
+        ss = np.random.SeedSequence(ss.entropy, spawn_key=ss.spawn_key, pool_size=ss.pool_size)
+        part_ss, attack_ss, data_ss = ss.spawn(3)
         if isinstance(dataset, str):
-            dataset = load_dataset(dataset, seed=ss.spawn(1)[0])
+            dataset = load_dataset(dataset, seed=data_ss)
         if not isinstance(dataset, Dataset):
             raise FedAuditError("dataset must be a fedaudit.fl.Dataset or a dataset name, "
                                 f"got {type(dataset).__name__}")
