@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int
+from fedaudit.validation import check_choice, check_int
 
 __all__ = ["BACKENDS", "run_tasks", "default_workers"]
 
@@ -153,8 +153,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     An exception raised by ``fn`` propagates out of the iterator after pending tasks are cancelled;
     results already yielded are unaffected. Closing the iterator early also cancels pending tasks.
     """
-    if backend not in BACKENDS:
-        raise FedAuditError(f"backend must be one of {', '.join(BACKENDS)}, got backend={backend!r}")
+    check_choice("backend", backend, BACKENDS)
     if not callable(fn):
         raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
     workers = default_workers() if workers is None else check_int("workers", workers, low=1)

@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import FedAuditError
 
 __all__ = ["SPECIAL", "jsonable", "dumps", "loads", "write", "from_special", "finite_or_none"]
@@ -79,8 +80,8 @@ def jsonable(value: Any, _path: str = "") -> Any:
         return jsonable(value.to_dict(), _path)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable(dataclasses.asdict(value), _path)
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor
-        value = value.detach().cpu().numpy()
+    if is_torch(value):
+        value = torch_to_numpy(value, _where(_path))[0]
     if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar / array
         return jsonable(value.tolist(), _path)
     raise FedAuditError(f"{_where(_path)} is not JSON data: {type(value).__name__} {value!r:.60}")

@@ -13,9 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import FedAuditError
+from fedaudit.registry import did_you_mean
 
-__all__ = ["check_int", "check_real", "check_positive", "check_probability", "check_matrix", "check_vector"]
+__all__ = ["check_int", "check_real", "check_positive", "check_probability", "check_choice", "check_matrix",
+           "check_vector"]
 
 
 def _fmt(value: Any) -> str:
@@ -79,13 +82,34 @@ def check_probability(name: str, value: Any, *, open_low: bool = True, open_high
     return check_real(name, value, low=0.0, high=1.0, open_low=open_low, open_high=open_high)
 
 
-def _as_float_array(name: str, value: Any) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor at the boundary
-        value = value.detach().cpu().numpy()
+def check_choice(name: str, value: Any, choices: Any) -> Any:
+    """Return ``value`` if it is one of ``choices`` (compared with ``==``, no normalisation), else
+    ``"<name> must be one of 'a', 'b', got <name>='c'"`` with the closest choice suggested."""
+    choices = tuple(choices)
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        ok = value in choices
+    except TypeError:  # e.g. an unhashable value against a set-like
+        ok = False
+    if not ok:
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        raise FedAuditError(f"{name} must be one of {', '.join(map(repr, choices))}, got {name}={value!r}{hint}")
+    return value
+
+
+def _as_float_array(name: str, value: Any) -> np.ndarray:
+    """float64 numpy copy of ``value`` (numpy, torch via :func:`fedaudit.arrays.torch_to_numpy`, or
+    array-like); complex data and anything numpy cannot read as real numbers is a FedAuditError."""
+    if is_torch(value):
+        value = torch_to_numpy(value, name)[0]
+    try:
+        arr = np.asarray(value)
+        complex_dtype = arr.dtype.kind == "c"
+        if not complex_dtype:
+            arr = arr.astype(np.float64, copy=False)
     except (TypeError, ValueError) as err:
         raise FedAuditError(f"{name} must be an array of real numbers, got {type(value).__name__}") from err
+    if complex_dtype:
+        raise FedAuditError(f"{name} must hold real numbers, got complex dtype {arr.dtype}")
     return arr
 
 

@@ -63,7 +63,7 @@ def test_engine_results_do_not_depend_on_backend_or_workers():
 
 
 def test_engine_rejects_bad_backend_and_missing_ray(monkeypatch):
-    with pytest.raises(FedAuditError, match="backend must be one of process, serial, ray"):
+    with pytest.raises(FedAuditError, match="backend must be one of 'process', 'serial', 'ray'"):
         run_tasks(draw, [], backend="threads")
     with pytest.raises(FedAuditError, match="workers"):
         run_tasks(draw, [], workers=0)

@@ -38,7 +38,7 @@ from fedaudit.arrays import as_array, is_torch, to_like, torch_to_numpy
 from fedaudit.defenses.base import Aggregator
 from fedaudit.errors import FedAuditError
 from fedaudit.kernels import krum_order, pairwise_sqdist
-from fedaudit.validation import check_int, check_real
+from fedaudit.validation import check_choice, check_int, check_real
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
 __all__ = [
@@ -91,8 +91,7 @@ def alie_z_max(n: int, f: int, variant: str = "honest") -> float:
     """
     n = check_int("n", n, low=1)
     f = check_int("f", f, low=0, high=n - 1, high_name="n-1")
-    if variant not in ("paper", "honest"):
-        raise FedAuditError(f"variant must be one of 'paper', 'honest', got variant={variant!r}")
+    check_choice("variant", variant, ("paper", "honest"))
     s = (n // 2 + 1) - f
     if s < 1:
         raise FedAuditError(f"ALIE z_max needs f <= floor(n/2) (s = floor(n/2+1) - f >= 1), got n={n}, f={f}")
@@ -162,9 +161,6 @@ def _check_sign(sign: Any) -> int:
     return int(sign)
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise FedAuditError(f"{name} must be one of {', '.join(map(repr, choices))}, got {name}={value!r}")
     return value
 
 
@@ -184,7 +180,7 @@ class ALIE(Attack):
 
     def __init__(self, z: float | None = None, variant: str = "honest", sign: int = -1):
         self.z = None if z is None else check_real("z", z)
-        self.variant = _check_choice("variant", variant, ("paper", "honest"))
+        self.variant = check_choice("variant", variant, ("paper", "honest"))
         self.sign = _check_sign(sign)
 
     def params(self) -> dict[str, Any]:
@@ -286,7 +282,7 @@ class _MinDistance(Attack):
     _scale_param = "scale"
 
     def __init__(self, perturbation: str = "unit", scale: float = 1.0):
-        self.perturbation = _check_choice("perturbation", perturbation, _PERTURBATIONS)
+        self.perturbation = check_choice("perturbation", perturbation, _PERTURBATIONS)
         self._scale = check_real("scale", scale, low=0.0)
 
     def params(self) -> dict[str, Any]:
@@ -389,7 +385,7 @@ class Fang(Attack):
     name = "fang"
 
     def __init__(self, variant: str = "trmean", b: float = 2.0):
-        self.variant = _check_choice("variant", variant, ("trmean", "median", "krum"))
+        self.variant = check_choice("variant", variant, ("trmean", "median", "krum"))
         self.b = check_real("b", b, low=1.0, open_low=True)
         self.krum_selected: bool | None = None
         self.krum_lambda: float | None = None
@@ -450,7 +446,7 @@ class NonFinite(Attack):
     name = "nonfinite"
 
     def __init__(self, value: str = "nan"):
-        self.value = _check_choice("value", value, ("nan", "inf", "-inf", "mixed"))
+        self.value = check_choice("value", value, ("nan", "inf", "-inf", "mixed"))
 
     def params(self) -> dict[str, Any]:
         return {"value": self.value}

@@ -13,14 +13,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_real
+from fedaudit.validation import check_real, check_vector
 
 __all__ = ["plateau_level", "rounds_to_plateau", "first_at_or_below", "plateau_status"]
 
 
 def _check_losses(losses: Any) -> np.ndarray:
-    arr = np.asarray(losses, dtype=np.float64)
-    if arr.ndim != 1 or arr.size < 2:
+    arr = check_vector("losses", losses, finite=False)
+    if arr.size < 2:
         raise FedAuditError(f"losses must be a 1-D sequence of at least 2 values, got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise FedAuditError("losses must be finite (a diverged run has no plateau)")

@@ -34,10 +34,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int, check_probability, check_real
+from fedaudit.validation import check_int, check_probability, check_real, check_vector
 from fedaudit.json import jsonable
 from fedaudit.rng import as_seed_sequence
 
@@ -55,18 +54,8 @@ _MAX_THRESHOLDS = 1_000_000
 
 
 def _check_scores(name: str, value: Any) -> np.ndarray:
-    if is_torch(value):
-        value = torch_to_numpy(value, name)[0]
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise FedAuditError(f"{name} must be a 1-D array of real numbers, got {type(value).__name__}") from None
-    if arr.ndim != 1:
-        raise FedAuditError(f"{name} must be a 1-D array of scores, got shape {arr.shape}")
+    arr = check_vector(name, value)
     _check_size(name, arr.size)
-    if not np.isfinite(arr).all():
-        i = int(np.argmax(~np.isfinite(arr)))
-        raise FedAuditError(f"{name} must contain only finite values, found {arr[i]} at index {i}")
     return arr
 
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.rng import RngLike, as_generator
-from fedaudit.validation import check_int, check_matrix, check_probability, check_real
+from fedaudit.validation import check_choice, check_int, check_matrix, check_probability, check_real
 
 __all__ = [
     "GossipGraph",
@@ -197,8 +197,7 @@ def gossip_graph(adjacency: Any, weights: str = "metropolis") -> GossipGraph:
     I − L is doubly stochastic with a non-negative diagonal); ``"unitary"`` — w_ij = 1 on every
     edge; ``"given"`` — use the matrix entries themselves as weights.
     """
-    if weights not in _WEIGHT_SCHEMES:
-        raise FedAuditError(f"weights must be one of {_WEIGHT_SCHEMES}, got weights={weights!r}")
+    check_choice("weights", weights, _WEIGHT_SCHEMES)
     A = _validate_weights(adjacency, "adjacency")
     if weights == "given":
         return GossipGraph(A)

@@ -26,7 +26,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.registry import DATASETS, lookup
 from fedaudit.rng import RngLike, as_generator
-from fedaudit.validation import check_int, check_real
+from fedaudit.validation import check_int, check_probability, check_real
 
 __all__ = [
     "Dataset",
@@ -84,10 +84,6 @@ class Dataset:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _check_fraction(name: str, value: Any) -> float:
-    return check_real(name, value, low=0.0, high=1.0, open_low=True, open_high=True)
-
-
 def stratified_split(labels: np.ndarray, test_fraction: float, seed: RngLike = 0) -> tuple[np.ndarray, np.ndarray]:
     """Seeded stratified split: (train indices, test indices), each in random order.
 
@@ -95,7 +91,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float, seed: RngLike = 0
     test set (at least one sample stays in train when n_k ≥ 1). Both index arrays are then
     shuffled, so "dataset order" after the split is random, as after ``torch.random_split``.
     """
-    test_fraction = _check_fraction("test_fraction", test_fraction)
+    test_fraction = check_probability("test_fraction", test_fraction)
     rng = as_generator(seed)
     labels = np.asarray(labels)
     train, test = [], []
@@ -257,7 +253,7 @@ def load_mnist(path: str | Path, test_fraction: float | None = None, *, train_fr
 
 
 def _split_rows(n: int, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    n_test = int(round(_check_fraction("test_fraction", test_fraction) * n))
+    n_test = int(round(check_probability("test_fraction", test_fraction) * n))
     n_test = min(max(n_test, 1), n - 1)
     perm = rng.permutation(n)
     return perm[n_test:], perm[:n_test]

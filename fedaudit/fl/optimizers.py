@@ -41,7 +41,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.fl.problems import as_problem
 from fedaudit.fl.registry import OPTIMIZERS
 from fedaudit.rng import RngLike, as_generator
-from fedaudit.validation import check_int, check_positive, check_real, check_vector
+from fedaudit.validation import check_choice, check_int, check_positive, check_real, check_vector
 
 __all__ = ["OptimizerState", "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule",
            "estimate_delta"]
@@ -206,8 +206,7 @@ class RobustAccelerated(Optimizer):
     def __init__(self, L: float | None = None, mu: float | None = None, variant: str = "fgm"):
         self.L = None if L is None else check_positive("L", L)
         self.mu = None if mu is None else check_real("mu", mu, low=0.0)
-        if variant not in self.VARIANTS:
-            raise FedAuditError(f"variant must be one of {self.VARIANTS}, got variant={variant!r}")
+        check_choice("variant", variant, self.VARIANTS)
         if self.L is not None and self.mu is not None and self.mu > self.L:
             raise FedAuditError(f"mu must be <= L, got mu={self.mu:g}, L={self.L:g}")
         self.variant = variant

@@ -16,7 +16,7 @@ from scipy.special import gammaln
 
 from fedaudit.guarantees import PureLDP
 from fedaudit.errors import FedAuditError
-from fedaudit.validation import check_int
+from fedaudit.validation import check_choice, check_int
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, check_levels
 from fedaudit.rng import RngLike, as_generator
 
@@ -37,8 +37,7 @@ def sample_subsets(n: int, d: int, k: int, rng: RngLike = None, *, method: str =
     n = check_int("n", n, low=0)
     d = check_int("d", d, low=1)
     k = check_int("k", k, low=1, high=d, high_name="d")
-    if method not in ("auto", "floyd", "argpartition"):
-        raise FedAuditError(f"method must be one of 'auto', 'floyd', 'argpartition', got method={method!r}")
+    check_choice("method", method, ("auto", "floyd", "argpartition"))
     rng = as_generator(rng)
     if k == d:
         return np.broadcast_to(np.arange(d, dtype=np.int64), (n, d)).copy()
