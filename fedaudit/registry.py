@@ -63,43 +63,84 @@ class Entry(Generic[T]):
     name: str
     factory: Callable[..., T]
     summary: str
+    aliases: tuple[str, ...] = ()
 
 
 class Registry(Generic[T]):
     """Names to factories for one family of components (``kind`` names the family in messages).
 
     ``skip`` lists parameters the caller always supplies itself (e.g. ``f`` for aggregators),
-    so they are neither required nor reported as accepted keywords.
+    so they are neither required nor reported as accepted keywords. ``allow_plus=True`` lets
+    names contain '+' (for a family whose names never appear in a '+'-composed aggregator spec,
+    e.g. the gossip rule ``"cs+"``).
     """
 
-    def __init__(self, kind: str, *, skip: tuple[str, ...] = ()):
+    def __init__(self, kind: str, *, skip: tuple[str, ...] = (), allow_plus: bool = False):
         self.kind = kind
         self.skip = tuple(skip)
+        self.allow_plus = bool(allow_plus)
         self._entries: dict[str, Entry[T]] = {}
+        self._aliases: dict[str, str] = {}  # alias key -> canonical name
 
     # -- registration -------------------------------------------------------------------------
     def register(self, name: str, factory: Callable[..., T] | None = None, *, summary: str | None = None,
-                 replace: bool = False) -> Any:
+                 replace: bool = False, aliases: tuple[str, ...] = ()) -> Any:
         """Register ``factory`` under ``name``; without ``factory`` this is a decorator.
 
         A name is lowercase letters, digits, '-', '_' or '.'; registering a taken name is an error
-        unless ``replace=True``.
+        unless ``replace=True``. ``aliases`` are further names that resolve to ``name`` (the
+        listings show ``name`` only; :meth:`canonical` maps an alias to it).
         """
         if factory is None:
-            return lambda fn: self.register(name, fn, summary=summary, replace=replace)
-        if not isinstance(name, str) or not name.strip() or ":" in name or "+" in name:
-            raise FedAuditError(f"{self.kind} name must be a non-empty string without ':' or '+', got {name!r}")
+            return lambda fn: self.register(name, fn, summary=summary, replace=replace, aliases=aliases)
+        if isinstance(aliases, str):
+            aliases = (aliases,)
+        key = self._check_name(name)
+        alias_keys = tuple(dict.fromkeys(self._check_name(a) for a in aliases if self._check_name(a) != key))
         if not callable(factory):
             raise FedAuditError(f"{self.kind} {name!r}: the factory must be callable, got {type(factory).__name__}")
-        key = name.strip().lower()
-        if key in self._entries and not replace:
-            raise FedAuditError(f"{self.kind} {key!r} is already registered; pass replace=True to override it")
-        self._entries[key] = Entry(key, factory, _summary(factory) if summary is None else summary)
+        for a in alias_keys:
+            if a in self._entries:
+                raise FedAuditError(f"{self.kind} alias {a!r} is the name of another entry")
+        for k in (key, *alias_keys):
+            if (k in self._entries or k in self._aliases) and not replace:
+                raise FedAuditError(f"{self.kind} {k!r} is already registered; pass replace=True to override it")
+        if key in self._entries:
+            self.unregister(key)
+        for k in (key, *alias_keys):  # replace=True: an alias of another entry moves to this one
+            if k in self._aliases:
+                old = self._entries[self._aliases.pop(k)]
+                self._entries[old.name] = Entry(old.name, old.factory, old.summary,
+                                                tuple(a for a in old.aliases if a != k))
+        self._entries[key] = Entry(key, factory, _summary(factory) if summary is None else summary, alias_keys)
+        self._aliases.update((a, key) for a in alias_keys)
         return factory
 
+    def _check_name(self, name: Any) -> str:
+        bad = ":" if self.allow_plus else ":' or '+"
+        if (not isinstance(name, str) or not name.strip() or ":" in name
+                or ("+" in name and not self.allow_plus)):
+            raise FedAuditError(f"{self.kind} name must be a non-empty string without '{bad}', got {name!r}")
+        return name.strip().lower()
+
     def unregister(self, name: str) -> None:
-        """Remove a registered name (used by tests and by users replacing a built-in)."""
-        self._entries.pop(self._key(name), None)
+        """Remove a registered name and its aliases (used by tests and by users replacing a built-in)."""
+        entry = self._entries.pop(self.canonical(name) if isinstance(name, str) else name, None)
+        for a in entry.aliases if entry is not None else ():
+            self._aliases.pop(a, None)
+
+    def canonical(self, name: str) -> str:
+        """The registered name ``name`` (a name or an alias, any case) resolves to; a
+        ``module:attr`` reference or an unknown name is returned stripped, unchanged otherwise."""
+        key = self._key(name)
+        if self._is_reference(name):
+            return name.strip()
+        return self._aliases.get(key, key)
+
+    def aliases(self, name: str) -> tuple[str, ...]:
+        """The aliases registered for ``name`` (empty for a reference or a name without aliases)."""
+        entry = self._entries.get(self.canonical(name))
+        return entry.aliases if entry is not None else ()
 
     # -- lookup -------------------------------------------------------------------------------
     def names(self) -> tuple[str, ...]:
@@ -110,7 +151,7 @@ class Registry(Generic[T]):
         return tuple(self._entries.values())
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (self._key(name) in self._entries or self._is_reference(name))
+        return isinstance(name, str) and (self.canonical(name) in self._entries or self._is_reference(name))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -145,9 +186,9 @@ class Registry(Generic[T]):
             if not callable(obj):
                 raise FedAuditError(f"{self.kind} reference {name!r} is not callable")
             return obj
-        key = self._key(name)
+        key = self.canonical(name)
         if key not in self._entries:
-            raise FedAuditError(f"unknown {self.kind} {name!r}{did_you_mean(key, self._entries)}; "
+            raise FedAuditError(f"unknown {self.kind} {name!r}{did_you_mean(key, [*self._entries, *self._aliases])}; "
                                 f"choose one of: {', '.join(self._entries)} (or give 'package.module:attr')")
         return self._entries[key].factory
 

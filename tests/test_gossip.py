@@ -130,8 +130,10 @@ def test_input_validation_errors():
         robust_gossip_step(X, g, "cs+", byzantine={7})
     with pytest.raises(FedAuditError, match="at least one honest"):
         robust_gossip_step(X, g, "cs+", byzantine=range(5))
-    with pytest.raises(FedAuditError, match="rule must be one of"):
+    with pytest.raises(FedAuditError, match=r"unknown gossip rule 'median'; choose one of: plain, cs\+, gts, clippedgossip"):
         robust_gossip_step(X, g, "median")
+    with pytest.raises(FedAuditError, match="rule must be a gossip rule name"):
+        robust_gossip_step(X, g, 3)
     with pytest.raises(FedAuditError, match="X must have n=5 rows"):
         robust_gossip_step(_state(4), g)
     with pytest.raises(FedAuditError, match="messages must have shape"):
@@ -268,6 +270,20 @@ def test_default_budget_is_true_byzantine_weight():
     assert np.array_equal(robust_gossip_step(X, g, "cs+", byzantine={4, 9}, messages=M),
                           robust_gossip_step(X, g, "cs+", byzantine={4, 9}, messages=M, b=b))
     assert resolve_rule("CS-Plus")[0] == "cs+" and resolve_rule("clipped")[0] == "clippedgossip"
+
+
+def test_gossip_rules_registry_keeps_every_spelling_and_takes_references():
+    from fedaudit.defenses.gossip import GOSSIP_RULES, clipped_gossip, cs_plus, gts, plain_gossip
+
+    assert GOSSIP_RULES.names() == ("plain", "cs+", "gts", "clippedgossip")
+    spellings = {"plain": plain_gossip, "gossip": plain_gossip, "cs+": cs_plus, "CS+": cs_plus, "csplus": cs_plus,
+                 "cs_plus": cs_plus, "cs-plus": cs_plus, "cs+rg": cs_plus, "gts": gts, "gts_rg": gts, "GTS-RG": gts,
+                 "clippedgossip": clipped_gossip, "clipped": clipped_gossip, "clipped_gossip": clipped_gossip,
+                 "clipped-gossip": clipped_gossip, "cs_he": clipped_gossip, "cs-he": clipped_gossip}
+    for name, fn in spellings.items():
+        assert resolve_rule(name)[1] is fn, name
+    assert resolve_rule("fedaudit.defenses.gossip:gts") == ("fedaudit.defenses.gossip:gts", gts)
+    assert [n for n, _ in GOSSIP_RULES.describe()] == list(GOSSIP_RULES.names())
 
 
 # =============================================================================== attacks

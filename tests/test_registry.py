@@ -74,3 +74,33 @@ def test_module_attr_reference():
 
 def test_did_you_mean_is_empty_when_nothing_is_close():
     assert did_you_mean("zzzz", ["box"]) == ""
+
+
+def test_aliases_resolve_to_the_registered_name():
+    reg = Registry("scheme")
+    reg.register("gamma", lambda n=1: ("gamma", n), aliases=("gamma_similarity", "Gamma-Similarity"))
+    assert reg.names() == ("gamma",) and reg.describe()[0][0] == "gamma"
+    assert reg.aliases("GAMMA_SIMILARITY") == ("gamma_similarity", "gamma-similarity")
+    assert reg.canonical(" Gamma-Similarity ") == "gamma" and reg.canonical("other") == "other"
+    assert "gamma_similarity" in reg and reg.build("gamma-similarity", n=2) == ("gamma", 2)
+    assert reg.accepted("gamma_similarity") == ("n",)
+    with pytest.raises(FedAuditError, match=r"unknown scheme 'gama_similarity' \(did you mean 'gamma_similarity'\?\)"):
+        reg.factory("gama_similarity")
+    with pytest.raises(FedAuditError, match="'gamma_similarity' is already registered"):
+        reg.register("other", lambda: 0, aliases=("gamma_similarity",))
+    with pytest.raises(FedAuditError, match="alias 'gamma' is the name of another entry"):
+        reg.register("other", lambda: 0, aliases=("gamma",), replace=True)
+    reg.register("other", lambda: 0, aliases=("gamma_similarity",), replace=True)  # the alias moves
+    assert reg.canonical("gamma_similarity") == "other" and reg.aliases("gamma") == ("gamma-similarity",)
+    reg.unregister("gamma-similarity")  # by alias: the entry and its aliases go
+    assert "gamma" not in reg and "gamma-similarity" not in reg and reg.names() == ("other",)
+
+
+def test_plus_in_names_only_when_allowed():
+    with pytest.raises(FedAuditError, match=r"without ':' or '\+'"):
+        Registry("widget").register("cs+", lambda: 0)
+    rules = Registry("gossip rule", allow_plus=True)
+    rules.register("cs+", lambda: 1, aliases=("cs_plus", "cs+rg"))
+    assert rules.build("CS+") == 1 and rules.canonical("cs+rg") == "cs+"
+    with pytest.raises(FedAuditError, match="without ':'"):
+        rules.register("a:b", lambda: 0)

@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.registry import Registry
 from fedaudit.rng import RngLike, as_generator
 from fedaudit.validation import check_choice, check_int, check_matrix, check_probability, check_real
 
@@ -514,27 +515,26 @@ def clipped_gossip_threshold(weights: Any, distances: Any, b: float) -> float:
     return float(_he_tau(ws, ds, C, W, np.array([b]))[0])
 
 
-GOSSIP_RULES: dict[str, RuleFn] = {
-    "plain": plain_gossip,
-    "cs+": cs_plus,
-    "gts": gts,
-    "clippedgossip": clipped_gossip,
-}
-_ALIASES = {"gossip": "plain", "csplus": "cs+", "cs_plus": "cs+", "cs+rg": "cs+", "clipped": "clippedgossip",
-            "clipped_gossip": "clippedgossip", "cs_he": "clippedgossip", "gts_rg": "gts"}
+#: Robust gossip rules F(w (m,k), D (m,k,d), b (m,)) -> (m,d) by name (aliases in parentheses):
+#: plain (gossip), cs+ (csplus, cs_plus, cs-plus, cs+rg), gts (gts_rg, gts-rg), clippedgossip
+#: (clipped, clipped_gossip, clipped-gossip, cs_he, cs-he). ``"package.module:attr"`` works too.
+GOSSIP_RULES: Registry[Any] = Registry("gossip rule", allow_plus=True)
+GOSSIP_RULES.register("plain", plain_gossip, aliases=("gossip",))
+GOSSIP_RULES.register("cs+", cs_plus, aliases=("csplus", "cs_plus", "cs-plus", "cs+rg"))
+GOSSIP_RULES.register("gts", gts, aliases=("gts_rg", "gts-rg"))
+GOSSIP_RULES.register("clippedgossip", clipped_gossip,
+                      aliases=("clipped", "clipped_gossip", "clipped-gossip", "cs_he", "cs-he"))
 
 
 def resolve_rule(rule: str | RuleFn) -> tuple[str, RuleFn]:
-    """(name, function) of a rule given by name (``plain``, ``cs+``, ``gts``, ``clippedgossip``
-    and aliases) or a callable ``F(w (m,k), D (m,k,d), b (m,)) -> (m,d)``."""
+    """(name, function) of a rule given by a name of :data:`GOSSIP_RULES` (or an alias, or a
+    ``"package.module:attr"`` reference) or a callable ``F(w (m,k), D (m,k,d), b (m,)) -> (m,d)``."""
     if callable(rule):
         return getattr(rule, "__name__", "custom"), rule
-    if isinstance(rule, str):
-        key = rule.strip().lower().replace("-", "_")
-        key = _ALIASES.get(key, key)
-        if key in GOSSIP_RULES:
-            return key, GOSSIP_RULES[key]
-    raise FedAuditError(f"rule must be one of {sorted(GOSSIP_RULES)} (or a callable F(w, D, b)), got rule={rule!r}")
+    if not isinstance(rule, str):
+        raise FedAuditError(f"rule must be a gossip rule name ({', '.join(GOSSIP_RULES.names())}) or a callable "
+                            f"F(w, D, b), got rule={rule!r}")
+    return GOSSIP_RULES.canonical(rule), GOSSIP_RULES.factory(rule)
 
 
 def robust_sum(rule: str | RuleFn, weights: Any, diffs: Any, b: float) -> np.ndarray:
