@@ -550,6 +550,10 @@ def test_partition_and_dataset_registries_take_users_entries():
         load_dataset("digit")
     assert [p.tolist() for p in partition(y, 2, "gamma_similarity", gamma=1.0, seed=3)] == \
         [p.tolist() for p in partition(y, 2, "gamma", gamma=1.0, seed=3)]  # the documented alias
+    assert PARTITIONS.aliases("gamma") == ("gamma_similarity", "gamma-similarity")
+    assert PARTITIONS.aliases("dirichlet") == ("niid",) and PARTITIONS.names() == ("iid", "dirichlet", "gamma", "extreme")
+    assert [p.tolist() for p in partition(y, 2, "NIID", beta=1.0, seed=3)] == \
+        [p.tolist() for p in partition(y, 2, "dirichlet", beta=1.0, seed=3)]
 
     def halves(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
         """First half, second half."""

@@ -32,9 +32,6 @@ __all__ = [
     "partition",
 ]
 
-_ALIASES = {"gamma_similarity": "gamma", "gamma-similarity": "gamma", "niid": "dirichlet"}
-
-
 def _check_labels(labels: Any) -> np.ndarray:
     y = np.asarray(labels)
     if y.ndim != 1 or y.size == 0:
@@ -183,15 +180,16 @@ def _extreme(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_
     return extreme_partition(labels, n_clients, seed)
 
 
-for _name, _fn in (("iid", _iid), ("dirichlet", _dirichlet), ("gamma", _gamma), ("extreme", _extreme)):
-    PARTITIONS.register(_name, _fn)
-del _name, _fn
+PARTITIONS.register("iid", _iid)
+PARTITIONS.register("dirichlet", _dirichlet, aliases=("niid",))
+PARTITIONS.register("gamma", _gamma, aliases=("gamma_similarity", "gamma-similarity"))
+PARTITIONS.register("extreme", _extreme)
 
 
 def partition(labels: Any, n_clients: int, scheme: str, *, beta: float | None = None, gamma: float | None = None,
               seed: RngLike = 0, min_size: int = 0, max_redraws: int = 1000) -> list[np.ndarray]:
-    """Split by a scheme of :data:`fedaudit.fl.registry.PARTITIONS` (``"gamma_similarity"`` is an
-    alias of ``"gamma"``, ``"niid"`` of ``"dirichlet"``).
+    """Split by a scheme of :data:`fedaudit.fl.registry.PARTITIONS` (its registered aliases:
+    ``"gamma_similarity"``/``"gamma-similarity"`` for ``"gamma"``, ``"niid"`` for ``"dirichlet"``).
 
     ``beta`` (> 0) is required for ``"dirichlet"``, ``gamma`` (∈ [0, 1]) for ``"gamma"``; a value
     given for another scheme is still validated. ``min_size`` is enforced by redrawing for
@@ -199,8 +197,8 @@ def partition(labels: Any, n_clients: int, scheme: str, *, beta: float | None = 
     """
     y = _check_labels(labels)
     n_clients = _check_clients(n_clients)
-    key = _ALIASES.get(scheme, scheme) if isinstance(scheme, str) else scheme
-    factory = lookup(PARTITIONS, key, what="partition scheme")
+    factory = lookup(PARTITIONS, scheme, what="partition scheme")
+    key = PARTITIONS.canonical(scheme)
     if beta is not None:
         beta = _check_beta(beta)
     if gamma is not None:
