@@ -437,7 +437,7 @@ def test_attack_wrapping(digits):
 
 def test_label_flip_vectors(digits):
     lf = Federation.build(digits, n_honest=6, f=2, label_flip=True, seed=0)
-    assert isinstance(lf.attack, LabelFlip)
+    assert isinstance(lf.attack, LabelFlip) and lf.attack.params() == {"n_classes": digits.n_classes}
     x = 0.1 * np.random.default_rng(0).normal(size=lf.dim)
     G = lf.honest_gradients(x)
     B = lf.byzantine_vectors(x, G)

@@ -489,3 +489,10 @@ def test_gossip_update_is_the_core_of_the_validated_step():
         np.testing.assert_array_equal(np.delete(part, [0, 5], axis=0), np.delete(X, [0, 5], axis=0))
     with pytest.raises(FedAuditError, match="at least one honest node"):
         byzantine_mask(g, range(12))
+
+
+def test_gossip_attacks_report_their_params():
+    from fedaudit.attacks.gossip import Dissensus, Spectral
+
+    assert Dissensus(2.0).params() == {"c": 2.0, "c_range": (1e-2, 1e3), "evals": 16}
+    assert Spectral(c_range=(0.1, 5.0), evals=4).params() == {"c": None, "c_range": (0.1, 5.0), "evals": 4}

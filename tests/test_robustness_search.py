@@ -274,3 +274,16 @@ def test_forced_selection_phase_runs_for_krum_only_and_is_certified_by_the_rule(
     X = np.asarray(res.config["inputs"])
     assert robustness_ratio(X, agg(X), 3)[0] == pytest.approx(res.nu_empirical, rel=1e-9)
     assert res.nu_empirical >= res.nu_lower * (1 - 1e-3)
+
+
+def test_search_outcome_to_dict_is_strict_json_and_feeds_the_audit_report():
+    from fedaudit import json as fjson
+    from fedaudit.audit.robustness_search import UNBOUNDED, SearchOutcome
+
+    out = SearchOutcome(nu=0.5, X=np.eye(2), S=np.array([0]), subspace="full", k=2, evals=7, restarts_run=2,
+                        per_subspace={"full": 0.5, "pca": UNBOUNDED})
+    d = out.to_dict()
+    assert d["X"] == [[1.0, 0.0], [0.0, 1.0]] and d["S"] == [0] and d["per_subspace"] == {"full": 0.5, "pca": "inf"}
+    assert fjson.loads(fjson.dumps(d)) == d
+    res = audit_robustness("cwtm", n=5, f=1, d=2, trials=8, seed=0)
+    assert {"evals", "local_runs", "stopped", "per_subspace"} <= set(res.search)

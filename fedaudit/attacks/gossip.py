@@ -162,6 +162,10 @@ class GossipAttack:
         self.c_range = (lo, hi)
         self.evals = check_int("evals", evals, low=2)
 
+    def params(self) -> dict[str, Any]:
+        """The constructor parameters: ``c``, ``c_range`` and ``evals``."""
+        return {"c": self.c, "c_range": self.c_range, "evals": self.evals}
+
     def direction(self, X: np.ndarray, graph: GossipGraph, byzantine: Iterable[int]) -> np.ndarray:
         raise NotImplementedError
 

@@ -369,11 +369,12 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
 def _search_report(budget: SearchBudget, outcome, nu_before: float, spent: SearchBudget | None = None
                    ) -> dict[str, Any]:
     spent = spent or budget
-    return {"budget": budget.to_dict(), "effective_budget": spent.to_dict(), "evals": outcome.evals, "local_runs": outcome.restarts_run,
-            "runtime_s": outcome.runtime_s, "stopped": outcome.stopped,
+    found = outcome.to_dict()
+    return {"budget": budget.to_dict(), "effective_budget": spent.to_dict(), "evals": found["evals"],
+            "local_runs": found["restarts_run"], "runtime_s": found["runtime_s"], "stopped": found["stopped"],
             "nu": max(outcome.nu, 0.0) if outcome.X is not None else None,
             "nu_before": nu_before if nu_before >= 0 else None,
-            "per_subspace": {k: (math.inf if v >= _UNBOUNDED else v) for k, v in outcome.per_subspace.items()}}
+            "per_subspace": found["per_subspace"]}
 
 
 def _all_broken(spec, agg, n, f, d, trials, seed, breakdown, budget, outcome, stage_time, t0, spent) -> RobustnessAudit:

@@ -86,6 +86,7 @@ from scipy.optimize import minimize
 
 from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.json import jsonable
 from fedaudit.kernels import krum_scores
 from fedaudit.validation import check_int, check_real
 
@@ -316,6 +317,12 @@ class SearchOutcome:
     runtime_s: float = 0.0
     stopped: str = "budget"
     per_subspace: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as strict JSON (fedaudit.json; X and S as nested lists); a ν at the
+        :data:`UNBOUNDED` sentinel is reported as ``"inf"``."""
+        return jsonable({**asdict(self), "per_subspace": {k: (math.inf if v >= UNBOUNDED else v)
+                                                          for k, v in self.per_subspace.items()}})
 
 
 def _project(X: np.ndarray, k: int) -> np.ndarray:

@@ -45,6 +45,10 @@ class LabelFlip:
     def __init__(self, n_classes: int):
         self.n_classes = check_int("n_classes", n_classes, low=2)
 
+    def params(self) -> dict[str, Any]:
+        """The constructor parameters: ``n_classes``."""
+        return {"n_classes": self.n_classes}
+
     def flip(self, y: np.ndarray) -> np.ndarray:
         """y' = (C − 1) − y."""
         return (self.n_classes - 1) - np.asarray(y, dtype=np.int64)
