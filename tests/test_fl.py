@@ -591,3 +591,11 @@ def test_federation_from_a_seed_sequence_leaves_it_untouched():
     # the same numbers as the integer seed of that SeedSequence
     c = Federation("synthetic", n_honest=4, f=1, seed=11)
     assert c.params()["client_sizes"] == a.params()["client_sizes"]
+
+
+def test_gradient_heterogeneity_is_the_two_sides_of_the_condition():
+    from fedaudit.fl.federation import gradient_heterogeneity
+
+    G = np.array([[1.0, 0.0], [3.0, 2.0]])  # mean (2, 1): deviations (-1, -1), (1, 1)
+    assert gradient_heterogeneity(G) == (2.0, 5.0)
+    assert gradient_heterogeneity(G, G.mean(axis=0)) == (2.0, 5.0)

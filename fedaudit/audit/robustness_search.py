@@ -221,6 +221,9 @@ def subset_ratios(M: np.ndarray, X: np.ndarray, z: np.ndarray, offset: float = 0
     invariant under a common scaling). A zero-variance S with a positive error gives inf.
     """
     Xh, zh = 0.5 * X, 0.5 * z  # halves: differences of entries up to the float64 maximum stay finite
+    # not kernels.pairwise_sqdist: the differences are rescaled by a power of two before they are
+    # squared (so no square overflows or underflows), and R shares that scale; the kernel's
+    # result is only comparison-exact in its own units (see its docstring), ν needs the values
     Dx = Xh[:, None, :] - Xh[None, :, :]
     R = Xh - zh
     scale = max(float(np.max(np.abs(Dx), initial=0.0)), float(np.max(np.abs(R), initial=0.0)))
@@ -634,6 +637,8 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         masks = _masks(n, f)
 
         def surrogate(Y: np.ndarray) -> float:
+            # direct differences, not kernels.pairwise_sqdist: the Gram-matrix kernel rounds
+            # differently, and the surrogate steers the search, so its bits fix the search path
             diff = Y[:, None, :] - Y[None, :, :]
             D = np.einsum("ijk,ijk->ij", diff, diff)
             scale = float(D.sum()) / (n * (n - 1)) or 1.0

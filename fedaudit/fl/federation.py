@@ -31,7 +31,15 @@ from fedaudit.fl.models import LogisticModel, log_softmax
 from fedaudit.fl.partition import partition
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
-__all__ = ["Federation", "LabelFlip"]
+__all__ = ["Federation", "LabelFlip", "gradient_heterogeneity"]
+
+
+def gradient_heterogeneity(G: np.ndarray, mean: np.ndarray | None = None) -> tuple[float, float]:
+    """((1/|H|) Σ_i ‖g_i − ḡ‖², ‖ḡ‖²) for honest gradients G (|H|, p) with ḡ = mean over rows
+    (``mean`` when the caller already has it): the two sides of the (G, B) heterogeneity
+    condition (1/|H|) Σ‖∇L_i − ∇L_H‖² ≤ G² + B²‖∇L_H‖²."""
+    g = G.mean(axis=0) if mean is None else mean
+    return float(((G - g) ** 2).sum(axis=1).mean()), float(g @ g)
 
 
 class LabelFlip:
@@ -331,10 +339,8 @@ class Federation:
 
     def heterogeneity(self, x: Any) -> tuple[float, float]:
         """((1/|H|) Σ_i ‖∇L_i(x) − ∇L_H(x)‖², ‖∇L_H(x)‖²): the two sides of the (G, B)
-        heterogeneity condition at x."""
-        G = self.honest_gradients(x)
-        g = G.mean(axis=0)
-        return float(((G - g) ** 2).sum(axis=1).mean()), float(g @ g)
+        heterogeneity condition at x (:func:`gradient_heterogeneity`)."""
+        return gradient_heterogeneity(self.honest_gradients(x))
 
     def smoothness(self) -> float:
         """Upper bound on the smoothness of L_H: ½·λ_max of the mean over clients of

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.fl.federation import gradient_heterogeneity
 from fedaudit.rng import as_generator
 from fedaudit.validation import check_int, check_matrix, check_real, check_vector
 
@@ -166,9 +167,7 @@ class FederationProblem:
         H = np.asarray(fed.honest_gradients(x), dtype=np.float64)
         g = np.asarray(fed.oracle(x, rng, honest_grads=H), dtype=np.float64)
         true_g = H.mean(axis=0)
-        het = None
-        if heterogeneity:
-            het = (float(((H - true_g) ** 2).sum(axis=1).mean()), float(true_g @ true_g))
+        het = gradient_heterogeneity(H, true_g) if heterogeneity else None
         return g, true_g, het
 
     def honest_loss(self, x):
