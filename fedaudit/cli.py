@@ -243,17 +243,19 @@ def cmd_mechanisms(args: argparse.Namespace) -> int:
 def _registries() -> dict[str, object]:
     """What ``fedaudit list`` lists: every open registry by the plural a user types."""
     from fedaudit.attacks.registry import ATTACKS
+    from fedaudit.defenses.gossip import GOSSIP_RULES
     from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS
     from fedaudit.experiments.kinds import CLAIM_KINDS
     from fedaudit.fl.registry import DATASETS, OPTIMIZERS, PARTITIONS
     from fedaudit.mechanisms.registry import MECHANISMS
 
     return {"mechanisms": MECHANISMS, "aggregators": AGGREGATORS, "preaggregators": PREAGGREGATORS,
-            "attacks": ATTACKS, "optimizers": OPTIMIZERS, "partitions": PARTITIONS, "datasets": DATASETS,
+            "gossip-rules": GOSSIP_RULES, "attacks": ATTACKS, "optimizers": OPTIMIZERS, "partitions": PARTITIONS, "datasets": DATASETS,
             "kinds": CLAIM_KINDS}
 
 
-LISTINGS = ("mechanisms", "aggregators", "preaggregators", "attacks", "optimizers", "partitions", "datasets", "kinds")
+LISTINGS = ("mechanisms", "aggregators", "preaggregators", "gossip-rules", "attacks", "optimizers", "partitions",
+            "datasets", "kinds")
 
 
 def cmd_list(args: argparse.Namespace) -> int:

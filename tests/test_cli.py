@@ -329,6 +329,7 @@ def test_second_stress_run_into_a_busy_directory_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("what, names", [
     ("mechanisms", ("sstq", "laplace", "rr")), ("aggregators", ("cwtm", "krum")), ("preaggregators", ("nnm",)),
+    ("gossip-rules", ("cs+", "gts")),
     ("attacks", ("alie", "ipm")), ("optimizers", ("dgd", "pigs")), ("datasets", ("digits",)),
     ("partitions", ("dirichlet",)), ("kinds", ("ldp", "convergence")),
 ])
