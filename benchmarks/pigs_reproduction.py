@@ -59,8 +59,8 @@ def _dataset(mnist: str | None, seed: int):
     from fedaudit.fl.data import load_digits_dataset, load_mnist
 
     if mnist:
-        return load_mnist(mnist, train_fraction=0.8, seed=seed)  # 48k training images, as the authors
-    return load_digits_dataset(test_fraction=0.25, seed=seed, standardize=True)
+        return load_mnist(mnist, train_fraction=0.8, rng=seed)  # 48k training images, as the authors
+    return load_digits_dataset(test_fraction=0.25, rng=seed, standardize=True)
 
 
 _DATA_CACHE: dict[Any, Any] = {}
@@ -76,7 +76,7 @@ def _federation(spec: dict[str, Any]):
     f = spec["f"]
     return Federation.build(ds, n_honest=spec["n_honest"], f=f, scheme=spec["scheme"], beta=spec["beta"],
                             mu=spec["mu"], aggregator=spec["aggregator"] if f > 0 else "mean",
-                            attack=spec["attack"] if f > 0 else None, optimal_attack=True, seed=spec["seed"])
+                            attack=spec["attack"] if f > 0 else None, optimal_attack=True, rng=spec["seed"])
 
 
 def _task(job: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _task(job: dict[str, Any]) -> dict[str, Any]:
             params["lr"] = 1.0 / problem.smoothness()
         opt = make_optimizer(job["kind"], settings=params)  # each optimizer takes the parameters it accepts
         t0 = time.perf_counter()
-        tr = run(opt, problem, rounds=job["rounds"], seed=job["seed"], record_every=1)
+        tr = run(opt, problem, rounds=job["rounds"], rng=job["seed"], record_every=1)
         out = tr.to_dict()
         out["label"] = job["label"]
         out["total_time_s"] = time.perf_counter() - t0

@@ -1,6 +1,8 @@
 """Seeds and random streams.
 
-One keyword everywhere: ``rng`` (or ``seed``), normalised once by :func:`as_generator`.
+Random components take ``rng`` per call (a Generator, a SeedSequence or an int), normalised once by
+:func:`as_generator`; ``seed`` (an int) appears only at user entry points (``audit_ldp(seed=…)``,
+plans, the CLI), which derive the streams below them.
 Parallel or chunked work gets independent child streams from ``SeedSequence.spawn`` (never
 ``seed + i``), so results do not depend on the number of workers or the chunk layout as long as
 the chunk *plan* is fixed by the caller (see :func:`chunk_plan`).
@@ -22,9 +24,15 @@ __all__ = ["RngLike", "as_generator", "as_seed_sequence", "spawn_generators", "c
            "derive_generator"]
 
 
-def as_seed_sequence(seed: RngLike) -> np.random.SeedSequence:
-    """Normalise a seed to a ``SeedSequence`` (a Generator contributes a fresh child)."""
+def as_seed_sequence(seed: RngLike, *, copy: bool = False) -> np.random.SeedSequence:
+    """Normalise a seed to a ``SeedSequence`` (a Generator contributes a fresh child).
+
+    ``copy=True`` returns a caller's SeedSequence as a new object with the same entropy and
+    spawn key, so spawning from the result leaves the caller's untouched (the same SeedSequence
+    passed twice then gives the same children)."""
     if isinstance(seed, np.random.SeedSequence):
+        if copy:
+            return np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key, pool_size=seed.pool_size)
         return seed
     if isinstance(seed, np.random.Generator):
         return seed.bit_generator.seed_seq.spawn(1)[0]

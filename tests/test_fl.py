@@ -35,7 +35,7 @@ from fedaudit.rng import as_generator
 
 @pytest.fixture(scope="module")
 def digits():
-    return load_digits_dataset(seed=0)
+    return load_digits_dataset(rng=0)
 
 
 @pytest.fixture(scope="module")
@@ -160,10 +160,10 @@ def _assert_exact_cover(parts, n):
                                        ("extreme", {})])
 def test_every_index_exactly_once(scheme, kw):
     labels = np.random.default_rng(0).integers(0, 7, size=503)
-    parts = partition(labels, 9, scheme, seed=11, **kw)
+    parts = partition(labels, 9, scheme, rng=11, **kw)
     assert len(parts) == 9
     _assert_exact_cover(parts, labels.size)
-    again = partition(labels, 9, scheme, seed=11, **kw)
+    again = partition(labels, 9, scheme, rng=11, **kw)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again))
 
 
@@ -180,7 +180,7 @@ def _byzfl_reference(labels, P):
 
 def test_dirichlet_reproduces_byzfl_cut_points():
     labels = np.random.default_rng(1).integers(0, 10, size=1000)
-    parts = dirichlet_partition(labels, 20, 1.0, seed=7)
+    parts = dirichlet_partition(labels, 20, 1.0, rng=7)
     P = as_generator(7).dirichlet(np.ones(20), size=10)
     expected = _byzfl_reference(labels, P)
     for got, want in zip(parts, expected):
@@ -196,7 +196,7 @@ def test_dirichlet_reproduces_byzfl_cut_points():
 def test_dirichlet_min_size_redraws_then_errors():
     labels = np.random.default_rng(2).integers(0, 10, size=600)
     beta, n, min_size = 0.2, 10, 35
-    parts = dirichlet_partition(labels, n, beta, seed=3, min_size=min_size)
+    parts = dirichlet_partition(labels, n, beta, rng=3, min_size=min_size)
     assert min(p.size for p in parts) >= min_size
     # the accepted partition is the first draw of the same Generator that satisfies the floor
     rng, draws = as_generator(3), 0
@@ -208,23 +208,23 @@ def test_dirichlet_min_size_redraws_then_errors():
     assert draws > 1, "the test should exercise at least one redraw"
     assert [p.tolist() for p in parts] == want
     with pytest.raises(FedAuditError, match="max_redraws=2"):
-        dirichlet_partition(labels, n, 0.01, seed=3, min_size=min_size, max_redraws=2)
+        dirichlet_partition(labels, n, 0.01, rng=3, min_size=min_size, max_redraws=2)
     with pytest.raises(FedAuditError, match="min_size"):
-        dirichlet_partition(labels, n, 1.0, seed=3, min_size=61)
+        dirichlet_partition(labels, n, 1.0, rng=3, min_size=61)
 
 
 def test_iid_sizes_and_gamma_extremes():
-    parts = iid_partition(1003, 7, seed=0)
+    parts = iid_partition(1003, 7, rng=0)
     sizes = [p.size for p in parts]
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 1003
     labels = np.random.default_rng(3).integers(0, 5, size=300)
-    g0 = gamma_similarity_partition(labels, 6, 0.0, seed=4)
-    ext = extreme_partition(labels, 6, seed=4)
+    g0 = gamma_similarity_partition(labels, 6, 0.0, rng=4)
+    ext = extreme_partition(labels, 6, rng=4)
     assert all(np.array_equal(a, b) for a, b in zip(g0, ext))
     for p in ext:  # sorted by label: each client covers a contiguous label range
         assert np.all(np.diff(labels[p]) >= 0)
-    g1 = gamma_similarity_partition(labels, 6, 1.0, seed=4)
-    iid = iid_partition(300, 6, seed=4)
+    g1 = gamma_similarity_partition(labels, 6, 1.0, rng=4)
+    iid = iid_partition(300, 6, rng=4)
     assert all(np.array_equal(a, b) for a, b in zip(g1, iid))
 
 
@@ -257,22 +257,22 @@ def test_digits_dataset(digits):
     # stratified: per-class test share ≈ 25 %
     tr, te = np.bincount(digits.y_train, minlength=10), np.bincount(digits.y_test, minlength=10)
     assert np.all(np.abs(te / (tr + te) - 0.25) < 0.01)
-    raw = load_digits_dataset(seed=0, standardize=False)
+    raw = load_digits_dataset(rng=0, standardize=False)
     assert raw.X_train.min() >= 0.0 and raw.X_train.max() <= 1.0
     assert np.array_equal(raw.y_train, digits.y_train)
-    other = load_digits_dataset(seed=1)
+    other = load_digits_dataset(rng=1)
     assert not np.array_equal(other.y_train, digits.y_train)
     assert load_dataset("digits").y_test.tolist() == digits.y_test.tolist()
 
 
 def test_synthetic_generators():
-    d = synthetic_logistic(400, 5, n_classes=3, seed=2, noise=0.0)
+    d = synthetic_logistic(400, 5, n_classes=3, rng=2, noise=0.0)
     W, b = d.params["W"], d.params["b"]
     assert np.array_equal(d.y_train, np.argmax(d.X_train @ W.T + b, axis=1))
     assert d.n_train + d.n_test == 400 and d.n_classes == 3
-    d2 = synthetic_logistic(400, 5, n_classes=3, seed=2, noise=0.0)
+    d2 = synthetic_logistic(400, 5, n_classes=3, rng=2, noise=0.0)
     assert np.array_equal(d.X_train, d2.X_train)
-    lin = synthetic_linear(30, 200, seed=1, noise=0.0, sparsity=5)
+    lin = synthetic_linear(30, 200, rng=1, noise=0.0, sparsity=5)
     w = lin.params["w"]
     assert lin.n_classes == 0 and lin.y_train.dtype == np.float64
     assert np.count_nonzero(w) == 5 and np.array_equal(np.flatnonzero(w), lin.params["support"])
@@ -313,9 +313,9 @@ def test_load_mnist_npz_round_trip(tmp_path):
     assert np.array_equal(d.y_train, ytr.astype(np.int64))
     assert np.allclose(d.X_test, (xte.reshape(12, -1) / 255 - MNIST_MEAN) / MNIST_STD)
     assert np.array_equal(load_mnist(tmp_path).X_train, d.X_train)  # a directory with mnist.npz
-    sub = load_mnist(path, train_fraction=0.5, seed=1)
+    sub = load_mnist(path, train_fraction=0.5, rng=1)
     assert sub.n_train == 15 and np.array_equal(sub.X_test, d.X_test)
-    resplit = load_mnist(path, test_fraction=0.5, seed=1)
+    resplit = load_mnist(path, test_fraction=0.5, rng=1)
     assert resplit.n_train + resplit.n_test == 42
     np.savez(tmp_path / "bad.npz", x_train=xtr)
     with pytest.raises(FedAuditError, match="y_train"):
@@ -349,7 +349,7 @@ def test_load_mnist_idx_files(tmp_path):
 
 @pytest.fixture(scope="module")
 def fed(digits):
-    return Federation.build(digits, n_honest=8, f=2, beta=1.0, mu=0.05, seed=3)
+    return Federation.build(digits, n_honest=8, f=2, beta=1.0, mu=0.05, rng=3)
 
 
 def test_federation_structure(fed, digits):
@@ -388,7 +388,7 @@ def test_honest_loss_grad_hvp_are_client_means(fed):
 
 
 def test_honest_gradient_matches_finite_differences(digits):
-    small = Federation.build(digits, n_honest=3, f=0, attack=None, scheme="iid", mu=0.1, seed=0)
+    small = Federation.build(digits, n_honest=3, f=0, attack=None, scheme="iid", mu=0.1, rng=0)
     x = 0.05 * np.random.default_rng(1).normal(size=small.dim)
     coords = np.random.default_rng(2).choice(small.dim, size=25, replace=False)
     g = small.honest_grad(x)
@@ -401,7 +401,7 @@ def test_honest_gradient_matches_finite_differences(digits):
 
 
 def test_oracle_f0_mean_is_honest_grad(digits):
-    f0 = Federation.build(digits, n_honest=5, f=0, aggregator="mean", attack=None, seed=1)
+    f0 = Federation.build(digits, n_honest=5, f=0, aggregator="mean", attack=None, rng=1)
     x = 0.1 * np.random.default_rng(2).normal(size=f0.dim)
     assert f0.byzantine_vectors(x, f0.honest_gradients(x), 0).shape == (0, f0.dim)
     assert np.allclose(f0.oracle(x, 0), f0.honest_grad(x), rtol=1e-12, atol=1e-15)
@@ -417,26 +417,26 @@ def test_oracle_is_robust_and_deterministic(fed, digits):
     # the attack moves the aggregate away from the honest mean, by a bounded amount
     err = np.linalg.norm(g - G.mean(axis=0))
     assert 0 < err < np.linalg.norm(G.mean(axis=0))
-    other = Federation.build(digits, n_honest=8, f=2, beta=1.0, mu=0.05, seed=3)
+    other = Federation.build(digits, n_honest=8, f=2, beta=1.0, mu=0.05, rng=3)
     assert all(np.array_equal(a, b) for a, b in zip(fed.client_indices, other.client_indices))
     assert np.array_equal(other.oracle(x, 0), g)
-    diff = Federation.build(digits, n_honest=8, f=2, beta=1.0, mu=0.05, seed=4)
+    diff = Federation.build(digits, n_honest=8, f=2, beta=1.0, mu=0.05, rng=4)
     assert any(not np.array_equal(a, b) for a, b in zip(fed.client_indices, diff.client_indices))
 
 
 def test_attack_wrapping(digits):
-    plain = Federation.build(digits, n_honest=6, f=1, attack="ipm", optimal_attack=False, seed=0)
+    plain = Federation.build(digits, n_honest=6, f=1, attack="ipm", optimal_attack=False, rng=0)
     assert plain.attack.name == "ipm"
     x = np.zeros(plain.dim)
     G = plain.honest_gradients(x)
     assert np.allclose(plain.byzantine_vectors(x, G), -0.1 * G.mean(axis=0))
-    mimic = Federation.build(digits, n_honest=6, f=1, attack="mimic", seed=0)
+    mimic = Federation.build(digits, n_honest=6, f=1, attack="mimic", rng=0)
     assert mimic.attack.name == "mimic"  # no scale: not wrapped
-    assert Federation.build(digits, n_honest=6, f=1, attack="alie", seed=0).attack.name == "optimal-alie"
+    assert Federation.build(digits, n_honest=6, f=1, attack="alie", rng=0).attack.name == "optimal-alie"
 
 
 def test_label_flip_vectors(digits):
-    lf = Federation.build(digits, n_honest=6, f=2, label_flip=True, seed=0)
+    lf = Federation.build(digits, n_honest=6, f=2, label_flip=True, rng=0)
     assert isinstance(lf.attack, LabelFlip) and lf.attack.params() == {"n_classes": digits.n_classes}
     x = 0.1 * np.random.default_rng(0).normal(size=lf.dim)
     G = lf.honest_gradients(x)
@@ -447,7 +447,7 @@ def test_label_flip_vectors(digits):
         A, y = lf.clients[j]
         assert np.allclose(B[j], lf.model.grad(x, A, 9 - y))
     assert lf.oracle(x).shape == (lf.dim,)
-    assert Federation.build(digits, n_honest=6, f=2, attack="labelflip", seed=0).label_flip
+    assert Federation.build(digits, n_honest=6, f=2, attack="labelflip", rng=0).label_flip
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -474,7 +474,7 @@ def test_federation_rejects_regression_data():
 
 
 def test_gd_on_robust_oracle_learns(digits):
-    fed = Federation.build(digits, n_honest=10, f=1, beta=5.0, mu=1e-2, seed=0)
+    fed = Federation.build(digits, n_honest=10, f=1, beta=5.0, mu=1e-2, rng=0)
     x = fed.model.init()
     step = 1.0 / fed.smoothness()
     loss0 = fed.honest_loss(x)
@@ -491,8 +491,8 @@ def test_test_accuracy_is_on_the_test_split(digits):
     from fedaudit.fl.problems import FederationProblem
     from fedaudit.fl.training import run
 
-    fed = Federation.build(digits, n_honest=3, f=0, attack=None, aggregator="mean", scheme="iid", seed=0)
-    tr = run(DGD(0.5), fed, rounds=3, seed=0)
+    fed = Federation.build(digits, n_honest=3, f=0, attack=None, aggregator="mean", scheme="iid", rng=0)
+    tr = run(DGD(0.5), fed, rounds=3, rng=0)
     x = tr.x_final
     W, b = fed.model.unpack(x)
 
@@ -509,9 +509,9 @@ def test_test_accuracy_is_on_the_test_split(digits):
 
 
 def test_declared_f_configures_the_rule_not_the_adversary(digits):
-    under = Federation.build(digits, n_honest=5, f=3, aggregator="cwtm", attack="nonfinite", declared_f=1, seed=0)
+    under = Federation.build(digits, n_honest=5, f=3, aggregator="cwtm", attack="nonfinite", declared_f=1, rng=0)
     assert under.f == 3 and under.n == 8 and under.aggregator.f == 1 and under.params()["declared_f"] == 1
-    assert Federation.build(digits, n_honest=5, f=2, seed=0).declared_f == 2
+    assert Federation.build(digits, n_honest=5, f=2, rng=0).declared_f == 2
     from fedaudit.errors import AggregatorBreakdown
 
     with pytest.raises(AggregatorBreakdown) as info:
@@ -525,7 +525,7 @@ def test_oracle_hands_its_generator_to_the_rule(digits):
     # bucketing draws its permutation from the oracle's rng: same seed, same aggregate, whatever
     # the rule or the federation did before; another seed, another permutation
     fed = Federation.build(digits, n_honest=6, f=1, aggregator="bucketing+cwtm", aggregator_kw={"s": 2},
-                           attack="alie", optimal_attack=False, seed=0)
+                           attack="alie", optimal_attack=False, rng=0)
     x = np.zeros(fed.dim)
     g = fed.oracle(x, 5)
     fed.oracle(x)
@@ -548,30 +548,30 @@ def test_partition_and_dataset_registries_take_users_entries():
         partition(y, 4, "dirichlte", beta=1.0)
     with pytest.raises(FedAuditError, match=r"unknown dataset 'digit'.*did you mean 'digits'"):
         load_dataset("digit")
-    assert [p.tolist() for p in partition(y, 2, "gamma_similarity", gamma=1.0, seed=3)] == \
-        [p.tolist() for p in partition(y, 2, "gamma", gamma=1.0, seed=3)]  # the documented alias
+    assert [p.tolist() for p in partition(y, 2, "gamma_similarity", gamma=1.0, rng=3)] == \
+        [p.tolist() for p in partition(y, 2, "gamma", gamma=1.0, rng=3)]  # the documented alias
     assert PARTITIONS.aliases("gamma") == ("gamma_similarity", "gamma-similarity")
     assert PARTITIONS.aliases("dirichlet") == ("niid",) and PARTITIONS.names() == ("iid", "dirichlet", "gamma", "extreme")
-    assert [p.tolist() for p in partition(y, 2, "NIID", beta=1.0, seed=3)] == \
-        [p.tolist() for p in partition(y, 2, "dirichlet", beta=1.0, seed=3)]
+    assert [p.tolist() for p in partition(y, 2, "NIID", beta=1.0, rng=3)] == \
+        [p.tolist() for p in partition(y, 2, "dirichlet", beta=1.0, rng=3)]
 
-    def halves(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+    def halves(labels, n_clients, *, rng, beta=None, gamma=None, min_size=0, max_redraws=1000):
         """First half, second half."""
         return np.array_split(np.arange(labels.size), n_clients)
 
-    def overlapping(labels, n_clients, *, seed, **kw):
+    def overlapping(labels, n_clients, *, rng, **kw):
         return [np.arange(labels.size)] * n_clients
 
     register_partition("halves-test", halves)
     register_partition("overlap-test", overlapping)
-    register_dataset("tiny-test", lambda *, path=None, seed=0, **kw: synthetic_logistic(60, 3, seed=seed, **kw))
+    register_dataset("tiny-test", lambda *, path=None, rng=0, **kw: synthetic_logistic(60, 3, rng=rng, **kw))
     try:
         assert [p.tolist() for p in partition(y, 2, "halves-test")] == [list(range(20)), list(range(20, 40))]
         with pytest.raises(FedAuditError, match="exactly one client"):
             partition(y, 2, "overlap-test")
-        assert load_dataset("tiny-test", seed=1).n_train + load_dataset("tiny-test", seed=1).n_test == 60
-        fed = Federation.build(load_dataset("tiny-test", seed=1), n_honest=2, f=0, scheme="halves-test",
-                               aggregator="mean", attack=None, seed=0)
+        assert load_dataset("tiny-test", rng=1).n_train + load_dataset("tiny-test", rng=1).n_test == 60
+        fed = Federation.build(load_dataset("tiny-test", rng=1), n_honest=2, f=0, scheme="halves-test",
+                               aggregator="mean", attack=None, rng=0)
         assert fed.params()["client_sizes"] == [len(p) for p in np.array_split(np.arange(fed.dataset.n_train), 2)]
     finally:
         PARTITIONS.unregister("halves-test")
@@ -581,15 +581,15 @@ def test_partition_and_dataset_registries_take_users_entries():
 
 def test_federation_from_a_seed_sequence_leaves_it_untouched():
     ss = np.random.SeedSequence(11)
-    a = Federation("synthetic", n_honest=4, f=1, seed=ss)
+    a = Federation("synthetic", n_honest=4, f=1, rng=ss)
     assert ss.n_children_spawned == 0
-    b = Federation("synthetic", n_honest=4, f=1, seed=ss)
+    b = Federation("synthetic", n_honest=4, f=1, rng=ss)
     assert a.params()["client_sizes"] == b.params()["client_sizes"]
     np.testing.assert_array_equal(a.dataset.X_train, b.dataset.X_train)
     x = np.zeros(a.dim)
     np.testing.assert_array_equal(a.oracle(x), b.oracle(x))
     # the same numbers as the integer seed of that SeedSequence
-    c = Federation("synthetic", n_honest=4, f=1, seed=11)
+    c = Federation("synthetic", n_honest=4, f=1, rng=11)
     assert c.params()["client_sizes"] == a.params()["client_sizes"]
 
 

@@ -90,7 +90,7 @@ def test_robust_accelerated_two_sequence_equals_three_sequence_fgm(quad, mu_scal
     A, b = quad.A, quad.b
     P = QuadraticProblem(A, b, bias=0.05 * np.arange(quad.dim) / quad.dim, alpha=0.1)
     L, mu = P.smoothness(), mu_scale * P.strong_convexity()
-    tr = run(RobustAccelerated(L, mu), P, rounds=25, seed=0, record_every=1)
+    tr = run(RobustAccelerated(L, mu), P, rounds=25, rng=0, record_every=1)
     ref = _fgm_three_sequence(P, L, mu, np.zeros(P.dim), 25, None)
     losses = [P.honest_loss(y) for y in ref]
     np.testing.assert_allclose(tr.loss[1:], losses, rtol=1e-10, atol=1e-12)
@@ -99,17 +99,17 @@ def test_robust_accelerated_two_sequence_equals_three_sequence_fgm(quad, mu_scal
 def test_robust_accelerated_converges_and_literal_does_not(quad):
     xs = quad.minimizer()
     fstar = quad.honest_loss(xs)
-    fgm = run(RobustAccelerated(), quad, rounds=300, seed=0)
+    fgm = run(RobustAccelerated(), quad, rounds=300, rng=0)
     assert np.linalg.norm(fgm.x_final - xs) < 1e-8
-    nes = run(RobustAccelerated(variant="nesterov"), quad, rounds=300, seed=0)
+    nes = run(RobustAccelerated(variant="nesterov"), quad, rounds=300, rng=0)
     assert np.linalg.norm(nes.x_final - xs) < 1e-8
     # the recursion as printed in the seed is not translation invariant: x* is not a fixed point
-    lit = run(RobustAccelerated(variant="literal"), quad, rounds=300, seed=0)
+    lit = run(RobustAccelerated(variant="literal"), quad, rounds=300, rng=0)
     assert lit.loss[-1] - fstar > 1e-2
     assert np.linalg.norm(lit.x_final - xs) > 0.1 * np.linalg.norm(xs)
     # and when x* = 0 it is fine (shrinkage towards 0 is harmless there)
     P0 = QuadraticProblem(quad.A, np.zeros(quad.dim))
-    lit0 = run(RobustAccelerated(variant="literal"), P0, x0=np.ones(quad.dim), rounds=300, seed=0)
+    lit0 = run(RobustAccelerated(variant="literal"), P0, x0=np.ones(quad.dim), rounds=300, rng=0)
     assert np.linalg.norm(lit0.x_final) < 1e-6
 
 
@@ -119,14 +119,14 @@ def test_robust_accelerated_accelerates_over_gd_on_ill_conditioned_quadratic():
     A = (A + A.T) / 2
     P = QuadraticProblem(A, np.random.default_rng(4).standard_normal(d))
     fstar = P.honest_loss(P.minimizer())
-    gd = run(DGD(1 / P.smoothness()), P, rounds=400, seed=0)
-    acc = run(RobustAccelerated(), P, rounds=400, seed=0)
+    gd = run(DGD(1 / P.smoothness()), P, rounds=400, rng=0)
+    acc = run(RobustAccelerated(), P, rounds=400, rng=0)
     assert acc.loss[-1] - fstar < 1e-3 * (gd.loss[-1] - fstar)
 
 
 def test_robust_accelerated_long_run_no_overflow():
     P = QuadraticProblem(np.diag([1.0, 0.5]), np.array([1.0, -1.0]))
-    tr = run(RobustAccelerated(), P, rounds=5000, seed=0, record_every=1000)
+    tr = run(RobustAccelerated(), P, rounds=5000, rng=0, record_every=1000)
     assert np.isfinite(tr.loss).all() and not tr.diverged
     np.testing.assert_allclose(tr.x_final, P.minimizer(), atol=1e-10)
 
@@ -135,7 +135,7 @@ def test_robust_accelerated_long_run_no_overflow():
 def test_dgd_linear_rate_exact_oracle(quad):
     L, mu = quad.smoothness(), quad.strong_convexity()
     xs = quad.minimizer()
-    tr = run(DGD(1 / L), quad, rounds=400, seed=0)
+    tr = run(DGD(1 / L), quad, rounds=400, rng=0)
     fstar = quad.honest_loss(xs)
     gaps = np.array(tr.loss) - fstar
     # on a quadratic, GD with step 1/L contracts every eigen-component by ≤ (1 − μ/L), so
@@ -149,7 +149,7 @@ def test_dnag_matches_torch_sgd_nesterov(quad):
     torch = pytest.importorskip("torch")
     P = QuadraticProblem(quad.A, quad.b, bias=0.1 * np.ones(quad.dim), alpha=0.05)
     lr, m = 0.07, 0.9
-    tr = run(DNAG(lr, m), P, rounds=30, seed=0)
+    tr = run(DNAG(lr, m), P, rounds=30, rng=0)
     w = torch.zeros(P.dim, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.SGD([w], lr=lr, momentum=m, nesterov=True)
     losses = []
@@ -166,7 +166,7 @@ def test_dnag_matches_torch_sgd_nesterov(quad):
 @pytest.mark.parametrize("eta", [0.3, 4.0])
 def test_pigs_is_proximal_point_when_surrogate_is_exact(quad, eta):
     x0 = np.random.default_rng(5).standard_normal(quad.dim)
-    tr = run(PIGS(eta=eta, gtol=1e-12), quad, x0=x0, rounds=1, seed=0)
+    tr = run(PIGS(eta=eta, gtol=1e-12), quad, x0=x0, rounds=1, rng=0)
     expected = np.linalg.solve(quad.A + np.eye(quad.dim) / eta, x0 / eta + quad.b)
     np.testing.assert_allclose(tr.x_final, expected, atol=1e-8, rtol=0)
     assert tr.extras["prox_converged"] == [True]
@@ -180,14 +180,14 @@ def test_pigs_general_step_closed_form_and_fixed_point(quad):
     P = QuadraticProblem(quad.A, quad.b, A_hat=A_hat, b_hat=b_hat, bias=0.01 * np.ones(quad.dim))
     x0 = np.random.default_rng(6).standard_normal(quad.dim)
     eta = 0.5
-    tr = run(PIGS(eta=eta, gtol=1e-12), P, x0=x0, rounds=1, seed=0)
+    tr = run(PIGS(eta=eta, gtol=1e-12), P, x0=x0, rounds=1, rng=0)
     c = P.oracle(x0, None) - (A_hat @ x0 - b_hat)
     expected = np.linalg.solve(A_hat + np.eye(P.dim) / eta, b_hat - c + x0 / eta)
     np.testing.assert_allclose(tr.x_final, expected, atol=1e-8, rtol=0)
     # exact oracle: x* is a fixed point and PIGS converges to it
     Pexact = QuadraticProblem(quad.A, quad.b, A_hat=A_hat, b_hat=b_hat)
     delta = estimate_delta(Pexact, iters=500, rng=0)
-    tr = run(PIGS(eta=1 / (2 * delta)), Pexact, rounds=200, seed=0)
+    tr = run(PIGS(eta=1 / (2 * delta)), Pexact, rounds=200, rng=0)
     np.testing.assert_allclose(tr.x_final, quad.minimizer(), atol=1e-6)
 
 
@@ -205,10 +205,10 @@ def test_estimate_delta_on_quadratics():
     est = estimate_delta(P, np.zeros(d), iters=2000, rng=0, tol=1e-14)
     assert est == pytest.approx(truth, rel=1e-6)
     # PIGS with eta=None uses 1/(2·m·Δ̂), m = 1.25 by default (Δ is constant on a quadratic)
-    tr = run(PIGS(), P, rounds=1, seed=0)
+    tr = run(PIGS(), P, rounds=1, rng=0)
     assert tr.info["eta"] == pytest.approx(1 / (2 * 1.25 * truth), rel=1e-5)
     assert tr.info["delta_hat"] == pytest.approx(truth, rel=1e-5)
-    tr = run(PIGS(delta_margin=2.0), P, rounds=1, seed=0)
+    tr = run(PIGS(delta_margin=2.0), P, rounds=1, rng=0)
     assert tr.info["eta"] == pytest.approx(1 / (4 * truth), rel=1e-5)
 
 
@@ -216,7 +216,7 @@ def test_estimate_delta_on_quadratics():
 def test_run_trace_contents_and_json(quad):
     P = QuadraticProblem(quad.A, quad.b, noise=0.1)
     calls = []
-    tr = run(DGD(0.1), P, rounds=10, seed=3, record_every=3, callback=lambda k, r: calls.append(k))
+    tr = run(DGD(0.1), P, rounds=10, rng=3, record_every=3, callback=lambda k, r: calls.append(k))
     assert tr.rounds == [0, 3, 6, 9, 10]
     assert calls == tr.rounds
     assert tr.oracle_rounds == [0, 3, 6, 9]
@@ -226,16 +226,16 @@ def test_run_trace_contents_and_json(quad):
     assert tr.het_dev_sq == []  # the quadratic has no heterogeneity
     json.dumps(tr.to_dict())
     # same seed ⇒ same run; record_every does not change the trajectory
-    tr2 = run(DGD(0.1), P, rounds=10, seed=3, record_every=1)
+    tr2 = run(DGD(0.1), P, rounds=10, rng=3, record_every=1)
     assert tr2.loss[-1] == tr.loss[-1]
-    tr3 = run(DGD(0.1), P, rounds=10, seed=4)
+    tr3 = run(DGD(0.1), P, rounds=10, rng=4)
     assert tr3.loss[-1] != tr.loss[-1]
     tr4 = run(DGD(0.1), P, rounds=10, rng=np.random.SeedSequence(3))
     assert tr4.loss[-1] == tr.loss[-1]
 
 
 def test_run_flags_divergence(quad):
-    tr = run(DGD(3 / quad.smoothness()), quad, rounds=2000, seed=0)
+    tr = run(DGD(3 / quad.smoothness()), quad, rounds=2000, rng=0)
     assert tr.diverged
     assert len(tr.rounds) < 2001
 
@@ -263,8 +263,6 @@ def test_bad_inputs(quad):
         run(DGD(0.1), quad, x0=np.zeros(quad.dim + 1), rounds=2)
     with pytest.raises(FedAuditError, match="optimizer"):
         run("dgd", quad, rounds=2)
-    with pytest.raises(FedAuditError, match="either rng or seed"):
-        run(DGD(0.1), quad, rounds=2, rng=1, seed=1)
     with pytest.raises(FedAuditError, match="problem must provide"):
         run(DGD(0.1), object(), rounds=2)
     with pytest.raises(FedAuditError, match="surrogate"):
@@ -351,8 +349,8 @@ def tiny_fed():
     from fedaudit.fl.data import load_digits_dataset
     from fedaudit.fl.federation import Federation
 
-    ds = load_digits_dataset(seed=0)
-    return Federation.build(ds, n_honest=5, f=1, beta=5.0, mu=1e-2, seed=0)
+    ds = load_digits_dataset(rng=0)
+    return Federation.build(ds, n_honest=5, f=1, beta=5.0, mu=1e-2, rng=0)
 
 
 def test_federation_adapter(tiny_fed):
@@ -383,7 +381,7 @@ def test_federation_runs_all_optimizers(tiny_fed):
         P = FederationProblem(tiny_fed)
         res = {}
         for opt in (DGD(0.1), DNAG(0.1, 0.9), RobustAccelerated(), PIGS(eta=4.0)):
-            tr = run(opt, P, rounds=15, seed=0)
+            tr = run(opt, P, rounds=15, rng=0)
             assert not tr.diverged
             assert len(tr.het_dev_sq) == len(tr.oracle_err_sq) == 15
             assert all(0 <= a <= 1 for a in tr.test_acc)
@@ -393,8 +391,8 @@ def test_federation_runs_all_optimizers(tiny_fed):
         # after 15 rounds the similarity method is far ahead of plain D-GD
         assert res["pigs"] < res["dgd"]
         # passing the Federation directly wraps it
-        tr = run(DGD(0.1), tiny_fed, rounds=2, seed=0)
-        assert tr.loss[-1] == pytest.approx(run(DGD(0.1), P, rounds=2, seed=0).loss[-1], rel=1e-14)
+        tr = run(DGD(0.1), tiny_fed, rounds=2, rng=0)
+        assert tr.loss[-1] == pytest.approx(run(DGD(0.1), P, rounds=2, rng=0).loss[-1], rel=1e-14)
 
 
 # ------------------------------------------------------------------ PIGS: Δ̂ along the run
@@ -431,7 +429,7 @@ def test_pigs_delta_is_the_max_over_the_run_with_margin():
     P = _LogCoshProblem()
     d0_true = P.true_delta(np.zeros(4))
     assert d0_true == pytest.approx(1 / np.cosh(2.0) ** 2)       # 0.0707, vs sup Δ = 1
-    tr = run(PIGS(gtol=1e-11), P, rounds=30, seed=0)
+    tr = run(PIGS(gtol=1e-11), P, rounds=30, rng=0)
     info = tr.info
     assert info["delta_hat_x0"] == pytest.approx(d0_true, rel=1e-6)
     est = info["delta_estimates"]
@@ -451,16 +449,16 @@ def test_pigs_delta_is_the_max_over_the_run_with_margin():
     assert etas[0] < info["eta_initial"] == pytest.approx(1 / (2 * 1.25 * d0_true), rel=1e-6)
     np.testing.assert_allclose(tr.x_final, P.t, atol=1e-6)
     # and x_1 is the proximal step taken with that shortened η_0: (A + I/η)x = b − c + x_0/η, c = g_0 − ∇L̂(x_0)
-    one = run(PIGS(gtol=1e-11), P, rounds=1, seed=0)
+    one = run(PIGS(gtol=1e-11), P, rounds=1, rng=0)
     eta0 = one.extras["eta"][0]
     assert eta0 == etas[0]
     x0 = np.zeros(4)
     c = P.honest_grad(x0) - P.surrogate.grad(x0)
     np.testing.assert_allclose(one.x_final, np.linalg.solve(P.A + np.eye(4) / eta0, P.b - c + x0 / eta0), atol=1e-9)
     # same seed, same probes; delta_every sets the schedule
-    again = run(PIGS(gtol=1e-11), P, rounds=30, seed=0)
+    again = run(PIGS(gtol=1e-11), P, rounds=30, rng=0)
     assert again.info["delta_estimates"] == est
-    every = run(PIGS(gtol=1e-11, delta_every=10), P, rounds=30, seed=0)
+    every = run(PIGS(gtol=1e-11, delta_every=10), P, rounds=30, rng=0)
     assert {e["round"] for e in every.info["delta_estimates"][1:]} == {0, 10, 20}
     with pytest.raises(FedAuditError, match=r"delta_margin must be a finite real number in \[1"):
         PIGS(delta_margin=0.5)
@@ -495,12 +493,12 @@ class _BreaksAtRound:
 
 
 def test_run_records_breakdown_round_and_counts():
-    tr = run(DGD(0.1), _BreaksAtRound(3), rounds=10, seed=0)
+    tr = run(DGD(0.1), _BreaksAtRound(3), rounds=10, rng=0)
     assert tr.breakdown is not None and not tr.diverged
     assert {k: tr.breakdown[k] for k in ("round", "rule", "n", "nonfinite", "tolerated")} == \
         {"round": 3, "rule": "cwtm", "n": 7, "nonfinite": 2, "tolerated": 1}
     assert tr.rounds == [0, 1, 2, 3]                # three completed rounds, then the breakdown
-    ok = run(DGD(0.1), _BreaksAtRound(100), rounds=3, seed=0)
+    ok = run(DGD(0.1), _BreaksAtRound(100), rounds=3, rng=0)
     assert ok.breakdown is None and tr.loss == ok.loss
     d = tr.to_dict()
     assert d["breakdown"]["round"] == 3 and d["breakdown"]["rule"] == "cwtm"
@@ -513,16 +511,16 @@ def test_every_optimizer_records_a_real_federation_breakdown(name):
     from fedaudit.fl.data import load_digits_dataset
     from fedaudit.fl.federation import Federation
 
-    fed = Federation.build(load_digits_dataset(seed=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
-                           attack="nonfinite", declared_f=1, seed=0)
+    fed = Federation.build(load_digits_dataset(rng=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
+                           attack="nonfinite", declared_f=1, rng=0)
     opt = {"dgd": DGD(0.1), "dnag": DNAG(0.1), "robust-accelerated": RobustAccelerated(), "pigs": PIGS()}[name]
-    tr = run(opt, fed, rounds=5, seed=0)
+    tr = run(opt, fed, rounds=5, rng=0)
     assert {k: tr.breakdown[k] for k in ("round", "rule", "n", "nonfinite", "tolerated")} == \
         {"round": 0, "rule": "cwtm", "n": 8, "nonfinite": 3, "tolerated": 1}
     assert tr.rounds == [0] and not tr.diverged
     # the same federation with the rule declared for the true f drops the rows and trains
-    ok = run(opt, Federation.build(load_digits_dataset(seed=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
-                                   attack="nonfinite", seed=0), rounds=2, seed=0)
+    ok = run(opt, Federation.build(load_digits_dataset(rng=0), n_honest=5, f=3, beta=5.0, aggregator="cwtm",
+                                   attack="nonfinite", rng=0), rounds=2, rng=0)
     assert ok.breakdown is None and ok.rounds == [0, 1, 2]
 
 
@@ -615,9 +613,9 @@ def bucket_fed():
     from fedaudit.fl.data import load_digits_dataset
     from fedaudit.fl.federation import Federation
 
-    ds = load_digits_dataset(seed=0)
+    ds = load_digits_dataset(rng=0)
     return Federation.build(ds, n_honest=6, f=1, beta=5.0, aggregator="bucketing+cwtm", aggregator_kw={"s": 2},
-                            attack="alie", optimal_attack=False, seed=0)
+                            attack="alie", optimal_attack=False, rng=0)
 
 
 def _bits(tr):
@@ -629,21 +627,21 @@ def _bits(tr):
 @pytest.mark.parametrize("name", ["dgd", "dnag", "robust-accelerated", "pigs"])
 def test_same_seed_same_bits_with_a_random_rule(bucket_fed, name):
     opt = _optimizers()[name]
-    a = run(opt, bucket_fed, rounds=6, seed=0)
+    a = run(opt, bucket_fed, rounds=6, rng=0)
     for _ in range(3):  # advance every stream the federation or its rule might keep
         bucket_fed.oracle(np.zeros(bucket_fed.dim))
-    b = run(opt, bucket_fed, rounds=6, seed=0)
+    b = run(opt, bucket_fed, rounds=6, rng=0)
     assert _bits(a) == _bits(b)
     assert np.array_equal(a.x_final, b.x_final)
-    c = run(opt, bucket_fed, rounds=6, seed=1)   # bucketing's permutations (and PIGS's probes) change
+    c = run(opt, bucket_fed, rounds=6, rng=1)   # bucketing's permutations (and PIGS's probes) change
     assert not np.array_equal(a.x_final, c.x_final)
     assert a.loss[0] == c.loss[0] and a.loss[1:] != c.loss[1:]
 
 
 def test_seed_only_acts_through_random_components(tiny_fed):
     # deterministic rule (NNM+CWTM) and attack (line-searched ALIE): the seed changes nothing
-    a = run(DGD(0.1), tiny_fed, rounds=4, seed=0)
-    b = run(DGD(0.1), tiny_fed, rounds=4, seed=12345)
+    a = run(DGD(0.1), tiny_fed, rounds=4, rng=0)
+    b = run(DGD(0.1), tiny_fed, rounds=4, rng=12345)
     assert np.array_equal(a.x_final, b.x_final)
 
 
@@ -652,7 +650,7 @@ def test_trace_json_writes_non_finite_numbers_as_strings(quad):
     # a run that overflows: loss becomes +inf at the last record, which stops it as diverged
     # (the divergence threshold |L(x_0)|·1e308 + 1 overflows to inf, so only the inf check stops it)
     with np.errstate(over="ignore"):
-        tr = run(DGD(3 / quad.smoothness()), quad, x0=np.ones(quad.dim), rounds=5000, seed=0,
+        tr = run(DGD(3 / quad.smoothness()), quad, x0=np.ones(quad.dim), rounds=5000, rng=0,
                  divergence_factor=1e308)
     assert tr.diverged and tr.loss[-1] == math.inf
     d = tr.to_dict()
@@ -661,7 +659,7 @@ def test_trace_json_writes_non_finite_numbers_as_strings(quad):
     assert back["loss"][-1] == "inf" and None not in back["loss"] and None not in back["grad_norm"]
     import dataclasses
 
-    manual = dataclasses.replace(run(DGD(0.1), quad, rounds=1, seed=0), grad_norm=[float("nan"), 1.0],
+    manual = dataclasses.replace(run(DGD(0.1), quad, rounds=1, rng=0), grad_norm=[float("nan"), 1.0],
                                  extras={"x": [float("-inf")]}, info={"d": np.float64("inf")})
     with pytest.raises(dataclasses.FrozenInstanceError):
         manual.diverged = True  # a result is frozen
@@ -673,8 +671,8 @@ def test_same_seed_same_bits_with_a_line_searched_attack_and_a_random_rule(bucke
     from fedaudit.fl.federation import Federation
 
     fed = Federation.build(bucket_fed.dataset, n_honest=6, f=1, beta=5.0, aggregator="bucketing+cwtm",
-                           aggregator_kw={"s": 2}, attack="alie", optimal_attack=True, seed=0)
-    a = run(DGD(0.1), fed, rounds=4, seed=0)
+                           aggregator_kw={"s": 2}, attack="alie", optimal_attack=True, rng=0)
+    a = run(DGD(0.1), fed, rounds=4, rng=0)
     fed.oracle(np.zeros(fed.dim))
-    assert _bits(run(DGD(0.1), fed, rounds=4, seed=0)) == _bits(a)
-    assert run(DGD(0.1), fed, rounds=4, seed=1).loss[1:] != a.loss[1:]
+    assert _bits(run(DGD(0.1), fed, rounds=4, rng=0)) == _bits(a)
+    assert run(DGD(0.1), fed, rounds=4, rng=1).loss[1:] != a.loss[1:]

@@ -279,7 +279,7 @@ def test_cell_trace_writes_non_finite_numbers_as_strings(monkeypatch):
     # the strict-JSON convention of fedaudit.json: "inf"/"nan" in traces, null only for absent values
     from fedaudit.fl.training import Trace
 
-    def overflowing(opt, fed, x0, rounds, seed):
+    def overflowing(opt, fed, x0, rounds, rng):
         return Trace(optimizer="dgd", params={}, rounds=[0, 1], loss=[2.3, float("inf")],
                      grad_norm=[1.0, float("nan")], test_acc=[0.1, float("nan")], diverged=True)
 

@@ -84,7 +84,7 @@ class Dataset:
 # ----------------------------------------------------------------------------- helpers
 
 
-def stratified_split(labels: np.ndarray, test_fraction: float, seed: RngLike = 0) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(labels: np.ndarray, test_fraction: float, rng: RngLike = 0) -> tuple[np.ndarray, np.ndarray]:
     """Seeded stratified split: (train indices, test indices), each in random order.
 
     For every class k with n_k samples, round(test_fraction·n_k) randomly chosen samples go to the
@@ -92,7 +92,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float, seed: RngLike = 0
     shuffled, so "dataset order" after the split is random, as after ``torch.random_split``.
     """
     test_fraction = check_probability("test_fraction", test_fraction)
-    rng = as_generator(seed)
+    rng = as_generator(rng)
     labels = np.asarray(labels)
     train, test = [], []
     for k in np.unique(labels):
@@ -116,19 +116,19 @@ def _standardize(X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, n
 # ----------------------------------------------------------------------------- digits
 
 
-def load_digits_dataset(test_fraction: float = 0.25, seed: RngLike = 0, standardize: bool = True) -> Dataset:
+def load_digits_dataset(test_fraction: float = 0.25, rng: RngLike = 0, standardize: bool = True) -> Dataset:
     """scikit-learn's bundled handwritten digits (1797 images of 8×8 pixels in 0..16, 10 classes).
 
     Features are x/16 ∈ [0, 1]; with ``standardize`` they are then standardised per pixel with
     the *train* mean and std (constant pixels are only centred). The split is
-    :func:`stratified_split` with ``test_fraction`` and ``seed``. Offline (shipped with sklearn).
+    :func:`stratified_split` with ``test_fraction`` and ``rng``. Offline (shipped with sklearn).
     """
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
     X = np.asarray(bunch.data, dtype=np.float64) / 16.0
     y = np.asarray(bunch.target, dtype=np.int64)
-    tr, te = stratified_split(y, test_fraction, seed)
+    tr, te = stratified_split(y, test_fraction, rng)
     X_train, X_test = X[tr], X[te]
     if standardize:
         X_train, X_test = _standardize(X_train, X_test)
@@ -208,7 +208,7 @@ def _mnist_features(X: np.ndarray, name: str) -> np.ndarray:
 
 
 def load_mnist(path: str | Path, test_fraction: float | None = None, *, train_fraction: float = 1.0,
-               seed: RngLike = 0) -> Dataset:
+               rng: RngLike = 0) -> Dataset:
     """MNIST from local files; no download is ever attempted.
 
     ``path`` is a directory holding ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
@@ -218,7 +218,7 @@ def load_mnist(path: str | Path, test_fraction: float | None = None, *, train_fr
     (x − 0.1307)/0.3081, flattened to 784 float64 features.
 
     ``test_fraction=None`` keeps the official 60k/10k split; a fraction pools both parts and
-    re-splits them with :func:`stratified_split` (``seed``). ``train_fraction < 1`` keeps a seeded
+    re-splits them with :func:`stratified_split` (``rng``). ``train_fraction < 1`` keeps a seeded
     random subset of the training rows, in random order — 0.8 reproduces the 48k training images
     that the PIGS code distributes to clients (its other 20 % is a validation set).
     """
@@ -230,7 +230,7 @@ def load_mnist(path: str | Path, test_fraction: float | None = None, *, train_fr
     if y_train.size != X_train.shape[0] or y_test.size != X_test.shape[0]:
         raise FedAuditError(f"MNIST images and labels disagree: {X_train.shape[0]} train images vs "
                             f"{y_train.size} labels, {X_test.shape[0]} test images vs {y_test.size} labels")
-    rng = as_generator(seed)
+    rng = as_generator(rng)
     if test_fraction is not None:
         X = np.concatenate([X_train, X_test])
         y = np.concatenate([y_train, y_test])
@@ -259,7 +259,7 @@ def _split_rows(n: int, test_fraction: float, rng: np.random.Generator) -> tuple
     return perm[n_test:], perm[:n_test]
 
 
-def synthetic_logistic(n_samples: int, dim: int, n_classes: int = 2, seed: RngLike = 0, noise: float = 1.0, *,
+def synthetic_logistic(n_samples: int, dim: int, n_classes: int = 2, rng: RngLike = 0, noise: float = 1.0, *,
                        scale: float = 3.0, test_fraction: float = 0.25) -> Dataset:
     """Multinomial-logistic data with known parameters.
 
@@ -275,7 +275,7 @@ def synthetic_logistic(n_samples: int, dim: int, n_classes: int = 2, seed: RngLi
     n_classes = check_int("n_classes", n_classes, low=2)
     noise = check_real("noise", noise, low=0.0)
     scale = check_real("scale", scale, low=0.0)
-    rng = as_generator(seed)
+    rng = as_generator(rng)
     W = rng.normal(0.0, scale / math.sqrt(dim), size=(n_classes, dim))
     b = rng.normal(0.0, 1.0, size=n_classes)
     A = rng.standard_normal((n_samples, dim))
@@ -289,7 +289,7 @@ def synthetic_logistic(n_samples: int, dim: int, n_classes: int = 2, seed: RngLi
                    info={"test_fraction": float(test_fraction)})
 
 
-def synthetic_linear(n_samples: int, dim: int, seed: RngLike = 0, noise: float = 0.1, *,
+def synthetic_linear(n_samples: int, dim: int, rng: RngLike = 0, noise: float = 0.1, *,
                      sparsity: int | None = None, test_fraction: float = 0.25) -> Dataset:
     """Linear-regression data with known parameters (for sparse/IHT methods use ``sparsity``).
 
@@ -302,7 +302,7 @@ def synthetic_linear(n_samples: int, dim: int, seed: RngLike = 0, noise: float =
     dim = check_int("dim", dim, low=1)
     noise = check_real("noise", noise, low=0.0)
     k = dim if sparsity is None else check_int("sparsity", sparsity, low=1, high=dim, high_name="dim")
-    rng = as_generator(seed)
+    rng = as_generator(rng)
     support = np.sort(rng.choice(dim, size=k, replace=False)) if k < dim else np.arange(dim)
     w = np.zeros(dim)
     w[support] = rng.standard_normal(k)
@@ -317,22 +317,22 @@ def synthetic_linear(n_samples: int, dim: int, seed: RngLike = 0, noise: float =
 # ----------------------------------------------------------------------------- by name
 
 
-def _digits(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+def _digits(*, path: Any = None, rng: RngLike = 0, **kwargs: Any) -> Dataset:
     """scikit-learn's bundled 8×8 digits (:func:`load_digits_dataset`; ``path`` is not used)."""
-    return load_digits_dataset(seed=seed, **kwargs)
+    return load_digits_dataset(rng=rng, **kwargs)
 
 
-def _mnist(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+def _mnist(*, path: Any = None, rng: RngLike = 0, **kwargs: Any) -> Dataset:
     """MNIST from local files (:func:`load_mnist`; ``path`` required, nothing is downloaded)."""
     if path is None:
         raise FedAuditError("dataset 'mnist' needs path= (a directory with the IDX files or an .npz); "
                             "no download is attempted")
-    return load_mnist(path, seed=seed, **kwargs)
+    return load_mnist(path, rng=rng, **kwargs)
 
 
-def _synthetic(*, path: Any = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+def _synthetic(*, path: Any = None, rng: RngLike = 0, **kwargs: Any) -> Dataset:
     """:func:`synthetic_logistic` with n_samples=2000, dim=20, n_classes=10 unless given."""
-    return synthetic_logistic(seed=seed, **{"n_samples": 2000, "dim": 20, "n_classes": 10, **kwargs})
+    return synthetic_logistic(rng=rng, **{"n_samples": 2000, "dim": 20, "n_classes": 10, **kwargs})
 
 
 for _name, _fn in (("digits", _digits), ("mnist", _mnist), ("synthetic", _synthetic)):
@@ -340,7 +340,7 @@ for _name, _fn in (("digits", _digits), ("mnist", _mnist), ("synthetic", _synthe
 del _name, _fn
 
 
-def load_dataset(name: str, *, path: str | Path | None = None, seed: RngLike = 0, **kwargs: Any) -> Dataset:
+def load_dataset(name: str, *, path: str | Path | None = None, rng: RngLike = 0, **kwargs: Any) -> Dataset:
     """Load a dataset of :data:`fedaudit.fl.registry.DATASETS` by name (or ``"package.module:attr"``).
 
     * ``"digits"`` — :func:`load_digits_dataset` (keywords ``test_fraction``, ``standardize``);
@@ -351,6 +351,6 @@ def load_dataset(name: str, *, path: str | Path | None = None, seed: RngLike = 0
     """
     factory = lookup(DATASETS, name)
     try:
-        return factory(path=path, seed=seed, **kwargs)
+        return factory(path=path, rng=rng, **kwargs)
     except TypeError as err:
         raise FedAuditError(f"bad keyword for dataset {name!r}: {err}") from None

@@ -77,22 +77,20 @@ class Federation:
     :class:`LabelFlip`, or None when f = 0 without attack), ``label_flip``; :meth:`params` the build parameters.
 
     All gradients are full-batch and exact (float64). ``rng=None`` in the random methods uses
-    the federation's own stream, spawned from the build ``seed`` (reproducible per instance).
+    the federation's own stream, spawned from the build ``rng`` (reproducible per instance).
     """
 
     def __init__(self, dataset: Dataset | str, *, n_honest: int = 20, f: int = 1, scheme: str = "dirichlet",
                  beta: float | None = 5.0, gamma: float | None = None, mu: float = 1e-2,
                  aggregator: str | Callable[[Any], Any] = "nnm+cwtm", attack: str | Attack | None = "alie",
-                 optimal_attack: bool = True, seed: RngLike = 0, min_size: int = 1, label_flip: bool = False,
+                 optimal_attack: bool = True, rng: RngLike = 0, min_size: int = 1, label_flip: bool = False,
                  aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None,
                  declared_f: int | None = None):
-        ss = as_seed_sequence(seed)
         # spawn from a copy: the caller's SeedSequence is not advanced, so the same SeedSequence
         # twice builds the same federation (children 0, 1, 2: partition, attack stream, dataset)
-        ss = np.random.SeedSequence(ss.entropy, spawn_key=ss.spawn_key, pool_size=ss.pool_size)
-        part_ss, attack_ss, data_ss = ss.spawn(3)
+        part_ss, attack_ss, data_ss = as_seed_sequence(rng, copy=True).spawn(3)
         if isinstance(dataset, str):
-            dataset = load_dataset(dataset, seed=data_ss)
+            dataset = load_dataset(dataset, rng=data_ss)
         if not isinstance(dataset, Dataset):
             raise FedAuditError("dataset must be a fedaudit.fl.Dataset or a dataset name, "
                                 f"got {type(dataset).__name__}")
@@ -110,7 +108,7 @@ class Federation:
         self.label_flip = bool(label_flip)
 
         # --- data: one contiguous honest matrix, clients are views into it
-        parts = partition(dataset.y_train, self.n_honest, scheme, beta=beta, gamma=gamma, seed=part_ss,
+        parts = partition(dataset.y_train, self.n_honest, scheme, beta=beta, gamma=gamma, rng=part_ss,
                           min_size=min_size)
         sizes = np.array([p.size for p in parts], dtype=np.int64)
         if sizes.min() < 1:
@@ -180,7 +178,7 @@ class Federation:
     def build(cls, dataset: Dataset | str, *, n_honest: int = 20, f: int = 1, scheme: str = "dirichlet",
               beta: float | None = 5.0, gamma: float | None = None, mu: float = 1e-2,
               aggregator: str | Callable[[Any], Any] = "nnm+cwtm", attack: str | Attack | None = "alie",
-              optimal_attack: bool = True, seed: RngLike = 0, min_size: int = 1, label_flip: bool = False,
+              optimal_attack: bool = True, rng: RngLike = 0, min_size: int = 1, label_flip: bool = False,
               aggregator_kw: dict[str, Any] | None = None, attack_kw: dict[str, Any] | None = None,
               declared_f: int | None = None) -> "Federation":
         """Partition ``dataset`` (a :class:`Dataset` or a name for :func:`load_dataset`) among
@@ -188,15 +186,16 @@ class Federation:
         every client ≥ ``min_size`` samples), build ``make_aggregator(aggregator, f)`` and
         ``make_attack(attack)`` — wrapped in ``Optimal(attack, aggregator)`` if ``optimal_attack``
         and the attack has a scale — or the data-level :class:`LabelFlip` (``label_flip=True`` or
-        ``attack="labelflip"``). ``attack=None`` is allowed for f = 0. ``seed`` drives the
-        partition and the attack stream (independent SeedSequence children).
+        ``attack="labelflip"``). ``attack=None`` is allowed for f = 0. ``rng`` (an int, a
+        SeedSequence — not advanced — or a Generator) drives the dataset draw, the partition and
+        the attack stream (independent SeedSequence children).
         ``declared_f`` (default ``f``) is the Byzantine count the server's rule is configured for
         when ``aggregator`` is a spec string: ``declared_f < f`` models a server that
         underestimates the adversary (past the rule's tolerance the oracle raises
         :class:`~fedaudit.errors.AggregatorBreakdown`). Requires 0 ≤ f < n_honest.
         """
         return cls(dataset, n_honest=n_honest, f=f, scheme=scheme, beta=beta, gamma=gamma, mu=mu,
-                   aggregator=aggregator, attack=attack, optimal_attack=optimal_attack, seed=seed,
+                   aggregator=aggregator, attack=attack, optimal_attack=optimal_attack, rng=rng,
                    min_size=min_size, label_flip=label_flip, aggregator_kw=aggregator_kw, attack_kw=attack_kw,
                    declared_f=declared_f)
 

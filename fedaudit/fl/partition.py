@@ -1,8 +1,8 @@
 """Splitting a training set among clients (ByzFL's schemes).
 
 Every function returns ``list[np.ndarray]``: one int64 array of row indices per client; together
-they contain every index exactly once. Randomness comes only from the ``seed`` argument (an int,
-a ``SeedSequence`` or a numpy ``Generator``, normalised by :func:`fedaudit.rng.as_generator`).
+they contain every index exactly once. Randomness comes only from the ``rng`` argument (a numpy
+``Generator``, a ``SeedSequence`` or an int, normalised by :func:`fedaudit.rng.as_generator`).
 
 Schemes (ByzFL ``data_distributor``):
 
@@ -66,12 +66,12 @@ def _as_int64(parts: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(p, dtype=np.int64) for p in parts]
 
 
-def iid_partition(n_samples: int, n_clients: int, seed: RngLike = 0) -> list[np.ndarray]:
-    """Shuffle ``range(n_samples)`` with ``seed`` and ``np.array_split`` it into ``n_clients``
+def iid_partition(n_samples: int, n_clients: int, rng: RngLike = 0) -> list[np.ndarray]:
+    """Shuffle ``range(n_samples)`` with ``rng`` and ``np.array_split`` it into ``n_clients``
     parts (the first n_samples mod n_clients parts get one extra sample)."""
     n_samples = check_int("n_samples", n_samples, low=1)
     n_clients = _check_clients(n_clients)
-    perm = as_generator(seed).permutation(n_samples)
+    perm = as_generator(rng).permutation(n_samples)
     return _as_int64(np.array_split(perm, n_clients))
 
 
@@ -97,13 +97,13 @@ def dirichlet_cuts(labels: Any, P: np.ndarray) -> list[np.ndarray]:
     return [np.concatenate(c).astype(np.int64) for c in chunks]
 
 
-def dirichlet_partition(labels: Any, n_clients: int, beta: float, seed: RngLike = 0, min_size: int = 0,
+def dirichlet_partition(labels: Any, n_clients: int, beta: float, rng: RngLike = 0, min_size: int = 0,
                         max_redraws: int = 1000) -> list[np.ndarray]:
     """ByzFL's Dirichlet non-i.i.d. split (``dirichlet_niid_idx``), with an optional size floor.
 
     With C classes (``np.unique(labels)``, ascending) and n clients, draw once
     P = Dirichlet(β·1_n) of shape (C, n) — one proportion vector over clients per class — from
-    the Generator of ``seed``; then cut as in :func:`dirichlet_cuts`. If some client gets fewer
+    ``rng``; then cut as in :func:`dirichlet_cuts`. If some client gets fewer
     than ``min_size`` samples, the whole P is redrawn from the same Generator (Flower-style
     rejection), at most ``max_redraws`` times after the first draw, then
     :class:`~fedaudit.errors.FedAuditError`. ``min_size=0`` is ByzFL's rule exactly (no
@@ -117,7 +117,7 @@ def dirichlet_partition(labels: Any, n_clients: int, beta: float, seed: RngLike 
     if min_size * n_clients > y.size:
         raise FedAuditError(f"min_size={min_size} is impossible: {n_clients} clients × {min_size} > "
                             f"{y.size} samples; min_size must be in [0, n_samples/n_clients]")
-    rng = as_generator(seed)
+    rng = as_generator(rng)
     n_classes = np.unique(y).size
     sizes = None
     for _ in range(max_redraws + 1):
@@ -135,7 +135,7 @@ def _sorted_by_label(y: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return idx[np.argsort(y[idx], kind="stable")]
 
 
-def gamma_similarity_partition(labels: Any, n_clients: int, gamma: float, seed: RngLike = 0) -> list[np.ndarray]:
+def gamma_similarity_partition(labels: Any, n_clients: int, gamma: float, rng: RngLike = 0) -> list[np.ndarray]:
     """ByzFL's γ-similarity split: shuffle all indices; the first ⌊γ·N⌋ are split evenly
     (``array_split``) as an i.i.d. part; the rest are sorted by label (stable, so random within a
     class) and split evenly; client j gets its i.i.d. chunk followed by its sorted chunk.
@@ -143,41 +143,41 @@ def gamma_similarity_partition(labels: Any, n_clients: int, gamma: float, seed: 
     y = _check_labels(labels)
     n_clients = _check_clients(n_clients)
     gamma = _check_gamma(gamma)
-    perm = as_generator(seed).permutation(y.size)
+    perm = as_generator(rng).permutation(y.size)
     n_iid = int(gamma * y.size)
     iid = np.array_split(perm[:n_iid], n_clients)
     rest = np.array_split(_sorted_by_label(y, perm[n_iid:]), n_clients)
     return _as_int64([np.concatenate([a, b]) for a, b in zip(iid, rest)])
 
 
-def extreme_partition(labels: Any, n_clients: int, seed: RngLike = 0) -> list[np.ndarray]:
-    """ByzFL's extreme non-i.i.d. split: indices shuffled with ``seed``, stably sorted by label,
+def extreme_partition(labels: Any, n_clients: int, rng: RngLike = 0) -> list[np.ndarray]:
+    """ByzFL's extreme non-i.i.d. split: indices shuffled with ``rng``, stably sorted by label,
     then ``array_split`` into ``n_clients`` contiguous parts."""
     y = _check_labels(labels)
     n_clients = _check_clients(n_clients)
-    perm = as_generator(seed).permutation(y.size)
+    perm = as_generator(rng).permutation(y.size)
     return _as_int64(np.array_split(_sorted_by_label(y, perm), n_clients))
 
 
-def _iid(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+def _iid(labels, n_clients, *, rng, beta=None, gamma=None, min_size=0, max_redraws=1000):
     """Random permutation split into equal parts (sizes differ by at most 1)."""
-    return iid_partition(labels.size, n_clients, seed)
+    return iid_partition(labels.size, n_clients, rng)
 
 
-def _dirichlet(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+def _dirichlet(labels, n_clients, *, rng, beta=None, gamma=None, min_size=0, max_redraws=1000):
     """Per-class Dirichlet(β·1) proportions over clients (needs beta)."""
-    return dirichlet_partition(labels, n_clients, _check_beta(beta), seed, min_size=min_size,
+    return dirichlet_partition(labels, n_clients, _check_beta(beta), rng, min_size=min_size,
                                max_redraws=max_redraws)
 
 
-def _gamma(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+def _gamma(labels, n_clients, *, rng, beta=None, gamma=None, min_size=0, max_redraws=1000):
     """A fraction γ of the samples i.i.d., the rest sorted by label (needs gamma)."""
-    return gamma_similarity_partition(labels, n_clients, _check_gamma(gamma), seed)
+    return gamma_similarity_partition(labels, n_clients, _check_gamma(gamma), rng)
 
 
-def _extreme(labels, n_clients, *, seed, beta=None, gamma=None, min_size=0, max_redraws=1000):
+def _extreme(labels, n_clients, *, rng, beta=None, gamma=None, min_size=0, max_redraws=1000):
     """All samples sorted by label and split."""
-    return extreme_partition(labels, n_clients, seed)
+    return extreme_partition(labels, n_clients, rng)
 
 
 PARTITIONS.register("iid", _iid)
@@ -187,7 +187,7 @@ PARTITIONS.register("extreme", _extreme)
 
 
 def partition(labels: Any, n_clients: int, scheme: str, *, beta: float | None = None, gamma: float | None = None,
-              seed: RngLike = 0, min_size: int = 0, max_redraws: int = 1000) -> list[np.ndarray]:
+              rng: RngLike = 0, min_size: int = 0, max_redraws: int = 1000) -> list[np.ndarray]:
     """Split by a scheme of :data:`fedaudit.fl.registry.PARTITIONS` (its registered aliases:
     ``"gamma_similarity"``/``"gamma-similarity"`` for ``"gamma"``, ``"niid"`` for ``"dirichlet"``).
 
@@ -204,7 +204,7 @@ def partition(labels: Any, n_clients: int, scheme: str, *, beta: float | None = 
     if gamma is not None:
         gamma = _check_gamma(gamma)
     min_size = check_int("min_size", min_size, low=0)
-    parts = _as_int64(factory(y, n_clients, seed=seed, beta=beta, gamma=gamma, min_size=min_size,
+    parts = _as_int64(factory(y, n_clients, rng=rng, beta=beta, gamma=gamma, min_size=min_size,
                               max_redraws=max_redraws))
     if not np.array_equal(np.sort(np.concatenate(parts)), np.arange(y.size)):
         raise FedAuditError(f"partition scheme {scheme!r} must give every index of the {y.size} samples "

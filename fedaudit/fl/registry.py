@@ -2,10 +2,10 @@
 
 * :data:`OPTIMIZERS` — ``factory(**parameters) -> Optimizer`` (:mod:`fedaudit.fl.optimizers`);
   :func:`make_optimizer` is the one place optimizers are built by name.
-* :data:`PARTITIONS` — ``factory(labels, n_clients, *, seed, beta, gamma, min_size, max_redraws)
+* :data:`PARTITIONS` — ``factory(labels, n_clients, *, rng, beta, gamma, min_size, max_redraws)
   -> list of index arrays`` (:mod:`fedaudit.fl.partition`, dispatched by
   :func:`fedaudit.fl.partition.partition`).
-* :data:`DATASETS` — ``factory(*, path, seed, **keywords) -> Dataset`` (:mod:`fedaudit.fl.data`,
+* :data:`DATASETS` — ``factory(*, path, rng, **keywords) -> Dataset`` (:mod:`fedaudit.fl.data`,
   dispatched by :func:`fedaudit.fl.data.load_dataset`).
 
 This module sits below the modules whose built-ins it lists: each of them registers its own
@@ -39,14 +39,14 @@ def register_optimizer(name: str, factory: Callable[..., Any] | None = None, *, 
 
 def register_partition(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
                        replace: bool = False) -> Any:
-    """Register a partition scheme ``factory(labels, n_clients, *, seed, beta, gamma, min_size,
+    """Register a partition scheme ``factory(labels, n_clients, *, rng, beta, gamma, min_size,
     max_redraws) -> list[np.ndarray]`` (one int64 index array per client)."""
     return PARTITIONS.register(name, factory, summary=summary, replace=replace)
 
 
 def register_dataset(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
                      replace: bool = False) -> Any:
-    """Register a dataset loader ``factory(*, path, seed, **keywords) -> Dataset``."""
+    """Register a dataset loader ``factory(*, path, rng, **keywords) -> Dataset``."""
     return DATASETS.register(name, factory, summary=summary, replace=replace)
 
 

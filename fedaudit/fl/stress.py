@@ -286,7 +286,7 @@ def partition_seed(root_seed: int, beta: float) -> int:
 def _dataset(name: str, path: str | None, seed: int):
     """The train/test data of a grid (cached: every cell of a worker shares it). ``seed`` is the
     grid's root seed, the dataset's own entry point (its train/test split)."""
-    return load_dataset(name, path=path, seed=seed)
+    return load_dataset(name, path=path, rng=seed)
 
 
 def _number(x: Any) -> float | str:
@@ -324,7 +324,7 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
     part_seed = partition_seed(config.seed, cell.beta)
     fed = Federation.build(data, n_honest=config.n_honest, f=cell.f, scheme="dirichlet", beta=cell.beta,
                            mu=config.mu, aggregator=cell.aggregator, attack=cell.attack,
-                           optimal_attack=config.optimal_attack, seed=part_seed,
+                           optimal_attack=config.optimal_attack, rng=part_seed,
                            aggregator_kw=config.params_for(cell.aggregator), declared_f=config.declared_f)
     x0 = np.zeros(fed.dim)
     n_classes = int(data.n_classes)
@@ -334,7 +334,7 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
         initial_acc = fed.test_accuracy(x0)
         try:
             optimizer = make_optimizer(config.optimizer, settings={"lr": config.lr, "momentum": 0.9})
-            trace = run(optimizer, fed, x0, config.rounds, seed=derive_seed(seed, "optimizer"))
+            trace = run(optimizer, fed, x0, config.rounds, rng=derive_seed(seed, "optimizer"))
         except (FedAuditError, ArithmeticError) as exc:  # training blew up on non-finite values
             trace, error = None, f"{type(exc).__name__}: {exc}"
     diverged = trace is None or trace.diverged

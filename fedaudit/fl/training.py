@@ -83,15 +83,16 @@ _LOGGED = ("rounds", "loss", "grad_norm", "test_acc", "wall_time", "oracle_round
 
 
 def run(optimizer: Optimizer, problem: Any, x0: Any = None, rounds: int = 100, *,
-        rng: RngLike = None, seed: int | None = None, record_every: int = 1,
+        rng: RngLike = 0, record_every: int = 1,
         callback: Callable[[int, dict[str, Any]], None] | None = None,
         record_heterogeneity: bool = True, divergence_factor: float = 1e6) -> Trace:
     """Run ``optimizer`` for ``rounds`` communication rounds on ``problem`` from ``x0``.
 
     ``problem`` is a :class:`~fedaudit.fl.problems.Problem` or a Federation (wrapped by
-    :class:`~fedaudit.fl.problems.FederationProblem`); ``x0`` defaults to zeros. Randomness: ``rng`` or ``seed`` (not both; default seed 0) is the
-    root; round k's oracle gets its own child stream (``SeedSequence.spawn``), so two optimizers
-    run with the same seed face the same attack randomness round by round, and the optimizer's
+    :class:`~fedaudit.fl.problems.FederationProblem`); ``x0`` defaults to zeros. Randomness:
+    ``rng`` (an int, a SeedSequence — not advanced — or a Generator; default 0) is the root;
+    round k's oracle gets its own child stream (``SeedSequence.spawn``), so two optimizers
+    run with the same rng face the same attack randomness round by round, and the optimizer's
     own randomness (Δ̂ power iteration) comes from a separate child. Recording happens every
     ``record_every`` rounds and at the last round; ``callback(round, record)`` is called after
     each recording. The run stops early (``diverged=True``) when the iterate or the loss becomes
@@ -105,9 +106,7 @@ def run(optimizer: Optimizer, problem: Any, x0: Any = None, rounds: int = 100, *
     rounds = check_int("rounds", rounds, low=1)
     record_every = check_int("record_every", record_every, low=1)
     divergence_factor = check_positive("divergence_factor", divergence_factor)
-    if rng is not None and seed is not None:
-        raise FedAuditError("pass either rng or seed, not both")
-    root = as_seed_sequence(seed if seed is not None else (0 if rng is None else rng))
+    root = as_seed_sequence(rng, copy=True)
     oracle_ss, opt_ss = root.spawn(2)
     round_seeds = oracle_ss.spawn(rounds)
     x0 = np.zeros(problem.dim) if x0 is None else check_vector("x0", x0, dim=problem.dim)
