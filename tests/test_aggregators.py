@@ -200,11 +200,25 @@ RULES = {
     "nnm+krum": (lambda f: make_aggregator("nnm+krum", f), lambda f: 2 * f + 3),
     "arc+meamed": (lambda f: make_aggregator("arc+meamed", f), lambda f: 2 * f + 1),
     "clipping+cwmed": (lambda f: make_aggregator("clipping+cwmed", f, c=1.0), lambda f: 2 * f + 1),
-    "bucketing+cwtm": (lambda f: make_aggregator("bucketing+cwtm", f, s=2, seed=7), lambda f: 4 * f + 1),
+    "bucketing+cwtm": (lambda f: FixedStream(make_aggregator("bucketing+cwtm", f, s=2), 7), lambda f: 4 * f + 1),
 }
-NOT_PERMUTATION_INVARIANT = {"bucketing+cwtm"}  # a fixed seed fixes the bucket of each position
+NOT_PERMUTATION_INVARIANT = {"bucketing+cwtm"}  # a fixed stream fixes the bucket of each position
 NOT_TRANSLATION_EQUIVARIANT = {"arc+meamed", "clipping+cwmed"}  # clipping acts on norms
 MAX_F = 3
+
+
+class FixedStream:
+    """A random rule called with the same stream (``rng=seed``) whenever the caller gives none,
+    so the property tests below compare deterministic outputs."""
+
+    def __init__(self, rule, seed):
+        self.rule, self.seed = rule, seed
+
+    def __call__(self, X, rng=None):
+        return self.rule(X, rng=self.seed if rng is None else rng)
+
+    def __getattr__(self, name):
+        return getattr(self.rule, name)
 
 
 def data(seed, n, d, scale=1.0, offset=0.0):
@@ -436,7 +450,7 @@ def test_composition_at_minimal_n_with_non_finite_rows():
     assert np.isfinite(make_aggregator("nnm+cwtm", 2)(X)).all()
     Y = data(1, 9, 3)
     Y[:2] = np.inf
-    assert np.isfinite(make_aggregator("bucketing+cwtm", 2, s=2, seed=0)(Y)).all()
+    assert np.isfinite(make_aggregator("bucketing+cwtm", 2, s=2)(Y, rng=0)).all()
 
 
 @pytest.mark.parametrize("name", sorted(RULES))
@@ -496,15 +510,13 @@ def test_compose_equals_stages():
 
 def test_bucketing_is_stateless_and_takes_randomness_from_the_call():
     X = data(0, 10, 4)
-    a, b = Bucketing(3, seed=42), Bucketing(3, seed=42)
-    first = a(X)
-    np.testing.assert_array_equal(first, b(X))
-    np.testing.assert_array_equal(a(X), first)  # rng=None: a fresh stream from the seed every call
-    assert not np.array_equal(first, Bucketing(3, seed=43)(X))
-    # rng given: the permutation comes from it, whatever the construction seed
+    a, b = Bucketing(3), Bucketing(3)
+    assert a.params() == {"s": 3, "f": 0}
+    # the permutation comes from the call's rng only: two instances, one stream, one output
     g1 = a(X, rng=np.random.default_rng(5))
-    np.testing.assert_array_equal(g1, Bucketing(3, seed=0)(X, rng=np.random.default_rng(5)))
+    np.testing.assert_array_equal(g1, b(X, rng=np.random.default_rng(5)))
     np.testing.assert_array_equal(g1, a(X, rng=5))
+    np.testing.assert_array_equal(g1, a(X, rng=np.random.SeedSequence(5)))
     assert not np.array_equal(g1, a(X, rng=np.random.default_rng(6)))
     gen = np.random.default_rng(5)
     r1, r2 = a(X, rng=gen), a(X, rng=gen)  # one generator over two rounds: fresh permutations
@@ -517,7 +529,7 @@ def test_bucketing_is_stateless_and_takes_randomness_from_the_call():
 def test_bucketing_structure_and_leftover_bucket():
     n, s = 10, 3
     X = data(1, n, 4)
-    Y = Bucketing(s, seed=5)(X)
+    Y = Bucketing(s)(X, rng=5)
     assert Y.shape == (4, 4)  # ceil(10 / 3) buckets, the last holds the single leftover row
     sizes = [3, 3, 3, 1]
     np.testing.assert_allclose(sum(k * y for k, y in zip(sizes, Y)), X.sum(0), rtol=1e-12)
@@ -525,17 +537,15 @@ def test_bucketing_structure_and_leftover_bucket():
     # every bucket mean is the mean of some s rows
     for y in Y[:-1]:
         assert any(np.allclose(y, X[list(c)].mean(0)) for c in itertools.combinations(range(n), s))
-    P = Bucketing(1, seed=0)(X)
+    P = Bucketing(1)(X)
     assert sorted(map(tuple, P)) == sorted(map(tuple, X))
-    np.testing.assert_allclose(Bucketing(50, seed=0)(X), X.mean(0, keepdims=True))
+    np.testing.assert_allclose(Bucketing(50)(X), X.mean(0, keepdims=True))
     assert Bucketing(3, f=2).output_f(10, 2) == 2 and Bucketing(5, f=4).output_f(10, 4) == 2
 
 
-def test_bucketing_accepts_a_generator():
-    X = data(2, 8, 3)
-    y1 = Bucketing(2, seed=np.random.default_rng(9))(X)
-    y2 = Bucketing(2, seed=np.random.default_rng(9))(X)
-    np.testing.assert_array_equal(y1, y2)
+def test_bucketing_has_no_construction_seed():
+    with pytest.raises(FedAuditError, match=r"keyword\(s\) seed are not parameters of any stage of 'bucketing\+cwtm'"):
+        make_aggregator("bucketing+cwtm", 1, s=2, seed=0)
 
 
 def test_arc_clips_exactly_k_rows():
@@ -607,7 +617,7 @@ def test_registry():
         rule = make_aggregator(name, 2)
         assert rule.name == name and rule.f == 2
         assert rule(X).shape == (4,)
-    rule = make_aggregator(" NNM + Bucketing+CWTM ", 1, s=2, seed=0)
+    rule = make_aggregator(" NNM + Bucketing+CWTM ", 1, s=2)
     assert rule.name == "nnm+bucketing+cwtm" and [s.f for s in rule.stages] == [1, 1, 1]
     assert make_aggregator("multikrum", 1, m=3).m == 3
     assert make_aggregator("gm", 1, tol=1e-3).tol == 1e-3

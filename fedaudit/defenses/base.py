@@ -35,9 +35,9 @@ combination of values at ±max) is clamped to ±max.
 
 Randomness. Every ``__call__`` takes a keyword ``rng`` (a numpy Generator, an int seed or
 None). Deterministic rules ignore it; random ones (:class:`~fedaudit.defenses.preaggregators.Bucketing`)
-draw from it, and with ``rng=None`` build a fresh Generator from their construction ``seed``
-at every call, so a rule is stateless: the same input gives the same output. :class:`Composed`
-hands the same Generator to each of its stages in order.
+draw from it — it is their only source of randomness (``rng=None``: OS entropy, not
+reproducible) — so a rule holds no random state: the same input and rng give the same output.
+:class:`Composed` hands the same Generator to each of its stages in order.
 
 (f, κ)-robustness (Allouah et al., AISTATS 2023): F is (f, κ)-robust if for every input and
 every S ⊆ [n] with |S| = n − f,  ‖F(x) − x̄_S‖² ≤ (κ/|S|) Σ_{i∈S} ‖x_i − x̄_S‖².

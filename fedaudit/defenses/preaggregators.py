@@ -20,7 +20,7 @@ import numpy as np
 from fedaudit.defenses.base import NearestNeighbourMixing, PreAggregator, RobustnessClass
 from fedaudit.kernels import mean_rows, pairwise_sqdist, row_norms
 from fedaudit.validation import check_int, check_positive
-from fedaudit.rng import RngLike, as_generator, as_seed_sequence
+from fedaudit.rng import as_generator
 
 __all__ = ["NNM", "Bucketing", "ARC", "Clipping"]
 
@@ -93,27 +93,24 @@ class Bucketing(PreAggregator):
     rows and is averaged over those rows only (it is neither dropped nor merged). Each Byzantine
     row can spoil at most one bucket: ``output_f = min(f, ⌈n/s⌉)``.
 
-    Randomness comes from the call: ``rule(X, rng=generator)`` draws the permutation from that
-    Generator (an int is turned into one); with ``rng=None`` a fresh Generator is built at every
-    call from the construction ``seed`` (int, SeedSequence, Generator — which contributes one
-    spawned child — or None, which draws OS entropy once at construction). The rule is thus
-    stateless: the same input and rng give the same output, twice. Fresh permutations per round
-    come from the caller's per-round generator (the training loop passes ``rng=``). ``f`` is
-    only passed downstream in a composition.
+    Randomness comes only from the call: ``rule(X, rng=generator)`` draws the permutation from
+    that Generator (an int or SeedSequence is turned into one; ``rng=None`` draws OS entropy, so
+    it is not reproducible). The rule holds no random state: the same input and rng give the
+    same output, twice. Fresh permutations per round come from the caller's per-round generator
+    (the training loop and the federation oracle pass ``rng=``). ``f`` is only passed downstream
+    in a composition.
     """
 
     name = "bucketing"
     needs_f = False
     uses_rng = True
 
-    def __init__(self, s: int, seed: RngLike = None, f: int = 0):
+    def __init__(self, s: int, f: int = 0):
         super().__init__(f)
         self.s = check_int("s", s, low=1)
-        self.seed = seed
-        self._seed_seq = as_seed_sequence(seed)
 
     def params(self) -> dict[str, Any]:
-        return {"s": self.s, "seed": self.seed, "f": self.f}
+        return {"s": self.s, "f": self.f}
 
     def output_f(self, n: int, f: int) -> int:
         return min(f, math.ceil(n / self.s))
@@ -123,8 +120,7 @@ class Bucketing(PreAggregator):
 
     def _transform(self, X: np.ndarray, f: int, rng: Any = None) -> np.ndarray:
         n = X.shape[0]
-        gen = np.random.default_rng(self._seed_seq) if rng is None else as_generator(rng)
-        perm = gen.permutation(n)
+        perm = as_generator(rng).permutation(n)
         q = math.ceil(n / self.s)
         bucket = np.arange(n) // self.s  # bucket of the i-th permuted row
         sizes = np.bincount(bucket, minlength=q)

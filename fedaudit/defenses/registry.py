@@ -7,7 +7,7 @@
 A spec is one aggregator, optionally preceded by pre-aggregators joined by '+': ``"cwtm"``,
 ``"nnm+cwtm"``, ``"bucketing+nnm+gm"``, ``"nnm+mypkg.rules:MyRule"``. :func:`make_aggregator`
 gives every stage the same f and routes each keyword to the stages whose factory takes it
-(``s`` and ``seed`` to bucketing, ``c`` to clipping, ``m`` to multikrum, ``tau``/``iters``/
+(``s`` to bucketing, ``c`` to clipping, ``m`` to multikrum, ``tau``/``iters``/
 ``center`` to cc, ``tol``/``max_iter``/``nu`` to gm, ``max_subsets`` to mda).
 """
 
