@@ -14,7 +14,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import key_error, show
 
 __all__ = ["normalise_spec", "check_attacks", "check_aggregator", "accepted_keywords", "flat_params",
-           "params_per_spec", "rule_params", "optimizer_names", "dataset_names"]
+           "params_per_spec", "optimizer_names", "dataset_names"]
 
 
 def normalise_spec(spec: str) -> str:
@@ -117,19 +117,6 @@ def params_per_spec(where: str, specs: list[str], table: dict[str, Any] | None) 
         raise key_error(where, "aggregator_params", f"names aggregator {stray[0]!r}, which is not in 'aggregators' "
                                                     f"({', '.join(specs)})")
     return {k: dict(v) for k, v in nested.items() if v}
-
-
-def rule_params(spec: str, params: dict[str, Any] | None, seed: int) -> dict[str, Any]:
-    """The make_aggregator keywords a claim builds ``spec`` with: the plan's ``aggregator_params``
-    plus, when a stage takes a ``seed`` (bucketing) and the plan gives none,
-    ``derive_seed(claim seed, "aggregator=<spec>")`` — so a randomised rule is as reproducible
-    as the rest of the claim."""
-    from fedaudit.rng import derive_seed
-
-    out = dict(params or {})
-    if "seed" not in out and "seed" in (accepted_keywords(spec) or ()):
-        out["seed"] = derive_seed(seed, f"aggregator={spec}")
-    return out
 
 
 def optimizer_names() -> tuple[str, ...]:

@@ -19,7 +19,6 @@ from fedaudit.experiments.components import (
     flat_params,
     normalise_spec,
     optimizer_names,
-    rule_params,
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error, require_bound
@@ -186,11 +185,11 @@ class Convergence(ClaimKind):
         from fedaudit.rng import derive_seed
 
         p = spec.params
-        agg_kw = rule_params(p["aggregator"], p.get("aggregator_params"), spec.seed)
-        data = load_dataset(p["dataset"], path=p["data_path"], seed=derive_seed(spec.seed, "data"))
+        agg_kw = dict(p["aggregator_params"] or {})
+        data = load_dataset(p["dataset"], path=p["data_path"], rng=derive_seed(spec.seed, "data"))
         fed = Federation.build(data, n_honest=p["n_honest"], f=p["f"], scheme="dirichlet", beta=p["beta"],
                                mu=p["mu"], aggregator=p["aggregator"], attack=p["attack"] if p["f"] > 0 else None,
-                               optimal_attack=p["optimal_attack"], seed=derive_seed(spec.seed, "federation"),
+                               optimal_attack=p["optimal_attack"], rng=derive_seed(spec.seed, "federation"),
                                aggregator_kw=agg_kw or None)
         run_seed = derive_seed(spec.seed, "optimizer")  # the same oracle streams for every optimizer
         settings = {"lr": p["lr"], "momentum": p["momentum"], "eta": p["eta"]}
@@ -204,7 +203,7 @@ class Convergence(ClaimKind):
                     done[0] = k
 
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                traces[name] = run(make_optimizer(name, settings=settings), fed, None, p["rounds"], seed=run_seed, callback=tick)
+                traces[name] = run(make_optimizer(name, settings=settings), fed, None, p["rounds"], rng=run_seed, callback=tick)
             progress(p["rounds"] - done[0])
         finite = [v for t in traces.values() if not t.diverged for v in t.loss if math.isfinite(v)]
         best = min(finite) if finite else math.nan

@@ -15,7 +15,6 @@ from fedaudit.experiments.components import (
     check_attacks,
     flat_params,
     normalise_spec,
-    rule_params,
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error
@@ -116,7 +115,7 @@ class Robustness(ClaimKind):
         from fedaudit.defenses.registry import make_aggregator
 
         p = spec.params
-        params = rule_params(p["aggregator"], p.get("aggregator_params"), spec.seed)
+        params = dict(p["aggregator_params"] or {})
         rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
         res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
                                seed=spec.seed, search_evals=p["search_evals"], progress=progress)

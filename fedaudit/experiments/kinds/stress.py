@@ -19,7 +19,6 @@ from fedaudit.experiments.components import (
     normalise_spec,
     optimizer_names,
     params_per_spec,
-    rule_params,
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error
@@ -160,11 +159,7 @@ class Stress(ClaimKind):
         from fedaudit.fl.stress import StressConfig, run_stress
 
         p = spec.params
-        kw = stress_config_keywords(p, seed=spec.seed)
-        kw["aggregator_params"] = {a: params for a in p["aggregators"]
-                                   if (params := rule_params(a, (p.get("aggregator_params") or {}).get(a),
-                                                             spec.seed))} or None
-        config = StressConfig(**kw)
+        config = StressConfig(**stress_config_keywords(p, seed=spec.seed))
         with contextlib.nullcontext(workdir) if workdir is not None else \
                 tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
             res = run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=progress)
