@@ -324,8 +324,9 @@ class SearchOutcome:
     def to_dict(self) -> dict[str, Any]:
         """Every field as strict JSON (fedaudit.json; X and S as nested lists); a ν at the
         :data:`UNBOUNDED` sentinel is reported as ``"inf"``."""
-        return jsonable({**asdict(self), "per_subspace": {k: (math.inf if v >= UNBOUNDED else v)
-                                                          for k, v in self.per_subspace.items()}})
+        per = {k: (math.inf if isinstance(v, (int, float)) and v >= UNBOUNDED else v)
+               for k, v in self.per_subspace.items()}
+        return jsonable({**asdict(self), "per_subspace": per})
 
 
 def _project(X: np.ndarray, k: int) -> np.ndarray:
