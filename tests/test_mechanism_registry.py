@@ -118,3 +118,14 @@ def test_every_mechanism_exposes_a_typed_guarantee():
     assert make_mechanism("vqsgd", 8, None).guarantee is None
     assert make_mechanism("vqsgd", 8, None).to_dict()["guarantee"] is None
     assert np.isfinite(make_mechanism("gaussian", 8, 1.0).sigma)
+
+
+def test_estimate_mean_is_the_mean_of_the_decoded_reports():
+    m = SSTQ(dim=64, k=8, levels=2, epsilon=4.0, clip=1.0)
+    x = np.ones(64) / 8.0
+    reports = m.sample(x, 4000, rng=0)
+    est = m.estimate_mean(reports)
+    np.testing.assert_array_equal(est, m.decode(reports).mean(axis=0))
+    # unbiased: within 5 standard errors of x on every coordinate
+    se = m.decode(reports).std(axis=0) / np.sqrt(4000)
+    assert np.all(np.abs(est - x) <= 5 * se + 1e-12)
