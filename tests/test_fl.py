@@ -562,11 +562,12 @@ def test_partition_and_dataset_registries_take_users_entries():
     def overlapping(labels, n_clients, *, rng, **kw):
         return [np.arange(labels.size)] * n_clients
 
-    register_partition("halves-test", halves)
+    register_partition("halves-test", halves, aliases=("halves-alias",))
     register_partition("overlap-test", overlapping)
     register_dataset("tiny-test", lambda *, path=None, rng=0, **kw: synthetic_logistic(60, 3, rng=rng, **kw))
     try:
         assert [p.tolist() for p in partition(y, 2, "halves-test")] == [list(range(20)), list(range(20, 40))]
+        assert [p.tolist() for p in partition(y, 2, "Halves-Alias")] == [list(range(20)), list(range(20, 40))]
         with pytest.raises(FedAuditError, match="exactly one client"):
             partition(y, 2, "overlap-test")
         assert load_dataset("tiny-test", rng=1).n_train + load_dataset("tiny-test", rng=1).n_test == 60
@@ -575,6 +576,7 @@ def test_partition_and_dataset_registries_take_users_entries():
         assert fed.params()["client_sizes"] == [len(p) for p in np.array_split(np.arange(fed.dataset.n_train), 2)]
     finally:
         PARTITIONS.unregister("halves-test")
+        assert "halves-alias" not in PARTITIONS
         PARTITIONS.unregister("overlap-test")
         DATASETS.unregister("tiny-test")
 

@@ -32,22 +32,22 @@ DATASETS: Registry[Any] = Registry("dataset")
 
 
 def register_optimizer(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
-                       replace: bool = False) -> Any:
+                       replace: bool = False, aliases: tuple[str, ...] = ()) -> Any:
     """Register an optimizer class or factory (returning a :class:`~fedaudit.fl.optimizers.Optimizer`)."""
-    return OPTIMIZERS.register(name, factory, summary=summary, replace=replace)
+    return OPTIMIZERS.register(name, factory, summary=summary, replace=replace, aliases=aliases)
 
 
 def register_partition(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
-                       replace: bool = False) -> Any:
+                       replace: bool = False, aliases: tuple[str, ...] = ()) -> Any:
     """Register a partition scheme ``factory(labels, n_clients, *, rng, beta, gamma, min_size,
     max_redraws) -> list[np.ndarray]`` (one int64 index array per client)."""
-    return PARTITIONS.register(name, factory, summary=summary, replace=replace)
+    return PARTITIONS.register(name, factory, summary=summary, replace=replace, aliases=aliases)
 
 
 def register_dataset(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
-                     replace: bool = False) -> Any:
+                     replace: bool = False, aliases: tuple[str, ...] = ()) -> Any:
     """Register a dataset loader ``factory(*, path, rng, **keywords) -> Dataset``."""
-    return DATASETS.register(name, factory, summary=summary, replace=replace)
+    return DATASETS.register(name, factory, summary=summary, replace=replace, aliases=aliases)
 
 
 def lookup(registry: Registry, name: Any, what: str | None = None) -> Callable[..., Any]:
