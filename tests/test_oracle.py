@@ -76,7 +76,7 @@ def test_fit_oracle_recovers_quadratic_oracle_constants():
     bias = np.zeros(d)
     bias[1] = 0.2
     P = QuadraticProblem(A, np.ones(d), bias=bias, alpha=0.3, direction=u)
-    tr = run(DGD(0.3), P, x0=5 * np.ones(d), rounds=40, seed=0)
+    tr = run(DGD(0.3), P, x0=5 * np.ones(d), rounds=40, rng=0)
     fit = fit_oracle(tr)
     assert fit.zeta2 == pytest.approx(0.04, rel=1e-6)
     assert fit.alpha == pytest.approx(0.3, rel=1e-6)
@@ -129,8 +129,8 @@ def test_fit_oracle_on_federation_and_plot(tmp_path):
     from fedaudit.fl.federation import Federation
 
     with threadpool_limits(1):
-        fed = Federation.build(load_digits_dataset(seed=0), n_honest=5, f=1, beta=5.0, seed=0)
-        tr = run(DGD(0.1), fed, rounds=20, seed=0)
+        fed = Federation.build(load_digits_dataset(rng=0), n_honest=5, f=1, beta=5.0, rng=0)
+        tr = run(DGD(0.1), fed, rounds=20, rng=0)
     fit = fit_oracle(tr, aggregator="nnm+cwtm", n=fed.n, f=fed.f)
     assert fit.n_points == 20 and fit.G2 is not None and fit.B2 is not None
     assert np.all(np.asarray(fit.e) <= fit.zeta2 + fit.alpha * np.asarray(fit.s) + 1e-12)
