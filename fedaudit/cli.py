@@ -465,7 +465,7 @@ def _number_list(flag: str, text: str, kind: type) -> list:
 
 def cmd_stress(args: argparse.Namespace) -> int:
     from fedaudit.experiments.components import normalise_spec
-    from fedaudit.fl.stress import Cell, StressConfig, run_stress
+    from fedaudit.audit.stress import Cell, StressConfig, run_stress
     from fedaudit.locking import create_directory, directory_lock
     from fedaudit.reports.heatmap import plot_heatmaps
     from fedaudit.reports.terminal import print_stress

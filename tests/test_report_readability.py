@@ -430,7 +430,7 @@ def test_min_pair_power_range_is_checked():
 
 # ------------------------------------------------------------------------------- figures
 def _records(accs, losses):
-    from fedaudit.fl.stress import Cell
+    from fedaudit.audit.stress import Cell
 
     recs = {}
     for (a, t, f, b), acc, loss in zip([("cwtm", "alie", 1, 1.0), ("cwtm", "alie", 2, 1.0)], accs, losses):

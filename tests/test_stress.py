@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-import fedaudit.fl.stress as stress
+import fedaudit.audit.stress as stress
 from fedaudit.cli import main
 from fedaudit.engine import run_tasks
 from fedaudit.rng import derive_seed
 from fedaudit.errors import FedAuditError
-from fedaudit.fl.stress import Cell, StressConfig, cell_seed, run_stress
+from fedaudit.audit.stress import Cell, StressConfig, cell_seed, run_stress
 from fedaudit.reports.heatmap import plot_heatmaps
 
 TINY = dict(dataset="digits", aggregators=("cwtm", "nnm+cwtm"), attacks=("alie", "signflip"), fs=(1,),
@@ -386,8 +386,8 @@ def test_module_attr_aggregator_and_optimizer_in_a_stress_config(tmp_path, seria
 
 
 def test_stress_draws_nothing_itself(tmp_path):
-    """fl.stress computes; the heatmaps are drawn by reports.heatmap when the caller passes draw=."""
-    import fedaudit.fl.stress as module
+    """audit.stress computes; the heatmaps are drawn by reports.heatmap when the caller passes draw=."""
+    import fedaudit.audit.stress as module
 
     import ast
 

@@ -151,14 +151,14 @@ def _breakdown():
 
 
 def _stress_config():
-    from fedaudit.fl.stress import StressConfig
+    from fedaudit.audit.stress import StressConfig
 
     return StressConfig(aggregators=("cwtm",), attacks=("alie",), fs=(1,), betas=(0.5,), dataset="digits",
                         data_path=None, optimizer="dgd", rounds=2, lr=0.1, n_honest=4, mu=0.0, seed=0)
 
 
 def _stress():
-    from fedaudit.fl.stress import StressResult
+    from fedaudit.audit.stress import StressResult
 
     summary = {"cells": [{"final_loss": math.nan, "final_accuracy": None, "worst": -math.inf}],
                "complete": True, "missed_target": [], "betas": [math.inf]}
@@ -203,8 +203,8 @@ BUILDERS = {
     "fedaudit.audit.robustness_search.SearchBudget": _search_budget,
     "fedaudit.defenses.kappa.KappaBound": _kappa,
     "fedaudit.errors.AggregatorBreakdown": _breakdown,
-    "fedaudit.fl.stress.StressConfig": lambda: [_stress_config()],
-    "fedaudit.fl.stress.StressResult": _stress,
+    "fedaudit.audit.stress.StressConfig": lambda: [_stress_config()],
+    "fedaudit.audit.stress.StressResult": _stress,
     "fedaudit.reports.model.Claim": _reports,
     "fedaudit.reports.model.Manifest": _reports,
     "fedaudit.reports.model.Report": _reports,

@@ -1,5 +1,5 @@
 """Convergence metrics of a loss curve: plateau level, rounds to the plateau, first round at or
-below a level, and whether the curve reached a plateau.
+below a level, whether the curve reached a plateau, and the first round at a target accuracy.
 
 These turn a :class:`fedaudit.fl.training.Trace` (its ``rounds`` and ``loss``) into the numbers a
 convergence claim compares; they compute, never run or draw.
@@ -15,7 +15,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_real, check_vector
 
-__all__ = ["plateau_level", "rounds_to_plateau", "first_at_or_below", "plateau_status"]
+__all__ = ["plateau_level", "rounds_to_plateau", "first_at_or_below", "plateau_status", "rounds_to_target"]
 
 
 def _check_losses(losses: Any) -> np.ndarray:
@@ -126,3 +126,13 @@ def plateau_status(rounds: Sequence[int], losses: Sequence[float], window: int, 
         first = 0 if off.size == 0 else int(off[-1]) + 1
         out.update(reached=True, round=int(r[first]))
     return out
+
+
+def rounds_to_target(rounds: Sequence[int], accuracy: Sequence[float | None], target: float | None) -> int | None:
+    """First recorded round whose test accuracy is ≥ ``target`` (``None`` if never or no target)."""
+    if target is None:
+        return None
+    for r, a in zip(rounds, accuracy):
+        if isinstance(a, (int, float)) and a >= target:  # None (absent) and "nan" never reach it
+            return int(r)
+    return None

@@ -1,6 +1,6 @@
 """The simulated federated system: offline datasets, client partitions, models, the federation
 that turns honest gradients, Byzantine vectors and a robust aggregator into an inexact oracle,
-the server optimizers and the training loop, the gossip simulator and stress grids.
+the server optimizers and the training loop, and the gossip simulator.
 
 * :mod:`fedaudit.fl.data` — :class:`Dataset`, :func:`load_digits_dataset`, :func:`load_mnist`
   (local files only), :func:`synthetic_logistic`, :func:`synthetic_linear`, :func:`load_dataset`;
@@ -12,7 +12,6 @@ the server optimizers and the training loop, the gossip simulator and stress gri
 * :mod:`fedaudit.fl.optimizers` — D-GD, D-NAG, robust accelerated, PIGS;
 * :mod:`fedaudit.fl.training` — :func:`run` and its :class:`Trace`;
 * :mod:`fedaudit.fl.gossip` — :func:`simulate_gossip` (decentralised robust gossip);
-* :mod:`fedaudit.fl.stress` — stress grids (aggregator × attack × f × β);
 * :mod:`fedaudit.fl.registry` — optimizers, partitions and datasets by name.
 """
 

@@ -1,9 +1,9 @@
 """Stress-grid heatmaps: one PNG per aggregator, worst case over attacks on the f × β grid.
 
-Drawn from the plain summary that :func:`fedaudit.fl.stress.summarize` returns (lists and
+Drawn from the plain summary that :func:`fedaudit.audit.stress.summarize` returns (lists and
 numbers, no fedaudit objects), with matplotlib's object-oriented API on an Agg canvas (the
 process-wide backend is never changed). Pass :func:`plot_heatmaps` as ``draw=`` to
-:func:`fedaudit.fl.stress.run_stress`, or call it on a saved ``summary.json``.
+:func:`fedaudit.audit.stress.run_stress`, or call it on a saved ``summary.json``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ __all__ = ["Stress", "stress_config_keywords", "stress_plots"]
 
 
 def stress_config_keywords(p: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """The :class:`~fedaudit.fl.stress.StressConfig` keywords of a stress claim's parameters."""
+    """The :class:`~fedaudit.audit.stress.StressConfig` keywords of a stress claim's parameters."""
     return dict(aggregators=tuple(p["aggregators"]), attacks=tuple(p["attacks"]), fs=tuple(p["fs"]),
                 betas=tuple(p["betas"]), dataset=p["dataset"], data_path=p["data_path"], optimizer=p["optimizer"],
                 rounds=p["rounds"], lr=p["lr"], n_honest=p["n_honest"], mu=p["mu"], seed=seed,
@@ -48,7 +48,7 @@ def stress_plots(config: Any, res: Any, p: Mapping[str, Any]) -> list[dict]:
     """One heatmap per (f, β) and metric, all panels of a metric on one colour scale — accuracy
     on [0, 1], loss on [0, largest finite loss of the grid] — so equal colours mean equal values
     across panels (as ``fedaudit stress`` draws them); and the accuracy curves of small grids."""
-    from fedaudit.fl.stress import Cell
+    from fedaudit.audit.stress import Cell
 
     recs = res.records
     plots = []
@@ -120,7 +120,7 @@ class Stress(ClaimKind):
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
-        from fedaudit.fl.stress import StressConfig
+        from fedaudit.audit.stress import StressConfig
 
         p["aggregators"] = [normalise_spec(a) for a in p["aggregators"]]
         p["attacks"] = [a.lower() for a in p["attacks"]]
@@ -156,7 +156,7 @@ class Stress(ClaimKind):
         return len(p["aggregators"]) * len(p["attacks"]) * len(p["fs"]) * len(p["betas"])
 
     def run(self, spec, rng, progress: Progress, *, workdir: str | None = None) -> Evidence:
-        from fedaudit.fl.stress import StressConfig, run_stress
+        from fedaudit.audit.stress import StressConfig, run_stress
 
         p = spec.params
         config = StressConfig(**stress_config_keywords(p, seed=spec.seed))

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.audit.convergence import rounds_to_target
 from fedaudit import json as fjson
 from fedaudit.engine import run_tasks
 from fedaudit.errors import FedAuditError
@@ -80,7 +81,6 @@ __all__ = [
     "run_cell",
     "cell_seed",
     "partition_seed",
-    "rounds_to_target",
     "load_cells",
     "summarize",
 ]
@@ -292,16 +292,6 @@ def _dataset(name: str, path: str | None, seed: int):
 def _number(x: Any) -> float | str:
     """A trace value under the :mod:`fedaudit.json` convention: non-finite → "inf"/"-inf"/"nan"."""
     return jsonable(float(x))
-
-
-def rounds_to_target(rounds: Sequence[int], accuracy: Sequence[float | None], target: float | None) -> int | None:
-    """First recorded round whose test accuracy is ≥ ``target`` (``None`` if never or no target)."""
-    if target is None:
-        return None
-    for r, a in zip(rounds, accuracy):
-        if isinstance(a, (int, float)) and a >= target:  # None (absent) and "nan" never reach it
-            return int(r)
-    return None
 
 
 def _breakdown(final_loss: float, initial_loss: float, final_acc: float | None, n_classes: int | None) -> list[str]:
