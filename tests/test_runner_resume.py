@@ -206,6 +206,12 @@ def test_checkpoint_of_another_version_or_a_tampered_claim_is_refused(tmp_path):
     path.write_text(json.dumps(record)[:-20])  # torn file (cannot happen with the atomic write, still refused)
     with pytest.raises(FedAuditError, match="cannot read checkpoint"):
         ck.load()
+    path.write_text(json.dumps({**record, "claim": {**record["claim"], "runtime_s": float("nan")}}))
+    with pytest.raises(FedAuditError, match="cannot read checkpoint.*not strict JSON"):  # a NaN token
+        ck.load()
+    path.write_text(json.dumps(record)[:-1] + ', "format": 1}')  # a duplicated key
+    with pytest.raises(FedAuditError, match="cannot read checkpoint.*not strict JSON"):
+        ck.load()
     (tmp_path / CHECKPOINT_DIR / ".vq.json.tmp").write_text("{")  # an interrupted write is ignored
     path.write_text(json.dumps(record))
     assert set(ck.load()[0]) == {"vq"}

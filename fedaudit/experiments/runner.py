@@ -28,7 +28,6 @@ checkpointed, so a resume retries them. Once the report is written, ``.checkpoin
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -38,13 +37,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import fedaudit
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimSpec, Progress, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import Plan, load_plan
 from fedaudit.reports.model import Claim, Manifest, Report
+from fedaudit.version import __version__
 
 __all__ = ["PlanProgress", "Checkpoints", "run_claim", "work_units", "run_plan", "run_plan_to_dir",
            "CHECKPOINT_DIR", "WORK_DIR"]
@@ -175,8 +174,8 @@ class Checkpoints:
         """A checkpoint file's record, after checking its format, plan SHA-256 and version."""
         where = f"checkpoint {path}"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            data = fjson.loads(path.read_bytes(), what=where)
+        except (OSError, FedAuditError) as exc:
             raise FedAuditError(f"cannot read {where}: {exc}; rerun without --resume (and with --force) "
                                 f"to start over") from None
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
@@ -186,16 +185,16 @@ class Checkpoints:
                 f"{where} belongs to a different plan (sha256 {str(data.get('plan_sha256'))[:12]}, this plan "
                 f"{self.plan.sha256[:12]}); resume with the plan that started the run, or rerun without "
                 f"--resume (and with --force) to start over")
-        if data.get("fedaudit") != fedaudit.__version__:
+        if data.get("fedaudit") != __version__:
             raise FedAuditError(f"{where} was written by fedaudit {data.get('fedaudit')}, this is "
-                                f"{fedaudit.__version__}; rerun without --resume (and with --force)")
+                                f"{__version__}; rerun without --resume (and with --force)")
         return data
 
     def _write(self, path: Path, record: dict[str, Any]) -> Path:
         from fedaudit.reports.io import atomic_write, fsync_dir
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        header = {"format": CHECKPOINT_FORMAT, "fedaudit": fedaudit.__version__, "plan_sha256": self.plan.sha256}
+        header = {"format": CHECKPOINT_FORMAT, "fedaudit": __version__, "plan_sha256": self.plan.sha256}
         atomic_write(path, fjson.dumps({**header, **record}, sort_keys=True))
         fsync_dir(self.dir)
         return path

@@ -35,6 +35,7 @@ from typing import Any, Literal, Mapping
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports import canonical
+from fedaudit.version import __version__
 
 __all__ = [
     "Verdict", "Expect", "VERDICTS", "EXPECTS", "PLOT_TYPES", "SCHEMA_VERSION",
@@ -201,9 +202,7 @@ def package_checkout(package_dir: str | Path | None = None) -> tuple[str | None,
     then describe the code that ran.
     """
     if package_dir is None:
-        import fedaudit
-
-        package_dir = Path(fedaudit.__file__).parent
+        package_dir = Path(__file__).resolve().parents[1]  # the fedaudit package directory
     pkg = Path(package_dir).resolve()
     if not pkg.is_dir():
         return None, None
@@ -251,13 +250,11 @@ class Manifest:
         import numpy
         import scipy
 
-        import fedaudit
-
         commit, dirty = package_checkout(package_dir)
         torch_mod = sys.modules.get("torch")
         torch_version = getattr(torch_mod, "__version__", None) if torch_mod is not None else _version("torch")
         return cls(
-            fedaudit=fedaudit.__version__, numpy=numpy.__version__, scipy=scipy.__version__,
+            fedaudit=__version__, numpy=numpy.__version__, scipy=scipy.__version__,
             torch=None if torch_version is None else str(torch_version),
             python=_platform.python_version(), platform=_platform.platform(),
             plan_sha256=None if plan_bytes is None else hashlib.sha256(plan_bytes).hexdigest(),
