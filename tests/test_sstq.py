@@ -191,3 +191,17 @@ def test_private_mse_is_linear_in_k_as_the_docstring_states(levels):
     for k, v in mse.items():
         assert v == pytest.approx(c_s * d**2 * k * levels**2 / eps**2, rel=0.2)
     assert mse[64] / mse[16] == pytest.approx(4.0, rel=0.05)
+
+
+def test_measure_mse_seed_is_an_entry_point_integer():
+    """measure_mse takes an integer seed; a SeedSequence or Generator is refused with the reason
+    (it would be advanced, so the same object twice would give different numbers)."""
+    from fedaudit.audit.variance import measure_mse
+
+    m = SSTQ(16, 4, 2, 1.0)
+    x = np.full(16, 0.2)
+    assert measure_mse(m, x, 400, 3).to_dict() == measure_mse(m, x, 400, 3).to_dict()
+    assert measure_mse(m, x, 400, 3).seed == 3
+    for bad in (np.random.SeedSequence(1), np.random.default_rng(1), 1.5, True):
+        with pytest.raises(FedAuditError, match="seed must be a non-negative integer or None"):
+            measure_mse(m, x, 400, bad)

@@ -19,7 +19,7 @@ from fedaudit.audit.bounds import (
 from fedaudit.audit.ldp import LDPAudit, audit_ldp, audit_ldp_streams
 from fedaudit.audit.pair_search import PairSearch, audit_worst_case, search_pairs
 from fedaudit.audit.scores import BonferroniSelection, ScoreAudit, ScoreAuditor, SplitSelection
-from fedaudit.audit.variance import MSEResult, VarianceCurve, measure_mse, plot_variance_curve, variance_vs_dk
+from fedaudit.audit.variance import MSEResult, VarianceCurve, measure_mse, variance_vs_dk
 
 
 def __getattr__(name):  # robustness pulls in the defenses and attacks: load on first use
@@ -34,7 +34,7 @@ __all__ = [
     "ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection",
     "LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_worst_case", "search_pairs", "PairSearch",
     "audit_robustness", "RobustnessAudit",
-    "MSEResult", "VarianceCurve", "measure_mse", "plot_variance_curve", "variance_vs_dk",
+    "MSEResult", "VarianceCurve", "measure_mse", "variance_vs_dk",
     "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",
     "ThresholdBound",
 ]

@@ -9,7 +9,7 @@ is an inexact gradient oracle
 
     e_k := ‖g_k − ∇L_H(x_k)‖² ≤ ζ² + α·s_k,   s_k := ‖∇L_H(x_k)‖²,   ζ² = κG², α = κB².
 
-From a :class:`~fedaudit.defenses.optimizers.Trace` we fit the *tightest envelope* of the
+From a :class:`~fedaudit.fl.training.Trace` we fit the *tightest envelope* of the
 points (s_k, e_k): the line c + a·s with c, a ≥ 0 lying above every point that minimises
 c + a·mean(s) (its mean height over the observed s) — a two-variable LP solved by
 ``scipy.optimize.linprog`` (HiGHS) after rescaling both axes to [0, 1]. The same fit on the
@@ -45,7 +45,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_real
 
-__all__ = ["OracleFit", "fit_envelope", "fit_least_squares", "fit_oracle", "plot_oracle"]
+__all__ = ["OracleFit", "fit_envelope", "fit_least_squares", "fit_oracle"]
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def fit_oracle(trace: Any, *, aggregator: str | None = None, n: int | None = Non
                nu: float | None = None, burn_in: int = 0) -> OracleFit:
     """Fit (ζ², α) and (G², B²) along ``trace`` and compare them through κ.
 
-    ``trace`` is a :class:`~fedaudit.defenses.optimizers.Trace` (or any object with
+    ``trace`` is a :class:`~fedaudit.fl.training.Trace` (or any object with
     ``oracle_err_sq``, ``grad_sq`` and optionally ``het_dev_sq``, ``het_grad_sq``).
     κ = ``kappa_upper_bound(aggregator, n, f).kappa`` when those are given and a bound is
     published, else ``nu``; with neither, no comparison is made. ``burn_in`` drops the first
@@ -197,38 +197,3 @@ def fit_oracle(trace: Any, *, aggregator: str | None = None, n: int | None = Non
                      n_points=int(s.size), s=s.tolist(), e=e.tolist(),
                      dev=[] if dev is None else dev.tolist(), het_s=[] if hs is None else hs.tolist(),
                      optimizer=str(getattr(trace, "optimizer", "")))
-
-
-def plot_oracle(fit: OracleFit, path: Any, *, title: str | None = None) -> Any:
-    """Scatter e_k = ‖g_k − ∇L_H‖² against s_k = ‖∇L_H‖² (log axes) with the LP envelope,
-    the least-squares line and, when available, κ·(Ĝ² + B̂²·s). Writes ``path``; returns it."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    if not isinstance(fit, OracleFit):
-        raise FedAuditError(f"fit must be an OracleFit, got {type(fit).__name__}")
-    s = np.asarray(fit.s)
-    e = np.asarray(fit.e)
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    pos = (s > 0) & (e > 0)
-    ax.scatter(s[pos], e[pos], s=10, alpha=0.6, label="rounds (s_k, e_k)")
-    lo = float(s[pos].min()) if pos.any() else 1e-6
-    hi = float(s[pos].max()) if pos.any() else 1.0
-    grid = np.geomspace(lo, hi, 200) if hi > lo else np.array([lo, lo * 10])
-    ax.plot(grid, fit.zeta2 + fit.alpha * grid, "k-", label=f"envelope ζ²={fit.zeta2:.3g}, α={fit.alpha:.3g}")
-    ax.plot(grid, fit.zeta2_ls + fit.alpha_ls * grid, "k--", lw=1, label="least squares")
-    if fit.zeta2_bound is not None and fit.alpha_bound is not None:
-        ax.plot(grid, fit.zeta2_bound + fit.alpha_bound * grid, "r:",
-                label=f"κ(G² + B²s), κ={fit.kappa:.3g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("‖∇L_H(x_k)‖²")
-    ax.set_ylabel("‖g_k − ∇L_H(x_k)‖²")
-    ax.set_title(title or f"inexact oracle along {fit.optimizer or 'run'}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path

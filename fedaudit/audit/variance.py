@@ -24,7 +24,7 @@ from fedaudit.validation import check_int, check_probability, check_vector
 from fedaudit.mechanisms.base import Mechanism, check_levels
 from fedaudit.rng import as_seed_sequence, chunk_plan
 
-__all__ = ["MSEResult", "measure_mse", "VarianceCurve", "variance_vs_dk", "plot_variance_curve"]
+__all__ = ["MSEResult", "measure_mse", "VarianceCurve", "variance_vs_dk"]
 
 ProgressFn = Callable[[int], None]
 
@@ -61,7 +61,19 @@ class MSEResult:
 def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int | None = 0, *,
                 confidence: float = 0.95, chunk: int = 2_000,
                 progress: ProgressFn | None = None) -> MSEResult:
-    """Estimate E‖decode(M(x)) − x‖² from ``samples`` reports (streamed in chunks)."""
+    """Estimate E‖decode(M(x)) − x‖² from ``samples`` reports (streamed in chunks).
+
+    ``seed`` is a non-negative integer (or None: fresh OS entropy); chunk i of ``samples``
+    draws from the i-th child of ``SeedSequence(seed)``."""
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
+        raise FedAuditError(f"seed must be a non-negative integer or None, got {type(seed).__name__}")
+    return _measure(mechanism, x, samples, as_seed_sequence(seed), seed=seed, confidence=confidence,
+                    chunk=chunk, progress=progress)
+
+
+def _measure(mechanism: Mechanism, x: Any, samples: int, streams: np.random.SeedSequence, *,
+             seed: int | None, confidence: float, chunk: int, progress: ProgressFn | None) -> MSEResult:
+    """:func:`measure_mse` drawing chunk i from the i-th child of ``streams`` (left unadvanced)."""
     if not isinstance(mechanism, Mechanism):
         raise FedAuditError(f"mechanism must be a fedaudit Mechanism, got {type(mechanism).__name__}")
     x = check_vector("x", x, dim=mechanism.dim)
@@ -69,7 +81,7 @@ def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int |
     chunk = check_int("chunk", chunk, low=1)
     confidence = check_probability("confidence", confidence)
     plan = list(chunk_plan(samples, chunk))
-    children = as_seed_sequence(seed).spawn(len(plan))
+    children = as_seed_sequence(streams, copy=True).spawn(len(plan))
     d = mechanism.dim
     err_sum = err_sq = 0.0
     coord_sum = np.zeros(d)
@@ -104,7 +116,7 @@ def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int |
         bias_z_threshold=float(stats.norm.isf((1 - confidence) / (2 * d))),
         samples=samples,
         confidence=confidence,
-        seed=seed if isinstance(seed, int) else None,
+        seed=None if seed is None else int(seed),
         params=mechanism.params(),
     )
 
@@ -177,12 +189,16 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
         x = clip * g / np.linalg.norm(g)
     x = check_vector("x", x, dim=dim)
     private, nonprivate = [], []
+
+    def mse(mechanism: Mechanism, streams: np.random.SeedSequence) -> MSEResult:
+        return _measure(mechanism, x, samples, streams, seed=None, confidence=0.95, chunk=2_000, progress=progress)
+
     for i, k in enumerate(ks):
-        private.append(measure_mse(SSTQ(dim, k, levels, epsilon, clip), x, samples, children[2 * i], progress=progress))
-        nonprivate.append(measure_mse(SSTQ(dim, k, levels, None, clip), x, samples, children[2 * i + 1], progress=progress))
-    vq = measure_mse(VQSGD(dim, epsilon, clip), x, samples, children[-3], progress=progress)
-    vq0 = measure_mse(VQSGD(dim, None, clip), x, samples, children[-2], progress=progress)
-    pu = measure_mse(PrivUnitG(dim, epsilon, clip=clip), x, samples, children[-1], progress=progress)
+        private.append(mse(SSTQ(dim, k, levels, epsilon, clip), children[2 * i]))
+        nonprivate.append(mse(SSTQ(dim, k, levels, None, clip), children[2 * i + 1]))
+    vq = mse(VQSGD(dim, epsilon, clip), children[-3])
+    vq0 = mse(VQSGD(dim, None, clip), children[-2])
+    pu = mse(PrivUnitG(dim, epsilon, clip=clip), children[-1])
     dk = tuple(dim / k for k in ks)
     return VarianceCurve(
         dim=dim, epsilon=float(epsilon), levels=levels, ks=ks, d_over_k=dk,
@@ -191,33 +207,3 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
         slope_nonprivate=loglog_slope(dk, [r.mse for r in nonprivate]),
         samples=samples, seed=seed,
     )
-
-
-def plot_variance_curve(curve: VarianceCurve, path: str) -> str:
-    """Log–log PNG of MSE against d/k with CI bars and fitted slopes; returns the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    dk = np.asarray(curve.d_over_k)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    for rows, label, marker in ((curve.sstq, f"SSTQ ε={curve.epsilon:g} (slope {curve.slope_private:.2f})", "o"),
-                                (curve.sstq_nonprivate, f"SSTQ no privacy (slope {curve.slope_nonprivate:.2f})", "s")):
-        mse = np.array([r.mse for r in rows])
-        err = np.array([[r.mse - r.ci_low for r in rows], [r.ci_high - r.mse for r in rows]])
-        ax.errorbar(dk, mse, yerr=err, marker=marker, capsize=3, label=label)
-    ax.axhline(curve.vqsgd.mse, color="tab:red", ls="--", label=f"vqSGD ε={curve.epsilon:g}")
-    ax.axhline(curve.vqsgd_nonprivate.mse, color="tab:purple", ls="-.", label="vqSGD no privacy")
-    ax.axhline(curve.privunitg.mse, color="tab:green", ls=":", label=f"PrivUnitG ε={curve.epsilon:g} (optimal)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("d / k")
-    ax.set_ylabel("MSE  E‖x̂ − x‖²")
-    ax.set_title(f"MSE vs d/k at d={curve.dim}, s={curve.levels}, ‖x‖=clip")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
