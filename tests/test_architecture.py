@@ -1,0 +1,165 @@
+"""The import graph is one-way: no cycles between modules, no import from a lower layer to a
+higher one, no private names imported across modules, and no process-wide matplotlib backend.
+
+The graph is read from the source (every ``import`` statement, function-level ones included),
+so a lazy import inside a function counts like a top-level one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import fedaudit
+
+ROOT = Path(fedaudit.__file__).resolve().parent
+
+# Bottom (0) to top. A module may import its own layer or lower ones, never higher.
+LAYERS: dict[str, int] = {
+    "errors": 0, "json": 0, "rng": 0, "validation": 0, "arrays": 0, "registry": 0, "locking": 0,
+    "engine": 0, "guarantees": 0, "plans": 0, "kernels": 0, "version": 0,
+    "mechanisms": 1, "defenses": 1,
+    "attacks": 2, "testing": 2,
+    "fl": 3,
+    "audit": 4,
+    "reports": 5,
+    "experiments": 6,
+    "cli": 7, "__init__": 7,
+}
+FLOOR = {name for name, layer in LAYERS.items() if layer == 0}
+
+
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _target(module: str, node: ast.ImportFrom, modules: dict[str, Path]) -> str | None:
+    if not node.level:
+        return node.module
+    base = module.split(".")
+    if modules[module].name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, modules: dict[str, Path] | None = None) -> list[tuple[str, str | None]]:
+    """(imported module, imported name or None) for every fedaudit import of ``module``."""
+    MODULES_ = MODULES if modules is None else modules
+    tree = ast.parse(MODULES_[module].read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = _target(module, node, MODULES_)
+            if not target or not target.startswith("fedaudit"):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((sub, None) if sub in MODULES_ else (target, alias.name))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names if a.name.startswith("fedaudit")]
+    return found
+
+
+def _layer_key(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def test_every_package_has_a_layer():
+    assert {_layer_key(m) for m in MODULES} <= set(LAYERS), "add new packages to LAYERS"
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    upward = []
+    for module in modules:
+        for target, _ in _imports(module, modules):
+            if target in modules and LAYERS[_layer_key(target)] > LAYERS[_layer_key(module)]:
+                upward.append(f"{module} -> {target}")
+    return upward
+
+
+def test_no_import_runs_up_a_layer():
+    upward = upward_imports(MODULES)
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(upward))
+
+
+def test_no_cycles_between_modules():
+    graph = {m: {t for t, _ in _imports(m) if t in MODULES and t != m} for m in MODULES}
+    # a package __init__ re-exporting its own modules is not a cycle of concepts: drop the edges
+    # from a package to its own sub-modules
+    graph = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def private_imports(modules: dict[str, Path]) -> list[str]:
+    return [f"{m} imports {name} from {t}" for m in modules for t, name in _imports(m, modules)
+            if name and name.startswith("_") and not name.endswith("__") and t != m]
+
+
+def test_no_private_names_imported_across_modules():
+    bad = private_imports(MODULES)
+    assert not bad, "\n".join(bad)
+
+
+def test_reports_import_only_the_floor():
+    bad = [f"{m} -> {t}" for m in MODULES if _layer_key(m) == "reports"
+           for t, _ in _imports(m) if _layer_key(t) not in FLOOR | {"reports"}]
+    assert not bad, "reports must render only:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("pattern", ["matplotlib.use(", "import matplotlib.pyplot", "from matplotlib import pyplot"])
+def test_no_process_wide_matplotlib_state(pattern):
+    users = [str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py") if pattern in p.read_text(encoding="utf-8")]
+    assert not users, f"{pattern!r} in {users}: draw with Figure + FigureCanvasAgg in fedaudit.reports"
+
+
+def test_checker_sees_a_planted_upward_import(tmp_path):
+    """The checks can fail: in a copy of the package, a mechanism importing reports and a private
+    name is caught."""
+    import shutil
+
+    copy = tmp_path / "fedaudit"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "mechanisms" / "probe.py").write_text(
+        "from fedaudit.reports import model\nfrom fedaudit.audit.ldp import _x\n", encoding="utf-8")
+    modules = _modules(copy)
+    assert "fedaudit.mechanisms.probe -> fedaudit.reports.model" in upward_imports(modules)
+    assert "fedaudit.mechanisms.probe imports _x from fedaudit.audit.ldp" in private_imports(modules)
