@@ -233,7 +233,7 @@ def cmd_mechanisms(args: argparse.Namespace) -> int:
     rows = []
     for name in MECHANISMS.names():
         m = make_mechanism(name, args.dim, args.epsilon, k=args.k, levels=args.levels, clip=args.clip, delta=args.delta)
-        claim = ("NOT LDP (reference)" if name == "sstq-sketch"
+        claim = ("NOT LDP (as published)" if m.as_published
                  else ("pure" if isinstance(m.guarantee, PureLDP) else "approximate"))
         rows.append((name, m, claim))
     print_mechanisms(out, rows, dim=args.dim, k=args.k or max(1, args.dim // 16), levels=args.levels)
@@ -324,15 +324,9 @@ def _write_json(path: str | None, result) -> None:
 
 
 def _load_sampler(spec: str):
-    import importlib
+    from fedaudit.registry import load_reference
 
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise FedAuditError(f"--sampler must look like package.module:function, got {spec!r}")
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise FedAuditError(f"cannot load sampler {spec!r}: {exc}") from None
+    fn = load_reference(spec, what="--sampler")
     if not callable(fn):
         raise FedAuditError(f"sampler {spec!r} is not callable")
     return fn

@@ -123,6 +123,9 @@ class Mechanism(ABC):
 
     #: registry / CLI name
     name: str = "mechanism"
+    #: True for an algorithm kept as published (:mod:`fedaudit.mechanisms.published`) whose
+    #: claimed guarantee is known not to hold; listings mark it "NOT LDP (as published)".
+    as_published: bool = False
     dim: int
     #: the claimed guarantee per report (None: no claim)
     guarantee: Guarantee | None

@@ -111,6 +111,8 @@ class SSTQSketch(Mechanism):
          each value spends the full ε, so the report composes to about k·ε, not ε.
     """
 
+    as_published = True
+
     name = "sstq-sketch"
 
     def __init__(self, dim: int, k: int, levels: int, epsilon: float):

@@ -101,7 +101,7 @@ class Claim:
     """One audited claim and the evidence behind its verdict.
 
     ``expect`` is what the plan expected of the system under test: ``"pass"`` (the guarantee
-    holds) or ``"violation"`` (the audit should break it, e.g. a reference algorithm that is not
+    holds) or ``"violation"`` (the audit should break it, e.g. an algorithm kept as published that is not
     LDP). ``verdict`` is ``"PASS"`` when the outcome met that expectation, ``"FAIL"`` when it
     contradicted it and ``"INCONCLUSIVE"`` when the evidence decides neither way (or the audit
     errored; then ``error`` says why). ``evidence`` is JSON data (CIs as ``[low, high]``);

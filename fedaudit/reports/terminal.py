@@ -45,8 +45,8 @@ def print_showcase(console: Console, rows: Sequence[Any], *, n: int, dim: int, e
     for col in ("mechanism", "bits/report", "MSE per report", "‖mean error‖²", "note"):
         table.add_column(col, justify="left" if col in ("mechanism", "note") else "right")
     for row in rows:
-        note = {"sstq-sketch": "seed pseudo-code: NOT LDP", "rr": f"{dim}-ary, one-hot inputs",
-                "gaussian": f"δ={row.mechanism.delta:g}"}.get(row.name, "")
+        note = ("as published: NOT LDP" if row.mechanism.as_published
+                else {"rr": f"{dim}-ary, one-hot inputs", "gaussian": f"δ={row.mechanism.delta:g}"}.get(row.name, ""))
         table.add_row(row.name, f"{row.mechanism.bits_per_report:,}", f"{row.mse_per_report:.4g}",
                       f"{row.mean_error:.4g}", note)
     console.print(table)
