@@ -102,6 +102,9 @@ def test_an_edited_rendering_is_named(tmp_path, capsys, name):
     assert not res.ok and res.digest_ok and res.schema_ok
     assert res.artifacts[name] == "changed" and sum(v == "ok" for v in res.artifacts.values()) == 1
     assert any(p.startswith(f"artifact {name}: changed") for p in res.problems)
+    d = json.loads(json.dumps(res.to_dict(), allow_nan=False))
+    assert d["ok"] is False and d["artifacts_ok"] is False and d["artifacts"][name] == "changed"
+    assert d["problems"] == res.problems and d["content_digest"] == res.content_digest
     for target in (out, out / "report.json"):  # a directory or its report.json
         assert main(["verify", str(target)]) == 1
         printed = capsys.readouterr().out

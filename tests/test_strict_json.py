@@ -195,7 +195,16 @@ def _round_trips():
     return [RoundTrip("laplace", Laplace(4, 1.0), math.inf, math.nan)]
 
 
+def _verify_result():
+    from fedaudit.reports.integrity import VerifyResult
+
+    return [VerifyResult(ok=False, schema_ok=True, digest_ok=True, signature="absent",
+                         problems=["artifact report.md: changed"], artifacts={"report.md": "changed"},
+                         content_digest="ab" * 32)]
+
+
 BUILDERS = {
+    "fedaudit.reports.integrity.VerifyResult": _verify_result,
     "fedaudit.experiments.showcase.RoundTrip": _round_trips,
     "fedaudit.audit.variance.VarianceCurve": _variance,
     "fedaudit.experiments.kind.Evidence": _evidence,

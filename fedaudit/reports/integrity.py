@@ -109,6 +109,13 @@ class VerifyResult:
         """True when every rendering matches its recorded hash (and none is unlisted)."""
         return all(v == "ok" for v in self.artifacts.values())
 
+    def to_dict(self) -> dict[str, Any]:
+        """The outcome as strict-JSON data (``artifacts_ok`` included)."""
+        return fjson.jsonable({"ok": self.ok, "schema_ok": self.schema_ok, "digest_ok": self.digest_ok,
+                               "signature": self.signature, "problems": list(self.problems),
+                               "artifacts": dict(self.artifacts), "artifacts_ok": self.artifacts_ok,
+                               "content_digest": self.content_digest})
+
 
 def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, str], list[str]]:
     """Re-hash every file of ``manifest.artifacts`` (relative to ``folder``); flag renderings
