@@ -28,6 +28,7 @@ checkpointed, so a resume retries them. Once the report is written, ``.checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -254,7 +255,7 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
             claim = run_claim(spec, hooks.advance, workdir=None if workdir is None else str(workdir))
         except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
             claim = _error_claim(spec, exc)
-        claim.runtime_s = time.perf_counter() - t0
+        claim = dataclasses.replace(claim, runtime_s=time.perf_counter() - t0)
         if checkpoints is not None:
             if claim.error is None:
                 checkpoints.save(claim, started)

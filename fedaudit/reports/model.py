@@ -96,7 +96,7 @@ def check_plot_spec(spec: Any, *, where: str) -> str:
         raise FedAuditError(f"{where} ({kind}) is missing {', '.join(missing)}")
     return kind
 
-@dataclass
+@dataclass(frozen=True)
 class Claim:
     """One audited claim and the evidence behind its verdict.
 
@@ -140,9 +140,9 @@ class Claim:
         if self.seed is not None:
             if isinstance(self.seed, bool) or not hasattr(self.seed, "__index__"):
                 raise FedAuditError(f"{where}: seed must be an integer or None, got {self.seed!r}")
-            self.seed = int(self.seed)
+            object.__setattr__(self, "seed", int(self.seed))  # frozen: normalise once, here
         try:
-            self.runtime_s = float(self.runtime_s)
+            object.__setattr__(self, "runtime_s", float(self.runtime_s))
         except (TypeError, ValueError):
             raise FedAuditError(f"{where}: runtime_s must be a number, got {self.runtime_s!r}") from None
 
