@@ -158,3 +158,11 @@ def test_module_attr_mechanism_and_aggregator_run_in_a_plan():
         load_plan(plan({**ldp, "mechanism": "nope:factory"}))
     with pytest.raises(FedAuditError, match=r"key 'aggregator' is not a valid aggregator"):
         load_plan(plan({**rob, "aggregator": "fedaudit.defenses.aggregators:Nope"}))
+
+
+def test_fmt_number_states_absent_and_infinite_values():
+    from fedaudit.experiments.kind import fmt_number
+
+    assert [fmt_number(v) for v in (None, float("inf"), -float("inf"), 0.123456, 3)] == \
+        ["—", "∞", "−∞", "0.1235", "3"]
+    assert fmt_number(2.0 / 3, ".3g") == "0.667"

@@ -22,6 +22,7 @@ evidence too weak to decide either way (:func:`verdict`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from fedaudit.experiments.keys import Key
@@ -29,7 +30,7 @@ from fedaudit.experiments.keys import Key
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Progress", "verdict", "trim", "MAX_NUMBERS"]
+__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Progress", "verdict", "trim", "fmt_number", "MAX_NUMBERS"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
@@ -163,3 +164,12 @@ def trim(value: Any, max_numbers: int = MAX_NUMBERS) -> Any:
         return [trim(v, max_numbers) for v in value]
     return value
 
+
+def fmt_number(value: Any, spec: str = ".4g") -> str:
+    """A number for a claim's summary sentence: ``format(value, spec)``, "—" for None (absent)
+    and "∞"/"−∞" for an infinite float."""
+    if value is None:
+        return "—"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    return format(value, spec)

@@ -20,19 +20,11 @@ from fedaudit.experiments.components import (
     normalise_spec,
     optimizer_names,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error, require_bound
 from fedaudit.json import finite_or_none
 
 __all__ = ["Convergence"]
-
-
-def _g(v: Any, spec: str = ".4g") -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float) and math.isinf(v):
-        return "∞" if v > 0 else "−∞"
-    return format(v, spec)
 
 
 def _sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, basis: str,
@@ -56,9 +48,9 @@ def _sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, b
             bits.append(f"{n} never reached L* → speedup 0")
         elif r["speedup_is_lower_bound"]:
             bits.append(f"{n} reached L* in {ro} rounds, {base} not in {p['rounds']} → speedup > "
-                        f"{_g(r['speedup'], '.3g')}×")
+                        f"{fmt_number(r['speedup'], '.3g')}×")
         else:
-            bits.append(f"{n} reached L* in {ro} rounds vs {base} {rb} → speedup {_g(r['speedup'], '.3g')}×")
+            bits.append(f"{n} reached L* in {ro} rounds vs {base} {rb} → speedup {fmt_number(r['speedup'], '.3g')}×")
     w, tol = p["plateau_window"], p["plateau_tol"]
     states = []
     for n, r in per.items():
@@ -72,7 +64,7 @@ def _sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, b
         else:
             states.append(f"{n} not reached ({st['final_change']:+.1%} over its last {w} rounds)")
     bits.append(f"plateau (|ΔL|/L ≤ {tol:g} over {w} rounds): " + ", ".join(states))
-    bits.append("final loss " + ", ".join(f"{n} {_g(r['final_loss'])}" for n, r in per.items()))
+    bits.append("final loss " + ", ".join(f"{n} {fmt_number(r['final_loss'])}" for n, r in per.items()))
     return "; ".join(bits)
 
 

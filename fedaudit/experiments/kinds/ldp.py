@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error, show
 from fedaudit.json import finite_or_none
 
@@ -107,10 +107,6 @@ def pair_power(res: Any, claimed_epsilon: float) -> float | None:
     return finite_or_none(float(exact) / float(claimed_epsilon))
 
 
-def _g(v: Any, spec: str) -> str:
-    return "—" if v is None else format(v, spec)
-
-
 def _power_sentence(power: float | None, exact: float | None, eps: float, searched: bool) -> str:
     """The summary's sentence on pair power; below ``fedaudit.audit.ldp.LOW_PAIR_POWER`` it adds
     that a PASS says little."""
@@ -118,7 +114,7 @@ def _power_sentence(power: float | None, exact: float | None, eps: float, search
 
     if power is None:
         return "the pair's exact ε is unknown, so how much of the claim it tests is unknown"
-    text = f"this pair's exact ε {_g(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
+    text = f"this pair's exact ε {fmt_number(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
     if power < LOW_PAIR_POWER:
         text += " — a PASS says little" + ("" if searched else "; use pair = 'search'")
     return text
@@ -246,7 +242,7 @@ class LDP(ClaimKind):
         weak = p["min_pair_power"] is not None and not violated and (power is None or power < p["min_pair_power"])
         conf = f"{res.confidence:.0%}"
         if violated:
-            exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {_g(res.epsilon_exact, '.3g')}"
+            exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {fmt_number(res.epsilon_exact, '.3g')}"
             summary = (f"VIOLATION: certified ε ≥ {res.epsilon_lower:.3f} at {conf} exceeds the claimed "
                        f"ε = {eps:g} ({pair_name}, {res.test}){exact}")
         else:

@@ -16,19 +16,11 @@ from fedaudit.experiments.components import (
     flat_params,
     normalise_spec,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error
 from fedaudit.json import finite_or_none
 
 __all__ = ["Robustness", "worst_configuration"]
-
-
-def _g(v: Any, spec: str = ".4g") -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float) and math.isinf(v):
-        return "∞" if v > 0 else "−∞"
-    return format(v, spec)
 
 
 def worst_configuration(res: Any) -> dict[str, Any]:
@@ -61,7 +53,7 @@ def worst_configuration(res: Any) -> dict[str, Any]:
         out["shape"] = str(shape)
     out.update(n=int(get("n") if get("n") is not None else res.n), f=int(get("f") if get("f") is not None else res.f),
                nu=finite_or_none(raw))
-    nu_text = "∞" if math.isinf(raw) else _g(out["nu"], ".3g")
+    nu_text = "∞" if math.isinf(raw) else fmt_number(out["nu"], ".3g")
     out["where"] = out["label"] + (f" / {out['shape']}" if "shape" in out else "") + f" at n={out['n']}, f={out['f']}"
     out["text"] = f"{out['where']}, ν̂={nu_text}"
     return out
@@ -123,9 +115,9 @@ class Robustness(ClaimKind):
         within_max = p["max_nu"] is None or nu <= p["max_nu"]
         holds = within_max and not res.violation
         worst = worst_configuration(res)
-        parts = [f"ν̂ = {_g(nu)}, attained by {worst['where']}",
+        parts = [f"ν̂ = {fmt_number(nu)}, attained by {worst['where']}",
                  f"universal lower bound f/(n−2f) = {res.nu_lower:.4g}",
-                 "published bound " + ("none" if res.nu_bound is None else _g(res.nu_bound))
+                 "published bound " + ("none" if res.nu_bound is None else fmt_number(res.nu_bound))
                  + (" VIOLATED" if res.violation else "")]
         if p["max_nu"] is not None:
             parts.append(f"max_nu {p['max_nu']:g} " + ("met" if within_max else "EXCEEDED"))
