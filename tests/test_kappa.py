@@ -103,3 +103,11 @@ def test_bound_dispatches_on_the_rule_class_not_its_name():
         kappa_upper_bound("cwmt", 21, 5)
     with pytest.raises(FedAuditError, match="must be an Aggregator"):
         kappa_upper_bound(3.0, 21, 5)
+
+
+def test_nnm_twice_has_no_published_bound():
+    """The NNM bound is published for NNM ∘ F with F a base rule; NNM ∘ NNM ∘ F gets none."""
+    from fedaudit.defenses.kappa import kappa_upper_bound
+
+    assert kappa_upper_bound("nnm+cwtm", 21, 3) is not None
+    assert kappa_upper_bound("nnm+nnm+cwtm", 21, 3) is None
