@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from fedaudit.reports import (
     schema_errors,
     verify_report,
     write_report,
+    write_sealed_report,
 )
 from fedaudit.json import jsonable
 from fedaudit.reports.canonical import canonical_json_bytes
@@ -165,8 +167,11 @@ def test_canonical_json_and_sanitiser():
     parsed = json.loads(text)
     assert "digest" not in parsed and "signature" not in parsed
     assert text == json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    r.seal(None)
-    assert r.canonical_json() == body  # sealing does not change what is hashed
+    sealed = r.seal(None)
+    assert sealed.canonical_json() == body  # sealing does not change what is hashed
+    assert r.digest is None and sealed.digest is not None  # a sealed copy; the report is frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.digest = "0" * 64
     assert jsonable({"a": (1.5, float("-inf")), "b": np.array([[1, 2]]), "c": np.bool_(True), 3: np.float32(0.5)}) \
         == {"a": [1.5, "-inf"], "b": [[1, 2]], "c": True, "3": 0.5}
     with pytest.raises(FedAuditError, match="not JSON data"):
@@ -274,8 +279,7 @@ def test_existing_directory_is_not_overwritten_without_force(tmp_path):
     (other / "notes.txt").write_text("keep me")
     with pytest.raises(FedAuditError, match="not empty"):
         write_report(sample_report(), other, formats=("json",))
-    r = sample_report()
-    r.title = "second"
+    r = dataclasses.replace(sample_report(), title="second")
     write_report(r, out, force=True, formats=("json", "md"))
     assert json.loads((out / "report.json").read_text())["title"] == "second"
     assert (out / "report.md").exists()
@@ -486,6 +490,7 @@ def test_real_audit_results_are_valid_evidence(tmp_path):
                       "nu_lower": rob.nu_lower}]),
     ]
     report = Report(Manifest.collect(None, None, 0.0, 1.0), claims)
-    paths = write_report(report, tmp_path / "r", formats=("json", "md"))
+    sealed, paths = write_sealed_report(report, tmp_path / "r", formats=("json", "md"))
     assert verify_report(paths["json"]).ok
-    assert Report.from_dict(json.loads(paths["json"].read_text())).to_dict() == report.to_dict()
+    assert Report.from_dict(json.loads(paths["json"].read_text())).to_dict() == sealed.to_dict()
+    assert sealed.digest and report.digest is None and sealed.claims == report.claims

@@ -280,7 +280,7 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
     Without ``resume`` old checkpoints are discarded; with it they are reused.
     """
     from fedaudit.locking import create_directory, directory_lock
-    from fedaudit.reports.io import write_report
+    from fedaudit.reports.io import write_sealed_report
 
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
@@ -297,6 +297,6 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
         else:
             checkpoints.clear()
         report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume)
-        paths = write_report(report, out, force=True, **({} if formats is None else {"formats": formats}))
+        report, paths = write_sealed_report(report, out, force=True, **({} if formats is None else {"formats": formats}))
         checkpoints.clear()
     return report, paths

@@ -22,6 +22,7 @@ embedded in ``report.html`` (PNG data URIs), so they are covered by its hash.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -33,7 +34,7 @@ from fedaudit.locking import create_directory
 from fedaudit.reports.integrity import signing_key, validate_report_dict
 from fedaudit.reports.model import Report
 
-__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "read_report", "atomic_write"]
+__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "write_sealed_report", "read_report", "atomic_write"]
 
 FORMATS = ("json", "html", "md")
 FILENAMES = {"json": "report.json", "html": "report.html", "md": "report.md"}
@@ -85,9 +86,16 @@ def fsync_dir(path: Path) -> None:
 
 def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = False,
                  formats: Iterable[str] = FORMATS) -> dict[str, Path]:
+    """:func:`write_sealed_report` returning only ``{format: path}`` of the files written."""
+    return write_sealed_report(report, out_dir, force=force, formats=formats)[1]
+
+
+def write_sealed_report(report: Report, out_dir: str | os.PathLike, *, force: bool = False,
+                        formats: Iterable[str] = FORMATS) -> tuple[Report, dict[str, Path]]:
     """Seal, validate and write ``report`` into ``out_dir`` as report.json / report.html / report.md.
 
-    Returns ``{format: path}`` for the files written. With ``force`` an existing report directory
+    Returns the sealed report as written (``report`` itself is frozen and stays unsealed) and
+    ``{format: path}`` for the files written. With ``force`` an existing report directory
     is reused: the report files are replaced, stale report files of formats not written are removed,
     other files are left alone. ``report.manifest.artifacts`` is (re)computed here, and the
     report is sealed with it (see the module docstring).
@@ -103,8 +111,7 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
         raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite")
 
     key = signing_key()
-    report.manifest.artifacts = None
-    report.seal(key)
+    report = dataclasses.replace(report, manifest=dataclasses.replace(report.manifest, artifacts=None)).seal(key)
     validate_report_dict(report.to_dict())
     view = report.rendering_view()
     texts: dict[str, bytes] = {}  # report.json last: once it is there, the renderings beside it are current
@@ -116,12 +123,12 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
         from fedaudit.reports.markdown import render_markdown
 
         texts["md"] = render_markdown(view).encode("utf-8")
-    report.manifest.artifacts = {
+    artifacts = {
         "rendered_from": view.digest,
         "files": {FILENAMES[fmt]: {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
                   for fmt, blob in texts.items()},
     }
-    report.seal(key)
+    report = dataclasses.replace(report, manifest=dataclasses.replace(report.manifest, artifacts=artifacts)).seal(key)
     validate_report_dict(report.to_dict())
     if "json" in formats:
         texts["json"] = report.to_json().encode("utf-8")
@@ -139,7 +146,7 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
     except OSError as exc:
         raise FedAuditError(f"cannot write report into {out}: {exc.strerror or exc}") from None
     fsync_dir(out)
-    return written
+    return report, written
 
 
 def read_report(path: str | os.PathLike) -> Report:

@@ -216,7 +216,7 @@ def package_checkout(package_dir: str | Path | None = None) -> tuple[str | None,
     return sha, (None if status is None else bool(status.strip()))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Manifest:
     """Where and how a report was produced. Times are ISO-8601 UTC; ``plan_sha256`` is the
     SHA-256 of the plan file's bytes; ``seed_entropy`` the root ``SeedSequence`` entropy as a
@@ -275,7 +275,7 @@ class Manifest:
 
 
 # ------------------------------------------------------------------------------ report
-@dataclass
+@dataclass(frozen=True)
 class Report:
     """A compliance report: a manifest, claims, and (once sealed) a digest and signature."""
 
@@ -376,15 +376,13 @@ class Report:
                                    digest=self.content_digest(), claims=list(self.claims))
 
     def seal(self, key: bytes | str | None = None) -> "Report":
-        """Set ``digest`` and, with a key, ``signature`` = HMAC-SHA256(key, canonical JSON) in hex
-        (without a key any previous signature is dropped). Returns ``self``."""
+        """A sealed copy: ``digest`` = SHA-256 of the canonical JSON and, with a key, ``signature``
+        = HMAC-SHA256(key, canonical JSON) in hex (without a key the copy is unsigned)."""
         body = self.canonical_json()
-        self.digest = canonical.digest(body)
-        if key is None or key == b"" or key == "":
-            self.signature = None
-        else:
-            self.signature = canonical.sign(body, key.encode("utf-8") if isinstance(key, str) else bytes(key))
-        return self
+        signature = None if key is None or key == b"" or key == "" else \
+            canonical.sign(body, key.encode("utf-8") if isinstance(key, str) else bytes(key))
+        return dataclasses.replace(self, digest=canonical.digest(body), signature=signature,
+                                   claims=list(self.claims))
 
 
 # ------------------------------------------------------------------------------ display helpers
