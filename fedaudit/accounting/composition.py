@@ -1,0 +1,181 @@
+"""Composition of per-report guarantees: what k uses of (ε_l, δ_l)-LDP randomizers cost together.
+
+Three methods, from loosest to tightest:
+
+* ``"basic"``: ``(Σ ε_l, Σ δ_l)`` (Dwork, McSherry, Nissim, Smith 2006; Dwork et al. 2006).
+* ``"advanced"``: the optimal composition theorem of Kairouz, Oh and Viswanath (ICML 2015).
+  When every ε_l is equal (any δ_l) it is *exact*: randomized response dominates every
+  (ε, δ)-DP mechanism, so the k-fold composition is (ε', δ_tot)-DP exactly when
+
+  ``δ_tot ≥ 1 − Π_l (1 − δ_l) · (1 − δ_k(ε'))``,
+  ``δ_k(ε') = Σ_{i: ε(k−2i) > ε'} C(k, i) (e^{ε(k−i)} − e^{ε' + εi}) / (1 + e^ε)^k``
+
+  (their Thm 3.3, which lists the corner points ε' = (k−2i)ε of this curve; Murtagh and Vadhan
+  2016). For unequal ε_l it is the upper bound of their Thm 3.5: with slack δ̃ given by
+  ``1 − δ_tot = (1 − δ̃) Π_l (1 − δ_l)``,
+  ``ε = min{Σε_l, S + √(2 Σε_l² log(e + √(Σε_l²)/δ̃)), S + √(2 Σε_l² log(1/δ̃))}``,
+  ``S = Σ ε_l (e^{ε_l} − 1)/(e^{ε_l} + 1)``. Both are capped by basic when ``δ_tot ≥ Σδ_l``.
+* ``"pld"``: exact numerical composition of the dominating privacy loss distributions
+  (ε_l with probability (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l) through
+  dp-accounting's PLD. The loss values are rounded up to multiples of ``discretization``, so the
+  result is an upper bound at most ``k · discretization`` above the exact ε.
+
+At a total δ below what the per-report δ_l already spend (``1 − Π(1 − δ_l)``; ``Σδ_l`` for basic),
+no finite ε holds and the returned ε is ``inf``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import gammaln, logsumexp
+
+from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import ApproxLDP, PureLDP
+from fedaudit.json import jsonable
+from fedaudit.validation import check_choice, check_positive, check_real
+
+__all__ = ["METHODS", "Composition", "compose"]
+
+#: the composition methods of :func:`compose`
+METHODS = ("basic", "advanced", "pld")
+
+
+@dataclass(frozen=True)
+class Composition:
+    """The composed guarantee: ``count`` uses compose to (``epsilon``, ``delta``) by ``method``."""
+
+    epsilon: float
+    delta: float
+    method: str
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"epsilon": self.epsilon, "delta": self.delta, "method": self.method,
+                         "count": self.count})
+
+
+def _pairs(epsilons: Any) -> list[tuple[float, float]]:
+    """(ε_l, δ_l) of each entry: a float is pure ε ≥ 0, a PureLDP (ε, 0), an ApproxLDP (ε, δ)."""
+    if isinstance(epsilons, (str, bytes)) or not isinstance(epsilons, (Sequence, np.ndarray)):
+        raise FedAuditError(f"epsilons must be a sequence of floats, PureLDP or ApproxLDP, "
+                            f"got {type(epsilons).__name__}")
+    if len(epsilons) == 0:
+        raise FedAuditError("epsilons must hold at least one entry, got an empty sequence")
+    out = []
+    for i, item in enumerate(epsilons):
+        if isinstance(item, PureLDP):
+            out.append((item.epsilon, 0.0))
+        elif isinstance(item, ApproxLDP):
+            out.append((item.epsilon, item.delta))
+        else:
+            out.append((check_real(f"epsilons[{i}]", item, low=0.0), 0.0))
+    return out
+
+
+def _log_delta_pure(k: int, eps: float, eps_total: float) -> float:
+    """log δ_k(ε') of the k-fold composition of ε-randomized response (module docstring), summed
+    as positive terms C(k,i) p^{k−i} q^i (1 − e^{ε' − (k−2i)ε}) with p = e^ε/(1+e^ε), q = 1 − p."""
+    i = np.arange(k + 1)
+    loss = (k - 2 * i) * eps
+    keep = loss > eps_total
+    if not keep.any():
+        return -math.inf
+    i, loss = i[keep], loss[keep]
+    log_p, log_q = -np.logaddexp(0.0, -eps), -np.logaddexp(0.0, eps)
+    terms = (gammaln(k + 1) - gammaln(i + 1) - gammaln(k - i + 1) + (k - i) * log_p + i * log_q
+             + np.log(-np.expm1(eps_total - loss)))
+    return float(logsumexp(terms))
+
+
+def _advanced(pairs: list[tuple[float, float]], slack: float) -> float:
+    """ε of the advanced method at slack δ̃ (the δ left after the δ_l; module docstring)."""
+    eps = np.array([e for e, _ in pairs])
+    if np.all(eps == eps[0]):
+        k, e = len(pairs), float(eps[0])
+        if e == 0.0 or _log_delta_pure(k, e, 0.0) <= math.log(slack):
+            return 0.0
+        target = math.log(slack)
+        return float(brentq(lambda x: _log_delta_pure(k, e, x) - target, 0.0, k * e,
+                            xtol=1e-12, rtol=1e-12))
+    s = float(np.sum(eps * np.tanh(eps / 2)))  # ε (e^ε − 1)/(e^ε + 1) = ε tanh(ε/2)
+    sq = float(np.sum(eps ** 2))
+    return min(math.fsum(eps), s + math.sqrt(2 * sq * math.log(math.e + math.sqrt(sq) / slack)),
+               s + math.sqrt(2 * sq * math.log(1 / slack)))
+
+
+def _pld(pairs: list[tuple[float, float]], delta: float, discretization: float) -> float:
+    from dp_accounting.pld import privacy_loss_distribution as pld
+    from dp_accounting.pld.common import DifferentialPrivacyParameters
+
+    composed = None
+    for (eps, dlt), count in sorted(Counter(pairs).items()):
+        if eps == 0.0 and dlt == 0.0:
+            continue  # a perfectly private report composes as the identity
+        one = pld.from_privacy_parameters(DifferentialPrivacyParameters(eps, dlt),
+                                          value_discretization_interval=discretization)
+        part = one.self_compose(count) if count > 1 else one
+        composed = part if composed is None else composed.compose(part)
+    return 0.0 if composed is None else float(composed.get_epsilon_for_delta(delta))
+
+
+def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, *,
+            delta_slack: float | None = None, discretization: float = 1e-4) -> Composition:
+    """Compose per-report guarantees (module docstring for the three methods).
+
+    Parameters
+    ----------
+    epsilons
+        Per-report guarantees: floats (pure ε ≥ 0), :class:`~fedaudit.guarantees.PureLDP` or
+        :class:`~fedaudit.guarantees.ApproxLDP` (their δ_l add up).
+    method
+        ``"basic"``, ``"advanced"`` or ``"pld"``.
+    delta
+        Total δ in [0, 1) of the result. For basic, 0 means "report Σδ_l"; advanced and pld
+        need δ > 0 (or ``delta_slack``).
+    delta_slack
+        Instead of ``delta`` (advanced and pld only): the slack δ̃ in (0, 1) on top of the per-report
+        δ_l; the total is then ``1 − (1 − δ̃) Π (1 − δ_l)``.
+    discretization
+        pld only: the loss discretisation interval (error ≤ ``count · discretization``).
+
+    Returns
+    -------
+    Composition
+        ``epsilon`` (``inf`` when δ is below what the δ_l spend), the total ``delta``, ``method``
+        and ``count = len(epsilons)``.
+    """
+    method = check_choice("method", method, METHODS)
+    pairs = _pairs(epsilons)
+    log_keep = math.fsum(math.log1p(-d) for _, d in pairs)  # log Π(1 − δ_l)
+    if method == "basic":
+        if delta_slack is not None:
+            raise FedAuditError("delta_slack applies to method='advanced' or 'pld' only, got method='basic'")
+        delta = check_real("delta", delta, low=0.0, high=1.0, open_high=True)
+        eps_sum, delta_sum = math.fsum(e for e, _ in pairs), math.fsum(d for _, d in pairs)
+        if delta == 0.0:
+            return Composition(eps_sum, delta_sum, method, len(pairs))
+        return Composition(eps_sum if delta_sum <= delta else math.inf, delta, method, len(pairs))
+    if delta_slack is not None:
+        if delta != 0.0:
+            raise FedAuditError(f"give delta or delta_slack, not both, got delta={delta!r} and "
+                                f"delta_slack={delta_slack!r}")
+        slack = check_real("delta_slack", delta_slack, low=0.0, high=1.0, open_low=True, open_high=True)
+        delta = -math.expm1(math.log1p(-slack) + log_keep)
+    else:
+        delta = check_real("delta", delta, low=0.0, high=1.0, open_low=True, open_high=True)
+        slack = -math.expm1(math.log1p(-delta) - log_keep)  # 1 − δ = (1 − δ̃) Π(1 − δ_l)
+    if method == "pld":
+        discretization = check_positive("discretization", discretization)
+        return Composition(_pld(pairs, delta, discretization), delta, method, len(pairs))
+    if slack <= 0.0:
+        return Composition(math.inf, delta, method, len(pairs))
+    eps = _advanced(pairs, slack)
+    if math.fsum(d for _, d in pairs) <= delta:
+        eps = min(eps, math.fsum(e for e, _ in pairs))
+    return Composition(eps, delta, method, len(pairs))

@@ -1,0 +1,164 @@
+"""fedaudit.accounting.composition and .ledger: basic, advanced (Kairouz–Oh–Viswanath) and PLD
+composition, checked against closed forms computed here independently."""
+
+import json
+import math
+from decimal import Decimal, localcontext
+
+import pytest
+
+from fedaudit.accounting.composition import compose
+from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import ApproxLDP, PureLDP
+
+PLD_STEP = 1e-4  # compose's default discretization
+
+
+def exact_delta(k, eps, eps_total):
+    """δ(ε') of k-fold ε-randomized response: the brief's closed form term by term, in 60-digit
+    decimal arithmetic (no logs, no cancellation tricks)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        e, t = Decimal(eps), Decimal(eps_total)
+        total = sum(math.comb(k, i) * ((e * (k - i)).exp() - (t + e * i).exp())
+                    for i in range(k + 1) if eps * (k - 2 * i) > eps_total)
+        return float(total / (1 + e.exp()) ** k)
+
+
+def exact_epsilon(k, eps, delta):
+    """Smallest ε' ≥ 0 with δ(ε') ≤ δ, by plain bisection on the closed form."""
+    lo, hi = 0.0, k * eps
+    if exact_delta(k, eps, 0.0) <= delta:
+        return 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if exact_delta(k, eps, mid) <= delta else (mid, hi)
+    return hi
+
+
+# --- closed forms by hand ---------------------------------------------------------------------
+
+def test_one_report_and_two_reports_by_hand():
+    # k = 1: δ(ε') = (e^ε − e^ε')/(1 + e^ε)  =>  ε' = log(e^ε − δ(1 + e^ε))
+    assert compose([1.0], "advanced", 1e-5).epsilon == pytest.approx(math.log(math.e - 1e-5 * (1 + math.e)),
+                                                                     abs=1e-10)
+    # k = 2, ε' < 2ε: only i = 0 counts  =>  ε' = log(e^{2ε} − δ(1 + e^ε)^2)
+    want = math.log(math.exp(2.0) - 1e-3 * (1 + math.e) ** 2)
+    assert compose([1.0, 1.0], "advanced", 1e-3).epsilon == pytest.approx(want, abs=1e-10)
+    assert compose([1.0, 1.0], "pld", 1e-3).epsilon == pytest.approx(want, abs=2 * PLD_STEP)
+
+
+@pytest.mark.parametrize("k, eps, delta", [(1, 1.0, 1e-5), (10, 1.0, 1e-5), (20, 0.5, 1e-6),
+                                           (50, 0.3, 1e-6), (7, 2.0, 1e-3)])
+def test_advanced_and_pld_match_the_closed_form(k, eps, delta):
+    want = exact_epsilon(k, eps, delta)
+    adv = compose([eps] * k, "advanced", delta).epsilon
+    pld = compose([eps] * k, "pld", delta).epsilon
+    assert adv == pytest.approx(want, abs=1e-8)
+    # pessimistic discretisation: never below the exact value, at most k steps above it
+    assert want - 1e-9 <= pld <= want + k * PLD_STEP
+    assert compose([eps] * k, "basic").epsilon == pytest.approx(k * eps, rel=1e-15)
+
+
+def test_long_homogeneous_run_against_the_closed_form():
+    want = exact_epsilon(1000, 0.1, 1e-6)
+    assert compose([0.1] * 1000, "advanced", 1e-6).epsilon == pytest.approx(want, abs=1e-8)
+    assert want - 1e-9 <= compose([0.1] * 1000, "pld", 1e-6).epsilon <= want + 1000 * PLD_STEP
+    assert want < 25.0  # far below basic's 100
+
+
+def test_zero_epsilon_when_delta_covers_the_total_variation():
+    # δ(0) = P[Bin(k, q) < k/2] − P[Bin(k, p) < k/2] is the total variation; any δ above it gives ε' = 0
+    tv = exact_delta(3, 0.1, 0.0)
+    assert compose([0.1] * 3, "advanced", tv * 1.01).epsilon == 0.0
+    assert compose([0.1] * 3, "advanced", tv * 0.99).epsilon > 0.0
+
+
+# --- ordering and monotonicity ----------------------------------------------------------------
+
+@pytest.mark.parametrize("eps", [[0.1, 0.5, 1.0, 0.2] * 25, [2.0, 0.05, 0.05, 0.3, 1.0], [0.2] * 200])
+def test_pld_le_advanced_le_basic(eps):
+    basic = compose(eps, "basic").epsilon
+    adv = compose(eps, "advanced", 1e-6).epsilon
+    pld = compose(eps, "pld", 1e-6).epsilon
+    assert adv <= basic
+    assert pld <= adv + len(eps) * PLD_STEP  # pld is exact up to its discretisation
+    assert pld < basic
+
+
+def test_heterogeneous_advanced_is_kov_theorem_3_5():
+    eps = [0.05] * 300 + [0.1] * 300
+    s = sum(e * (math.exp(e) - 1) / (math.exp(e) + 1) for e in eps)
+    sq = sum(e * e for e in eps)
+    want = min(sum(eps), s + math.sqrt(2 * sq * math.log(math.e + math.sqrt(sq) / 1e-6)),
+               s + math.sqrt(2 * sq * math.log(1e6)))
+    assert want < sum(eps)
+    assert compose(eps, "advanced", 1e-6).epsilon == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("method", ["basic", "advanced", "pld"])
+def test_monotone_in_count_and_epsilon(method):
+    at = [compose([0.3] * k, method, 1e-6 if method != "basic" else 0.0).epsilon for k in (1, 2, 5, 10, 30)]
+    assert all(a < b for a, b in zip(at, at[1:]))
+    by_eps = [compose([e] * 10, method, 1e-6 if method != "basic" else 0.0).epsilon for e in (0.1, 0.2, 0.5, 1.0)]
+    assert all(a < b for a, b in zip(by_eps, by_eps[1:]))
+    # a larger δ never raises ε
+    if method != "basic":
+        assert compose([0.3] * 10, method, 1e-3).epsilon < compose([0.3] * 10, method, 1e-6).epsilon
+
+
+# --- δ of the reports -------------------------------------------------------------------------
+
+def test_report_deltas_add_up_in_basic():
+    comp = compose([ApproxLDP(0.5, 1e-3)] * 20 + [PureLDP(1.0)], "basic")
+    assert (comp.epsilon, comp.count) == (11.0, 21)
+    assert comp.delta == pytest.approx(0.02, rel=1e-12)
+    assert compose([ApproxLDP(0.5, 1e-3)] * 20, "basic", 0.03).epsilon == 10.0
+    assert compose([ApproxLDP(0.5, 1e-3)] * 20, "basic", 0.01).epsilon == math.inf
+
+
+@pytest.mark.parametrize("method", ["advanced", "pld"])
+def test_report_deltas_are_spent_before_the_slack(method):
+    k, delta = 20, 0.03
+    slack = 1 - (1 - delta) / (1 - 1e-3) ** k  # 1 − δ = (1 − δ̃)(1 − δ_l)^k
+    want = exact_epsilon(k, 0.5, slack)
+    got = compose([ApproxLDP(0.5, 1e-3)] * k, method, delta).epsilon
+    assert want - 1e-9 <= got <= want + k * PLD_STEP
+    assert got > exact_epsilon(k, 0.5, delta)  # forgetting the δ_l would give this smaller ε
+    # delta_slack gives the same composition and reports the total δ
+    comp = compose([ApproxLDP(0.5, 1e-3)] * k, method, delta_slack=slack)
+    assert comp.delta == pytest.approx(delta, rel=1e-12)
+    assert comp.epsilon == pytest.approx(got, abs=1e-9)
+    # below the δ the reports already spend (1 − 0.999^20 ≈ 0.0198) no finite ε holds
+    assert compose([ApproxLDP(0.5, 1e-3)] * k, method, 0.019).epsilon == math.inf
+
+
+def test_to_dict_is_strict_json():
+    comp = compose([ApproxLDP(0.5, 1e-3)] * 20, "advanced", 0.01)
+    assert json.loads(json.dumps(comp.to_dict(), allow_nan=False)) == {
+        "epsilon": "inf", "delta": 0.01, "method": "advanced", "count": 20}
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, kwargs, match", [
+    (([],), {}, "epsilons"),
+    ((1.0,), {}, "epsilons"),
+    (([0.5, -0.1],), {}, r"epsilons\[1\]"),
+    (([0.5, math.inf],), {}, r"epsilons\[1\]"),
+    (([math.nan],), {}, r"epsilons\[0\]"),
+    (([0.5, None],), {}, r"epsilons\[1\]"),
+    (([0.5], "advance", 1e-6), {}, "method.*did you mean 'advanced'"),
+    (([0.5], "basic", 1.0), {}, "delta"),
+    (([0.5], "basic", -1e-3), {}, "delta"),
+    (([0.5], "advanced", 0.0), {}, "delta"),
+    (([0.5], "pld", 0.0), {}, "delta"),
+    (([0.5], "pld", 1.0), {}, "delta"),
+    (([0.5], "advanced"), {"delta_slack": 0.0}, "delta_slack"),
+    (([0.5], "advanced", 1e-6), {"delta_slack": 1e-6}, "delta_slack"),
+    (([0.5], "basic"), {"delta_slack": 1e-6}, "delta_slack"),
+    (([0.5], "pld", 1e-6), {"discretization": 0.0}, "discretization"),
+])
+def test_bad_input_names_the_parameter(args, kwargs, match):
+    with pytest.raises(FedAuditError, match=match):
+        compose(*args, **kwargs)
