@@ -7,7 +7,8 @@ from decimal import Decimal, localcontext
 
 import pytest
 
-from fedaudit.accounting.composition import compose
+from fedaudit.accounting.composition import Composition, compose
+from fedaudit.accounting.ledger import Ledger, LedgerEntry
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 
@@ -162,3 +163,80 @@ def test_to_dict_is_strict_json():
 def test_bad_input_names_the_parameter(args, kwargs, match):
     with pytest.raises(FedAuditError, match=match):
         compose(*args, **kwargs)
+
+
+# --- ledger -----------------------------------------------------------------------------------
+
+def _ledger():
+    ledger = Ledger()
+    for r in range(10):
+        ledger.record("a", 0.1, round=r)
+    ledger.record("b", ApproxLDP(1.0, 1e-6), round=0)
+    ledger.record("b", PureLDP(0.5), round=3)
+    return ledger
+
+
+def test_ledger_records_and_composes_per_client():
+    ledger = _ledger()
+    assert ledger.clients() == ("a", "b")
+    assert [e.round for e in ledger.entries("a")] == list(range(10))
+    assert ledger.entries("b")[0] == LedgerEntry("b", ApproxLDP(1.0, 1e-6), 0)
+    a = ledger.spent("a")
+    assert (a.epsilon, a.delta, a.count) == (1.0, 0.0, 10)  # fsum: exactly 1.0, not 0.9999999999999999
+    b = ledger.spent("b")
+    assert (b.epsilon, b.delta, b.count) == (1.5, 1e-6, 2)
+    assert ledger.spent("a", method="pld", delta=1e-6) == compose([0.1] * 10, "pld", 1e-6)
+    assert ledger.spent("nobody", method="advanced", delta=1e-6) == Composition(0.0, 1e-6, "advanced", 0)
+
+
+def test_ledger_remaining_and_can_run():
+    ledger = _ledger()
+    assert ledger.remaining("a", 1.5) == pytest.approx(0.5, abs=1e-15)
+    assert ledger.remaining("a", 0.8) == pytest.approx(-0.2, abs=1e-15)  # over budget: negative
+    assert ledger.remaining("nobody", 2.0) == 2.0
+    assert ledger.can_run("a", 0.1, 1.1)          # 11 × 0.1 = 1.1 exactly (fsum), not above
+    assert not ledger.can_run("a", 0.2, 1.1)
+    assert not ledger.can_run("nobody", 2.5, 2.0)
+    # advanced at δ: ten uses of 0.1 cost less than basic's 1.0
+    adv = ledger.remaining("a", 1.0, method="advanced", delta=1e-3)
+    assert adv == pytest.approx(1.0 - compose([0.1] * 10, "advanced", 1e-3).epsilon, abs=1e-15)
+    assert adv > 0.0
+
+
+def test_ledger_delta_budget():
+    ledger = _ledger()
+    # b holds an ApproxLDP entry: a δ = 0 budget is spent whatever ε it leaves
+    assert ledger.remaining("b", 10.0) == -math.inf
+    assert not ledger.can_run("b", 0.1, 10.0)
+    assert ledger.remaining("b", 10.0, delta=1e-6) == pytest.approx(8.5)
+    assert not ledger.can_run("b", ApproxLDP(0.1, 1e-6), 10.0, delta=1.5e-6)
+    assert ledger.can_run("b", ApproxLDP(0.1, 1e-6), 10.0, delta=2e-6)
+    assert not ledger.can_run("b", 0.1, 10.0, delta=5e-7, method="pld")  # below the entries' own δ
+
+
+def test_ledger_to_dict():
+    ledger = Ledger()
+    ledger.record(7, ApproxLDP(1.0, 1e-6))
+    assert json.loads(json.dumps(ledger.to_dict(), allow_nan=False)) == {"entries": [
+        {"client": 7, "guarantee": {"type": "approx-ldp", "epsilon": 1.0, "delta": 1e-6}, "round": None}]}
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda l: l.record(True, 0.1), "client"),
+    (lambda l: l.record(1.5, 0.1), "client"),
+    (lambda l: l.record("a", 0.0), "guarantee"),
+    (lambda l: l.record("a", -1.0), "guarantee"),
+    (lambda l: l.record("a", None), "guarantee"),
+    (lambda l: l.record("a", 0.1, round=-1), "round"),
+    (lambda l: l.record("a", 0.1, round=1.5), "round"),
+    (lambda l: l.spent("a", method="rdp"), "method"),
+    (lambda l: l.spent("nobody", method="pld"), "delta"),
+    (lambda l: l.remaining("a", 0.0), "budget_epsilon"),
+    (lambda l: l.can_run("a", math.nan, 1.0), "next_guarantee"),
+    (lambda l: l.can_run("a", 0.1, math.inf), "budget_epsilon"),
+])
+def test_ledger_bad_input_names_the_parameter(call, match):
+    ledger = Ledger()
+    ledger.record("a", 0.1)
+    with pytest.raises(FedAuditError, match=match):
+        call(ledger)
