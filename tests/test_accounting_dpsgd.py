@@ -128,3 +128,13 @@ def test_bad_method_and_sample_rate_one_allowed():
     assert epsilon_dpsgd(1.0, 1.0, 10, 1e-5, method="rdp").epsilon > 0
     with pytest.raises(FedAuditError, match="target_epsilon"):
         noise_multiplier_for(0.0, 0.01, 100, 1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")
+def test_inverse_agrees_with_opacus_get_noise_multiplier():
+    from opacus.accountants.utils import get_noise_multiplier
+    q, steps, delta, target = 0.01, 1000, 1e-5, 2.0
+    ours = noise_multiplier_for(target, q, steps, delta, method="rdp")
+    theirs = get_noise_multiplier(target_epsilon=target, target_delta=delta, sample_rate=q, steps=steps,
+                                  accountant="rdp", epsilon_tolerance=0.01)
+    assert ours <= theirs <= ours * 1.01  # theirs stops within 0.01 of the target, ours is the smallest
