@@ -87,14 +87,16 @@ def test_pld_le_advanced_le_basic(eps):
     assert pld < basic
 
 
-def test_heterogeneous_advanced_is_kov_theorem_3_5():
-    eps = [0.05] * 300 + [0.1] * 300
+@pytest.mark.parametrize("eps, term", [([0.05] * 300 + [0.1] * 300, 2),   # Σε² = 3.75: log(1/δ̃) term
+                                       ([0.01] * 2000 + [0.02] * 1000, 1),  # Σε² = 0.6: log(e + √Σε²/δ̃) term
+                                       ([0.5, 1.0, 2.0], 0)])                 # few reports: basic
+def test_heterogeneous_advanced_is_kov_theorem_3_5(eps, term):
     s = sum(e * (math.exp(e) - 1) / (math.exp(e) + 1) for e in eps)
     sq = sum(e * e for e in eps)
-    want = min(sum(eps), s + math.sqrt(2 * sq * math.log(math.e + math.sqrt(sq) / 1e-6)),
-               s + math.sqrt(2 * sq * math.log(1e6)))
-    assert want < sum(eps)
-    assert compose(eps, "advanced", 1e-6).epsilon == pytest.approx(want, rel=1e-12)
+    terms = [sum(eps), s + math.sqrt(2 * sq * math.log(math.e + math.sqrt(sq) / 1e-6)),
+             s + math.sqrt(2 * sq * math.log(1e6))]
+    assert min(range(3), key=terms.__getitem__) == term
+    assert compose(eps, "advanced", 1e-6).epsilon == pytest.approx(min(terms), rel=1e-12)
 
 
 @pytest.mark.parametrize("method", ["basic", "advanced", "pld"])

@@ -14,7 +14,8 @@ Three methods, from loosest to tightest:
   2016). For unequal ε_l it is the upper bound of their Thm 3.5: with slack δ̃ given by
   ``1 − δ_tot = (1 − δ̃) Π_l (1 − δ_l)``,
   ``ε = min{Σε_l, S + √(2 Σε_l² log(e + √(Σε_l²)/δ̃)), S + √(2 Σε_l² log(1/δ̃))}``,
-  ``S = Σ ε_l (e^{ε_l} − 1)/(e^{ε_l} + 1)``. Both are capped by basic when ``δ_tot ≥ Σδ_l``.
+  ``S = Σ ε_l (e^{ε_l} − 1)/(e^{ε_l} + 1)``. Neither exceeds basic's Σε_l (the exact curve is 0
+  at ε' = kε, and Σε_l is the first term of the minimum).
 * ``"pld"``: exact numerical composition of the dominating privacy loss distributions
   (ε_l with probability (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l) through
   dp-accounting's PLD. The loss values are rounded up to multiples of ``discretization``, so the
@@ -113,15 +114,18 @@ def _pld(pairs: list[tuple[float, float]], delta: float, discretization: float) 
     from dp_accounting.pld import privacy_loss_distribution as pld
     from dp_accounting.pld.common import DifferentialPrivacyParameters
 
-    composed = None
+    parts = []
     for (eps, dlt), count in sorted(Counter(pairs).items()):
         if eps == 0.0 and dlt == 0.0:
             continue  # a perfectly private report composes as the identity
         one = pld.from_privacy_parameters(DifferentialPrivacyParameters(eps, dlt),
                                           value_discretization_interval=discretization)
-        part = one.self_compose(count) if count > 1 else one
-        composed = part if composed is None else composed.compose(part)
-    return 0.0 if composed is None else float(composed.get_epsilon_for_delta(delta))
+        parts.append(one.self_compose(count) if count > 1 else one)
+    if not parts:
+        return 0.0
+    while len(parts) > 1:  # pairwise, so that each FFT composes two PLDs of similar support
+        parts = [a.compose(b) for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) - len(parts) % 2:]
+    return float(parts[0].get_epsilon_for_delta(delta))
 
 
 def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, *,
@@ -175,7 +179,4 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
         return Composition(_pld(pairs, delta, discretization), delta, method, len(pairs))
     if slack <= 0.0:
         return Composition(math.inf, delta, method, len(pairs))
-    eps = _advanced(pairs, slack)
-    if math.fsum(d for _, d in pairs) <= delta:
-        eps = min(eps, math.fsum(e for e, _ in pairs))
-    return Composition(eps, delta, method, len(pairs))
+    return Composition(_advanced(pairs, slack), delta, method, len(pairs))
