@@ -47,6 +47,11 @@ def test_one_report_and_two_reports_by_hand():
     want = math.log(math.exp(2.0) - 1e-3 * (1 + math.e) ** 2)
     assert compose([1.0, 1.0], "advanced", 1e-3).epsilon == pytest.approx(want, abs=1e-10)
     assert compose([1.0, 1.0], "pld", 1e-3).epsilon == pytest.approx(want, abs=2 * PLD_STEP)
+    # near ε' = kε only i = 0 counts too: ε' = log(e^{3ε} − δ(1 + e^ε)^3); a δ below double
+    # precision of that gap gives kε itself
+    want = math.log(math.exp(3.0) - 1e-10 * (1 + math.e) ** 3)
+    assert compose([1.0] * 3, "advanced", 1e-10).epsilon == pytest.approx(want, abs=1e-12)
+    assert compose([1.0] * 3, "advanced", 1e-300).epsilon == 3.0
 
 
 @pytest.mark.parametrize("k, eps, delta", [(1, 1.0, 1e-5), (10, 1.0, 1e-5), (20, 0.5, 1e-6),

@@ -98,12 +98,13 @@ def _advanced(pairs: list[tuple[float, float]], slack: float) -> float:
     """ε of the advanced method at slack δ̃ (the δ left after the δ_l; module docstring)."""
     eps = np.array([e for e, _ in pairs])
     if np.all(eps == eps[0]):
-        k, e = len(pairs), float(eps[0])
-        if e == 0.0 or _log_delta_pure(k, e, 0.0) <= math.log(slack):
+        k, e, target = len(pairs), float(eps[0]), math.log(slack)
+        if e == 0.0 or _log_delta_pure(k, e, 0.0) <= target:
             return 0.0
-        target = math.log(slack)
-        return float(brentq(lambda x: _log_delta_pure(k, e, x) - target, 0.0, k * e,
-                            xtol=1e-12, rtol=1e-12))
+        hi = k * e * (1 - 1e-12)  # δ_k(kε) = 0: stay where log δ_k is finite
+        if _log_delta_pure(k, e, hi) > target:
+            return k * e
+        return float(brentq(lambda x: _log_delta_pure(k, e, x) - target, 0.0, hi, xtol=1e-12, rtol=1e-12))
     s = float(np.sum(eps * np.tanh(eps / 2)))  # ε (e^ε − 1)/(e^ε + 1) = ε tanh(ε/2)
     sq = float(np.sum(eps ** 2))
     return min(math.fsum(eps), s + math.sqrt(2 * sq * math.log(math.e + math.sqrt(sq) / slack)),
