@@ -195,6 +195,16 @@ def _round_trips():
     return [RoundTrip("laplace", Laplace(4, 1.0), math.inf, math.nan)]
 
 
+def _ledger():
+    from fedaudit.accounting.ledger import Ledger
+    from fedaudit.guarantees import ApproxLDP
+
+    ledger = Ledger()
+    ledger.record("a", ApproxLDP(1.0, 1e-6), round=0)
+    ledger.record(3, 0.5)
+    return [ledger]
+
+
 def _verify_result():
     from fedaudit.reports.integrity import VerifyResult
 
@@ -204,6 +214,8 @@ def _verify_result():
 
 
 BUILDERS = {
+    "fedaudit.accounting.ledger.Ledger": _ledger,
+    "fedaudit.accounting.ledger.LedgerEntry": lambda: list(_ledger()[0].entries()),
     "fedaudit.reports.integrity.VerifyResult": _verify_result,
     "fedaudit.experiments.showcase.RoundTrip": _round_trips,
     "fedaudit.audit.variance.VarianceCurve": _variance,
