@@ -217,13 +217,14 @@ class LDP(ClaimKind):
         return total
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
-        from fedaudit.audit.ldp import audit_ldp
+        from fedaudit.audit.ldp import audit_ldp, claimed_guarantee
+        from fedaudit.guarantees import epsilon_delta
         from fedaudit.rng import derive_seed
 
         p = spec.params
         mech = build_mechanism(p)
-        eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else mech.epsilon
-        delta = p["claimed_delta"] if p["claimed_delta"] is not None else mech.delta
+        claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
+        eps = epsilon_delta(claim)[0]
         common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress)
         res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=None, clip=p["clip"], samples=p["samples"],
                                             search_samples=p["search_samples"], seed=spec.seed, **common)
