@@ -87,6 +87,7 @@ class QuadraticProblem:
         self.dim = A.shape[0]
         self.A = A
         self.b = check_vector("b", b, dim=self.dim)
+        self._honest = QuadraticSurrogate(A, self.b)
         A_hat = A if A_hat is None else check_matrix("A_hat", A_hat, cols=self.dim)
         b_hat = self.b if b_hat is None else check_vector("b_hat", b_hat, dim=self.dim)
         self.surrogate = QuadraticSurrogate(A_hat, b_hat)
@@ -99,13 +100,13 @@ class QuadraticProblem:
         self._L, self._mu = float(eig[-1]), float(eig[0])
 
     def honest_loss(self, x):
-        return float(0.5 * x @ (self.A @ x) - self.b @ x)
+        return self._honest.loss(x)
 
     def honest_grad(self, x):
-        return self.A @ x - self.b
+        return self._honest.grad(x)
 
     def honest_hvp(self, x, v):
-        return self.A @ v
+        return self._honest.hvp(x, v)
 
     def oracle(self, x, rng):
         g = self.honest_grad(x)
