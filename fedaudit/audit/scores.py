@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
+from fedaudit.audit.one_run import OneRunAudit, one_run_audit
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_real, check_vector
 from fedaudit.json import jsonable
@@ -297,6 +298,21 @@ class ScoreAuditor:
             return self._bonferroni(selection, confidence, delta)
         raise FedAuditError(f"selection must be a SplitSelection or a BonferroniSelection, "
                             f"got {type(selection).__name__}")
+
+    def one_run(self, delta: float, confidence: float = 0.95, *, guesses: int | Sequence[int] | None = None,
+                method: str = "steinke", orientation: str = "in-high", seed: int = 0) -> OneRunAudit:
+        """One-run ε lower bound (:mod:`fedaudit.audit.one_run`) when every score is one canary of a
+        single training run, ``scores_in`` those included and ``scores_out`` those excluded by
+        independent fair coins: guess "in" on the highest and "out" on the lowest scores.
+        ``method="steinke"`` (Steinke, Nasr, Jagielski 2023) is certified for every (ε, δ)-DP
+        mechanism; ``"fdp"`` (Mahloujifar, Melis, Chaudhuri 2024) under a Gaussian trade-off curve.
+        ``guesses``: None searches the grid r = round(m·2^-k), k = 0..7, with a union bound; an int
+        fixes r. Ties at a guess boundary are broken by a seeded random order (``seed``)."""
+        if self.scores_in is None:
+            raise FedAuditError("one_run needs the individual score of every canary; this auditor holds tallies "
+                                "(ScoreAuditor.from_counts)")
+        return one_run_audit(self.scores_in, self.scores_out, delta=delta, confidence=confidence, guesses=guesses,
+                             method=method, orientation=orientation, seed=seed)
 
     # ------------------------------------------------------------------ strategies
     def _split(self, sel: SplitSelection, confidence: float, delta: float) -> ScoreAudit:
