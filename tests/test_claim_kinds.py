@@ -110,7 +110,7 @@ def test_a_kind_named_by_reference_runs_without_registration():
 
 
 def test_unknown_and_broken_kinds_are_refused():
-    with pytest.raises(FedAuditError, match=r"key 'kind' must be one of 'convergence', 'ldp', .*got 'cion'"):
+    with pytest.raises(FedAuditError, match=r"key 'kind' must be one of 'accounting', 'convergence', .*'ldp', .*got 'cion'"):
         load_plan(plan({**FAIR, "kind": "cion"}))
     with pytest.raises(FedAuditError, match=r"key 'kind' names no usable claim kind: .*ClaimKind subclass"):
         load_plan(plan({**FAIR, "kind": "fedaudit.mechanisms.laplace:Laplace"}))
@@ -134,7 +134,7 @@ def test_verdict_follows_expect_and_inconclusive():
 def test_builtin_kinds_declare_units_and_figures_the_reports_draw():
     from fedaudit.reports.model import PLOT_TYPES
 
-    for name in ("ldp", "variance", "robustness", "stress", "convergence"):
+    for name in ("ldp", "variance", "robustness", "stress", "convergence", "accounting"):
         kind = claim_kind(name)
         assert kind.name == name and kind.unit and set(kind.figures) <= set(PLOT_TYPES)
 

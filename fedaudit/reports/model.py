@@ -2,7 +2,7 @@
 
 A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — non-finite floats
 become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedaudit.json`) — and
-is described by ``schema.json`` (``schema_version`` "1.1").
+is described by ``schema.json`` (``schema_version`` "1.2": 1.2 added the ``epsilon_vs_steps`` plot).
 
 Integrity: ``canonical_json()`` is the UTF-8 encoding of the report dictionary *without* its
 ``digest`` and ``signature`` keys, with sorted keys and no whitespace (floats in Python's
@@ -47,7 +47,7 @@ Expect = Literal["pass", "violation"]
 
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
 EXPECTS: tuple[str, ...] = ("pass", "violation")
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 #: plot type -> the keys its specification must carry (see ``schema.json`` for their types)
 PLOT_TYPES: dict[str, tuple[str, ...]] = {
@@ -57,6 +57,7 @@ PLOT_TYPES: dict[str, tuple[str, ...]] = {
     "nu_vs_bound": ("configurations", "nu_bound", "nu_lower"),
     "heatmap": ("title", "x_label", "y_label", "x", "y", "values"),
     "curves": ("title", "x_label", "y_label", "log_y", "series"),
+    "epsilon_vs_steps": ("steps", "epsilon", "epsilon_claimed", "delta"),
 }
 
 _KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")

@@ -25,6 +25,12 @@ figure). Specifications (required keys; optional keys in brackets):
   markers{series label: {x, y}}, markers_label] — non-finite y ends a curve and is marked ✕ (diverged);
   reference lines differ in colour and style; a marker (◆) is a point of note on a series,
   e.g. where it first reached a target.
+* ``epsilon_vs_steps``: steps, epsilon, epsilon_claimed, delta [x_label, accountant,
+  references{label: [ε per step]}, lower_bounds[{label, steps, epsilon, confidence}]] — an
+  accountant's upper bound ε(steps) at δ (solid), other accountants' curves for comparison (thin,
+  each its own reference style; they do not stretch the axes), the claimed budget as a horizontal
+  line, and audited lower bounds as points (a point above the accountant's curve or the budget is a
+  violation); ε = ∞ ends a curve.
 
 Numbers may be JSON specials ("inf", "-inf", "nan") or null.
 """
@@ -411,6 +417,57 @@ def _curves(spec: Mapping[str, Any]):
     return fig
 
 
+def _epsilon_vs_steps(spec: Mapping[str, Any]):
+    x = _arr(spec["steps"], "steps")
+    y = _arr(spec["epsilon"], "epsilon")
+    _same_length("steps", x, "epsilon", y)
+    claimed, delta = _num(spec["epsilon_claimed"], "epsilon_claimed"), _num(spec["delta"], "delta")
+    refs = spec.get("references") or {}
+    if not isinstance(refs, Mapping):
+        raise FedAuditError("plot references must map labels to lists of ε (one per step)")
+    points = spec.get("lower_bounds") or []
+    if not isinstance(points, (list, tuple)):
+        raise FedAuditError("plot lower_bounds must be a list of {label, steps, epsilon, confidence}")
+    fig, ax = _figure(7.2, 4.8)
+    shown: list[float] = []
+    ok = np.isfinite(x) & np.isfinite(y)
+    name = spec.get("accountant", "accountant")
+    ax.plot(x[ok], y[ok], "-", color=_BLUE, lw=2.2, zorder=4, label=f"{name}: ε upper bound at δ = {_fmt(delta)}")
+    if (~np.isfinite(y)).any():
+        ax.plot([], [], " ", label=f"{name}: no finite ε beyond the last point")
+    shown += list(y[ok])
+    for j, (label, values) in enumerate(refs.items()):
+        r = _arr(values, f"references[{label}]")
+        _same_length("steps", x, f"references[{label}]", r)
+        m = np.isfinite(x) & np.isfinite(r)
+        if m.any():
+            ax.plot(x[m], r[m], zorder=2, label=f"{label} (for comparison)", **{**_ref_style(j), "lw": 1.2})
+    if math.isfinite(claimed):
+        ax.axhline(claimed, color=_RED, ls="--", lw=1.6, zorder=3, label=f"claimed budget ε = {claimed:.4g}")
+        shown.append(claimed)
+    markers = ("o", "s", "^", "D", "v")
+    for i, pt in enumerate(points):
+        if not isinstance(pt, Mapping):
+            raise FedAuditError(f"plot lower_bounds[{i}] must be a mapping with label, steps, epsilon, confidence")
+        px, py = _num(pt["steps"], f"lower_bounds[{i}].steps"), _num(pt["epsilon"], f"lower_bounds[{i}].epsilon")
+        conf = _num(pt["confidence"], f"lower_bounds[{i}].confidence")
+        if math.isfinite(px) and math.isfinite(py):
+            ax.plot([px], [py], markers[i % len(markers)], color=_ORANGE, mec="black", mew=0.9, ms=9, zorder=5,
+                    label=f"{pt['label']}: ε ≥ {py:.3g} at {conf:.0%} confidence")
+            shown.append(py)
+    # the scale is the accountant's curve, the budget and the audited points; a looser reference
+    # accountant may leave the top of the axes (it is there for comparison, not for reading off)
+    finite = [v for v in shown if math.isfinite(v)]
+    top = max(finite) * 1.25 if finite and max(finite) > 0 else 1.0
+    ax.set_ylim(min(0.0, *finite) if finite else 0.0, top)
+    ax.set_xlabel(spec.get("x_label", "steps"))
+    ax.set_ylabel("ε")
+    _set_title(ax, spec.get("title", "Accountant ε against steps, with the claimed budget"))
+    ax.grid(True, which="both", alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
 PLOTTERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "epsilon_vs_samples": _epsilon_vs_samples,
     "privacy_region": _privacy_region,
@@ -418,6 +475,7 @@ PLOTTERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "nu_vs_bound": _nu_vs_bound,
     "heatmap": _heatmap,
     "curves": _curves,
+    "epsilon_vs_steps": _epsilon_vs_steps,
 }
 assert set(PLOTTERS) == set(PLOT_TYPES)
 
@@ -448,6 +506,9 @@ def describe(spec: Mapping[str, Any]) -> str:
                 "least-squares fits (slopes in the legend), flat lines the references.")
     if kind == "nu_vs_bound":
         return "Empirical ν̂ per attack configuration against the published bound and the lower bound f/(n−2f)."
+    if kind == "epsilon_vs_steps":
+        return ("Accountant ε upper bound against steps at fixed δ, the claimed budget as a dashed line"
+                + (", audited lower bounds as points" if spec.get("lower_bounds") else "") + ".")
     if kind in ("heatmap", "curves"):
         return str(spec.get("title", kind))
     return str(kind)
