@@ -23,7 +23,7 @@ from fedaudit.experiments.runner import run_plan
 from fedaudit.reports import load_schema
 from fedaudit.reports.plots import render_png
 
-RR = {"id": "rr", "kind": "accounting", "mechanism": "rr", "dim": 4, "epsilon": 1.0, "rounds": 50,
+RR = {"id": "rr", "kind": "accounting", "mechanism": "rr", "dim": 2, "epsilon": 1.0, "rounds": 50,
       "max_epsilon": 30.0, "curve_points": 8}
 
 
@@ -49,6 +49,33 @@ def rr_composed_epsilon(k: int, eps: float, delta: float) -> float:
         return float(np.sum(pmf * np.clip(-np.expm1(e - loss), 0.0, None))) - delta
 
     return brentq(excess, 0.0, k * eps - 1e-9, xtol=1e-12)
+
+
+def kary_rr_composed_epsilon(k: int, cats: int, eps: float, delta: float) -> float:
+    """ε at δ of k reports of ``cats``-ary ε-RR on the worst pair x ≠ x': each report's loss is +ε
+    (output x, prob e^ε/Z), −ε (output x', 1/Z) or 0 (another category, (cats − 2)/Z) under the
+    first input, Z = e^ε + cats − 1; the k-fold loss law is their k-fold convolution."""
+    z = math.exp(eps) + cats - 1
+    one = np.array([1 / z, (cats - 2) / z, math.exp(eps) / z])  # loss −ε, 0, +ε
+    pmf = np.array([1.0])
+    for _ in range(k):
+        pmf = np.convolve(pmf, one)
+    loss = eps * np.arange(-k, k + 1)
+
+    def excess(e):
+        return float(np.sum(pmf * np.clip(-np.expm1(e - loss), 0.0, None))) - delta
+
+    return brentq(excess, 0.0, k * eps - 1e-9, xtol=1e-12)
+
+
+def test_pld_uses_the_mechanisms_own_loss_distribution():
+    claim, _ = run(dim=5, method="pld", target_delta=1e-6)
+    ev = claim.evidence
+    exact = kary_rr_composed_epsilon(50, 5, 1.0, 1e-6)
+    assert exact - 1e-6 <= ev["epsilon"] <= exact + 50 * 1e-4
+    # 5-ary RR leaks less than the worst ε-DP pair: below the (exact) advanced composition of its ε
+    assert ev["epsilon"] < ev["references"]["advanced"]["epsilon"] - 1.0
+    assert "own privacy loss distribution" in ev["per_round"]["pld"]
 
 
 def test_basic_composition_is_k_times_epsilon_with_no_delta():

@@ -3,7 +3,8 @@
 Each round in which the client takes part it sends one report of the plan's mechanism (its
 typed guarantee, :attr:`~fedaudit.mechanisms.Mechanism.guarantee`). The composed ε at
 ``target_delta`` is computed by ``method`` (:func:`fedaudit.accounting.compose`: basic, optimal
-advanced of Kairouz–Oh–Viswanath, or exact PLD composition through dp-accounting). The claim
+advanced of Kairouz–Oh–Viswanath, or exact PLD composition through dp-accounting, from the
+mechanism's own privacy loss distribution, :func:`fedaudit.accounting.pld.pld_of`). The claim
 holds when it is at most ``max_epsilon``; otherwise the budget is violated (the computation is
 deterministic, so the verdict is never inconclusive).
 
@@ -125,12 +126,31 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
             comp = compose([g] * count, "basic", 0.0)  # reports (Σε, Σδ); over budget when Σδ > δ
             ok = comp.delta <= delta * (1 + 1e-9)
             found = (comp.epsilon, comp.delta, g, info) if ok else (math.inf, delta, g, info)
+        elif method == "pld" and shuffle_n is None:
+            found = (_mechanism_pld_epsilon(mech, count, delta, discretization, info), delta, g, info)
         else:
             comp = compose([g] * count, method, delta, discretization=discretization)
             found = (comp.epsilon, comp.delta, g, info)
         if best is None or found[0] < best[0]:
             best = found
     return best
+
+
+def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: float, info: dict) -> float:
+    """ε at ``delta`` of ``count`` reports composed from the mechanism's own PLD
+    (:func:`fedaudit.accounting.pld.pld_of`: its worst pair where fedaudit knows it, tighter than
+    the dominating pair of its (ε, δ) claim), or from its guarantee's PLD for a mechanism
+    ``pld_of`` does not cover; ``info["pld"]`` says which."""
+    from fedaudit.accounting.pld import pld_of
+
+    try:
+        one = pld_of(mech, discretization=discretization)
+        info["pld"] = "the mechanism's own privacy loss distribution (worst pair)"
+    except FedAuditError:
+        one = pld_of(mech.guarantee, discretization=discretization)
+        info["pld"] = "the dominating pair of the mechanism's (ε, δ) claim"
+    composed = one.self_compose(count) if count > 1 else one
+    return float(composed.get_epsilon_for_delta(delta))
 
 
 class Accounting(ClaimKind):
