@@ -16,10 +16,15 @@ Three methods, from loosest to tightest:
   ``ε = min{Σε_l, S + √(2 Σε_l² log(e + √(Σε_l²)/δ̃)), S + √(2 Σε_l² log(1/δ̃))}``,
   ``S = Σ ε_l (e^{ε_l} − 1)/(e^{ε_l} + 1)``. Neither exceeds basic's Σε_l (the exact curve is 0
   at ε' = kε, and Σε_l is the first term of the minimum).
-* ``"pld"``: exact numerical composition of the dominating privacy loss distributions
-  (ε_l with probability (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l) through
-  dp-accounting's PLD. The loss values are rounded up to multiples of ``discretization``, so the
-  result is an upper bound at most ``k · discretization`` above the exact ε.
+* ``"pld"``: exact numerical composition of privacy loss distributions through dp-accounting.
+  A guarantee (or a float ε) enters as its dominating PLD (ε_l with probability
+  (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l); a mechanism or a noise
+  specification enters as its own PLD (:func:`fedaudit.accounting.pld.pld_of`), which is tighter
+  (e.g. k-ary randomized response, Gaussian noise). The loss values are rounded up to multiples of
+  ``discretization``, so the result is an upper bound at most ``k · discretization`` above the exact ε.
+
+Basic and advanced compose the (ε_l, δ_l) *claims*: a mechanism enters through its guarantee, and
+an entry without one (a :class:`~fedaudit.accounting.pld.GaussianPLD`, say) needs ``"pld"``.
 
 At a total δ below what the per-report δ_l already spend (``1 − Π(1 − δ_l)``; ``Σδ_l`` for basic),
 no finite ε holds and the returned ε is ``inf``.
@@ -30,12 +35,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Sequence
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp
 
+from fedaudit.accounting.pld import build_pld, guarantee_of, pld_key
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 from fedaudit.json import jsonable
@@ -61,22 +68,38 @@ class Composition:
                          "count": self.count})
 
 
-def _pairs(epsilons: Any) -> list[tuple[float, float]]:
-    """(ε_l, δ_l) of each entry: a float is pure ε ≥ 0, a PureLDP (ε, 0), an ApproxLDP (ε, δ)."""
+def _items(epsilons: Any) -> list[Any]:
+    """Each entry as a guarantee or a mechanism/specification: a float is a pure ε ≥ 0 (kept as
+    ``(ε, 0.0)``), anything else must be a guarantee or have a PLD or a guarantee."""
     if isinstance(epsilons, (str, bytes)) or not isinstance(epsilons, (Sequence, np.ndarray)):
-        raise FedAuditError(f"epsilons must be a sequence of floats, PureLDP or ApproxLDP, "
+        raise FedAuditError(f"epsilons must be a sequence of floats, guarantees or mechanisms, "
                             f"got {type(epsilons).__name__}")
     if len(epsilons) == 0:
         raise FedAuditError("epsilons must hold at least one entry, got an empty sequence")
     out = []
     for i, item in enumerate(epsilons):
-        if isinstance(item, PureLDP):
-            out.append((item.epsilon, 0.0))
-        elif isinstance(item, ApproxLDP):
-            out.append((item.epsilon, item.delta))
-        else:
+        if isinstance(item, (PureLDP, ApproxLDP)):
+            out.append(item)
+        elif isinstance(item, (Real, np.generic)) or item is None or isinstance(item, (str, bytes)):
             out.append((check_real(f"epsilons[{i}]", item, low=0.0), 0.0))
+        else:
+            try:
+                guarantee_of(item)
+            except FedAuditError as err:
+                raise FedAuditError(f"epsilons[{i}]: {err}") from None
+            out.append(item)
     return out
+
+
+def _pair(i: int, item: Any) -> tuple[float, float]:
+    """(ε_l, δ_l) of an entry for basic and advanced."""
+    if isinstance(item, tuple):
+        return item
+    g = guarantee_of(item)
+    if g is None:
+        raise FedAuditError(f"epsilons[{i}] ({type(item).__name__}) has no (epsilon, delta) guarantee to compose "
+                            f"by basic or advanced composition; use method='pld'")
+    return (g.epsilon, g.delta if isinstance(g, ApproxLDP) else 0.0)
 
 
 def _log_delta_pure(k: int, eps: float, eps_total: float) -> float:
@@ -111,16 +134,18 @@ def _advanced(pairs: list[tuple[float, float]], slack: float) -> float:
                s + math.sqrt(2 * sq * math.log(1 / slack)))
 
 
-def _pld(pairs: list[tuple[float, float]], delta: float, discretization: float) -> float:
-    from dp_accounting.pld import privacy_loss_distribution as pld
-    from dp_accounting.pld.common import DifferentialPrivacyParameters
-
+def _pld(items: list[Any], delta: float, discretization: float) -> float:
+    keys = []
+    for item in items:
+        if isinstance(item, tuple):
+            if item == (0.0, 0.0):
+                continue  # a perfectly private report composes as the identity
+            keys.append(("privacy", *item))
+        else:
+            keys.append(pld_key(item))
     parts = []
-    for (eps, dlt), count in sorted(Counter(pairs).items()):
-        if eps == 0.0 and dlt == 0.0:
-            continue  # a perfectly private report composes as the identity
-        one = pld.from_privacy_parameters(DifferentialPrivacyParameters(eps, dlt),
-                                          value_discretization_interval=discretization)
+    for key, count in Counter(keys).items():
+        one = build_pld(key, discretization)
         parts.append(one.self_compose(count) if count > 1 else one)
     if not parts:
         return 0.0
@@ -131,13 +156,15 @@ def _pld(pairs: list[tuple[float, float]], delta: float, discretization: float) 
 
 def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, *,
             delta_slack: float | None = None, discretization: float = 1e-4) -> Composition:
-    """Compose per-report guarantees (module docstring for the three methods).
+    """Compose per-report guarantees or mechanisms (module docstring for the three methods).
 
     Parameters
     ----------
     epsilons
-        Per-report guarantees: floats (pure ε ≥ 0), :class:`~fedaudit.guarantees.PureLDP` or
-        :class:`~fedaudit.guarantees.ApproxLDP` (their δ_l add up).
+        Per-report entries: floats (pure ε ≥ 0), :class:`~fedaudit.guarantees.PureLDP` or
+        :class:`~fedaudit.guarantees.ApproxLDP` (their δ_l add up), or mechanisms and noise
+        specifications (:func:`~fedaudit.accounting.pld.pld_of`; basic and advanced use their
+        guarantee, pld their own PLD).
     method
         ``"basic"``, ``"advanced"`` or ``"pld"``.
     delta
@@ -156,7 +183,11 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
         and ``count = len(epsilons)``.
     """
     method = check_choice("method", method, METHODS)
-    pairs = _pairs(epsilons)
+    items = _items(epsilons)
+    if method == "pld":  # only bare guarantees spend a δ_l outside their PLD
+        pairs = [_pair(i, item) for i, item in enumerate(items) if isinstance(item, (tuple, PureLDP, ApproxLDP))]
+    else:
+        pairs = [_pair(i, item) for i, item in enumerate(items)]
     log_keep = math.fsum(math.log1p(-d) for _, d in pairs)  # log Π(1 − δ_l)
     if method == "basic":
         if delta_slack is not None:
@@ -164,8 +195,8 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
         delta = check_real("delta", delta, low=0.0, high=1.0, open_high=True)
         eps_sum, delta_sum = math.fsum(e for e, _ in pairs), math.fsum(d for _, d in pairs)
         if delta == 0.0:
-            return Composition(eps_sum, delta_sum, method, len(pairs))
-        return Composition(eps_sum if delta_sum <= delta else math.inf, delta, method, len(pairs))
+            return Composition(eps_sum, delta_sum, method, len(items))
+        return Composition(eps_sum if delta_sum <= delta else math.inf, delta, method, len(items))
     if delta_slack is not None:
         if delta != 0.0:
             raise FedAuditError(f"give delta or delta_slack, not both, got delta={delta!r} and "
@@ -177,7 +208,7 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
         slack = -math.expm1(math.log1p(-delta) - log_keep)  # 1 − δ = (1 − δ̃) Π(1 − δ_l)
     if method == "pld":
         discretization = check_positive("discretization", discretization)
-        return Composition(_pld(pairs, delta, discretization), delta, method, len(pairs))
+        return Composition(_pld(items, delta, discretization), delta, method, len(items))
     if slack <= 0.0:
-        return Composition(math.inf, delta, method, len(pairs))
-    return Composition(_advanced(pairs, slack), delta, method, len(pairs))
+        return Composition(math.inf, delta, method, len(items))
+    return Composition(_advanced(pairs, slack), delta, method, len(items))

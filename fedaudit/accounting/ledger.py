@@ -1,6 +1,9 @@
 """A per-client privacy budget ledger: each use of a randomizer is an entry (client, guarantee,
-round), and a client's spend is the :func:`~fedaudit.accounting.composition.compose` of its
-entries by the chosen method.
+round, and the mechanism when one was recorded), and a client's spend is the
+:func:`~fedaudit.accounting.composition.compose` of its entries by the chosen method: basic and
+advanced compose the entries' guarantees, ``"pld"`` composes the recorded mechanisms' own privacy
+loss distributions (:func:`~fedaudit.accounting.pld.pld_of`) exactly, and the dominating PLD of
+the guarantee for entries recorded as a bare guarantee.
 
 A budget is (``budget_epsilon``, ``delta``): a client is within it when its composed ε at total
 δ = ``delta`` is at most ``budget_epsilon``. With ``method="basic"`` and ``delta=0`` the composed δ
@@ -12,9 +15,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Union
 
+import numpy as np
+
 from fedaudit.accounting.composition import Composition, compose
+from fedaudit.accounting.pld import guarantee_of, pld_key
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 from fedaudit.json import jsonable
@@ -31,25 +38,46 @@ def _check_client(client: Any) -> Client:
     return client
 
 
-def _as_guarantee(name: str, guarantee: Any) -> PureLDP | ApproxLDP:
-    """PureLDP/ApproxLDP as given; a real number is a pure ε > 0."""
-    if isinstance(guarantee, (PureLDP, ApproxLDP)):
-        return guarantee
-    if isinstance(guarantee, bool) or guarantee is None or isinstance(guarantee, (str, bytes)):
-        raise FedAuditError(f"{name} must be a PureLDP, an ApproxLDP or a float ε > 0, got {name}={guarantee!r}")
-    return PureLDP(check_positive(name, guarantee))
+def _as_use(name: str, use: Any) -> tuple[PureLDP | ApproxLDP | None, Any]:
+    """(guarantee, mechanism) of one use: a PureLDP/ApproxLDP or a float ε > 0 has no mechanism; a
+    mechanism or noise specification keeps its guarantee (None for e.g. a GaussianPLD) and must
+    have a PLD or a guarantee."""
+    if isinstance(use, (PureLDP, ApproxLDP)):
+        return use, None
+    if isinstance(use, bool) or use is None or isinstance(use, (str, bytes)):
+        raise FedAuditError(f"{name} must be a PureLDP, an ApproxLDP, a float ε > 0, a mechanism or a noise "
+                            f"specification, got {name}={use!r}")
+    if isinstance(use, Real) or isinstance(use, np.generic):
+        return PureLDP(check_positive(name, use)), None
+    try:
+        guarantee = guarantee_of(use)
+    except FedAuditError as err:
+        raise FedAuditError(f"{name}: {err}") from None
+    if guarantee is None:
+        pld_key(use)  # no claim: only its PLD can account it (raises if it has none, e.g. VQSGD(None))
+    return guarantee, use
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One use of a randomizer by ``client`` in ``round`` (None: not recorded) under ``guarantee``."""
+    """One use of a randomizer by ``client`` in ``round`` (None: not recorded) under ``guarantee``
+    (None when the recorded ``mechanism`` claims none and is accounted by its PLD only)."""
 
     client: Client
-    guarantee: PureLDP | ApproxLDP
+    guarantee: PureLDP | ApproxLDP | None
     round: int | None
+    mechanism: Any = None
+
+    @property
+    def use(self) -> Any:
+        """What composition sees: the mechanism when one was recorded, else the guarantee."""
+        return self.guarantee if self.mechanism is None else self.mechanism
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({"client": self.client, "guarantee": self.guarantee.to_dict(), "round": self.round})
+        return jsonable({"client": self.client,
+                         "guarantee": None if self.guarantee is None else self.guarantee.to_dict(),
+                         "round": self.round,
+                         "mechanism": None if self.mechanism is None else self.mechanism.to_dict()})
 
 
 class Ledger:
@@ -59,9 +87,11 @@ class Ledger:
         self._entries: list[LedgerEntry] = []
 
     def record(self, client: Client, guarantee: Any, *, round: int | None = None) -> LedgerEntry:
-        """Append one use: ``guarantee`` is a PureLDP, an ApproxLDP or a float ε > 0."""
-        entry = LedgerEntry(_check_client(client), _as_guarantee("guarantee", guarantee),
-                            None if round is None else check_int("round", round, low=0))
+        """Append one use: ``guarantee`` is a PureLDP, an ApproxLDP, a float ε > 0, or the mechanism
+        (or noise specification) itself, whose PLD ``method="pld"`` then composes."""
+        claim, mechanism = _as_use("guarantee", guarantee)
+        entry = LedgerEntry(_check_client(client), claim,
+                            None if round is None else check_int("round", round, low=0), mechanism)
         self._entries.append(entry)
         return entry
 
@@ -77,7 +107,7 @@ class Ledger:
         return tuple(dict.fromkeys(e.client for e in self._entries))
 
     def _compose(self, client: Client, extra: tuple, method: str, delta: float) -> Composition:
-        uses = [e.guarantee for e in self.entries(client)] + list(extra)
+        uses = [e.use for e in self.entries(client)] + list(extra)
         if uses:
             return compose(uses, method, delta)
         # no use yet: compose one ε = 0 report (it validates method and δ) and count zero uses
@@ -102,8 +132,9 @@ class Ledger:
     def can_run(self, client: Client, next_guarantee: Any, budget_epsilon: float, *, delta: float = 0.0,
                 method: str = "basic") -> bool:
         """Whether the client stays within (``budget_epsilon``, ``delta``) after one more use under
-        ``next_guarantee``."""
-        nxt = _as_guarantee("next_guarantee", next_guarantee)
+        ``next_guarantee`` (a guarantee, a float ε or a mechanism, as in :meth:`record`)."""
+        claim, mechanism = _as_use("next_guarantee", next_guarantee)
+        nxt = claim if mechanism is None else mechanism
         comp = self._compose(_check_client(client), (nxt,), method, delta)
         return self._remaining(comp, budget_epsilon, delta) >= 0.0
 

@@ -54,8 +54,8 @@ Anything else raises a :class:`~fedaudit.errors.FedAuditError` naming the type a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,7 +65,7 @@ from fedaudit.json import jsonable
 from fedaudit.mechanisms import Duchi, Gaussian, Laplace, Mechanism, RandomizedResponse, VQSGD
 from fedaudit.validation import check_int, check_positive, check_vector
 
-__all__ = ["pld_of", "pld_key", "build_pld", "guarantee_of", "LaplacePLD", "GaussianPLD", "DiscreteLaplacePLD",
+__all__ = ["pld_of", "pld_key", "build_pld", "guarantee_of", "NoiseSpec", "LaplacePLD", "GaussianPLD", "DiscreteLaplacePLD",
            "DiscreteGaussianPLD", "PmfPair", "PLD_SUPPORTED"]
 
 #: what :func:`pld_of` accepts, as listed in its error message
@@ -74,10 +74,27 @@ PLD_SUPPORTED = ("PureLDP", "ApproxLDP", "RandomizedResponse", "VQSGD (with epsi
 
 
 @dataclass(frozen=True)
-class LaplacePLD:
+class NoiseSpec:
+    """Base of the typed noise specifications: a value describing one report's worst-case pair
+    (like :class:`~fedaudit.guarantees.Guarantee`); ``kind`` names the type in JSON."""
+
+    kind: ClassVar[str] = "noise"
+
+    @property
+    def guarantee(self) -> PureLDP | None:
+        """The pure-ε claim the noise implies (None when it implies none)."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"type": self.kind, **asdict(self)})
+
+
+@dataclass(frozen=True)
+class LaplacePLD(NoiseSpec):
     """Continuous Laplace noise of ``scale`` b added to a query of L1 diameter ``sensitivity`` Δ:
     privacy loss in [−Δ/b, Δ/b], so ``guarantee`` is PureLDP(Δ/b) (Dwork et al. 2006)."""
 
+    kind: ClassVar[str] = "laplace"
     scale: float
     sensitivity: float = 1.0
 
@@ -89,15 +106,14 @@ class LaplacePLD:
     def guarantee(self) -> PureLDP:
         return PureLDP(self.sensitivity / self.scale)
 
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"type": "laplace", "scale": self.scale, "sensitivity": self.sensitivity})
 
 
 @dataclass(frozen=True)
-class GaussianPLD:
+class GaussianPLD(NoiseSpec):
     """Continuous Gaussian noise N(0, ``sigma``²) added to a query of L2 diameter ``sensitivity``:
     the PLD of N(0, 1) vs N(Δ/σ, 1); no pure guarantee (``guarantee`` is None)."""
 
+    kind: ClassVar[str] = "gaussian"
     sigma: float
     sensitivity: float = 1.0
 
@@ -105,20 +121,15 @@ class GaussianPLD:
         object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
 
-    @property
-    def guarantee(self) -> None:
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"type": "gaussian", "sigma": self.sigma, "sensitivity": self.sensitivity})
 
 
 @dataclass(frozen=True)
-class DiscreteLaplacePLD:
+class DiscreteLaplacePLD(NoiseSpec):
     """Discrete Laplace noise ``P[Z = z] ∝ exp(−|z|/scale)`` on the integers, added to an integer
     query of L1 diameter ``sensitivity``: PureLDP(sensitivity/scale) (Ghosh, Roughgarden,
     Sundararajan 2009)."""
 
+    kind: ClassVar[str] = "discrete-laplace"
     scale: float
     sensitivity: int = 1
 
@@ -130,15 +141,14 @@ class DiscreteLaplacePLD:
     def guarantee(self) -> PureLDP:
         return PureLDP(self.sensitivity / self.scale)
 
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"type": "discrete-laplace", "scale": self.scale, "sensitivity": self.sensitivity})
 
 
 @dataclass(frozen=True)
-class DiscreteGaussianPLD:
+class DiscreteGaussianPLD(NoiseSpec):
     """Discrete Gaussian noise ``P[Z = z] ∝ exp(−z²/(2 sigma²))`` on the integers, added to an
     integer query of diameter ``sensitivity`` (Canonne, Kamath, Steinke 2020); no pure guarantee."""
 
+    kind: ClassVar[str] = "discrete-gaussian"
     sigma: float
     sensitivity: int = 1
 
@@ -146,20 +156,15 @@ class DiscreteGaussianPLD:
         object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", check_int("sensitivity", self.sensitivity, low=1))
 
-    @property
-    def guarantee(self) -> None:
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"type": "discrete-gaussian", "sigma": self.sigma, "sensitivity": self.sensitivity})
 
 
 @dataclass(frozen=True)
-class PmfPair:
+class PmfPair(NoiseSpec):
     """A worst-case pair of output pmfs (p, q) over the same finite outputs; both directions
     P‖Q and Q‖P are accounted. ``guarantee`` is PureLDP(max |log p/q|) when p and q have the same
     support and differ, None otherwise (an output only one input can produce has infinite loss)."""
 
+    kind: ClassVar[str] = "pmf-pair"
     p: tuple[float, ...]
     q: tuple[float, ...]
 
@@ -184,11 +189,8 @@ class PmfPair:
         eps = float(np.max(np.abs(np.log(p[both]) - np.log(q[both]))))
         return PureLDP(eps) if eps > 0 else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"type": "pmf-pair", "p": list(self.p), "q": list(self.q)})
 
 
-_SPECS = (LaplacePLD, GaussianPLD, DiscreteLaplacePLD, DiscreteGaussianPLD, PmfPair)
 
 
 def _unsupported(obj: Any) -> FedAuditError:
@@ -288,6 +290,6 @@ def guarantee_of(obj: Any) -> PureLDP | ApproxLDP | None:
     :class:`GaussianPLD`); a FedAuditError for any other type."""
     if isinstance(obj, (PureLDP, ApproxLDP)):
         return obj
-    if isinstance(obj, (Mechanism, *_SPECS)):
+    if isinstance(obj, (Mechanism, NoiseSpec)):
         return obj.guarantee
     raise _unsupported(obj)
