@@ -68,12 +68,14 @@ def max_certifiable_epsilon(n: int, *, delta: float = 0.0, alpha: float = 0.05) 
     return float(epsilon_lower_bound(n, n, 0, n, delta=delta, alpha=alpha))
 
 
-def gdp_mu_estimate(tpr: float, fpr: float) -> float:
+def gdp_mu_estimate(tpr, fpr):
     """Point estimate μ = Φ⁻¹(TPR) − Φ⁻¹(FPR) of a Gaussian-DP trade-off through (FPR, TPR)
-    (Dong, Roth, Su 2022). An *estimate* under a Gaussian-shape assumption, never a bound."""
-    tpr = float(np.clip(tpr, 1e-300, 1 - 1e-16))
-    fpr = float(np.clip(fpr, 1e-300, 1 - 1e-16))
-    return float(stats.norm.ppf(tpr) - stats.norm.ppf(fpr))
+    (Dong, Roth, Su 2022). An *estimate* under a Gaussian-shape assumption, never a bound.
+    Vectorised: arrays in, an array out; scalars in, a float out."""
+    tpr = np.clip(np.asarray(tpr, dtype=np.float64), 1e-300, 1 - 1e-16)
+    fpr = np.clip(np.asarray(fpr, dtype=np.float64), 1e-300, 1 - 1e-16)
+    mu = stats.norm.ppf(tpr) - stats.norm.ppf(fpr)
+    return float(mu) if mu.ndim == 0 else mu
 
 
 def expected_epsilon_lower_bound(tpr: float, fpr: float, n: int, *, delta: float = 0.0,

@@ -25,6 +25,7 @@ for other curves (e.g. randomized response) it is an estimate, not a certificate
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -35,7 +36,7 @@ from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = ["one_run_p_value", "one_run_epsilon", "one_run_epsilon_fdp", "OneRunAudit", "one_run_audit",
-           "ONE_RUN_METHODS", "GUESS_FRACTIONS", "MIN_CANARIES"]
+           "ONE_RUN_METHODS", "FDP_CURVES", "GUESS_FRACTIONS", "MIN_CANARIES"]
 
 #: "steinke": Steinke–Nasr–Jagielski 2023, valid for every (ε, δ)-DP mechanism; "fdp":
 #: Mahloujifar–Melis–Chaudhuri 2024 under a Gaussian trade-off curve
@@ -125,24 +126,36 @@ def one_run_epsilon(correct: int, guesses: int, canaries: int, *, delta: float, 
     return _first_crossing(lambda e: sig - _p_value(v, r, m, e, delta))
 
 
-def _gdp_mu(eps: float, delta: float) -> float:
-    """μ of the Gaussian trade-off G_μ whose (ε, δ) curve passes through (eps, delta)."""
+#: trade-off curves the f-DP analysis can hypothesise
+FDP_CURVES = ("gaussian", "dp")
+
+
+def _blow_down(curve: str, eps: float, delta: float) -> Callable[[float], float]:
+    """g = B⁻¹ for the blow-up B(x) = 1 − f(x) of the hypothesised trade-off curve f at (ε, δ): an
+    event of probability y under one neighbour has probability ≥ g(y) under the other.
+    "gaussian": f = G_μ with μ = μ(ε, δ), g(y) = Φ(Φ⁻¹(y) − μ) (Dong, Roth, Su 2022);
+    "dp": f = f_{ε,δ}(x) = max(0, 1 − δ − e^ε x, e^−ε (1 − δ − x)) (Kairouz, Oh, Viswanath 2015),
+    g(y) = max(0, e^−ε (y − δ), 1 − δ − e^ε (1 − y))."""
+    if curve == "dp":
+        e = float(np.exp(eps))
+        return lambda y: max(0.0, (y - delta) / e, 1.0 - delta - e * (1.0 - y))
     import dp_accounting  # heavy: load on first use
 
-    return 1.0 / float(dp_accounting.get_sigma_gaussian(eps, delta))
+    mu = 1.0 / float(dp_accounting.get_sigma_gaussian(eps, delta))
+    return lambda y: float(special.ndtr(special.ndtri(y) - mu))
 
 
-def _fdp_margin(v: int, r: int, m: int, eps: float, delta: float, sig: float) -> float:
-    """Positive when the counts reject μ(ε, δ)-GDP at level ``sig`` (Mahloujifar–Melis–Chaudhuri
-    2024, the recursion of their capped audit): start from the mass of ``sig``·v/m correct and
-    ``sig``·(r − v)/m wrong guesses; for i = v − 1, …, 0 the wrong mass h must be at least
-    G_μ⁻¹-blow-down of the correct mass c, h' = max(h, Φ(Φ⁻¹(c) − μ)), and c grows by
-    i/(r − i)·(h' − h) (capped at 1). Under μ-GDP c + h ≤ r/m; the margin is c + h − r/m."""
-    mu = _gdp_mu(eps, delta)
+def _fdp_margin(v: int, r: int, m: int, g: Callable[[float], float], sig: float) -> float:
+    """Positive when the counts reject the hypothesised trade-off curve at level ``sig``
+    (Mahloujifar–Melis–Chaudhuri 2024, the recursion of their capped audit): start from the
+    masses c = sig·v/m of correct and h = sig·(r − v)/m of wrong guesses; for i = v − 1, …, 0 the
+    wrong mass must be at least the blow-down of the correct mass, h' = max(h, g(c)), and the
+    correct mass grows by i/(r − i)·(h' − h) (capped at 1). Under the hypothesis c + h ≤ r/m; the
+    margin is c + h − r/m."""
     c = sig * v / m
     h = sig * (r - v) / m
     for i in range(v - 1, -1, -1):
-        h_new = max(h, float(special.ndtr(special.ndtri(c) - mu)))
+        h_new = max(h, g(c))
         if h_new == h:  # a fixed point: neither h nor c changes again
             break
         c = min(c + i / (r - i) * (h_new - h), 1.0)
@@ -151,26 +164,27 @@ def _fdp_margin(v: int, r: int, m: int, eps: float, delta: float, sig: float) ->
 
 
 def one_run_epsilon_fdp(correct: int, guesses: int, canaries: int, *, delta: float,
-                        confidence: float = 0.95) -> float:
-    """ε lower bound of a one-run audit under a Gaussian trade-off curve (Mahloujifar, Melis,
-    Chaudhuri 2024): the smallest ε whose μ(ε, δ)-GDP hypothesis the counts no longer reject at
-    level 1 − confidence (see :func:`_fdp_margin` and the module docstring). Certified when the
-    audited mechanism's trade-off curve is Gaussian; δ must be in (0, 1)."""
+                        confidence: float = 0.95, curve: str = "gaussian") -> float:
+    """ε lower bound of a one-run audit by the f-DP analysis of Mahloujifar, Melis, Chaudhuri
+    (2024): the smallest ε whose trade-off curve at (ε, δ) the counts no longer reject at level
+    1 − confidence (:func:`_fdp_margin`). ``curve="gaussian"`` (the default, μ(ε, δ)-GDP) is
+    certified only for mechanisms whose trade-off curve is Gaussian (DP-SGD and DP-FedAvg as their
+    accountants model them, the Gaussian mechanism); it rejects μ-GDP, which an (ε, δ)-DP
+    mechanism of another shape (e.g. randomized response) need not satisfy. ``curve="dp"``
+    hypothesises f_{ε,δ} itself and is valid for every (ε, δ)-DP mechanism. δ must be in (0, 1)."""
     v, r, m = _check_counts(correct, guesses, canaries)
     delta = check_probability("delta", delta)
     sig = 1.0 - _check_confidence(confidence)
-    return _first_crossing(lambda e: _fdp_margin(v, r, m, e, delta, sig))
-
-
-_BOUNDS = {"steinke": one_run_epsilon, "fdp": one_run_epsilon_fdp}
+    curve = check_choice("curve", curve, FDP_CURVES)
+    return _first_crossing(lambda e: _fdp_margin(v, r, m, _blow_down(curve, e, delta), sig))
 
 
 @dataclass(frozen=True)
 class OneRunAudit:
     """Result of a one-run audit of canary scores (:func:`one_run_audit`,
     ``ScoreAuditor.one_run``). ``epsilon`` is the lower bound at ``confidence`` for ``delta``
-    (``method`` "steinke": certified for every (ε, δ)-DP mechanism; "fdp": under a Gaussian
-    trade-off curve); it comes from the guess count ``guesses`` = ``guesses_in`` (highest scores,
+    (``method`` "steinke", or "fdp" with ``curve`` "dp": certified for every (ε, δ)-DP mechanism;
+    "fdp" with ``curve`` "gaussian": certified only under a Gaussian trade-off curve); it comes from the guess count ``guesses`` = ``guesses_in`` (highest scores,
     guessed included) + ``guesses_out`` (lowest, guessed excluded) of which ``correct`` were right,
     chosen from ``grid`` with each bound at ``alpha_per_test`` = (1 − confidence)/len(grid).
     ``threshold_in``/``threshold_out`` are the scores of the last canary guessed in/out (None when
@@ -180,6 +194,7 @@ class OneRunAudit:
     delta: float
     confidence: float
     method: str
+    curve: str | None
     canaries: int
     canaries_in: int
     guesses: int
@@ -204,12 +219,13 @@ class OneRunAudit:
 
     def summary(self) -> str:
         """One line: the bound, its method and the counts behind it."""
-        kind = ("certified" if self.method == "steinke"
-                else "certified only under a Gaussian trade-off curve (f-DP, μ-GDP)")
+        kind = ("certified only under a Gaussian trade-off curve (μ-GDP)" if self.curve == "gaussian"
+                else "certified for every (ε, δ)-DP mechanism")
+        name = self.method if self.curve is None else f"{self.method}/{self.curve}"
         sel = (f"r chosen from {len(self.grid)} grid values (Bonferroni)" if len(self.grid) > 1
                else "r fixed in advance")
         return (f"one-run ε ≥ {self.epsilon:.4f} at {self.confidence:.0%} confidence (δ = {self.delta:g}; "
-                f"{self.method}, {kind}); {self.correct:,}/{self.guesses:,} guesses right "
+                f"{name}, {kind}); {self.correct:,}/{self.guesses:,} guesses right "
                 f"({self.guesses_in:,} in, {self.guesses_out:,} out) on {self.canaries:,} canaries; {sel}")
 
 
@@ -225,7 +241,7 @@ def _guess_grid(guesses: Any, m: int) -> tuple[int, ...]:
 
 
 def one_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, *, delta: float, confidence: float = 0.95,
-                  guesses: int | Sequence[int] | None = None, method: str = "steinke",
+                  guesses: int | Sequence[int] | None = None, method: str = "steinke", curve: str = "gaussian",
                   orientation: str = "in-high", seed: int = 0) -> OneRunAudit:
     """One-run ε lower bound from the scores of canaries that were included (``scores_in``) and
     excluded (``scores_out``) by independent fair coins.
@@ -234,7 +250,8 @@ def one_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, *, delta: float
     on the r₋ = ⌊r/2⌋ lowest (``orientation="in-low"``: the other way round), a rule that reads the
     scores only, never the coins. ``guesses``: an int fixes r (no correction); a sequence or None
     (the grid r = round(m·2^-k), k = 0..7) tries each r at level (1 − confidence)/#grid and keeps the
-    largest bound (union bound over the grid). Scores tied across a guess boundary are ordered by
+    largest bound (union bound over the grid). ``method``: "steinke" (:func:`one_run_epsilon`) or
+    "fdp" (:func:`one_run_epsilon_fdp` with ``curve``). Scores tied across a guess boundary are ordered by
     a seeded random permutation (``seed``), so tie-breaking never depends on membership.
     """
     a = np.asarray(scores_in, dtype=np.float64).reshape(-1)
@@ -247,11 +264,16 @@ def one_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, *, delta: float
     delta = check_real("delta", delta, low=0.0, high=1.0, open_high=True)
     confidence = _check_confidence(confidence)
     method = check_choice("method", method, ONE_RUN_METHODS)
+    if method == "fdp":
+        curve = check_choice("curve", curve, FDP_CURVES)
+        delta = check_probability("delta", delta)
+        bound = partial(one_run_epsilon_fdp, curve=curve)
+    else:
+        curve, bound = None, one_run_epsilon
     orientation = check_choice("orientation", orientation, ("in-high", "in-low"))
     seed = check_int("seed", seed, low=0)
     grid = _guess_grid(guesses, m)
     alpha = (1.0 - confidence) / len(grid)
-    bound = _BOUNDS[method]
     scores = np.concatenate([a, b]) if orientation == "in-high" else -np.concatenate([a, b])
     member = np.concatenate([np.ones(a.size, bool), np.zeros(b.size, bool)])
     # ascending by score, ties in a seeded random order independent of membership
@@ -273,7 +295,8 @@ def one_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, *, delta: float
     eps, r, r_in, r_out, v = best
     sorted_scores = scores[order] if orientation == "in-high" else -scores[order]
     return OneRunAudit(
-        epsilon=eps, delta=delta, confidence=confidence, method=method, canaries=m, canaries_in=int(a.size),
+        epsilon=eps, delta=delta, confidence=confidence, method=method, curve=curve, canaries=m,
+        canaries_in=int(a.size),
         guesses=r, guesses_in=r_in, guesses_out=r_out, correct=v,
         threshold_in=float(sorted_scores[m - r_in]) if r_in else None,
         threshold_out=float(sorted_scores[r_out - 1]) if r_out else None,

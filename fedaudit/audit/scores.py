@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
+from fedaudit.audit.gdp import GDPAudit, gdp_epsilon, gdp_mu_lower
 from fedaudit.audit.one_run import OneRunAudit, one_run_audit
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_real, check_vector
@@ -300,19 +301,53 @@ class ScoreAuditor:
                             f"got {type(selection).__name__}")
 
     def one_run(self, delta: float, confidence: float = 0.95, *, guesses: int | Sequence[int] | None = None,
-                method: str = "steinke", orientation: str = "in-high", seed: int = 0) -> OneRunAudit:
+                method: str = "steinke", curve: str = "gaussian", orientation: str = "in-high",
+                seed: int = 0) -> OneRunAudit:
         """One-run ε lower bound (:mod:`fedaudit.audit.one_run`) when every score is one canary of a
         single training run, ``scores_in`` those included and ``scores_out`` those excluded by
         independent fair coins: guess "in" on the highest and "out" on the lowest scores.
         ``method="steinke"`` (Steinke, Nasr, Jagielski 2023) is certified for every (ε, δ)-DP
-        mechanism; ``"fdp"`` (Mahloujifar, Melis, Chaudhuri 2024) under a Gaussian trade-off curve.
+        mechanism; ``"fdp"`` (Mahloujifar, Melis, Chaudhuri 2024) with ``curve="gaussian"`` only under
+        a Gaussian trade-off curve, with ``curve="dp"`` for every (ε, δ)-DP mechanism.
         ``guesses``: None searches the grid r = round(m·2^-k), k = 0..7, with a union bound; an int
         fixes r. Ties at a guess boundary are broken by a seeded random order (``seed``)."""
         if self.scores_in is None:
             raise FedAuditError("one_run needs the individual score of every canary; this auditor holds tallies "
                                 "(ScoreAuditor.from_counts)")
         return one_run_audit(self.scores_in, self.scores_out, delta=delta, confidence=confidence, guesses=guesses,
-                             method=method, orientation=orientation, seed=seed)
+                             method=method, curve=curve, orientation=orientation, seed=seed)
+
+    def gdp(self, delta: float, confidence: float = 0.95) -> GDPAudit:
+        """Gaussian-DP *estimate* of ε (Nasr et al. 2023; :mod:`fedaudit.audit.gdp`): for every
+        distinct score t and both orientations, the event "s ≥ t (or s ≤ t) ⇒ in" gives
+        μ_t = Φ⁻¹(1 − FPR_ub) − Φ⁻¹(FNR_ub) with Clopper–Pearson upper bounds at
+        (1 − confidence)/(2·#events) each (Bonferroni over events and the two rates); the largest
+        μ_t (floored at 0) is converted to ε at ``delta`` by Dong–Roth–Su Cor. 2.13. Valid only if
+        the trade-off curve is Gaussian: an estimate, not a certified bound."""
+        confidence = check_probability("confidence", confidence)
+        delta = check_probability("delta", delta)
+        a, b = self._tallies()
+        t = np.unique(np.concatenate([a.values, b.values]))
+        tests = len(ORIENTATIONS) * t.size
+        a_test = (1.0 - confidence) / tests
+        mu, threshold, orient, tp, fp = 0.0, None, None, 0, 0  # no event with μ > 0: the test "never in"
+        for o in ORIENTATIONS:
+            tps, fps = a.count(t, o), b.count(t, o)
+            # μ_t grows with TP and falls with FP: only the (max TP per FP, min FP per TP) frontier can win
+            keep = np.lexsort((-tps, fps))
+            keep = keep[np.unique(fps[keep], return_index=True)[1]]
+            keep = keep[np.lexsort((fps[keep], tps[keep]))]
+            keep = keep[np.unique(tps[keep], return_index=True)[1]]
+            mus = gdp_mu_lower(tps[keep], a.size, fps[keep], b.size, alpha=a_test)
+            j = int(np.argmax(mus))
+            if mus[j] > mu:
+                i = keep[j]
+                mu, threshold, orient, tp, fp = float(mus[j]), float(t[i]), o, int(tps[i]), int(fps[i])
+        fn = a.size - tp
+        return GDPAudit(epsilon=gdp_epsilon(mu, delta), mu=mu, delta=delta, confidence=confidence,
+                        threshold=threshold, orientation=orient, fp=fp, n_out=b.size, fn=fn, n_in=a.size,
+                        fpr_upper=float(cp_upper(fp, b.size, a_test / 2)),
+                        fnr_upper=float(cp_upper(fn, a.size, a_test / 2)), tests=tests, alpha_per_test=a_test)
 
     # ------------------------------------------------------------------ strategies
     def _split(self, sel: SplitSelection, confidence: float, delta: float) -> ScoreAudit:
