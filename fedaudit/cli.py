@@ -484,6 +484,109 @@ def cmd_stress(args: argparse.Namespace) -> int:
     return 1 if config.target_accuracy is not None and res.missed_target else 0
 
 
+def _methods(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
+    """``--method a,b`` or ``all`` as a list of allowed method names (exit 2 otherwise)."""
+    names = list(allowed) if text.strip().lower() == "all" else [m.strip().lower() for m in text.split(",") if m.strip()]
+    bad = [m for m in names if m not in allowed]
+    if bad or not names:
+        raise FedAuditError(f"{flag} must be 'all' or comma-separated names from {', '.join(allowed)}, got {text!r}")
+    return list(dict.fromkeys(names))
+
+
+def _write_data(path: str | None, data: dict) -> None:
+    """Write ``data`` (already a to_dict() view) to ``path`` as strict JSON and say where."""
+    if path:
+        from fedaudit import json as fjson
+
+        fjson.write(path, fjson.jsonable(data))
+        out.print(f"json: {escape(path)}")
+
+
+def cmd_account_compose(args: argparse.Namespace) -> int:
+    """``fedaudit account compose``: k uses of per-report guarantees, by basic, advanced and PLD."""
+    from fedaudit.accounting import METHODS, compose
+    from fedaudit.guarantees import ApproxLDP
+    from fedaudit.reports.terminal import print_account
+    from fedaudit.validation import check_int, check_real
+
+    check_output_file("--json", args.json)
+    methods = _methods("--method", args.method, METHODS)
+    uses = check_int("--uses", args.uses, low=1)
+    report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
+    eps = _number_list("--epsilon", args.epsilon, float) * uses
+    reports = [ApproxLDP(e, report_delta) for e in eps] if report_delta > 0 else eps
+    results = {m: compose(reports, m, args.delta) for m in methods}
+    what = f"{len(eps)} use(s) of ε = {args.epsilon}" + (f", δ = {report_delta:g} each" if report_delta else "")
+    rows = [(m, r.epsilon, r.delta, {"basic": "Σε", "advanced": "Kairouz–Oh–Viswanath (optimal)",
+                                     "pld": "dp-accounting PLD (upper bound)"}[m]) for m, r in results.items()]
+    print_account(out, f"Composition of {what}", rows)
+    _write_data(args.json, {"epsilons": eps, "report_delta": report_delta,
+                            "results": {m: r.to_dict() for m, r in results.items()}})
+    return 0
+
+
+def cmd_account_dpsgd(args: argparse.Namespace) -> int:
+    """``fedaudit account dpsgd`` / ``fedaudit account fedavg``: ε of a Poisson-subsampled Gaussian
+    run (per example or per client), or with --target-epsilon the noise multiplier it needs."""
+    from fedaudit.reports.terminal import print_account
+
+    check_output_file("--json", args.json)
+    client = args.account == "fedavg"
+    if client:
+        from fedaudit.accounting.fedavg import DPFEDAVG_METHODS as allowed, epsilon_dpfedavg as account, \
+            noise_multiplier_for_dpfedavg as inverse
+        count, unit = args.rounds, "rounds"
+    else:
+        from fedaudit.accounting import DPSGD_METHODS as allowed, epsilon_dpsgd as account, \
+            noise_multiplier_for as inverse
+        count, unit = args.steps, "steps"
+    methods = _methods("--method", args.method, allowed)
+    if (args.noise_multiplier is None) == (args.target_epsilon is None):
+        raise FedAuditError("give exactly one of --noise-multiplier (to get ε) or --target-epsilon (to get the noise "
+                            "multiplier it needs)")
+    data: dict = {}
+    notes = []
+    sigma = args.noise_multiplier
+    if args.target_epsilon is not None:
+        sigma = inverse(args.target_epsilon, args.sample_rate, count, args.delta, methods[0])
+        data["noise_multiplier_for"] = {"target_epsilon": args.target_epsilon, "method": methods[0],
+                                        "noise_multiplier": sigma}
+        notes.append(f"noise multiplier needed for ε ≤ {args.target_epsilon:g} at δ = {args.delta:g} after {count} "
+                     f"{unit} ({methods[0]}): {sigma:.4g}")
+    results = {m: account(sigma, args.sample_rate, count, args.delta, m) for m in methods}
+    label = "client-level DP-FedAvg" if client else "DP-SGD"
+    rows = [(m, r.epsilon, r.delta, ", ".join(f"{k} {v:g}" for k, v in r.parameters.items()
+                                             if isinstance(v, (int, float)) and k not in ("noise_multiplier",
+                                                                                          "sample_rate", "steps")))
+            for m, r in results.items()]
+    print_account(out, f"{label}: σ = {sigma:.4g}, q = {args.sample_rate:g}, {count} {unit}", rows, notes)
+    data["accounts"] = {m: r.to_dict() for m, r in results.items()}
+    _write_data(args.json, data)
+    return 0
+
+
+def cmd_account_shuffle(args: argparse.Namespace) -> int:
+    """``fedaudit account shuffle``: ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar)."""
+    import warnings
+
+    from fedaudit.accounting import SHUFFLE_METHODS, shuffle_epsilon
+    from fedaudit.reports.terminal import print_account
+
+    check_output_file("--json", args.json)
+    methods = _methods("--method", args.method, SHUFFLE_METHODS)
+    results, notes = {}, []
+    for m in methods:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results[m] = shuffle_epsilon(args.n, args.eps0, args.delta, m)
+        notes += [str(w.message) for w in caught]
+    rows = [(m, r.epsilon, r.delta, "amplified" if r.amplified else "NO amplification certified (ε0 returned)")
+            for m, r in results.items()]
+    print_account(out, f"Shuffling {args.n:,} reports of ε0 = {args.eps0:g}", rows, notes)
+    _write_data(args.json, {"results": {m: r.to_dict() for m, r in results.items()}})
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """``fedaudit verify``: schema, digest, every rendering's SHA-256 and the signature. Exit 0
     only when the report is intact and verified (signed: valid under the key; unsigned: no key
@@ -767,6 +870,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report rounds to reach it; exit 1 if some cell never does")
     p.add_argument("--out", required=True, help="results directory (rerun to resume; one run at a time)")
     p.set_defaults(func=cmd_stress)
+
+    account = sub.add_parser("account", help="privacy accountants: composition, shuffling, DP-SGD, DP-FedAvg"
+                             ).add_subparsers(dest="account", required=True, metavar="ACCOUNTANT", parser_class=_Parser)
+    p = account.add_parser("compose", help="compose per-report ε (basic, advanced, PLD)")
+    p.add_argument("--epsilon", required=True, metavar="E1,E2,...",
+                   help="per-report ε (> 0), or a comma-separated list of them (one use each)")
+    p.add_argument("--uses", type=_count, default=1, help="repeat the list this many times (default 1)")
+    p.add_argument("--report-delta", type=float, default=0.0,
+                   help="δ of each report, in [0, 1) (default 0: pure ε-LDP reports)")
+    p.add_argument("--delta", type=float, default=1e-6, help="total δ of the result, in (0, 1) (default 1e-6)")
+    p.add_argument("--method", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
+    p.add_argument("--json", default=None, help="write the results as JSON here (checked first)")
+    p.set_defaults(func=cmd_account_compose)
+    for name, what, count in (("dpsgd", "DP-SGD (example-level)", "--steps"),
+                              ("fedavg", "DP-FedAvg (client-level)", "--rounds")):
+        p = account.add_parser(name, help=f"ε of {what} by PLD, RDP or PRV, or the noise multiplier for a target ε")
+        p.add_argument("--noise-multiplier", type=float, default=None,
+                       help="noise standard deviation / clipping norm, > 0 (or give --target-epsilon)")
+        p.add_argument("--sample-rate", type=float, required=True,
+                       help="Poisson sampling rate of " + ("examples" if name == "dpsgd" else "clients")
+                            + " per " + ("step" if name == "dpsgd" else "round") + ", in (0, 1]")
+        p.add_argument(count, type=_count, required=True, help=f"number of {count[2:]}, >= 1")
+        p.add_argument("--delta", type=float, default=1e-5, help="δ, in (0, 1) (default 1e-5)")
+        p.add_argument("--method", default="pld", help="pld (default), rdp, prv, comma-separated, or all")
+        p.add_argument("--target-epsilon", type=float, default=None,
+                       help="print the smallest noise multiplier with ε <= this (by the first --method)")
+        p.add_argument("--json", default=None, help="write the accounts as JSON here (checked first)")
+        p.set_defaults(func=cmd_account_dpsgd)
+    p = account.add_parser("shuffle", help="ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar)")
+    p.add_argument("--n", type=_count, required=True, help="number of shuffled reports, >= 1")
+    p.add_argument("--eps0", type=float, required=True, help="ε0 of each local report, > 0")
+    p.add_argument("--delta", type=float, default=1e-6, help="δ, in (0, 1) (default 1e-6)")
+    p.add_argument("--method", default="all", help="closed, numerical, comma-separated, or all (default)")
+    p.add_argument("--json", default=None, help="write the bounds as JSON here (checked first)")
+    p.set_defaults(func=cmd_account_shuffle)
 
     p = sub.add_parser("verify", help="check a report's schema, digest, renderings (SHA-256 each) and signature "
                                       "(FEDAUDIT_REPORT_KEY; a signed report without the key exits 1)")

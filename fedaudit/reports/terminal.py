@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 __all__ = ["print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
-           "print_aggregators", "print_robustness", "print_stress", "print_verify", "print_plan_report"]
+           "print_aggregators", "print_robustness", "print_stress", "print_verify", "print_plan_report",
+           "print_account"]
 
 _COLOUR = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
 
@@ -96,6 +97,20 @@ def print_ldp_audit(console: Console, res: Any, name: str) -> None:
     for k, v in rows:
         table.add_row(escape(k), v if k == "verdict" else escape(v))
     console.print(table)
+
+
+def print_account(console: Console, title: str, rows: Sequence[tuple[str, float, float, str]],
+                  notes: Sequence[str] = ()) -> None:
+    """``fedaudit account …``: one row per accountant or method, (label, ε, δ, note), then notes."""
+    table = Table(title=title)
+    for col in ("method", "ε", "δ", "note"):
+        table.add_column(col, justify="right" if col in ("ε", "δ") else "left", overflow="fold")
+    for label, eps, delta, note in rows:
+        table.add_row(escape(label), "∞ (no finite ε)" if eps == float("inf") else f"{eps:.4g}", f"{delta:.3g}",
+                      escape(note))
+    console.print(table)
+    for note in notes:
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def print_aggregators(console: Console, rows: Sequence[tuple[str, str, Any, Any]], *, n: int, f: int,

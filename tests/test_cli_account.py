@@ -1,0 +1,118 @@
+"""``fedaudit account compose|dpsgd|fedavg|shuffle``: the accountants on the command line, checked
+against numbers computed independently (dp-accounting's own RR PLD, the exact Gaussian curve,
+published references) and bad input exiting 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from fedaudit.cli import main
+
+
+def run_json(tmp_path, argv, capsys):
+    path = tmp_path / "out.json"
+    assert main(argv + ["--json", str(path)]) == 0
+    text = capsys.readouterr().out
+    return json.loads(path.read_text()), text
+
+
+def test_compose_advanced_matches_dp_accountings_randomized_response(tmp_path, capsys):
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    data, text = run_json(tmp_path, ["account", "compose", "--epsilon", "0.5", "--uses", "20", "--delta", "1e-6"],
+                          capsys)
+    res = data["results"]
+    # binary RR with flip probability 1/(1 + e^0.5) is the worst 0.5-DP pair: its 20-fold PLD
+    one = pld.from_randomized_response(2 / (1 + math.exp(0.5)), 2, value_discretization_interval=1e-5)
+    reference = one.self_compose(20).get_epsilon_for_delta(1e-6)
+    # the PLD rounds each report's loss up by at most 1e-5: the exact value lies within 20·1e-5 below it
+    assert reference - 20 * 1e-5 - 1e-9 <= res["advanced"]["epsilon"] <= reference
+    assert res["pld"]["epsilon"] == pytest.approx(reference, abs=20 * 1e-4)
+    assert res["basic"]["epsilon"] == 10.0 and res["advanced"]["epsilon"] < 10.0
+    assert data["epsilons"] == [0.5] * 20 and "Kairouz–Oh–Viswanath" in text
+
+
+def test_compose_a_list_with_per_report_delta(tmp_path, capsys):
+    data, _ = run_json(tmp_path, ["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta",
+                                  "1e-7", "--method", "basic", "--delta", "1e-5"], capsys)
+    assert data["epsilons"] == [0.5, 1.0] * 3
+    assert data["results"]["basic"]["epsilon"] == pytest.approx(4.5) and list(data["results"]) == ["basic"]
+    # 6 reports spend 6e-7 of δ: at a total δ below that no finite ε holds
+    assert main(["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta", "1e-7",
+                 "--method", "basic", "--delta", "5e-7"]) == 0
+    assert "∞ (no finite ε)" in capsys.readouterr().out
+
+
+def test_dpsgd_reference_case_and_all_accountants(tmp_path, capsys):
+    data, text = run_json(tmp_path, ["account", "dpsgd", "--noise-multiplier", "1.1", "--sample-rate", "0.004266",
+                                     "--steps", "14062", "--delta", "1e-5", "--method", "pld,rdp"], capsys)
+    acc = data["accounts"]
+    # the published reference (privacy.md §4: PLD 2.39 at Δ=1e-3, 2.382 by PRV) and RDP 8-13% looser
+    assert 2.375 <= acc["pld"]["epsilon"] <= 2.395
+    assert 1.05 * acc["pld"]["epsilon"] < acc["rdp"]["epsilon"] < 1.15 * acc["pld"]["epsilon"]
+    assert acc["rdp"]["epsilon"] == pytest.approx(2.597, rel=5e-3)  # dp-accounting's RDP, privacy.md §4
+    assert "DP-SGD: σ = 1.1" in text
+
+
+def test_fedavg_single_full_round_is_the_exact_gaussian_mechanism(tmp_path, capsys):
+    z = 2.0
+    data, text = run_json(tmp_path, ["account", "fedavg", "--noise-multiplier", str(z), "--sample-rate", "1",
+                                     "--rounds", "1", "--delta", "1e-5"], capsys)
+    eps = data["accounts"]["pld"]["epsilon"]
+
+    def delta(e):  # Balle & Wang 2018: the Gaussian mechanism's exact δ(ε) at sensitivity 1, σ = z
+        return norm.cdf(-e * z + 1 / (2 * z)) - math.exp(e) * norm.cdf(-e * z - 1 / (2 * z))
+
+    exact = brentq(lambda e: delta(e) - 1e-5, 1e-6, 50)
+    assert exact <= eps <= exact + 2e-3 and "client-level DP-FedAvg" in text
+
+
+def test_target_epsilon_prints_the_noise_multiplier_needed(tmp_path, capsys):
+    common = ["--sample-rate", "0.01", "--steps", "400", "--delta", "1e-5", "--method", "rdp"]
+    base, _ = run_json(tmp_path, ["account", "dpsgd", "--noise-multiplier", "1.0"] + common, capsys)
+    target = base["accounts"]["rdp"]["epsilon"]
+    data, text = run_json(tmp_path, ["account", "dpsgd", "--target-epsilon", str(target)] + common, capsys)
+    sigma = data["noise_multiplier_for"]["noise_multiplier"]
+    assert 1.0 * (1 - 2e-3) <= sigma <= 1.0 * (1 + 2e-3)  # ε is decreasing in σ: the inverse returns ≈ 1
+    assert data["accounts"]["rdp"]["epsilon"] <= target and "noise multiplier needed" in text
+
+
+def test_shuffle_numerical_lands_in_the_published_interval(tmp_path, capsys):
+    data, text = run_json(tmp_path, ["account", "shuffle", "--n", "1e5", "--eps0", "4", "--delta", "1e-6"], capsys)
+    res = data["results"]
+    assert 0.1675 <= res["numerical"]["epsilon"] <= 0.1728 and res["numerical"]["amplified"]
+    assert res["closed"]["epsilon"] == pytest.approx(0.538, abs=1e-3)  # privacy.md §4 table, closed form
+    data, text = run_json(tmp_path, ["account", "shuffle", "--n", "1000", "--eps0", "8", "--delta", "1e-6"], capsys)
+    assert not data["results"]["numerical"]["amplified"] and data["results"]["numerical"]["epsilon"] == 8.0
+    assert "NO amplification certified" in text and "note: shuffle_epsilon(n=1000" in text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["account", "compose", "--epsilon", "-1"], "epsilons[0]"),
+    (["account", "compose", "--epsilon", "a,b"], "--epsilon expects comma-separated numbers"),
+    (["account", "compose", "--epsilon", "1", "--uses", "0"], "--uses"),
+    (["account", "compose", "--epsilon", "1", "--delta", "1"], "delta"),
+    (["account", "compose", "--epsilon", "1", "--method", "rdp"], "--method must be 'all' or"),
+    (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0", "--steps", "10"], "sample_rate"),
+    (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "1.5", "--steps", "10"], "sample_rate"),
+    (["account", "dpsgd", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "10"], "noise_multiplier"),
+    (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "0"], "steps"),
+    (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--delta", "0"],
+     "delta"),
+    (["account", "dpsgd", "--sample-rate", "0.1", "--steps", "10"], "exactly one of --noise-multiplier"),
+    (["account", "fedavg", "--noise-multiplier", "1", "--target-epsilon", "1", "--sample-rate", "0.1",
+      "--rounds", "10"], "exactly one of --noise-multiplier"),
+    (["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "0"], "rounds"),
+    (["account", "shuffle", "--n", "0", "--eps0", "1"], "n"),
+    (["account", "shuffle", "--n", "100", "--eps0", "0"], "eps0"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--delta", "1.5"], "delta"),
+])
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedaudit: error:") and needle in err and len(err.splitlines()) == 1, err
