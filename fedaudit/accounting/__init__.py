@@ -3,22 +3,33 @@ DP-SGD run costs, built on the typed guarantees of :mod:`fedaudit.guarantees` an
 dp-accounting and Opacus wherever they do the work.
 
 * :func:`compose` — basic, optimal advanced (Kairouz–Oh–Viswanath) and exact PLD composition of
-  per-report guarantees; :class:`Ledger` — a per-client budget ledger;
+  per-report guarantees or mechanisms; :class:`Ledger` — a per-client budget ledger;
+* :func:`pld_of` — the dp-accounting privacy loss distribution of a fedaudit mechanism, a typed
+  noise specification (:class:`LaplacePLD`, :class:`GaussianPLD`, :class:`DiscreteLaplacePLD`,
+  :class:`DiscreteGaussianPLD`, :class:`PmfPair`) or a guarantee;
 * :func:`epsilon_dpsgd` / :func:`noise_multiplier_for` — Poisson-subsampled Gaussian (DP-SGD)
   accounting by PLD (dp-accounting), RDP or PRV (Opacus), and its inverse;
 * :func:`shuffle_epsilon` — shuffle-model amplification of n ε0-LDP reports (Feldman, McMillan
-  and Talwar 2021: closed form and numerical bound).
+  and Talwar 2021: closed form and numerical bound); :func:`blanket_epsilon` — the
+  mechanism-specific privacy-blanket bound for k-RR and Laplace (Balle, Bell, Gascón, Nissim 2019).
 
 Issue #11 is in progress: DP-FedAvg client-level accounting and the canary audits come next.
 """
 
+from fedaudit.accounting.blanket import (BLANKET_BOUNDS, BLANKET_MECHANISMS, BlanketBound, blanket_delta,
+                                        blanket_epsilon, blanket_gamma)
 from fedaudit.accounting.composition import METHODS, Composition, compose
 from fedaudit.accounting.dpsgd import DPSGD_METHODS, DPSGDAccount, epsilon_dpsgd, noise_multiplier_for
 from fedaudit.accounting.ledger import Ledger, LedgerEntry
+from fedaudit.accounting.pld import (PLD_SUPPORTED, DiscreteGaussianPLD, DiscreteLaplacePLD, GaussianPLD, LaplacePLD,
+                                     NoiseSpec, PmfPair, guarantee_of, pld_of)
 from fedaudit.accounting.shuffling import SHUFFLE_METHODS, ShuffleBound, closed_form_regime, shuffle_epsilon
 
 __all__ = [
     "compose", "Composition", "METHODS", "Ledger", "LedgerEntry",
     "epsilon_dpsgd", "noise_multiplier_for", "DPSGDAccount", "DPSGD_METHODS",
     "shuffle_epsilon", "ShuffleBound", "closed_form_regime", "SHUFFLE_METHODS",
+    "pld_of", "guarantee_of", "NoiseSpec", "LaplacePLD", "GaussianPLD", "DiscreteLaplacePLD",
+    "DiscreteGaussianPLD", "PmfPair", "PLD_SUPPORTED",
+    "blanket_epsilon", "blanket_delta", "blanket_gamma", "BlanketBound", "BLANKET_BOUNDS", "BLANKET_MECHANISMS",
 ]
