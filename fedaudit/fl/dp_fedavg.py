@@ -42,12 +42,11 @@ from typing import Any, Callable
 import numpy as np
 
 from fedaudit.accounting.fedavg import DPFEDAVG_METHODS, NEIGHBOURING, UNIT, epsilon_dpfedavg
+from fedaudit.accounting.pld import GaussianPLD
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.optimizers import DGD, Optimizer
 from fedaudit.fl.problems import as_problem
 from fedaudit.fl.training import Trace
-from fedaudit.guarantees import ApproxLDP
-from fedaudit.mechanisms.gaussian import gaussian_pair_epsilon
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 from fedaudit.validation import (check_choice, check_int, check_matrix, check_positive, check_probability, check_real,
                                  check_vector)
@@ -145,7 +144,7 @@ def _local_updates(federation: Any, x: np.ndarray, ids: np.ndarray, steps: int, 
 def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_multiplier: float,
                    clip: float = 1.0, local_steps: int = 1, local_lr: float = 0.1, server: Optimizer | None = None,
                    delta: float | None = 1e-5, accountant: str = "pld", fixed_updates: Any = None,
-                   population: int | None = None, ledger: Any = None, ledger_delta: float = 1e-6,
+                   population: int | None = None, ledger: Any = None,
                    x0: Any = None, rng: RngLike = 0, record_every: int = 1,
                    progress: Callable[[int], None] | None = None) -> Trace:
     """Train ``federation`` (a :class:`~fedaudit.fl.federation.Federation` with f = 0, or any object
@@ -167,10 +166,11 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
     recorded round (≈ 0.1–1 s per value by PLD; record less often or pass ``delta=None`` to skip);
     with z = 0 the values are ``inf`` (no privacy). ``ledger`` (a
     :class:`~fedaudit.accounting.Ledger`) is charged, for every sampled client (id = its index;
-    fixed-update clients are ``"fixed-j"``) and round, the guarantee of that round's Gaussian
-    mechanism given its participation: ApproxLDP(ε_G, ``ledger_delta``) with ε_G the exact ε of
-    N(0, z²) vs N(1, z²) (Balle & Wang 2018; no sampling amplification, so composing a client's
-    entries bounds its spend given the rounds it took part in; no entry when ε_G = 0).
+    fixed-update clients are ``"fixed-j"``) and round, that round's Gaussian mechanism given its
+    participation, ``GaussianPLD(sigma=z, sensitivity=1)`` (the sum moves by ≤ C when one client
+    is added or removed, the noise is zC): ``ledger.spent(i, method="pld", delta=...)`` is then the
+    exact ε of the rounds client i took part in, N(0, 1) vs N(√k/z, 1) after k rounds — its spend
+    given the (data-independent) sampling, without the amplification the accountant credits.
 
     Returns a :class:`~fedaudit.fl.training.Trace` (optimizer ``"dp-fedavg"``) whose ``extras``
     hold per round ``sampled_clients`` (the sampled honest client ids), ``sampled_fixed`` (the
@@ -215,9 +215,7 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
     if ledger is not None:
         if z == 0:
             raise FedAuditError("a ledger can only be charged when noise_multiplier > 0 (z = 0 has no finite ε)")
-        ledger_delta = check_probability("ledger_delta", ledger_delta)
-        eps_round = gaussian_pair_epsilon(1.0 / z, ledger_delta)
-        charge = ApproxLDP(eps_round, ledger_delta) if eps_round > 0 else None
+        charge = GaussianPLD(sigma=z, sensitivity=1.0)
     aggregator = DPFedAvgAggregator(C, z, q * population)
 
     root = as_seed_sequence(rng, copy=True)
@@ -258,7 +256,7 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
         extras["sampled_fixed"].append(fixed.tolist())
         extras["clipped"].append(stats["clipped"])
         extras["nonfinite"].append(stats["nonfinite"])
-        if ledger is not None and charge is not None:
+        if ledger is not None:
             for i in ids:
                 ledger.record(int(i), charge, round=k)
             for j in fixed:
