@@ -216,3 +216,17 @@ def test_default_title_states_the_schedule_and_budget():
     p = load_plan(plan({k: v for k, v in {**RR, "sampling": 0.5, "shuffle_n": 1000}.items()}))
     assert p.claims[0].title == ("rr (ε=1) over 50 rounds at sampling 0.5, shuffled in batches of 1000 must "
                                  "stay within ε = 30 at δ = 1e-06 (PLD)")
+
+
+def test_the_shipped_accounting_plan_meets_every_expectation():
+    from fedaudit.plans import available, plan_path
+
+    assert "accounting" in available()
+    with plan_path("accounting") as path:
+        report = run_plan(path)
+    assert [c.verdict for c in report.claims] == ["PASS"] * len(report.claims) and len(report.claims) == 4
+    by = {c.id: c.evidence for c in report.claims}
+    # the tail charges fewer rounds than the worst case, and the shuffler beats basic composition of ε0
+    assert by["krr-sampled-tail"]["schedule"]["reports_charged"] < 100
+    assert by["shuffled-rr"]["epsilon"] < 50 * 4.0 / 10
+    assert by["laplace-over-budget"]["epsilon"] > 20.0
