@@ -16,7 +16,10 @@ from scipy import integrate, stats
 
 from conftest import z_tolerance
 from fedaudit.audit.canaries import train_with_canaries
+from fedaudit.audit.dpsgd_audit import audit_dpsgd
+from fedaudit.audit.one_run import one_run_epsilon
 from fedaudit.errors import FedAuditError
+from fedaudit.json import dumps, loads
 
 #: the fast test configuration: claimed ε ≈ 2.34 at δ = 1e-5 (PLD), every included canary sampled
 #: with probability 1 − 0.9^100 ≈ 1 − 2.7e-5
@@ -98,3 +101,106 @@ def test_bad_training_input_names_the_key(key, value, match):
     kw[key] = value
     with pytest.raises(FedAuditError, match=match):
         train_with_canaries(**kw)
+
+
+# ----------------------------------------------------------------------------- audit_dpsgd
+
+
+@pytest.fixture(scope="module")
+def correct_audit():
+    return audit_dpsgd(noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, seed=0)
+
+
+@pytest.fixture(scope="module")
+def broken_audit():
+    # the noise divided by 10 while the accountant keeps the claimed σ
+    return audit_dpsgd(noise_multiplier=SIGMA / 10, claimed_noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS,
+                       seed=0)
+
+
+def _pld_epsilon(sigma, q, steps, delta):
+    """dp-accounting's PLD accountant, called directly (the reference the ledger must match)."""
+    from dp_accounting import dp_event, pld
+    acc = pld.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
+    return acc.get_epsilon(delta)
+
+
+def test_correct_configuration_is_not_a_violation(correct_audit):
+    a = correct_audit
+    assert a.accountant.epsilon == pytest.approx(_pld_epsilon(SIGMA, Q, STEPS, 1e-5), rel=1e-6)
+    assert 1.0 < a.accountant.epsilon < 4.0
+    assert not a.violation and a.violated_by == ()
+    assert a.one_run.epsilon < a.accountant.epsilon and a.one_run_fdp.epsilon < a.accountant.epsilon
+    assert a.one_run.method == "steinke" and a.one_run_fdp.method == "fdp"
+    assert a.one_run.canaries == a.canaries == 1000 and a.one_run.canaries_in == a.canaries_in
+    assert a.accuracy >= 0.85 and a.seconds >= a.training_seconds > 0
+
+
+def test_noise_divided_by_ten_is_a_violation(broken_audit, correct_audit):
+    a = broken_audit
+    # the accountant is told the claimed σ: the same ε as the correct run
+    assert a.accountant.epsilon == correct_audit.accountant.epsilon
+    assert a.noise_multiplier == SIGMA / 10 and a.claimed_noise_multiplier == SIGMA
+    assert a.violation and "steinke" in a.violated_by
+    assert a.one_run.epsilon > a.accountant.epsilon + 1.5
+    assert "VIOLATION" in a.summary() and "no violation" in correct_audit.summary()
+
+
+@pytest.mark.filterwarnings("ignore:Optimal order is the smallest alpha")
+def test_one_run_ceiling_and_non_private_training_reaches_it():
+    a = audit_dpsgd(noise_multiplier=1e-3, sample_rate=Q, steps=STEPS, accountant="rdp", seed=0)
+    ceiling = one_run_epsilon(1000, 1000, 1000, delta=1e-5, confidence=0.95)
+    assert ceiling == pytest.approx(5.78, abs=0.005)  # the published ceiling at m = 1000
+    assert a.one_run.epsilon <= ceiling
+    # every guess is right, so the bound is the all-correct bound of the best feasible grid entry
+    # (balanced guesses: ⌈r/2⌉ ≤ canaries in, ⌊r/2⌋ ≤ canaries out), each at α/#grid
+    k, alpha = a.canaries_in, (1 - a.confidence) / len(a.one_run.grid)
+    feasible = [r for r in a.one_run.grid if (r + 1) // 2 <= k and r // 2 <= a.canaries - k]
+    best = max(one_run_epsilon(r, r, 1000, delta=1e-5, confidence=1 - alpha) for r in feasible)
+    assert a.one_run.correct == a.one_run.guesses
+    assert a.one_run.epsilon == pytest.approx(best, rel=1e-6) and best > 4.4
+
+
+def test_same_seed_same_audit(correct_audit):
+    again = audit_dpsgd(noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, seed=0).to_dict()
+    first = correct_audit.to_dict()
+    for d in (again, first):
+        d.pop("seconds"), d.pop("training_seconds")
+    assert again == first
+
+
+def test_black_box_correct_run_is_not_flagged_and_json_is_strict():
+    a = audit_dpsgd(noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, threat="black-box", seed=0)
+    assert a.threat == "black-box" and not a.violation
+    text = dumps(a.to_dict())
+    back = loads(text)
+    assert back["accountant"]["epsilon"] == a.accountant.epsilon and back["one_run"]["method"] == "steinke"
+    assert back["gdp"]["epsilon"] == a.gdp.epsilon and back["violated_by"] == []
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("delta", 0.0, "delta"), ("delta", 1.0, "delta"), ("delta", -1e-5, "delta"),
+    ("sample_rate", 0.0, "sample_rate"), ("sample_rate", 1.01, "sample_rate"),
+    ("noise_multiplier", -1.0, "noise_multiplier"), ("noise_multiplier", 0.0, "noise_multiplier"),
+    ("claimed_noise_multiplier", 0.0, "claimed_noise_multiplier"), ("canaries", 9, "canaries"),
+    ("steps", 0, "steps"), ("dataset", "cifar", "dataset"), ("threat", "gray-box", "threat"),
+    ("accountant", "moments", "accountant"), ("confidence", 1.0, "confidence")])
+def test_bad_audit_input_names_the_key(key, value, match):
+    kw = dict(noise_multiplier=1.0, sample_rate=0.1, steps=2, canaries=20)
+    kw[key] = value
+    with pytest.raises(FedAuditError, match=match):
+        audit_dpsgd(**kw)
+
+
+def test_too_few_canaries_on_one_side_is_explained():
+    with pytest.raises(FedAuditError, match="each side needs at least 10"):
+        audit_dpsgd(noise_multiplier=1.0, sample_rate=0.1, steps=2, canaries=10)
+
+
+def test_fdp_curve_dp_is_certified_everywhere_and_still_flags_the_broken_run():
+    a = audit_dpsgd(noise_multiplier=SIGMA / 10, claimed_noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS,
+                    seed=0, fdp_curve="dp")
+    assert a.one_run_fdp.curve == "dp" and a.violation and "fdp" in a.violated_by
+    with pytest.raises(FedAuditError, match="fdp_curve"):
+        audit_dpsgd(noise_multiplier=1.0, sample_rate=0.1, steps=2, canaries=20, fdp_curve="laplace")
