@@ -16,8 +16,8 @@ root search below also checks a grid under the root so that a dip elsewhere cann
 :func:`one_run_epsilon_fdp` analyses the same game under an f-DP hypothesis (Mahloujifar, Melis,
 Chaudhuri 2024, arXiv 2410.22235, "Auditing f-differential privacy in one run"), with the
 Gaussian trade-off f = G_μ (Dong, Roth, Su 2022) whose (ε, δ) curve passes through the claimed
-point: μ(ε, δ) = 1/σ(ε, δ), σ the analytic Gaussian-mechanism noise (Balle & Wang 2018, via
-:func:`dp_accounting.get_sigma_gaussian`). It rejects μ-GDP, so its ε is a lower bound on the
+point: μ(ε, δ) = 1/σ(ε, δ), σ the analytic Gaussian-mechanism noise (Balle & Wang 2018; the
+search runs over μ and converts the result once with :func:`fedaudit.audit.gdp.gdp_epsilon`). It rejects μ-GDP, so its ε is a lower bound on the
 ε(δ) of a mechanism whose trade-off curve is Gaussian (DP-SGD, DP-FedAvg, the Gaussian mechanism);
 for other curves (e.g. randomized response) it is an estimate, not a certificate.
 """
@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import optimize, special, stats
 
+from fedaudit.audit.gdp import gdp_epsilon
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
@@ -49,6 +50,8 @@ MIN_CANARIES = 10
 _TAIL = 1e-30
 #: largest ε the root search brackets (m ≤ 10^12 canaries cannot certify more than ~28)
 _EPS_CAP = 100.0
+#: largest μ the Gaussian f-DP search brackets (ε(μ = 40, δ = 1e-5) ≈ 970)
+_MU_CAP = 40.0
 
 
 def _check_counts(correct: Any, guesses: Any, canaries: Any) -> tuple[int, int, int]:
@@ -90,19 +93,22 @@ def one_run_p_value(correct: int, guesses: int, canaries: int, *, epsilon: float
     return _p_value(v, r, m, eps, delta)
 
 
-def _first_crossing(margin: Callable[[float], float]) -> float:
-    """inf{ε ≥ 0 : margin(ε) ≤ 0} for a margin that is positive where the claim ε is rejected:
-    bracket by doubling, Brent's method, then a 16-point grid under the root (a smaller point
-    that is not rejected moves the search into that bracket)."""
+def _first_crossing(margin: Callable[[float], float], cap: float, *, check: bool = True) -> float:
+    """inf{x ≥ 0 : margin(x) ≤ 0} (at most ``cap``) for a margin that is positive where the claim x
+    is rejected: bracket by doubling, Brent's method, then (``check``, for margins not known to be
+    monotone) a 16-point grid under the root: a smaller point that is not rejected moves the
+    search into that bracket."""
     if margin(0.0) <= 0:
         return 0.0
     lo, hi = 0.0, 1.0
     while margin(hi) > 0:
-        lo, hi = hi, 2.0 * hi
-        if hi > _EPS_CAP:
-            return _EPS_CAP
+        if hi >= cap:
+            return cap
+        lo, hi = hi, min(2.0 * hi, cap)
     while True:
         root = float(optimize.brentq(margin, lo, hi, xtol=1e-9, rtol=1e-12))
+        if not check:
+            return root
         grid = np.linspace(0.0, root, 17)[1:-1]
         bad = [e for e in grid if margin(float(e)) <= 0]
         if not bad:
@@ -123,26 +129,24 @@ def one_run_epsilon(correct: int, guesses: int, canaries: int, *, delta: float, 
     sig = 1.0 - _check_confidence(confidence)
     if _p_value(v, r, m, 0.0, 0.0) > sig:  # β ≤ p: cannot reject even ε = 0 (and δ = 0)
         return 0.0
-    return _first_crossing(lambda e: sig - _p_value(v, r, m, e, delta))
+    # p is nondecreasing in ε when 2mδ ≤ 1 (module docstring): no grid check needed there
+    return _first_crossing(lambda e: sig - _p_value(v, r, m, e, delta), _EPS_CAP, check=2 * m * delta > 1)
 
 
 #: trade-off curves the f-DP analysis can hypothesise
 FDP_CURVES = ("gaussian", "dp")
 
 
-def _blow_down(curve: str, eps: float, delta: float) -> Callable[[float], float]:
-    """g = B⁻¹ for the blow-up B(x) = 1 − f(x) of the hypothesised trade-off curve f at (ε, δ): an
-    event of probability y under one neighbour has probability ≥ g(y) under the other.
-    "gaussian": f = G_μ with μ = μ(ε, δ), g(y) = Φ(Φ⁻¹(y) − μ) (Dong, Roth, Su 2022);
-    "dp": f = f_{ε,δ}(x) = max(0, 1 − δ − e^ε x, e^−ε (1 − δ − x)) (Kairouz, Oh, Viswanath 2015),
-    g(y) = max(0, e^−ε (y − δ), 1 − δ − e^ε (1 − y))."""
+def _blow_down(curve: str, param: float, delta: float) -> Callable[[float], float]:
+    """g = B⁻¹ for the blow-up B(x) = 1 − f(x) of the hypothesised trade-off curve f: an event of
+    probability y under one neighbour has probability ≥ g(y) under the other.
+    "gaussian" (``param`` = μ): f = G_μ, g(y) = Φ(Φ⁻¹(y) − μ) (Dong, Roth, Su 2022);
+    "dp" (``param`` = ε): f = f_{ε,δ}(x) = max(0, 1 − δ − e^ε x, e^−ε (1 − δ − x)) (Kairouz, Oh,
+    Viswanath 2015), g(y) = max(0, e^−ε (y − δ), 1 − δ − e^ε (1 − y))."""
     if curve == "dp":
-        e = float(np.exp(eps))
+        e = float(np.exp(param))
         return lambda y: max(0.0, (y - delta) / e, 1.0 - delta - e * (1.0 - y))
-    import dp_accounting  # heavy: load on first use
-
-    mu = 1.0 / float(dp_accounting.get_sigma_gaussian(eps, delta))
-    return lambda y: float(special.ndtr(special.ndtri(y) - mu))
+    return lambda y: float(special.ndtr(special.ndtri(y) - param))
 
 
 def _fdp_margin(v: int, r: int, m: int, g: Callable[[float], float], sig: float) -> float:
@@ -176,7 +180,12 @@ def one_run_epsilon_fdp(correct: int, guesses: int, canaries: int, *, delta: flo
     delta = check_probability("delta", delta)
     sig = 1.0 - _check_confidence(confidence)
     curve = check_choice("curve", curve, FDP_CURVES)
-    return _first_crossing(lambda e: _fdp_margin(v, r, m, _blow_down(curve, e, delta), sig))
+    if curve == "dp":
+        return _first_crossing(lambda e: _fdp_margin(v, r, m, _blow_down("dp", e, delta), sig), _EPS_CAP)
+    # search μ ≥ μ(0, δ) = 2Φ⁻¹((1 + δ)/2) directly (ε ↦ μ(ε, δ) is increasing), convert once
+    mu0 = 2.0 * float(special.ndtri((1.0 + delta) / 2.0))
+    x = _first_crossing(lambda x: _fdp_margin(v, r, m, _blow_down("gaussian", mu0 + x, delta), sig), _MU_CAP)
+    return gdp_epsilon(mu0 + x, delta) if x > 0 else 0.0
 
 
 @dataclass(frozen=True)
