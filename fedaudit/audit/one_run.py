@@ -3,23 +3,30 @@
 The game (Steinke, Nasr, Jagielski, NeurIPS 2023, "Privacy auditing with one (1) training run"):
 each of m canaries is put into the training set by a fair coin S_i ∈ {in, out}; after one run the
 auditor guesses the coins of r canaries (abstaining on m − r) and v guesses are right. If the
-training algorithm is (ε, δ)-DP with respect to each canary, then (their Thm. 3, with the δ term of
-their Prop. 5 / Alg. 2) for q = e^ε/(1 + e^ε) and B ~ Binom(r, q)
+training algorithm is (ε, δ)-DP with respect to each canary, then (their Thm. 3, in the form of
+the p-value function of their Appendix D) for q = e^ε/(1 + e^ε) and B ~ Binom(r, q)
 
     β = P[B ≥ v],   α = max_{i=1..v} P[v − i ≤ B < v] / i,   P[V ≥ v] ≤ p(ε, δ) = min(1, β + 2·m·δ·α).
 
 :func:`one_run_epsilon` reports ε_lb = inf{ε ≥ 0 : p(ε, δ) > 1 − confidence}: every ε below it is
 rejected at level 1 − confidence, and P[ε_lb > ε_true] ≤ P[p(ε_true, δ) ≤ 1 − confidence] ≤
-1 − confidence. (p is nondecreasing in ε when 2mδ ≤ 1, since then each β + 2mδ·S_i/i is; the
-root search below also checks a grid under the root so that a dip elsewhere cannot lift it.)
+1 − confidence. p is nondecreasing in ε when 2mδ ≤ 1: with S_i = P[v − i ≤ B < v],
+d/dq (β + 2mδ·S_i/i) = r·(pmf′(v−1)·(1 − 2mδ/i) + (2mδ/i)·pmf′(v−i−1)) ≥ 0 (pmf′ of
+Binom(r − 1, q)), and a maximum of nondecreasing functions is nondecreasing; there the root is
+the answer, elsewhere the search also checks a grid under the root. The α-sum is truncated where
+the binomial mass falls below 1e-30 and that mass is added back to α, so p stays an upper bound.
 
 :func:`one_run_epsilon_fdp` analyses the same game under an f-DP hypothesis (Mahloujifar, Melis,
 Chaudhuri 2024, arXiv 2410.22235, "Auditing f-differential privacy in one run"), with the
 Gaussian trade-off f = G_μ (Dong, Roth, Su 2022) whose (ε, δ) curve passes through the claimed
 point: μ(ε, δ) = 1/σ(ε, δ), σ the analytic Gaussian-mechanism noise (Balle & Wang 2018; the
-search runs over μ and converts the result once with :func:`fedaudit.audit.gdp.gdp_epsilon`). It rejects μ-GDP, so its ε is a lower bound on the
-ε(δ) of a mechanism whose trade-off curve is Gaussian (DP-SGD, DP-FedAvg, the Gaussian mechanism);
-for other curves (e.g. randomized response) it is an estimate, not a certificate.
+search runs over μ and converts the result once with :func:`fedaudit.audit.gdp.gdp_epsilon`).
+It rejects μ-GDP, so its ε is a lower bound on the ε(δ) of a mechanism whose trade-off curve is
+Gaussian (the Gaussian mechanism; DP-SGD and DP-FedAvg to the extent that their curves are); for
+other curves it is no certificate: randomized response at ε = 1 is (1, δ)-DP but not μ(1, δ)-GDP,
+and with all of 1000 such canaries guessed (73% right) the Gaussian analysis reports ε ≈ 1.64. ``curve="dp"`` runs the same analysis with the
+(ε, δ)-DP curve f_{ε,δ} itself, valid for every (ε, δ)-DP mechanism (close to Steinke's bound,
+tighter where the 2mδ term bites).
 """
 
 from __future__ import annotations
