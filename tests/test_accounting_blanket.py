@@ -188,9 +188,16 @@ def test_which_bound_is_tighter_than_shuffle_epsilon_where():
     fmt = shuffle_epsilon(n, 4.0, delta, method="numerical").epsilon
     # large k: the blanket (Bennett) is far below the generic FMT numerical bound
     assert blanket_epsilon(n, "krr", 4.0, delta, k=100, bound="bennett").epsilon < 0.6 * fmt
-    # binary RR: both are within a few percent
+    # binary RR: the blanket is below FMT, and above the exact ε of a concrete instance (all other
+    # users hold 0; the server sees the count of ones, a binomial convolution)
     rr2 = blanket_epsilon(n, "krr", 4.0, delta, k=2, bound="hoeffding").epsilon
-    assert rr2 == pytest.approx(fmt, rel=0.25)
+    assert rr2 < fmt
+    p = math.exp(4.0) / (1 + math.exp(4.0))
+    others = np.append(binom.pmf(np.arange(n), n - 1, 1 - p), 0.0)   # count of ones among the others
+    shifted = np.concatenate([[0.0], others[:-1]])
+    law0, law1 = p * others + (1 - p) * shifted, (1 - p) * others + p * shifted
+    inst = lambda e: float(np.clip(law1 - math.exp(e) * law0, 0, None).sum())
+    assert inst(rr2) <= delta and inst(0.5 * rr2) > delta   # valid, and not vacuous
     # Laplace under Hoeffding: FMT's numerical bound is tighter
     assert blanket_epsilon(n, "laplace", 4.0, delta, bound="hoeffding").epsilon > fmt
 
