@@ -278,3 +278,28 @@ def test_more_entries_never_lower_epsilon():
 def test_bad_input_is_a_clear_error(make, match):
     with pytest.raises(FedAuditError, match=match):
         make()
+
+
+# ----------------------------------------------------------------------------- the reference page
+@pytest.mark.parametrize("section", ["## Mechanism PLDs", "## Privacy blanket"])
+def test_reference_page_examples_give_the_numbers_shown(section):
+    """Each ``expr  # ≈ value`` line of the section's python block evaluates to the value shown."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "accounting.md").read_text(encoding="utf-8")
+    block = text.split(section, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    shown, lines = [], []
+    for line in block.splitlines():
+        m = re.match(r"^(\S.*?)\s+# ≈ ([0-9.]+)", line)
+        if m:
+            lines.append(f"_shown_{len(shown)} = {m.group(1)}")
+            shown.append(m.group(2))
+        else:
+            lines.append(line)
+    namespace: dict = {}
+    exec(compile("\n".join(lines), section, "exec"), namespace)
+    for i, value in enumerate(shown):
+        tol = 0.6 * 10 ** -len(value.split(".")[1])
+        assert namespace[f"_shown_{i}"] == pytest.approx(float(value), abs=tol), (i, value)
+    assert len(shown) >= 4
