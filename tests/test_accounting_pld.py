@@ -72,6 +72,17 @@ def test_randomized_response_matches_pld_accountant(k, eps, count):
     assert got == pytest.approx(acc.get_epsilon(1e-6), abs=count * DISC)
 
 
+def test_randomized_response_pld_is_below_dp_accounting_rdp():
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    k, eps, count = 8, 0.4, 100
+    rdp = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    rdp.compose(dp_accounting.RandomizedResponseDpEvent(k / (math.exp(eps) + k - 1), k), count)
+    got = compose([RandomizedResponse(k, eps)] * count, "pld", 1e-6).epsilon
+    assert got < rdp.get_epsilon(1e-6) < 1.5 * got
+
+
 def test_laplace_spec_matches_pld_accountant_and_is_below_rdp():
     import dp_accounting
     from dp_accounting.pld import PLDAccountant
@@ -273,6 +284,7 @@ def test_more_entries_never_lower_epsilon():
     (lambda: compose([RandomizedResponse(2, 1.0)], "pld", 1.0), "delta"),
     (lambda: compose([RandomizedResponse(2, 1.0)], "pld", 0.0), "delta"),
     (lambda: Ledger().record("a", object()), "guarantee: no privacy loss"),
+    (lambda: Ledger().spent("a", method="pld", delta=1.5), "delta"),
     (lambda: Ledger().record("a", VQSGD(2, None)), "not private"),
 ])
 def test_bad_input_is_a_clear_error(make, match):

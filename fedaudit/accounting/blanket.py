@@ -7,7 +7,9 @@ input-independent blanket ``ω = inf_x R(x)(·)/γ`` and ``γ = ∫ inf_x R(x)(y
 ε0, ``γ = k/(e^{ε0} + k − 1)`` (ω uniform); for the Laplace mechanism on inputs in [0, 1] with
 scale 1/ε0, ``γ = e^{−ε0/2}``.
 
-**Blanket lemma** (BBGN19, the privacy amplification random variable of their Section 3): with
+**Blanket lemma** (BBGN19's "privacy amplification random variable" lemma and its Hoeffding and
+Bennett corollaries for k-RR and Laplace; the theorem numbers differ between the arXiv and CRYPTO
+versions and could not be checked offline, so the statements are written out here in full): with
 ``a = e^ε − 1``, ``L = (R(x1)(W) − e^ε R(x1')(W)) / ω(W)``, ``W ~ ω`` (so ``E[L] = −a``), L_i i.i.d.
 copies of L and ``M ~ Bin(n, γ)``, the shuffled reports of n users are (ε, δ)-DP whenever
 
