@@ -26,11 +26,12 @@ figure). Specifications (required keys; optional keys in brackets):
   reference lines differ in colour and style; a marker (◆) is a point of note on a series,
   e.g. where it first reached a target.
 * ``epsilon_vs_steps``: steps, epsilon, epsilon_claimed, delta [x_label, accountant,
-  references{label: [ε per step]}, lower_bounds[{label, steps, epsilon, confidence}]] — an
+  references{label: [ε per step]}, lower_bounds[{label, steps, epsilon, confidence, [certified]}]] — an
   accountant's upper bound ε(steps) at δ (solid), other accountants' curves for comparison (thin,
   each its own reference style; they do not stretch the axes), the claimed budget as a horizontal
-  line, and audited lower bounds as points (a point above the accountant's curve or the budget is a
-  violation); ε = ∞ ends a curve.
+  line, and audited lower bounds as points (filled: certified at their confidence, a point above the
+  accountant's curve or the budget is a violation; hollow: ``certified = false``, an estimate);
+  ε = ∞ ends a curve.
 
 Numbers may be JSON specials ("inf", "-inf", "nan") or null.
 """
@@ -452,8 +453,11 @@ def _epsilon_vs_steps(spec: Mapping[str, Any]):
         px, py = _num(pt["steps"], f"lower_bounds[{i}].steps"), _num(pt["epsilon"], f"lower_bounds[{i}].epsilon")
         conf = _num(pt["confidence"], f"lower_bounds[{i}].confidence")
         if math.isfinite(px) and math.isfinite(py):
-            ax.plot([px], [py], markers[i % len(markers)], color=_ORANGE, mec="black", mew=0.9, ms=9, zorder=5,
-                    label=f"{pt['label']}: ε ≥ {py:.3g} at {conf:.0%} confidence")
+            certified = pt.get("certified", True) is not False
+            style = dict(color=_ORANGE, mec="black") if certified else dict(mfc="none", mec=_ORANGE)
+            text = f"ε ≥ {py:.3g} ({conf:.0%} conf.)" if certified else f"ε ≈ {py:.3g} (estimate, not a bound)"
+            ax.plot([px], [py], markers[i % len(markers)], mew=1.2, ms=9, zorder=5, label=f"{pt['label']}: {text}",
+                    **style)
             shown.append(py)
     # the scale is the accountant's curve, the budget and the audited points; a looser reference
     # accountant may leave the top of the axes (it is there for comparison, not for reading off)

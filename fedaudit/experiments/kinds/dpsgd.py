@@ -1,0 +1,190 @@
+"""Claim kind ``dpsgd``: a DP-SGD configuration is (ε, δ)-DP — its accountant says so and a canary
+audit of one Opacus training run does not refute it.
+
+The run (:func:`fedaudit.audit.dpsgd_audit.audit_dpsgd`) trains with ``noise_multiplier`` while
+the accountant is told ``claimed_noise_multiplier`` (default: the same σ; σ/10 trained with σ
+claimed is the broken configuration of issue #11). The claim holds when the accountant's ε of
+the claimed configuration is at most ``claimed_epsilon`` *and* no certified one-run bound (Steinke,
+Nasr, Jagielski 2023; its f-DP refinement, Mahloujifar, Melis, Chaudhuri 2024) exceeds the
+accountant's ε or the claimed ε. A violation is detected when such a certified bound does (P[false
+alarm] ≤ 1 − ``confidence``); the Gaussian-DP estimate is reported, never used for the verdict.
+With m canaries the Steinke bound is capped (≈ 5.78 for m = 1000 at δ = 1e-5), so above the cap
+only the f-DP refinement (which assumes a Gaussian trade-off curve) can refute a claim; the
+evidence states the cap (``one_run_ceiling``).
+
+The ``epsilon_vs_steps`` figure draws the accountant's ε after 1…steps steps of the claimed
+configuration, the claimed ε as a line and the audited bounds as points at the last step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.keys import Key
+
+__all__ = ["DPSGD", "cumulative", "audit_evidence", "one_run_ceiling", "accountant_curve", "audit_keys"]
+
+
+def cumulative(progress: Progress) -> Callable[[int], None]:
+    """The audits call ``progress(k)`` with the number of steps (rounds) done so far; the runner
+    counts increments. This adapter passes on ``k − (the last k)``."""
+    last = [0]
+
+    def advance(done: int) -> None:
+        if done > last[0]:
+            progress(done - last[0])
+            last[0] = done
+
+    return advance
+
+
+def one_run_ceiling(canaries: int, delta: float, confidence: float) -> float:
+    """The largest ε a one-run audit of ``canaries`` canaries can certify: every canary guessed,
+    all correctly (Steinke, Nasr, Jagielski 2023; 1000 canaries at δ = 1e-5: ≈ 5.78)."""
+    from fedaudit.audit.one_run import one_run_epsilon
+
+    return one_run_epsilon(canaries, canaries, canaries, delta=delta, confidence=confidence)
+
+
+def audit_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: float, delta: float,
+                   confidence: float, curve: tuple[list[int], list[float]], expect: str, what: str,
+                   extra: Mapping[str, Any]) -> Evidence:
+    """The evidence, verdict inputs, summary and figure of a DP-SGD or DP-FedAvg canary audit
+    (``res`` a DPSGDAudit or DPFedAvgAudit; see the module docstring for the verdict)."""
+    acc = res.accountant
+    bounds = {"one_run": res.one_run.epsilon, "one_run_fdp": res.one_run_fdp.epsilon}
+    certified = max(bounds.values())
+    within = acc.epsilon <= claimed_epsilon
+    refuted = bool(res.violation) or certified > claimed_epsilon
+    holds = within and not refuted
+    cap = one_run_ceiling(res.canaries, delta, confidence)
+    conf = f"{confidence:.0%}"
+    parts = [f"accountant ε = {fmt_number(acc.epsilon, '.4g')} ({acc.method}) at δ = {delta:g} "
+             + ("within" if within else "ABOVE") + f" the claimed ε = {claimed_epsilon:g}",
+             f"certified one-run ε ≥ {res.one_run.epsilon:.3f} (Steinke), ≥ {res.one_run_fdp.epsilon:.3f} (f-DP) at "
+             f"{conf}; GDP estimate {fmt_number(res.gdp.epsilon, '.3f')} (not a bound)"]
+    if refuted:
+        over = "the accountant's ε" if res.violation else "the claimed ε"
+        parts.append(f"VIOLATION: a certified bound exceeds {over}")
+    else:
+        parts.append("no violation detected")
+    if claimed_epsilon > cap:
+        parts.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g} (below the claim)")
+    parts.append(f"{what}; {res.seconds:.1f} s")
+    if expect == "violation":
+        parts.append("expected a violation, " + ("detected" if refuted else "NOT detected"))
+    xs, ys = curve
+    evidence = {
+        "accountant_epsilon": acc.epsilon, "accountant_method": acc.method, "claimed_epsilon": claimed_epsilon,
+        "delta": delta, "within_claim": within,
+        "epsilon_one_run": bounds["one_run"], "epsilon_one_run_fdp": bounds["one_run_fdp"],
+        "epsilon_gdp_estimate": res.gdp.epsilon, "confidence": confidence, "violation": refuted,
+        "accountant_violated": bool(res.violation), "one_run_ceiling": cap,
+        "noise_multiplier": res.noise_multiplier, "claimed_noise_multiplier": res.claimed_noise_multiplier,
+        "canaries": res.canaries, "canaries_in": res.canaries_in, **extra, "seconds": res.seconds,
+        "curve": {count_name: xs, "epsilon": ys},
+        "audit": res.to_dict(),
+    }
+    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": bounds["one_run"], "confidence": confidence},
+              {"label": "one-run f-DP", "steps": count, "epsilon": bounds["one_run_fdp"], "confidence": confidence},
+              {"label": "GDP", "steps": count, "epsilon": res.gdp.epsilon, "confidence": res.gdp.confidence,
+               "certified": False}]
+    plot = {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and the "
+                                                 f"audited lower bounds at the last {count_name[:-1]}",
+            "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta,
+            "x_label": count_name, "accountant": f"accountant ({acc.method.upper()})", "lower_bounds": points}
+    return Evidence(holds=holds, violated=refuted, evidence=evidence, summary="; ".join(parts), plots=(plot,))
+
+
+def accountant_curve(sigma: float, q: float, total: int, delta: float, method: str, points: int, final: float,
+                     progress: Progress) -> tuple[list[int], list[float]]:
+    """ε after ``points`` counts from 1 to ``total`` of ``total`` Poisson-subsampled Gaussian steps
+    (rounds), the last one ``final`` (the accountant's own value). For PLD the one-step PLD
+    (dp-accounting ``from_gaussian_mechanism`` with ``sampling_prob = q``, the event
+    :func:`~fedaudit.accounting.epsilon_dpsgd` composes) is built once at the coarser interval
+    :data:`~fedaudit.experiments.kinds.accounting.CURVE_DISCRETIZATION` and self-composed per
+    point (still an upper bound); RDP and PRV call the accountant per point."""
+    from fedaudit.accounting import epsilon_dpsgd
+    from fedaudit.experiments.kinds.accounting import CURVE_DISCRETIZATION, curve_points
+
+    xs = curve_points(total, points)
+    if method == "pld":
+        from dp_accounting.pld import privacy_loss_distribution as pld
+
+        one = pld.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q, use_connect_dots=True,
+                                          value_discretization_interval=CURVE_DISCRETIZATION)
+        account = lambda n: float(one.self_compose(n).get_epsilon_for_delta(delta))  # noqa: E731
+    else:
+        account = lambda n: epsilon_dpsgd(sigma, q, n, delta, method).epsilon  # noqa: E731
+    ys = []
+    for x in xs:
+        ys.append(final if x == total else account(x))
+        progress(1)
+    return xs, ys
+
+
+def audit_keys(count: str, count_help: str) -> dict[str, Key]:
+    """The keys DP-SGD and DP-FedAvg claims share."""
+    return {
+        "noise_multiplier": Key("float", low=0, open_low=True, help="the noise multiplier training uses"),
+        "claimed_noise_multiplier": Key("float", None, low=0, open_low=True,
+                                        help="what the accountant is told (default: noise_multiplier); "
+                                             "noise_multiplier = claimed/10 is an under-calibrated run"),
+        "sample_rate": Key("float", low=0, high=1, open_low=True, help="Poisson sampling rate per " + count_help),
+        count: Key("int", low=1, high=1_000_000, help=f"number of {count}"),
+        "claimed_epsilon": Key("float", low=0, open_low=True, help="the claim: the run is (claimed_epsilon, delta)-DP"),
+        "delta": Key("float", 1e-5, low=0, high=1, open_low=True, open_high=True, help="δ of the claim and the audit"),
+        "canaries": Key("int", 1000, low=20, high=20_000, help="canaries, each included with probability 1/2"),
+        "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
+        "curve_points": Key("int", 30, low=2, high=200, help="points of the accountant's ε curve"),
+    }
+
+
+class DPSGD(ClaimKind):
+    """Train with Opacus DP-SGD once with canaries; the accountant must be within the claimed (ε, δ) and the audit must not refute it."""
+
+    name = "dpsgd"
+    unit = "steps"
+    figures = ("epsilon_vs_steps",)
+
+    def keys(self) -> dict[str, Key]:
+        from fedaudit.accounting import DPSGD_METHODS
+
+        return {
+            **audit_keys("steps", "step (examples)"),
+            "accountant": Key("str", "pld", choices=DPSGD_METHODS, help="pld (dp-accounting), rdp or prv (Opacus)"),
+            "max_grad_norm": Key("float", 1.0, low=0, open_low=True, help="per-example clipping norm C"),
+            "dataset": Key("str", "digits", choices=("digits", "synthetic")),
+            "threat": Key("str", "white-box", choices=("white-box", "black-box"),
+                          help="white-box: gradient canaries scored by the likelihood ratio of all iterates; "
+                               "black-box: mislabelled inputs scored by the final loss"),
+            "learning_rate": Key("float", 0.5, low=0, open_low=True),
+        }
+
+    def default_title(self, p: Mapping[str, Any], expect: str) -> str:
+        sigma = p["noise_multiplier"] if p["claimed_noise_multiplier"] is None else p["claimed_noise_multiplier"]
+        verb = "is not" if expect == "violation" else "is"
+        return (f"DP-SGD (σ = {sigma:g}, q = {p['sample_rate']:g}, {p['steps']} steps) {verb} "
+                f"({p['claimed_epsilon']:g}, {p['delta']:g})-DP ({p['threat']} canary audit)")
+
+    def work_units(self, p: Mapping[str, Any]) -> int:
+        return p["steps"] + p["curve_points"]
+
+    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.dpsgd_audit import audit_dpsgd
+
+        p = spec.params
+        res = audit_dpsgd(noise_multiplier=p["noise_multiplier"], max_grad_norm=p["max_grad_norm"],
+                          sample_rate=p["sample_rate"], steps=p["steps"], delta=p["delta"], canaries=p["canaries"],
+                          dataset=p["dataset"], threat=p["threat"],
+                          claimed_noise_multiplier=p["claimed_noise_multiplier"], seed=spec.seed,
+                          progress=cumulative(progress), confidence=p["confidence"], accountant=p["accountant"],
+                          learning_rate=p["learning_rate"])
+
+        curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, res.steps, p["delta"],
+                                 res.accountant.method, p["curve_points"], res.accountant.epsilon, progress)
+        what = f"{res.dataset}, {res.threat}, accuracy {res.accuracy:.3f}"
+        return audit_evidence(res, count_name="steps", count=res.steps, claimed_epsilon=p["claimed_epsilon"],
+                              delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
+                              what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds})

@@ -1,0 +1,109 @@
+"""Claim kinds ``dpsgd`` and ``fedavg-dp``: the accountant within the claim and a canary audit that
+must not refute it; the σ/10 run must come out as a violation. The accountant curve is checked
+against the accountant itself at every point, the ceiling against the published 5.78."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonschema
+import pytest
+
+from fedaudit.errors import FedAuditError
+from fedaudit.experiments.plan import load_plan
+from fedaudit.experiments.runner import PlanProgress, run_plan
+from fedaudit.reports import load_schema
+from fedaudit.reports.plots import render_png
+
+SGD = {"id": "sgd", "kind": "dpsgd", "noise_multiplier": 2.0, "sample_rate": 0.1, "steps": 60, "claimed_epsilon": 3.0,
+       "curve_points": 12}
+
+
+def plan(*claims):
+    return {"plan": {"title": "audits", "seed": 0}, "claim": [copy.deepcopy(c) for c in claims]}
+
+
+class Units(PlanProgress):
+    def __init__(self):
+        self.total, self.done = {}, {}
+
+    def claim_started(self, spec, total, unit):
+        self.total[spec.id], self.done[spec.id] = (total, unit), 0
+
+    def advance(self, n):
+        (last,) = [k for k in self.done][-1:]
+        self.done[last] += n
+
+
+@pytest.fixture(scope="module")
+def sgd_report():
+    units = Units()
+    broken = {**SGD, "id": "broken", "noise_multiplier": 0.2, "claimed_noise_multiplier": 2.0, "expect": "violation"}
+    over = {**SGD, "id": "over", "claimed_epsilon": 1.0}
+    return run_plan(plan(SGD, broken, over), progress=units), units
+
+
+def test_a_calibrated_run_passes_and_sigma_over_10_is_a_violation(sgd_report):
+    from fedaudit.accounting import epsilon_dpsgd
+
+    report, _ = sgd_report
+    ok, broken, over = report.claims
+    assert [c.error for c in report.claims] == [None, None, None]
+    acc = epsilon_dpsgd(2.0, 0.1, 60, 1e-5).epsilon  # the claimed configuration's accountant
+    assert ok.evidence["accountant_epsilon"] == pytest.approx(acc) and acc < 3.0
+    assert ok.verdict == "PASS" and not ok.evidence["violation"]
+    assert ok.evidence["epsilon_one_run"] <= ok.evidence["epsilon_one_run_fdp"] < acc
+    # trained at σ/10, the accountant still says acc: the certified bound must exceed it
+    ev = broken.evidence
+    assert ev["accountant_epsilon"] == pytest.approx(acc) and ev["noise_multiplier"] == 0.2
+    assert ev["violation"] and ev["accountant_violated"] and max(ev["epsilon_one_run"], ev["epsilon_one_run_fdp"]) > acc
+    assert broken.verdict == "PASS" and "expected a violation, detected" in broken.summary
+    # an accountant above the claim fails the claim although the audit refutes nothing
+    assert over.evidence["accountant_epsilon"] > 1.0 and not over.evidence["accountant_violated"]
+    assert over.verdict == "FAIL" and "ABOVE the claimed ε = 1" in over.summary
+
+
+def test_the_curve_is_the_accountant_at_every_point_and_the_figure_carries_the_bounds(sgd_report):
+    from fedaudit.accounting import epsilon_dpsgd
+
+    report, units = sgd_report
+    ok = report.claims[0]
+    xs, ys = ok.evidence["curve"]["steps"], ok.evidence["curve"]["epsilon"]
+    assert xs[0] == 1 and xs[-1] == 60 and len(xs) == 12
+    for x, y in zip(xs[::4], ys[::4]):  # coarser PLD grid: an upper bound within 0.5% of the accountant
+        exact = epsilon_dpsgd(2.0, 0.1, x, 1e-5).epsilon
+        assert exact - 1e-9 <= y <= exact * 1.005
+    assert all(b > a for a, b in zip(ys, ys[1:]))  # more steps never lower ε
+    (plot,) = ok.plots
+    assert plot["type"] == "epsilon_vs_steps" and plot["epsilon_claimed"] == 3.0
+    labels = [p["label"] for p in plot["lower_bounds"]]
+    assert labels == ["one-run (Steinke)", "one-run f-DP", "GDP"] and plot["lower_bounds"][2]["certified"] is False
+    assert all(p["steps"] == 60 and p["confidence"] == 0.95 for p in plot["lower_bounds"])
+    assert render_png(plot).startswith(b"\x89PNG")
+    jsonschema.validate(json.loads(json.dumps(report.seal().to_dict())), load_schema())
+    assert units.total["sgd"] == (60 + 12, "steps") and units.done["sgd"] == 60 + 12
+
+
+def test_the_evidence_states_the_one_run_ceiling():
+    from fedaudit.experiments.kinds.dpsgd import one_run_ceiling
+
+    assert one_run_ceiling(1000, 1e-5, 0.95) == pytest.approx(5.78, abs=0.01)  # Steinke et al., privacy.md §0
+
+
+@pytest.mark.parametrize("overrides, pattern", [
+    ({"noise_multiplier": 0}, r"key 'noise_multiplier' must be a number > 0"),
+    ({"noise_multiplier": -1}, r"key 'noise_multiplier' must be a number > 0"),
+    ({"sample_rate": 0}, r"key 'sample_rate' must be a number in \(0, 1\]"),
+    ({"sample_rate": 1.5}, r"key 'sample_rate' must be a number in \(0, 1\]"),
+    ({"delta": 0}, r"key 'delta' must be a number in \(0, 1\)"),
+    ({"delta": 1}, r"key 'delta' must be a number in \(0, 1\)"),
+    ({"steps": 0}, r"key 'steps' must be an integer in \[1, 1000000\]"),
+    ({"canaries": 5}, r"key 'canaries' must be an integer in \[20, 20000\]"),
+    ({"threat": "grey-box"}, r"key 'threat' must be one of 'white-box', 'black-box'"),
+    ({"claimed_epsilon": None}, r"missing required key 'claimed_epsilon'"),
+])
+def test_bad_dpsgd_claims_are_refused_when_the_plan_is_loaded(overrides, pattern):
+    claim = {k: v for k, v in {**SGD, **overrides}.items() if v is not None}
+    with pytest.raises(FedAuditError, match=r"^claim 'sgd' \(#1\): " + pattern):
+        load_plan(plan(claim))
