@@ -230,3 +230,13 @@ def test_guide_example_prints_what_the_page_shows(capsys):
     shown = re.search(r"^```\n\$ python dpsgd_audit.py\n(.*?)^```$", page, flags=re.M | re.S).group(1)
     exec(compile(code, "dpsgd_audit.py", "exec"), {})
     assert capsys.readouterr().out == shown
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_correct_runs_are_not_flagged_across_seeds(seed):
+    """A violation of a correct run has probability ≤ 1 − confidence per bound; five seeds of the
+    fast configuration (and their full-batch variant) stay far below the accountant."""
+    for q, steps, sigma in ((Q, STEPS, SIGMA), (1.0, 20, 8.0)):
+        a = audit_dpsgd(noise_multiplier=sigma, sample_rate=q, steps=steps, canaries=500, seed=seed)
+        assert not a.violation and a.epsilon_lower < 0.6 * a.accountant.epsilon
