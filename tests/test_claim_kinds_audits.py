@@ -107,3 +107,37 @@ def test_bad_dpsgd_claims_are_refused_when_the_plan_is_loaded(overrides, pattern
     claim = {k: v for k, v in {**SGD, **overrides}.items() if v is not None}
     with pytest.raises(FedAuditError, match=r"^claim 'sgd' \(#1\): " + pattern):
         load_plan(plan(claim))
+
+
+AVG = {"id": "avg", "kind": "fedavg-dp", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5, "clients": 20,
+       "claimed_epsilon": 2.0}
+
+
+def test_fedavg_dp_calibrated_passes_and_under_calibrated_is_caught():
+    from fedaudit.accounting.fedavg import epsilon_dpfedavg
+
+    broken = {**AVG, "id": "weak", "noise_multiplier": 0.4, "claimed_noise_multiplier": 4.0, "expect": "violation"}
+    report = run_plan(plan(AVG, broken))
+    ok, weak = report.claims
+    assert [c.error for c in report.claims] == [None, None]
+    acc = epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon  # client level, the claimed z
+    assert ok.evidence["accountant_epsilon"] == pytest.approx(acc) and acc < 2.0
+    assert ok.verdict == "PASS" and not ok.evidence["violation"]
+    assert weak.evidence["accountant_epsilon"] == pytest.approx(acc) and weak.evidence["violation"]
+    assert weak.evidence["epsilon_one_run"] > acc and weak.verdict == "PASS"
+    xs, ys = ok.evidence["curve"]["rounds"], ok.evidence["curve"]["epsilon"]
+    assert xs == [1, 2, 3, 4, 5] and ys[-1] == acc
+    assert ys[0] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 1, 1e-5).epsilon, rel=5e-3)
+    assert ok.plots[0]["x_label"] == "rounds" and render_png(ok.plots[0]).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("overrides, pattern", [
+    ({"clients": 0}, r"key 'clients' must be an integer in \[1, 100000\], got 0"),
+    ({"sample_rate": 0}, r"key 'sample_rate' must be a number in \(0, 1\]"),
+    ({"rounds": 0}, r"key 'rounds' must be an integer in \[1, 1000000\]"),
+    ({"noise_multiplier": -0.5}, r"key 'noise_multiplier' must be a number > 0"),
+    ({"dataset": "mnist"}, r"key 'dataset' must be one of 'synthetic', 'digits'"),
+])
+def test_bad_fedavg_dp_claims_are_refused(overrides, pattern):
+    with pytest.raises(FedAuditError, match=r"^claim 'avg' \(#1\): " + pattern):
+        load_plan(plan({**AVG, **overrides}))
