@@ -109,6 +109,9 @@ def test_clip_updates_norms_directions_and_nonfinite_rows():
         np.testing.assert_allclose(clipped[i], U[i] / np.linalg.norm(U[i]), rtol=1e-12)
     with pytest.raises(FedAuditError, match="clip"):
         clip_updates(U, 0.0)
+    mean, counts = DPFedAvgAggregator(1.0, 0.0, 2.0).aggregate(U, None)
+    assert counts == {"clients": 6, "clipped": 3, "nonfinite": 1}
+    np.testing.assert_allclose(mean, clipped.sum(axis=0) / 2.0, rtol=1e-12)
 
 
 def test_noise_std_matches_zC_over_qN_within_its_ci():

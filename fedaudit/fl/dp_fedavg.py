@@ -116,7 +116,7 @@ class DPFedAvgAggregator:
             total = total + extra_sum
         if self.noise_multiplier > 0:
             total = total + as_generator(rng).normal(0.0, self.noise_multiplier * self.clip, size=total.shape)
-        stats = {"clients": int(norms.size), "clipped": int(np.sum(np.isfinite(norms) & (norms > self.clip))),
+        stats = {"clients": int(norms.size), "clipped": int(np.sum(~bad & (norms > self.clip))),
                  "nonfinite": int(bad.sum())}
         return total / self.expected_clients, stats
 
