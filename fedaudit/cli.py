@@ -484,6 +484,42 @@ def cmd_stress(args: argparse.Namespace) -> int:
     return 1 if config.target_accuracy is not None and res.missed_target else 0
 
 
+def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
+    """``fedaudit audit dpsgd``: one Opacus run with canaries; exit 1 when a certified bound exceeds
+    the accountant's ε."""
+    from fedaudit.audit.dpsgd_audit import audit_dpsgd
+    from fedaudit.experiments.kinds.dpsgd import cumulative
+
+    check_output_file("--json", args.json)
+    with progress_bar(args.steps, "training steps", args.quiet, args.progress_every) as advance:
+        res = audit_dpsgd(noise_multiplier=args.noise_multiplier, max_grad_norm=args.max_grad_norm,
+                          sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, canaries=args.canaries,
+                          dataset=args.dataset, threat=args.threat,
+                          claimed_noise_multiplier=args.claimed_noise_multiplier, seed=args.seed,
+                          progress=cumulative(advance), confidence=args.confidence, accountant=args.accountant,
+                          learning_rate=args.learning_rate)
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _write_json(args.json, res)
+    return 1 if res.violation else 0
+
+
+def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
+    """``fedaudit audit fedavg-dp``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
+    from fedaudit.audit.fedavg_audit import audit_dpfedavg
+    from fedaudit.experiments.kinds.dpsgd import cumulative
+
+    check_output_file("--json", args.json)
+    with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
+        res = audit_dpfedavg(noise_multiplier=args.noise_multiplier, clip=args.clip, sample_rate=args.sample_rate,
+                             rounds=args.rounds, delta=args.delta, canaries=args.canaries, clients=args.clients,
+                             claimed_noise_multiplier=args.claimed_noise_multiplier, dataset=args.dataset,
+                             local_lr=args.local_lr, local_steps=args.local_steps, server_lr=args.server_lr,
+                             confidence=args.confidence, seed=args.seed, progress=cumulative(advance))
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _write_json(args.json, res)
+    return 1 if res.violation else 0
+
+
 def _methods(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
     """``--method a,b`` or ``all`` as a list of allowed method names (exit 2 otherwise)."""
     names = list(allowed) if text.strip().lower() == "all" else [m.strip().lower() for m in text.split(",") if m.strip()]
@@ -841,6 +877,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="write a log–log image here (.png, .svg, .pdf, …; checked first)")
     p.add_argument("--json", default=None, help="write the curve as JSON here (checked before the run)")
     p.set_defaults(func=cmd_audit_variance)
+
+    for name, count in (("dpsgd", "--steps"), ("fedavg-dp", "--rounds")):
+        dpsgd = name == "dpsgd"
+        p = audit.add_parser(name, parents=[progress],
+                             help=("train once with Opacus DP-SGD and canaries" if dpsgd else
+                                   "train DP-FedAvg once with canary clients (client level)")
+                                  + "; certified one-run bounds next to the accountant's ε (exit 1: violation)")
+        p.add_argument("--noise-multiplier", type=float, required=True,
+                       help="the noise multiplier training uses (" + ("> 0" if dpsgd else ">= 0") + ")")
+        p.add_argument("--claimed-noise-multiplier", type=float, default=None,
+                       help="what the accountant is told (default: --noise-multiplier); e.g. 10x the real one "
+                            "for the under-calibrated run the audit must flag")
+        p.add_argument("--sample-rate", type=float, required=True,
+                       help="Poisson sampling rate of " + ("examples per step" if dpsgd else "clients per round")
+                            + ", in (0, 1]")
+        p.add_argument(count, type=_count, required=True, help=f"training {count[2:]}, >= 1")
+        p.add_argument("--delta", type=float, default=1e-5, help="δ of the accountant and the bounds (default 1e-5)")
+        p.add_argument("--canaries", type=_count, default=1000,
+                       help="canaries, each included with probability 1/2 (default 1000)")
+        p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
+        if dpsgd:
+            p.add_argument("--max-grad-norm", type=float, default=1.0, help="per-example clipping norm C (default 1)")
+            p.add_argument("--dataset", default="digits", help="digits (default) or synthetic")
+            p.add_argument("--threat", default="white-box",
+                           help="white-box (gradient canaries, default) or black-box (mislabelled inputs, final loss)")
+            p.add_argument("--accountant", default="pld", help="pld (default), rdp or prv")
+            p.add_argument("--learning-rate", type=float, default=0.5, help="SGD step size (default 0.5)")
+        else:
+            p.add_argument("--clip", type=float, default=1.0, help="L2 clipping norm C of client updates (default 1)")
+            p.add_argument("--clients", type=_count, default=50, help="honest clients (default 50)")
+            p.add_argument("--dataset", default="synthetic", help="synthetic (default) or digits")
+            p.add_argument("--local-lr", type=float, default=0.5, help="clients' local step size (default 0.5)")
+            p.add_argument("--local-steps", type=_count, default=1, help="local steps per round (default 1)")
+            p.add_argument("--server-lr", type=float, default=1.0, help="server step size (default 1)")
+        p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+        p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
+        p.set_defaults(func=cmd_audit_dpsgd if dpsgd else cmd_audit_fedavg_dp)
 
     p = sub.add_parser("stress", parents=[progress],
                        help="train over aggregators × attacks × f × β and map where robustness breaks")

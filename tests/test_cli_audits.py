@@ -1,0 +1,55 @@
+"""``fedaudit audit dpsgd`` and ``fedaudit audit fedavg-dp``: exit 1 exactly when a certified bound
+exceeds the accountant's ε (the under-calibrated runs), 0 for calibrated runs, 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fedaudit.cli import main
+
+
+def test_audit_dpsgd_flags_sigma_over_10_and_writes_json(tmp_path, capsys):
+    from fedaudit.accounting import epsilon_dpsgd
+
+    path = tmp_path / "a.json"
+    argv = ["audit", "dpsgd", "--noise-multiplier", "0.2", "--claimed-noise-multiplier", "2", "--sample-rate", "0.1",
+            "--steps", "40", "--quiet", "--json", str(path)]
+    assert main(argv) == 1
+    data = json.loads(path.read_text())
+    acc = epsilon_dpsgd(2.0, 0.1, 40, 1e-5).epsilon  # what the ledger is told
+    assert data["accountant"]["epsilon"] == pytest.approx(acc) and data["violation"]
+    assert data["one_run"]["epsilon"] > acc and data["noise_multiplier"] == 0.2
+    assert "VIOLATION" in capsys.readouterr().out
+
+
+def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
+    from fedaudit.accounting.fedavg import epsilon_dpfedavg
+
+    path = tmp_path / "f.json"
+    assert main(["audit", "fedavg-dp", "--noise-multiplier", "4", "--sample-rate", "0.5", "--rounds", "5",
+                 "--clients", "20", "--quiet", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["accountant"]["epsilon"] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon)
+    assert not data["violation"] and data["one_run"]["epsilon"] < data["accountant"]["epsilon"]
+    assert "no violation" in capsys.readouterr().out
+    assert main(["audit", "fedavg-dp", "--noise-multiplier", "0.4", "--claimed-noise-multiplier", "4",
+                 "--sample-rate", "0.5", "--rounds", "5", "--clients", "20", "--quiet"]) == 1
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "2", "--steps", "5"], "sample_rate"),
+    (["audit", "dpsgd", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "5"], "noise_multiplier"),
+    (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--delta", "0"], "delta"),
+    (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--threat", "x"], "threat"),
+    (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "5", "--clients", "0"],
+     "clients"),
+    (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "0"], "rounds"),
+    (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2", "--delta", "1"],
+     "delta"),
+])
+def test_bad_audit_input_exits_2_with_one_line(argv, needle, capsys):
+    assert main(argv + ["--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedaudit: error:") and needle in err and len(err.splitlines()) == 1, err
