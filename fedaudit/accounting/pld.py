@@ -65,8 +65,8 @@ from fedaudit.json import jsonable
 from fedaudit.mechanisms import Duchi, Gaussian, Laplace, Mechanism, RandomizedResponse, VQSGD
 from fedaudit.validation import check_int, check_positive, check_vector
 
-__all__ = ["pld_of", "pld_key", "build_pld", "guarantee_of", "NoiseSpec", "LaplacePLD", "GaussianPLD", "DiscreteLaplacePLD",
-           "DiscreteGaussianPLD", "PmfPair", "PLD_SUPPORTED"]
+__all__ = ["pld_of", "pld_key", "build_pld", "guarantee_of", "NoiseSpec", "LaplacePLD", "GaussianPLD",
+           "DiscreteLaplacePLD", "DiscreteGaussianPLD", "PmfPair", "PLD_SUPPORTED"]
 
 #: what :func:`pld_of` accepts, as listed in its error message
 PLD_SUPPORTED = ("PureLDP", "ApproxLDP", "RandomizedResponse", "VQSGD (with epsilon)", "Duchi", "Laplace",
