@@ -141,3 +141,21 @@ def test_fedavg_dp_calibrated_passes_and_under_calibrated_is_caught():
 def test_bad_fedavg_dp_claims_are_refused(overrides, pattern):
     with pytest.raises(FedAuditError, match=r"^claim 'avg' \(#1\): " + pattern):
         load_plan(plan({**AVG, **overrides}))
+
+
+def test_the_shipped_training_plan_is_valid():
+    from fedaudit.plans import plan_path
+
+    with plan_path("training-audits") as path:
+        p = load_plan(path)
+    assert [c.kind for c in p.claims] == ["dpsgd", "dpsgd", "fedavg-dp", "fedavg-dp"]
+    assert [c.expect for c in p.claims] == ["pass", "violation", "pass", "violation"]
+
+
+@pytest.mark.slow
+def test_the_shipped_training_plan_meets_every_expectation():
+    from fedaudit.plans import plan_path
+
+    with plan_path("training-audits") as path:
+        report = run_plan(path)
+    assert [c.verdict for c in report.claims] == ["PASS"] * 4, [c.summary for c in report.claims]
