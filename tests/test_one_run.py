@@ -74,10 +74,22 @@ def enumerated_p_value(v, r, m, eps, delta):
 
 @pytest.mark.parametrize("v, r, m, eps, delta", [
     (10, 10, 100, 1.0, 1e-3), (8, 10, 1000, 0.5, 1e-4), (7, 9, 50, 2.0, 1e-2), (5, 5, 10, 3.0, 0.0),
-    (3, 10, 100, 0.2, 1e-2), (1, 1, 10, 0.0, 0.1), (6, 8, 10_000, 1.5, 1e-3), (9, 10, 20, 4.0, 0.2)])
+    (3, 10, 100, 0.2, 1e-2), (1, 1, 10, 0.0, 0.1), (6, 8, 10_000, 1.5, 1e-3), (9, 10, 20, 4.0, 0.2),
+    (0, 6, 10, 1.0, 1e-3)])
 def test_p_value_matches_enumeration(v, r, m, eps, delta):
     got = one_run_p_value(v, r, m, epsilon=eps, delta=delta)
     assert got == pytest.approx(enumerated_p_value(v, r, m, eps, delta), rel=1e-10, abs=1e-15)
+
+
+@pytest.mark.parametrize("r, m", [(10, 10), (100, 1000), (1000, 1000), (64, 10_000)])
+@pytest.mark.parametrize("confidence", [0.95, 0.5])
+def test_all_right_at_pure_dp_is_the_binomial_test(r, m, confidence):
+    """v = r and δ = 0: P[all r right] ≤ q^r, so ε_lb solves q^r = 1 − confidence, i.e.
+    ε_lb = logit((1 − confidence)^(1/r)) — Steinke's bound exactly, and the (ε, δ)-curve f-DP
+    analysis as δ → 0."""
+    exact = float(special.logit((1 - confidence) ** (1 / r)))
+    assert steinke(r, r, m, delta=0.0, confidence=confidence) == pytest.approx(exact, abs=1e-7)
+    assert fdp_dp(r, r, m, delta=1e-12, confidence=confidence) == pytest.approx(exact, abs=1e-5)
 
 
 def test_bound_is_the_first_epsilon_the_p_value_stops_rejecting():
@@ -92,6 +104,7 @@ def test_no_evidence_gives_zero():
     for bound in BOUNDS.values():
         assert bound(50, 100, 1000) == 0.0  # chance level
         assert bound(1, 1, 1000) == 0.0  # one right guess never rejects ε = 0 at 95%
+        assert bound(0, 100, 1000) == 0.0  # every guess wrong
     assert steinke(100, 100, 1000, delta=0.01) == 0.0  # 2mδ = 20 swamps a perfect small audit
 
 

@@ -189,10 +189,9 @@ def one_run_epsilon_fdp(correct: int, guesses: int, canaries: int, *, delta: flo
     curve = check_choice("curve", curve, FDP_CURVES)
     if curve == "dp":
         return _first_crossing(lambda e: _fdp_margin(v, r, m, _blow_down("dp", e, delta), sig), _EPS_CAP)
-    # search μ ≥ μ(0, δ) = 2Φ⁻¹((1 + δ)/2) directly (ε ↦ μ(ε, δ) is increasing), convert once
-    mu0 = 2.0 * float(special.ndtri((1.0 + delta) / 2.0))
-    x = _first_crossing(lambda x: _fdp_margin(v, r, m, _blow_down("gaussian", mu0 + x, delta), sig), _MU_CAP)
-    return gdp_epsilon(mu0 + x, delta) if x > 0 else 0.0
+    # search μ directly (ε ↦ μ(ε, δ) is increasing; μ below μ(0, δ) converts to ε = 0), convert once
+    mu = _first_crossing(lambda mu: _fdp_margin(v, r, m, _blow_down("gaussian", mu, delta), sig), _MU_CAP)
+    return gdp_epsilon(mu, delta)
 
 
 @dataclass(frozen=True)

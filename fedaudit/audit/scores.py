@@ -25,6 +25,10 @@ independent of each other — the usual many-runs audit. Counting is vectorised 
 ``searchsorted`` for every threshold). :meth:`ScoreAuditor.from_counts` takes tallied scores
 (distinct values with multiplicities) instead: :func:`~fedaudit.audit.ldp.audit_ldp` certifies its
 one chosen event that way, from the event indicators 1[s ∈ E] of its streamed certification draws.
+
+When every score is one canary of a *single* training run (each canary included by a fair coin),
+:meth:`ScoreAuditor.one_run` gives the one-run bounds of :mod:`fedaudit.audit.one_run` and
+:meth:`ScoreAuditor.gdp` the Gaussian-DP estimate of :mod:`fedaudit.audit.gdp`.
 """
 
 from __future__ import annotations
