@@ -235,6 +235,7 @@ def test_ledger_records_mechanisms_and_keeps_their_guarantee_for_basic_and_advan
     assert ledger.spent("a", method="advanced", delta=1e-6).epsilon <= 1.0
     d = ledger.to_dict()["entries"][0]
     assert d["mechanism"]["mechanism"] == "rr" and d["guarantee"]["type"] == "pure-ldp"
+    assert ledger.spent("a").summary() == "2 uses compose to (1, 0)-DP by basic composition"
     g = ledger.record("b", GaussianPLD(1.0))
     assert g.guarantee is None
     with pytest.raises(FedAuditError, match="method='pld'"):

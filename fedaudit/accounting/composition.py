@@ -67,6 +67,9 @@ class Composition:
         return jsonable({"epsilon": self.epsilon, "delta": self.delta, "method": self.method,
                          "count": self.count})
 
+    def summary(self) -> str:
+        return f"{self.count} uses compose to ({self.epsilon:.6g}, {self.delta:g})-DP by {self.method} composition"
+
 
 def _items(epsilons: Any) -> list[Any]:
     """Each entry as a guarantee or a mechanism/specification: a float is a pure ε ≥ 0 (kept as
