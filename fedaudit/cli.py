@@ -595,7 +595,8 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
                                              if isinstance(v, (int, float)) and k not in ("noise_multiplier",
                                                                                           "sample_rate", "steps")))
             for m, r in results.items()]
-    print_account(out, f"{label}: σ = {sigma:.4g}, q = {args.sample_rate:g}, {count} {unit}", rows, notes)
+    print_account(out, f"{label}: {'z' if client else 'σ'} = {sigma:.4g}, q = {args.sample_rate:g}, {count} {unit}",
+                  rows, notes)
     data["accounts"] = {m: r.to_dict() for m, r in results.items()}
     _write_data(args.json, data)
     return 0
