@@ -198,9 +198,9 @@ def test_server_momentum_and_ledger_charges(digits_fed):
 
 
 def test_fixed_update_clients_enter_the_sum(digits_fed):
-    """A fixed-update client adds its row /(qN) whenever sampled (z = 0: exactly)."""
+    """A fixed-update client adds its clipped row /(qN) whenever sampled (z = 0: exactly)."""
     u = np.zeros((2, digits_fed.dim))
-    u[0, 0], u[1, 1] = 1.0, -1.0
+    u[0, 0], u[1, 1] = 3.0, -0.5  # the first is clipped to norm 1
     base = dict(rounds=3, sample_rate=0.5, noise_multiplier=0.0, delta=None, rng=11, population=70)
     with_u = train_dpfedavg(digits_fed, fixed_updates=u, **base)
     k = np.zeros(2)
@@ -210,7 +210,7 @@ def test_fixed_update_clients_enter_the_sum(digits_fed):
     x = np.zeros(digits_fed.dim)
     for ids, rows in zip(with_u.extras["sampled_clients"], with_u.extras["sampled_fixed"]):
         G = -0.1 * np.stack([digits_fed.client_grad(i, x) for i in ids]) if ids else np.zeros((0, x.size))
-        step = clip_updates(G, 1.0)[0].sum(axis=0) + u[rows].sum(axis=0)
+        step = clip_updates(G, 1.0)[0].sum(axis=0) + np.minimum(u[rows], 1.0).sum(axis=0)
         x = x + step / (0.5 * 70)
     np.testing.assert_allclose(with_u.x_final, x, rtol=1e-12, atol=1e-14)
 
@@ -230,7 +230,7 @@ class _Empty:
     (dict(noise_multiplier=-1.0), "noise_multiplier"), (dict(clip=0.0), "clip"), (dict(clip=-1.0), "clip"),
     (dict(rounds=0), "rounds"), (dict(local_steps=0), "local_steps"), (dict(delta=1.0), "delta"),
     (dict(accountant="gdp"), "accountant"), (dict(population=10), "population"),
-    (dict(fixed_updates=np.ones((1, 650))), "fixed_updates"),
+    (dict(fixed_updates=np.ones((1, 649))), "fixed_updates"), (dict(fixed_updates=np.full((1, 650), np.nan)), "fixed_updates"),
 ])
 def test_training_bad_input(digits_fed, kw, name):
     args = dict(rounds=2, sample_rate=0.5, noise_multiplier=1.0)

@@ -41,6 +41,19 @@ def test_noise_divided_by_ten_is_flagged():
     assert "VIOLATION" in res.summary()
 
 
+def test_a_server_that_does_not_clip_is_flagged(monkeypatch):
+    """Canaries send 10·C·u_i; skipping the clipping multiplies their signal by 10."""
+    import fedaudit.fl.dp_fedavg as dp
+
+    def no_clip(updates, clip):
+        U = np.asarray(updates, dtype=np.float64)
+        return U, np.linalg.norm(U, axis=1), np.zeros(U.shape[0], dtype=bool)
+
+    monkeypatch.setattr(dp, "clip_updates", no_clip)
+    res = audit_dpfedavg(noise_multiplier=4.0, seed=0, **CFG)
+    assert res.violation and res.one_run.epsilon > res.accountant.epsilon
+
+
 def test_scores_follow_their_analytic_law(calibrated):
     """Excluded canaries score N(0, T z²); included ones Bin(T, q) + N(0, T z²) (mean qT, variance
     Tq(1−q) + Tz²): honest updates never reach the canary block and directions are orthonormal.

@@ -9,7 +9,8 @@ with random update directions as in Andrew, Kairouz, Oh, Oprea, McMahan, Suriyak
   noise zC on the sum, fixed denominator q·N, N = clients + canaries, server step of size η);
 * m = ``canaries`` canary clients, each included in the population independently with
   probability ½ (seeded coins); an included canary is Poisson-sampled with rate q like every
-  client and then sends the crafted update C·u_i, u_i a fixed random unit direction.
+  client and then sends the crafted update 10·C·u_i, u_i a fixed random unit direction, which
+  the server clips to C·u_i (so a server that does not clip is caught as well).
 
 High dimension without the cost: the model is the dataset's logistic regression widened by
 k = ⌈b / classes⌉ input features that are zero in every example (ridge μ = 0; b the smallest
@@ -57,9 +58,12 @@ from fedaudit.json import jsonable
 from fedaudit.rng import derive_generator, derive_seed
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real
 
-__all__ = ["DPFedAvgAudit", "audit_dpfedavg", "FEDAVG_AUDIT_DATASETS", "MAX_AUDIT_CANARIES"]
+__all__ = ["DPFedAvgAudit", "audit_dpfedavg", "FEDAVG_AUDIT_DATASETS", "MAX_AUDIT_CANARIES", "CANARY_NORM"]
 
 FEDAVG_AUDIT_DATASETS = ("synthetic", "digits")
+#: a canary sends CANARY_NORM·C·u_i: the server must clip it to C·u_i (a server that skips
+#: clipping hands the auditor a CANARY_NORM times larger signal, and shows)
+CANARY_NORM = 10.0
 #: most canary clients an audit accepts (the Hadamard frame of order b ≤ 4096 takes ≤ 128 MB)
 MAX_AUDIT_CANARIES = 4096
 
@@ -212,7 +216,7 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
     Q = _canary_directions(block.size, m, derive_generator(seed, "fedavg-audit/directions"))
     included = derive_generator(seed, "fedavg-audit/inclusion").random(m) < 0.5
     crafted = np.zeros((int(included.sum()), fed.dim))
-    crafted[:, block] = C * Q[:, included].T
+    crafted[:, block] = CANARY_NORM * C * Q[:, included].T
     theta0 = np.zeros(fed.dim)
     trace = train_dpfedavg(fed, rounds=rounds, sample_rate=q, noise_multiplier=z, clip=C, local_steps=local_steps,
                            local_lr=local_lr, server=DGD(server_lr), delta=None, x0=theta0, fixed_updates=crafted,

@@ -105,15 +105,10 @@ class DPFedAvgAggregator:
         return (f"DPFedAvgAggregator(clip={self.clip:g}, noise_multiplier={self.noise_multiplier:g}, "
                 f"expected_clients={self.expected_clients:g})")
 
-    def aggregate(self, updates: Any, rng: RngLike, *, extra_sum: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, dict[str, int]]:
-        """(the noisy mean update, {"clients", "clipped", "nonfinite"}) of ``updates`` (n, d).
-        ``extra_sum`` is added to the clipped sum before the noise: the sum of further clients'
-        updates that are known to have norm ≤ C (e.g. crafted canary updates C·u)."""
+    def aggregate(self, updates: Any, rng: RngLike) -> tuple[np.ndarray, dict[str, int]]:
+        """(the noisy mean update, {"clients", "clipped", "nonfinite"}) of ``updates`` (n, d)."""
         clipped, norms, bad = clip_updates(updates, self.clip)
         total = clipped.sum(axis=0)
-        if extra_sum is not None:
-            total = total + extra_sum
         if self.noise_multiplier > 0:
             total = total + as_generator(rng).normal(0.0, self.noise_multiplier * self.clip, size=total.shape)
         stats = {"clients": int(norms.size), "clipped": int(np.sum(~bad & (norms > self.clip))),
@@ -153,8 +148,8 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
     rounds (see the module docstring for one round).
 
     Population: the ``n_honest`` clients plus one client per row of ``fixed_updates`` (m, d), a
-    client that sends that same row whenever sampled (a crafted canary update; each row must have
-    norm ≤ C). ``population`` is the N of the fixed denominator q·N (default n_honest + m); it
+    client that sends that same row whenever sampled (a crafted canary update), clipped like
+    every other update. ``population`` is the N of the fixed denominator q·N (default n_honest + m); it
     must not depend on which clients are present for the client-level guarantee to hold.
 
     Randomness: ``rng`` (int, SeedSequence — not advanced — or Generator) spawns independent
@@ -204,8 +199,6 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
         F = np.empty((0, dim))
     else:
         F = check_matrix("fixed_updates", fixed_updates, cols=dim)
-        if (np.linalg.norm(F, axis=1) > C * (1 + 1e-12)).any():
-            raise FedAuditError(f"every row of fixed_updates must have L2 norm <= clip={C:g}")
     n_pop = n_honest + F.shape[0]
     if n_pop < 1:
         raise FedAuditError("the population must hold at least 1 client (n_honest + rows of fixed_updates), got 0")
@@ -248,8 +241,9 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
         joined = np.random.default_rng(sample_seeds[k]).random(n_pop) < q
         ids, fixed = np.flatnonzero(joined[:n_honest]), np.flatnonzero(joined[n_honest:])
         updates = _local_updates(federation, x, ids, local_steps, local_lr)
-        extra = F[fixed].sum(axis=0) if fixed.size else None
-        mean_update, stats = aggregator.aggregate(updates, np.random.default_rng(noise_seeds[k]), extra_sum=extra)
+        if fixed.size:
+            updates = np.vstack([updates, F[fixed]])
+        mean_update, stats = aggregator.aggregate(updates, np.random.default_rng(noise_seeds[k]))
         state.update(-mean_update)
         elapsed += time.perf_counter() - t0
         extras["sampled_clients"].append(ids.tolist())
