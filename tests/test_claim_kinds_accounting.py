@@ -230,3 +230,13 @@ def test_the_shipped_accounting_plan_meets_every_expectation():
     assert by["krr-sampled-tail"]["schedule"]["reports_charged"] < 100
     assert by["shuffled-rr"]["epsilon"] < 50 * 4.0 / 10
     assert by["laplace-over-budget"]["epsilon"] > 20.0
+
+
+def test_a_mechanism_without_its_own_pld_is_charged_its_claims_dominating_pair():
+    claim, _ = run(mechanism="sstq", dim=16, epsilon=1.0, method="pld")
+    ev = claim.evidence
+    # the generic ε-DP pair is binary RR: the exact k-fold RR curve, within the PLD's discretisation
+    exact = rr_composed_epsilon(50, 1.0, 1e-6)
+    assert exact - 1e-6 <= ev["epsilon"] <= exact + 50 * 1e-4 and "dominating pair" in ev["per_round"]["pld"]
+    sketch, _ = run(mechanism="sstq-sketch", dim=16, epsilon=1.0, method="pld")
+    assert "is kept as published and is NOT LDP" in sketch.summary

@@ -291,6 +291,9 @@ class Accounting(ClaimKind):
         if p["participation"] == "tail":
             notes.append(f"{count} of {p['rounds']} rounds charged: P[Bin({p['rounds']}, {p['sampling']:g}) > {count}]"
                          f" = {tail:.3g} is added to δ")
+        if getattr(mech, "as_published", False):
+            notes.append(f"{p['mechanism']!r} is kept as published and is NOT LDP (see the ldp kind): this accounts "
+                         f"its stated claim, which an audit refutes")
         if "note" in round_info:
             notes.append(f"shuffling certifies no amplification: {round_info['note']}")
         ref_text = ", ".join(f"{m} {fmt_number(r['epsilon'], '.4g')}" for m, r in references.items())
@@ -299,8 +302,8 @@ class Accounting(ClaimKind):
                    f"({METHOD_NAMES[method]}; {ref_text}) {state} the budget ε = {p['max_epsilon']:g}")
         if notes:
             summary += ". " + "; ".join(notes)
-        mechanism = {"name": p["mechanism"], **{k: v for k, v in (mech.params() if callable(getattr(mech, "params", None))
-                                                                  else {}).items() if k not in ("epsilon", "delta")}}
+        own = mech.params() if callable(getattr(mech, "params", None)) else {}
+        mechanism = {"name": p["mechanism"], **{k: v for k, v in own.items() if k not in ("epsilon", "delta")}}
         evidence: dict[str, Any] = {
             "epsilon": eps, "delta": total_delta, "method": method, "max_epsilon": p["max_epsilon"],
             "target_delta": delta, "within_budget": holds,
