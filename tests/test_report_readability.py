@@ -546,3 +546,28 @@ def test_long_titles_wrap_inside_the_figure():
     canvas.draw()
     box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
     assert box.x0 >= 0 and box.x1 <= fig.get_figwidth() * fig.dpi
+
+
+def test_epsilon_vs_steps_scale_budget_and_certified_versus_estimated_points():
+    spec = {"type": "epsilon_vs_steps", "steps": [1, 50, 100], "epsilon": [0.3, 1.5, 2.3], "epsilon_claimed": 3.0,
+            "delta": 1e-5, "x_label": "steps", "accountant": "PLD",
+            "references": {"basic composition": [1.0, 50.0, 100.0]},
+            "lower_bounds": [{"label": "one-run (Steinke)", "steps": 100, "epsilon": 4.2, "confidence": 0.95},
+                             {"label": "GDP", "steps": 100, "epsilon": 7.0, "confidence": 0.95, "certified": False}]}
+    fig = PLOTTERS["epsilon_vs_steps"](spec)
+    ax = fig.axes[0]
+    low, top = ax.get_ylim()
+    assert low == 0.0 and 7.0 < top < 100.0  # a looser reference accountant does not flatten the curve
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "claimed budget ε = 3" in texts and "PLD: ε upper bound at δ = 1e-05" in texts
+    assert "one-run (Steinke): ε ≥ 4.2 (95% conf.)" in texts and "GDP: ε ≈ 7 (estimate, not a bound)" in texts
+    by = {str(line.get_label()).split(":")[0]: line for line in ax.get_lines()}
+    assert by["GDP"].get_markerfacecolor() == "none" and by["one-run (Steinke)"].get_markerfacecolor() != "none"
+    assert ax.get_xlabel() == "steps"
+    # ε = ∞ (no finite ε certified) ends the curve and says so; a malformed reference is refused
+    ended = PLOTTERS["epsilon_vs_steps"]({**spec, "epsilon": [0.3, 1.5, "inf"], "lower_bounds": []})
+    assert "PLD: no finite ε beyond the last point" in [t.get_text() for t in ended.legends[0].get_texts()]
+    with pytest.raises(FedAuditError, match=r"references\[basic composition\] has 2 values but steps has 3"):
+        PLOTTERS["epsilon_vs_steps"]({**spec, "references": {"basic composition": [1.0, 2.0]}})
+    with pytest.raises(FedAuditError, match="lower_bounds must be a list"):
+        PLOTTERS["epsilon_vs_steps"]({**spec, "lower_bounds": {"x": 1}})
