@@ -103,11 +103,15 @@ def test_epsilon_is_the_conversion_of_the_estimated_mu():
     assert r.mu == pytest.approx(stats.norm.isf(r.fpr_upper) - stats.norm.ppf(r.fnr_upper), rel=1e-6)
 
 
-def test_the_frontier_search_finds_the_best_of_all_thresholds():
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_the_frontier_search_finds_the_best_of_all_thresholds(decimals):
     """Brute force over every distinct score and both orientations, with scipy's beta quantiles
-    directly: the same largest μ."""
+    directly: the same largest μ, for continuous scores (long runs of one set between the other's
+    scores) and for rounded ones (ties across the sets)."""
     rng = np.random.default_rng(8)
-    a, b = np.round(rng.normal(1.0, 1.0, 700), 1), np.round(rng.normal(0.0, 1.0, 600), 1)
+    a, b = rng.normal(1.0, 1.0, 700), rng.normal(0.0, 1.0, 600)
+    if decimals is not None:
+        a, b = np.round(a, decimals), np.round(b, decimals)
     r = ScoreAuditor(a, b).gdp(1e-5, 0.9)
     t = np.unique(np.concatenate([a, b]))
     k = 0.1 / (2 * 2 * t.size)  # per bound
