@@ -240,3 +240,20 @@ def test_a_mechanism_without_its_own_pld_is_charged_its_claims_dominating_pair()
     assert exact - 1e-6 <= ev["epsilon"] <= exact + 50 * 1e-4 and "dominating pair" in ev["per_round"]["pld"]
     sketch, _ = run(mechanism="sstq-sketch", dim=16, epsilon=1.0, method="pld")
     assert "is kept as published and is NOT LDP" in sketch.summary
+
+
+def test_the_privacy_blanket_for_k_ary_randomized_response():
+    import warnings
+
+    from fedaudit.accounting import blanket_epsilon
+
+    claim, _ = run(dim=4, epsilon=4.0, rounds=10, shuffle_n=100_000, shuffle_method="blanket", method="basic",
+                   max_epsilon=20.0)
+    ev = claim.evidence
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # amplified: no warning
+        direct = blanket_epsilon(100_000, "krr", 4.0, 1e-7, k=4)
+    assert ev["per_round"]["shuffle"]["gamma"] == pytest.approx(4 / (math.exp(4.0) + 3))  # k/(e^ε0 + k − 1)
+    assert ev["epsilon"] == pytest.approx(10 * direct.epsilon) and direct.epsilon < 4.0
+    with pytest.raises(FedAuditError, match=r"key 'shuffle_method' 'blanket' is the privacy blanket of k-ary"):
+        load_plan(plan({**RR, "mechanism": "laplace", "dim": 1, "shuffle_n": 1000, "shuffle_method": "blanket"}))

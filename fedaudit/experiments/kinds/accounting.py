@@ -19,11 +19,12 @@ Schedule.
   (ε_k, δ_k + P[K > k])-DP, where (ε_k, δ_k) composes k reports at δ_k = δ − P[K > k].
 * ``shuffle_n = n``: each round's reports go through a shuffler in batches of at least n
   (with sampling, give the smallest batch a round may have). A round is then (ε_s, δ_s)-DP by
-  :func:`fedaudit.accounting.shuffle_epsilon` (Feldman, McMillan, Talwar 2021; pure ε0-LDP
-  mechanisms only), with δ_s = δ'/k for basic and s·δ'/k for advanced and PLD (which keep the
-  rest as slack; the share s of :data:`SHUFFLE_SHARES` with the smallest ε is kept), δ' the δ
-  left for the k composed rounds. Where shuffling certifies no
-  amplification, the round is charged its ε0 (with no δ).
+  :func:`fedaudit.accounting.shuffle_epsilon` (Feldman, McMillan, Talwar 2021; any pure ε0-LDP
+  mechanism) or, with ``shuffle_method = "blanket"`` for k-ary randomized response, by the privacy
+  blanket (:func:`fedaudit.accounting.blanket_epsilon`; Balle, Bell, Gascón, Nissim 2019). Here
+  δ_s = δ'/k for basic and s·δ'/k for advanced and PLD, which keep the rest as slack (the share s
+  of :data:`SHUFFLE_SHARES` with the smallest ε is kept), δ' being the δ left for the k composed
+  rounds. Where shuffling certifies no amplification, the round is charged its ε0 (with no δ).
 
 Evidence: the per-report and per-round guarantees, the composed (ε, δ) by ``method``, the same
 schedule composed by the other two methods (``references``), and ε after 1…rounds rounds
@@ -79,7 +80,8 @@ def _round_guarantee(mech: Any, shuffle_n: int | None, shuffle_method: str, delt
     g = mech.guarantee
     if shuffle_n is None:
         return g, {"shuffled": False}
-    bound, why = _shuffled(shuffle_n, g.epsilon, delta_round, shuffle_method)
+    k = getattr(mech, "k", None) if shuffle_method == "blanket" else None
+    bound, why = _shuffled(shuffle_n, g.epsilon, delta_round, shuffle_method, k)
     info = {"shuffled": True, "shuffle": bound.to_dict()}
     if not bound.amplified:
         info["note"] = why
@@ -88,13 +90,16 @@ def _round_guarantee(mech: Any, shuffle_n: int | None, shuffle_method: str, delt
 
 
 @functools.lru_cache(maxsize=1024)
-def _shuffled(n: int, eps0: float, delta: float, method: str) -> tuple[Any, str]:
-    """shuffle_epsilon's bound and its warning text (the kind states it in the evidence instead)."""
-    from fedaudit.accounting import shuffle_epsilon
+def _shuffled(n: int, eps0: float, delta: float, method: str, k: int | None) -> tuple[Any, str]:
+    """The shuffled round's bound and its warning text (the kind states it in the evidence instead):
+    :func:`~fedaudit.accounting.shuffle_epsilon` (any ε0-LDP randomizer) or, for ``blanket``,
+    :func:`~fedaudit.accounting.blanket_epsilon` of k-ary randomized response."""
+    from fedaudit.accounting import blanket_epsilon, shuffle_epsilon
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bound = shuffle_epsilon(n, eps0, delta, method=method)
+        bound = (blanket_epsilon(n, "krr", eps0, delta, k=k) if method == "blanket"
+                 else shuffle_epsilon(n, eps0, delta, method=method))
     return bound, "; ".join(str(w.message) for w in caught) or "no amplification certified"
 
 
@@ -185,8 +190,9 @@ class Accounting(ClaimKind):
                                       "added to δ"),
             "shuffle_n": Key("int", None, low=1, help="reports per shuffled batch (shuffle model; pure-LDP "
                                                       "mechanisms only); unset: no shuffler"),
-            "shuffle_method": Key("str", "numerical", choices=SHUFFLE_METHODS,
-                                  help="Feldman–McMillan–Talwar closed form or numerical bound"),
+            "shuffle_method": Key("str", "numerical", choices=(*SHUFFLE_METHODS, "blanket"),
+                                  help="Feldman–McMillan–Talwar closed form or numerical bound (any ε0-LDP "
+                                       "randomizer), or the privacy blanket of Balle et al. (mechanism 'rr' only)"),
             "method": Key("str", "pld", choices=METHODS, help="composition: basic, advanced (Kairouz–Oh–Viswanath) "
                                                               "or pld (exact numerical, dp-accounting)"),
             "max_epsilon": Key("float", low=0, open_low=True, help="the budget: largest ε allowed at target_delta"),
@@ -199,7 +205,7 @@ class Accounting(ClaimKind):
         from fedaudit.guarantees import PureLDP
         from fedaudit.mechanisms.registry import MECHANISMS
 
-        from fedaudit.experiments.kinds.ldp import build_mechanism
+        from fedaudit.experiments.kinds.ldp import build_mechanism, categorical
 
         if ":" not in p["mechanism"]:
             p["mechanism"] = p["mechanism"].lower()
@@ -219,6 +225,9 @@ class Accounting(ClaimKind):
         if p["shuffle_n"] is not None and not pure:
             raise key_error(where, "shuffle_n", f"needs a pure ε-LDP mechanism (the shuffling bounds are for "
                                                 f"ε0-LDP reports); {p['mechanism']!r} is {mech.guarantee.to_dict()}")
+        if p["shuffle_method"] == "blanket" and p["shuffle_n"] is not None and not categorical(mech):
+            raise key_error(where, "shuffle_method", f"'blanket' is the privacy blanket of k-ary randomized response "
+                                                     f"(mechanism 'rr'), got mechanism {p['mechanism']!r}")
         if p["participation"] == "tail" and p["sampling"] >= 1.0:
             raise key_error(where, "participation", "'tail' needs sampling < 1 (with sampling = 1 every round is "
                                                     "charged anyway)")
