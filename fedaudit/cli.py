@@ -603,22 +603,29 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
 
 
 def cmd_account_shuffle(args: argparse.Namespace) -> int:
-    """``fedaudit account shuffle``: ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar)."""
+    """``fedaudit account shuffle``: ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar; the
+    privacy blanket of k-RR with --k)."""
     import warnings
 
-    from fedaudit.accounting import SHUFFLE_METHODS, shuffle_epsilon
+    from fedaudit.accounting import SHUFFLE_METHODS, blanket_epsilon, shuffle_epsilon
     from fedaudit.reports.terminal import print_account
 
     check_output_file("--json", args.json)
-    methods = _methods("--method", args.method, SHUFFLE_METHODS)
+    every = args.method.strip().lower() == "all"
+    methods = _methods("--method", args.method, (*SHUFFLE_METHODS, "blanket"))
+    if args.k is None:
+        if "blanket" in methods and not every:
+            raise FedAuditError("--method blanket is the privacy blanket of k-ary randomized response: give --k")
+        methods = [m for m in methods if m != "blanket"]
     results, notes = {}, []
     for m in methods:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            results[m] = shuffle_epsilon(args.n, args.eps0, args.delta, m)
+            results[m] = (blanket_epsilon(args.n, "krr", args.eps0, args.delta, k=args.k) if m == "blanket"
+                          else shuffle_epsilon(args.n, args.eps0, args.delta, m))
         notes += [str(w.message) for w in caught]
-    rows = [(m, r.epsilon, r.delta, "amplified" if r.amplified else "NO amplification certified (ε0 returned)")
-            for m, r in results.items()]
+    rows = [(m, r.epsilon, r.delta, ("amplified" if r.amplified else "NO amplification certified (ε0 returned)")
+             + (f" ({args.k}-RR, γ = {r.gamma:.3g})" if m == "blanket" else "")) for m, r in results.items()]
     print_account(out, f"Shuffling {args.n:,} reports of ε0 = {args.eps0:g}", rows, notes)
     _write_data(args.json, {"results": {m: r.to_dict() for m, r in results.items()}})
     return 0
@@ -976,7 +983,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_count, required=True, help="number of shuffled reports, >= 1")
     p.add_argument("--eps0", type=float, required=True, help="ε0 of each local report, > 0")
     p.add_argument("--delta", type=float, default=1e-6, help="δ, in (0, 1) (default 1e-6)")
-    p.add_argument("--method", default="all", help="closed, numerical, comma-separated, or all (default)")
+    p.add_argument("--method", default="all",
+                   help="closed, numerical (Feldman–McMillan–Talwar), blanket (needs --k), comma-separated, or all "
+                        "(default; blanket only with --k)")
+    p.add_argument("--k", type=int, default=None,
+                   help="categories of k-ary randomized response, for the privacy blanket (Balle et al. 2019)")
     p.add_argument("--json", default=None, help="write the bounds as JSON here (checked first)")
     p.set_defaults(func=cmd_account_shuffle)
 

@@ -92,6 +92,18 @@ def test_shuffle_numerical_lands_in_the_published_interval(tmp_path, capsys):
     assert "NO amplification certified" in text and "note: shuffle_epsilon(n=1000" in text
 
 
+def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
+    data, text = run_json(tmp_path, ["account", "shuffle", "--n", "1e5", "--eps0", "4", "--k", "4"], capsys)
+    res = data["results"]
+    assert list(res) == ["closed", "numerical", "blanket"]
+    blanket = res["blanket"]
+    # γ = k/(e^ε0 + k − 1) (Balle et al. 2019); amplified, and no better than FMT's numerical bound here
+    assert blanket["gamma"] == pytest.approx(4 / (math.exp(4) + 3)) and blanket["amplified"]
+    assert res["numerical"]["epsilon"] < blanket["epsilon"] < 4.0 and "4-RR" in text
+    without_k, _ = run_json(tmp_path, ["account", "shuffle", "--n", "1e5", "--eps0", "4"], capsys)
+    assert list(without_k["results"]) == ["closed", "numerical"]
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["account", "compose", "--epsilon", "-1"], "epsilons[0]"),
     (["account", "compose", "--epsilon", "a,b"], "--epsilon expects comma-separated numbers"),
@@ -111,6 +123,8 @@ def test_shuffle_numerical_lands_in_the_published_interval(tmp_path, capsys):
     (["account", "shuffle", "--n", "0", "--eps0", "1"], "n"),
     (["account", "shuffle", "--n", "100", "--eps0", "0"], "eps0"),
     (["account", "shuffle", "--n", "100", "--eps0", "1", "--delta", "1.5"], "delta"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--method", "blanket"], "give --k"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--method", "blanket", "--k", "1"], "k must be"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
