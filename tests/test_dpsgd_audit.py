@@ -59,6 +59,19 @@ def test_white_box_scores_follow_the_subsampled_gaussian_law(correct_run):
         assert lo <= scores.var(ddof=1) / (STEPS * var) <= hi
 
 
+def test_final_model_scores_are_binomial_plus_gaussian():
+    """white-box-final: s = K + N(0, Tσ²) with K ~ Bin(T, q) when included, K = 0 otherwise."""
+    run = train_with_canaries(noise_multiplier=SIGMA, max_grad_norm=0.5, sample_rate=Q, steps=STEPS, seed=3,
+                              threat="white-box-final")
+    out, inc = run.scores_out, run.scores_in
+    assert stats.kstest(out / (SIGMA * math.sqrt(STEPS)), "norm").pvalue > 1e-6
+    z = z_tolerance(2)
+    var_in = STEPS * Q * (1 - Q) + STEPS * SIGMA ** 2
+    assert abs(inc.mean() - Q * STEPS) <= z * math.sqrt(var_in / inc.size)
+    lo, hi = stats.chi2.ppf([1e-7, 1 - 1e-7], inc.size - 1) / (inc.size - 1)
+    assert lo <= inc.var(ddof=1) / var_in <= hi
+
+
 def test_inclusion_is_a_fair_coin_and_training_learns(correct_run):
     m = correct_run.scores.size
     k = int(correct_run.included.sum())
@@ -147,6 +160,12 @@ def test_noise_divided_by_ten_is_a_violation(broken_audit, correct_audit):
     assert a.violation and "steinke" in a.violated_by
     assert a.one_run.epsilon > a.accountant.epsilon + 1.5
     assert "VIOLATION" in a.summary() and "no violation" in correct_audit.summary()
+
+
+def test_final_model_adversary_also_flags_the_broken_run():
+    a = audit_dpsgd(noise_multiplier=SIGMA / 10, claimed_noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS,
+                    threat="white-box-final", seed=0)
+    assert a.threat == "white-box-final" and a.violation and a.one_run.epsilon > a.accountant.epsilon + 1.0
 
 
 @pytest.mark.filterwarnings("ignore:Optimal order is the smallest alpha")

@@ -24,6 +24,10 @@ Threat models (Nasr et al. 2021 "Adversary instantiation"; Steinke, Nasr, Jagiel
   log-likelihood ratio of the T observations (Neyman–Pearson for "in" against "out"):
   s_j = Σ_t log(1 − q + q·exp((o_{t,j} − ½)/σ̃²)), with σ̃ = ``score_noise_multiplier`` (the
   *claimed* noise: an auditor who trusts the configuration).
+* ``"white-box-final"`` — the same canaries, but the adversary sees only the initial and the
+  final parameters: s_j = (θ_T − θ_0)[y_j, d+1+j]/(ηC) = K_j + N(0, Tσ²), K_j ~ Binomial(T, q)
+  for an included canary and 0 otherwise (the alignment of the parameter change with the
+  canary's gradient direction). Weaker than seeing every iterate when σ is large.
 * ``"black-box"`` — *input-space canaries*, and the adversary sees only the final model's
   loss: x_j ~ N(0, I_d) (the scale of the standardised features) with a uniformly random label
   y_j (mislabelled out-of-distribution points), trained with the ordinary cross-entropy; the
@@ -58,7 +62,9 @@ from fedaudit.validation import check_choice, check_int, check_positive, check_p
 __all__ = ["CanaryRun", "train_with_canaries", "CANARY_DATASETS", "THREATS", "MAX_CANARIES"]
 
 CANARY_DATASETS = ("digits", "synthetic")
-THREATS = ("white-box", "black-box")
+THREATS = ("white-box", "white-box-final", "black-box")
+#: the threats that plant Dirac gradient canaries
+_DIRAC = ("white-box", "white-box-final")
 #: most canaries a run accepts (white-box per-example gradients grow with m)
 MAX_CANARIES = 5_000
 #: most training steps a run accepts
@@ -140,7 +146,7 @@ def _design(p: dict, rng_canary: np.random.Generator, data_seed: int):
     included = rng_canary.random(m) < 0.5
     labels = rng_canary.integers(0, k, size=m)
     one = np.ones((n, 1))
-    if p["threat"] == "white-box":
+    if p["threat"] in _DIRAC:
         extra, idx = m, np.flatnonzero(included)
         canary_x = np.zeros((idx.size, d + 1 + m))  # the included canaries only
         canary_x[np.arange(idx.size), d + 1 + idx] = CANARY_SCALE * C
@@ -151,7 +157,7 @@ def _design(p: dict, rng_canary: np.random.Generator, data_seed: int):
         train_canaries = canary_x[included]
     X = np.vstack([np.hstack([ds.X_train, one, np.zeros((n, extra))]), train_canaries])
     y = np.concatenate([ds.y_train, labels[included]])
-    linear = np.concatenate([np.zeros(n, bool), np.full(int(included.sum()), p["threat"] == "white-box")])
+    linear = np.concatenate([np.zeros(n, bool), np.full(int(included.sum()), p["threat"] in _DIRAC)])
     X_test = np.hstack([ds.X_test, np.ones((ds.n_test, 1)), np.zeros((ds.n_test, extra))])
     return X, y, linear, X_test, ds.y_test, canary_x, labels, included, k, d
 
@@ -199,7 +205,8 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
     from torch.utils.data import TensorDataset
 
     q, C, T, m = p["sample_rate"], p["max_grad_norm"], p["steps"], p["canaries"]
-    white = p["threat"] == "white-box"
+    dirac = p["threat"] in _DIRAC
+    iterates = p["threat"] == "white-box"
     n_total, features = X.shape
     eta = p["learning_rate"] / (q * n_total)
     model = torch.nn.Linear(features, k, bias=False, dtype=torch.float64)
@@ -213,9 +220,9 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
     loader = DPDataLoader(TensorDataset(torch.from_numpy(X), torch.from_numpy(y), torch.from_numpy(linear)),
                           sample_rate=q, generator=sampler)
     weight = model.weight
-    cols = torch.from_numpy(d + 1 + np.arange(m)) if white else None
+    cols = torch.from_numpy(d + 1 + np.arange(m)) if dirac else None
     rows = torch.from_numpy(labels)
-    prev = weight.detach()[rows, cols].clone() if white else None
+    first = prev = weight.detach()[rows, cols].clone() if dirac else None
     log_out, log_in = math.log1p(-q) if q < 1 else -math.inf, math.log(q)
     inv_var = 1.0 / p["score_noise_multiplier"] ** 2
     scores = np.zeros(m)
@@ -228,11 +235,11 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
                 optimizer.zero_grad(set_to_none=True)
                 z = gsm(xb)
                 loss = F.cross_entropy(z, yb, reduction="none")
-                if white:
+                if dirac:
                     loss = torch.where(lb, -z.gather(1, yb[:, None]).squeeze(1), loss)
                 loss.sum().backward()
                 optimizer.step()
-                if white:
+                if iterates:
                     cur = weight.detach()[rows, cols]
                     o = ((cur - prev) / (eta * C)).numpy()
                     scores += np.logaddexp(log_out, log_in + (o - 0.5) * inv_var)
@@ -244,7 +251,9 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
                     break
     with torch.no_grad():
         accuracy = float((model(torch.from_numpy(X_test)).argmax(1).numpy() == y_test).mean())
-        if not white:
+        if dirac and not iterates:
+            scores = ((weight.detach()[rows, cols] - first) / (eta * C)).numpy()
+        elif not dirac:
             z = model(torch.from_numpy(canary_x))
             scores = -F.cross_entropy(z, torch.from_numpy(labels), reduction="none").numpy()
     if not np.isfinite(scores).all():
