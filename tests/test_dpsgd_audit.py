@@ -87,7 +87,7 @@ def test_same_seed_same_run_and_torch_threads_restored(correct_run):
     np.testing.assert_array_equal(again.scores, correct_run.scores)
     np.testing.assert_array_equal(again.included, correct_run.included)
     assert again.accuracy == correct_run.accuracy
-    other = train_with_canaries(noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, seed=4)
+    other = train_with_canaries(noise_multiplier=SIGMA, sample_rate=Q, steps=1, seed=4)
     assert not np.array_equal(other.included, correct_run.included)
 
 
@@ -164,7 +164,7 @@ def test_noise_divided_by_ten_is_a_violation(broken_audit, correct_audit):
 
 def test_final_model_adversary_also_flags_the_broken_run():
     a = audit_dpsgd(noise_multiplier=SIGMA / 10, claimed_noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS,
-                    threat="white-box-final", seed=0)
+                    canaries=500, threat="white-box-final", seed=0)
     assert a.threat == "white-box-final" and a.violation and a.one_run.epsilon > a.accountant.epsilon + 1.0
 
 
@@ -221,7 +221,7 @@ def test_too_few_canaries_on_one_side_is_explained():
 
 def test_fdp_curve_dp_is_certified_everywhere_and_still_flags_the_broken_run():
     a = audit_dpsgd(noise_multiplier=SIGMA / 10, claimed_noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS,
-                    seed=0, fdp_curve="dp")
+                    canaries=500, seed=0, fdp_curve="dp")
     assert a.one_run_fdp.curve == "dp" and a.violation and "fdp" in a.violated_by
     with pytest.raises(FedAuditError, match="fdp_curve"):
         audit_dpsgd(noise_multiplier=1.0, sample_rate=0.1, steps=2, canaries=20, fdp_curve="laplace")
