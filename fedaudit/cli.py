@@ -491,6 +491,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
     from fedaudit.experiments.kinds.dpsgd import cumulative
 
     check_output_file("--json", args.json)
+    check_output_file("--plot", args.plot, plot=True)
     with progress_bar(args.steps, "training steps", args.quiet, args.progress_every) as advance:
         res = audit_dpsgd(noise_multiplier=args.noise_multiplier, max_grad_norm=args.max_grad_norm,
                           sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, canaries=args.canaries,
@@ -499,6 +500,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
                           progress=cumulative(advance), confidence=args.confidence, accountant=args.accountant,
                           learning_rate=args.learning_rate)
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _audit_plot(args.plot, res, "steps", res.steps)
     _write_json(args.json, res)
     return 1 if res.violation else 0
 
@@ -509,6 +511,7 @@ def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
     from fedaudit.experiments.kinds.dpsgd import cumulative
 
     check_output_file("--json", args.json)
+    check_output_file("--plot", args.plot, plot=True)
     with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
         res = audit_dpfedavg(noise_multiplier=args.noise_multiplier, clip=args.clip, sample_rate=args.sample_rate,
                              rounds=args.rounds, delta=args.delta, canaries=args.canaries, clients=args.clients,
@@ -516,8 +519,29 @@ def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
                              local_lr=args.local_lr, local_steps=args.local_steps, server_lr=args.server_lr,
                              confidence=args.confidence, seed=args.seed, progress=cumulative(advance))
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _audit_plot(args.plot, res, "rounds", res.rounds)
     _write_json(args.json, res)
     return 1 if res.violation else 0
+
+
+def _save_plot(path: str | None, spec: dict) -> None:
+    """Draw a plot specification (:mod:`fedaudit.reports.plots`) into ``path`` and say where."""
+    if path:
+        from fedaudit.reports.figures import save_figure
+        from fedaudit.reports.plots import render_figure
+
+        out.print(f"plot: {escape(str(save_figure(render_figure(spec), path)))}")
+
+
+def _audit_plot(path: str | None, res, count_name: str, count: int) -> None:
+    """``--plot`` of a canary audit: the accountant's ε curve with the audited bounds at the end."""
+    if path:
+        from fedaudit.experiments.kinds.dpsgd import accountant_curve, audit_plot
+
+        curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, count, res.delta,
+                                 res.accountant.method, 30, res.accountant.epsilon, lambda n: None)
+        _save_plot(path, audit_plot(res, count_name=count_name, count=count, claimed_epsilon=None, delta=res.delta,
+                                    confidence=res.confidence, curve=curve))
 
 
 def _methods(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
@@ -567,6 +591,7 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
     from fedaudit.reports.terminal import print_account
 
     check_output_file("--json", args.json)
+    check_output_file("--plot", args.plot, plot=True)
     client = args.account == "fedavg"
     if client:
         from fedaudit.accounting.fedavg import DPFEDAVG_METHODS as allowed, epsilon_dpfedavg as account, \
@@ -598,6 +623,17 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
     print_account(out, f"{label}: {'z' if client else 'σ'} = {sigma:.4g}, q = {args.sample_rate:g}, {count} {unit}",
                   rows, notes)
     data["accounts"] = {m: r.to_dict() for m, r in results.items()}
+    if args.plot:
+        from fedaudit.experiments.kinds.dpsgd import accountant_curve
+
+        first = results[methods[0]]
+        xs, ys = accountant_curve(sigma, args.sample_rate, count, args.delta, methods[0], 30, first.epsilon,
+                                  lambda n: None)
+        _save_plot(args.plot, {"type": "epsilon_vs_steps", "title": f"{label} ε against {unit} "
+                                                                    f"({'z' if client else 'σ'} = {sigma:.4g}, "
+                                                                    f"q = {args.sample_rate:g})",
+                               "steps": xs, "epsilon": ys, "epsilon_claimed": args.target_epsilon,
+                               "delta": args.delta, "x_label": unit, "accountant": methods[0].upper()})
     _write_data(args.json, data)
     return 0
 
@@ -921,6 +957,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--server-lr", type=float, default=1.0, help="server step size (default 1)")
         p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
         p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
+        p.add_argument("--plot", default=None, help=f"draw the accountant's ε against {count[2:]} with the audited "
+                                                    f"bounds here (.png, .svg, .pdf, …; checked first)")
         p.set_defaults(func=cmd_audit_dpsgd if dpsgd else cmd_audit_fedavg_dp)
 
     p = sub.add_parser("stress", parents=[progress],
@@ -978,6 +1016,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target-epsilon", type=float, default=None,
                        help="print the smallest noise multiplier with ε <= this (by the first --method)")
         p.add_argument("--json", default=None, help="write the accounts as JSON here (checked first)")
+        p.add_argument("--plot", default=None, help=f"draw ε against {count[2:]} here (.png, .svg, .pdf, …; "
+                                                    f"the target ε as a line; checked first)")
         p.set_defaults(func=cmd_account_dpsgd)
     p = account.add_parser("shuffle", help="ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar)")
     p.add_argument("--n", type=_count, required=True, help="number of shuffled reports, >= 1")

@@ -82,6 +82,16 @@ def test_target_epsilon_prints_the_noise_multiplier_needed(tmp_path, capsys):
     assert data["accounts"]["rdp"]["epsilon"] <= target and "noise multiplier needed" in text
 
 
+def test_account_plot_draws_the_curve_in_the_requested_format(tmp_path, capsys):
+    path = tmp_path / "eps.svg"
+    assert main(["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.05", "--rounds", "50",
+                 "--plot", str(path)]) == 0
+    assert b"<svg" in path.read_bytes()[:400] and f"plot: {path}" in capsys.readouterr().out
+    assert main(["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.05", "--steps", "5",
+                 "--plot", str(tmp_path / "x.nope")]) == 2
+    assert "unknown image format 'nope'" in capsys.readouterr().err
+
+
 def test_shuffle_numerical_lands_in_the_published_interval(tmp_path, capsys):
     data, text = run_json(tmp_path, ["account", "shuffle", "--n", "1e5", "--eps0", "4", "--delta", "1e-6"], capsys)
     res = data["results"]

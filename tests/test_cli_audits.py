@@ -34,8 +34,10 @@ def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
     assert data["accountant"]["epsilon"] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon)
     assert not data["violation"] and data["one_run"]["epsilon"] < data["accountant"]["epsilon"]
     assert "no violation" in capsys.readouterr().out
+    plot = tmp_path / "audit.png"
     assert main(["audit", "fedavg-dp", "--noise-multiplier", "0.4", "--claimed-noise-multiplier", "4",
-                 "--sample-rate", "0.5", "--rounds", "5", "--clients", "20", "--quiet"]) == 1
+                 "--sample-rate", "0.5", "--rounds", "5", "--clients", "20", "--quiet", "--plot", str(plot)]) == 1
+    assert plot.read_bytes().startswith(b"\x89PNG") and f"plot: {plot}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, needle", [

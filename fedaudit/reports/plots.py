@@ -48,7 +48,7 @@ from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.model import PLOT_TYPES, check_plot_spec
 
-__all__ = ["render_png", "describe", "PLOTTERS"]
+__all__ = ["render_png", "render_figure", "describe", "PLOTTERS"]
 
 _BLUE, _RED, _GREEN, _GRAY, _ORANGE = "#1f5fa8", "#c0392b", "#1e8449", "#6b7280", "#d68910"
 #: reference (horizontal) lines: each one its own colour and dash pattern, never a data colour
@@ -464,6 +464,9 @@ def _epsilon_vs_steps(spec: Mapping[str, Any]):
     finite = [v for v in shown if math.isfinite(v)]
     top = max(finite) * 1.25 if finite and max(finite) > 0 else 1.0
     ax.set_ylim(min(0.0, *finite) if finite else 0.0, top)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and rounds are counts
     ax.set_xlabel(spec.get("x_label", "steps"))
     ax.set_ylabel("ε")
     _set_title(ax, spec.get("title", "Accountant ε against steps, with the claimed budget"))
@@ -484,8 +487,11 @@ PLOTTERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 assert set(PLOTTERS) == set(PLOT_TYPES)
 
 
-def render_png(spec: Mapping[str, Any]) -> bytes:
-    """Draw one plot specification; returns PNG bytes. Bad data raises :class:`FedAuditError`."""
+def render_figure(spec: Mapping[str, Any]):
+    """Draw one plot specification as a matplotlib ``Figure`` with an Agg canvas (for
+    :func:`fedaudit.reports.figures.save_figure`, any format). Bad data raises :class:`FedAuditError`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     if kind not in PLOTTERS:
         raise FedAuditError(f"unknown plot type {kind!r}; expected one of {', '.join(PLOTTERS)}")
@@ -494,7 +500,13 @@ def render_png(spec: Mapping[str, Any]) -> bytes:
         fig = PLOTTERS[kind](spec)
     except (KeyError, TypeError) as exc:
         raise FedAuditError(f"{kind} plot: malformed specification ({type(exc).__name__}: {exc})") from None
-    return _png(fig)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def render_png(spec: Mapping[str, Any]) -> bytes:
+    """Draw one plot specification; returns PNG bytes. Bad data raises :class:`FedAuditError`."""
+    return _png(render_figure(spec))
 
 
 def describe(spec: Mapping[str, Any]) -> str:

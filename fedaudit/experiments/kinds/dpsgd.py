@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key
 
-__all__ = ["DPSGD", "cumulative", "audit_evidence", "one_run_ceiling", "accountant_curve", "audit_keys"]
+__all__ = ["DPSGD", "cumulative", "audit_evidence", "audit_plot", "one_run_ceiling", "accountant_curve", "audit_keys"]
 
 
 def cumulative(progress: Progress) -> Callable[[int], None]:
@@ -86,15 +86,24 @@ def audit_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: fl
         "curve": {count_name: xs, "epsilon": ys},
         "audit": res.to_dict(),
     }
-    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": bounds["one_run"], "confidence": confidence},
-              {"label": "one-run f-DP", "steps": count, "epsilon": bounds["one_run_fdp"], "confidence": confidence},
+    plot = audit_plot(res, count_name=count_name, count=count, claimed_epsilon=claimed_epsilon, delta=delta,
+                      confidence=confidence, curve=curve)
+    return Evidence(holds=holds, violated=refuted, evidence=evidence, summary="; ".join(parts), plots=(plot,))
+
+
+def audit_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float | None, delta: float,
+               confidence: float, curve: tuple[list[int], list[float]]) -> dict[str, Any]:
+    """The ``epsilon_vs_steps`` specification of a canary audit: the accountant's curve, the claim
+    (None: no line) and the Steinke, f-DP (certified) and GDP (estimate) points at the last count."""
+    xs, ys = curve
+    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": res.one_run.epsilon, "confidence": confidence},
+              {"label": "one-run f-DP", "steps": count, "epsilon": res.one_run_fdp.epsilon, "confidence": confidence},
               {"label": "GDP", "steps": count, "epsilon": res.gdp.epsilon, "confidence": res.gdp.confidence,
                "certified": False}]
-    plot = {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and the "
-                                                 f"audited lower bounds at the last {count_name[:-1]}",
-            "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta,
-            "x_label": count_name, "accountant": f"accountant ({acc.method.upper()})", "lower_bounds": points}
-    return Evidence(holds=holds, violated=refuted, evidence=evidence, summary="; ".join(parts), plots=(plot,))
+    return {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and "
+                                                 f"the audited lower bounds at the last {count_name[:-1]}",
+            "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta, "x_label": count_name,
+            "accountant": f"accountant ({res.accountant.method.upper()})", "lower_bounds": points}
 
 
 def accountant_curve(sigma: float, q: float, total: int, delta: float, method: str, points: int, final: float,
