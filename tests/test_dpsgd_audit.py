@@ -110,7 +110,7 @@ def test_black_box_and_synthetic_runs_train():
     ("sample_rate", 0.0, "sample_rate"), ("sample_rate", 1.5, "sample_rate"), ("steps", 0, "steps"),
     ("canaries", 9, "canaries"), ("dataset", "mnist-x", "dataset"), ("threat", "grey-box", "threat"),
     ("max_grad_norm", 0.0, "max_grad_norm"), ("learning_rate", -0.1, "learning_rate"),
-    ("score_noise_multiplier", 0.0, "score_noise_multiplier")])
+    ("score_noise_multiplier", 0.0, "score_noise_multiplier"), ("seed", -1, "seed"), ("threads", 0, "threads")])
 def test_bad_training_input_names_the_key(key, value, match):
     kw = dict(noise_multiplier=1.0, sample_rate=0.1, steps=5, canaries=20)
     kw[key] = value

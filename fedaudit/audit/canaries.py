@@ -49,10 +49,11 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from fedaudit.audit.sampling import ProgressFn
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import load_dataset
 from fedaudit.json import jsonable
@@ -73,8 +74,6 @@ MAX_STEPS = 1_000_000
 CANARY_SCALE = 10.0
 #: memory cap on one batch's per-example gradients (expected batch × classes × features × 8 bytes)
 _GRAD_BYTES = 256 * 2**20
-
-ProgressFn = Callable[[int], None]
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedaudit.accounting.dpsgd import DPSGD_METHODS, DPSGDAccount, epsilon_dpsgd
-from fedaudit.audit.canaries import ProgressFn, train_with_canaries
+from fedaudit.audit.canaries import train_with_canaries
 from fedaudit.audit.gdp import GDPAudit
 from fedaudit.audit.one_run import FDP_CURVES, OneRunAudit
+from fedaudit.audit.sampling import ProgressFn
 from fedaudit.audit.scores import MIN_SCORES, ScoreAuditor
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
