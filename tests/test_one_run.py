@@ -221,6 +221,19 @@ def test_exact_validity_on_a_burst_of_revealed_coins(name, m, eps, delta):
     assert worst <= 0.05
 
 
+@pytest.mark.parametrize("m", [100, 1000])
+@pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("confidence", [0.95, 0.5])
+def test_exact_validity_of_the_gaussian_curve_on_a_gaussian_mechanism(m, mu, confidence):
+    """Each canary's score N(μ·[in], 1) (μ-GDP), every coin guessed by the threshold μ/2: each
+    guess is right independently w.p. Φ(μ/2), and the bound may exceed the true ε(δ) of μ-GDP
+    with probability at most 1 − confidence (observed at most 0.125 at confidence 0.5)."""
+    eps = gdp_epsilon(mu, 1e-5)
+    v = smallest_certifying_count(fdp_gauss, m, eps, delta=1e-5, confidence=confidence)
+    rate = 0.0 if v is None else float(stats.binom.sf(v - 1, m, stats.norm.cdf(mu / 2)))
+    assert rate <= 1 - confidence
+
+
 def test_the_gaussian_curve_is_no_certificate_for_randomized_response():
     """What the docstrings warn: randomized response at ε = 1 is not μ(1, δ)-GDP, and the
     Gaussian f-DP analysis rejects that hypothesis almost surely — an ε bound far above 1."""
