@@ -259,3 +259,15 @@ def test_correct_runs_are_not_flagged_across_seeds(seed):
     for q, steps, sigma in ((Q, STEPS, SIGMA), (1.0, 20, 8.0)):
         a = audit_dpsgd(noise_multiplier=sigma, sample_rate=q, steps=steps, canaries=500, seed=seed)
         assert not a.violation and a.epsilon_lower < 0.6 * a.accountant.epsilon
+
+
+def test_accountant_out_of_memory_is_a_clear_error(monkeypatch):
+    # dp-accounting's PLD grid grows like 1/σ² (σ = 1e-3 asks numpy for 38 GiB): the audit says what to do
+    import fedaudit.audit.dpsgd_audit as mod
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(mod, "epsilon_dpsgd", exhausted)
+    with pytest.raises(FedAuditError, match="accountant='rdp'"):
+        audit_dpsgd(noise_multiplier=1e-3, sample_rate=0.1, steps=2, canaries=40)
