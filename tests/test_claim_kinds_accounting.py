@@ -46,7 +46,7 @@ def rr_composed_epsilon(k: int, eps: float, delta: float) -> float:
     loss = eps * (k - 2 * i)
 
     def excess(e):
-        return float(np.sum(pmf * np.clip(-np.expm1(e - loss), 0.0, None))) - delta
+        return float(np.sum(pmf * -np.expm1(np.minimum(e - loss, 0.0)))) - delta  # (1 − e^{ε − L})₊
 
     return brentq(excess, 0.0, k * eps - 1e-9, xtol=1e-12)
 
@@ -63,7 +63,7 @@ def kary_rr_composed_epsilon(k: int, cats: int, eps: float, delta: float) -> flo
     loss = eps * np.arange(-k, k + 1)
 
     def excess(e):
-        return float(np.sum(pmf * np.clip(-np.expm1(e - loss), 0.0, None))) - delta
+        return float(np.sum(pmf * -np.expm1(np.minimum(e - loss, 0.0)))) - delta  # (1 − e^{ε − L})₊
 
     return brentq(excess, 0.0, k * eps - 1e-9, xtol=1e-12)
 
@@ -257,3 +257,13 @@ def test_the_privacy_blanket_for_k_ary_randomized_response():
     assert ev["epsilon"] == pytest.approx(10 * direct.epsilon) and direct.epsilon < 4.0
     with pytest.raises(FedAuditError, match=r"key 'shuffle_method' 'blanket' is the privacy blanket of k-ary"):
         load_plan(plan({**RR, "mechanism": "laplace", "dim": 1, "shuffle_n": 1000, "shuffle_method": "blanket"}))
+
+
+def test_pld_is_refused_beyond_its_memory_budget_and_dropped_as_a_reference():
+    with pytest.raises(FedAuditError, match=r"key 'method' 'pld' composes at most a total loss rounds × ε = 250"):
+        load_plan(plan({**RR, "rounds": 1000, "method": "pld"}))
+    claim, _ = run(rounds=1000, method="advanced", max_epsilon=1000.0)
+    ev = claim.evidence
+    assert ev["epsilon"] == pytest.approx(rr_composed_epsilon(1000, 1.0, 1e-6), abs=1e-6)
+    assert ev["references"]["pld"]["epsilon"] is None and "exceeds a total loss of 250" in ev["references"]["pld"]["note"]
+    assert set(claim.plots[0]["references"]) == {"basic composition"}

@@ -51,6 +51,10 @@ METHOD_NAMES = {"basic": "basic composition", "advanced": "advanced (KOV)", "pld
 #: the discretisation of PLD composition (dp-accounting's default) and of the curve's other points
 PLD_DISCRETIZATION = 1e-4
 CURVE_DISCRETIZATION = 1e-3
+#: largest total privacy loss (reports × per-report ε) composed by PLD: the composed distribution's
+#: support grows with it (1000 reports of ε = 1 at 1e-4 hold ~480 MB); beyond it use 'advanced',
+#: exact for equal per-report guarantees
+PLD_MAX_LOSS = 250.0
 
 
 def participations(rounds: int, sampling: float, participation: str, delta: float) -> tuple[int, float]:
@@ -118,6 +122,7 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
     the share s in ``shares`` giving the smallest ε (each is a valid bound, chosen without looking
     at any data); ``info["delta_share"]`` records it."""
     from fedaudit.accounting import compose
+    from fedaudit.guarantees import epsilon_delta
 
     shares = (1.0,) if method == "basic" or shuffle_n is None else shares
     best: tuple[float, float, Any, dict] | None = None
@@ -127,6 +132,10 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
             info["delta_share"] = share
         if count == 0:
             return 0.0, 0.0, g, info
+        if method == "pld" and count * epsilon_delta(g)[0] > PLD_MAX_LOSS:
+            raise FedAuditError(f"PLD composition of {count} reports of ε = {epsilon_delta(g)[0]:.4g} exceeds a total "
+                                f"loss of {PLD_MAX_LOSS:g} (memory); use method = 'advanced' (exact for equal "
+                                f"per-report guarantees) or fewer rounds")
         if method == "basic":
             comp = compose([g] * count, "basic", 0.0)  # reports (Σε, Σδ); over budget when Σδ > δ
             ok = comp.delta <= delta * (1 + 1e-9)
@@ -231,6 +240,10 @@ class Accounting(ClaimKind):
         if p["participation"] == "tail" and p["sampling"] >= 1.0:
             raise key_error(where, "participation", "'tail' needs sampling < 1 (with sampling = 1 every round is "
                                                     "charged anyway)")
+        if p["method"] == "pld" and p["shuffle_n"] is None and p["rounds"] * mech.guarantee.epsilon > PLD_MAX_LOSS:
+            raise key_error(where, "method", f"'pld' composes at most a total loss rounds × ε = {PLD_MAX_LOSS:g} "
+                                             f"(memory), got {p['rounds']} × {mech.guarantee.epsilon:g}; use 'advanced' "
+                                             f"(exact for equal per-report guarantees)")
         if p["target_delta"] == 0.0:
             why = ("method must be 'basic'" if p["method"] != "basic" else
                    "no shuffling (shuffle_n unset)" if p["shuffle_n"] is not None else
@@ -271,7 +284,11 @@ class Accounting(ClaimKind):
             if left == 0.0 and other != "basic":
                 references[other] = {"epsilon": None, "delta": 0.0, "note": "needs δ > 0"}
                 continue
-            e, d, _, info = account_schedule(mech, count=count, method=other, delta=left, **common)
+            try:
+                e, d, _, info = account_schedule(mech, count=count, method=other, delta=left, **common)
+            except FedAuditError as exc:  # PLD beyond PLD_MAX_LOSS: state why there is no reference
+                references[other] = {"epsilon": None, "delta": left + tail, "note": str(exc)}
+                continue
             references[other] = {"epsilon": e, "delta": d + tail}
             ref_infos.append((other, info))
         progress(1)
