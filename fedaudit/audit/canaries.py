@@ -12,12 +12,12 @@ plays the bias), initialised at zero, in float64.
 Threat models (Nasr et al. 2021 "Adversary instantiation"; Steinke, Nasr, Jagielski 2023 §6):
 
 * ``"white-box"`` — *Dirac gradient canaries*, and the adversary sees every iterate θ_0..θ_T.
-  The input gets m extra features, zero for every real example; canary j is
-  x_j = 10·C·e_{d+1+j} with a label y_j, and its loss is the linear ℓ_j(θ) = −z_{y_j}(x_j)
-  (the negative logit of its label; the real examples keep the cross-entropy). Its gradient is
-  −10C at the single weight W[y_j, d+1+j] and zero elsewhere, so it is clipped to exactly C and
-  is orthogonal to the real data's gradients and to every other canary's. The normalised
-  update of that weight at step t is therefore
+  The input gets m extra features, zero for every real example; canary j is x_j = a·e_{d+1+j},
+  a = 10·max(C, 1), with a label y_j, and its loss is the linear ℓ_j(θ) = −z_{y_j}(x_j) (the
+  negative logit of its label; the real examples keep the cross-entropy). Its gradient is −a at
+  the single weight W[y_j, d+1+j] and zero elsewhere, so it is clipped to C (to 1e-7 relative:
+  Opacus's clip factor is C/(‖g‖ + 1e-6)) and is orthogonal to the real data's gradients and to
+  every other canary's. The normalised update of that weight at step t is therefore
   o_{t,j} = (W_t − W_{t−1})[y_j, d+1+j]/(ηC) = b_{t,j} + N(0, σ²), with b_{t,j} = 1 when canary
   j is in the training set and in batch t (probability q), 0 otherwise — one Poisson-subsampled
   Gaussian mechanism per step, the worst case the accountant composes. The score is the
@@ -70,7 +70,7 @@ _DIRAC = ("white-box", "white-box-final")
 MAX_CANARIES = 5_000
 #: most training steps a run accepts
 MAX_STEPS = 1_000_000
-#: a white-box canary's input is CANARY_SCALE·C on its own feature: gradient norm 10·C, always clipped
+#: a white-box canary's input is CANARY_SCALE·max(C, 1) on its own feature: its gradient norm, always clipped
 CANARY_SCALE = 10.0
 #: memory cap on one batch's per-example gradients (expected batch × classes × features × 8 bytes)
 _GRAD_BYTES = 256 * 2**20
@@ -148,7 +148,7 @@ def _design(p: dict, rng_canary: np.random.Generator, data_seed: int):
     if p["threat"] in _DIRAC:
         extra, idx = m, np.flatnonzero(included)
         canary_x = np.zeros((idx.size, d + 1 + m))  # the included canaries only
-        canary_x[np.arange(idx.size), d + 1 + idx] = CANARY_SCALE * C
+        canary_x[np.arange(idx.size), d + 1 + idx] = CANARY_SCALE * max(C, 1.0)
         train_canaries = canary_x
     else:
         extra = 0
@@ -210,7 +210,7 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
     eta = p["learning_rate"] / (q * n_total)
     model = torch.nn.Linear(features, k, bias=False, dtype=torch.float64)
     torch.nn.init.zeros_(model.weight)
-    gsm = GradSampleModule(model)
+    gsm = GradSampleModule(model, loss_reduction="sum")  # the loss below is a sum, as DPOptimizer is told
     sampler = torch.Generator().manual_seed(derive_seed(p["seed"], "poisson"))
     noise = torch.Generator().manual_seed(derive_seed(p["seed"], "noise"))
     optimizer = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=eta), noise_multiplier=p["noise_multiplier"],
