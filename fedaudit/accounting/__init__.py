@@ -9,17 +9,22 @@ dp-accounting and Opacus wherever they do the work.
   :class:`DiscreteGaussianPLD`, :class:`PmfPair`) or a guarantee;
 * :func:`epsilon_dpsgd` / :func:`noise_multiplier_for` — Poisson-subsampled Gaussian (DP-SGD)
   accounting by PLD (dp-accounting), RDP or PRV (Opacus), and its inverse;
+* :func:`epsilon_dpfedavg` / :func:`noise_multiplier_for_dpfedavg` — client-level DP-FedAvg (clients
+  Poisson-sampled with probability q, updates clipped to C, N(0, (zC)²) on the sum) over rounds;
 * :func:`shuffle_epsilon` — shuffle-model amplification of n ε0-LDP reports (Feldman, McMillan
   and Talwar 2021: closed form and numerical bound); :func:`blanket_epsilon` — the
   mechanism-specific privacy-blanket bound for k-RR and Laplace (Balle, Bell, Gascón, Nissim 2019).
 
-Issue #11 is in progress: DP-FedAvg client-level accounting and the canary audits come next.
+The canary audits that hold these accountants to account are in :mod:`fedaudit.audit`
+(:func:`~fedaudit.audit.dpsgd_audit.audit_dpsgd`, :func:`~fedaudit.audit.fedavg_audit.audit_dpfedavg`).
 """
 
 from fedaudit.accounting.blanket import (BLANKET_BOUNDS, BLANKET_MECHANISMS, BlanketBound, blanket_delta,
                                         blanket_epsilon, blanket_gamma)
 from fedaudit.accounting.composition import METHODS, Composition, compose
 from fedaudit.accounting.dpsgd import DPSGD_METHODS, DPSGDAccount, epsilon_dpsgd, noise_multiplier_for
+from fedaudit.accounting.fedavg import (DPFEDAVG_METHODS, DPFedAvgAccount, epsilon_dpfedavg,
+                                       noise_multiplier_for_dpfedavg)
 from fedaudit.accounting.ledger import Ledger, LedgerEntry
 from fedaudit.accounting.pld import (PLD_SUPPORTED, DiscreteGaussianPLD, DiscreteLaplacePLD, GaussianPLD, LaplacePLD,
                                      NoiseSpec, PmfPair, guarantee_of, pld_of)
@@ -28,6 +33,7 @@ from fedaudit.accounting.shuffling import SHUFFLE_METHODS, ShuffleBound, closed_
 __all__ = [
     "compose", "Composition", "METHODS", "Ledger", "LedgerEntry",
     "epsilon_dpsgd", "noise_multiplier_for", "DPSGDAccount", "DPSGD_METHODS",
+    "epsilon_dpfedavg", "noise_multiplier_for_dpfedavg", "DPFedAvgAccount", "DPFEDAVG_METHODS",
     "shuffle_epsilon", "ShuffleBound", "closed_form_regime", "SHUFFLE_METHODS",
     "pld_of", "guarantee_of", "NoiseSpec", "LaplacePLD", "GaussianPLD", "DiscreteLaplacePLD",
     "DiscreteGaussianPLD", "PmfPair", "PLD_SUPPORTED",

@@ -11,6 +11,8 @@ the server optimizers and the training loop, and the gossip simulator.
 * :mod:`fedaudit.fl.problems` — the inexact-oracle problem protocol and its adapters;
 * :mod:`fedaudit.fl.optimizers` — D-GD, D-NAG, robust accelerated, PIGS;
 * :mod:`fedaudit.fl.training` — :func:`run` and its :class:`Trace`;
+* :mod:`fedaudit.fl.dp_fedavg` — client-level DP-FedAvg: :class:`DPFedAvgAggregator` (clip, sum,
+  Gaussian noise, fixed denominator qN) and :func:`train_dpfedavg`;
 * :mod:`fedaudit.fl.gossip` — :func:`simulate_gossip` (decentralised robust gossip);
 * :mod:`fedaudit.fl.registry` — optimizers, partitions and datasets by name.
 """
@@ -24,6 +26,7 @@ from fedaudit.fl.data import (
     synthetic_linear,
     synthetic_logistic,
 )
+from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dpfedavg
 from fedaudit.fl.federation import Federation, LabelFlip
 from fedaudit.fl.gossip import GossipTrace, simulate_gossip
 from fedaudit.fl.models import LogisticModel, cnn, mlp
@@ -57,7 +60,7 @@ __all__ = [
     "Federation", "LabelFlip",
     "Problem", "QuadraticProblem", "FederationProblem", "as_problem",
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
-    "Trace", "run", "GossipTrace", "simulate_gossip",
+    "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
 ]
