@@ -137,8 +137,8 @@ def _check_run(noise_multiplier, score_noise_multiplier, max_grad_norm, sample_r
 
 def _design(p: dict, rng_canary: np.random.Generator, data_seed: int):
     """Feature matrices of the training set (real rows, then the included canaries) and the test
-    set, the black-box canaries' inputs, the canary labels and coin flips; ``linear`` marks the
-    rows trained with the linear canary loss."""
+    set, the black-box canaries' inputs (None for Dirac canaries), the canary labels and coin
+    flips; ``linear`` marks the rows trained with the linear canary loss."""
     ds = load_dataset(p["dataset"], rng=data_seed)
     m, C = p["canaries"], p["max_grad_norm"]
     n, d, k = ds.n_train, ds.n_features, ds.n_classes
@@ -146,10 +146,9 @@ def _design(p: dict, rng_canary: np.random.Generator, data_seed: int):
     labels = rng_canary.integers(0, k, size=m)
     one = np.ones((n, 1))
     if p["threat"] in _DIRAC:
-        extra, idx = m, np.flatnonzero(included)
-        canary_x = np.zeros((idx.size, d + 1 + m))  # the included canaries only
-        canary_x[np.arange(idx.size), d + 1 + idx] = CANARY_SCALE * max(C, 1.0)
-        train_canaries = canary_x
+        extra, idx, canary_x = m, np.flatnonzero(included), None
+        train_canaries = np.zeros((idx.size, d + 1 + m))  # the included canaries only
+        train_canaries[np.arange(idx.size), d + 1 + idx] = CANARY_SCALE * max(C, 1.0)
     else:
         extra = 0
         canary_x = np.hstack([rng_canary.standard_normal((m, d)), np.ones((m, 1))])
