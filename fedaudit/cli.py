@@ -574,13 +574,29 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
     uses = check_int("--uses", args.uses, low=1)
     report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
     eps = _number_list("--epsilon", args.epsilon, float) * uses
-    reports = [ApproxLDP(e, report_delta) for e in eps] if report_delta > 0 else eps
+    if args.mechanism is not None:  # the mechanism's own PLD for pld, its guarantee for basic and advanced
+        from fedaudit.mechanisms.registry import make_mechanism
+
+        if len(eps) != uses or report_delta:
+            raise FedAuditError("--mechanism takes one --epsilon (its parameter) and no --report-delta")
+        from fedaudit.accounting.pld import pld_of
+
+        mech = make_mechanism(args.mechanism, args.dim, eps[0], delta=args.mechanism_delta)
+        try:
+            pld_of(mech)
+            reports, pld_note = [mech] * uses, "the mechanism's own PLD (upper bound)"
+        except FedAuditError:  # no PLD for this mechanism: the pair that dominates its (ε, δ) claim
+            reports, pld_note = [mech.guarantee] * uses, "PLD of its (ε, δ) claim (none of its own)"
+        what = f"{uses} report(s) of {mech!r}"
+    else:
+        reports = [ApproxLDP(e, report_delta) for e in eps] if report_delta > 0 else eps
+        what = f"{len(eps)} use(s) of ε = {args.epsilon}" + (f", δ = {report_delta:g} each" if report_delta else "")
+        pld_note = "dp-accounting PLD (upper bound)"
     results = {m: compose(reports, m, args.delta) for m in methods}
-    what = f"{len(eps)} use(s) of ε = {args.epsilon}" + (f", δ = {report_delta:g} each" if report_delta else "")
-    rows = [(m, r.epsilon, r.delta, {"basic": "Σε", "advanced": "Kairouz–Oh–Viswanath (optimal)",
-                                     "pld": "dp-accounting PLD (upper bound)"}[m]) for m, r in results.items()]
+    rows = [(m, r.epsilon, r.delta, {"basic": "Σε", "advanced": "Kairouz–Oh–Viswanath (optimal for ε-DP)",
+                                     "pld": pld_note}[m]) for m, r in results.items()]
     print_account(out, f"Composition of {what}", rows)
-    _write_data(args.json, {"epsilons": eps, "report_delta": report_delta,
+    _write_data(args.json, {"epsilons": eps, "report_delta": report_delta, "mechanism": args.mechanism,
                             "results": {m: r.to_dict() for m, r in results.items()}})
     return 0
 
@@ -998,6 +1014,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uses", type=_count, default=1, help="repeat the list this many times (default 1)")
     p.add_argument("--report-delta", type=float, default=0.0,
                    help="δ of each report, in [0, 1) (default 0: pure ε-LDP reports)")
+    p.add_argument("--mechanism", default=None,
+                   help="compose reports of this mechanism (registry name, see `fedaudit mechanisms`) at --epsilon: "
+                        "pld then uses its own privacy loss distribution, e.g. k-ary RR's")
+    p.add_argument("--dim", type=int, default=2, help="with --mechanism: its dimension (categories for rr; default 2)")
+    p.add_argument("--mechanism-delta", type=float, default=1e-5,
+                   help="with --mechanism: its δ parameter (gaussian; default 1e-5)")
     p.add_argument("--delta", type=float, default=1e-6, help="total δ of the result, in (0, 1) (default 1e-6)")
     p.add_argument("--method", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
     p.add_argument("--json", default=None, help="write the results as JSON here (checked first)")

@@ -37,6 +37,28 @@ def test_compose_advanced_matches_dp_accountings_randomized_response(tmp_path, c
     assert data["epsilons"] == [0.5] * 20 and "Kairouz–Oh–Viswanath" in text
 
 
+def test_compose_a_mechanisms_own_pld(tmp_path, capsys):
+    import numpy as np
+
+    data, text = run_json(tmp_path, ["account", "compose", "--mechanism", "rr", "--dim", "4", "--epsilon", "0.5",
+                                     "--uses", "100"], capsys)
+    # 100-fold 4-ary RR on its worst pair: loss +ε w.p. e^ε/Z, −ε w.p. 1/Z, 0 w.p. 2/Z, Z = e^ε + 3
+    z = math.exp(0.5) + 3
+    pmf = np.array([1.0])
+    for _ in range(100):
+        pmf = np.convolve(pmf, [1 / z, 2 / z, math.exp(0.5) / z])
+    loss = 0.5 * np.arange(-100, 101)
+    exact = brentq(lambda e: float(np.sum(pmf * -np.expm1(np.minimum(e - loss, 0.0)))) - 1e-6, 0.0, 49.999)
+    res = data["results"]
+    assert exact - 1e-9 <= res["pld"]["epsilon"] <= exact + 100 * 1e-4 and data["mechanism"] == "rr"
+    assert res["pld"]["epsilon"] < res["advanced"]["epsilon"] < res["basic"]["epsilon"] == 50.0
+    assert "23.47" in text and "33.32" in text  # the numbers the tutorial quotes
+    fallback, text = run_json(tmp_path, ["account", "compose", "--mechanism", "sstq", "--dim", "16", "--epsilon", "0.5",
+                                         "--uses", "10"], capsys)
+    assert fallback["results"]["pld"]["epsilon"] == pytest.approx(fallback["results"]["advanced"]["epsilon"], abs=1e-3)
+    assert "none of its own" in text
+
+
 def test_compose_a_list_with_per_report_delta(tmp_path, capsys):
     data, _ = run_json(tmp_path, ["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta",
                                   "1e-7", "--method", "basic", "--delta", "1e-5"], capsys)
@@ -120,6 +142,8 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "compose", "--epsilon", "1", "--uses", "0"], "--uses"),
     (["account", "compose", "--epsilon", "1", "--delta", "1"], "delta"),
     (["account", "compose", "--epsilon", "1", "--method", "rdp"], "--method must be 'all' or"),
+    (["account", "compose", "--epsilon", "1,2", "--mechanism", "rr"], "--mechanism takes one --epsilon"),
+    (["account", "compose", "--epsilon", "1", "--mechanism", "rrr"], "unknown mechanism 'rrr'"),
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0", "--steps", "10"], "sample_rate"),
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "1.5", "--steps", "10"], "sample_rate"),
     (["account", "dpsgd", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "10"], "noise_multiplier"),
