@@ -168,7 +168,7 @@ def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: 
 
 
 class Accounting(ClaimKind):
-    """Compose one client's reports over a schedule (rounds, sampling, shuffling) and check ε ≤ max at δ."""
+    """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition; the claim holds when the composed ε at target_delta is at most max_epsilon."""
 
     name = "accounting"
     unit = "compositions"
@@ -180,7 +180,8 @@ class Accounting(ClaimKind):
 
         return {
             "mechanism": Key("str", help=f"registry name of the randomizer ({', '.join(MECHANISMS.names())}) "
-                                         f"or 'package.module:attr'; its guarantee is what each report costs"),
+                                         f"or 'package.module:attr'; its guarantee (for pld: its own privacy loss "
+                                         f"distribution) is what each report costs"),
             "dim": Key("int", 64, low=1, high=1_000_000, help="input dimension (categories for rr)"),
             "epsilon": Key("float", 1.0, low=0, open_low=True, help="the mechanism's ε parameter (per report)"),
             "delta": Key("float", 1e-5, low=0, high=1, open_high=True,
