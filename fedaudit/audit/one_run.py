@@ -24,9 +24,9 @@ search runs over μ and converts the result once with :func:`fedaudit.audit.gdp.
 It rejects μ-GDP, so its ε is a lower bound on the ε(δ) of a mechanism whose trade-off curve is
 Gaussian (the Gaussian mechanism; DP-SGD and DP-FedAvg to the extent that their curves are); for
 other curves it is no certificate: randomized response at ε = 1 is (1, δ)-DP but not μ(1, δ)-GDP,
-and with all of 1000 such canaries guessed (73% right) the Gaussian analysis reports ε ≈ 1.64. ``curve="dp"`` runs the same analysis with the
-(ε, δ)-DP curve f_{ε,δ} itself, valid for every (ε, δ)-DP mechanism (close to Steinke's bound,
-tighter where the 2mδ term bites).
+and with all of 1000 such canaries guessed (73% right) the Gaussian analysis reports ε ≈ 1.64.
+``curve="dp"`` runs the same analysis with the (ε, δ)-DP curve f_{ε,δ} itself, valid for every
+(ε, δ)-DP mechanism (close to Steinke's bound, tighter where the 2mδ term bites).
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def _fdp_margin(v: int, r: int, m: int, g: Callable[[float], float], sig: float)
     (Mahloujifar–Melis–Chaudhuri 2024, the recursion of their capped audit): start from the
     masses c = sig·v/m of correct and h = sig·(r − v)/m of wrong guesses; for i = v − 1, …, 0 the
     wrong mass must be at least the blow-down of the correct mass, h' = max(h, g(c)), and the
-    correct mass grows by i/(r − i)·(h' − h) (capped at 1). Under the hypothesis c + h ≤ r/m; the
-    margin is c + h − r/m."""
+    correct mass grows by i/(r − i)·(h' − h), capped at 1 so that it stays a probability (the cap
+    binds only well past the root). Under the hypothesis c + h ≤ r/m; the margin is c + h − r/m."""
     c = sig * v / m
     h = sig * (r - v) / m
     for i in range(v - 1, -1, -1):
@@ -179,9 +179,9 @@ def one_run_epsilon_fdp(correct: int, guesses: int, canaries: int, *, delta: flo
     """ε lower bound of a one-run audit by the f-DP analysis of Mahloujifar, Melis, Chaudhuri
     (2024): the smallest ε whose trade-off curve at (ε, δ) the counts no longer reject at level
     1 − confidence (:func:`_fdp_margin`). ``curve="gaussian"`` (the default, μ(ε, δ)-GDP) is
-    certified only for mechanisms whose trade-off curve is Gaussian (DP-SGD and DP-FedAvg as their
-    accountants model them, the Gaussian mechanism); it rejects μ-GDP, which an (ε, δ)-DP
-    mechanism of another shape (e.g. randomized response) need not satisfy. ``curve="dp"``
+    certified only for mechanisms whose trade-off curve is Gaussian (the Gaussian mechanism; the
+    Poisson-subsampled Gaussian of DP-SGD and DP-FedAvg only approximately); it rejects μ-GDP,
+    which an (ε, δ)-DP mechanism of another shape (e.g. randomized response) need not satisfy. ``curve="dp"``
     hypothesises f_{ε,δ} itself and is valid for every (ε, δ)-DP mechanism. δ must be in (0, 1)."""
     v, r, m = _check_counts(correct, guesses, canaries)
     delta = check_probability("delta", delta)
@@ -199,9 +199,10 @@ class OneRunAudit:
     """Result of a one-run audit of canary scores (:func:`one_run_audit`,
     ``ScoreAuditor.one_run``). ``epsilon`` is the lower bound at ``confidence`` for ``delta``
     (``method`` "steinke", or "fdp" with ``curve`` "dp": certified for every (ε, δ)-DP mechanism;
-    "fdp" with ``curve`` "gaussian": certified only under a Gaussian trade-off curve); it comes from the guess count ``guesses`` = ``guesses_in`` (highest scores,
-    guessed included) + ``guesses_out`` (lowest, guessed excluded) of which ``correct`` were right,
-    chosen from ``grid`` with each bound at ``alpha_per_test`` = (1 − confidence)/len(grid).
+    "fdp" with ``curve`` "gaussian": certified only under a Gaussian trade-off curve). It comes
+    from the guess count ``guesses`` = ``guesses_in`` (highest scores, guessed included) +
+    ``guesses_out`` (lowest, guessed excluded), of which ``correct`` were right, chosen from
+    ``grid`` with each bound at ``alpha_per_test`` = (1 − confidence)/len(grid).
     ``threshold_in``/``threshold_out`` are the scores of the last canary guessed in/out (None when
     that side has no guess); ``grid_epsilons`` the bound of every grid entry."""
 
