@@ -213,7 +213,32 @@ def _verify_result():
                          content_digest="ab" * 32)]
 
 
+def _canary_runs():
+    from fedaudit.audit.canaries import train_with_canaries
+
+    kw = dict(max_grad_norm=1.0, sample_rate=0.2, steps=3, canaries=20, dataset="synthetic", seed=0)
+    return [train_with_canaries(noise_multiplier=1.0, threat=t, **kw) for t in ("white-box", "black-box")]
+
+
+def _dpsgd_audits():
+    from fedaudit.audit.dpsgd_audit import audit_dpsgd
+
+    kw = dict(sample_rate=0.2, steps=3, canaries=60, dataset="synthetic", seed=0)
+    return [audit_dpsgd(noise_multiplier=1.0, **kw), audit_dpsgd(noise_multiplier=0.1, claimed_noise_multiplier=1.0, **kw)]
+
+
+def _fedavg_audits():
+    from fedaudit.audit.fedavg_audit import audit_dpfedavg
+
+    kw = dict(sample_rate=0.5, rounds=2, canaries=40, clients=5, seed=0)
+    return [audit_dpfedavg(noise_multiplier=2.0, **kw),
+            audit_dpfedavg(noise_multiplier=0.4, claimed_noise_multiplier=4.0, **kw)]
+
+
 BUILDERS = {
+    "fedaudit.audit.canaries.CanaryRun": _canary_runs,
+    "fedaudit.audit.dpsgd_audit.DPSGDAudit": _dpsgd_audits,
+    "fedaudit.audit.fedavg_audit.DPFedAvgAudit": _fedavg_audits,
     "fedaudit.accounting.ledger.Ledger": _ledger,
     "fedaudit.accounting.ledger.LedgerEntry": lambda: list(_ledger()[0].entries()),
     "fedaudit.reports.integrity.VerifyResult": _verify_result,
