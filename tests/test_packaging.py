@@ -29,7 +29,12 @@ def test_shipped_plans_load_through_importlib_resources():
         plan = load_plan(path)
     assert len(plan.claims) >= 3
     assert plans.plan_text("demo").encode("utf-8") == plan.source
-    with pytest.raises(fedaudit.FedAuditError, match="no shipped plan named 'nope'; available: demo"):
+    shipped = sorted(p.stem for p in (PKG / "plans").glob("*.toml"))
+    assert plans.available() == shipped
+    for name in shipped:  # every shipped plan parses and validates
+        with plans.plan_path(name) as path:
+            assert load_plan(path).claims
+    with pytest.raises(fedaudit.FedAuditError, match="no shipped plan named 'nope'; available: " + ", ".join(shipped)):
         plans.plan_text("nope")
 
 
