@@ -4,6 +4,11 @@
   (sampling → distinguishers → :class:`ScoreAuditor`; :func:`audit_ldp_streams` draws from a
   given ``SeedSequence``);
 * :class:`ScoreAuditor` — certified ε lower bounds from attack scores (scores in, bound out);
+* :meth:`ScoreAuditor.one_run` / :func:`one_run_epsilon` / :func:`one_run_epsilon_fdp` — one-run
+  bounds from m canaries (Steinke–Nasr–Jagielski 2023; the f-DP analysis of Mahloujifar–Melis–
+  Chaudhuri 2024); :meth:`ScoreAuditor.gdp` — the Gaussian-DP estimate (Nasr et al. 2023);
+* :func:`audit_dpsgd` / :func:`audit_dpfedavg` — canary audits of an Opacus DP-SGD run and of
+  client-level DP-FedAvg, next to the accountant's ε (loaded on first use: they train);
 * :func:`audit_robustness` — empirical (f, ν)-robustness of an aggregation rule;
 * :func:`measure_mse` / :func:`variance_vs_dk` — error of unbiased mechanisms.
 """
@@ -16,17 +21,27 @@ from fedaudit.audit.bounds import (
     epsilon_lower_bound,
     expected_epsilon_lower_bound,
 )
+from fedaudit.audit.gdp import GDPAudit, gdp_epsilon
 from fedaudit.audit.ldp import LDPAudit, audit_ldp, audit_ldp_streams
+from fedaudit.audit.one_run import OneRunAudit, one_run_audit, one_run_epsilon, one_run_epsilon_fdp, one_run_p_value
 from fedaudit.audit.pair_search import PairSearch, audit_worst_case, search_pairs
 from fedaudit.audit.scores import BonferroniSelection, ScoreAudit, ScoreAuditor, SplitSelection
 from fedaudit.audit.variance import MSEResult, VarianceCurve, measure_mse, variance_vs_dk
 
 
-def __getattr__(name):  # robustness pulls in the defenses and attacks: load on first use
+def __getattr__(name):  # these pull in defenses, attacks, fl or torch: load on first use
     if name in ("audit_robustness", "RobustnessAudit"):
         from fedaudit.audit import robustness
 
         return getattr(robustness, name)
+    if name in ("audit_dpsgd", "DPSGDAudit"):
+        from fedaudit.audit import dpsgd_audit
+
+        return getattr(dpsgd_audit, name)
+    if name in ("audit_dpfedavg", "DPFedAvgAudit"):
+        from fedaudit.audit import fedavg_audit
+
+        return getattr(fedavg_audit, name)
     raise AttributeError(name)
 
 
@@ -34,6 +49,8 @@ __all__ = [
     "ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection",
     "LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_worst_case", "search_pairs", "PairSearch",
     "audit_robustness", "RobustnessAudit",
+    "OneRunAudit", "one_run_audit", "one_run_epsilon", "one_run_epsilon_fdp", "one_run_p_value",
+    "GDPAudit", "gdp_epsilon", "audit_dpsgd", "DPSGDAudit", "audit_dpfedavg", "DPFedAvgAudit",
     "MSEResult", "VarianceCurve", "measure_mse", "variance_vs_dk",
     "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",
     "ThresholdBound",
