@@ -109,12 +109,13 @@ class CanaryRun:
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
-            "canaries": int(self.scores.size), "included": int(self.included.sum()), "accuracy": self.accuracy,
+            "canaries": int(self.scores.size), "included": int(np.count_nonzero(self.included)),
+            "accuracy": self.accuracy,
             "train_examples": self.train_examples, "dataset": self.dataset, "threat": self.threat,
             "noise_multiplier": self.noise_multiplier, "score_noise_multiplier": self.score_noise_multiplier,
             "max_grad_norm": self.max_grad_norm, "sample_rate": self.sample_rate, "steps": self.steps,
             "learning_rate": self.learning_rate, "seed": self.seed, "seconds": self.seconds,
-            "scores": self.scores, "included_mask": self.included})
+            "scores": self.scores, "included_mask": np.asarray(self.included, dtype=bool)})
 
 
 def _check_run(noise_multiplier, score_noise_multiplier, max_grad_norm, sample_rate, steps, canaries, dataset,
