@@ -37,7 +37,7 @@ def steinke(v, r, m, delta=1e-5, confidence=0.95):
 
 
 def fdp_gauss(v, r, m, delta=1e-5, confidence=0.95):
-    return one_run_epsilon_fdp(v, r, m, delta=delta, confidence=confidence)
+    return one_run_epsilon_fdp(v, r, m, delta=delta, confidence=confidence, curve="gaussian")
 
 
 def fdp_dp(v, r, m, delta=1e-5, confidence=0.95):
@@ -268,7 +268,7 @@ def gaussian_audits():
     for seed in range(SEEDS):
         a, b = gaussian_canaries(mu, m, seed)
         runs["steinke"].append(one_run_audit(a, b, delta=delta, confidence=0.5))
-        runs["fdp-gaussian"].append(one_run_audit(a, b, delta=delta, confidence=0.5, method="fdp"))
+        runs["fdp-gaussian"].append(one_run_audit(a, b, delta=delta, confidence=0.5, method="fdp", curve="gaussian"))
         runs["fdp-dp"].append(one_run_audit(a, b, delta=delta, confidence=0.5, method="fdp", curve="dp"))
     return mu, delta, runs
 
@@ -348,7 +348,7 @@ def test_scores_in_low_mirror_scores_in_high():
 
 def test_result_is_strict_json_with_a_one_line_summary():
     a, b = gaussian_canaries(3.0, 200, 6)
-    for kw, word in (({}, "every (ε, δ)-DP"), ({"method": "fdp"}, "Gaussian")):
+    for kw, word in (({}, "every (ε, δ)-DP"), ({"method": "fdp", "curve": "gaussian"}, "Gaussian")):
         res = ScoreAuditor(a, b).one_run(1e-5, **kw)
         assert isinstance(res, OneRunAudit)
         d = fjson.loads(fjson.dumps(res.to_dict()))

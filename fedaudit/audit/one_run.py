@@ -175,14 +175,16 @@ def _fdp_margin(v: int, r: int, m: int, g: Callable[[float], float], sig: float)
 
 
 def one_run_epsilon_fdp(correct: int, guesses: int, canaries: int, *, delta: float,
-                        confidence: float = 0.95, curve: str = "gaussian") -> float:
+                        confidence: float = 0.95, curve: str = "dp") -> float:
     """ε lower bound of a one-run audit by the f-DP analysis of Mahloujifar, Melis, Chaudhuri
     (2024): the smallest ε whose trade-off curve at (ε, δ) the counts no longer reject at level
-    1 − confidence (:func:`_fdp_margin`). ``curve="gaussian"`` (the default, μ(ε, δ)-GDP) is
+    1 − confidence (:func:`_fdp_margin`). ``curve="dp"`` (the default) hypothesises f_{ε,δ} itself
+    and is valid for every (ε, δ)-DP mechanism. ``curve="gaussian"`` (μ(ε, δ)-GDP) is
     certified only for mechanisms whose trade-off curve is Gaussian (the Gaussian mechanism; the
     Poisson-subsampled Gaussian of DP-SGD and DP-FedAvg only approximately); it rejects μ-GDP,
-    which an (ε, δ)-DP mechanism of another shape (e.g. randomized response) need not satisfy. ``curve="dp"``
-    hypothesises f_{ε,δ} itself and is valid for every (ε, δ)-DP mechanism. δ must be in (0, 1)."""
+    which an (ε, δ)-DP mechanism of another shape (e.g. randomized response) need not satisfy, and
+    the subsampled Gaussian's tail is heavier than G_μ's (its δ(ε′) exceeds μ-GDP's at some ε′):
+    an estimate there, not a certificate. δ must be in (0, 1)."""
     v, r, m = _check_counts(correct, guesses, canaries)
     delta = check_probability("delta", delta)
     sig = 1.0 - _check_confidence(confidence)
@@ -257,7 +259,7 @@ def _guess_grid(guesses: Any, m: int) -> tuple[int, ...]:
 
 
 def one_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, *, delta: float, confidence: float = 0.95,
-                  guesses: int | Sequence[int] | None = None, method: str = "steinke", curve: str = "gaussian",
+                  guesses: int | Sequence[int] | None = None, method: str = "steinke", curve: str = "dp",
                   orientation: str = "in-high", seed: int = 0) -> OneRunAudit:
     """One-run ε lower bound from the scores of canaries that were included (``scores_in``) and
     excluded (``scores_out``) by independent fair coins.

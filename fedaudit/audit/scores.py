@@ -305,14 +305,14 @@ class ScoreAuditor:
                             f"got {type(selection).__name__}")
 
     def one_run(self, delta: float, confidence: float = 0.95, *, guesses: int | Sequence[int] | None = None,
-                method: str = "steinke", curve: str = "gaussian", orientation: str = "in-high",
+                method: str = "steinke", curve: str = "dp", orientation: str = "in-high",
                 seed: int = 0) -> OneRunAudit:
         """One-run ε lower bound (:mod:`fedaudit.audit.one_run`) when every score is one canary of a
         single training run, ``scores_in`` those included and ``scores_out`` those excluded by
         independent fair coins: guess "in" on the highest and "out" on the lowest scores.
         ``method="steinke"`` (Steinke, Nasr, Jagielski 2023) is certified for every (ε, δ)-DP
-        mechanism; ``"fdp"`` (Mahloujifar, Melis, Chaudhuri 2024) with ``curve="gaussian"`` only under
-        a Gaussian trade-off curve, with ``curve="dp"`` for every (ε, δ)-DP mechanism.
+        mechanism; ``"fdp"`` (Mahloujifar, Melis, Chaudhuri 2024) with ``curve="dp"`` (the default) for
+        every (ε, δ)-DP mechanism, with ``curve="gaussian"`` only under a Gaussian trade-off curve.
         ``guesses``: None searches the grid r = round(m·2^-k), k = 0..7, with a union bound; an int
         fixes r. Ties at a guess boundary are broken by a seeded random order (``seed``)."""
         if self.scores_in is None:
