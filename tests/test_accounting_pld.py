@@ -316,3 +316,84 @@ def test_reference_page_examples_give_the_numbers_shown(section):
         tol = 0.6 * 10 ** -len(value.split(".")[1])
         assert namespace[f"_shown_{i}"] == pytest.approx(float(value), abs=tol), (i, value)
     assert len(shown) >= 4
+
+
+# ----------------------------------------------------------------------------- mutation-test gaps (reviewer)
+def _balle_wang_epsilon(mu: float, delta: float) -> float:
+    """ε(δ) of N(0, 1) vs N(μ, 1) from Balle & Wang's closed form, with scipy's normal cdf."""
+    from scipy.stats import norm
+
+    curve = lambda e: norm.cdf(mu / 2 - e / mu) - math.exp(e) * norm.cdf(-mu / 2 - e / mu)
+    return _eps_for_delta(curve, delta, 50.0)
+
+
+def test_multidimensional_gaussian_pld_is_the_gaussian_at_its_noise_and_l2_sensitivity():
+    """dim > 1: the PLD is a continuous Gaussian's at the mechanism's noise σ_grid and its L2
+    sensitivity in grid units, which lies in [2·clip/grid (attained: antipodal inputs ±clip·e1 land on
+    the grid exactly), 2·clip/grid + √dim (rounding)]; its ε(δ) reproduces the (ε, δ) claim."""
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+
+    mech = Gaussian(8, 1.0, 1e-5)
+    attained = 2 * mech.clip / mech.grid
+    assert attained == int(attained)                     # ±clip·e1 are grid points: shift 2·clip/grid
+    got = pld_of(mech).get_epsilon_for_delta(mech.delta)
+    low = dpl.from_gaussian_mechanism(mech.sigma_grid, sensitivity=attained,
+                                      value_discretization_interval=DISC).get_epsilon_for_delta(mech.delta)
+    high = dpl.from_gaussian_mechanism(mech.sigma_grid, sensitivity=attained + math.sqrt(mech.dim),
+                                       value_discretization_interval=DISC).get_epsilon_for_delta(mech.delta)
+    assert low - 1e-9 <= got <= high + 1e-6
+    assert _balle_wang_epsilon(attained / mech.sigma_grid, mech.delta) <= got + 1e-9   # scipy, no dp-accounting
+    assert 0.999 * mech.epsilon <= got <= mech.epsilon                                  # the claim, nearly tight
+
+
+def test_pmf_pair_guarantee_and_pld_take_the_max_over_both_directions():
+    """(.9, .1) vs (.5, .5): log p/q is log 1.8 on output 0 but log(.5/.1) = log 5 the other way."""
+    for p, q in [((0.9, 0.1), (0.5, 0.5)), ((0.5, 0.5), (0.9, 0.1))]:
+        assert PmfPair(p, q).guarantee.epsilon == pytest.approx(math.log(5.0), rel=1e-12)
+        pld = pld_of(PmfPair(p, q))
+        for e in (0.0, 0.5, 1.0, 1.5):
+            exact = _hockey(np.array(p), np.array(q), e)              # δ(1) = .5 − e·.1 = 0.228, one way only
+            assert exact - 1e-12 <= pld.get_delta_for_epsilon(e) <= _hockey(np.array(p), np.array(q), e - DISC) + 1e-12
+        assert pld.get_delta_for_epsilon(1.0) == pytest.approx(0.5 - math.e * 0.1, abs=1e-3)
+        assert math.log(5.0) - 1e-9 <= pld.get_epsilon_for_delta(1e-12) <= math.log(5.0) + DISC + 1e-9
+
+
+def test_noise_specs_use_their_sensitivity():
+    """GaussianPLD / LaplacePLD at sensitivity 2: dp-accounting's factories at the same arguments and
+    the closed forms (Balle–Wang for the Gaussian, δ(ε) = 1 − e^{(ε − Δ/b)/2} for Laplace)."""
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+
+    delta = 1e-5
+    got = pld_of(GaussianPLD(sigma=1.0, sensitivity=2.0)).get_epsilon_for_delta(delta)
+    ref = dpl.from_gaussian_mechanism(1.0, sensitivity=2.0, value_discretization_interval=DISC)
+    assert got == pytest.approx(ref.get_epsilon_for_delta(delta), rel=1e-9)
+    exact = _balle_wang_epsilon(2.0, delta)                                 # ≈ 9.997 (4.377 at Δ = 1)
+    assert exact <= got <= exact + DISC + 1e-9 and got > 9.9
+    for scale, sens in [(1.0, 2.0), (3.0, 1.5)]:
+        got = pld_of(LaplacePLD(scale=scale, sensitivity=sens)).get_epsilon_for_delta(delta)
+        ref = dpl.from_laplace_mechanism(scale, sensitivity=sens, value_discretization_interval=DISC)
+        assert got == pytest.approx(ref.get_epsilon_for_delta(delta), rel=1e-9)
+        exact = sens / scale + 2 * math.log1p(-delta)                      # 1 − e^{(ε − Δ/b)/2} = δ
+        assert exact - 1e-9 <= got <= exact + DISC + 1e-9
+
+
+@pytest.mark.parametrize("d, eps", [(2, 1.0), (3, 0.7), (5, 2.0)])
+def test_vqsgd_pld_is_2d_ary_randomized_response(d, eps):
+    """VQSGD(d, ε) is 2d-ary RR on the vertex index: its PLD is that of the worst pair of 2d-ary RR
+    (keep-probability e^ε/(e^ε + 2d − 1) on two distinct vertices), enumerated over the 2d outputs,
+    and it dominates the mechanism's own output laws at the extreme inputs (vertices ±clip·√d·e_i are
+    reached with weight 1 only at d = 1, so the bound is exact there and an upper bound above)."""
+    k = 2 * d
+    z = math.exp(eps) + k - 1
+    p, q = np.full(k, 1 / z), np.full(k, 1 / z)
+    p[0] = q[1] = math.exp(eps) / z
+    mech = VQSGD(d, eps)
+    pld = pld_of(mech)
+    for e in (0.0, 0.25 * eps, 0.5 * eps, 0.9 * eps):
+        exact = _hockey(p, q, e)                                           # (e^ε − e^e)/(e^ε + 2d − 1)
+        assert exact - 1e-12 <= pld.get_delta_for_epsilon(e) <= _hockey(p, q, e - DISC) + 1e-12
+    assert pld.get_delta_for_epsilon(eps) <= _hockey(p, q, eps - DISC) + 1e-12      # no loss above ε
+    o = np.arange(k, dtype=float)[:, None]
+    x0, x1 = np.eye(d)[0], -np.eye(d)[0]
+    assert _hockey(np.exp(mech.log_prob(o, x0)), np.exp(mech.log_prob(o, x1)), 0.3 * eps) <= \
+        pld.get_delta_for_epsilon(0.3 * eps) + 1e-12
