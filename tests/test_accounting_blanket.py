@@ -5,7 +5,10 @@
 * the blanket lemma is evaluated with its tail integrals done numerically (erfc for Hoeffding,
   quad for Bennett) and, for k-RR, *exactly* (E(S_m)_+ by enumerating the multinomial law of S_m);
 * the exact δ(ε) of one concrete shuffled k-RR instance (the histogram's law, enumerated) must lie
-  below the lemma, which must lie below both tail bounds.
+  below the lemma, which must lie below both tail bounds; for n ≤ 5 the exact δ(ε) is maximised
+  over *all* neighbouring datasets;
+* the closed forms are checked against the lemma summed term by term over m (scipy's binomial pmf)
+  with the moments of L from the pmfs.
 """
 
 from __future__ import annotations
@@ -238,3 +241,93 @@ def test_no_amplification_warns_and_says_so():
 def test_bad_input(call, match):
     with pytest.raises(FedAuditError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- mutation-test gaps (reviewer)
+@pytest.mark.parametrize("k, eps0", [(2, 1.0), (3, 0.5), (10, 2.0), (100, 4.0)])
+def test_krr_moments_are_those_of_L_over_the_blanket(k, eps0):
+    """(b, b₊, v) of k-RR equal the range, maximum and E_ω[L²] of L computed from the pmfs (all
+    distinct pairs c ≠ c' give the same L up to relabelling, so (0, 1) is the sup)."""
+    from fedaudit.accounting.blanket import _moments
+
+    for eps in (0.01 * eps0, 0.3 * eps0, 0.9 * eps0):
+        vals, _ = _krr_L(k, eps0, eps)
+        b, b_plus, v = (float(x[0]) for x in _moments("krr", eps0, k, np.array([eps])))
+        assert b == pytest.approx(float(vals.max() - vals.min()), rel=1e-12)
+        assert b_plus == pytest.approx(float(vals.max()), rel=1e-12)
+        assert v == pytest.approx(float(np.mean(vals**2)), rel=1e-12)
+
+
+def test_laplace_moments_match_quadrature():
+    from fedaudit.accounting.blanket import _moments
+
+    eps0 = 2.0
+    for eps in (0.4, 1.2):
+        _, b, b_plus, v = _laplace_moments(eps0, eps)
+        got = [float(x[0]) for x in _moments("laplace", eps0, None, np.array([eps]))]
+        assert got == pytest.approx([b, b_plus, v], rel=1e-6)
+
+
+def _per_m_sum(n: int, gamma: float, per_m) -> float:
+    """(1/(γn)) Σ_{m=1}^{n} Bin(m; n, γ) · per_m(m): the blanket lemma with each E(S_m)_+ replaced by
+    its tail bound, summed term by term (no binomial theorem)."""
+    m = np.arange(1, n + 1)
+    return float(np.dot(binom.pmf(m, n, gamma), per_m(m))) / (gamma * n)
+
+
+@pytest.mark.parametrize("n, k, eps0", [(3, 10, 0.3), (5, 3, 0.3), (5, 10, 1.0), (50, 4, 1.0), (2_000, 50, 3.0)])
+def test_closed_forms_are_the_lemma_summed_with_each_tail_bound(n, k, eps0):
+    """δ_H and δ_B equal the lemma's binomial sum of the per-m bounds b²/(4a)·e^{−2ma²/b²} and
+    b₊ e^{−mκ}/log(1 + a b₊/v), with the moments of L from the pmfs; each per-m bound is above the
+    exact E(S_m)_+ (so the closed forms bound the lemma)."""
+    h = lambda u: (1 + u) * math.log1p(u) - u
+    for eps in (0.2 * eps0, 0.5 * eps0, 0.8 * eps0):
+        vals, gamma = _krr_L(k, eps0, eps)
+        a, b, bp, v = math.expm1(eps), float(vals.max() - vals.min()), float(vals.max()), float(np.mean(vals**2))
+        hoeff = _per_m_sum(n, gamma, lambda m: b * b / (4 * a) * np.exp(-2 * m * a * a / (b * b)))
+        kappa = (v / bp**2) * h(a * bp / v)
+        benn = _per_m_sum(n, gamma, lambda m: bp * np.exp(-m * kappa) / math.log1p(a * bp / v))
+        for bound, ref in (("hoeffding", hoeff), ("bennett", benn)):
+            assert blanket_delta(n, "krr", eps0, eps, k=k, bound=bound) == pytest.approx(min(1.0, ref), rel=1e-9)
+        if n <= 5:
+            assert _lemma_exact_krr(n, k, eps0, eps) <= min(hoeff, benn) * (1 + 1e-9)
+
+
+def _shuffled_krr_sup_delta(n: int, k: int, eps0: float, eps: float) -> float:
+    """Exact δ(ε) of n shuffled k-RR reports, sup over all neighbouring datasets: user 1 holds 0 vs
+    1 and the others any multiset of categories (the server sees the histogram); both directions."""
+    import itertools
+
+    z = math.exp(eps0) + k - 1
+    pmf = np.full((k, k), 1 / z)
+    np.fill_diagonal(pmf, math.exp(eps0) / z)
+    outs = np.array(list(itertools.product(range(k), repeat=n)))           # every report tuple
+    hist = np.stack([(outs == c).sum(axis=1) for c in range(k)], axis=1)
+    _, cell = np.unique(hist, axis=0, return_inverse=True)
+    cell = cell.ravel()
+    worst, e = 0.0, math.exp(eps)
+    for others in itertools.combinations_with_replacement(range(k), n - 1):
+        laws = []
+        for first in (0, 1):
+            xs = (first,) + others
+            prob = np.prod(pmf[np.array(xs)[None, :], outs], axis=1)          # P(tuple | dataset)
+            laws.append(np.bincount(cell, weights=prob))
+        P, Q = laws
+        worst = max(worst, float(np.clip(P - e * Q, 0, None).sum()), float(np.clip(Q - e * P, 0, None).sum()))
+    return worst
+
+
+@pytest.mark.parametrize("n, k, eps0", [(2, 3, 0.3), (3, 10, 0.3), (4, 3, 1.0), (5, 4, 1.0), (5, 2, 0.3)])
+def test_small_n_exact_shuffled_delta_is_below_the_blanket(n, k, eps0):
+    """n ≤ 5: δ(ε) of the shuffled histogram, enumerated exactly and maximised over datasets, is below
+    the exact lemma, which is below both closed-form bounds (checked where they are below 1)."""
+    checked = 0
+    for eps in (0.3 * eps0, 0.6 * eps0, 0.9 * eps0):
+        exact = _shuffled_krr_sup_delta(n, k, eps0, eps)
+        lemma = _lemma_exact_krr(n, k, eps0, eps)
+        assert 0.0 < exact <= lemma * (1 + 1e-9)
+        for bound in BLANKET_BOUNDS:
+            got = blanket_delta(n, "krr", eps0, eps, k=k, bound=bound)
+            assert lemma <= got * (1 + 1e-9)
+            checked += got < 1.0
+    assert checked >= 2
