@@ -10,8 +10,9 @@ black-box: mislabelled inputs scored by the final loss):
 * non-private — σ = 1e-3 trained and claimed (its accountant ε, by RDP, is astronomical; the
   one-run bound is capped near 5.78 at m = 1000 whatever the training does).
 
-Each row: accountant ε (PLD, RDP for the non-private row), Steinke et al. ε_lb, f-DP ε_lb, the
-GDP estimate, violation, test accuracy and the audit's seconds (training + bounds + accountant).
+Each row: accountant ε (PLD, RDP for the non-private row), Steinke et al. ε_lb, f-DP ε_lb (with
+the (ε, δ)-DP trade-off curve: certified for every algorithm), the GDP estimate, violation, test
+accuracy and the audit's seconds (training + bounds + accountant).
 
 Part "fedavg" (after it): :func:`fedaudit.audit.fedavg_audit.audit_dpfedavg`, client-level
 canaries, correct and z/10 configurations: the synthetic setting of its tests (z = 4, q = ½,
