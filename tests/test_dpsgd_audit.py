@@ -78,7 +78,7 @@ def test_final_model_scores_are_binomial_plus_gaussian(clip, sigma):
 
 def test_unclipped_noiseless_full_batch_run_is_plain_gradient_descent():
     """q = 1, C far above every gradient norm, σC = 1e-9: DP-SGD is full-batch gradient descent
-    W ← W − (lr/N)·Σ_i (softmax(W x_i) − e_{y_i}) x_iᵀ from W = 0 on the real rows plus the included
+    W ← W − (lr/(n + m/2))·Σ_i (softmax(W x_i) − e_{y_i}) x_iᵀ from W = 0 on the real rows plus the included
     black-box canaries (inputs N(0, I), random labels, drawn as the module docstring says); the
     canary scores −CE must match a numpy re-computation."""
     m, steps, lr, seed = 50, 20, 0.5, 5
@@ -95,11 +95,22 @@ def test_unclipped_noiseless_full_batch_run_is_plain_gradient_descent():
         Z = X @ W.T
         P = np.exp(Z - Z.max(1, keepdims=True))
         P /= P.sum(1, keepdims=True)
-        W -= lr / X.shape[0] * (P - Y).T @ X
+        W -= lr / (ds.n_train + m / 2) * (P - Y).T @ X
     Zc = xc @ W.T
     expected = -(np.log(np.exp(Zc - Zc.max(1, keepdims=True)).sum(1)) + Zc.max(1) - Zc[np.arange(m), labels])
     np.testing.assert_array_equal(run.included, included)
     np.testing.assert_allclose(run.scores, expected, rtol=1e-7, atol=1e-7)
+
+
+def test_step_size_does_not_depend_on_the_coins():
+    """η·σ·C is the noise on every weight: read off the realised training set (n + #included), it
+    would reveal the number of included canaries to a white-box adversary. Two seeds with different
+    inclusion counts must train with the same η = lr/(q·(n + m/2))."""
+    kw = dict(noise_multiplier=1.0, sample_rate=0.1, steps=2, canaries=40, learning_rate=0.5)
+    runs = [train_with_canaries(seed=s, **kw) for s in range(6)]
+    assert len({int(r.included.sum()) for r in runs}) > 1
+    for r in runs:
+        assert r.step_size == 0.5 / (0.1 * (1347 + 40 / 2))
 
 
 def test_inclusion_is_a_fair_coin_and_training_learns(correct_run):

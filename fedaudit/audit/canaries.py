@@ -5,7 +5,9 @@ Every canary j = 1..m is included in the training set independently with probabi
 (``GradSampleModule`` + ``DPOptimizer`` + ``DPDataLoader``): each step draws a Poisson batch
 (every example independently with probability q), clips every per-example gradient to L2 norm
 C, adds N(0, σ²C²·I) to the sum and takes an SGD step θ ← θ − η·(Σ clip(g_i) + noise),
-η = ``learning_rate``/(qN) (the mean over the expected batch). The model is multinomial
+η = ``learning_rate``/(q·(n + m/2)) (the mean over the batch expected before the coins: n real
+examples, m canaries each in with probability ½; a step size read off the realised training set
+would leak the number of included canaries through the noise scale η·σ·C on every weight). The model is multinomial
 logistic regression (a bias-free linear layer over the features and a constant-1 feature that
 plays the bias), initialised at zero, in float64.
 
@@ -80,7 +82,8 @@ _GRAD_BYTES = 256 * 2**20
 class CanaryRun:
     """The canaries of one training run: ``scores[j]`` (higher = more likely included) and
     ``included[j]`` (the coin flip), the final model's test ``accuracy``, ``train_examples`` real
-    examples, the settings, and the run's wall-clock ``seconds``."""
+    examples, the settings, the SGD ``step_size`` η = learning_rate/(q·(n + m/2)) (fixed before the
+    coins are flipped, so it reveals none of them), and the run's wall-clock ``seconds``."""
 
     scores: np.ndarray
     included: np.ndarray
@@ -94,6 +97,7 @@ class CanaryRun:
     sample_rate: float
     steps: int
     learning_rate: float
+    step_size: float
     seed: int
     seconds: float
 
@@ -114,7 +118,7 @@ class CanaryRun:
             "train_examples": self.train_examples, "dataset": self.dataset, "threat": self.threat,
             "noise_multiplier": self.noise_multiplier, "score_noise_multiplier": self.score_noise_multiplier,
             "max_grad_norm": self.max_grad_norm, "sample_rate": self.sample_rate, "steps": self.steps,
-            "learning_rate": self.learning_rate, "seed": self.seed, "seconds": self.seconds,
+            "learning_rate": self.learning_rate, "step_size": self.step_size, "seed": self.seed, "seconds": self.seconds,
             "scores": self.scores, "included_mask": np.asarray(self.included, dtype=bool)})
 
 
@@ -186,17 +190,20 @@ def train_with_canaries(*, noise_multiplier: float, max_grad_norm: float = 1.0, 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(p["threads"])
     try:
-        scores, accuracy = _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progress)
+        # the step size must not depend on the coins: η = lr/(q·(n + m/2)), the expected batch size
+        # over the coins, fixed before they are flipped (η·σ·C is the noise on every weight)
+        n_ref = n_total - int(included.sum()) + m / 2
+        scores, accuracy, eta = _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, n_ref, progress)
     finally:
         torch.set_num_threads(old_threads)
     return CanaryRun(scores=scores, included=included, accuracy=accuracy, train_examples=int(n_total - included.sum()),
                      dataset=p["dataset"], threat=p["threat"], noise_multiplier=sigma,
                      score_noise_multiplier=p["score_noise_multiplier"], max_grad_norm=C, sample_rate=q,
-                     steps=p["steps"], learning_rate=p["learning_rate"], seed=p["seed"],
+                     steps=p["steps"], learning_rate=p["learning_rate"], step_size=eta, seed=p["seed"],
                      seconds=time.perf_counter() - start)
 
 
-def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progress):
+def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, n_ref, progress):
     from opacus import GradSampleModule
     from opacus.data_loader import DPDataLoader
     from opacus.optimizers import DPOptimizer
@@ -206,8 +213,8 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
     q, C, T, m = p["sample_rate"], p["max_grad_norm"], p["steps"], p["canaries"]
     dirac = p["threat"] in _DIRAC
     iterates = p["threat"] == "white-box"
-    n_total, features = X.shape
-    eta = p["learning_rate"] / (q * n_total)
+    features = X.shape[1]
+    eta = p["learning_rate"] / (q * n_ref)
     model = torch.nn.Linear(features, k, bias=False, dtype=torch.float64)
     torch.nn.init.zeros_(model.weight)
     gsm = GradSampleModule(model, loss_reduction="sum")  # the loss below is a sum, as DPOptimizer is told
@@ -258,4 +265,4 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, progr
     if not np.isfinite(scores).all():
         raise FedAuditError("canary scores are not finite (training diverged): lower learning_rate="
                             f"{p['learning_rate']:g}")
-    return scores.astype(np.float64), accuracy
+    return scores.astype(np.float64), accuracy, eta
