@@ -306,12 +306,12 @@ def test_correct_runs_are_not_flagged_across_seeds(seed):
 
 
 def test_accountant_out_of_memory_is_a_clear_error(monkeypatch):
-    # dp-accounting's PLD grid grows like 1/σ² (σ = 1e-3 asks numpy for 38 GiB): the audit says what to do
-    import fedaudit.audit.dpsgd_audit as mod
+    # dp-accounting's PLD grid grows like 1/σ² (σ = 1e-3 asks numpy for 38 GiB): the accountant says what to do
+    from dp_accounting import pld
 
     def exhausted(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(mod, "epsilon_dpsgd", exhausted)
-    with pytest.raises(FedAuditError, match="accountant='rdp'"):
+    monkeypatch.setattr(pld.PLDAccountant, "compose", exhausted)
+    with pytest.raises(FedAuditError, match="noise_multiplier=0.001.*method='rdp'"):
         audit_dpsgd(noise_multiplier=1e-3, sample_rate=0.1, steps=2, canaries=40)

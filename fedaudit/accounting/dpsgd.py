@@ -63,8 +63,12 @@ def _epsilon(sigma: float, q: float, steps: int, delta: float, method: str) -> t
     if method == "pld":
         from dp_accounting import dp_event, pld
         accountant = pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
-        accountant.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
-        return float(accountant.get_epsilon(delta)), {"value_discretization_interval": PLD_DISCRETIZATION}
+        try:
+            accountant.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
+            return float(accountant.get_epsilon(delta)), {"value_discretization_interval": PLD_DISCRETIZATION}
+        except MemoryError:  # the loss grid spans ~1/σ² over an interval of 1e-4 (σ = 1e-3: 38 GiB)
+            raise FedAuditError(f"the pld accountant ran out of memory at noise_multiplier={sigma:g} (its "
+                                f"privacy-loss grid grows like 1/σ²): use method='rdp' or 'prv'") from None
     if method == "rdp":
         from opacus.accountants import RDPAccountant
         accountant = RDPAccountant()
