@@ -1,0 +1,245 @@
+"""The gated sparse upload: selection, wire format, byte counts, strict decoding, aggregation rule."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedaudit.defenses import Mean
+from fedaudit.errors import FedAuditError
+from fedaudit.mechanisms.gated import (HEADER_BYTES, LOG_ALPHA_CLOSED, ClientUpdate, GatedSparseUpload, SparsePacket,
+                                       m_for_density, top_m_indices)
+
+
+def _update(rng, p):
+    return ClientUpdate(rng.normal(size=p), rng.normal(size=p))
+
+
+# --------------------------------------------------------------------------- ClientUpdate / m
+def test_client_update_validates():
+    with pytest.raises(FedAuditError, match="log_alpha must have the shape"):
+        ClientUpdate(np.zeros(3), np.zeros(4))
+    with pytest.raises(FedAuditError, match="weights must contain only finite"):
+        ClientUpdate([0.0, np.nan], [0.0, 0.0])
+    with pytest.raises(FedAuditError, match="at least 1"):
+        ClientUpdate(np.zeros(0), np.zeros(0))
+    u = ClientUpdate([1, 2], [3, 4])
+    assert u.dim == 2 and u.weights.dtype == np.float64 and not u.weights.flags.writeable
+
+
+def test_m_for_density_is_the_decimal_floor():
+    assert m_for_density(0.05, 1000) == 50
+    assert m_for_density(0.29, 100) == 29  # binary 0.29*100 = 28.999999999999996
+    assert m_for_density(0.025, 101) == 2
+    for bad in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(FedAuditError, match="density"):
+            m_for_density(bad, 100)
+    with pytest.raises(FedAuditError, match=r"density must be in \[1/dim"):
+        m_for_density(0.001, 100)
+
+
+def test_constructor_bounds():
+    with pytest.raises(FedAuditError, match=r"m must be an integer in \[1, dim=5\]"):
+        GatedSparseUpload(5, 0)
+    with pytest.raises(FedAuditError, match=r"m must be an integer in \[1, dim=5\]"):
+        GatedSparseUpload(5, 6)
+    with pytest.raises(FedAuditError, match="index_bytes must be 4 for dim > 65536"):
+        GatedSparseUpload(70_000, 5, index_bytes=2)
+    with pytest.raises(FedAuditError, match="value_dtype must be one of"):
+        GatedSparseUpload(5, 2, value_dtype="float16")
+    assert GatedSparseUpload(65_536, 1).index_bytes == 2
+    assert GatedSparseUpload(65_537, 1).index_bytes == 4
+
+
+# --------------------------------------------------------------------------- selection
+def test_selection_by_hand_ties_by_lower_index():
+    la = np.array([0, 3, 3, 1, 5, -1, 3, 2, 0, 9.0])
+    u = ClientUpdate(np.arange(10.0), la)
+    p = GatedSparseUpload(10, 4).select(u)
+    assert p.indices.tolist() == [1, 2, 4, 9]   # 9 (9), 5 (4), then the 3's at 1, 2 (not 6)
+    assert p.values.tolist() == [1, 2, 4, 9] and p.gate_stats.tolist() == [3, 3, 5, 9]
+
+
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=40), st.data())
+def test_top_m_matches_a_full_sort(scores, data):
+    s = np.asarray(scores, dtype=float)
+    m = data.draw(st.integers(1, s.size))
+    want = sorted(sorted(range(s.size), key=lambda j: (-s[j], j))[:m])  # independent: key sort
+    assert top_m_indices(s, m).tolist() == want
+
+
+# --------------------------------------------------------------------------- wire format
+@pytest.mark.parametrize("dim,m,vd,ib", [(10, 3, "float32", 2), (100, 100, "float64", 2), (70_000, 7, "float32", 4),
+                                         (50, 5, "float64", 4)])
+def test_packet_bytes_exact_and_round_trip(dim, m, vd, ib):
+    rng = np.random.default_rng(dim + m)
+    g = GatedSparseUpload(dim, m, value_dtype=vd, index_bytes=ib if dim <= 65536 else None)
+    assert g.index_bytes == ib
+    vb = {"float32": 4, "float64": 8}[vd]
+    assert g.packet_bytes() == 16 + m * (ib + 2 * vb) == HEADER_BYTES + m * (ib + 2 * vb)
+    assert g.dense_bytes() == dim * vb and g.dense_bytes(gates=True) == 2 * dim * vb
+    u = _update(rng, dim)
+    blob = g.encode(u)
+    assert len(blob) == g.packet_bytes()
+    q = g.decode(blob)
+    sel = g.select(u)
+    np.testing.assert_array_equal(q.indices, sel.indices)
+    np.testing.assert_array_equal(q.values, sel.values)
+    np.testing.assert_array_equal(q.gate_stats, sel.gate_stats)
+    # the values are exactly the client's, rounded once to the wire dtype
+    np.testing.assert_array_equal(q.values, u.weights[sel.indices].astype(vd).astype(float))
+    assert g.encode(q) == blob  # canonical: one packet, one byte string
+
+
+def test_header_layout_by_hand():
+    g = GatedSparseUpload(300, 2)
+    u = ClientUpdate(np.zeros(300), np.r_[np.zeros(298), 1.0, 2.0])
+    blob = g.encode(u)
+    assert blob[:4] == b"FAGS" and blob[4] == 1 and blob[5] == 2 and blob[6] == 4 and blob[7] == 0
+    assert struct.unpack_from("<II", blob, 8) == (300, 2)
+    assert struct.unpack_from("<HH", blob, 16) == (298, 299)
+    assert struct.unpack_from("<ffff", blob, 20) == (0.0, 0.0, 1.0, 2.0)
+
+
+def test_encode_rejects_values_beyond_the_wire_dtype():
+    g = GatedSparseUpload(3, 1)
+    with pytest.raises(FedAuditError, match="must fit in float32"):
+        g.encode(ClientUpdate([1e39, 0, 0], [5.0, 0, 0]))
+
+
+# --------------------------------------------------------------------------- hostile packets
+def _blob(g, **over):
+    h = {"magic": b"FAGS", "version": 1, "ib": g.index_bytes, "vb": g.value_bytes, "res": 0, "dim": g.dim, "m": g.m}
+    h.update({k: v for k, v in over.items() if k in h})
+    idx = over.get("idx", np.arange(g.m))
+    vals = over.get("vals", np.zeros(g.m))
+    head = struct.pack("<4sBBBBII", h["magic"], h["version"], h["ib"], h["vb"], h["res"], h["dim"], h["m"])
+    return head + np.asarray(idx, "<u2").tobytes() + np.asarray(vals, "<f4").tobytes() + np.zeros(g.m, "<f4").tobytes()
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"magic": b"XXXX"}, "magic"), ({"version": 2}, "version"), ({"res": 1}, "reserved"),
+    ({"dim": 11}, "dim must be 10"), ({"m": 2}, "m must be 3"), ({"vb": 8}, "value_bytes"),
+    ({"idx": [0, 10, 11]}, r"indices must be in \[0, dim=10\)"), ({"idx": [2, 2, 5]}, "strictly increasing"),
+    ({"idx": [5, 2, 7]}, "strictly increasing"), ({"vals": [0, np.nan, 0]}, "finite"),
+    ({"vals": [0, np.inf, 0]}, "finite"),
+])
+def test_decode_rejects_malformed(over, match):
+    g = GatedSparseUpload(10, 3)
+    assert g.decode(_blob(g)).m == 3  # the unmodified packet is valid
+    with pytest.raises(FedAuditError, match=match):
+        g.decode(_blob(g, **over))
+
+
+def test_decode_rejects_truncated_and_trailing():
+    g = GatedSparseUpload(10, 3)
+    blob = _blob(g)
+    for cut in (0, 5, HEADER_BYTES, len(blob) - 1):
+        with pytest.raises(FedAuditError, match="truncated"):
+            g.decode(blob[:cut])
+    with pytest.raises(FedAuditError, match="trailing"):
+        g.decode(blob + b"\0")
+    with pytest.raises(FedAuditError, match="must be bytes"):
+        g.decode("FAGS")
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=80), st.booleans())
+def test_decoder_random_bytes_only_fedaudit_error(data, with_header):
+    g = GatedSparseUpload(10, 3)
+    if with_header:  # a valid header followed by random payload exercises the body checks
+        data = _blob(g)[:HEADER_BYTES] + data[: g.packet_bytes() - HEADER_BYTES].ljust(g.packet_bytes() - HEADER_BYTES, b"\0")
+    try:
+        p = g.decode(data)
+    except FedAuditError:
+        return
+    assert p.m == 3 and np.all(np.diff(p.indices) > 0) and p.indices[-1] < 10
+    assert np.isfinite(p.values).all() and np.isfinite(p.gate_stats).all()
+
+
+def test_receive_drops_hostile_blobs():
+    g = GatedSparseUpload(10, 3)
+    good = g.encode(ClientUpdate(np.ones(10), np.arange(10.0)))
+    packets, dropped = g.receive([good, b"junk", _blob(g, vals=[np.nan, 0, 0]), good[:-2]])
+    assert len(packets) == 1 and dropped == [1, 2, 3]
+
+
+# --------------------------------------------------------------------------- aggregation
+def _tiny():
+    g = GatedSparseUpload(5, 2)
+    prev = ClientUpdate([10, 20, 30, 40, 50], [-1, -2, -3, -4, -5])
+    a = SparsePacket([0, 2], [1.0, 3.0], [0.5, 0.25])
+    b = SparsePacket([2, 3], [5.0, 7.0], [1.0, 2.0])
+    return g, prev, a, b
+
+
+def test_senders_rule_by_hand():
+    g, prev, a, b = _tiny()
+    out = g.aggregate([a, b], prev, weights=[1.0, 3.0])
+    # j=0: only a; j=2: (1*3 + 3*5)/4 = 4.5; j=3: only b; j=1, 4: nobody -> previous
+    np.testing.assert_allclose(out.weights, [1.0, 20, 4.5, 7.0, 50])
+    np.testing.assert_allclose(out.log_alpha, [0.5, -2, (0.25 + 3.0) / 4, 2.0, -5])
+
+
+def test_dense_rule_is_mean_of_reconstructions():
+    g, prev, a, b = _tiny()
+    gd = GatedSparseUpload(5, 2, rule="dense")
+    out = gd.aggregate([a, b], prev)
+    rows = np.stack([gd.reconstruct(p, prev).weights for p in (a, b)])
+    np.testing.assert_allclose(out.weights, Mean()(rows))
+    np.testing.assert_allclose(out.weights, [(1 + 10) / 2, 20, 4.0, (40 + 7) / 2, 50])
+    gates = np.stack([gd.reconstruct(p, prev).log_alpha for p in (a, b)]).mean(axis=0)
+    np.testing.assert_allclose(out.log_alpha, gates)
+
+
+def test_unsent_gates_decay_toward_closed():
+    _, prev, a, b = _tiny()
+    g = GatedSparseUpload(5, 2, unsent_decay=0.5)
+    out = g.aggregate([a, b], prev)
+    c = LOG_ALPHA_CLOSED
+    np.testing.assert_allclose(out.log_alpha[[1, 4]], [-2 + 0.5 * (c + 2), -5 + 0.5 * (c + 5)])
+    np.testing.assert_allclose(out.weights[[1, 4]], [20, 50])
+
+
+def test_zero_weight_client_counts_as_not_sending():
+    g, prev, a, b = _tiny()
+    out = g.aggregate([a, b], prev, weights=[0.0, 1.0])
+    np.testing.assert_allclose(out.weights, [10, 20, 5.0, 7.0, 50])
+
+
+def test_aggregate_bad_input():
+    g, prev, a, b = _tiny()
+    with pytest.raises(FedAuditError, match="at least one packet"):
+        g.aggregate([], prev)
+    with pytest.raises(FedAuditError, match="non-negative"):
+        g.aggregate([a, b], prev, weights=[-1, 2])
+    with pytest.raises(FedAuditError, match=r"weights must have shape \(2,\)"):
+        g.aggregate([a, b], prev, weights=[1, 2, 3])
+    with pytest.raises(FedAuditError, match="m=2 coordinates"):
+        g.aggregate([SparsePacket([0], [1.0], [1.0])], prev)
+    with pytest.raises(FedAuditError, match=r"indices must be in \[0, dim=5\)"):
+        g.aggregate([SparsePacket([0, 5], [1.0, 1.0], [1.0, 1.0])], prev)
+    with pytest.raises(FedAuditError, match="previous must have dim=5"):
+        g.aggregate([a], ClientUpdate([1.0], [1.0]))
+
+
+def test_round_trip_aggregation_equals_packet_aggregation():
+    rng = np.random.default_rng(7)
+    g = GatedSparseUpload(200, 20)
+    prev = _update(rng, 200)
+    ups = [_update(rng, 200) for _ in range(6)]
+    w = rng.uniform(1, 5, size=6)
+    direct = g.aggregate([g.select(u) for u in ups], prev, w)
+    wired = g.aggregate([g.encode(u) for u in ups], prev, w)
+    np.testing.assert_array_equal(direct.weights, wired.weights)
+    # independent computation: per-coordinate loop
+    want = prev.weights.copy()
+    for j in range(200):
+        senders = [(wi, u.weights[j]) for wi, u in zip(w, ups) if j in g.select(u).indices]
+        if senders:
+            want[j] = sum(wi * np.float32(v) for wi, v in senders) / sum(wi for wi, _ in senders)
+    np.testing.assert_allclose(direct.weights, want, rtol=1e-12)
