@@ -133,8 +133,8 @@ def accountant_curve(sigma: float, q: float, total: int, delta: float, method: s
     return xs, ys
 
 
-def audit_keys(count: str, count_help: str) -> dict[str, Key]:
-    """The keys DP-SGD and DP-FedAvg claims share."""
+def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
+    """The keys DP-SGD and DP-FedAvg claims share (``max_canaries``: the audit's own limit)."""
     return {
         "noise_multiplier": Key("float", low=0, open_low=True, help="the noise multiplier training uses"),
         "claimed_noise_multiplier": Key("float", None, low=0, open_low=True,
@@ -144,7 +144,7 @@ def audit_keys(count: str, count_help: str) -> dict[str, Key]:
         count: Key("int", low=1, high=1_000_000, help=f"number of {count}"),
         "claimed_epsilon": Key("float", low=0, open_low=True, help="the claim: the run is (claimed_epsilon, delta)-DP"),
         "delta": Key("float", 1e-5, low=0, high=1, open_low=True, open_high=True, help="δ of the claim and the audit"),
-        "canaries": Key("int", 1000, low=20, high=20_000, help="canaries, each included with probability 1/2"),
+        "canaries": Key("int", 1000, low=20, high=max_canaries, help="canaries, each included with probability 1/2"),
         "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
         "curve_points": Key("int", 30, low=2, high=200, help="points of the accountant's ε curve"),
     }
@@ -159,14 +159,16 @@ class DPSGD(ClaimKind):
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import DPSGD_METHODS
+        from fedaudit.audit.canaries import MAX_CANARIES, THREATS
 
         return {
-            **audit_keys("steps", "step (examples)"),
+            **audit_keys("steps", "step (examples)", MAX_CANARIES),
             "accountant": Key("str", "pld", choices=DPSGD_METHODS, help="pld (dp-accounting), rdp or prv (Opacus)"),
             "max_grad_norm": Key("float", 1.0, low=0, open_low=True, help="per-example clipping norm C"),
             "dataset": Key("str", "digits", choices=("digits", "synthetic")),
-            "threat": Key("str", "white-box", choices=("white-box", "black-box"),
+            "threat": Key("str", "white-box", choices=THREATS,
                           help="white-box: gradient canaries scored by the likelihood ratio of all iterates; "
+                               "white-box-final: the same canaries, only the first and last model seen; "
                                "black-box: mislabelled inputs scored by the final loss"),
             "learning_rate": Key("float", 0.5, low=0, open_low=True),
         }

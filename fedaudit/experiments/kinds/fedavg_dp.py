@@ -30,9 +30,9 @@ class FedAvgDP(ClaimKind):
     figures = ("epsilon_vs_steps",)
 
     def keys(self) -> dict[str, Key]:
-        from fedaudit.audit.fedavg_audit import FEDAVG_AUDIT_DATASETS
+        from fedaudit.audit.fedavg_audit import FEDAVG_AUDIT_DATASETS, MAX_AUDIT_CANARIES
 
-        keys = audit_keys("rounds", "round (clients)")
+        keys = audit_keys("rounds", "round (clients)", MAX_AUDIT_CANARIES)
         keys["sample_rate"] = Key("float", low=0, high=1, open_low=True, help="probability that a client takes part "
                                                                               "in a round")
         return {
