@@ -28,6 +28,7 @@ top-m selection of the indices plus discrete-Laplace values and gate statistics.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from dataclasses import dataclass
@@ -35,12 +36,17 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
+from scipy.special import logsumexp
 
 from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import PureLDP
 from fedaudit.json import jsonable
-from fedaudit.validation import check_choice, check_int, check_probability, check_real, check_vector
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
+from fedaudit.mechanisms.laplace import Laplace
+from fedaudit.mechanisms.noise import discrete_laplace_logpmf
+from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real, check_vector
 
-__all__ = ["ClientUpdate", "SparsePacket", "GatedSparseUpload", "m_for_density",
+__all__ = ["ClientUpdate", "SparsePacket", "GatedSparseUpload", "GatedPrivateUpload", "m_for_density",
            "top_m_indices", "MAGIC", "VERSION", "HEADER_BYTES", "LOG_ALPHA_CLOSED"]
 
 MAGIC = b"FAGS"
@@ -350,3 +356,162 @@ class GatedSparseUpload:
 
     def __repr__(self) -> str:
         return f"GatedSparseUpload({', '.join(f'{k}={v!r}' for k, v in self.params().items())})"
+
+
+#: largest m for which ``GatedPrivateUpload.log_prob`` sums the m! selection orders exactly
+MAX_LOG_PROB_M = 5
+#: most index sets ``GatedPrivateUpload.epsilon_for_pair`` enumerates
+MAX_PAIR_SETS = 20_000
+
+
+class GatedPrivateUpload(Mechanism):
+    """ε-LDP gated sparse upload: Gumbel noisy top-m indices, discrete-Laplace values and gates.
+
+    Input x = (θ̃, log α) ∈ R^{2p} (``dim = 2p``), clamped coordinate-wise to the domain
+    D = [−c, c]^p × [−a, a]^p (c = ``clip``, a = ``gate_clip``); the neighbouring relation is that of
+    LDP: any two inputs of D. With ε = ε_s + ε_v + ε_g (``select_share``·ε, ``gate_share``·ε, the rest):
+
+    1. **Selection** — S = top-m of u_j + G_j, u = clamp(log α), G_j i.i.d. Gumbel(scale b),
+       b = 4am/ε_s. This is distributed as m rounds of the exponential mechanism without
+       replacement, P[j] ∝ exp(u_j/b) (Durfee & Rogers, NeurIPS 2019, Lemma 4.2); u_j has
+       sensitivity Δ = 2a over D, so each round is (2Δ/b = ε_s/m)-DP (McSherry & Talwar 2007) and the
+       set (a post-processing of the ordered picks) is ε_s-DP by basic composition.
+    2. **Values** — clamp(θ̃)_S through :class:`~fedaudit.mechanisms.Laplace` (dim m, ε_v, clip c√m,
+       whose ball contains [−c, c]^m): ε_v-DP for every fixed S. **Gates** — likewise clamp(log α)_S at ε_g.
+
+    Given S the two noises are independent, so p(S, v, g | x) = P[S | x]·p_v(v | θ̃_S)·p_g(g | u_S) and
+    the privacy loss is at most ε_s + ε_v + ε_g = ε: pure ε-LDP (:class:`~fedaudit.guarantees.PureLDP`).
+    The Gumbel draws are float64 (the output is the discrete set S, not a float: no Mironov-type
+    porous-support leak; the selection law holds up to float rounding of the noise).
+
+    Report layout (n, 3p): ``[1{j ∈ S}, v_j, g_j]_{j<p}`` (v_j = g_j = 0 off S), as
+    :func:`fedaudit.audit.sparse_upload.packet_row`. ``decode`` gives (n, 2p) = (v, g) with zeros off
+    S: the sparse reconstruction, unbiased only on the sent coordinates (selection depends on x).
+    ``log_prob`` is exact for m ≤ 5 (sum over the m! pick orders; −inf for impossible rows) and
+    ``epsilon_for_pair`` exact for C(p, m) ≤ 20000 (max over S of |ΔlogP[S]| + ε_v(S) + ε_g(S), the
+    Laplace parts attaining their bounds at both signs).
+    """
+
+    name = "gated-private"
+
+    def __init__(self, params: int, m: int, epsilon: float, *, clip: float = 1.0, gate_clip: float = 4.0,
+                 select_share: float = 0.5, gate_share: float = 0.25):
+        self.params_dim = check_int("params", params, low=1, high=2**32 - 1, high_name="2^32-1")
+        self.m = check_int("m", m, low=1, high=self.params_dim, high_name="params")
+        self.dim = 2 * self.params_dim
+        eps = check_epsilon(epsilon)
+        self.guarantee = PureLDP(eps)
+        self.clip = check_positive("clip", clip)
+        self.gate_clip = check_positive("gate_clip", gate_clip)
+        self.select_share = check_probability("select_share", select_share)
+        self.gate_share = check_probability("gate_share", gate_share)
+        if self.select_share + self.gate_share >= 1.0:
+            raise FedAuditError(f"select_share + gate_share must be < 1 (the rest is the values' budget), got "
+                                f"{self.select_share:g} + {self.gate_share:g}")
+        self.epsilon_select = self.select_share * eps
+        self.epsilon_gates = self.gate_share * eps
+        self.epsilon_values = eps - self.epsilon_select - self.epsilon_gates
+        self.gumbel_scale = 4.0 * self.gate_clip * self.m / self.epsilon_select
+        root = math.sqrt(self.m)
+        self.values_mechanism = Laplace(self.m, self.epsilon_values, clip=self.clip * root)
+        self.gates_mechanism = Laplace(self.m, self.epsilon_gates, clip=self.gate_clip * root)
+        p = self.params_dim
+        self.report_width = 3 * p
+        self.report_layout = (f"(n, {3 * p}) float64: [1{{j sent}} (p={p}), noisy values, noisy gates]; "
+                              f"m={self.m} sent per row")
+
+    @property
+    def bits_per_report(self) -> int:
+        """m·(⌈log2 p⌉ index bits + 64 + 64 value bits)."""
+        return self.m * (max(1, math.ceil(math.log2(self.params_dim))) + 128)
+
+    def params(self) -> dict[str, Any]:
+        return {"params": self.params_dim, "m": self.m, "epsilon": self.epsilon, "clip": self.clip,
+                "gate_clip": self.gate_clip, "select_share": self.select_share, "gate_share": self.gate_share}
+
+    # ------------------------------------------------------------------ sampling
+    def _split(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = self.params_dim
+        return np.clip(X[:, :p], -self.clip, self.clip), np.clip(X[:, p:], -self.gate_clip, self.gate_clip)
+
+    def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        theta, u = self._split(X)
+        n, p, m = theta.shape[0], self.params_dim, self.m
+        noisy = u + rng.gumbel(0.0, self.gumbel_scale, size=u.shape)
+        S = np.sort(np.argpartition(-noisy, m - 1, axis=1)[:, :m] if m < p else np.tile(np.arange(p), (n, 1)), axis=1)
+        rows = np.arange(n)[:, None]
+        out = np.zeros((n, 3 * p))
+        out[rows, S] = 1.0
+        out[rows, p + S] = self.values_mechanism.encode(theta[rows, S], rng)
+        out[rows, 2 * p + S] = self.gates_mechanism.encode(u[rows, S], rng)
+        return out
+
+    def decode(self, reports: Any) -> np.ndarray:
+        """(n, 2p) sparse reconstruction (θ̃, log α) with zeros off the sent set."""
+        r = self._check_reports(reports)
+        return r[:, self.params_dim:].copy()
+
+    def to_packet(self, report: Any) -> SparsePacket:
+        """One report row as a :class:`SparsePacket` (for :meth:`GatedSparseUpload.aggregate` with
+        ``value_dtype="float64"``, which carries the grid values exactly)."""
+        r = check_vector("report", report, dim=self.report_width)
+        p = self.params_dim
+        idx = np.flatnonzero(r[:p] == 1.0)
+        if idx.size != self.m:
+            raise FedAuditError(f"report must mark exactly m={self.m} sent coordinates, got {idx.size}")
+        return SparsePacket(idx, r[p + idx], r[2 * p + idx])
+
+    # ------------------------------------------------------------------ exact law
+    def _select_log_prob(self, S: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """log P[S | u] for index sets S (n, m): Σ over the m! orders π of Π_t w_{π_t}/(W − Σ_{s<t} w_{π_s}),
+        w = exp((u − max u)/b), W = Σ_j w_j (Plackett–Luce law of the Gumbel top-m)."""
+        lw = (u - u.max()) / self.gumbel_scale
+        w = np.exp(lw)
+        total = w.sum()
+        perms = np.array(list(itertools.permutations(range(self.m))))          # (P, m)
+        out = np.empty(S.shape[0])
+        for lo in range(0, S.shape[0], 4096):
+            ws = w[S[lo:lo + 4096]][:, perms]                                   # (b, P, m)
+            before = np.cumsum(ws, axis=2) - ws
+            denom = np.maximum(total - before, ws)                              # rounding guard: ≥ the picked weight
+            out[lo:lo + 4096] = logsumexp((np.log(ws) - np.log(denom)).sum(axis=2), axis=1)
+        return out
+
+    def _laplace_log_prob(self, mech: Laplace, noisy: np.ndarray, exact: np.ndarray) -> np.ndarray:
+        k = np.rint(clip_l2(exact, mech.clip) / mech.grid)
+        return discrete_laplace_logpmf(noisy / mech.grid - k, mech.scale_grid).sum(axis=1)
+
+    def _log_prob(self, reports: np.ndarray, x: np.ndarray) -> np.ndarray:
+        if self.m > MAX_LOG_PROB_M:
+            raise NotImplementedError(f"GatedPrivateUpload.log_prob sums m! orders; only for m <= {MAX_LOG_PROB_M}")
+        p, m = self.params_dim, self.m
+        theta, u = (a[0] for a in self._split(x[None, :]))
+        ind = reports[:, :p]
+        valid = np.all((ind == 0.0) | (ind == 1.0), axis=1) & (ind.sum(axis=1) == m)
+        out = np.full(reports.shape[0], -np.inf)
+        if not valid.any():
+            return out
+        R = reports[valid]
+        S = np.sort(np.argsort(-R[:, :p], axis=1, kind="stable")[:, :m], axis=1)
+        rows = np.arange(R.shape[0])[:, None]
+        off = (R[:, p:2 * p] != 0.0) & (R[:, :p] == 0.0) | (R[:, 2 * p:] != 0.0) & (R[:, :p] == 0.0)
+        lp = (self._select_log_prob(S, u)
+              + self._laplace_log_prob(self.values_mechanism, R[rows, p + S], theta[S])
+              + self._laplace_log_prob(self.gates_mechanism, R[rows, 2 * p + S], u[S]))
+        out[valid] = np.where(off.any(axis=1), -np.inf, lp)
+        return out
+
+    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+        p, m = self.params_dim, self.m
+        if m > MAX_LOG_PROB_M or math.comb(p, m) > MAX_PAIR_SETS:
+            return None
+        S = np.array(list(itertools.combinations(range(p), m)), dtype=np.int64)
+        (t0, u0), (t1, u1) = ((a[0] for a in self._split(x[None, :])) for x in (x0, x1))
+        sel = np.abs(self._select_log_prob(S, u0) - self._select_log_prob(S, u1))
+
+        def lap(mech: Laplace, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            ka = np.rint(clip_l2(a[S], mech.clip) / mech.grid)
+            kb = np.rint(clip_l2(b[S], mech.clip) / mech.grid)
+            return np.abs(ka - kb).sum(axis=1) / mech.scale_grid
+
+        return float(np.max(sel + lap(self.values_mechanism, t0, t1) + lap(self.gates_mechanism, u0, u1)))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
 from fedaudit.mechanisms.duchi import Duchi
+from fedaudit.mechanisms.gated import GatedPrivateUpload
 from fedaudit.mechanisms.gaussian import Gaussian
 from fedaudit.mechanisms.laplace import Laplace
 from fedaudit.mechanisms.privunit import PrivUnitG
@@ -87,6 +89,18 @@ def _gaussian(dim: int, epsilon: float, *, delta: float = 1e-5, clip: float = 1.
 def _rr(dim: int, epsilon: float) -> RandomizedResponse:
     """k-ary randomized response over dim categories (one-hot inputs), ε-LDP."""
     return RandomizedResponse(dim, epsilon)
+
+
+@register_mechanism("gated-private")
+def _gated_private(dim: int, epsilon: float, *, k: int | None = None, clip: float = 1.0, gate_clip: float = 4.0,
+                   select_share: float = 0.5, gate_share: float = 0.25) -> GatedPrivateUpload:
+    """Gated sparse upload, private: Gumbel noisy top-k gates + discrete-Laplace values and gates (ε-LDP);
+    dim = 2|θ| (weights then log α), k = m sent coordinates (default max(1, |θ| // 16))."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+        raise FedAuditError(f"dim must be an even integer >= 2 for gated-private (2|θ|: weights then log α), "
+                            f"got dim={dim!r}")
+    return GatedPrivateUpload(dim // 2, default_k(dim // 2) if k is None else k, epsilon, clip=clip,
+                              gate_clip=gate_clip, select_share=select_share, gate_share=gate_share)
 
 
 def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None = None, levels: int = 4,
