@@ -366,3 +366,16 @@ def test_private_log_prob_m2_matches_hand_formula():
             assert ps == pytest.approx(w[i] / W * w[j] / (W - w[i]) + w[j] / W * w[i] / (W - w[j]), rel=1e-12)
             total += ps
     assert total == pytest.approx(1.0, rel=1e-12)
+
+
+def test_aggregator_path_with_mean_is_the_dense_rule():
+    from fedaudit.defenses.registry import make_aggregator
+
+    g, prev, a, b = _tiny()
+    g = GatedSparseUpload(5, 2, unsent_decay=0.25)
+    out = g.aggregate([a, b], prev, aggregator=make_aggregator("mean", 0))
+    want = GatedSparseUpload(5, 2, rule="dense", unsent_decay=0.25).aggregate([a, b], prev)
+    np.testing.assert_allclose(out.weights, want.weights)
+    np.testing.assert_allclose(out.log_alpha, want.log_alpha)
+    with pytest.raises(FedAuditError, match="aggregator must be callable"):
+        g.aggregate([a], prev, aggregator="mean")

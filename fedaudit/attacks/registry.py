@@ -12,15 +12,25 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from fedaudit.attacks.byzantine import ALIE, IPM, Attack, Fang, Gaussian, MinMax, MinSum, Mimic, NonFinite, SignFlip
+from fedaudit.attacks.sparse import ArbitraryPackets, SparseALIE, SparseIPM
 from fedaudit.errors import FedAuditError
 from fedaudit.registry import Registry, did_you_mean
 
-__all__ = ["ATTACKS", "register_attack", "make_attack"]
+__all__ = ["ATTACKS", "register_attack", "make_attack", "SPARSE_ATTACKS", "register_sparse_attack",
+           "make_sparse_attack"]
 
 #: Byzantine attacks by name.
 ATTACKS: Registry[Attack] = Registry("attack")
 for _cls in (ALIE, IPM, SignFlip, Gaussian, Mimic, MinMax, MinSum, Fang, NonFinite):
     ATTACKS.register(_cls.name, _cls)
+del _cls
+
+#: Byzantine attacks on the gated sparse upload by name (call convention of :mod:`fedaudit.attacks.sparse`:
+#: ``attack(honest_packets, f, rng, *, upload, previous)``); separate from :data:`ATTACKS`, whose
+#: members take dense (n − f, d) matrices.
+SPARSE_ATTACKS: Registry[Any] = Registry("sparse attack")
+for _cls in (SparseALIE, SparseIPM, ArbitraryPackets):
+    SPARSE_ATTACKS.register(_cls.name, _cls)
 del _cls
 
 
@@ -41,3 +51,22 @@ def make_attack(name: str, **kw: Any) -> Attack:
         return ATTACKS.build(name, **kw)
     except TypeError as err:
         raise FedAuditError(f"bad parameters for attack {name!r}: {err}") from None
+
+
+def register_sparse_attack(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
+                           replace: bool = False) -> Any:
+    """Register a sparse-upload attack class or factory under ``name`` (a decorator without ``factory``)."""
+    return SPARSE_ATTACKS.register(name, factory, summary=summary, replace=replace)
+
+
+def make_sparse_attack(name: str, **kw: Any) -> Any:
+    """Build a sparse-upload attack by name (or ``"package.module:attr"``), e.g.
+    ``make_sparse_attack("sparse-alie", support="popular")``."""
+    if not isinstance(name, str) or name not in SPARSE_ATTACKS:
+        hint = did_you_mean(name, SPARSE_ATTACKS.names()) if isinstance(name, str) else ""
+        raise FedAuditError(f"unknown sparse attack {name!r}; valid names: {', '.join(SPARSE_ATTACKS.names())} "
+                            f"(or 'package.module:attr'){hint}")
+    try:
+        return SPARSE_ATTACKS.build(name, **kw)
+    except TypeError as err:
+        raise FedAuditError(f"bad parameters for sparse attack {name!r}: {err}") from None

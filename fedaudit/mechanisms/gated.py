@@ -316,14 +316,32 @@ class GatedSparseUpload:
         return ClientUpdate(w, la)
 
     def aggregate(self, packets: Sequence[SparsePacket | bytes], previous: ClientUpdate,
-                  weights: Any = None) -> ClientUpdate:
+                  weights: Any = None, *, aggregator: Any = None) -> ClientUpdate:
         """The new global state from the packets by the rule of the class docstring (bytes are decoded
-        strictly; use :meth:`receive` to drop malformed ones first)."""
+        strictly; use :meth:`receive` to drop malformed ones first).
+
+        ``aggregator`` (any rule mapping (n, p) to (p,), e.g. ``make_aggregator("nnm+cwtm", f)``)
+        replaces the rule by the robust path: the rule applied to the ``reconstruct`` rows of the
+        weights and, separately, of log α (unweighted: ``weights`` must be None); coordinates nobody
+        sent then decay as above.
+        """
         packets = [self.decode(p) if not isinstance(p, SparsePacket) else self._check_packet(p) for p in packets]
         prev = self._check_previous(previous)
         n = len(packets)
         if n == 0:
             raise FedAuditError("packets must hold at least one packet")
+        if aggregator is not None:
+            if weights is not None:
+                raise FedAuditError("weights must be None with an aggregator (robust rules are unweighted)")
+            if not callable(aggregator):
+                raise FedAuditError(f"aggregator must be callable (n, p) -> (p,), got {type(aggregator).__name__}")
+            rows = [self.reconstruct(p, prev) for p in packets]
+            new_w = np.asarray(aggregator(np.stack([r.weights for r in rows])), dtype=np.float64)
+            new_la = np.asarray(aggregator(np.stack([r.log_alpha for r in rows])), dtype=np.float64)
+            sent = np.zeros(self.dim, dtype=bool)
+            sent[np.concatenate([p.indices for p in packets])] = True
+            decayed = prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
+            return ClientUpdate(new_w, np.where(sent, new_la, decayed))
         w = np.ones(n) if weights is None else check_vector("weights", weights, dim=n)
         if np.any(w < 0) or w.sum() <= 0:
             raise FedAuditError("weights must be non-negative with a positive sum")
