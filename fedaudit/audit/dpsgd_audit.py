@@ -32,11 +32,10 @@ from typing import Any
 
 from fedaudit.accounting.dpsgd import DPSGD_METHODS, DPSGDAccount, epsilon_dpsgd
 from fedaudit.audit.canaries import train_with_canaries
+from fedaudit.audit.canary_verdict import CanaryBounds, canary_bounds
 from fedaudit.audit.gdp import GDPAudit
 from fedaudit.audit.one_run import FDP_CURVES, OneRunAudit
 from fedaudit.audit.sampling import ProgressFn
-from fedaudit.audit.scores import MIN_SCORES, ScoreAuditor
-from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_positive, check_probability
 
@@ -97,13 +96,10 @@ class DPSGDAudit:
         """One line: configuration, accountant, the three audit numbers and the verdict."""
         sigma = (f"σ = {self.noise_multiplier:g}" if self.noise_multiplier == self.claimed_noise_multiplier
                  else f"σ = {self.noise_multiplier:g} trained, {self.claimed_noise_multiplier:g} claimed")
-        verdict = (f"VIOLATION ({', '.join(self.violated_by)} bound above the accountant)" if self.violation
-                   else "no violation")
+        bounds = CanaryBounds(self.one_run, self.one_run_fdp, self.gdp, self.accountant.epsilon, self.violated_by)
         return (f"DP-SGD {self.threat} audit ({self.dataset}, {sigma}, q = {self.sample_rate:g}, {self.steps} steps, "
-                f"{self.canaries} canaries): accountant ε = {self.accountant.epsilon:.4g} ({self.accountant.method}) "
-                f"at δ = {self.delta:g}; one-run ε ≥ {self.one_run.epsilon:.4f} (Steinke), "
-                f"≥ {self.one_run_fdp.epsilon:.4f} (f-DP) at {self.confidence:.0%}; GDP estimate "
-                f"{self.gdp.epsilon:.4f}; {verdict}; accuracy {self.accuracy:.3f}; {self.seconds:.1f} s")
+                f"{self.canaries} canaries): {bounds.describe(self.accountant.method, self.delta, self.confidence)}; "
+                f"accuracy {self.accuracy:.3f}; {self.seconds:.1f} s")
 
 
 def audit_dpsgd(*, noise_multiplier: float, max_grad_norm: float = 1.0, sample_rate: float, steps: int,
@@ -130,21 +126,14 @@ def audit_dpsgd(*, noise_multiplier: float, max_grad_norm: float = 1.0, sample_r
                               steps=steps, canaries=canaries, dataset=dataset, threat=threat,
                               score_noise_multiplier=claimed, learning_rate=learning_rate, seed=seed,
                               threads=threads, progress=progress)
-    m, k = run.scores.size, int(run.included.sum())
-    if min(k, m - k) < MIN_SCORES:
-        raise FedAuditError(f"{k} of canaries={m} were included and {m - k} excluded; each side needs at least "
-                            f"{MIN_SCORES}: use more canaries (or another seed)")
     account = epsilon_dpsgd(claimed, run.sample_rate, run.steps, delta, method=method)
-    auditor = ScoreAuditor(run.scores_in, run.scores_out)
-    steinke = auditor.one_run(delta, confidence, method="steinke")
-    fdp = auditor.one_run(delta, confidence, method="fdp", curve=curve)
-    gdp = auditor.gdp(delta, confidence)
-    certified = (("steinke", steinke),) + ((("fdp", fdp),) if curve == "dp" else ())
-    violated = tuple(name for name, bound in certified if bound.epsilon > account.epsilon)
+    b = canary_bounds(run.scores_in, run.scores_out, account.epsilon, delta=delta, confidence=confidence, curve=curve)
     return DPSGDAudit(
-        accountant=account, one_run=steinke, one_run_fdp=fdp, gdp=gdp, violation=bool(violated), violated_by=violated,
+        accountant=account, one_run=b.one_run, one_run_fdp=b.one_run_fdp, gdp=b.gdp, violation=bool(b.violated_by),
+        violated_by=b.violated_by,
         noise_multiplier=sigma, claimed_noise_multiplier=claimed, max_grad_norm=run.max_grad_norm,
-        sample_rate=run.sample_rate, steps=run.steps, delta=delta, confidence=confidence, canaries=m, canaries_in=k,
+        sample_rate=run.sample_rate, steps=run.steps, delta=delta, confidence=confidence, canaries=run.scores.size,
+        canaries_in=int(run.included.sum()),
         dataset=run.dataset, threat=run.threat, learning_rate=run.learning_rate, seed=run.seed,
         accuracy=run.accuracy, train_examples=run.train_examples, training_seconds=run.seconds,
         seconds=time.perf_counter() - start)

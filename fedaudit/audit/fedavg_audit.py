@@ -47,9 +47,9 @@ import numpy as np
 from scipy.linalg import hadamard
 
 from fedaudit.accounting.fedavg import DPFEDAVG_METHODS, DPFedAvgAccount, epsilon_dpfedavg
+from fedaudit.audit.canary_verdict import CanaryBounds, canary_bounds
 from fedaudit.audit.gdp import GDPAudit
 from fedaudit.audit.one_run import FDP_CURVES, MIN_CANARIES, OneRunAudit
-from fedaudit.audit.scores import MIN_SCORES, ScoreAuditor
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import Dataset, load_dataset
 from fedaudit.fl.dp_fedavg import train_dpfedavg
@@ -120,13 +120,11 @@ class DPFedAvgAudit:
         """One line: configuration, accountant ε next to the three audit numbers, and the verdict."""
         z = (f"z = {self.noise_multiplier:g}" if self.noise_multiplier == self.claimed_noise_multiplier
              else f"z = {self.noise_multiplier:g} trained, {self.claimed_noise_multiplier:g} claimed")
-        verdict = (f"VIOLATION ({', '.join(self.violated_by)} bound above the accountant)" if self.violation
-                   else "no violation")
+        bounds = CanaryBounds(self.one_run, self.one_run_fdp, self.gdp, self.accountant.epsilon, self.violated_by)
         return (f"DP-FedAvg client-level audit ({self.canaries:,} canary clients, {self.clients} honest, {z}, "
-                f"q = {self.sample_rate:g}, {self.rounds} rounds): accountant ε = {self.accountant.epsilon:.4g} "
-                f"({self.accountant.method}) at δ = {self.delta:g}; one-run ε ≥ {self.one_run.epsilon:.4f} (Steinke), "
-                f"≥ {self.one_run_fdp.epsilon:.4f} (f-DP) at {self.confidence:.0%}; GDP estimate "
-                f"{self.gdp.epsilon:.4f}; {verdict}; accuracy {self.test_accuracy:.3f}; {self.seconds:.1f} s")
+                f"q = {self.sample_rate:g}, {self.rounds} rounds): "
+                f"{bounds.describe(self.accountant.method, self.delta, self.confidence)}; "
+                f"accuracy {self.test_accuracy:.3f}; {self.seconds:.1f} s")
 
 
 def _widen(X: np.ndarray, k: int) -> np.ndarray:
@@ -229,18 +227,10 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
         raise FedAuditError("the audited training run diverged (non-finite model); lower local_lr or server_lr")
     scores = Q.T @ (trace.x_final - theta0)[block] * (q * (clients + m) / (server_lr * C))
     s_in, s_out = scores[included], scores[~included]
-    if min(s_in.size, s_out.size) < MIN_SCORES:
-        raise FedAuditError(f"the coin flips left {s_in.size} canaries in and {s_out.size} out of {m}; the "
-                            f"auditor needs >= {MIN_SCORES} on each side: use more canaries")
-    auditor = ScoreAuditor(s_in, s_out)
-    steinke = auditor.one_run(delta, confidence, method="steinke")
-    fdp = auditor.one_run(delta, confidence, method="fdp", curve=curve)
-    gdp = auditor.gdp(delta, confidence)
-    certified = (("steinke", steinke),) + ((("fdp", fdp),) if curve == "dp" else ())
-    violated = tuple(name for name, b in certified if b.epsilon > account.epsilon)
+    b = canary_bounds(s_in, s_out, account.epsilon, delta=delta, confidence=confidence, curve=curve)
     return DPFedAvgAudit(
-        accountant=account, one_run=steinke, one_run_fdp=fdp, gdp=gdp, violation=bool(violated),
-        violated_by=violated, noise_multiplier=z, claimed_noise_multiplier=claimed, clip=C, sample_rate=q,
+        accountant=account, one_run=b.one_run, one_run_fdp=b.one_run_fdp, gdp=b.gdp, violation=bool(b.violated_by),
+        violated_by=b.violated_by, noise_multiplier=z, claimed_noise_multiplier=claimed, clip=C, sample_rate=q,
         rounds=rounds, delta=delta, confidence=confidence, canaries=m, canaries_in=int(included.sum()),
         clients=clients, dataset=data.name, dim=int(fed.dim), scores_in=_stats(s_in), scores_out=_stats(s_out),
         test_accuracy=float(trace.test_acc[-1]), seed=seed, seconds=time.perf_counter() - t0)
