@@ -136,6 +136,12 @@ def test_mix_cycles_the_modes_and_m1_repeated_falls_back():
     (b,) = ArbitraryPackets(mode="repeated")(h1, 1, rng, upload=g1, previous=ClientUpdate(np.zeros(10), np.zeros(10)))
     with pytest.raises(FedAuditError, match="indices"):
         g1.decode(b)
+    # dim = 2^16 with uint16 indices: no index >= dim is representable, so the packet's header is wrong
+    g2 = GatedSparseUpload(2**16, 2)
+    h2 = [g2.select(ClientUpdate(np.ones(2**16), np.arange(2.0**16)))] * 2
+    (b,) = ArbitraryPackets(mode="out-of-range")(h2, 1, rng, upload=g2, previous=ClientUpdate(np.zeros(2**16), np.zeros(2**16)))
+    with pytest.raises(FedAuditError, match="magic"):
+        g2.decode(b)
 
 
 def test_bad_context():

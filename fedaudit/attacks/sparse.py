@@ -137,7 +137,9 @@ _MODES = ("out-of-range", "repeated", "nan", "truncated", "header", "random")
 class ArbitraryPackets:
     """Hostile packets. ``mode``: ``"out-of-range"`` (indices ≥ dim), ``"repeated"`` (an index
     twice), ``"nan"`` (NaN values), ``"truncated"`` (a valid packet cut short), ``"header"``
-    (wrong magic) — all rejected by the decoder —, or ``"random"``: *valid* packets with a uniform
+    (wrong magic) — all rejected by the decoder; "repeated" with m = 1 sends an out-of-range index,
+    and "out-of-range" when no index ≥ dim fits the index type (dim = 2^16 with uint16) a wrong
+    header —, or ``"random"``: *valid* packets with a uniform
     random support and values ±``scale`` (the finite worst a robust rule must absorb), or ``"mix"``:
     the modes in turn. Returns wire bytes."""
 
@@ -155,15 +157,15 @@ class ArbitraryPackets:
         vals = self.scale * rng.choice([-1.0, 1.0], size=up.m)
         blob = bytearray(up.encode(SparsePacket(S, vals, vals)))
         ib, vb = up.index_bytes, up.value_bytes
-        fmt = {2: "<H", 4: "<I"}[ib]
+        fmt, top = {2: "<H", 4: "<I"}[ib], 2 ** (8 * ib) - 1
+        if mode == "repeated" and up.m == 1:  # one index cannot repeat: send it out of range instead
+            mode = "out-of-range"
+        if mode == "out-of-range" and up.dim > top:  # no index >= dim fits the index type: bad header
+            mode = "header"
         if mode == "out-of-range":
-            struct.pack_into(fmt, blob, 16 + (up.m - 1) * ib, min(up.dim + int(rng.integers(0, 1000)), 2 ** (8 * ib) - 1))
+            struct.pack_into(fmt, blob, 16 + (up.m - 1) * ib, min(up.dim + int(rng.integers(0, 1000)), top))
         elif mode == "repeated":
-            if up.m == 1:  # one index cannot repeat: send it out of range instead
-                struct.pack_into(fmt, blob, 16, min(up.dim, 2 ** (8 * ib) - 1))
-            else:
-                first = struct.unpack_from(fmt, blob, 16)[0]
-                struct.pack_into(fmt, blob, 16 + ib, first)
+            struct.pack_into(fmt, blob, 16 + ib, struct.unpack_from(fmt, blob, 16)[0])
         elif mode == "nan":
             struct.pack_into({4: "<f", 8: "<d"}[vb], blob, 16 + up.m * ib, float("nan"))
         elif mode == "truncated":
