@@ -91,3 +91,69 @@ def test_private_upload_stays_below_its_stated_epsilon_and_a_false_claim_is_caug
     bad = run(plain_report, 0.3)  # the plain upload (exact ε = log 5) stated as 0.3-LDP
     assert bad.violation and bad.epsilon_lower > 0.3
     assert "VIOLATED" in bad.summary()
+
+
+# ----------------------------------------------------------------------------- the E-FLoPS client pipeline
+def _inclusion_rates(draws: int = 60):
+    """P[j* among the m sent indices] on D0 and D1, measured independently of the audit: direct
+    local_update calls and the wire encoder's own selection."""
+    import torch
+
+    from fedaudit.audit.sparse_upload import neighbouring_datasets
+    from fedaudit.fl.eflops import EFLoPS, EFLoPSState, local_update
+    from fedaudit.fl.gates import GatedModel, HardConcrete
+    from fedaudit.mechanisms.gated import GatedSparseUpload
+
+    dim, m = 64, 3
+    d0, d1, info = neighbouring_datasets(dim, 20, m, np.random.default_rng(7))
+    j = info["outlier_coordinate"]
+    assert j not in info["true_support"] and d1[0][-1, j] == pytest.approx(8.0) and d1[1][-1] == pytest.approx(16.0)
+    np.testing.assert_array_equal(d0[0][:-1], d1[0][:-1])  # neighbours: only the last record differs
+    state = EFLoPSState(EFLoPS(density=0.05, temperature=0.1, anneal=None, local_steps=5),
+                        GatedModel(torch.nn.Linear(dim, 1, bias=False).double()), "mse", np.zeros(dim),
+                        HardConcrete.log_alpha_for(0.5) + 0.01 * np.random.default_rng(8).standard_normal(dim), 0.0, 0.1)
+    wire = GatedSparseUpload(dim, m)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [np.mean([j in wire.select(local_update(state, d, rng=np.random.default_rng(s))).indices
+                         for s in range(draws)]) for d in (d0, d1)]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_the_outlier_record_moves_the_gate_ranking():
+    p0, p1 = _inclusion_rates()
+    assert p0 < 0.1 and p1 > 0.5  # measured: 0.0 and 0.76 on 50 draws
+
+
+def test_plain_upload_leaks_and_the_private_one_stays_within_its_epsilon():
+    from fedaudit.audit.sparse_upload import audit_sparse_upload
+
+    plain = audit_sparse_upload("plain", samples=200, seed=0)
+    # the event {j* sent} alone has rates (≥ 0.5, ≤ 0.1): its expected certified bound on n draws
+    n = plain.ldp["certification_samples"]
+    assert plain.epsilon_lower >= expected_epsilon_lower_bound(0.5, 0.1, n) - 0.5
+    assert plain.epsilon_lower <= plain.max_certifiable and plain.epsilon_claimed is None
+    # wire sizes from the documented format: 16-byte header, m·(uint16 index + 2 float32) / 2 float64
+    assert (plain.m, plain.bytes_sparse, plain.bytes_dense) == (3, 16 + 3 * (2 + 8), 64 * 4)
+    private = audit_sparse_upload("private", samples=200, seed=0, epsilon=1.0)
+    assert not private.violation and private.epsilon_lower <= 1.0 and private.epsilon_claimed == 1.0
+    assert private.bytes_sparse == 16 + 3 * (2 + 16)
+    assert private.neighbour["outlier_coordinate"] == plain.neighbour["outlier_coordinate"]
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"density": 0.0}, r"density must be"),
+    ({"density": 1.0}, r"density must be"),
+    ({"density": 0.01}, r"density must be in \[1/dim, 1\)"),  # m = floor(0.64) = 0
+    ({"temperature": -0.5}, r"temperature must be a finite real number in \[0"),
+    ({"upload": "dense"}, r"upload must be one of 'plain', 'private'"),
+    ({"dim": 2}, r"dim must be an integer in \[4, 4096\]"),
+    ({"claimed_epsilon": 0.0}, r"claimed_epsilon must be"),
+])
+def test_bad_audit_input_names_the_parameter(kwargs, needle):
+    from fedaudit.audit.sparse_upload import audit_sparse_upload
+
+    with pytest.raises(FedAuditError, match=needle):
+        audit_sparse_upload(**{"samples": 200, **kwargs})
