@@ -22,8 +22,9 @@ Wire format (little endian; ``packet_bytes(m) = 16 + m·(b_i + 2·b_v)``)::
     ...     m·b_v     values θ̃_j (in index order)
     ...     m·b_v     gate statistics log α_j (in index order)
 
-:class:`GatedPrivateUpload` (registered as ``"gated-private"``) is the ε-LDP variant: Gumbel noisy
-top-m selection of the indices plus discrete-Laplace values and gate statistics.
+:class:`GatedPrivateUpload` (registered as ``"gated-private"``) is the ε-LDP variant: noisy top-m
+selection of the indices (the exponential mechanism m times without replacement, sampled exactly)
+plus discrete-Laplace values and gate statistics.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from fedaudit.guarantees import PureLDP
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
 from fedaudit.mechanisms.laplace import Laplace
-from fedaudit.mechanisms.noise import discrete_laplace_logpmf
+from fedaudit.mechanisms.noise import bernoulli_exp, discrete_laplace_logpmf, rational_at_least
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real, check_vector
 
 __all__ = ["ClientUpdate", "SparsePacket", "GatedSparseUpload", "GatedPrivateUpload", "m_for_density",
@@ -380,27 +381,31 @@ class GatedSparseUpload:
 MAX_LOG_PROB_M = 5
 #: most index sets ``GatedPrivateUpload.epsilon_for_pair`` enumerates
 MAX_PAIR_SETS = 20_000
+#: K: the private selection rounds clamp(log α) to the integer grid K·log α/a ∈ [−K, K]
+GATE_LEVELS = 4096
 
 
 class GatedPrivateUpload(Mechanism):
-    """ε-LDP gated sparse upload: Gumbel noisy top-m indices, discrete-Laplace values and gates.
+    """ε-LDP gated sparse upload: exponential-mechanism noisy top-m indices, discrete-Laplace values and gates.
 
     Input x = (θ̃, log α) ∈ R^{2p} (``dim = 2p``), clamped coordinate-wise to the domain
     D = [−c, c]^p × [−a, a]^p (c = ``clip``, a = ``gate_clip``); the neighbouring relation is that of
     LDP: any two inputs of D. With ε = ε_s + ε_v + ε_g (``select_share``·ε, ``gate_share``·ε, the rest):
 
-    1. **Selection** — S = top-m of u_j + G_j, u = clamp(log α), G_j i.i.d. Gumbel(scale b),
-       b = 4am/ε_s. This is distributed as m rounds of the exponential mechanism without
-       replacement, P[j] ∝ exp(u_j/b) (Durfee & Rogers, NeurIPS 2019, Lemma 4.2); u_j has
-       sensitivity Δ = 2a over D, so each round is (2Δ/b = ε_s/m)-DP (McSherry & Talwar 2007) and the
-       set (a post-processing of the ordered picks) is ε_s-DP by basic composition.
+    1. **Selection** — the gates are rounded to the integer grid k_j = rint(K·clamp(log α_j)/a) ∈
+       [−K, K] (K = 4096 = ``GATE_LEVELS``), and m indices are drawn without replacement by the
+       exponential mechanism (McSherry & Talwar 2007), each round P[j] ∝ exp(r·k_j) over the indices
+       left, with the exact rational r ≤ ε_s/(4Km). The utility k_j has range 2K over D, so each
+       round is (2·2K·r ≤ ε_s/m)-DP and the set (a post-processing of the ordered picks) is ε_s-DP
+       by basic composition. Sampling is exact: a uniform proposal among the indices left (integer
+       uniforms) accepted with probability exp(−r·(max k − k_j)) by the exact Bernoulli(exp(−γ))
+       coins of Canonne, Kamath, Steinke (NeurIPS 2020), so no floating-point noise decides the set.
+       (In law this is the Gumbel top-m of r·k, Durfee & Rogers, NeurIPS 2019.)
     2. **Values** — clamp(θ̃)_S through :class:`~fedaudit.mechanisms.Laplace` (dim m, ε_v, clip c√m,
        whose ball contains [−c, c]^m): ε_v-DP for every fixed S. **Gates** — likewise clamp(log α)_S at ε_g.
 
     Given S the two noises are independent, so p(S, v, g | x) = P[S | x]·p_v(v | θ̃_S)·p_g(g | u_S) and
     the privacy loss is at most ε_s + ε_v + ε_g = ε: pure ε-LDP (:class:`~fedaudit.guarantees.PureLDP`).
-    The Gumbel draws are float64 (the output is the discrete set S, not a float: no Mironov-type
-    porous-support leak; the selection law holds up to float rounding of the noise).
 
     Report layout (n, 3p): ``[1{j ∈ S}, v_j, g_j]_{j<p}`` (v_j = g_j = 0 off S), as
     :func:`fedaudit.audit.sparse_upload.packet_row`. ``decode`` gives (n, 2p) = (v, g) with zeros off
@@ -429,7 +434,11 @@ class GatedPrivateUpload(Mechanism):
         self.epsilon_select = self.select_share * eps
         self.epsilon_gates = self.gate_share * eps
         self.epsilon_values = eps - self.epsilon_select - self.epsilon_gates
-        self.gumbel_scale = 4.0 * self.gate_clip * self.m / self.epsilon_select
+        # r = rate_num/rate_den <= ε_s/(4Km) exactly (rational_at_least of the reciprocal never under-states it)
+        recip = Fraction(4 * GATE_LEVELS * self.m) / Fraction(self.epsilon_select)
+        den, num = rational_at_least(recip, max_den=max(1, min(1 << 20, (1 << 50) // (math.ceil(recip) + 1))))
+        self.rate_num, self.rate_den = num, den
+        self.selection_rate = num / den
         root = math.sqrt(self.m)
         self.values_mechanism = Laplace(self.m, self.epsilon_values, clip=self.clip * root)
         self.gates_mechanism = Laplace(self.m, self.epsilon_gates, clip=self.gate_clip * root)
@@ -452,11 +461,37 @@ class GatedPrivateUpload(Mechanism):
         p = self.params_dim
         return np.clip(X[:, :p], -self.clip, self.clip), np.clip(X[:, p:], -self.gate_clip, self.gate_clip)
 
+    def gate_levels(self, u: np.ndarray) -> np.ndarray:
+        """k = rint(K·u/a) ∈ [−K, K] (int64) for clamped gates u."""
+        return np.rint(u * (GATE_LEVELS / self.gate_clip)).astype(np.int64)
+
+    def _select(self, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """m rounds of the exponential mechanism P[j] ∝ exp(r·k_j) without replacement, exactly:
+        propose j uniformly (rejecting indices already taken), accept with Bernoulli(exp(−r·(max k − k_j)))."""
+        n, p = k.shape
+        if self.m == p:
+            return np.tile(np.arange(p), (n, 1))
+        taken = np.zeros((n, p), dtype=bool)
+        picks = np.empty((n, self.m), dtype=np.int64)
+        for t in range(self.m):
+            kmax = np.where(taken, -GATE_LEVELS - 1, k).max(axis=1)
+            pending, done = np.arange(n), np.zeros(n, dtype=bool)
+            while pending.size:
+                j = rng.integers(0, p, size=pending.size)
+                free = ~taken[pending, j]
+                rows, cols = pending[free], j[free]
+                coin = bernoulli_exp((kmax[rows] - k[rows, cols]) * self.rate_num, self.rate_den, rng)
+                rows, cols = rows[coin], cols[coin]
+                picks[rows, t] = cols
+                taken[rows, cols] = True
+                done[rows] = True
+                pending = pending[~done[pending]]
+        return np.sort(picks, axis=1)
+
     def _encode(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         theta, u = self._split(X)
-        n, p, m = theta.shape[0], self.params_dim, self.m
-        noisy = u + rng.gumbel(0.0, self.gumbel_scale, size=u.shape)
-        S = np.sort(np.argpartition(-noisy, m - 1, axis=1)[:, :m] if m < p else np.tile(np.arange(p), (n, 1)), axis=1)
+        n, p = theta.shape
+        S = self._select(self.gate_levels(u), rng)
         rows = np.arange(n)[:, None]
         out = np.zeros((n, 3 * p))
         out[rows, S] = 1.0
@@ -482,9 +517,9 @@ class GatedPrivateUpload(Mechanism):
     # ------------------------------------------------------------------ exact law
     def _select_log_prob(self, S: np.ndarray, u: np.ndarray) -> np.ndarray:
         """log P[S | u] for index sets S (n, m): Σ over the m! orders π of Π_t w_{π_t}/(W − Σ_{s<t} w_{π_s}),
-        w = exp((u − max u)/b), W = Σ_j w_j (Plackett–Luce law of the Gumbel top-m)."""
-        lw = (u - u.max()) / self.gumbel_scale
-        w = np.exp(lw)
+        w = exp(r·(k − max k)), W = Σ_j w_j (the Plackett–Luce law of m exponential-mechanism rounds)."""
+        k = self.gate_levels(u)
+        w = np.exp(self.selection_rate * (k - k.max()))
         total = w.sum()
         perms = np.array(list(itertools.permutations(range(self.m))))          # (P, m)
         out = np.empty(S.shape[0])

@@ -94,7 +94,7 @@ def _rr(dim: int, epsilon: float) -> RandomizedResponse:
 @register_mechanism("gated-private")
 def _gated_private(dim: int, epsilon: float, *, k: int | None = None, clip: float = 1.0, gate_clip: float = 4.0,
                    select_share: float = 0.5, gate_share: float = 0.25) -> GatedPrivateUpload:
-    """Gated sparse upload, private: Gumbel noisy top-k gates + discrete-Laplace values and gates (ε-LDP);
+    """Gated sparse upload, private: exponential-mechanism top-k gates + discrete-Laplace values and gates (ε-LDP);
     dim = 2|θ| (weights then log α), k = m sent coordinates (default max(1, |θ| // 16))."""
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
         raise FedAuditError(f"dim must be an even integer >= 2 for gated-private (2|θ|: weights then log α), "
