@@ -7,6 +7,9 @@
   :func:`fedaudit.fl.partition.partition`).
 * :data:`DATASETS` — ``factory(*, path, rng, **keywords) -> Dataset`` (:mod:`fedaudit.fl.data`,
   dispatched by :func:`fedaudit.fl.data.load_dataset`).
+* :data:`SPARSE_METHODS` — federated sparse training, ``factory(model, clients, *, rounds,
+  density, rng, **hyper) -> SparseRun`` (eflops, fed-ht, fediter-ht, fedavg-prune;
+  :mod:`fedaudit.fl.sparse_baselines`).
 
 This module sits below the modules whose built-ins it lists: each of them registers its own
 entries when it is imported (``fedaudit.fl`` imports all three), so nothing here imports upward.
@@ -20,8 +23,8 @@ from typing import Any, Callable, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.registry import Registry, did_you_mean
 
-__all__ = ["OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition",
-           "register_dataset", "make_optimizer", "lookup"]
+__all__ = ["OPTIMIZERS", "PARTITIONS", "DATASETS", "SPARSE_METHODS", "register_optimizer", "register_partition",
+           "register_dataset", "register_sparse_method", "make_optimizer", "lookup"]
 
 #: Server optimizers by name: dgd, dnag, robust-accelerated, pigs.
 OPTIMIZERS: Registry[Any] = Registry("optimizer")
@@ -29,6 +32,8 @@ OPTIMIZERS: Registry[Any] = Registry("optimizer")
 PARTITIONS: Registry[Any] = Registry("partition scheme", skip=("labels", "n_clients"))
 #: Datasets by name: digits, mnist, synthetic.
 DATASETS: Registry[Any] = Registry("dataset")
+#: Federated sparse-training methods by name: eflops, fed-ht, fediter-ht, fedavg-prune.
+SPARSE_METHODS: Registry[Any] = Registry("sparse method", skip=("model", "clients"))
 
 
 def register_optimizer(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
@@ -48,6 +53,13 @@ def register_dataset(name: str, factory: Callable[..., Any] | None = None, *, su
                      replace: bool = False, aliases: tuple[str, ...] = ()) -> Any:
     """Register a dataset loader ``factory(*, path, rng, **keywords) -> Dataset``."""
     return DATASETS.register(name, factory, summary=summary, replace=replace, aliases=aliases)
+
+
+def register_sparse_method(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
+                           replace: bool = False, aliases: tuple[str, ...] = ()) -> Any:
+    """Register a federated sparse-training method ``factory(model, clients, *, rounds, density,
+    rng, **hyper) -> SparseRun``."""
+    return SPARSE_METHODS.register(name, factory, summary=summary, replace=replace, aliases=aliases)
 
 
 def lookup(registry: Registry, name: Any, what: str | None = None) -> Callable[..., Any]:

@@ -1,0 +1,194 @@
+"""fedaudit.fl.sparse_baselines: H_τ, Fed-HT, FedIter-HT and FedAvg+prune on planted problems,
+checked against independent numpy recursions (IHT, gradient descent) and the planted support."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fedaudit.defenses import Mean  # noqa: E402
+from fedaudit.errors import FedAuditError  # noqa: E402
+from fedaudit.fl.eflops import SparseRun  # noqa: E402
+from fedaudit.fl.sparse_baselines import (evaluate, hard_threshold, inference_macs, predict, train_fed_ht,  # noqa: E402
+                                          train_fedavg_prune, train_fediter_ht, upload_bytes)
+from fedaudit.fl.sparse_data import load_digits_federated, scarce_regression, support_recovery  # noqa: E402
+
+
+def zero_linear(d: int, out: int = 1, dtype=torch.float64):
+    m = torch.nn.Linear(d, out, bias=False).to(dtype)
+    torch.nn.init.zeros_(m.weight)
+    return m
+
+
+@pytest.fixture(scope="module")
+def easy():
+    """Well-conditioned planted regression: N = 400 ≫ k log d, identical client laws, low noise."""
+    return scarce_regression(d=100, support=5, samples=400, clients=4, heterogeneity=0.0, noise=0.1,
+                             val_samples=0, test_samples=500, rng=7)
+
+
+def test_hard_threshold_keeps_exactly_tau_largest_with_index_ties():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        v = rng.integers(-3, 4, size=30).astype(float)  # many ties
+        tau = int(rng.integers(1, 31))
+        out = hard_threshold(v, tau)
+        kept = np.flatnonzero(out != 0) if np.count_nonzero(v) >= tau else None
+        # brute force: sort by (-|v|, index) and keep the first tau
+        order = sorted(range(30), key=lambda j: (-abs(v[j]), j))[:tau]
+        expected = np.zeros(30)
+        expected[order] = v[order]
+        np.testing.assert_array_equal(out, expected)
+        if kept is not None:
+            assert kept.size == tau
+    assert np.array_equal(hard_threshold(np.array([1.0, -1.0, 1.0, 0.5]), 2), [1.0, -1.0, 0, 0])
+    with pytest.raises(FedAuditError, match="tau must be an integer in \\[1, len\\(v\\)=3\\]"):
+        hard_threshold(np.ones(3), 4)
+    with pytest.raises(FedAuditError, match="finite"):
+        hard_threshold(np.array([1.0, np.nan]), 1)
+
+
+def test_fed_ht_with_one_local_step_is_iht_on_the_pooled_loss(easy):
+    # independent numpy recursion: θ ← H_τ(θ − γ Σ_i p_i ∇f_i(θ)), f_i = ½·mean (y − Xθ)²
+    gamma, T, tau = 0.05, 30, 5
+    run = train_fed_ht(zero_linear(100), easy, rounds=T, density=0.05, local_steps=1, lr=gamma, rng=0)
+    theta = np.zeros(100)
+    n = np.array(easy.client_sizes, float)
+    p = n / n.sum()
+    for _ in range(T):
+        g = sum(pi * X.T @ (X @ theta - y) / X.shape[0] for pi, (X, y) in zip(p, easy.clients))
+        theta = hard_threshold(theta - gamma * g, tau)
+    np.testing.assert_allclose(run.weights, theta, rtol=1e-9, atol=1e-12)
+    assert isinstance(run, SparseRun) and run.method == "fed-ht" and run.m == tau and run.mask.sum() == tau
+
+
+def test_fed_ht_recovers_the_planted_support(easy):
+    run = train_fed_ht(zero_linear(100), easy, rounds=60, density=0.05, local_steps=5, lr=0.05, rng=0)
+    assert support_recovery(run.weights, easy.support) == 1.0
+    assert np.array_equal(run.support, easy.support)
+    assert evaluate(zero_linear(100), run.weights, easy.X_test, easy.y_test, "regression") > 0.99
+    # the training loss reaches the noise floor ½σ² = 0.005 within its sampling error
+    assert run.history["loss"][-1] < 0.0075
+    assert run.history["density"][-1] <= 0.05 and run.density == 0.05
+
+
+def test_fediter_ht_local_models_are_sparse_and_recover_the_support(easy):
+    run = train_fediter_ht(zero_linear(100), easy, rounds=60, density=0.05, local_steps=5, lr=0.05, rng=0)
+    assert support_recovery(run.weights, easy.support) == 1.0
+    # a τ-sparse upload: 16-byte header + τ·(uint16 index + float32 value) < 400 dense bytes
+    assert upload_bytes("fediter-ht", 100, 5) == 16 + 5 * 6
+    assert run.history["bytes"] == [4 * (16 + 30)] * 60
+    fed_ht = train_fed_ht(zero_linear(100), easy, rounds=1, density=0.05, rng=0)
+    assert fed_ht.history["bytes"] == [4 * 400]
+
+
+def test_fedavg_prune_is_gradient_descent_then_top_m(easy):
+    gamma, T, K = 0.05, 8, 3
+    X, y = easy.clients[0]
+    run = train_fedavg_prune(zero_linear(100), [(X, y)], rounds=T, density=0.1, local_steps=K, lr=gamma, rng=0)
+    theta = np.zeros(100)
+    for _ in range(T * K):
+        theta -= gamma * X.T @ (X @ theta - y) / X.shape[0]
+    keep = np.argsort(-np.abs(theta), kind="stable")[:10]
+    expected = np.zeros(100)
+    expected[keep] = theta[keep]
+    np.testing.assert_allclose(run.weights, expected, rtol=1e-9, atol=1e-12)
+    # the history is of the dense model: density 1 (every weight moved off 0)
+    assert run.history["density"][-1] == 1.0 and run.density == 0.1
+
+
+def test_partial_participation_determinism_and_aggregator(easy):
+    kw = dict(rounds=20, density=0.05, local_steps=2, lr=0.05)
+    a = train_fed_ht(zero_linear(100), easy, participation=0.5, rng=3, **kw)
+    b = train_fed_ht(zero_linear(100), easy, participation=0.5, rng=3, **kw)
+    assert np.array_equal(a.weights, b.weights) and a.history == b.history
+    counts = np.array(a.history["clients"])
+    assert counts.min() >= 0 and counts.max() <= 4 and len(set(counts.tolist())) > 1  # Poisson counts vary
+    f = train_fed_ht(zero_linear(100), easy, participation=0.5, sampling="fixed", rng=3, **kw)
+    assert f.history["clients"] == [2] * 20
+    # equal client sizes: the unweighted Mean rule equals the n_i-weighted default
+    m = train_fed_ht(zero_linear(100), easy, aggregator=Mean(), rng=0, **kw)
+    d = train_fed_ht(zero_linear(100), easy, rng=0, **kw)
+    np.testing.assert_allclose(m.weights, d.weights, rtol=1e-12, atol=1e-14)
+    assert "Mean" in m.params["aggregator"]
+    assert m.to_dict()["m"] == 5
+
+
+def test_classification_on_digits_with_minibatches():
+    data = load_digits_federated(clients=4, rng=0)
+    model = torch.nn.Linear(64, 10)
+    torch.manual_seed(0)
+    run = train_fedavg_prune(model, data, rounds=15, density=0.5, local_steps=5, lr=0.1, batch_size=32, rng=0)
+    acc = evaluate(model, run.weights, data.X_test, data.y_test, "classification")
+    assert acc > 0.85
+    assert predict(model, run.weights, data.X_test[:3]).shape == (3, 10)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"density": 0.0}, "density must be a finite real number in \\(0, 1\\)"),
+    ({"density": 1.0}, "density must be a finite real number in \\(0, 1\\)"),
+    ({"density": 0.001}, "density must be in \\[1/dim, 1\\)"),
+    ({"rounds": 0}, "rounds must be an integer in \\[1"),
+    ({"lr": 0.0}, "lr must be"),
+    ({"local_steps": 0}, "local_steps must be"),
+    ({"participation": 1.5}, "participation must be"),
+    ({"participation": 0.0}, "participation must be"),
+    ({"sampling": "uniform"}, "sampling must be one of"),
+    ({"task": "ranking"}, "task must be one of"),
+    ({"batch_size": 0}, "batch_size must be"),
+])
+def test_bad_input(easy, kwargs, match):
+    base = dict(rounds=2, density=0.05, lr=0.01)
+    with pytest.raises(FedAuditError, match=match):
+        train_fed_ht(zero_linear(100), easy, **{**base, **kwargs})
+
+
+def test_bad_model_data_and_divergence(easy):
+    with pytest.raises(FedAuditError, match="torch.nn.Module"):
+        train_fediter_ht("linear", easy, rounds=1, density=0.05)
+    with pytest.raises(FedAuditError, match="FederatedData or a non-empty sequence"):
+        train_fedavg_prune(zero_linear(100), [], rounds=1, density=0.05)
+    with pytest.raises(FedAuditError, match="one row per entry of y"):
+        train_fedavg_prune(zero_linear(3), [(np.ones((4, 3)), np.ones(3))], rounds=1, density=0.5)
+    with pytest.raises(FedAuditError, match="diverged in round"):
+        train_fedavg_prune(zero_linear(100), easy, rounds=50, density=0.05, lr=5.0)
+    with pytest.raises(FedAuditError, match="theta must have shape \\(100,\\)"):
+        predict(zero_linear(100), np.zeros(3), easy.X_test)
+
+
+def test_inference_macs_of_the_digits_cnn_by_hand():
+    from fedaudit.fl.models import cnn
+
+    model = cnn(10)
+    names = [n for n, _ in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+    offsets = dict(zip(names, np.cumsum([0] + sizes[:-1])))
+    # 8×8 input: conv1 (16·1·3·3 weights) at 8·8 positions, conv2 (32·16·3·3) at 4·4 after pooling,
+    # Linear(512, 64) and Linear(64, 10) once each
+    dense = 144 * 64 + 4608 * 16 + 512 * 64 + 64 * 10
+    sparse, total = inference_macs(model, np.ones(sum(sizes), bool), (64,))
+    assert sparse == total == dense
+    mask = np.zeros(sum(sizes), bool)
+    conv1, conv2, last = names[0], names[2], names[-2]
+    mask[offsets[conv1] + 5] = True       # one conv1 weight: 64 MACs
+    mask[offsets[conv2]: offsets[conv2] + 3] = True  # three conv2 weights: 3·16
+    mask[offsets[last] + 7] = True        # one weight of the last Linear: 1
+    mask[offsets[names[1]]] = True        # a bias: no MAC
+    assert inference_macs(model, mask, (1, 8, 8)) == (64 + 48 + 1, dense)
+    with pytest.raises(FedAuditError, match="mask must have shape"):
+        inference_macs(model, np.ones(3, bool), (64,))
+
+
+def test_sparse_methods_registry_builds_every_method(easy):
+    from fedaudit.fl.registry import SPARSE_METHODS
+
+    assert set(SPARSE_METHODS.names()) >= {"eflops", "fed-ht", "fediter-ht", "fedavg-prune"}
+    assert SPARSE_METHODS.canonical("fediht") == "fed-ht"
+    for name in ("eflops", "fed-ht"):
+        run = SPARSE_METHODS.factory(name)(zero_linear(100), easy, rounds=2, density=0.05, rng=0, lr=0.01)
+        assert isinstance(run, SparseRun) and run.m == 5
+    direct = train_fed_ht(zero_linear(100), easy, rounds=2, density=0.05, rng=0, lr=0.01)
+    via = SPARSE_METHODS.factory("fediht")(zero_linear(100), easy, rounds=2, density=0.05, rng=0, lr=0.01)
+    assert np.array_equal(direct.weights, via.weights)
