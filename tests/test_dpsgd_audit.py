@@ -267,6 +267,10 @@ def test_gaussian_fdp_curve_is_reported_but_never_counts_as_a_violation(broken_a
     # the Gaussian hypothesis is the stronger one: its bound is at least the (ε, δ)-curve bound
     assert a.one_run_fdp.epsilon >= broken_audit.one_run_fdp.epsilon > a.accountant.epsilon
     assert a.violation and a.violated_by == ("steinke",)
+    # nor is it the certified lower bound the result reports, nor called f-DP plainly in the summary
+    assert a.epsilon_lower == a.one_run.epsilon < a.one_run_fdp.epsilon
+    assert broken_audit.epsilon_lower == max(broken_audit.one_run.epsilon, broken_audit.one_run_fdp.epsilon)
+    assert "Gaussian-curve estimate" in a.summary() and "estimate" not in broken_audit.summary().split("GDP")[0]
     with pytest.raises(FedAuditError, match="fdp_curve"):
         audit_dpsgd(noise_multiplier=1.0, sample_rate=0.1, steps=2, canaries=20, fdp_curve="laplace")
 

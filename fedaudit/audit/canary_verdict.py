@@ -14,6 +14,7 @@ neither decides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from fedaudit.audit.one_run import OneRunAudit
 from fedaudit.audit.scores import MIN_SCORES, ScoreAuditor
 from fedaudit.errors import FedAuditError
 
-__all__ = ["CanaryBounds", "canary_bounds"]
+__all__ = ["CanaryBounds", "canary_bounds", "CanaryAudit"]
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,6 @@ class CanaryBounds:
     accountant_epsilon: float
     violated_by: tuple[str, ...]
 
-    def describe(self, accountant: str, delta: float, confidence: float) -> str:
-        """The shared part of a training audit's one-line summary: accountant, bounds, verdict."""
-        verdict = (f"VIOLATION ({', '.join(self.violated_by)} bound above the accountant)" if self.violated_by
-                   else "no violation")
-        return (f"accountant ε = {self.accountant_epsilon:.4g} ({accountant}) at δ = {delta:g}; one-run ε ≥ "
-                f"{self.one_run.epsilon:.4f} (Steinke), ≥ {self.one_run_fdp.epsilon:.4f} (f-DP) at {confidence:.0%}; "
-                f"GDP estimate {self.gdp.epsilon:.4f}; {verdict}")
 
 
 def canary_bounds(scores_in: np.ndarray, scores_out: np.ndarray, accountant_epsilon: float, *, delta: float,
@@ -60,3 +54,36 @@ def canary_bounds(scores_in: np.ndarray, scores_out: np.ndarray, accountant_epsi
     violated = tuple(name for name, bound in certified if bound.epsilon > accountant_epsilon)
     return CanaryBounds(one_run=steinke, one_run_fdp=fdp, gdp=auditor.gdp(delta, confidence),
                         accountant_epsilon=float(accountant_epsilon), violated_by=violated)
+
+
+@dataclass(frozen=True)
+class CanaryAudit:
+    """What every one-run training audit reports: ``accountant`` (the claimed configuration's
+    account, with ``epsilon`` and ``method``), the bounds of :func:`canary_bounds` at ``delta`` and
+    ``confidence``, ``violation`` (any of ``violated_by``) and the canary counts."""
+
+    accountant: Any
+    one_run: OneRunAudit
+    one_run_fdp: OneRunAudit
+    gdp: GDPAudit
+    violation: bool
+    violated_by: tuple[str, ...]
+    delta: float
+    confidence: float
+    canaries: int
+    canaries_in: int
+
+    @property
+    def epsilon_lower(self) -> float:
+        """The largest *certified* one-run bound (the Gaussian-curve f-DP bound is not one)."""
+        fdp = self.one_run_fdp.epsilon if self.one_run_fdp.curve == "dp" else 0.0
+        return max(self.one_run.epsilon, fdp)
+
+    def describe_bounds(self) -> str:
+        """The shared part of the one-line summary: accountant, bounds, verdict."""
+        verdict = (f"VIOLATION ({', '.join(self.violated_by)} bound above the accountant)" if self.violation
+                   else "no violation")
+        fdp = "f-DP" if self.one_run_fdp.curve == "dp" else "f-DP Gaussian-curve estimate"
+        return (f"accountant ε = {self.accountant.epsilon:.4g} ({self.accountant.method}) at δ = {self.delta:g}; "
+                f"one-run ε ≥ {self.one_run.epsilon:.4f} (Steinke), ≥ {self.one_run_fdp.epsilon:.4f} ({fdp}) at "
+                f"{self.confidence:.0%}; GDP estimate {self.gdp.epsilon:.4f}; {verdict}")

@@ -30,11 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.accounting.dpsgd import DPSGD_METHODS, DPSGDAccount, epsilon_dpsgd
+from fedaudit.accounting.dpsgd import DPSGD_METHODS, epsilon_dpsgd
 from fedaudit.audit.canaries import train_with_canaries
-from fedaudit.audit.canary_verdict import CanaryBounds, canary_bounds
-from fedaudit.audit.gdp import GDPAudit
-from fedaudit.audit.one_run import FDP_CURVES, OneRunAudit
+from fedaudit.audit.canary_verdict import CanaryAudit, canary_bounds
+from fedaudit.audit.one_run import FDP_CURVES
 from fedaudit.audit.sampling import ProgressFn
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_positive, check_probability
@@ -43,7 +42,7 @@ __all__ = ["DPSGDAudit", "audit_dpsgd"]
 
 
 @dataclass(frozen=True)
-class DPSGDAudit:
+class DPSGDAudit(CanaryAudit):
     """Result of :func:`audit_dpsgd`. ``accountant`` is the claimed configuration's
     (ε, δ); ``one_run`` (Steinke et al.) and ``one_run_fdp`` (f-DP) are lower bounds at
     ``confidence`` (the f-DP one certified for every algorithm unless ``fdp_curve="gaussian"``);
@@ -51,21 +50,11 @@ class DPSGDAudit:
     (``violation`` = any; the Gaussian-curve f-DP bound, an estimate for DP-SGD, never counts). ``accuracy`` is the final model's test accuracy;
     ``training_seconds`` the Opacus run, ``seconds`` the whole audit."""
 
-    accountant: DPSGDAccount
-    one_run: OneRunAudit
-    one_run_fdp: OneRunAudit
-    gdp: GDPAudit
-    violation: bool
-    violated_by: tuple[str, ...]
     noise_multiplier: float
     claimed_noise_multiplier: float
     max_grad_norm: float
     sample_rate: float
     steps: int
-    delta: float
-    confidence: float
-    canaries: int
-    canaries_in: int
     dataset: str
     threat: str
     learning_rate: float
@@ -74,11 +63,6 @@ class DPSGDAudit:
     train_examples: int
     training_seconds: float
     seconds: float
-
-    @property
-    def epsilon_lower(self) -> float:
-        """The larger certified one-run bound."""
-        return max(self.one_run.epsilon, self.one_run_fdp.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
@@ -96,9 +80,8 @@ class DPSGDAudit:
         """One line: configuration, accountant, the three audit numbers and the verdict."""
         sigma = (f"σ = {self.noise_multiplier:g}" if self.noise_multiplier == self.claimed_noise_multiplier
                  else f"σ = {self.noise_multiplier:g} trained, {self.claimed_noise_multiplier:g} claimed")
-        bounds = CanaryBounds(self.one_run, self.one_run_fdp, self.gdp, self.accountant.epsilon, self.violated_by)
         return (f"DP-SGD {self.threat} audit ({self.dataset}, {sigma}, q = {self.sample_rate:g}, {self.steps} steps, "
-                f"{self.canaries} canaries): {bounds.describe(self.accountant.method, self.delta, self.confidence)}; "
+                f"{self.canaries} canaries): {self.describe_bounds()}; "
                 f"accuracy {self.accuracy:.3f}; {self.seconds:.1f} s")
 
 

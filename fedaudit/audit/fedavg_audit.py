@@ -46,10 +46,9 @@ from typing import Any, Callable
 import numpy as np
 from scipy.linalg import hadamard
 
-from fedaudit.accounting.fedavg import DPFEDAVG_METHODS, DPFedAvgAccount, epsilon_dpfedavg
-from fedaudit.audit.canary_verdict import CanaryBounds, canary_bounds
-from fedaudit.audit.gdp import GDPAudit
-from fedaudit.audit.one_run import FDP_CURVES, MIN_CANARIES, OneRunAudit
+from fedaudit.accounting.fedavg import DPFEDAVG_METHODS, epsilon_dpfedavg
+from fedaudit.audit.canary_verdict import CanaryAudit, canary_bounds
+from fedaudit.audit.one_run import FDP_CURVES, MIN_CANARIES
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import Dataset, load_dataset
 from fedaudit.fl.dp_fedavg import train_dpfedavg
@@ -70,7 +69,7 @@ MAX_AUDIT_CANARIES = 4096
 
 
 @dataclass(frozen=True)
-class DPFedAvgAudit:
+class DPFedAvgAudit(CanaryAudit):
     """Result of :func:`audit_dpfedavg`. ``accountant`` is the client-level (ε, δ) of the *claimed*
     configuration; ``one_run`` (Steinke et al., certified for every DP mechanism) and
     ``one_run_fdp`` (f-DP, certified under its trade-off curve) are lower bounds at ``confidence``,
@@ -79,21 +78,11 @@ class DPFedAvgAudit:
     std) of included / excluded canaries (expected qT and 0, std √(Tq(1−q) + Tz²) and √T·z);
     ``test_accuracy`` is the honest model's after training; ``seconds`` the whole audit."""
 
-    accountant: DPFedAvgAccount
-    one_run: OneRunAudit
-    one_run_fdp: OneRunAudit
-    gdp: GDPAudit
-    violation: bool
-    violated_by: tuple[str, ...]
     noise_multiplier: float
     claimed_noise_multiplier: float
     clip: float
     sample_rate: float
     rounds: int
-    delta: float
-    confidence: float
-    canaries: int
-    canaries_in: int
     clients: int
     dataset: str
     dim: int
@@ -102,11 +91,6 @@ class DPFedAvgAudit:
     test_accuracy: float
     seed: int
     seconds: float
-
-    @property
-    def epsilon_lower(self) -> float:
-        """The larger certified one-run bound."""
-        return max(self.one_run.epsilon, self.one_run_fdp.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -120,10 +104,9 @@ class DPFedAvgAudit:
         """One line: configuration, accountant ε next to the three audit numbers, and the verdict."""
         z = (f"z = {self.noise_multiplier:g}" if self.noise_multiplier == self.claimed_noise_multiplier
              else f"z = {self.noise_multiplier:g} trained, {self.claimed_noise_multiplier:g} claimed")
-        bounds = CanaryBounds(self.one_run, self.one_run_fdp, self.gdp, self.accountant.epsilon, self.violated_by)
         return (f"DP-FedAvg client-level audit ({self.canaries:,} canary clients, {self.clients} honest, {z}, "
                 f"q = {self.sample_rate:g}, {self.rounds} rounds): "
-                f"{bounds.describe(self.accountant.method, self.delta, self.confidence)}; "
+                f"{self.describe_bounds()}; "
                 f"accuracy {self.test_accuracy:.3f}; {self.seconds:.1f} s")
 
 
