@@ -265,6 +265,11 @@ def test_private_budget_split_and_bad_input():
     assert (M.epsilon_select, M.epsilon_gates) == (1.5, pytest.approx(0.6)) and M.epsilon_values == pytest.approx(0.9)
     # the selection rate r is the largest rational below eps_s/(4Km) up to 2^-20 relative
     assert M.rate_num / M.rate_den <= 1.5 / (4 * 4096 * 2) and M.selection_rate == pytest.approx(1.5 / (4 * 4096 * 2), rel=1e-6)
+    from fractions import Fraction
+    for eps, s_, g_ in ((0.3, 0.1, 0.2), (1.1, 0.7, 0.1), (2.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0 - 1e-9)):
+        Mx = GatedPrivateUpload(10, 2, eps, select_share=s_, gate_share=g_)
+        assert Fraction(Mx.epsilon_select) + Fraction(Mx.epsilon_values) + Fraction(Mx.epsilon_gates) <= Fraction(eps)
+        assert Mx.epsilon_values == pytest.approx(eps * (1 - s_ - g_), rel=1e-6)
     with pytest.raises(FedAuditError, match="select_share \\+ gate_share must be < 1"):
         GatedPrivateUpload(10, 2, 1.0, select_share=0.6, gate_share=0.4)
     with pytest.raises(FedAuditError, match=r"m must be an integer in \[1, params"):

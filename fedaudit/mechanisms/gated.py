@@ -433,7 +433,10 @@ class GatedPrivateUpload(Mechanism):
                                 f"{self.select_share:g} + {self.gate_share:g}")
         self.epsilon_select = self.select_share * eps
         self.epsilon_gates = self.gate_share * eps
-        self.epsilon_values = eps - self.epsilon_select - self.epsilon_gates
+        # ε_v: the float at or below ε − ε_s − ε_g taken exactly, so ε_s + ε_v + ε_g <= ε holds as real numbers
+        rest = Fraction(eps) - Fraction(self.epsilon_select) - Fraction(self.epsilon_gates)
+        ev = float(rest)
+        self.epsilon_values = math.nextafter(ev, 0.0) if Fraction(ev) > rest else ev
         # r = rate_num/rate_den <= ε_s/(4Km) exactly (rational_at_least of the reciprocal never under-states it)
         recip = Fraction(4 * GATE_LEVELS * self.m) / Fraction(self.epsilon_select)
         den, num = rational_at_least(recip, max_den=max(1, min(1 << 20, (1 << 50) // (math.ceil(recip) + 1))))
