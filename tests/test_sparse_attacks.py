@@ -156,6 +156,10 @@ def test_bad_context():
         a([honest[0], b"junk"], 1, rng, upload=g, previous=prev)
     with pytest.raises(FedAuditError, match="at least 2 honest"):
         SparseALIE(z=1.0)(honest[:1], 1, rng, upload=g, previous=prev)
+    with pytest.raises(FedAuditError, match="at least one packet"):
+        SparseIPM()([], 1, rng, upload=g, previous=prev)
+    with pytest.raises(FedAuditError, match="must fit in float32"):
+        SparseIPM(tau=1e40)(honest, 1, rng, upload=g, previous=prev)
     with pytest.raises(FedAuditError, match="attack must be a fedaudit Attack"):
         SparseAttack(lambda h, f, r: h)
 

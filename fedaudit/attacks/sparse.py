@@ -57,6 +57,8 @@ def _context(honest: Sequence[Any], upload: Any, previous: Any) -> tuple[GatedSp
     if not isinstance(previous, ClientUpdate):
         raise FedAuditError(f"previous must be a ClientUpdate (the global state), got {type(previous).__name__}")
     packets, dropped = upload.receive(list(honest))
+    if not packets and not dropped:
+        raise FedAuditError("honest must hold at least one packet (the attacker reads the honest uploads)")
     if dropped:
         raise FedAuditError(f"honest packets must be valid for the upload; positions {dropped} are not")
     return upload, packets
