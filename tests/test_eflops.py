@@ -280,7 +280,45 @@ def test_bad_training_input(problem):
         train_eflops(np.zeros(3), clients, method=EFLoPS(0.1), rounds=1)
     with pytest.raises(FedAuditError, match=r"clients\[0\]: X must contain only finite"):
         train_eflops(linear(200), [(np.full((2, 200), np.nan), np.zeros(2))], method=EFLoPS(0.1), rounds=1)
-    with pytest.raises(FedAuditError, match="upload must be built for dim"):
+    with pytest.raises(FedAuditError, match="upload must be built for"):
         train_eflops(linear(200), clients, method=EFLoPS(0.1), rounds=1, upload=GatedSparseUpload(100, 5))
     with pytest.raises(FedAuditError, match="diverged"):
         train_eflops(linear(200), [(100 * c[0], c[1]) for c in clients], method=EFLoPS(0.1, lr=10.0), rounds=3)
+
+
+def test_byzantine_clients_dense_and_sparse(problem):
+    from fedaudit.attacks.byzantine import ALIE
+    from fedaudit.attacks.sparse import ArbitraryPackets, SparseIPM
+    from fedaudit.defenses import CWTM
+
+    clients, _, _ = problem
+    method = EFLoPS(0.05, local_steps=2)
+    clean = train_eflops(linear(200), clients, method=method, rounds=3, rng=0)
+
+    # an attacker that sends the honest mean row (equal n_i) leaves the weighted mean unchanged
+    def mimic(rows, f, rng):
+        return np.tile(rows.mean(axis=0), (f, 1))
+
+    same = train_eflops(linear(200), clients, method=method, rounds=3, rng=0, byzantine=2, attack=mimic)
+    np.testing.assert_allclose(same.weights, clean.weights, rtol=1e-6, atol=1e-7)
+    assert same.history["bytes"] == clean.history["bytes"]              # honest uploads only
+    alie = train_eflops(linear(200), clients, method=method, rounds=3, rng=0, byzantine=2, attack=ALIE(),
+                        aggregator=CWTM(2))
+    assert np.isfinite(alie.weights).all() and not np.allclose(alie.log_alpha, clean.log_alpha)
+    up = GatedSparseUpload(200, 10)
+    for attack in (SparseIPM(), ArbitraryPackets()):                    # hostile bytes are dropped, never a crash
+        run = train_eflops(linear(200), clients, method=method, rounds=3, rng=0, upload=up, byzantine=2,
+                           attack=attack, aggregator=CWTM(2))
+        assert np.isfinite(run.weights).all() and run.history["bytes"] == [5 * up.packet_bytes(10)] * 3
+    with pytest.raises(FedAuditError, match="attack must be given when byzantine > 0"):
+        train_eflops(linear(200), clients, method=method, rounds=1, byzantine=1)
+
+
+def test_private_upload_in_the_loop(problem):
+    from fedaudit.mechanisms.gated import GatedPrivateUpload
+
+    clients, _, _ = problem
+    private = GatedPrivateUpload(200, 10, epsilon=2.0)
+    run = train_eflops(linear(200), clients, method=EFLoPS(0.05, local_steps=2), rounds=2, rng=0, upload=private)
+    assert run.history["bytes"] == [5 * math.ceil(private.bits_per_report / 8)] * 2
+    assert np.isfinite(run.weights).all() and run.mask.sum() == 10

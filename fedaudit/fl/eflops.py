@@ -41,7 +41,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.gates import GATE_MODES, GatedModel, HardConcrete
 from fedaudit.json import jsonable
-from fedaudit.mechanisms.gated import ClientUpdate
+from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
@@ -351,8 +351,8 @@ def _mean_entropy(log_alpha: np.ndarray, sizes: np.ndarray) -> float:
 
 
 def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: int, rng: RngLike = 0,
-                 upload: Any = None, aggregator: Any = None, loss: str = "auto", threads: int = 1,
-                 progress: Callable[[int], None] | None = None) -> SparseRun:
+                 upload: Any = None, aggregator: Any = None, byzantine: int = 0, attack: Any = None,
+                 loss: str = "auto", threads: int = 1, progress: Callable[[int], None] | None = None) -> SparseRun:
     """Train the torch ``model`` (its parameters are θ̃₀; it is never modified) with E-FLoPS on
     ``clients`` — a sequence of (X_i, y_i) local datasets — for ``rounds`` rounds.
 
@@ -364,9 +364,20 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
     * ``upload`` (e.g. :class:`~fedaudit.mechanisms.gated.GatedSparseUpload`): every update is
       encoded to bytes (their length is what is logged), decoded, and ``upload.aggregate(packets,
       previous, weights)`` gives the new global update;
+    * ``upload`` a :class:`~fedaudit.mechanisms.gated.GatedPrivateUpload` (ε-LDP): the rows
+      [θ̃_i, log α_i] go through its ``encode`` (noisy top-m indices, Laplace values and gates),
+      each report becomes a packet (``to_packet``) and a ``GatedSparseUpload(|θ|, m,
+      value_dtype="float64")`` aggregates them; bytes per client ⌈bits_per_report/8⌉;
     * ``aggregator`` (any fedaudit rule, (k, 2|θ|) → (2|θ|,)): applied to the rows
       [θ̃_i, log α_i] (unweighted); with ``upload``, to the rows ``upload.reconstruct(packet,
       previous)``.
+
+    ``byzantine`` f ≥ 0 extra clients join every round with the updates of ``attack``: without an
+    upload a dense attack (``attack(rows, f, rng)`` → (f, 2|θ|), :mod:`fedaudit.attacks.byzantine`)
+    on the honest rows; with one a sparse attack (``attack(packets, f, rng, upload=, previous=)``,
+    :mod:`fedaudit.attacks.sparse`) that picks its support too. Malformed packets are dropped
+    (``upload.receive``); a Byzantine client claims the mean honest n_i as its weight. The logged
+    bytes are the honest clients' uploads.
 
     ``loss``: "mse" (½·mean squared error, float targets), "cross_entropy" (integer labels) or
     "auto" (by the dtype of the first client's y). ``rng`` seeds everything (initial jitter,
@@ -383,8 +394,13 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
     clients = _check_clients(clients)
     gm = GatedModel(model, method.gates)
     m = method.m(gm.dim)
-    if upload is not None and getattr(upload, "dim", gm.dim) != gm.dim:
-        raise FedAuditError(f"upload must be built for dim=|θ|={gm.dim}, got dim={upload.dim}")
+    if upload is not None:
+        up_dim = upload.params_dim if hasattr(upload, "to_packet") else getattr(upload, "dim", gm.dim)
+        if up_dim != gm.dim:
+            raise FedAuditError(f"upload must be built for |θ|={gm.dim} parameters, got {up_dim}")
+    byzantine = check_int("byzantine", byzantine, low=0)
+    if byzantine and attack is None:
+        raise FedAuditError(f"attack must be given when byzantine > 0, got byzantine={byzantine} and attack=None")
     loss = _infer_loss(loss, clients)
     data = [_tensors(gm, c, loss, f"clients[{i}]") for i, c in enumerate(clients)]
     sizes = np.array([X.shape[0] for X, _ in data], dtype=np.float64)
@@ -411,8 +427,8 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
             streams = round_ss[t].spawn(len(data))
             updates = [_local(state, *data[i], np.random.default_rng(streams[i])) for i in ids]
             if updates:
-                weights, log_alpha, sent = _aggregate(state, updates, sizes[ids], upload, aggregator,
-                                                      np.random.default_rng(agg_ss[t]))
+                weights, log_alpha, sent = _aggregate(state, updates, sizes[ids], upload, aggregator, attack,
+                                                      byzantine, np.random.default_rng(agg_ss[t]))
             else:
                 weights, log_alpha, sent = state.weights, state.log_alpha, 0
             new = EFLoPSState(method, gm, loss, weights, log_alpha, state.lam, state.temperature)
@@ -439,7 +455,8 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
                      target_density=method.density, history=hist,
                      params={**method.params(), "rounds": rounds, "loss": loss, "clients": len(data),
                              "upload": None if upload is None else repr(upload),
-                             "aggregator": None if aggregator is None else repr(aggregator)},
+                             "aggregator": None if aggregator is None else repr(aggregator),
+                             "byzantine": byzantine, "attack": None if attack is None else repr(attack)},
                      seconds=time.perf_counter() - start,
                      gates=gm.expand(HardConcrete.deterministic(state.log_alpha)),
                      log_alpha=gm.expand(np.array(state.log_alpha, dtype=np.float64)),
@@ -448,33 +465,52 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
                            "dim": gm.dim, "n_gates": gm.n_gates})
 
 
-def _aggregate(state: EFLoPSState, updates: list[ClientUpdate], n: np.ndarray, upload: Any, aggregator: Any,
-               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
-    """(global θ̃, per-gate log α, bytes uploaded) from the round's client updates (the rules of
-    :func:`train_eflops`)."""
-    gm = state.model
-    previous = ClientUpdate(state.weights, gm.expand(state.log_alpha))
-    if upload is None:
-        sent = 2 * gm.dim * 4 * len(updates)
-        rows = updates
-    else:
-        blobs = [upload.encode(u) for u in updates]
-        sent = sum(len(b) for b in blobs)
-        packets = [upload.decode(b) for b in blobs]
-        if aggregator is None:
-            new = upload.aggregate(packets, previous, n)
-            return new.weights, gm.reduce(new.log_alpha), sent
-        rows = [upload.reconstruct(p, previous) for p in packets]
+def _combine(rows: np.ndarray, n: np.ndarray, aggregator: Any, dim: int,
+             rng: np.random.Generator) -> np.ndarray:
+    """The n-weighted mean of the rows [θ̃_i, log α_i], or ``aggregator``'s output on them."""
     if aggregator is None:
-        w = n / n.sum()
-        return (w @ np.stack([u.weights for u in rows]), gm.reduce(w @ np.stack([u.log_alpha for u in rows])),
-                sent)
-    out = np.asarray(aggregator(np.stack([np.concatenate([u.weights, u.log_alpha]) for u in rows]), rng=rng),
-                     dtype=np.float64)
-    if out.shape != (2 * gm.dim,) or not np.isfinite(out).all():
-        raise FedAuditError(f"aggregator must return a finite vector of length 2·|θ| = {2 * gm.dim}, got "
-                            f"shape {out.shape}" + ("" if out.shape != (2 * gm.dim,) else " with non-finite entries"))
-    return out[: gm.dim], gm.reduce(out[gm.dim:]), sent
+        return (n / n.sum()) @ rows
+    out = np.asarray(aggregator(rows, rng=rng), dtype=np.float64)
+    if out.shape != (2 * dim,) or not np.isfinite(out).all():
+        raise FedAuditError(f"aggregator must return a finite vector of length 2·|θ| = {2 * dim}, got "
+                            f"shape {out.shape}" + ("" if out.shape != (2 * dim,) else " with non-finite entries"))
+    return out
+
+
+def _aggregate(state: EFLoPSState, updates: list[ClientUpdate], n: np.ndarray, upload: Any, aggregator: Any,
+               attack: Any, byzantine: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+    """(global θ̃, per-gate log α, honest bytes uploaded) from the round's client updates (the rules
+    of :func:`train_eflops`)."""
+    gm = state.model
+    d = gm.dim
+    previous = ClientUpdate(state.weights, gm.expand(state.log_alpha))
+    weights = np.concatenate([n, np.full(byzantine, n.mean())])  # a Byzantine client claims a typical n_i
+    if upload is None:
+        rows = np.stack([np.concatenate([u.weights, u.log_alpha]) for u in updates])
+        if byzantine:
+            rows = np.vstack([rows, np.asarray(attack(rows, byzantine, rng), dtype=np.float64)])
+        out = _combine(rows, weights, aggregator, d, rng)
+        return out[:d], gm.reduce(out[d:]), 2 * d * 4 * len(updates)
+    if hasattr(upload, "to_packet"):  # a GatedPrivateUpload mechanism: ε-LDP reports, float64 values
+        reports = upload.encode(np.stack([np.concatenate([u.weights, u.log_alpha]) for u in updates]), rng)
+        honest = [upload.to_packet(r) for r in reports]
+        sent = len(updates) * math.ceil(upload.bits_per_report / 8)
+        server = GatedSparseUpload(d, upload.m, value_dtype="float64")
+    else:
+        honest = [upload.encode(u) for u in updates]
+        sent = sum(len(b) for b in honest)
+        server = upload
+    blobs = honest + (list(attack(honest, byzantine, rng, upload=server, previous=previous)) if byzantine else [])
+    packets, dropped = server.receive(blobs)
+    weights = np.delete(weights, dropped)
+    if not packets:
+        return state.weights, state.log_alpha, sent
+    if aggregator is None:
+        new = server.aggregate(packets, previous, weights)
+        return new.weights, gm.reduce(new.log_alpha), sent
+    rec = [server.reconstruct(p, previous) for p in packets]
+    out = _combine(np.stack([np.concatenate([r.weights, r.log_alpha]) for r in rec]), weights, aggregator, d, rng)
+    return out[:d], gm.reduce(out[d:]), sent
 
 
 def _global_loss(gm: GatedModel, fn, data, sizes, weights, log_alpha) -> float:
