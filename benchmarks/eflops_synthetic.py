@@ -25,7 +25,8 @@ Robustness (``--robust-seeds R``, default 2; ``--f``, default 2): E-FLoPS with t
 upload (:class:`~fedaudit.mechanisms.gated.GatedSparseUpload`, senders rule) and f Byzantine
 clients next to the honest ones, each round sending sparse ALIE or sparse IPM packets
 (:mod:`fedaudit.attacks.sparse`, attacker-chosen support), aggregated by the upload's FedAvg rule
-or by NNM+CWTM on the reconstructions; test R² and support recovery on the first R evaluation
+or by NNM+CWTM on the reconstructions (``train_eflops(byzantine=f, attack=...)``; a Byzantine
+packet weighs the mean honest n_i under FedAvg); test R² and support recovery on the first R evaluation
 problems with the tuned configuration (``eflops.robustness``).
 
 Output (``--json``): ``{"eflops": {"r2", "support_recovery", ...}, "fediht": {...},
@@ -56,7 +57,7 @@ from fedaudit.fl.sparse_baselines import evaluate, train_fed_ht, train_fedavg_pr
 from fedaudit.fl.sparse_data import scarce_regression, support_recovery
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.gated import GatedSparseUpload, m_for_density
-from fedaudit.rng import as_generator, derive_seed
+from fedaudit.rng import derive_seed
 
 LRS = (0.003, 0.01)
 GRIDS: dict[str, list[dict[str, Any]]] = {
@@ -76,46 +77,14 @@ def zero_linear(d: int) -> Any:
     return model
 
 
-class AttackedUpload:
-    """The gated upload with ``f`` Byzantine clients added at the server: each round the sparse
-    ``attack`` (omniscient: it sees the honest packets and the broadcast state) sends f packets,
-    and the server aggregates honest + Byzantine packets with ``aggregator`` (None: the upload's
-    n-weighted senders rule, a Byzantine packet weighing the mean honest n_i; else the robust
-    rule on the reconstructions, unweighted). Bytes logged are the honest clients' only."""
-
-    def __init__(self, upload: GatedSparseUpload, attack: Any, f: int, aggregator: Any, seed: int):
-        self.upload, self.attack, self.f, self.aggregator = upload, attack, f, aggregator
-        self.dim, self.m = upload.dim, upload.m
-        self.rng = as_generator(seed)
-
-    def encode(self, update: Any) -> bytes:
-        return self.upload.encode(update)
-
-    def decode(self, blob: Any) -> Any:
-        return self.upload.decode(blob)
-
-    def reconstruct(self, packet: Any, previous: Any) -> Any:
-        return self.upload.reconstruct(packet, previous)
-
-    def aggregate(self, packets: list, previous: Any, weights: Any = None) -> Any:
-        byz = self.attack(packets, self.f, self.rng, upload=self.upload, previous=previous) if self.attack else []
-        everyone = list(packets) + list(byz)
-        if self.aggregator is not None:
-            return self.upload.aggregate(everyone, previous, aggregator=self.aggregator)
-        w = np.asarray(weights, dtype=np.float64)
-        return self.upload.aggregate(everyone, previous, np.concatenate([w, np.full(len(byz), w.mean())]))
-
-    def __repr__(self) -> str:
-        return f"AttackedUpload({self.upload!r}, attack={self.attack!r}, f={self.f}, aggregator={self.aggregator!r})"
-
-
 def train(name: str, config: dict[str, Any], data: Any, *, rounds: int, density: float, seed: int,
-          upload: Any = None) -> Any:
-    """One run of ``name`` with ``config`` on ``data`` (a SparseRun)."""
+          **attack: Any) -> Any:
+    """One run of ``name`` with ``config`` on ``data`` (a SparseRun); ``attack`` holds the
+    robustness section's upload/aggregator/byzantine/attack keywords of ``train_eflops``."""
     model = zero_linear(data.n_features)
     if name == "eflops":
         return train_eflops(model, data.clients, method=EFLoPS(density=density, **config), rounds=rounds, rng=seed,
-                            upload=upload)
+                            **attack)
     return TRAIN[name](model, data, rounds=rounds, density=density, rng=seed, **config)
 
 
@@ -195,11 +164,11 @@ def robustness(config: dict, evals: list[Any], args: argparse.Namespace, density
             for j, data in enumerate(evals[: args.robust_seeds]):
                 up = GatedSparseUpload(data.n_features, m_for_density(density, data.n_features))
                 agg = None if rule == "fedavg" else make_aggregator(rule, args.f)
-                wrapped = AttackedUpload(up, ATTACKS[attack], args.f if ATTACKS[attack] else 0, agg,
-                                         derive_seed(args.seed, f"eval-{j}/attack"))
+                f = args.f if ATTACKS[attack] else 0
                 try:
                     run = train("eflops", config, data, rounds=args.rounds, density=density,
-                                seed=derive_seed(args.seed, f"eval-{j}/train"), upload=wrapped)
+                                seed=derive_seed(args.seed, f"eval-{j}/train"), upload=up, aggregator=agg,
+                                byzantine=f, attack=ATTACKS[attack])
                     r2, rec = scores(run, data, "test")
                 except FedAuditError as err:  # a run the attack drove to divergence
                     print(f"  robustness {attack}/{rule} seed {j}: {err}", file=sys.stderr)

@@ -192,3 +192,50 @@ def test_sparse_methods_registry_builds_every_method(easy):
     direct = train_fed_ht(zero_linear(100), easy, rounds=2, density=0.05, rng=0, lr=0.01)
     via = SPARSE_METHODS.factory("fediht")(zero_linear(100), easy, rounds=2, density=0.05, rng=0, lr=0.01)
     assert np.array_equal(direct.weights, via.weights)
+
+
+def test_synthetic_benchmark_writes_exactly_the_agreed_keys(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "eflops_synthetic.py"
+    spec = importlib.util.spec_from_file_location("eflops_synthetic_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out_file = tmp_path / "out.json"
+    bench.main(["--seeds", "2", "--tune-seeds", "0", "--robust-seeds", "1", "--f", "1", "--rounds", "3",
+                "--d", "60", "--support", "3", "--samples", "40", "--clients", "3", "--json", str(out_file)])
+    from fedaudit.json import loads
+
+    out = loads(out_file.read_text())
+    assert set(out) == {"eflops", "fediht", "fedavg_prune", "density", "target_density"}
+    assert out["target_density"] == pytest.approx(0.05) and out["density"] == pytest.approx(3 / 60)
+    for key in ("eflops", "fediht", "fedavg_prune"):
+        assert {"r2", "support_recovery", "r2_ci95"} <= set(out[key])
+        assert len(out[key]["r2_per_seed"]) == 2
+    assert out["fediht"]["variant"] == "Fed-HT" and "fediter_ht" in out["fediht"]
+    rows = out["eflops"]["robustness"]["rows"]
+    assert {(r["attack"], r["aggregator"]) for r in rows} == {(a, g) for a in ("none", "sparse-alie", "sparse-ipm")
+                                                              for g in ("fedavg", "nnm+cwtm")}
+    json.dumps(out, allow_nan=False)
+
+
+def test_byzantine_clients_break_the_mean_but_not_nnm_cwtm(easy):
+    from fedaudit.attacks.byzantine import IPM
+    from fedaudit.defenses.registry import make_aggregator
+
+    kw = dict(rounds=40, density=0.05, local_steps=5, lr=0.05, rng=0)
+    clean = train_fed_ht(zero_linear(100), easy, **kw)
+    # IPM(3) with f = 1 next to 4 honest clients: the mean of the models is (4 − 3)/5 of the honest mean,
+    # so every round shrinks the model toward 0; NNM+CWTM discards the outlier
+    attacked = train_fed_ht(zero_linear(100), easy, byzantine=1, attack=IPM(3.0), **kw)
+    robust = train_fed_ht(zero_linear(100), easy, byzantine=1, attack=IPM(3.0),
+                          aggregator=make_aggregator("nnm+cwtm", 1), **kw)
+    r2 = {k: evaluate(zero_linear(100), r.weights, easy.X_test, easy.y_test, "regression")
+          for k, r in (("clean", clean), ("attacked", attacked), ("robust", robust))}
+    assert r2["robust"] > 0.98 and r2["clean"] > 0.99
+    assert r2["attacked"] < r2["robust"] - 0.05
+    assert attacked.params["byzantine"] == 1 and "IPM" in attacked.params["attack"]
+    with pytest.raises(FedAuditError, match="attack must be given when byzantine > 0"):
+        train_fed_ht(zero_linear(100), easy, byzantine=1, **kw)

@@ -24,7 +24,8 @@ E-FLoPS; B_k is the client's
 full local set when ``batch_size`` is None, else a fresh sample of ``batch_size`` rows without
 replacement; θ_0 is the model's initial parameters (pass a zero-initialised model to start at 0 as
 Tong et al. do). ``aggregator`` replaces the weighted mean by any fedaudit rule on the rows θ^i_K
-(e.g. ``make_aggregator("nnm+cwtm", f)``). Upload bytes per client per round: a dense model is
+(e.g. ``make_aggregator("nnm+cwtm", f)``); ``byzantine`` f extra clients send a dense attack's rows
+(ALIE, IPM, … of :mod:`fedaudit.attacks.byzantine`, computed on the honest local models). Upload bytes per client per round: a dense model is
 |θ|·4 bytes (float32, no header); FedIter-HT's τ-sparse local model is sent like the gated upload
 without its gate column, 16 + τ·(b_i + 4) bytes with b_i = 2 (uint16 indices, |θ| ≤ 2^16) or 4,
 when that is smaller than dense.
@@ -137,7 +138,8 @@ def _participants(q: float, sampling: str, n: int, rng: np.random.Generator) -> 
 
 def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float, local_steps: int, lr: float,
            batch_size: int | None, participation: float, sampling: str, task: str | None, aggregator: Any,
-           rng: RngLike, threads: int, progress: Callable[[int], None] | None) -> SparseRun:
+           byzantine: int, attack: Any, rng: RngLike, threads: int,
+           progress: Callable[[int], None] | None) -> SparseRun:
     import torch
 
     local_ht, server_ht = _VARIANTS[method]
@@ -147,6 +149,9 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
     q = check_probability("participation", participation, open_high=False)
     sampling = check_choice("sampling", sampling, ("poisson", "fixed"))
     threads = check_int("threads", threads, low=1)
+    byzantine = check_int("byzantine", byzantine, low=0)
+    if byzantine and attack is None:
+        raise FedAuditError(f"attack must be given when byzantine > 0, got byzantine={byzantine} and attack=None")
     pairs, data_task = _client_arrays(clients)
     if task is None:
         task = data_task or ("classification" if np.asarray(pairs[0][1]).dtype.kind in "iu" else "regression")
@@ -206,9 +211,18 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
                 if not torch.isfinite(rows).all():
                     raise FedAuditError(f"{method} diverged in round {t + 1} (non-finite local model); "
                                         f"lower lr={lr:g}")
+                rows = rows.contiguous()
+                w = np.concatenate([n[ids], np.full(byzantine, n[ids].mean())])  # a Byzantine client claims a typical n_i
+                if byzantine:
+                    bad = np.asarray(attack(rows.double().numpy(), byzantine, agg_rng), dtype=np.float64)
+                    if bad.shape != (byzantine, p):
+                        raise FedAuditError(f"attack must return ({byzantine}, {p}) rows, got shape {bad.shape}")
+                    rows = torch.cat([rows, torch.as_tensor(bad, dtype=gm.dtype)])
                 if aggregator is None:
-                    w = torch.as_tensor(n[ids] / n[ids].sum(), dtype=gm.dtype)
-                    avg = w @ rows
+                    avg = torch.as_tensor(w / w.sum(), dtype=gm.dtype) @ rows
+                    if not torch.isfinite(avg).all():
+                        raise FedAuditError(f"{method}: the mean of round {t + 1} is not finite (a non-finite "
+                                            "Byzantine row; use a robust aggregator)")
                 else:
                     out = np.asarray(aggregator(rows.double().numpy(), rng=agg_rng), dtype=np.float64)
                     if out.shape != (p,) or not np.isfinite(out).all():
@@ -233,7 +247,8 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
     mask[top_m_indices(np.abs(final), tau)] = True
     params = {"density": float(density), "rounds": rounds, "local_steps": local_steps, "lr": lr,
               "batch_size": batch_size, "participation": q, "sampling": sampling, "task": task,
-              "clients": len(data), "aggregator": None if aggregator is None else repr(aggregator)}
+              "clients": len(data), "aggregator": None if aggregator is None else repr(aggregator),
+              "byzantine": byzantine, "attack": None if attack is None else repr(attack)}
     return SparseRun(method=method, weights=np.where(mask, final, 0.0), mask=mask, m=tau,
                      target_density=float(density), history=hist, params=params,
                      seconds=time.perf_counter() - start, seed_entropy=root.entropy,
@@ -245,6 +260,8 @@ _COMMON = """``model`` is a torch ``nn.Module`` (its parameters are θ_0; it is 
     (default: the data's, else by y's dtype) picks the loss (½·MSE or cross-entropy).
     ``participation`` q ∈ (0, 1] with ``sampling`` "poisson" or "fixed" (⌈q·n⌉ clients);
     ``batch_size`` None = full local batch; ``aggregator`` any fedaudit rule on the local models;
+    ``byzantine`` f extra clients send ``attack(rows, f, rng)`` (a dense attack of
+    :mod:`fedaudit.attacks.byzantine` on the honest local models; weight: the mean honest n_i);
     ``rng`` seeds participation and minibatches (same rng → same bits); ``threads`` torch CPU
     threads; ``progress(t)`` after round t. Returns a :class:`~fedaudit.fl.eflops.SparseRun`
     (θ̂ with exactly m = ⌊ρ·|θ|⌋ mask entries, per-round loss, density of the global model,
@@ -262,22 +279,25 @@ def _doc(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     then θ_{t+1} = H_τ(weighted mean of the local models), τ = ⌊``density``·|θ|⌋.""")
 def train_fed_ht(model: Any, clients: Any, *, rounds: int, density: float, local_steps: int = 5, lr: float = 0.01,
                  batch_size: int | None = None, participation: float = 1.0, sampling: str = "poisson",
-                 task: str | None = None, aggregator: Any = None, rng: RngLike = 0, threads: int = 1,
-                 progress: Callable[[int], None] | None = None) -> SparseRun:
+                 task: str | None = None, aggregator: Any = None, byzantine: int = 0, attack: Any = None,
+                 rng: RngLike = 0, threads: int = 1, progress: Callable[[int], None] | None = None) -> SparseRun:
     return _train("fed-ht", model, clients, rounds=rounds, density=density, local_steps=local_steps, lr=lr,
                   batch_size=batch_size, participation=participation, sampling=sampling, task=task,
-                  aggregator=aggregator, rng=rng, threads=threads, progress=progress)
+                  aggregator=aggregator, byzantine=byzantine, attack=attack, rng=rng, threads=threads,
+                  progress=progress)
 
 
 @_doc("""FedIter-HT (Tong et al. 2021): as :func:`train_fed_ht`, and every local step is followed by
     H_τ, so each client's upload is τ-sparse (sent as indices + values).""")
 def train_fediter_ht(model: Any, clients: Any, *, rounds: int, density: float, local_steps: int = 5,
                      lr: float = 0.01, batch_size: int | None = None, participation: float = 1.0,
-                     sampling: str = "poisson", task: str | None = None, aggregator: Any = None, rng: RngLike = 0,
-                     threads: int = 1, progress: Callable[[int], None] | None = None) -> SparseRun:
+                     sampling: str = "poisson", task: str | None = None, aggregator: Any = None, byzantine: int = 0,
+                     attack: Any = None, rng: RngLike = 0, threads: int = 1,
+                     progress: Callable[[int], None] | None = None) -> SparseRun:
     return _train("fediter-ht", model, clients, rounds=rounds, density=density, local_steps=local_steps, lr=lr,
                   batch_size=batch_size, participation=participation, sampling=sampling, task=task,
-                  aggregator=aggregator, rng=rng, threads=threads, progress=progress)
+                  aggregator=aggregator, byzantine=byzantine, attack=attack, rng=rng, threads=threads,
+                  progress=progress)
 
 
 @_doc("""FedAvg (McMahan et al. 2017) for ``rounds`` rounds, then magnitude pruning θ̂ = H_m(θ_T),
@@ -285,19 +305,22 @@ def train_fediter_ht(model: Any, clients: Any, *, rounds: int, density: float, l
 def train_fedavg_prune(model: Any, clients: Any, *, rounds: int, density: float, local_steps: int = 5,
                        lr: float = 0.01, batch_size: int | None = None, participation: float = 1.0,
                        sampling: str = "poisson", task: str | None = None, aggregator: Any = None,
-                       rng: RngLike = 0, threads: int = 1, progress: Callable[[int], None] | None = None) -> SparseRun:
+                       byzantine: int = 0, attack: Any = None, rng: RngLike = 0, threads: int = 1,
+                       progress: Callable[[int], None] | None = None) -> SparseRun:
     return _train("fedavg-prune", model, clients, rounds=rounds, density=density, local_steps=local_steps, lr=lr,
                   batch_size=batch_size, participation=participation, sampling=sampling, task=task,
-                  aggregator=aggregator, rng=rng, threads=threads, progress=progress)
+                  aggregator=aggregator, byzantine=byzantine, attack=attack, rng=rng, threads=threads,
+                  progress=progress)
 
 
 def _eflops(model: Any, clients: Any, *, rounds: int, density: float, rng: RngLike = 0, upload: Any = None,
-            aggregator: Any = None, threads: int = 1, progress: Callable[[int], None] | None = None,
-            **hyper: Any) -> SparseRun:
+            aggregator: Any = None, byzantine: int = 0, attack: Any = None, threads: int = 1,
+            progress: Callable[[int], None] | None = None, **hyper: Any) -> SparseRun:
     """E-FLoPS (:func:`fedaudit.fl.eflops.train_eflops` with ``EFLoPS(density=density, **hyper)``)."""
     pairs = clients.clients if isinstance(clients, FederatedData) else clients
     return train_eflops(model, pairs, method=EFLoPS(density=density, **hyper), rounds=rounds, rng=rng, upload=upload,
-                        aggregator=aggregator, threads=threads, progress=progress)
+                        aggregator=aggregator, byzantine=byzantine, attack=attack, threads=threads,
+                        progress=progress)
 
 
 SPARSE_METHODS.register("eflops", _eflops)
