@@ -524,6 +524,55 @@ def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
     return 1 if res.violation else 0
 
 
+def _check_sparse_options(args: argparse.Namespace) -> None:
+    """The shared options of ``fedaudit sparse`` and ``fedaudit audit sparse-upload``, checked before
+    any work (a FedAuditError naming the flag and its range: exit 2)."""
+    from fedaudit.validation import check_int, check_real
+
+    check_real("--density", args.density, low=0.0, high=1.0, open_low=True, open_high=True)
+    check_real("--temperature", args.temperature, low=0.0)
+    for flag in ("rounds", "clients"):
+        if hasattr(args, flag):
+            check_int(f"--{flag}", getattr(args, flag), low=1, high=100_000)
+
+
+def cmd_sparse(args: argparse.Namespace) -> int:
+    """``fedaudit sparse``: train one sparse method, print its test metric, support recovery,
+    realised density and bytes per client per round next to dense FedAvg."""
+    from fedaudit.experiments.kinds.sparse_upload import train_sparse
+
+    _check_sparse_options(args)
+    check_output_file("--json", args.json)
+    with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
+        res = train_sparse(args.method, args.dataset, density=args.density, temperature=args.temperature,
+                           rounds=args.rounds, clients=args.clients, seed=args.seed, progress=advance)
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _write_json(args.json, res)
+    return 0
+
+
+def cmd_audit_sparse_upload(args: argparse.Namespace) -> int:
+    """``fedaudit audit sparse-upload``: certified ε lower bounds of the plain and the private gated
+    upload on neighbouring client datasets; exit 1 when the private bound exceeds its stated ε."""
+    from fedaudit.audit.sparse_upload import UPLOADS, audit_sparse_upload
+
+    _check_sparse_options(args)
+    check_output_file("--json", args.json)
+    uploads = UPLOADS if args.upload == "both" else (args.upload,)
+    results = []
+    with progress_bar(2 * args.samples * len(uploads), "uploads drawn", args.quiet, args.progress_every) as advance:
+        for upload in uploads:
+            results.append(audit_sparse_upload(upload, dim=args.dim, density=args.density,
+                                               temperature=args.temperature, epsilon=args.epsilon,
+                                               records=args.records, local_steps=args.local_steps,
+                                               samples=args.samples, confidence=args.confidence, seed=args.seed,
+                                               progress=advance))
+    for res in results:
+        out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    _write_data(args.json, {"audits": [r.to_dict() for r in results]})
+    return 1 if any(r.violation for r in results) else 0
+
+
 def _save_plot(path: str | None, spec: dict) -> None:
     """Draw a plot specification (:mod:`fedaudit.reports.plots`) into ``path`` and say where."""
     if path:
@@ -811,6 +860,16 @@ def _agg_param_option(p: argparse.ArgumentParser) -> None:
                         "bucket size or --agg-param bucketing+cwtm:s=2 for one spec only; an unknown key is an error")
 
 
+def _sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:
+    p.add_argument("--density", type=float, default=0.05,
+                   help="target density ρ = m/|θ| of the model and the upload, in (0, 1) (default 0.05)")
+    p.add_argument("--temperature", type=float, default=0.01,
+                   help="temperature T of the gates' entropy regularizer, >= 0 (0: FLoPS; default 0.01)")
+    if rounds:
+        p.add_argument("--rounds", type=_count, default=100, help="communication rounds (default 100)")
+        p.add_argument("--clients", type=_count, default=10, help="clients (default 10)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
     from fedaudit.experiments.kinds.ldp import PAIRS
@@ -976,6 +1035,34 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--plot", default=None, help=f"draw the accountant's ε against {count[2:]} with the audited "
                                                     f"bounds here (.png, .svg, .pdf, …; checked first)")
         p.set_defaults(func=cmd_audit_dpsgd if dpsgd else cmd_audit_fedavg_dp)
+
+    p = audit.add_parser("sparse-upload", parents=[progress],
+                         help="certified ε lower bounds of the gated sparse upload (plain and private) on "
+                              "neighbouring client datasets (exit 1: the private bound exceeds its stated ε)")
+    p.add_argument("--upload", default="both", choices=("plain", "private", "both"),
+                   help="which upload to audit (default both)")
+    _sparse_model_options(p, rounds=False)
+    p.add_argument("--dim", type=_count, default=64, help="parameters |θ| of the client's linear model (default 64)")
+    p.add_argument("--records", type=_count, default=20, help="records in the client's local dataset (default 20)")
+    p.add_argument("--local-steps", type=_count, default=5, help="local training steps per upload (default 5)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="stated ε of the private upload, > 0 (default 1)")
+    p.add_argument("--samples", type=_count, default=4000, help="uploads drawn per dataset (default 4000)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    p.add_argument("--json", default=None, help="write the audits as JSON here (checked before the audit runs)")
+    p.set_defaults(func=cmd_audit_sparse_upload)
+
+    p = sub.add_parser("sparse", parents=[progress],
+                       help="train a sparse federated model (E-FLoPS, Fed-IHT, FedAvg + pruning): test metric, "
+                            "support recovery, realised density, bytes per client per round")
+    p.add_argument("--method", default="eflops", choices=("eflops", "fediht", "fedavg-prune"),
+                   help="eflops (gated, default), fediht (Fed-HT) or fedavg-prune (FedAvg, then magnitude pruning)")
+    p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"),
+                   help="synthetic (planted sparse regression, d >> N; default) or digits (8x8, classification)")
+    _sparse_model_options(p, rounds=True)
+    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
+    p.add_argument("--json", default=None, help="write the run as JSON here (checked before training)")
+    p.set_defaults(func=cmd_sparse)
 
     p = sub.add_parser("stress", parents=[progress],
                        help="train over aggregators × attacks × f × β and map where robustness breaks")

@@ -1,0 +1,83 @@
+"""``fedaudit sparse`` and ``fedaudit audit sparse-upload``: the printed and JSON figures match an
+independent recomputation, bad input is exit 2 with one line naming the flag and its range."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedaudit.cli import main
+
+
+def test_sparse_fediht_synthetic_reports_metric_support_density_and_bytes(tmp_path, capsys):
+    import torch
+
+    from fedaudit.fl.sparse_baselines import evaluate
+    from fedaudit.fl.sparse_data import scarce_regression
+    from fedaudit.rng import derive_seed
+
+    path = tmp_path / "run.json"
+    assert main(["sparse", "--method", "fediht", "--dataset", "synthetic", "--rounds", "3", "--seed", "1",
+                 "--quiet", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fediht on synthetic: test r2" in out and "support recovery" in out and f"json: {path}" in out
+    data = json.loads(path.read_text())
+    assert data["m"] == 50 and data["dim"] == 1000 and data["density"] == 0.05 and data["target_density"] == 0.05
+    assert data["dense_bytes"] == 4000 and data["bytes_per_client_round"] == 4000  # Fed-HT uploads dense models
+    # recompute both metrics from the returned weights on the same seeded data
+    planted = scarce_regression(clients=10, rng=derive_seed(1, "data"))
+    theta = np.array(data["run"]["weights"], dtype=float)
+    S = planted.support
+    assert data["support_recovery"] == pytest.approx(np.isin(S, np.flatnonzero(data["run"]["mask"])).mean())
+    model = torch.nn.Linear(1000, 1, bias=False).double()
+    pred = planted.X_test @ theta
+    r2 = 1 - np.sum((planted.y_test - pred) ** 2) / np.sum((planted.y_test - planted.y_test.mean()) ** 2)
+    assert data["score"] == pytest.approx(r2, rel=1e-9, abs=1e-9)
+    assert data["score"] == pytest.approx(evaluate(model, theta, planted.X_test, planted.y_test, "regression"))
+
+
+def test_sparse_eflops_digits_prints_accuracy_and_gated_bytes(capsys):
+    assert main(["sparse", "--method", "eflops", "--dataset", "digits", "--rounds", "2", "--density", "0.1",
+                 "--temperature", "0", "--clients", "4", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "eflops on digits: test accuracy" in out and "density 0.1000" in out and "support recovery" not in out
+
+
+def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, capsys):
+    path = tmp_path / "audit.json"
+    assert main(["audit", "sparse-upload", "--upload", "private", "--samples", "200", "--quiet",
+                 "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    (audit,) = data["audits"]
+    assert audit["upload"] == "private" and audit["epsilon_claimed"] == 1.0 and not audit["violation"]
+    assert audit["epsilon_lower"] <= 1.0 and audit["bytes_sparse"] == 16 + 3 * 18 and audit["bytes_dense"] == 256
+    assert "private upload (|θ| = 64, m = 3)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["sparse", "--density", "1.5"], "--density must be a finite real number in (0, 1), got --density=1.5"),
+    (["sparse", "--density", "0"], "--density must be a finite real number in (0, 1), got --density=0"),
+    (["sparse", "--temperature", "-1"], "--temperature must be a finite real number in [0, inf), got --temperature=-1"),
+    (["sparse", "--rounds", "0"], "--rounds must be an integer in [1, 100000], got --rounds=0"),
+    (["sparse", "--clients", "0"], "--clients must be an integer in [1, 100000], got --clients=0"),
+    (["sparse", "--clients", "200"], "clients must be at most 150 for the synthetic data"),
+    (["audit", "sparse-upload", "--density", "1"], "--density must be a finite real number in (0, 1)"),
+    (["audit", "sparse-upload", "--temperature", "-0.1"], "--temperature must be a finite real number in [0, inf)"),
+    (["audit", "sparse-upload", "--density", "0.01"], "density must be in [1/dim, 1)"),  # m = floor(0.64) = 0
+    (["audit", "sparse-upload", "--epsilon", "0"], "epsilon must be a finite real number in (0, inf)"),
+    (["audit", "sparse-upload", "--samples", "50"], "samples must be an integer in [100"),
+])
+def test_bad_sparse_input_exits_2_with_one_line(argv, needle, capsys):
+    assert main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedaudit: error: ") and "\n" not in err and needle in err
+
+
+@pytest.mark.parametrize("argv", [["sparse", "--method", "iht"], ["sparse", "--dataset", "mnist"],
+                                  ["audit", "sparse-upload", "--upload", "dense"]])
+def test_unknown_choices_are_argparse_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
