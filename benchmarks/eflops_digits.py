@@ -17,6 +17,9 @@ uploaded per client per round (E-FLoPS with ``--upload gated``: the exact gated-
 :class:`fedaudit.mechanisms.gated.GatedSparseUpload`; dense E-FLoPS 2·|θ|·4; Fed-HT and FedAvg
 |θ|·4; FedIter-HT its τ-sparse packet). Tuning: lr ∈ {0.05, 0.2} per method by validation
 accuracy on one tuning seed disjoint from the evaluation seeds (``--no-tune``: lr 0.1 for all).
+``final_density_history`` is the last round's density in the run's history (E-FLoPS: the expected
+density ρ̂ of the gates before the hard top-m mask; the baselines: the non-zero fraction of the
+global model).
 """
 
 from __future__ import annotations
@@ -118,12 +121,13 @@ def main(argv: list[str] | None = None) -> dict:
                 tuning.append({"lr": cand, "val_accuracy": acc})
                 print(f"  tune {name} lr={cand}: validation accuracy {acc:.4f}", file=sys.stderr)
             lr = max(tuning, key=lambda r: r["val_accuracy"])["lr"]
-        accs, dens, macs, per_client, secs = [], [], [], [], []
+        accs, dens, macs, per_client, secs, last = [], [], [], [], [], []
         dense_macs = 0
         for j, data in enumerate(evals):
             model, run = train(name, lr, data, args, derive_seed(args.seed, f"eval-{j}/train"))
             accs.append(evaluate(model, run.weights, data.X_test, data.y_test, "classification"))
             dens.append(run.density)
+            last.append(run.history["density"][-1])
             sparse, dense_macs = inference_macs(model, run.weights != 0, image)
             macs.append(sparse)
             per_client.append(run.bytes_uploaded / max(1, sum(run.history["clients"])))
@@ -132,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{per_client[-1]:.0f} B/client/round, {run.seconds:.1f} s", file=sys.stderr)
         acc, ci = mean_ci(accs)
         out[name] = {"accuracy": acc, "accuracy_ci95": ci, "accuracy_per_seed": accs, "density": float(np.mean(dens)),
-                     "macs": float(np.mean(macs)), "dense_macs": dense_macs,
+                     "final_density_history": float(np.mean(last)), "macs": float(np.mean(macs)), "dense_macs": dense_macs,
                      "macs_fraction": float(np.mean(macs)) / dense_macs,
                      "bytes_per_client_round": float(np.mean(per_client)), "seconds_per_run": float(np.mean(secs)),
                      "lr": lr, "tuning": tuning, "seconds": time.perf_counter() - t0}

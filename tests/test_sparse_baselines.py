@@ -150,6 +150,8 @@ def test_bad_model_data_and_divergence(easy):
         train_fediter_ht("linear", easy, rounds=1, density=0.05)
     with pytest.raises(FedAuditError, match="FederatedData or a non-empty sequence"):
         train_fedavg_prune(zero_linear(100), [], rounds=1, density=0.05)
+    with pytest.raises(FedAuditError, match="y must contain only finite"):
+        train_fedavg_prune(zero_linear(3), [(np.ones((4, 3)), np.array([1, np.inf, 0, 0]))], rounds=1, density=0.5)
     with pytest.raises(FedAuditError, match="one row per entry of y"):
         train_fedavg_prune(zero_linear(3), [(np.ones((4, 3)), np.ones(3))], rounds=1, density=0.5)
     with pytest.raises(FedAuditError, match="diverged in round"):

@@ -117,7 +117,10 @@ def _tensors(clients: list, task: str, dtype: Any) -> list[tuple[Any, Any]]:
             raise FedAuditError(f"clients[{i}]: X must contain only finite values")
         Xt = torch.as_tensor(np.asarray(X, dtype=np.float64), dtype=dtype)
         if task == "regression":
-            yt = torch.as_tensor(np.asarray(y, dtype=np.float64), dtype=dtype)
+            y = np.asarray(y, dtype=np.float64)
+            if not np.isfinite(y).all():
+                raise FedAuditError(f"clients[{i}]: y must contain only finite values")
+            yt = torch.as_tensor(y, dtype=dtype)
         else:
             if np.asarray(y).dtype.kind not in "iu":
                 raise FedAuditError(f"clients[{i}]: classification labels must be integers, got {np.asarray(y).dtype}")
