@@ -1,6 +1,6 @@
 """Claim kind ``sparse-upload``: the private gated upload within its stated ε (PASS), the plain
 upload's leak and the wire bytes next to it; a byte budget below the packet fails the claim without
-calling it a privacy violation; bad keys are refused when the plan is loaded."""
+calling it a privacy violation; the stated ε may differ from the one the upload runs at; bad keys are refused when the plan is loaded."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Units(PlanProgress):
 @pytest.fixture(scope="module")
 def report():
     units = Units()
-    tight = {**UP, "id": "tight", "max_bytes_ratio": 0.2, "samples": 100}
+    tight = {**UP, "id": "tight", "max_bytes_ratio": 0.2, "samples": 100, "claimed_epsilon": 0.5}
     return run_plan(plan(UP, tight), progress=units), units
 
 
@@ -63,6 +63,10 @@ def test_a_byte_budget_below_the_packet_fails_without_a_privacy_violation(report
     tight = rep.claims[1]
     assert tight.verdict == "FAIL" and not tight.evidence["violation"]
     assert "ABOVE the maximum ratio 0.2" in tight.summary
+    # run at ε = 1, claimed 0.5: the claim is what the audit holds the upload to
+    ev = tight.evidence
+    assert (ev["epsilon_run"], ev["epsilon_stated"]) == (1.0, 0.5) and ev["audits"]["private"]["epsilon_claimed"] == 0.5
+    assert "stated ε = 0.5 (run at ε = 1)" in tight.summary
 
 
 @pytest.mark.parametrize("overrides, pattern", [
