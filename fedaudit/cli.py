@@ -531,9 +531,9 @@ def _check_sparse_options(args: argparse.Namespace) -> None:
 
     check_real("--density", args.density, low=0.0, high=1.0, open_low=True, open_high=True)
     check_real("--temperature", args.temperature, low=0.0)
-    for flag in ("rounds", "clients"):
+    for flag, high in (("rounds", 100_000), ("clients", 1000)):
         if hasattr(args, flag):
-            check_int(f"--{flag}", getattr(args, flag), low=1, high=100_000)
+            check_int(f"--{flag}", getattr(args, flag), low=1, high=high)
 
 
 def cmd_sparse(args: argparse.Namespace) -> int:

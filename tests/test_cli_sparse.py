@@ -61,7 +61,7 @@ def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, ca
     (["sparse", "--density", "0"], "--density must be a finite real number in (0, 1), got --density=0"),
     (["sparse", "--temperature", "-1"], "--temperature must be a finite real number in [0, inf), got --temperature=-1"),
     (["sparse", "--rounds", "0"], "--rounds must be an integer in [1, 100000], got --rounds=0"),
-    (["sparse", "--clients", "0"], "--clients must be an integer in [1, 100000], got --clients=0"),
+    (["sparse", "--clients", "0"], "--clients must be an integer in [1, 1000], got --clients=0"),
     (["sparse", "--clients", "200"], "clients must be at most 150 for the synthetic data"),
     (["audit", "sparse-upload", "--density", "1"], "--density must be a finite real number in (0, 1)"),
     (["audit", "sparse-upload", "--temperature", "-0.1"], "--temperature must be a finite real number in [0, inf)"),
