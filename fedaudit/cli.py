@@ -545,7 +545,8 @@ def cmd_sparse(args: argparse.Namespace) -> int:
     check_output_file("--json", args.json)
     with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
         res = train_sparse(args.method, args.dataset, density=args.density, temperature=args.temperature,
-                           rounds=args.rounds, clients=args.clients, seed=args.seed, progress=advance)
+                           rounds=args.rounds, clients=args.clients, seed=args.seed, upload=args.upload,
+                           progress=advance)
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
     _write_json(args.json, res)
     return 0
@@ -1060,6 +1061,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"),
                    help="synthetic (planted sparse regression, d >> N; default) or digits (8x8, classification)")
     _sparse_model_options(p, rounds=True)
+    p.add_argument("--upload", default="gated", choices=("gated", "dense"),
+                   help="eflops only: gated (top m coordinates by gate, the E-FLoPS upload; default) or dense "
+                        "(weights and gates in full)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the run as JSON here (checked before training)")
     p.set_defaults(func=cmd_sparse)

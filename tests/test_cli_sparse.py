@@ -38,11 +38,23 @@ def test_sparse_fediht_synthetic_reports_metric_support_density_and_bytes(tmp_pa
     assert data["score"] == pytest.approx(evaluate(model, theta, planted.X_test, planted.y_test, "regression"))
 
 
-def test_sparse_eflops_digits_prints_accuracy_and_gated_bytes(capsys):
-    assert main(["sparse", "--method", "eflops", "--dataset", "digits", "--rounds", "2", "--density", "0.1",
-                 "--temperature", "0", "--clients", "4", "--quiet"]) == 0
+def test_sparse_eflops_digits_prints_accuracy_and_gated_or_dense_bytes(tmp_path, capsys):
+    from fedaudit.fl.models import mlp
+
+    argv = ["sparse", "--method", "eflops", "--dataset", "digits", "--rounds", "2", "--density", "0.1",
+            "--temperature", "0", "--clients", "4", "--quiet"]
+    gated, dense = tmp_path / "g.json", tmp_path / "d.json"
+    assert main([*argv, "--json", str(gated)]) == 0
     out = capsys.readouterr().out
     assert "eflops on digits: test accuracy" in out and "density 0.1000" in out and "support recovery" not in out
+    assert main([*argv, "--upload", "dense", "--json", str(dense)]) == 0
+    p = sum(t.numel() for t in mlp(64, 10).parameters())  # 64·64 + 64 + 64·10 + 10 = 4810
+    m = int(0.1 * p)
+    g, d = json.loads(gated.read_text()), json.loads(dense.read_text())
+    assert g["dim"] == d["dim"] == p and g["m"] == m
+    # wire format: 16-byte header + m·(uint16 index + float32 value + float32 gate); dense: 2·|θ| float32
+    assert g["bytes_per_client_round"] == 16 + m * 10 and d["bytes_per_client_round"] == 2 * 4 * p
+    assert g["dense_bytes"] == 4 * p
 
 
 def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, capsys):

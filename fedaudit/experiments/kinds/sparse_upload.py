@@ -71,7 +71,7 @@ class SparseTraining:
 
 
 def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperature: float = 0.01,
-                 rounds: int = 100, clients: int = 10, seed: int = 0,
+                 rounds: int = 100, clients: int = 10, seed: int = 0, upload: str = "gated",
                  progress: Callable[[int], None] | None = None) -> SparseTraining:
     """Train ``method`` (:data:`SPARSE_METHODS`) on ``dataset`` (:data:`SPARSE_DATASETS`) at target
     density ρ = ``density`` for ``rounds`` rounds over ``clients`` clients.
@@ -81,8 +81,9 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     digits: :func:`~fedaudit.fl.sparse_data.load_digits_federated`, a one-hidden-layer MLP
     (:func:`~fedaudit.fl.models.mlp`, torch-seeded init), test accuracy. E-FLoPS uses
     :class:`~fedaudit.fl.eflops.EFLoPS` (``temperature`` T; the others ignore it) with its
-    defaults otherwise (lr of θ̃ below) and uploads through :class:`~fedaudit.mechanisms.gated.GatedSparseUpload`
-    (top m = ⌊ρ·|θ|⌋ coordinates by gate); Fed-HT and FedAvg + prune their defaults. On the
+    defaults otherwise (lr of θ̃ below) and ``upload="gated"`` sends through
+    :class:`~fedaudit.mechanisms.gated.GatedSparseUpload` (top m = ⌊ρ·|θ|⌋ coordinates by gate),
+    ``"dense"`` sends (θ̃, log α) in full (2·|θ| float32); Fed-HT and FedAvg + prune their defaults. On the
     synthetic data every method steps 1/L, L = max_i λ_max(X_iᵀX_i/n_i) (the smoothness of the
     clients' least-squares losses). Data, initialisation and training
     seeds derive from ``seed`` (:func:`fedaudit.rng.derive_seed`). ``progress(k)``: k more rounds done.
@@ -108,6 +109,7 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     rounds = check_int("rounds", rounds, low=1, high=100_000)
     clients = check_int("clients", clients, low=1, high=1000)
     seed = check_int("seed", seed, low=0)
+    upload = check_choice("upload", upload, ("gated", "dense"))
     if dataset == "synthetic":
         if clients > 150:
             raise FedAuditError(f"clients must be at most 150 for the synthetic data (300 rows, 2 per client), "
@@ -128,8 +130,8 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     if method == "eflops":
         dim = GatedModel(model).dim
         run = train_eflops(model, data.clients, method=EFLoPS(density=density, temperature=temperature, **lr),
-                           rounds=rounds, rng=train_seed, upload=GatedSparseUpload(dim, m_for_density(density, dim)),
-                           progress=step)
+                           rounds=rounds, rng=train_seed, progress=step,
+                           upload=GatedSparseUpload(dim, m_for_density(density, dim)) if upload == "gated" else None)
     else:
         train = train_fed_ht if method == "fediht" else train_fedavg_prune
         run = train(model, data, rounds=rounds, density=density, rng=train_seed, progress=step, **lr)
