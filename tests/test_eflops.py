@@ -133,9 +133,9 @@ def problem():
 def test_dual_ascent_drives_the_expected_density_to_the_target(problem):
     clients, w, S = problem
     rho, rounds = 0.1, 150
-    run = train_eflops(linear(200), clients, method=EFLoPS(rho, temperature=0.0, anneal=None), rounds=rounds, rng=0)
-    free = train_eflops(linear(200), clients, method=EFLoPS(rho, temperature=0.0, anneal=None, lr_dual=0.0),
-                        rounds=rounds, rng=0)
+    cheap = dict(temperature=0.0, anneal=None, local_steps=5, lr=0.05, lr_gates=0.5)
+    run = train_eflops(linear(200), clients, method=EFLoPS(rho, **cheap), rounds=rounds, rng=0)
+    free = train_eflops(linear(200), clients, method=EFLoPS(rho, lr_dual=0.0, **cheap), rounds=rounds, rng=0)
     dens = np.array(run.history["density"])
     # without the multiplier the gates stay far from ρ (the loss alone does not sparsify) …
     assert free.history["density"][-1] > 2 * rho
@@ -144,7 +144,7 @@ def test_dual_ascent_drives_the_expected_density_to_the_target(problem):
     # after the constraint is met (no dual restart) overshoots to ρ̂ ≈ 0.35ρ (measured) since closed gates
     # barely reopen (∂π/∂log α = π(1 − π) → 0). Measured: within 2% of ρ.
     assert abs(dens[-30:].mean() - rho) <= 0.1 * rho
-    assert run.history["lambda"][-1] > 0
+    assert max(run.history["lambda"][-30:]) > 0                      # the constraint is active
     assert run.mask.sum() == run.m == 20 and run.density == pytest.approx(0.1)
     assert np.count_nonzero(run.weights) <= run.m and not np.any(run.weights[~run.mask])
 
@@ -162,7 +162,8 @@ def test_training_lowers_the_loss_and_finds_the_support(problem):
 
 def test_temperature_keeps_gate_entropy_higher_early(problem):
     clients, _, _ = problem
-    runs = {T: train_eflops(linear(200), clients, method=EFLoPS(0.05, temperature=T, anneal=None), rounds=20, rng=2)
+    runs = {T: train_eflops(linear(200), clients, method=EFLoPS(0.05, temperature=T, anneal=None, local_steps=5),
+                         rounds=20, rng=2)
             for T in (0.0, 0.05)}
     h0, h1 = np.array(runs[0.0].history["entropy"]), np.array(runs[0.05].history["entropy"])
     assert np.all(h1[5:] > h0[5:])
@@ -174,6 +175,9 @@ def test_kl_regularizer_and_annealing_schedule():
     c = EFLoPS(0.1, temperature=0.2, anneal="cosine", anneal_fraction=1.0)
     assert c.temperature_at(5, 10) == pytest.approx(0.1) and c.temperature_at(0, 10) == 0.2
     assert EFLoPS(0.1, temperature=0.2, anneal=None).temperature_at(9, 10) == 0.2
+    w = EFLoPS(0.1, init_density=0.5, target_warmup=0.5)
+    assert [w.target_at(t, 10) for t in (0, 1, 4, 5, 9)] == pytest.approx([0.5, 0.42, 0.18, 0.1, 0.1])
+    assert EFLoPS(0.1).target_at(0, 10) == 0.1
 
 
 def test_kl_regularizer_pulls_gates_towards_the_prior_density():
@@ -192,7 +196,7 @@ def test_kl_regularizer_pulls_gates_towards_the_prior_density():
 
 def test_same_seed_same_bits_and_local_update_is_pure(problem):
     clients, _, _ = problem
-    method = EFLoPS(0.05, participation=0.6, batch_size=8)
+    method = EFLoPS(0.05, participation=0.6, batch_size=8, local_steps=3)
     a = train_eflops(linear(200), clients, method=method, rounds=5, rng=3)
     b = train_eflops(linear(200), clients, method=method, rounds=5, rng=3)
     c = train_eflops(linear(200), clients, method=method, rounds=5, rng=4)
@@ -210,13 +214,22 @@ def test_same_seed_same_bits_and_local_update_is_pure(problem):
     assert np.any(u1.weights != 0)
 
 
+def test_adam_local_optimizer_lowers_the_loss(problem):
+    clients, _, _ = problem
+    run = train_eflops(linear(200), clients, method=EFLoPS(0.05, local_optimizer="adam", lr=0.05, lr_gates=0.05,
+                                                            local_steps=5), rounds=20, rng=0)
+    # (measured 3.8 → 2.9; a step that never reaches θ̃ or log α would leave the loss at ≈ 4)
+    assert run.history["loss"][-1] < 0.8 * run.history["loss"][0]
+
+
 def test_participation_sampling_counts(problem):
     clients, _, _ = problem
-    fixed = train_eflops(linear(200), clients, method=EFLoPS(0.05, participation=0.5, sampling="fixed"),
+    fixed = train_eflops(linear(200), clients, method=EFLoPS(0.05, participation=0.5, sampling="fixed", local_steps=1),
                          rounds=4, rng=0)
     assert fixed.history["clients"] == [3] * 4                       # ⌈0.5·5⌉
     assert fixed.history["bytes"] == [3 * 2 * 200 * 4] * 4           # dense: 2|θ| float32 per client
-    pois = train_eflops(linear(200), clients, method=EFLoPS(0.05, participation=0.5), rounds=12, rng=0)
+    pois = train_eflops(linear(200), clients, method=EFLoPS(0.05, participation=0.5, local_steps=1), rounds=12,
+                        rng=0)
     assert len(set(pois.history["clients"])) > 1 and max(pois.history["clients"]) <= 5
 
 
@@ -261,6 +274,8 @@ def test_small_cnn_with_unit_gates_trains():
     ({"density": 0.1, "participation": 1.5}, "participation", "(0, 1]"),
     ({"density": 0.1, "regularizer": "l1"}, "regularizer", "'entropy', 'kl'"),
     ({"density": 0.1, "gates": "layer"}, "gates", "'parameter', 'unit'"),
+    ({"density": 0.1, "target_warmup": 1.0}, "target_warmup", "[0, 1)"),
+    ({"density": 0.1, "local_optimizer": "lbfgs"}, "local_optimizer", "'sgd', 'adam'"),
 ])
 def test_bad_hyperparameters_name_the_parameter_and_range(kwargs, name, text):
     with pytest.raises(FedAuditError) as err:

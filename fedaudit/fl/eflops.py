@@ -21,7 +21,10 @@ support. The server averages (θ̃, log α) over the participating clients with 
 (FLoPS' "standard weighted averaging"), or applies ``upload``'s / ``aggregator``'s rule, then
 takes one projected dual-ascent step on the constraint ρ̂ ≤ ρ at the new global gates,
 
-    λ ← max(0, λ + η_λ·(ρ̂ − ρ))       (with ``dual_restarts``: λ ← 0 whenever ρ̂ ≤ ρ).
+    λ ← max(0, λ + η_λ·(ρ̂ − ρ_t))       (with ``dual_restarts``: λ ← 0 whenever ρ̂ ≤ ρ_t),
+
+with the level ρ_t = ρ, or during an optional warm-up a level moving linearly from the initial
+density down to ρ.
 
 T_t is T (``anneal=None``), or decays to 0 linearly / on a half cosine over the first
 ``anneal_fraction``·rounds rounds and stays 0 after. At the end the hard mask keeps exactly
@@ -46,12 +49,14 @@ from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = ["HardConcrete", "GatedModel", "EFLoPS", "EFLoPSState", "SparseRun", "ClientUpdate", "local_update",
-           "train_eflops", "top_m_mask", "REGULARIZERS", "ANNEALING", "SAMPLING", "LOSSES"]
+           "train_eflops", "top_m_mask", "REGULARIZERS", "ANNEALING", "SAMPLING", "LOSSES",
+           "LOCAL_OPTIMIZERS"]
 
 REGULARIZERS = ("entropy", "kl")
 ANNEALING = (None, "linear", "cosine")
 SAMPLING = ("poisson", "fixed")
 LOSSES = ("auto", "mse", "cross_entropy")
+LOCAL_OPTIMIZERS = ("sgd", "adam")
 
 
 def top_m_mask(scores: Any, m: int) -> np.ndarray:
@@ -71,8 +76,11 @@ class EFLoPS:
     ``density`` ρ ∈ (0, 1); ``temperature`` T ≥ 0 (0: FLoPS); ``regularizer`` "entropy" | "kl";
     ``anneal`` None | "linear" | "cosine" over ``anneal_fraction`` ∈ (0, 1] of the rounds;
     ``local_steps`` ≥ 1 SGD steps per round with step sizes ``lr`` (θ̃) and ``lr_gates`` (log α) on
-    minibatches of ``batch_size`` (None: the full local data); ``lr_dual`` η_λ ≥ 0 (0 keeps λ at
-    ``lambda_init``); ``dual_restarts`` (default on, as in Gallego-Posada et al.'s code: λ ← 0 once
+    minibatches of ``batch_size`` (None: the full local data) by ``local_optimizer`` "sgd" or "adam"
+    (torch.optim.Adam with its defaults, state reset every round, as Louizos et al. train gates); ``lr_dual`` η_λ ≥ 0 (0 keeps λ at
+    ``lambda_init``); ``target_warmup`` ∈ [0, 1): fraction of the rounds over which the constraint
+    level moves from ``init_density`` to ρ (:meth:`target_at`; 0: the level is ρ throughout);
+    ``dual_restarts`` (default on, as in Gallego-Posada et al.'s code: λ ← 0 once
     ρ̂ ≤ ρ, which stops the multiplier accumulated during the descent from pushing ρ̂ far below ρ);
     ``participation`` q ∈ (0, 1] with ``sampling`` "poisson" (each client joins
     with probability q) or "fixed" (⌈q·n⌉ clients without replacement); ``gates`` "parameter" |
@@ -80,7 +88,7 @@ class EFLoPS:
     (Louizos et al. use P(z = 0) ≈ ½ with the same jitter)."""
 
     density: float
-    temperature: float = 0.01
+    temperature: float = 0.05
     regularizer: str = "entropy"
     anneal: str | None = "linear"
     anneal_fraction: float = 0.8
@@ -94,7 +102,9 @@ class EFLoPS:
     sampling: str = "poisson"
     gates: str = "parameter"
     batch_size: int | None = None
+    local_optimizer: str = "sgd"
     init_density: float = 0.5
+    target_warmup: float = 0.0
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
@@ -112,9 +122,11 @@ class EFLoPS:
         set_("participation", check_probability("participation", self.participation, open_high=False))
         check_choice("sampling", self.sampling, SAMPLING)
         check_choice("gates", self.gates, GATE_MODES)
+        check_choice("local_optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
         if self.batch_size is not None:
             set_("batch_size", check_int("batch_size", self.batch_size, low=1))
         set_("init_density", check_probability("init_density", self.init_density))
+        set_("target_warmup", check_real("target_warmup", self.target_warmup, low=0.0, high=1.0, open_high=True))
 
     def params(self) -> dict[str, Any]:
         """The hyper-parameters as a dict."""
@@ -131,6 +143,16 @@ class EFLoPS:
         if self.anneal == "linear":
             return self.temperature * (1.0 - s)
         return self.temperature * 0.5 * (1.0 + math.cos(math.pi * s))
+
+    def target_at(self, t: int, rounds: int) -> float:
+        """The constraint level ρ_t of round t: ρ (``target_warmup`` = 0), else it moves linearly from
+        max(ρ, init_density) to ρ over the first ``target_warmup``·rounds rounds (the weights learn
+        before the multiplier closes gates; Gallego-Posada et al. also move the level towards ρ)."""
+        start = max(self.density, self.init_density)
+        if self.target_warmup == 0.0 or start == self.density:
+            return self.density
+        s = t / (self.target_warmup * rounds)
+        return self.density if s >= 1.0 else start + (self.density - start) * s
 
     def m(self, dim: int) -> int:
         """m = ⌊ρ·|θ|⌋, the size of the final support; a FedAuditError if it is 0."""
@@ -289,6 +311,8 @@ def _local(state: EFLoPSState, X, y, rng: np.random.Generator) -> ClientUpdate:
     sizes = torch.as_tensor(model.group_sizes, dtype=model.dtype)
     fn = _loss_fn(state.loss)
     n = X.shape[0]
+    groups = [{"params": [theta], "lr": method.lr}, {"params": [la], "lr": method.lr_gates}]
+    opt = torch.optim.SGD(groups) if method.local_optimizer == "sgd" else torch.optim.Adam(groups)
     for _ in range(method.local_steps):
         if method.batch_size is not None and method.batch_size < n:
             idx = torch.as_tensor(rng.choice(n, size=method.batch_size, replace=False))
@@ -300,10 +324,9 @@ def _local(state: EFLoPSState, X, y, rng: np.random.Generator) -> ClientUpdate:
         obj = obj + state.lam * torch.dot(sizes, HardConcrete.prob_nonzero(la))
         if state.temperature > 0:
             obj = obj + state.temperature * torch.dot(sizes, _regularizer(method, la))
-        g_theta, g_la = torch.autograd.grad(obj, (theta, la))
-        with torch.no_grad():
-            theta -= method.lr * g_theta
-            la -= method.lr_gates * g_la
+        opt.zero_grad()
+        obj.backward()
+        opt.step()
     w = theta.detach().double().numpy()
     a = model.expand(la.detach().double().numpy())
     if not (np.isfinite(w).all() and np.isfinite(a).all()):
@@ -433,8 +456,9 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
                 weights, log_alpha, sent = state.weights, state.log_alpha, 0
             new = EFLoPSState(method, gm, loss, weights, log_alpha, state.lam, state.temperature)
             rho_hat = new.expected_density
-            lam = max(0.0, state.lam + method.lr_dual * (rho_hat - method.density))
-            if method.dual_restarts and rho_hat <= method.density:
+            level = method.target_at(t, rounds)
+            lam = max(0.0, state.lam + method.lr_dual * (rho_hat - level))
+            if method.dual_restarts and rho_hat <= level:
                 lam = 0.0
             state = EFLoPSState(method, gm, loss, weights, log_alpha, lam, state.temperature)
             hist["round"].append(t + 1)
