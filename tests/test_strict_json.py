@@ -235,7 +235,18 @@ def _fedavg_audits():
             audit_dpfedavg(noise_multiplier=0.4, claimed_noise_multiplier=4.0, **kw)]
 
 
+def _gated():
+    from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload
+
+    upload = GatedSparseUpload(10, 3)
+    update = ClientUpdate(np.linspace(-1, 1, 10), np.arange(10.0))
+    return upload, update, upload.select(update)
+
+
 BUILDERS = {
+    "fedaudit.mechanisms.gated.ClientUpdate": lambda: [_gated()[1]],
+    "fedaudit.mechanisms.gated.SparsePacket": lambda: [_gated()[2]],
+    "fedaudit.mechanisms.gated.GatedSparseUpload": lambda: [_gated()[0]],
     "fedaudit.audit.canaries.CanaryRun": _canary_runs,
     "fedaudit.audit.dpsgd_audit.DPSGDAudit": _dpsgd_audits,
     "fedaudit.audit.fedavg_audit.DPFedAvgAudit": _fedavg_audits,
