@@ -1,7 +1,8 @@
 """Adversaries: Byzantine attacks (``byzantine``), gossip attacks (``gossip``) and privacy
 distinguishers (``inference``).
 
-Byzantine call convention: ``attack(honest, f, rng=None) -> (f, d)`` with ``honest`` of shape
+Byzantine call convention (``sparse`` adapts ALIE and IPM to the gated sparse upload, whose
+attacker also picks its support; those emit packets and live in ``SPARSE_ATTACKS``): ``attack(honest, f, rng=None) -> (f, d)`` with ``honest`` of shape
 (n − f, d); attacks are omniscient and may return non-identical rows.
 """
 
@@ -19,7 +20,9 @@ from fedaudit.attacks.byzantine import (
     Optimal,
     SignFlip,
 )
-from fedaudit.attacks.registry import ATTACKS, make_attack, register_attack
+from fedaudit.attacks.registry import (ATTACKS, SPARSE_ATTACKS, make_attack, make_sparse_attack, register_attack,
+                                      register_sparse_attack)
+from fedaudit.attacks.sparse import ArbitraryPackets, SparseALIE, SparseAttack, SparseIPM
 from fedaudit.attacks.inference import (
     ColumnThreshold,
     FrequencyTest,
@@ -32,5 +35,7 @@ from fedaudit.attacks.inference import (
 __all__ = [
     "Attack", "ALIE", "IPM", "SignFlip", "Gaussian", "Mimic", "MinMax", "MinSum", "Fang", "FangKrumNotSelectedWarning", "NonFinite", "Optimal",
     "ATTACKS", "make_attack", "register_attack",
+    "SparseAttack", "SparseALIE", "SparseIPM", "ArbitraryPackets", "SPARSE_ATTACKS", "make_sparse_attack",
+    "register_sparse_attack",
     "ColumnThreshold", "FrequencyTest", "LikelihoodRatio", "LogisticClassifier", "Projection", "Statistic",
 ]
