@@ -13,8 +13,8 @@ multiplier λ and the temperature T_t fixed during the round,
     R(π) = −H(π) = π log π + (1 − π) log(1 − π)                      (regularizer="entropy")
     R(π) = KL(Bern(π) ‖ Bern(ρ)) = π log(π/ρ) + (1 − π) log((1 − π)/(1 − ρ))   (regularizer="kl")
 
-by ``local_steps`` SGD steps on (θ̃, log α) (one fresh gate sample u per step, learning rates
-``lr`` and ``lr_gates``). λ is the price, in loss units, of one expected non-zero parameter; this
+by ``local_steps`` SGD (or Adam) steps on (θ̃, log α) (one fresh gate sample u per step, learning
+rates ``lr`` and ``lr_gates``). λ is the price, in loss units, of one expected non-zero parameter; this
 is the Lagrangian E[ℓ] + λ'(ρ̂ − ρ) of Gallego-Posada et al. with λ' = λ·|θ|. T = 0 is FLoPS;
 T > 0 pushes every π_j towards ½ (entropy) or towards ρ (KL), delaying the commitment to a
 support. The server averages (θ̃, log α) over the participating clients with weights n_i
