@@ -10,8 +10,9 @@
   (:func:`~fedaudit.fl.data.load_digits_dataset`) or MNIST from local files
   (:func:`~fedaudit.fl.data.load_mnist`), federated;
 * :func:`load_gene_csv` — a gene-expression matrix (Golub leukemia, Khan SRBCT, …) from a CSV file
-  the user supplies, one sample per row and one label column; registered as the dataset
-  ``"gene-csv"``.
+  the user supplies, one sample per row and one label column. (Not registered in
+  :data:`fedaudit.fl.registry.DATASETS`: a registration made on import would make the registry's
+  contents depend on whether this module was imported.)
 
 Every random choice uses a numpy Generator from :func:`fedaudit.rng.as_generator`.
 """
@@ -28,7 +29,6 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import Dataset, load_digits_dataset, load_mnist, stratified_split
 from fedaudit.fl.partition import partition
-from fedaudit.fl.registry import DATASETS
 from fedaudit.rng import RngLike, as_generator
 from fedaudit.validation import check_int, check_probability, check_real
 
@@ -347,12 +347,3 @@ def load_gene_csv(path: str | Path, *, label_column: str | int = "label", drop_c
                    info={"source": str(path), "classes": classes, "features": [header[j] for j in keep],
                          "test_fraction": test_fraction, "standardize": bool(standardize)})
 
-
-def _gene_csv(*, path: Any = None, rng: RngLike = 0, **kwargs: Any) -> Dataset:
-    """A gene-expression CSV the user supplies (:func:`load_gene_csv`; ``path`` required)."""
-    if path is None:
-        raise FedAuditError("dataset 'gene-csv' needs path= (a CSV with one sample per row and a label column)")
-    return load_gene_csv(path, rng=rng, **kwargs)
-
-
-DATASETS.register("gene-csv", _gene_csv)
