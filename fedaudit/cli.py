@@ -862,10 +862,11 @@ def _agg_param_option(p: argparse.ArgumentParser) -> None:
 
 
 def _sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:
+    temperature = 0.05 if rounds else 0.01  # training: the EFLoPS default; the audited client: as audit_sparse_upload
     p.add_argument("--density", type=float, default=0.05,
                    help="target density ρ = m/|θ| of the model and the upload, in (0, 1) (default 0.05)")
-    p.add_argument("--temperature", type=float, default=0.01,
-                   help="temperature T of the gates' entropy regularizer, >= 0 (0: FLoPS; default 0.01)")
+    p.add_argument("--temperature", type=float, default=temperature,
+                   help=f"temperature T of the gates' entropy regularizer, >= 0 (0: FLoPS; default {temperature:g})")
     if rounds:
         p.add_argument("--rounds", type=_count, default=100, help="communication rounds (default 100)")
         p.add_argument("--clients", type=_count, default=10, help="clients (default 10)")

@@ -70,7 +70,7 @@ class SparseTraining:
                 f"clients, {self.seconds:.1f} s")
 
 
-def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperature: float = 0.01,
+def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperature: float = 0.05,
                  rounds: int = 100, clients: int = 10, seed: int = 0, upload: str = "gated",
                  progress: Callable[[int], None] | None = None) -> SparseTraining:
     """Train ``method`` (:data:`SPARSE_METHODS`) on ``dataset`` (:data:`SPARSE_DATASETS`) at target
