@@ -30,7 +30,9 @@ clients next to the honest ones, each round sending sparse ALIE or sparse IPM pa
 (:mod:`fedaudit.attacks.sparse`, attacker-chosen support), aggregated by the upload's FedAvg rule
 or by NNM+CWTM on the reconstructions (``train_eflops(byzantine=f, attack=...)``; a Byzantine
 packet weighs the mean honest n_i under FedAvg); test R² and support recovery on the first R evaluation
-problems with the tuned configuration (``eflops.robustness``).
+problems with the tuned configuration (``eflops.robustness``). ``--robust-upload dense`` runs the same
+section on the dense upload with the dense ALIE / IPM of :mod:`fedaudit.attacks.byzantine` (the
+rows keep the names "sparse-alie"/"sparse-ipm").
 
 Output (``--json``): ``{"eflops": {"r2", "support_recovery", ...}, "fediht": {...},
 "fedavg_prune": {...}, "density", "target_density"}``; each method's dict also holds the 95 %
@@ -52,6 +54,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from fedaudit.attacks.byzantine import ALIE, IPM
 from fedaudit.attacks.sparse import SparseALIE, SparseIPM
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import FedAuditError
@@ -154,6 +157,7 @@ def evaluate_method(name: str, config: dict, evals: list[Any], args: argparse.Na
 
 
 ATTACKS = {"none": None, "sparse-alie": SparseALIE(), "sparse-ipm": SparseIPM()}
+DENSE_ATTACKS = {"none": None, "sparse-alie": ALIE(), "sparse-ipm": IPM()}
 RULES = ("fedavg", "nnm+cwtm")
 
 
@@ -165,13 +169,15 @@ def robustness(config: dict, evals: list[Any], args: argparse.Namespace, density
         for rule in RULES:
             r2s, recs = [], []
             for j, data in enumerate(evals[: args.robust_seeds]):
-                up = GatedSparseUpload(data.n_features, m_for_density(density, data.n_features))
+                up = (GatedSparseUpload(data.n_features, m_for_density(density, data.n_features))
+                      if args.robust_upload == "gated" else None)
                 agg = None if rule == "fedavg" else make_aggregator(rule, args.f)
-                f = args.f if ATTACKS[attack] else 0
+                chosen = (ATTACKS if up is not None else DENSE_ATTACKS)[attack]
+                f = args.f if chosen else 0
                 try:
                     run = train("eflops", config, data, rounds=args.rounds, density=density,
                                 seed=derive_seed(args.seed, f"eval-{j}/train"), upload=up, aggregator=agg,
-                                byzantine=f, attack=ATTACKS[attack])
+                                byzantine=f, attack=chosen)
                     r2, rec = scores(run, data, "test")
                 except FedAuditError as err:  # a run the attack drove to divergence
                     print(f"  robustness {attack}/{rule} seed {j}: {err}", file=sys.stderr)
@@ -184,8 +190,8 @@ def robustness(config: dict, evals: list[Any], args: argparse.Namespace, density
             r2, ci = mean_ci(finite) if len(finite) == len(r2s) else (-math.inf, [-math.inf, -math.inf])
             rows.append({"attack": attack, "aggregator": rule, "r2": r2, "r2_ci95": ci, "r2_per_seed": r2s,
                          "support_recovery": float(np.mean(recs)), "support_recovery_per_seed": recs})
-    return {"f": args.f, "honest_clients": args.clients, "upload": "gated (senders rule)", "seeds": args.robust_seeds,
-            "rows": rows}
+    upload = "gated (senders rule)" if args.robust_upload == "gated" else "dense"
+    return {"f": args.f, "honest_clients": args.clients, "upload": upload, "seeds": args.robust_seeds, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -203,6 +209,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--f", type=int, default=2, help="Byzantine clients in the robustness section")
     ap.add_argument("--robust-seeds", type=int, default=2,
                     help="evaluation problems in the robustness section (0: skip)")
+    ap.add_argument("--robust-upload", choices=("gated", "dense"), default="gated",
+                    help="robustness section: gated sparse upload (sparse attacks) or dense upload (dense ALIE/IPM)")
     ap.add_argument("--quick", action="store_true", help="first grid point only, no tuning (smoke test)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
