@@ -44,10 +44,10 @@ def test_sparse_eflops_digits_prints_accuracy_and_gated_or_dense_bytes(tmp_path,
     argv = ["sparse", "--method", "eflops", "--dataset", "digits", "--rounds", "2", "--density", "0.1",
             "--temperature", "0", "--clients", "4", "--quiet"]
     gated, dense = tmp_path / "g.json", tmp_path / "d.json"
-    assert main([*argv, "--json", str(gated)]) == 0
+    assert main([*argv, "--upload", "gated", "--json", str(gated)]) == 0
     out = capsys.readouterr().out
     assert "eflops on digits: test accuracy" in out and "density 0.1000" in out and "support recovery" not in out
-    assert main([*argv, "--upload", "dense", "--json", str(dense)]) == 0
+    assert main([*argv, "--json", str(dense)]) == 0  # dense is the default
     p = sum(t.numel() for t in mlp(64, 10).parameters())  # 64·64 + 64 + 64·10 + 10 = 4810
     m = int(0.1 * p)
     g, d = json.loads(gated.read_text()), json.loads(dense.read_text())

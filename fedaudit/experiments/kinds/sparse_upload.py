@@ -71,7 +71,7 @@ class SparseTraining:
 
 
 def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperature: float = 0.05,
-                 rounds: int = 100, clients: int = 10, seed: int = 0, upload: str = "gated",
+                 rounds: int = 100, clients: int = 10, seed: int = 0, upload: str = "dense",
                  progress: Callable[[int], None] | None = None) -> SparseTraining:
     """Train ``method`` (:data:`SPARSE_METHODS`) on ``dataset`` (:data:`SPARSE_DATASETS`) at target
     density ρ = ``density`` for ``rounds`` rounds over ``clients`` clients.
@@ -81,11 +81,12 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     digits: :func:`~fedaudit.fl.sparse_data.load_digits_federated`, a one-hidden-layer MLP
     (:func:`~fedaudit.fl.models.mlp`, torch-seeded init), test accuracy. E-FLoPS uses
     :class:`~fedaudit.fl.eflops.EFLoPS` (``temperature`` T; the others ignore it) with its
-    defaults otherwise (lr of θ̃ below) and ``upload="gated"`` sends through
-    :class:`~fedaudit.mechanisms.gated.GatedSparseUpload` (top m = ⌊ρ·|θ|⌋ coordinates by gate),
-    ``"dense"`` sends (θ̃, log α) in full (2·|θ| float32); Fed-HT and FedAvg + prune their defaults. On the
-    synthetic data every method steps 1/L, L = max_i λ_max(X_iᵀX_i/n_i) (the smoothness of the
-    clients' least-squares losses). Data, initialisation and training
+    defaults, except lr = 0.1, lr_gates = 1 and 10 local steps on the synthetic data (best there in
+    ``docs/guides/eflops.md``); ``upload="dense"`` sends (θ̃, log α) in full (2·|θ| float32),
+    ``"gated"`` through :class:`~fedaudit.mechanisms.gated.GatedSparseUpload` (top m = ⌊ρ·|θ|⌋
+    coordinates by gate). Fed-HT and FedAvg + prune use their defaults, except the
+    step 1/L on the synthetic data, L = max_i λ_max(X_iᵀX_i/n_i) (the smoothness of the clients'
+    least-squares losses). Data, initialisation and training
     seeds derive from ``seed`` (:func:`fedaudit.rng.derive_seed`). ``progress(k)``: k more rounds done.
     """
     import numpy as np
@@ -124,16 +125,18 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
             model = mlp(data.n_features, data.n_classes).double()
     step = None if progress is None else cumulative(progress)
     train_seed = derive_seed(seed, f"train={method}")
-    lr = {}
-    if dataset == "synthetic":  # the step 1/L of smooth least squares (the baselines' default 0.01 diverges at d = 1000)
-        lr["lr"] = 1.0 / max(np.linalg.norm(X, 2) ** 2 / len(X) for X, _ in data.clients)
     if method == "eflops":
         dim = GatedModel(model).dim
-        run = train_eflops(model, data.clients, method=EFLoPS(density=density, temperature=temperature, **lr),
+        # the step sizes docs/guides/eflops.md found best on the scarce regression; its defaults elsewhere
+        tuned = {"lr": 0.1, "lr_gates": 1.0, "local_steps": 10} if dataset == "synthetic" else {}
+        run = train_eflops(model, data.clients, method=EFLoPS(density=density, temperature=temperature, **tuned),
                            rounds=rounds, rng=train_seed, progress=step,
                            upload=GatedSparseUpload(dim, m_for_density(density, dim)) if upload == "gated" else None)
     else:
         train = train_fed_ht if method == "fediht" else train_fedavg_prune
+        lr = {}
+        if dataset == "synthetic":  # the step 1/L of smooth least squares (their default 0.01 diverges at d = 1000)
+            lr["lr"] = 1.0 / max(np.linalg.norm(X, 2) ** 2 / len(X) for X, _ in data.clients)
         run = train(model, data, rounds=rounds, density=density, rng=train_seed, progress=step, **lr)
     score = evaluate(model, run.weights, data.X_test, data.y_test, data.task)
     recovery = None if data.support is None else support_recovery(run.mask.astype(float), data.support)
