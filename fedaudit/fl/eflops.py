@@ -226,7 +226,7 @@ class SparseRun:
     @property
     def bytes_uploaded(self) -> int:
         """Total bytes uploaded by all clients over all rounds."""
-        return int(sum(self.history["bytes"]))
+        return int(sum(self.history.get("bytes", ())))
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"method": self.method, "weights": self.weights, "mask": self.mask.astype(bool),
@@ -237,10 +237,10 @@ class SparseRun:
                          "info": self.info})
 
     def summary(self) -> str:
-        loss = self.history["loss"][-1] if self.history["loss"] else float("nan")
+        losses = self.history.get("loss") or [float("nan")]
         return (f"{self.method}: m={self.m} of {self.dim} (density {self.density:.4f}, target "
-                f"{self.target_density:.4f}), final loss {loss:.4g}, {self.bytes_uploaded} bytes uploaded "
-                f"in {len(self.history['round'])} rounds, {self.seconds:.1f} s")
+                f"{self.target_density:.4f}), final loss {losses[-1]:.4g}, {self.bytes_uploaded} bytes uploaded "
+                f"in {len(self.history.get('round', ()))} rounds, {self.seconds:.1f} s")
 
 
 # ----------------------------------------------------------------------------- local training
