@@ -109,9 +109,9 @@ def _inclusion_rates(draws: int = 60):
     j = info["outlier_coordinate"]
     assert j not in info["true_support"] and d1[0][-1, j] == pytest.approx(8.0) and d1[1][-1] == pytest.approx(16.0)
     np.testing.assert_array_equal(d0[0][:-1], d1[0][:-1])  # neighbours: only the last record differs
-    state = EFLoPSState(EFLoPS(density=0.05, temperature=0.1, anneal=None, local_steps=5),
+    state = EFLoPSState(EFLoPS(density=0.05, temperature=0.01, anneal=None, local_steps=5),
                         GatedModel(torch.nn.Linear(dim, 1, bias=False).double()), "mse", np.zeros(dim),
-                        HardConcrete.log_alpha_for(0.5) + 0.01 * np.random.default_rng(8).standard_normal(dim), 0.0, 0.1)
+                        HardConcrete.log_alpha_for(0.5) + 0.01 * np.random.default_rng(8).standard_normal(dim), 0.0, 0.01)
     wire = GatedSparseUpload(dim, m)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

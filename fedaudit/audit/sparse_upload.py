@@ -172,7 +172,7 @@ def _torch_threads(n: int):
         torch.set_num_threads(old)
 
 
-def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float = 0.05, temperature: float = 0.1,
+def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float = 0.05, temperature: float = 0.01,
                         epsilon: float = 1.0, claimed_epsilon: float | None = None, records: int = 20,
                         local_steps: int = 5, samples: int = 4000,
                         confidence: float = 0.95, seed: int | None = 0,
