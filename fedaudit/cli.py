@@ -1058,7 +1058,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="train a sparse federated model (E-FLoPS, Fed-IHT, FedAvg + pruning): test metric, "
                             "support recovery, realised density, bytes per client per round")
     p.add_argument("--method", default="eflops", choices=("eflops", "fediht", "fedavg-prune"),
-                   help="eflops (gated, default), fediht (Fed-HT) or fedavg-prune (FedAvg, then magnitude pruning)")
+                   help="eflops (probabilistic gates, default), fediht (Fed-HT) or fedavg-prune (FedAvg, then magnitude pruning)")
     p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"),
                    help="synthetic (planted sparse regression, d >> N; default) or digits (8x8, classification)")
     _sparse_model_options(p, rounds=True)
