@@ -9,6 +9,8 @@
   Chaudhuri 2024); :meth:`ScoreAuditor.gdp` — the Gaussian-DP estimate (Nasr et al. 2023);
 * :func:`audit_dpsgd` / :func:`audit_dpfedavg` — canary audits of an Opacus DP-SGD run and of
   client-level DP-FedAvg, next to the accountant's ε (loaded on first use: they train);
+* :func:`audit_sparse_upload` — the certified ε of E-FLoPS's gated sparse upload (plain and private)
+  on neighbouring local datasets (loaded on first use);
 * :func:`audit_robustness` — empirical (f, ν)-robustness of an aggregation rule;
 * :func:`measure_mse` / :func:`variance_vs_dk` — error of unbiased mechanisms.
 """
@@ -38,6 +40,10 @@ def __getattr__(name):  # these pull in defenses, attacks, fl or torch: load on 
         from fedaudit.audit import dpsgd_audit
 
         return getattr(dpsgd_audit, name)
+    if name in ("audit_sparse_upload", "SparseUploadAudit"):
+        from fedaudit.audit import sparse_upload
+
+        return getattr(sparse_upload, name)
     if name in ("audit_dpfedavg", "DPFedAvgAudit"):
         from fedaudit.audit import fedavg_audit
 
@@ -51,6 +57,7 @@ __all__ = [
     "audit_robustness", "RobustnessAudit",
     "OneRunAudit", "one_run_audit", "one_run_epsilon", "one_run_epsilon_fdp", "one_run_p_value",
     "GDPAudit", "gdp_epsilon", "audit_dpsgd", "DPSGDAudit", "audit_dpfedavg", "DPFedAvgAudit",
+    "audit_sparse_upload", "SparseUploadAudit",
     "MSEResult", "VarianceCurve", "measure_mse", "variance_vs_dk",
     "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",
     "ThresholdBound",

@@ -13,6 +13,8 @@ the server optimizers and the training loop, and the gossip simulator.
 * :mod:`fedaudit.fl.training` — :func:`run` and its :class:`Trace`;
 * :mod:`fedaudit.fl.dp_fedavg` — client-level DP-FedAvg: :class:`DPFedAvgAggregator` (clip, sum,
   Gaussian noise, fixed denominator qN) and :func:`train_dpfedavg`;
+* :mod:`fedaudit.fl.gates` / :mod:`fedaudit.fl.eflops` — Hard Concrete gates and E-FLoPS
+  (:func:`train_eflops`: density-constrained, entropy-regularised federated sparse learning);
 * :mod:`fedaudit.fl.gossip` — :func:`simulate_gossip` (decentralised robust gossip);
 * :mod:`fedaudit.fl.registry` — optimizers, partitions and datasets by name.
 """
@@ -27,7 +29,9 @@ from fedaudit.fl.data import (
     synthetic_logistic,
 )
 from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dpfedavg
+from fedaudit.fl.eflops import EFLoPS, EFLoPSState, SparseRun, local_update, top_m_mask, train_eflops
 from fedaudit.fl.federation import Federation, LabelFlip
+from fedaudit.fl.gates import GatedModel, HardConcrete
 from fedaudit.fl.gossip import GossipTrace, simulate_gossip
 from fedaudit.fl.models import LogisticModel, cnn, mlp
 from fedaudit.fl.optimizers import DGD, DNAG, PIGS, Optimizer, RobustAccelerated, estimate_delta, nesterov_schedule
@@ -60,7 +64,8 @@ __all__ = [
     "Federation", "LabelFlip",
     "Problem", "QuadraticProblem", "FederationProblem", "as_problem",
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
-    "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg", "GossipTrace", "simulate_gossip",
+    "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg",
+    "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
 ]
