@@ -243,7 +243,14 @@ def _gated():
     return upload, update, upload.select(update)
 
 
+def _federated_data():
+    from fedaudit.fl.sparse_data import scarce_regression
+
+    return [scarce_regression(d=40, support=4, samples=30, clients=3, val_samples=10, test_samples=10, rng=0)]
+
+
 BUILDERS = {
+    "fedaudit.fl.sparse_data.FederatedData": _federated_data,
     "fedaudit.mechanisms.gated.ClientUpdate": lambda: [_gated()[1]],
     "fedaudit.mechanisms.gated.SparsePacket": lambda: [_gated()[2]],
     "fedaudit.mechanisms.gated.GatedSparseUpload": lambda: [_gated()[0]],
