@@ -156,8 +156,10 @@ def evaluate_method(name: str, config: dict, evals: list[Any], args: argparse.Na
             "config": config}
 
 
-ATTACKS = {"none": None, "sparse-alie": SparseALIE(), "sparse-ipm": SparseIPM()}
-DENSE_ATTACKS = {"none": None, "sparse-alie": ALIE(), "sparse-ipm": IPM()}
+# ALIE at the z_max of Baruch et al.'s Algorithm 1 (variant "paper"): the "honest" variant of the
+# public implementations is z = 0 at n = 12, f = 2 (no shift at all); IPM at its default τ = 0.1.
+ATTACKS = {"none": None, "sparse-alie": SparseALIE(variant="paper"), "sparse-ipm": SparseIPM()}
+DENSE_ATTACKS = {"none": None, "sparse-alie": ALIE(variant="paper"), "sparse-ipm": IPM()}
 RULES = ("fedavg", "nnm+cwtm")
 
 
