@@ -15,6 +15,8 @@ the server optimizers and the training loop, and the gossip simulator.
   Gaussian noise, fixed denominator qN) and :func:`train_dpfedavg`;
 * :mod:`fedaudit.fl.gates` / :mod:`fedaudit.fl.eflops` — Hard Concrete gates and E-FLoPS
   (:func:`train_eflops`: density-constrained, entropy-regularised federated sparse learning);
+* :mod:`fedaudit.fl.sparse_data` / :mod:`fedaudit.fl.sparse_baselines` — scarce sparse regression,
+  federated digits/MNIST and gene-expression CSVs; Fed-HT, FedIter-HT and FedAvg + pruning;
 * :mod:`fedaudit.fl.gossip` — :func:`simulate_gossip` (decentralised robust gossip);
 * :mod:`fedaudit.fl.registry` — optimizers, partitions and datasets by name.
 """
@@ -53,6 +55,8 @@ from fedaudit.fl.registry import (
     register_optimizer,
     register_partition,
 )
+from fedaudit.fl.sparse_baselines import train_fed_ht, train_fedavg_prune, train_fediter_ht
+from fedaudit.fl.sparse_data import FederatedData, load_gene_csv, r2_score, scarce_regression, support_recovery
 from fedaudit.fl.training import Trace, run
 
 __all__ = [
@@ -65,7 +69,9 @@ __all__ = [
     "Problem", "QuadraticProblem", "FederationProblem", "as_problem",
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
     "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg",
-    "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete", "GossipTrace", "simulate_gossip",
+    "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete",
+    "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv",
+    "r2_score", "support_recovery", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
 ]
