@@ -32,7 +32,6 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.eflops import EFLoPS, train_eflops
@@ -42,6 +41,8 @@ from fedaudit.fl.sparse_data import load_digits_federated, load_mnist_federated
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.gated import GatedSparseUpload, m_for_density
 from fedaudit.rng import derive_seed
+
+from eflops_synthetic import mean_ci  # the same 95 % Student-t interval (this script's directory is on sys.path)
 
 METHODS = ("eflops", "fed_ht", "fediter_ht", "fedavg_prune")
 TRAIN = {"fed_ht": train_fed_ht, "fediter_ht": train_fediter_ht, "fedavg_prune": train_fedavg_prune}
@@ -67,15 +68,6 @@ def train(name: str, lr: float, data: Any, args: argparse.Namespace, seed: int) 
     else:
         run = TRAIN[name](model, data, rounds=args.rounds, density=args.density, rng=seed, **common)
     return model, run
-
-
-def mean_ci(values: list[float]) -> tuple[float, list[float]]:
-    v = np.asarray(values, dtype=np.float64)
-    m = float(v.mean())
-    if v.size < 2:
-        return m, [m, m]
-    h = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    return m, [m - h, m + h]
 
 
 def load(args: argparse.Namespace, key: str) -> Any:
