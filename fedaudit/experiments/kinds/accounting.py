@@ -213,16 +213,10 @@ class Accounting(ClaimKind):
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
         from fedaudit.guarantees import PureLDP
-        from fedaudit.mechanisms.registry import MECHANISMS
 
-        from fedaudit.experiments.kinds.ldp import build_mechanism, categorical
+        from fedaudit.experiments.kinds.ldp import build_mechanism, categorical, check_mechanism_key
 
-        if ":" not in p["mechanism"]:
-            p["mechanism"] = p["mechanism"].lower()
-        try:
-            MECHANISMS.factory(p["mechanism"])
-        except FedAuditError as exc:
-            raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
+        check_mechanism_key(where, p)
         if p["k"] is not None and p["k"] > p["dim"]:
             raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
         try:

@@ -82,6 +82,19 @@ def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples:
     return audit_ldp(target, x0, x1, samples=samples, seed=seed, **common), x0, x1, pair_label(pair)
 
 
+def check_mechanism_key(where: str, p: dict[str, Any]) -> None:
+    """Normalise ``p["mechanism"]`` (registered names are case-insensitive; ``module:attr`` as
+    given) and refuse a name the mechanism registry cannot resolve."""
+    from fedaudit.mechanisms.registry import MECHANISMS
+
+    if ":" not in p["mechanism"]:
+        p["mechanism"] = p["mechanism"].lower()
+    try:
+        MECHANISMS.factory(p["mechanism"])
+    except FedAuditError as exc:
+        raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
+
+
 def build_mechanism(p: Mapping[str, Any]) -> Any:
     """The mechanism of an ldp claim's parameters (``make_mechanism`` with the plan's keywords)."""
     from fedaudit.mechanisms.registry import make_mechanism
@@ -175,7 +188,6 @@ class LDP(ClaimKind):
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
         from fedaudit.audit.ldp import TESTS
-        from fedaudit.mechanisms.registry import MECHANISMS
 
         if p["k"] is not None and p["k"] > p["dim"]:
             raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
@@ -184,12 +196,7 @@ class LDP(ClaimKind):
             raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
                                            f"allowed), got {show(p['test'])}")
         p["test"] = ",".join(names)
-        if ":" not in p["mechanism"]:
-            p["mechanism"] = p["mechanism"].lower()
-        try:
-            MECHANISMS.factory(p["mechanism"])
-        except FedAuditError as exc:
-            raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
+        check_mechanism_key(where, p)
         if p["mechanism"] == "rr" and p["dim"] < 2:
             raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
         try:
