@@ -337,3 +337,37 @@ def test_private_upload_in_the_loop(problem):
     run = train_eflops(linear(200), clients, method=EFLoPS(0.05, local_steps=2), rounds=2, rng=0, upload=private)
     assert run.history["bytes"] == [5 * math.ceil(private.bits_per_report / 8)] * 2
     assert np.isfinite(run.weights).all() and run.mask.sum() == 10
+
+
+# ----------------------------------------------------------------------------- training through the gated upload (issue #12)
+
+
+def _scarce_linear():
+    from fedaudit.fl.sparse_data import scarce_regression
+
+    data = scarce_regression(rng=1)
+    model = torch.nn.Linear(data.n_features, 1, bias=False).double()
+    torch.nn.init.zeros_(model.weight)
+    return data, model
+
+
+def test_gated_upload_senders_rule_diverges_on_the_scarce_regression():
+    """The bug of issue #12: with "senders" (or "dense") the gates a client closes are never sent, the
+    server's ρ̂ cannot fall, λ grows and local training blows up within a few rounds."""
+    data, model = _scarce_linear()
+    method = EFLoPS(density=0.05, lr=0.1, lr_gates=1.0, local_steps=10)
+    with pytest.raises(FedAuditError, match="float32"):
+        train_eflops(model, data.clients, method=method, rounds=10, rng=0, upload=GatedSparseUpload(1000, 50))
+
+
+def test_gated_upload_votes_rule_trains_finitely_and_density_falls():
+    data, model = _scarce_linear()
+    method = EFLoPS(density=0.05, lr=0.1, lr_gates=1.0, local_steps=10)
+    run = train_eflops(model, data.clients, method=method, rounds=30, rng=0,
+                       upload=GatedSparseUpload(1000, 50, rule="votes", unsent_decay=0.05))
+    h = run.history
+    assert np.isfinite(h["loss"]).all() and np.isfinite(h["lambda"]).all() and np.isfinite(run.weights).all()
+    assert max(h["loss"]) <= 1.5 * h["loss"][0]          # no blow-up
+    assert h["density"][-1] < 0.5 * h["density"][0]       # the server hears gates close
+    r2 = 1 - np.mean((data.y_test - data.X_test @ run.weights) ** 2) / np.var(data.y_test)
+    assert r2 > 0.0

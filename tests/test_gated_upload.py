@@ -205,6 +205,26 @@ def test_unsent_gates_decay_toward_closed():
     np.testing.assert_allclose(out.weights[[1, 4]], [20, 50])
 
 
+def test_votes_rule_counts_non_senders_with_the_decayed_gate():
+    """Issue #12: "votes" = FedAvg of reconstructions whose unsent gates are φ̄ + κ·(c − φ̄), weights as "dense"."""
+    _, prev, a, b = _tiny()
+    kappa, c = 0.25, LOG_ALPHA_CLOSED
+    gv = GatedSparseUpload(5, 2, rule="votes", unsent_decay=kappa)
+    out = gv.aggregate([a, b], prev, weights=[1.0, 3.0])
+    dense = GatedSparseUpload(5, 2, rule="dense", unsent_decay=kappa).aggregate([a, b], prev, weights=[1.0, 3.0])
+    np.testing.assert_allclose(out.weights, dense.weights)
+    decayed = prev.log_alpha + kappa * (c - prev.log_alpha)
+    rows = np.stack([gv.reconstruct(p, prev).log_alpha for p in (a, b)])
+    for i, p in enumerate((a, b)):   # reconstruction: sent gates from the packet, the rest decayed
+        unsent = np.setdiff1d(np.arange(5), p.indices)
+        np.testing.assert_allclose(rows[i, unsent], decayed[unsent])
+        np.testing.assert_allclose(rows[i, p.indices], p.gate_stats)
+    np.testing.assert_allclose(out.log_alpha, np.array([1.0, 3.0]) @ rows / 4.0)
+    # κ = 0: the dense rule exactly
+    np.testing.assert_allclose(GatedSparseUpload(5, 2, rule="votes").aggregate([a, b], prev).log_alpha,
+                               GatedSparseUpload(5, 2, rule="dense").aggregate([a, b], prev).log_alpha)
+
+
 def test_zero_weight_client_counts_as_not_sending():
     g, prev, a, b = _tiny()
     out = g.aggregate([a, b], prev, weights=[0.0, 1.0])

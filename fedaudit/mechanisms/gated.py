@@ -179,7 +179,11 @@ class GatedSparseUpload:
     unchanged; c = ``closed_log_alpha``, default log 0.01). ``rule="dense"`` is FedAvg of the
     reconstructions (each client's unsent coordinates = the previous global value):
     θ_j = Σ_i w_i r_ij / Σ_i w_i, the same as :class:`fedaudit.defenses.Mean` on ``reconstruct`` rows;
-    unsent coordinates decay as above. The senders rule is what the FLoPS reviews describe as weighted
+    unsent coordinates decay as above. ``rule="votes"`` is the dense rule with every non-sender's
+    gate taken as the decayed φ̄_j + κ·(c − φ̄_j): θ_j as in "dense", log α_j = (Σ_{S_j} w_i log α_ij
+    + Σ_{i∉S_j} w_i (φ̄_j + κ·(c − φ̄_j))) / Σ_i w_i — the rule for *training* through the upload
+    (``docs/guides/gated-upload.md``: with "senders" or "dense" the gates a client closes are never
+    heard, ρ̂ cannot fall and E-FLoPS diverges). The senders rule is what the FLoPS reviews describe as weighted
     averaging of (θ̃, φ), restricted to the clients that hold information about j; the dense rule
     shrinks a coordinate toward its previous value by the share of clients that did not send it.
     """
@@ -196,7 +200,7 @@ class GatedSparseUpload:
                                 f"with dim={self.dim}")
         self.value_dtype = check_choice("value_dtype", value_dtype, tuple(_VALUE_DTYPES))
         self.value_bytes = _VALUE_DTYPES[self.value_dtype]
-        self.rule = check_choice("rule", rule, ("senders", "dense"))
+        self.rule = check_choice("rule", rule, ("senders", "dense", "votes"))
         self.unsent_decay = check_real("unsent_decay", unsent_decay, low=0.0, high=1.0)
         self.closed_log_alpha = check_real("closed_log_alpha", closed_log_alpha)
         self._vdtype = np.dtype(self.value_dtype).newbyteorder("<")
@@ -308,10 +312,13 @@ class GatedSparseUpload:
         return previous
 
     def reconstruct(self, packet: SparsePacket | bytes, previous: ClientUpdate) -> ClientUpdate:
-        """Dense view of one packet: sent coordinates from the packet, the rest from ``previous``."""
+        """Dense view of one packet: sent coordinates from the packet, the rest from ``previous``
+        (``rule="votes"``: unsent gates from the decayed previous φ̄ + κ·(c − φ̄))."""
         packet = self.decode(packet) if not isinstance(packet, SparsePacket) else self._check_packet(packet)
         prev = self._check_previous(previous)
         w, la = prev.weights.copy(), prev.log_alpha.copy()
+        if self.rule == "votes":
+            la += self.unsent_decay * (self.closed_log_alpha - la)
         w[packet.indices] = packet.values
         la[packet.indices] = packet.gate_stats
         return ClientUpdate(w, la)
@@ -359,8 +366,11 @@ class GatedSparseUpload:
             new_la = np.where(sent, sum_g / np.where(sent, mass, 1.0), prev.log_alpha)
         else:
             total = w.sum()
+            decayed = prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
             new_w = (sum_v + (total - mass) * prev.weights) / total
-            new_la = (sum_g + (total - mass) * prev.log_alpha) / total
+            # "votes": a client that did not send j counts with the decayed previous gate (its top-m says
+            # "j is not among my open gates"); "dense": with the previous gate itself
+            new_la = (sum_g + (total - mass) * (decayed if self.rule == "votes" else prev.log_alpha)) / total
         decayed = prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
         new_la = np.where(sent, new_la, decayed)
         return ClientUpdate(new_w, new_la)
