@@ -62,7 +62,7 @@ def train(name: str, lr: float, data: Any, args: argparse.Namespace, seed: int) 
     common = {"local_steps": 5, "batch_size": 32, "lr": lr}
     if name == "eflops":
         dim = sum(p.numel() for p in model.parameters())
-        upload = GatedSparseUpload(dim, m_for_density(args.density, dim)) if args.upload == "gated" else None
+        upload = GatedSparseUpload(dim, m_for_density(args.density, dim), rule="votes", unsent_decay=0.05) if args.upload == "gated" else None
         run = train_eflops(model, data.clients, method=EFLoPS(density=args.density, **common), rounds=args.rounds,
                            rng=seed, upload=upload)
     else:

@@ -171,7 +171,7 @@ def robustness(config: dict, evals: list[Any], args: argparse.Namespace, density
         for rule in RULES:
             r2s, recs = [], []
             for j, data in enumerate(evals[: args.robust_seeds]):
-                up = (GatedSparseUpload(data.n_features, m_for_density(density, data.n_features))
+                up = (GatedSparseUpload(data.n_features, m_for_density(density, data.n_features), rule="votes", unsent_decay=0.05)
                       if args.robust_upload == "gated" else None)
                 agg = None if rule == "fedavg" else make_aggregator(rule, args.f)
                 chosen = (ATTACKS if up is not None else DENSE_ATTACKS)[attack]

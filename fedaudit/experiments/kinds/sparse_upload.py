@@ -131,7 +131,7 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
         tuned = {"lr": 0.1, "lr_gates": 1.0, "local_steps": 10} if dataset == "synthetic" else {}
         run = train_eflops(model, data.clients, method=EFLoPS(density=density, temperature=temperature, **tuned),
                            rounds=rounds, rng=train_seed, progress=step,
-                           upload=GatedSparseUpload(dim, m_for_density(density, dim)) if upload == "gated" else None)
+                           upload=GatedSparseUpload(dim, m_for_density(density, dim), rule="votes", unsent_decay=0.05) if upload == "gated" else None)
     else:
         train = train_fed_ht if method == "fediht" else train_fedavg_prune
         lr = {}
