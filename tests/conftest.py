@@ -7,6 +7,8 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from scipy import stats
 
+from fedaudit.experiments.runner import PlanProgress
+
 settings.register_profile(
     "ci",
     derandomize=True,
@@ -48,3 +50,17 @@ def brute_ratio(X: np.ndarray, z: np.ndarray, f: int) -> float:
         m = xs.mean(0)
         best = max(best, float(np.sum((z - m) ** 2) / np.mean(np.sum((xs - m) ** 2, axis=1))))
     return best
+
+
+class UnitCounter(PlanProgress):
+    """Plan progress that records each claim's announced (total, unit) and the units it then advanced."""
+
+    def __init__(self):
+        self.total, self.done = {}, {}
+
+    def claim_started(self, spec, total, unit):
+        self.total[spec.id], self.done[spec.id] = (total, unit), 0
+
+    def advance(self, n):
+        (last,) = list(self.done)[-1:]
+        self.done[last] += n

@@ -9,10 +9,11 @@ import json
 
 import jsonschema
 import pytest
+from conftest import UnitCounter
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.plan import load_plan
-from fedaudit.experiments.runner import PlanProgress, run_plan
+from fedaudit.experiments.runner import run_plan
 from fedaudit.reports import load_schema
 from fedaudit.reports.plots import render_png
 
@@ -24,21 +25,9 @@ def plan(*claims):
     return {"plan": {"title": "audits", "seed": 0}, "claim": [copy.deepcopy(c) for c in claims]}
 
 
-class Units(PlanProgress):
-    def __init__(self):
-        self.total, self.done = {}, {}
-
-    def claim_started(self, spec, total, unit):
-        self.total[spec.id], self.done[spec.id] = (total, unit), 0
-
-    def advance(self, n):
-        (last,) = [k for k in self.done][-1:]
-        self.done[last] += n
-
-
 @pytest.fixture(scope="module")
 def sgd_report():
-    units = Units()
+    units = UnitCounter()
     broken = {**SGD, "id": "broken", "noise_multiplier": 0.2, "claimed_noise_multiplier": 2.0, "expect": "violation"}
     over = {**SGD, "id": "over", "claimed_epsilon": 1.0}
     return run_plan(plan(SGD, broken, over), progress=units), units

@@ -9,10 +9,11 @@ import json
 
 import jsonschema
 import pytest
+from conftest import UnitCounter
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.plan import load_plan
-from fedaudit.experiments.runner import PlanProgress, run_plan
+from fedaudit.experiments.runner import run_plan
 from fedaudit.reports import load_schema
 
 UP = {"id": "up", "kind": "sparse-upload", "samples": 200}
@@ -22,21 +23,9 @@ def plan(*claims):
     return {"plan": {"title": "sparse", "seed": 0}, "claim": [copy.deepcopy(c) for c in claims]}
 
 
-class Units(PlanProgress):
-    def __init__(self):
-        self.total, self.done = {}, {}
-
-    def claim_started(self, spec, total, unit):
-        self.total[spec.id], self.done[spec.id] = (total, unit), 0
-
-    def advance(self, n):
-        (last,) = list(self.done)[-1:]
-        self.done[last] += n
-
-
 @pytest.fixture(scope="module")
 def report():
-    units = Units()
+    units = UnitCounter()
     tight = {**UP, "id": "tight", "max_bytes_ratio": 0.2, "samples": 100, "claimed_epsilon": 0.5}
     return run_plan(plan(UP, tight), progress=units), units
 
