@@ -85,3 +85,10 @@ def test_sampler_tutorial_prints_what_the_page_shows(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     _same_text_and_numbers(proc.stdout.strip(), _shown_output(page, "python audit_mine.py").strip())
+
+
+@pytest.mark.parametrize("script", ["dpsgd_audit.py", "one_run_stats.py"])
+def test_the_canary_audit_guide_examples_print_what_the_page_shows(script, capsys):
+    """The DP-SGD audit (σ/10 flagged) and the one-run statistics examples, output to the last digit."""
+    exec(compile(_code_block("guides/canary-audits.md", script), script, "exec"), {})
+    assert capsys.readouterr().out == _shown_output("guides/canary-audits.md", f"python {script}")

@@ -391,15 +391,3 @@ def test_bad_input_of_the_pure_functions():
     tallies = ScoreAuditor.from_counts([0.0, 1.0], [10, 10], [0.0, 1.0], [10, 10])
     with pytest.raises(FedAuditError, match="individual score"):
         tallies.one_run(1e-5)
-
-
-# --------------------------------------------------------------------------- the guide
-def test_the_statistics_example_of_the_guide_prints_what_the_page_shows(capsys):
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "canary-audits.md").read_text(encoding="utf-8")
-    code = re.search(r'^```python title="one_run_stats.py"\n(.*?)^```$', text, flags=re.M | re.S).group(1)
-    shown = re.search(r"^```\n\$ python one_run_stats.py\n(.*?)^```$", text, flags=re.M | re.S).group(1)
-    exec(compile(code, "one_run_stats.py", "exec"), {})
-    assert capsys.readouterr().out == shown
