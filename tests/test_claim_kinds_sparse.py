@@ -1,16 +1,21 @@
 """Claim kind ``sparse-upload``: the private gated upload within its stated ε (PASS), the plain
 upload's leak and the wire bytes next to it; a byte budget below the packet fails the claim without
-calling it a privacy violation; the stated ε may differ from the one the upload runs at; bad keys are refused when the plan is loaded."""
+calling it a privacy violation; the stated ε may differ from the one the upload runs at; a claim that
+the plain upload is 1-DP fails through ``fedaudit run`` (exit 1) on its certified bound, and passes as
+an expected violation; bad keys are refused when the plan is loaded."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 
 import jsonschema
 import pytest
 from conftest import UnitCounter
 
+from fedaudit.audit.bounds import expected_epsilon_lower_bound
+from fedaudit.cli import main
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.plan import load_plan
 from fedaudit.experiments.runner import run_plan
@@ -58,6 +63,63 @@ def test_a_byte_budget_below_the_packet_fails_without_a_privacy_violation(report
     assert "stated ε = 0.5 (run at ε = 1)" in tight.summary
 
 
+def _toml(path, *claims):
+    def value(v):
+        return json.dumps(v) if isinstance(v, str) else repr(v)
+
+    lines = ['[plan]', 'title = "sparse claims"', 'seed = 0']
+    for c in claims:
+        lines += ["", "[[claim]]"] + [f"{k} = {value(v)}" for k, v in c.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+PLAIN_1DP = {**UP, "id": "plain-1dp", "plain_claimed_epsilon": 1.0}
+
+
+def _claims(out):
+    rep = json.loads((out / "report.json").read_text())
+    return rep, {c["id"]: c for c in rep["claims"]}
+
+
+def test_a_claim_that_the_plain_upload_is_1dp_fails_through_fedaudit_run(tmp_path, capsys):
+    out = tmp_path / "fail"
+    assert main(["run", str(_toml(tmp_path / "fail.toml", PLAIN_1DP)), "--out", str(out), "--quiet"]) == 1
+    rep, claims = _claims(out)
+    c = claims["plain-1dp"]
+    ev = c["evidence"]
+    assert rep["overall"] == "FAIL" and c["verdict"] == "FAIL"
+    # decided by the certified bound alone: ε_lb > 1 on the plain upload, the private one within its ε
+    assert ev["plain_violation"] and ev["violation"] and not ev["private_violation"]
+    assert ev["epsilon_plain_stated"] == 1.0 and ev["audits"]["plain"]["epsilon_claimed"] == 1.0
+    assert ev["epsilon_plain_lower"] == ev["audits"]["plain"]["epsilon_lower"] > 1.0
+    # independent check of the size of the leak: the event {j* sent} has rates (≥ 0.5, ≤ 0.1)
+    # (tests/test_sparse_upload_audit.py); its expected certified bound on the certification draws
+    n = ev["audits"]["plain"]["ldp"]["certification_samples"]
+    assert ev["epsilon_plain_lower"] >= expected_epsilon_lower_bound(0.5, 0.1, n) - 0.5
+    shown = f"{ev['epsilon_plain_lower']:.3f}"
+    assert f"plain upload: certified ε ≥ {shown} at 95% ABOVE its stated ε = 1" in c["summary"]
+    md = (out / "report.md").read_text()
+    assert "FAIL" in md and shown in md
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_the_private_claim_passes_and_the_plain_violation_is_an_expected_one(tmp_path):
+    out = tmp_path / "pass"
+    plan_file = _toml(tmp_path / "pass.toml", {**UP, "id": "private-1dp"},
+                      {**PLAIN_1DP, "id": "plain-not-1dp", "expect": "violation"})
+    assert main(["run", str(plan_file), "--out", str(out), "--quiet"]) == 0
+    rep, claims = _claims(out)
+    private, plain = claims["private-1dp"], claims["plain-not-1dp"]
+    assert rep["overall"] == "PASS" and private["verdict"] == plain["verdict"] == "PASS"
+    assert not private["evidence"]["violation"] and private["evidence"]["epsilon_plain_stated"] is None
+    assert private["evidence"]["epsilon_private_lower"] <= 1.0
+    assert plain["evidence"]["plain_violation"] and not plain["evidence"]["private_violation"]
+    assert "expected a violation, detected" in plain["summary"]
+    assert plain["title"].startswith("The plain gated upload is not 1-DP")
+    assert math.isfinite(plain["evidence"]["epsilon_plain_lower"])
+
+
 @pytest.mark.parametrize("overrides, pattern", [
     ({"density": 1.0}, r"key 'density' must be a number in \(0, 1\)"),
     ({"density": 0}, r"key 'density' must be a number in \(0, 1\)"),
@@ -65,6 +127,7 @@ def test_a_byte_budget_below_the_packet_fails_without_a_privacy_violation(report
     ({"samples": 50}, r"key 'samples' must be an integer in \[100, 10000000\]"),
     ({"epsilon": 0}, r"key 'epsilon' must be a number > 0"),
     ({"max_bytes_ratio": 1.5}, r"key 'max_bytes_ratio' must be a number in \(0, 1\]"),
+    ({"plain_claimed_epsilon": 0}, r"key 'plain_claimed_epsilon' must be a number > 0"),
 ])
 def test_bad_sparse_upload_claims_are_refused_when_the_plan_is_loaded(overrides, pattern):
     with pytest.raises(FedAuditError, match=r"^claim 'up' \(#1\): " + pattern):

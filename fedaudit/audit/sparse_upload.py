@@ -8,7 +8,7 @@ datasets D0, D1 (one record replaced), so the sampler of :func:`fedaudit.audit.a
 the indicator x ∈ {0, 1} to draws of the upload on D_x. Any ε-LDP upload mechanism M gives an
 ε-DP pipeline (post-processing of a function of D), so the certified bound on
 P[M(U(D1)) ∈ E] ≤ e^ε P[M(U(D0)) ∈ E] must stay ≤ the stated ε of the private variant; the
-plain gated upload (top-m indices by gate probability, exact values) states nothing and is
+plain gated upload (top-m indices by gate probability, exact values) states nothing by default and is
 expected to leak: the index set moves with the record.
 
 A report is the decoded packet as a dense row ``[1{j sent}, value_j, gate_j]_{j<|θ|}`` (plain
@@ -75,9 +75,9 @@ def upload_sampler(local_update: Callable[[Any, np.random.Generator], Any], data
 @dataclass(frozen=True)
 class SparseUploadAudit:
     """Result of an upload audit. ``epsilon_lower`` is certified at ``confidence`` for the pipeline
-    D ↦ upload(local_update(D)) on the neighbouring pair; ``epsilon_claimed`` is the private
-    variant's stated ε (None: the plain upload claims nothing). ``violation``: the bound exceeds
-    the stated ε. ``bytes_sparse``/``bytes_dense``: one client's upload per round on the wire
+    D ↦ upload(local_update(D)) on the neighbouring pair; ``epsilon_claimed`` is the stated ε
+    (None: nothing is claimed, the plain upload's default). ``violation``: the certified bound
+    exceeds the stated ε. ``bytes_sparse``/``bytes_dense``: one client's upload per round on the wire
     (gated packet vs dense FedAvg float32 weights)."""
 
     upload: str
@@ -188,9 +188,11 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     :class:`~fedaudit.mechanisms.gated.GatedPrivateUpload` (``gated-private``: Gumbel noisy top-m and
     discrete-Laplace values and gates on the clamped (θ̃, log α)) run at ``epsilon``.
     :func:`audit_upload` certifies the bound at ``confidence`` from
-    ``samples`` uploads per dataset. The plain upload states no ε; the private one states
-    ``claimed_epsilon`` (default ``epsilon``, the ε it runs at; a smaller claim is a mis-stated
-    upload whose violation the audit can detect).
+    ``samples`` uploads per dataset. The private upload states ``claimed_epsilon`` (default
+    ``epsilon``, the ε it runs at; a smaller claim is a mis-stated upload whose violation the audit
+    can detect). The plain upload states ``claimed_epsilon`` when given (e.g. a claim "the plain
+    upload is 1-DP", which a certified bound above 1 refutes) and nothing by default; ``epsilon``
+    does not act on it.
     """
     from fedaudit.fl.eflops import EFLoPS, EFLoPSState, local_update
     from fedaudit.fl.gates import GatedModel, HardConcrete
@@ -222,7 +224,7 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
         def report(update, rng):
             packet = wire.decode(wire.encode(update))
             return packet_row(packet.indices, packet.values, packet.gate_stats, dim)
-        claim, sent = None, wire.packet_bytes()
+        claim, sent = (None if claimed_epsilon is None else stated), wire.packet_bytes()
     else:
         private = GatedPrivateUpload(dim, m, epsilon)
 

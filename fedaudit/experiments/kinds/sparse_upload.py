@@ -5,12 +5,15 @@ client datasets, next to what the plain upload leaks and the bytes both save.
 
 Two black-box audits (:func:`fedaudit.audit.sparse_upload.audit_sparse_upload`) of one client's
 upload pipeline D ↦ upload(local_update(state, D)) on datasets D0, D1 that differ in one outlier
-record: the plain top-m upload (no claim; its certified ε is expected to be large, the index set
-moves with the record) and the private variant ``gated-private`` (its stated ε). The claim holds
-when the private variant's certified lower bound is at most its stated ε (an audit can only refute
-a claim) and, when the plan sets ``max_bytes_ratio``, the gated packet is at most that share of a
-dense FedAvg upload of float32 weights; a certified bound above the stated ε is a detected
-violation (P[false alarm] ≤ 1 − ``confidence``).
+record: the plain top-m upload (no claim unless the plan sets ``plain_claimed_epsilon``; its
+certified ε is expected to be large, the index set moves with the record) and the private variant
+``gated-private`` (its stated ε, ``claimed_epsilon``, default the ε it runs at). The claim holds
+when each stated ε is at least its upload's certified lower bound (an audit can only refute a
+claim) and, when the plan sets ``max_bytes_ratio``, the gated packet is at most that share of a
+dense FedAvg upload of float32 weights. A certified bound above a stated ε is a detected violation
+(P[false alarm] ≤ 1 − ``confidence`` per audited claim); only certified bounds decide it. A claim
+"the plain upload is ε-DP" is refuted this way (``plain_claimed_epsilon = 1`` with
+``expect = "violation"`` is the shipped regression case).
 
 :func:`train_sparse` trains one sparse method (E-FLoPS, Fed-HT, FedAvg + magnitude pruning) on the
 planted scarce regression or the federated 8×8 digits and reports the test metric, support
@@ -149,7 +152,7 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
 
 
 class SparseUpload(ClaimKind):
-    """Audit one client's gated sparse upload on neighbouring local datasets: the private variant's certified ε lower bound must stay within its stated ε (the plain upload's bound and the bytes per client per round against dense FedAvg are reported next to it)."""
+    """Audit one client's gated sparse upload on neighbouring local datasets: the private variant's certified ε lower bound must stay within its stated ε, and the plain upload's within ``plain_claimed_epsilon`` when the plan states one (else its bound is reported next to it, with the bytes per client per round against dense FedAvg)."""
 
     name = "sparse-upload"
     unit = "uploads"
@@ -165,8 +168,12 @@ class SparseUpload(ClaimKind):
             "local_steps": Key("int", 5, low=1, high=1000, help="local training steps per upload"),
             "epsilon": Key("float", 1.0, low=0, open_low=True, help="the ε the private upload is run at"),
             "claimed_epsilon": Key("float", None, low=0, open_low=True,
-                                   help="the ε the claim states (default: epsilon); a claim below the ε the upload "
-                                        "runs at is a mis-stated upload"),
+                                   help="the ε the claim states for the private upload (default: epsilon); a claim "
+                                        "below the ε the upload runs at is a mis-stated upload"),
+            "plain_claimed_epsilon": Key("float", None, low=0, open_low=True,
+                                         help="an ε the claim states for the plain gated upload (default: "
+                                              "none, its bound is reported only); a certified bound above it is a "
+                                              "violation"),
             "samples": Key("int", 2000, low=100, high=10_000_000, help="uploads drawn per dataset and audit"),
             "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
             "max_bytes_ratio": Key("float", None, low=0, high=1, open_low=True,
@@ -176,8 +183,12 @@ class SparseUpload(ClaimKind):
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         verb = "is not" if expect == "violation" else "is"
         claim = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
-        return (f"The private gated upload (ρ = {p['density']:g}, |θ| = {p['dim']}) {verb} {claim:g}-DP "
-                f"for one client's record (black-box audit on neighbouring datasets)")
+        what = f"The private gated upload {verb} {claim:g}-DP"
+        if p["plain_claimed_epsilon"] is not None:
+            what = (f"The plain gated upload is not {p['plain_claimed_epsilon']:g}-DP" if expect == "violation"
+                    else f"The plain gated upload is {p['plain_claimed_epsilon']:g}-DP and the private one {claim:g}-DP")
+        return (f"{what} (ρ = {p['density']:g}, |θ| = {p['dim']}) for one client's record (black-box audit on "
+                f"neighbouring datasets)")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         return 2 * 2 * p["samples"]
@@ -188,33 +199,45 @@ class SparseUpload(ClaimKind):
 
         p = spec.params
         stated = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+        plain_stated = p["plain_claimed_epsilon"]
         common = dict(dim=p["dim"], density=p["density"], temperature=p["temperature"], epsilon=p["epsilon"],
                       records=p["records"], local_steps=p["local_steps"], samples=p["samples"],
                       confidence=p["confidence"], progress=progress)
-        plain = audit_sparse_upload("plain", seed=derive_seed(spec.seed, "upload=plain"), **common)
+        plain = audit_sparse_upload("plain", seed=derive_seed(spec.seed, "upload=plain"),
+                                    claimed_epsilon=plain_stated, **common)
         private = audit_sparse_upload("private", seed=derive_seed(spec.seed, "upload=private"),
                                       claimed_epsilon=stated, **common)
         ratio = private.bytes_sparse / private.bytes_dense
         bytes_ok = p["max_bytes_ratio"] is None or ratio <= p["max_bytes_ratio"]
-        violated = bool(private.violation)
+        violated = bool(private.violation or plain.violation)
         conf = f"{private.confidence:.0%}"
-        parts = [f"private upload: certified ε ≥ {private.epsilon_lower:.3f} at {conf} "
-                 + ("ABOVE" if violated else "within") + f" its stated ε = {stated:g}"
-                 + ("" if stated == p["epsilon"] else f" (run at ε = {p['epsilon']:g})"),
-                 f"plain upload: certified ε ≥ {plain.epsilon_lower:.3f} (no claim; at most "
-                 f"{plain.max_certifiable:.2f} certifiable with {plain.samples} draws)",
+        if plain_stated is None:
+            plain_part = (f"plain upload: certified ε ≥ {plain.epsilon_lower:.3f} (no claim; at most "
+                          f"{plain.max_certifiable:.2f} certifiable with {plain.samples} draws)")
+        else:
+            plain_part = (f"plain upload: certified ε ≥ {plain.epsilon_lower:.3f} at {conf} "
+                          + ("ABOVE" if plain.violation else "within") + f" its stated ε = {plain_stated:g}")
+        private_part = (f"private upload: certified ε ≥ {private.epsilon_lower:.3f} at {conf} "
+                        + ("ABOVE" if private.violation else "within") + f" its stated ε = {stated:g}"
+                        + ("" if stated == p["epsilon"] else f" (run at ε = {p['epsilon']:g})"))
+        # the upload a claim is mainly about comes first: the plain one when the plan states its ε
+        parts = [*((private_part, plain_part) if plain_stated is None else (plain_part, private_part)),
                  f"bytes per client per round: plain {plain.bytes_sparse}, private {private.bytes_sparse}, "
                  f"dense FedAvg {private.bytes_dense} ({ratio:.1%})"
                  + ("" if bytes_ok else f" ABOVE the maximum ratio {p['max_bytes_ratio']:g}")]
-        if private.max_certifiable <= stated and not violated:
-            parts.append(f"with {private.samples} draws no bound above {private.max_certifiable:.2f} is certifiable: "
-                         f"a violation of ε = {stated:g} could not have been detected")
+        for name, res, eps in (("private", private, stated), ("plain", plain, plain_stated)):
+            if eps is not None and res.max_certifiable <= eps and not res.violation:
+                parts.append(f"with {res.samples} draws no bound on the {name} upload above {res.max_certifiable:.2f} "
+                             f"is certifiable: a violation of ε = {eps:g} could not have been detected")
         if spec.expect == "violation":
             parts.append("expected a violation, " + ("detected" if violated else "NOT detected"))
         evidence = {
             "epsilon_private_lower": private.epsilon_lower, "epsilon_stated": stated, "epsilon_run": p["epsilon"],
-            "epsilon_plain_lower": plain.epsilon_lower, "violation": violated, "confidence": private.confidence,
-            "max_certifiable": private.max_certifiable, "m": private.m, "dim": private.dim,
+            "epsilon_plain_lower": plain.epsilon_lower, "epsilon_plain_stated": plain_stated,
+            "violation": violated, "private_violation": bool(private.violation),
+            "plain_violation": bool(plain.violation), "confidence": private.confidence,
+            "max_certifiable": private.max_certifiable, "plain_max_certifiable": plain.max_certifiable,
+            "m": private.m, "dim": private.dim,
             "bytes_plain": plain.bytes_sparse, "bytes_private": private.bytes_sparse,
             "bytes_dense": private.bytes_dense, "bytes_ratio": ratio, "max_bytes_ratio": p["max_bytes_ratio"],
             "neighbour": private.neighbour, "seconds": plain.runtime_s + private.runtime_s,
