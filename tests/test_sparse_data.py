@@ -1,6 +1,11 @@
-"""fedaudit.fl.sparse_data: the planted scarce regression, federating datasets, the gene CSV loader."""
+"""fedaudit.fl.sparse_data: the planted scarce regression, federating datasets, MNIST from generated
+IDX (raw and gzip) and .npz files, the gene CSV loader (one sample per row, and the public Golub
+layout: one gene per row, labels in a second file)."""
 
 from __future__ import annotations
+
+import gzip
+import struct
 
 import numpy as np
 import pytest
@@ -8,8 +13,9 @@ from scipy import stats
 
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import synthetic_linear
-from fedaudit.fl.sparse_data import (FederatedData, federate, load_digits_federated, load_gene_csv, r2_score,
-                                     scarce_regression, support_recovery)
+from fedaudit.fl.data import MNIST_MEAN, MNIST_STD
+from fedaudit.fl.sparse_data import (FederatedData, federate, load_digits_federated, load_gene_csv,
+                                     load_mnist_federated, r2_score, scarce_regression, support_recovery)
 
 
 def test_scarce_regression_shapes_support_and_determinism():
@@ -155,12 +161,15 @@ def test_load_gene_csv_semicolon_and_integer_labels(tmp_path):
     ("g1,label\n1,A\n2,B\n", {}, "at least 4 sample rows"),
     ("g1,label\n1,A\n2,B\n3,A\n4\n", {}, "line 5: 1 fields"),
     ("g1,cls\n1,A\n2,B\n3,A\n4,B\n", {}, "label_column='label' is not a column"),
-    ("g1,label\n1,A\nx,B\n3,A\n4,B\n", {}, "line 3, column 'g1': 'x' is not a number"),
+    ("g1,label\n1,A\nx,B\n3,A\n4,B\n", {}, r"line 3, column 1 \('g1'\): 'x' is not a number"),
+    ("g1,label\n1,A\n\n2,B\n3,A\nx,B\n", {}, r"line 6, column 1 \('g1'\)"),  # file lines, blank lines counted
     ("g1,label\n1,A\nnan,B\n3,A\n4,B\n", {}, "not finite"),
     ("g1,label\n1,A\n2,A\n3,A\n4,A\n", {}, "at least 2 classes"),
     ("g1,label\n1,A\n2,\n3,A\n4,B\n", {}, "empty value on line 3"),
     ("g1,label\n1,A\n2,B\n3,A\n4,B\n", {"drop_columns": ("id",)}, "drop_columns"),
     ("g1,label\n1,A\n2,B\n3,A\n4,B\n", {"label_column": 5}, "label_column must be an integer in \\[0"),
+    ("g1,label\n1,A\n2,B\n3,A\n4,B\n", {"labels": {"1": "A"}}, "labels= and gene_column= are for orientation='genes'"),
+    ("g1,label\n1,A\n2,B\n3,A\n4,B\n", {"orientation": "rows"}, "orientation must be one of 'samples', 'genes'"),
 ])
 def test_load_gene_csv_bad_files(tmp_path, text, kwargs, match):
     with pytest.raises(FedAuditError, match=match):
@@ -170,3 +179,182 @@ def test_load_gene_csv_bad_files(tmp_path, text, kwargs, match):
 def test_load_gene_csv_missing_file(tmp_path):
     with pytest.raises(FedAuditError, match="does not exist"):
         load_gene_csv(tmp_path / "nope.csv")
+
+
+# ----------------------------------------------------------------------------- Golub layout: genes as rows
+
+def _golub_files(tmp_path, renamed_calls=False):
+    """A small file in the layout of Kaggle's data_set_ALL_AML_train.csv: "Gene Description" (with
+    commas, quoted), "Gene Accession Number", then per sample its value column (named by the
+    patient number, columns not in patient order) and a "call" column (P/A/M); the labels in an
+    actual.csv (patient, cancer) that lists more patients than the file holds, in another order."""
+    rng = np.random.default_rng(3)
+    genes, patients = 7, [5, 1, 9, 2, 7, 3, 8, 4, 6, 10]
+    cancer = {p: ("AML" if p % 3 == 0 else "ALL") for p in range(1, 13)}
+    E = np.round(rng.normal(100.0, 50.0, size=(genes, len(patients))), 1)  # genes × samples
+    calls = [f"call.{i}" if renamed_calls and i else "call" for i in range(len(patients))]
+    header = ['"Gene Description"', '"Gene Accession Number"']
+    header += [h for p, c in zip(patients, calls) for h in (f'"{p}"', f'"{c}"')]
+    lines = [",".join(header)]
+    for g in range(genes):
+        cells = [f'"GENE{g} protein, isoform {g}"', f"AFFX-{g}_at"]
+        cells += [c for j in range(len(patients)) for c in (f"{E[g, j]:.1f}", "PAM"[(g + j) % 3])]
+        lines.append(",".join(cells))
+    data = tmp_path / ("renamed.csv" if renamed_calls else "data_set_ALL_AML_train.csv")
+    data.write_text("\n".join(lines) + "\n")
+    labels = tmp_path / "actual.csv"
+    labels.write_text("patient,cancer\n" + "\n".join(f"{p},{cancer[p]}" for p in sorted(cancer, reverse=True)) + "\n")
+    return data, labels, E, patients, cancer
+
+
+def test_load_gene_csv_golub_layout_genes_as_rows_with_labels_from_actual_csv(tmp_path):
+    data, labels, E, patients, cancer = _golub_files(tmp_path)
+    D = load_gene_csv(data, orientation="genes", drop_columns=("Gene Description", "call"),
+                      gene_column="Gene Accession Number", labels=labels, standardize=False, rng=2)
+    assert D.info["orientation"] == "genes" and D.info["classes"] == ["ALL", "AML"]
+    assert D.n_features == E.shape[0] and D.info["features"] == [f"AFFX-{g}_at" for g in range(E.shape[0])]
+    assert D.n_train + D.n_test == len(patients)
+    # every sample row is its patient's column of the generated matrix, with its patient's label
+    column = {str(p): E[:, j] for j, p in enumerate(patients)}
+    for X, y, names in ((D.X_train, D.y_train, D.info["samples_train"]), (D.X_test, D.y_test, D.info["samples_test"])):
+        for row, label, name in zip(X, y, names):
+            np.testing.assert_array_equal(row, column[name])
+            assert D.info["classes"][label] == cancer[int(name)]
+    # the same matrix written one sample per row (patients in the same order) loads to the same split
+    rows = ["patient,cancer," + ",".join(f"g{g}" for g in range(E.shape[0]))]
+    rows += [f"{p},{cancer[p]}," + ",".join(f"{v:.1f}" for v in E[:, j]) for j, p in enumerate(patients)]
+    flat = tmp_path / "flat.csv"
+    flat.write_text("\n".join(rows) + "\n")
+    for standardize in (False, True):
+        a = load_gene_csv(data, orientation="genes", drop_columns=("Gene Description", "call"),
+                          gene_column="Gene Accession Number", labels=labels, standardize=standardize, rng=2)
+        b = load_gene_csv(flat, label_column="cancer", drop_columns=("patient",), standardize=standardize, rng=2)
+        np.testing.assert_array_equal(a.X_train, b.X_train)
+        np.testing.assert_array_equal(a.X_test, b.X_test)
+        np.testing.assert_array_equal(a.y_train, b.y_train)
+
+
+def test_load_gene_csv_golub_layout_pandas_renamed_calls_and_a_labels_mapping(tmp_path):
+    data, labels, E, patients, cancer = _golub_files(tmp_path, renamed_calls=True)
+    kwargs = dict(orientation="genes", drop_columns=("Gene *", "call*"), standardize=False, rng=2)
+    D = load_gene_csv(data, labels=cancer, **kwargs)  # integer keys match the header's "1", "2", …
+    assert D.info["features"] == [f"line {n}" for n in range(2, E.shape[0] + 2)]
+    ref = load_gene_csv(data, labels=labels, **kwargs)
+    np.testing.assert_array_equal(D.X_train, ref.X_train)
+    np.testing.assert_array_equal(D.y_test, ref.y_test)
+
+
+def _genes_error(tmp_path, text, match, labels="actual", **kwargs):
+    path = _write(tmp_path, text, "g.csv")
+    if labels == "actual":
+        labels = _write(tmp_path, "patient,cancer\n1,ALL\n2,AML\n3,ALL\n4,AML\n5,ALL\n", "actual.csv")
+    with pytest.raises(FedAuditError, match=match):
+        load_gene_csv(path, orientation="genes", labels=labels, **kwargs)
+
+
+GENES = "Gene Accession Number,1,call,2,call,3,call,4,call\nG1,1.0,P,2.0,A,3.0,P,4.0,M\nG2,5,P,6,P,7,A,8,P\n"
+
+
+@pytest.mark.parametrize("text, kwargs, match", [
+    (GENES, {"gene_column": "Gene Accession Number"},
+     r"sample 'call' names more than one column \(columns 3, 5, 7, 9\); list non-sample columns, such as the "
+     r"Golub files' 'call', in drop_columns"),
+    (GENES, {"drop_columns": ("call",)}, r"column 1: sample 'Gene Accession Number' has no label in .*actual.csv"),
+    (GENES.replace("2.0", "A"), {"drop_columns": ("call",), "gene_column": "Gene Accession Number"},
+     r"line 2, column 4 \('2'\): 'A' is not a number"),
+    (GENES, {"drop_columns": ("call",), "gene_column": "Accession"}, "gene_column='Accession' is not a column"),
+    (GENES.replace(",call\n", ",call,6\n", 1).replace("M\n", "M,1\n", 1).replace("P\n", "P,1\n", 1),
+     {"drop_columns": ("call",), "gene_column": "Gene Accession Number"}, r"column 10: sample '6' has no label in .*actual.csv"),
+    (GENES.replace(",3,", ",,", 1), {"drop_columns": ("call",), "gene_column": "Gene Accession Number"},
+     "column 6 has an empty header"),
+    (GENES.replace(",3,", ",2,", 1), {"drop_columns": ("call",), "gene_column": "Gene Accession Number"},
+     r"sample '2' names more than one column \(columns 4, 6\)"),
+    (GENES, {"drop_columns": ("call", "4"), "gene_column": "Gene Accession Number"}, "at least 4 sample columns"),
+    (GENES.splitlines()[0] + "\n", {"drop_columns": ("call",), "gene_column": "Gene Accession Number"}, "no gene rows"),
+    (GENES, {"drop_columns": ("calls",), "gene_column": "Gene Accession Number"}, r"drop_columns \['calls'\] match no column"),
+    (GENES.replace("G2,5,P", "G2,inf,P"), {"drop_columns": ("call",), "gene_column": "Gene Accession Number"},
+     r"line 3, column 2 \('1'\): value inf is not finite"),
+])
+def test_load_gene_csv_genes_layout_bad_files_name_the_line_or_column(tmp_path, text, kwargs, match):
+    _genes_error(tmp_path, text, match, **kwargs)
+
+
+@pytest.mark.parametrize("labels_text, match", [
+    (None, r"orientation='genes' needs labels="),
+    ("patient,cancer,sex\n1,ALL,f\n", "must have 2 columns \\(sample, label\\), got 3"),
+    ("patient,cancer\n1,ALL\n2,AML\n1,AML\n", r"line 4: sample '1' has two labels, 'ALL' and 'AML'"),
+    ("patient,cancer\n1,ALL\n2,\n", r"line 3: empty sample name or label"),
+    ("patient,cancer\n1,ALL\n2,AML\n3,ALL\n4,ALL\n5\n", r"line 6: 1 fields, but the header has 2"),
+    ("patient,cancer\n1,ALL\n2,ALL\n3,ALL\n4,ALL\n", "at least 2 classes"),
+])
+def test_load_gene_csv_bad_labels_files(tmp_path, labels_text, match):
+    labels = None if labels_text is None else _write(tmp_path, labels_text, "labels.csv")
+    _genes_error(tmp_path, GENES, match, labels=labels, drop_columns=("call",), gene_column="Gene Accession Number")
+
+
+def test_load_gene_csv_labels_must_be_a_path_or_a_mapping(tmp_path):
+    _genes_error(tmp_path, GENES, "labels must be a CSV path or a mapping", labels=["ALL", "AML"],
+                 drop_columns=("call",), gene_column="Gene Accession Number")
+    _genes_error(tmp_path, GENES, "labels CSV .*nope.csv does not exist", labels=tmp_path / "nope.csv",
+                 drop_columns=("call",), gene_column="Gene Accession Number")
+
+
+# ----------------------------------------------------------------------------- MNIST from files
+
+def _idx_bytes(arr):
+    """The IDX format written by hand (LeCun's spec): magic 0x0000, type 0x08 (ubyte), ndim, then
+    ndim big-endian uint32 sizes and the data."""
+    return struct.pack(">HBB", 0, 0x08, arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.tobytes()
+
+
+def _mnist_set(rng, n_train=40, n_test=10):
+    return (rng.integers(0, 256, size=(n_train, 28, 28), dtype=np.uint8), np.arange(n_train, dtype=np.uint8) % 10,
+            rng.integers(0, 256, size=(n_test, 28, 28), dtype=np.uint8), np.arange(n_test, dtype=np.uint8) % 10)
+
+
+@pytest.mark.parametrize("layout", ["idx-gzip", "idx-raw", "npz"])
+def test_load_mnist_federated_from_generated_files(tmp_path, layout):
+    xtr, ytr, xte, yte = _mnist_set(np.random.default_rng(5))
+    names = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+    if layout == "npz":
+        path = tmp_path / "mnist.npz"
+        np.savez(path, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte)
+    else:
+        path = tmp_path
+        for name, arr in zip(names, (xtr, ytr, xte, yte)):
+            if layout == "idx-gzip":
+                with gzip.open(tmp_path / (name + ".gz"), "wb") as fh:
+                    fh.write(_idx_bytes(arr))
+            else:
+                (tmp_path / name).write_bytes(_idx_bytes(arr))
+    fed = load_mnist_federated(path, clients=4, val_fraction=0.25, rng=0)
+    assert fed.task == "classification" and fed.n_classes == 10 and fed.n_clients == 4 and fed.n_features == 784
+    # the test split is the files' test part, pixels mapped by (x/255 − 0.1307)/0.3081
+    np.testing.assert_allclose(fed.X_test, (xte.reshape(10, -1) / 255.0 - MNIST_MEAN) / MNIST_STD, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(fed.y_test, yte)
+    # clients and validation together hold every training image exactly once, with its label
+    X, y = fed.pooled()
+    X, y = np.concatenate([X, fed.X_val]), np.concatenate([y, fed.y_val])
+    pixels = np.rint((X * MNIST_STD + MNIST_MEAN) * 255).astype(np.int64)
+    order = [int(np.flatnonzero((xtr.reshape(40, -1) == row).all(axis=1))[0]) for row in pixels]
+    assert sorted(order) == list(range(40)) and np.array_equal(y, ytr[order])
+    assert fed.X_val.shape[0] == 10  # stratified: round(0.25·4) per class
+
+
+def test_load_mnist_federated_missing_files_say_what_is_missing_and_that_nothing_is_downloaded(tmp_path):
+    with pytest.raises(FedAuditError, match=r"MNIST files not found in .*missing train-images-idx3-ubyte\[\.gz\].*"
+                                            r"no download is attempted"):
+        load_mnist_federated(tmp_path)
+    with pytest.raises(FedAuditError, match=r"MNIST path .*nowhere does not exist"):
+        load_mnist_federated(tmp_path / "nowhere")
+
+
+@pytest.mark.xfail(strict=True, raises=struct.error,
+                   reason="fedaudit.fl.data._read_idx unpacks the sizes before checking the header's length "
+                          "(reported to the owner of fedaudit/fl/data.py; remove this marker with the fix)")
+def test_load_mnist_federated_a_truncated_idx_header_is_a_fedaudit_error(tmp_path):
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03")  # a header cut short
+    for name in ("train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (tmp_path / name).write_bytes(_idx_bytes(np.zeros(2, dtype=np.uint8)))
+    with pytest.raises(FedAuditError, match="train-images-idx3-ubyte"):
+        load_mnist_federated(tmp_path)

@@ -10,7 +10,8 @@
   (:func:`~fedaudit.fl.data.load_digits_dataset`) or MNIST from local files
   (:func:`~fedaudit.fl.data.load_mnist`), federated;
 * :func:`load_gene_csv` — a gene-expression matrix (Golub leukemia, Khan SRBCT, …) from a CSV file
-  the user supplies, one sample per row and one label column. (Not registered in
+  the user supplies: one sample per row with a label column, or one gene per row (the public
+  Golub files) with the labels from a second CSV or a mapping. (Not registered in
   :data:`fedaudit.fl.registry.DATASETS`: a registration made on import would make the registry's
   contents depend on whether this module was imported.)
 
@@ -20,6 +21,8 @@ Every random choice uses a numpy Generator from :func:`fedaudit.rng.as_generator
 from __future__ import annotations
 
 import csv
+import io
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +33,10 @@ from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import Dataset, load_digits_dataset, load_mnist, stratified_split
 from fedaudit.fl.partition import partition
 from fedaudit.rng import RngLike, as_generator
-from fedaudit.validation import check_int, check_probability, check_real
+from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = ["FederatedData", "scarce_regression", "federate", "load_digits_federated", "load_mnist_federated",
-           "load_gene_csv", "r2_score", "support_recovery"]
+           "load_gene_csv", "ORIENTATIONS", "r2_score", "support_recovery"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,80 +264,193 @@ def load_mnist_federated(path: str | Path, clients: int = 10, *, scheme: str = "
 
 # ----------------------------------------------------------------------------- gene expression CSV
 
+#: ``load_gene_csv(orientation=...)``: one sample per row, or one gene per row (samples as columns)
+ORIENTATIONS = ("samples", "genes")
 
-def load_gene_csv(path: str | Path, *, label_column: str | int = "label", drop_columns: tuple[str, ...] = (),
-                  test_fraction: float = 0.25, standardize: bool = True, delimiter: str | None = None,
-                  rng: RngLike = 0) -> Dataset:
-    """A gene-expression classification set (e.g. Golub leukemia 72 × 3571, ALL vs AML; Khan SRBCT)
-    from a CSV file with a header row, **one sample per row**.
 
-    ``label_column`` names the label column (a header name, or its 0-based position); labels may
-    be strings ("ALL"/"AML") or integers and are encoded as 0..C−1 in sorted order
-    (``info["classes"]`` keeps the originals). ``drop_columns`` lists non-feature columns (sample
-    ids); every other column must be numeric. ``delimiter`` None sniffs comma/semicolon/tab.
-    The split is :func:`~fedaudit.fl.data.stratified_split` (``test_fraction``, ``rng``); with
-    ``standardize`` each gene is centred and scaled with the *train* mean and std (constant genes
-    are only centred). Nothing is downloaded; a malformed file raises a FedAuditError naming the
-    row or column.
-    """
-    path = Path(path)
+def _read_csv(path: Path, delimiter: str | None, what: str) -> tuple[list[list[str]], list[int]]:
+    """The non-blank rows of the CSV file ``path`` (``delimiter`` None sniffs comma/semicolon/tab on
+    the first line), every row with as many fields as the first (the header), and the file line
+    each row ends on."""
     if not path.is_file():
-        raise FedAuditError(f"gene-expression CSV {path} does not exist or is not a file")
-    test_fraction = check_probability("test_fraction", test_fraction)
+        raise FedAuditError(f"{what} {path} does not exist or is not a file")
     with open(path, newline="", encoding="utf-8-sig") as fh:
         text = fh.read()
     if not text.strip():
         raise FedAuditError(f"{path} is empty")
     if delimiter is None:
         try:
-            delimiter = csv.Sniffer().sniff(text.splitlines()[0], delimiters=",;\t").delimiter
+            delimiter = csv.Sniffer().sniff(text.lstrip().splitlines()[0], delimiters=",;\t").delimiter
         except csv.Error:
             delimiter = ","
-    rows = [r for r in csv.reader(text.splitlines(), delimiter=delimiter) if r and any(c.strip() for c in r)]
-    header = [h.strip() for h in rows[0]]
-    body = rows[1:]
-    if len(body) < 4:
-        raise FedAuditError(f"{path} must hold a header and at least 4 sample rows, got {len(body)} row(s)")
-    for r, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise FedAuditError(f"{path} line {r}: {len(row)} fields, but the header has {len(header)}")
-    if isinstance(label_column, str):
-        if label_column not in header:
-            raise FedAuditError(f"label_column={label_column!r} is not a column of {path} "
-                                f"(columns: {', '.join(header[:8])}{', …' if len(header) > 8 else ''})")
-        li = header.index(label_column)
-    else:
-        li = check_int("label_column", label_column, low=0, high=len(header) - 1, high_name="columns − 1")
-    missing = [c for c in drop_columns if c not in header]
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    rows, lines = [], []
+    for row in reader:
+        if row and any(c.strip() for c in row):
+            rows.append(row)
+            lines.append(reader.line_num)
+    for n, row in zip(lines[1:], rows[1:]):
+        if len(row) != len(rows[0]):
+            raise FedAuditError(f"{path} line {n}: {len(row)} fields, but the header has {len(rows[0])}")
+    return rows, lines
+
+
+def _columns(path: Path, header: list[str], patterns: tuple[str, ...], what: str) -> set[int]:
+    """Positions of the columns whose header matches one of the shell-style ``patterns``
+    (:func:`fnmatch.fnmatchcase`: "call*" drops every "call", "call.1", …); a pattern that
+    matches no column is a FedAuditError."""
+    from fnmatch import fnmatchcase
+
+    hit = {j for j, h in enumerate(header) for pat in patterns if fnmatchcase(h, pat)}
+    missing = [pat for pat in patterns if not any(fnmatchcase(h, pat) for h in header)]
     if missing:
-        raise FedAuditError(f"drop_columns {missing} are not columns of {path}")
-    drop = {li, *(header.index(c) for c in drop_columns)}
-    keep = [j for j in range(len(header)) if j not in drop]
-    if not keep:
-        raise FedAuditError(f"{path} has no feature column besides the label")
-    X = np.empty((len(body), len(keep)))
-    for r, row in enumerate(body):
-        for col, j in enumerate(keep):
+        raise FedAuditError(f"{what} {missing} match no column of {path} "
+                            f"(columns: {', '.join(header[:8])}{', …' if len(header) > 8 else ''})")
+    return hit
+
+
+def _label_map(labels: Any) -> tuple[dict[str, str], str]:
+    """Sample name → label from a mapping, or from a CSV file with a header row and two columns
+    (sample, label), e.g. Golub's ``actual.csv`` (patient, cancer). Returns (map, its source)."""
+    if isinstance(labels, (str, Path)):
+        path = Path(labels)
+        rows, lines = _read_csv(path, None, "labels CSV")
+        if len(rows[0]) != 2:
+            raise FedAuditError(f"labels CSV {path} must have 2 columns (sample, label), got {len(rows[0])}: "
+                                f"{', '.join(rows[0])}")
+        out: dict[str, str] = {}
+        for n, (name, label) in zip(lines[1:], rows[1:]):
+            name, label = name.strip(), label.strip()
+            if not name or not label:
+                raise FedAuditError(f"labels CSV {path} line {n}: empty sample name or label ({name!r}, {label!r})")
+            if out.get(name, label) != label:
+                raise FedAuditError(f"labels CSV {path} line {n}: sample {name!r} has two labels, "
+                                    f"{out[name]!r} and {label!r}")
+            out[name] = label
+        return out, str(path)
+    if isinstance(labels, Mapping):
+        return {str(k).strip(): str(v).strip() for k, v in labels.items()}, "the labels mapping"
+    raise FedAuditError(f"labels must be a CSV path or a mapping sample → label, got {type(labels).__name__}")
+
+
+def _numbers(path: Path, rows: list[list[str]], header: list[str], cols: list[int], lines: list[int]) -> np.ndarray:
+    """rows × cols as float64; a non-number or a non-finite value is a FedAuditError naming its file
+    line (``lines[r]`` is that of ``rows[r]``) and column."""
+    out = np.empty((len(rows), len(cols)))
+    for r, row in enumerate(rows):
+        for c, j in enumerate(cols):
             try:
-                X[r, col] = float(row[j])
+                out[r, c] = float(row[j])
             except ValueError:
-                raise FedAuditError(f"{path} line {r + 2}, column {header[j]!r}: {row[j]!r} is not a number "
-                                    "(list non-feature columns in drop_columns)") from None
-    if not np.isfinite(X).all():
-        r, col = np.argwhere(~np.isfinite(X))[0]
-        raise FedAuditError(f"{path} line {r + 2}, column {header[keep[col]]!r}: value {X[r, col]} is not finite "
-                            "(impute missing values first)")
-    raw = [row[li].strip() for row in body]
-    if any(v == "" for v in raw):
-        raise FedAuditError(f"{path}: the label column {header[li]!r} has an empty value on line "
-                            f"{raw.index('') + 2}")
+                raise FedAuditError(f"{path} line {lines[r]}, column {j + 1} ({header[j]!r}): {row[j]!r} is "
+                                    "not a number (list non-feature columns in drop_columns)") from None
+    if not np.isfinite(out).all():
+        r, c = np.argwhere(~np.isfinite(out))[0]
+        raise FedAuditError(f"{path} line {lines[r]}, column {cols[c] + 1} ({header[cols[c]]!r}): value "
+                            f"{out[r, c]} is not finite (impute missing values first)")
+    return out
+
+
+def load_gene_csv(path: str | Path, *, label_column: str | int = "label", drop_columns: tuple[str, ...] = (),
+                  test_fraction: float = 0.25, standardize: bool = True, delimiter: str | None = None,
+                  orientation: str = "samples", labels: Any = None, gene_column: str | None = None,
+                  rng: RngLike = 0) -> Dataset:
+    """A gene-expression classification set (e.g. Golub leukemia 72 × 7129, ALL vs AML; Khan SRBCT)
+    from a CSV file with a header row. Nothing is downloaded; a malformed file raises a
+    FedAuditError naming the line or column.
+
+    ``orientation="samples"``: **one sample per row**; ``label_column`` names the label column (a
+    header name, or its 0-based position) and every other column not in ``drop_columns`` (sample
+    ids) is a numeric gene.
+
+    ``orientation="genes"``: **one gene per row, one sample per column** (the layout of the public
+    Golub files ``data_set_ALL_AML_train.csv`` / ``…_independent.csv``: "Gene Description",
+    "Gene Accession Number", then per sample a column named by the sample and a "call" column).
+    The header cells name the samples; ``drop_columns`` lists the non-sample columns as
+    shell-style patterns (every matching column is dropped, so ``("Gene Description", "call*")``
+    removes all the P/A/M call columns); ``gene_column`` (e.g. "Gene Accession Number") names the
+    genes in ``info["features"]`` and is not a sample. ``labels`` gives each sample's label by
+    its name: a CSV path with a header row and two columns (sample, label), such as Golub's
+    ``actual.csv`` (patient, cancer), or a mapping; labels of samples not in the file are ignored,
+    a sample without a label is an error. The matrix is transposed to samples × genes.
+
+    Labels may be strings ("ALL"/"AML") or integers and are encoded as 0..C−1 in sorted order
+    (``info["classes"]`` keeps the originals). ``delimiter`` None sniffs comma/semicolon/tab.
+    The split is :func:`~fedaudit.fl.data.stratified_split` (``test_fraction``, ``rng``); with
+    ``standardize`` each gene is centred and scaled with the *train* mean and std (constant genes
+    are only centred).
+    """
+    path = Path(path)
+    orientation = check_choice("orientation", orientation, ORIENTATIONS)
+    test_fraction = check_probability("test_fraction", test_fraction)
+    rows, lines = _read_csv(path, delimiter, "gene-expression CSV")
+    header = [h.strip() for h in rows[0]]
+    body, lines = rows[1:], lines[1:]
+    drop = _columns(path, header, tuple(drop_columns), "drop_columns")
+    if orientation == "samples":
+        if labels is not None or gene_column is not None:
+            raise FedAuditError("labels= and gene_column= are for orientation='genes' (one gene per row); with one "
+                                "sample per row the header names the genes and label_column the labels")
+        if len(body) < 4:
+            raise FedAuditError(f"{path} must hold a header and at least 4 sample rows, got {len(body)} row(s)")
+        if isinstance(label_column, str):
+            if label_column not in header:
+                raise FedAuditError(f"label_column={label_column!r} is not a column of {path} "
+                                    f"(columns: {', '.join(header[:8])}{', …' if len(header) > 8 else ''})")
+            li = header.index(label_column)
+        else:
+            li = check_int("label_column", label_column, low=0, high=len(header) - 1, high_name="columns − 1")
+        keep = [j for j in range(len(header)) if j not in drop | {li}]
+        if not keep:
+            raise FedAuditError(f"{path} has no feature column besides the label")
+        X = _numbers(path, body, header, keep, lines)
+        raw = [row[li].strip() for row in body]
+        if "" in raw:
+            raise FedAuditError(f"{path}: the label column {header[li]!r} has an empty value on line "
+                                f"{lines[raw.index('')]}")
+        features = [header[j] for j in keep]
+        samples = None
+    else:
+        if labels is None:
+            raise FedAuditError("orientation='genes' needs labels= (a CSV path with columns sample, label, such as "
+                                "Golub's actual.csv, or a mapping sample name → label)")
+        if gene_column is not None and gene_column not in header:
+            raise FedAuditError(f"gene_column={gene_column!r} is not a column of {path} "
+                                f"(columns: {', '.join(header[:8])}{', …' if len(header) > 8 else ''})")
+        gi = None if gene_column is None else header.index(gene_column)
+        keep = [j for j in range(len(header)) if j not in drop and j != gi]
+        if len(keep) < 4:
+            raise FedAuditError(f"{path} must hold at least 4 sample columns besides drop_columns and gene_column, "
+                                f"got {len(keep)}")
+        if not body:
+            raise FedAuditError(f"{path} has a header but no gene rows")
+        samples = [header[j] for j in keep]
+        for j in keep:
+            if not header[j]:
+                raise FedAuditError(f"{path} column {j + 1} has an empty header: a sample column is named by its "
+                                    "sample (list non-sample columns in drop_columns)")
+            if samples.count(header[j]) > 1:
+                raise FedAuditError(f"{path}: sample {header[j]!r} names more than one column (columns "
+                                    f"{', '.join(str(i + 1) for i in keep if header[i] == header[j])}); list "
+                                    "non-sample columns, such as the Golub files' 'call', in drop_columns")
+        mapping, source = _label_map(labels)
+        unlabelled = [(j, header[j]) for j in keep if header[j] not in mapping]
+        if unlabelled:
+            j, name = unlabelled[0]
+            raise FedAuditError(f"{path} column {j + 1}: sample {name!r} has no label in {source} "
+                                f"({len(unlabelled)} unlabelled sample column(s); list non-sample columns in "
+                                "drop_columns)")
+        X = _numbers(path, body, header, keep, lines).T
+        raw = [mapping[name] for name in samples]
+        features = ([row[gi].strip() for row in body] if gi is not None
+                    else [f"line {n}" for n in lines])
     try:
         values: list[Any] = [int(v) for v in raw]
     except ValueError:
         values = raw
     classes = sorted(set(values))
     if len(classes) < 2:
-        raise FedAuditError(f"{path}: the label column {header[li]!r} must hold at least 2 classes, got {classes}")
+        raise FedAuditError(f"{path}: the labels must hold at least 2 classes, got {classes}")
     y = np.array([classes.index(v) for v in values], dtype=np.int64)
     tr, te = stratified_split(y, test_fraction, rng)
     X_train, X_test = X[tr], X[te]
@@ -342,8 +458,10 @@ def load_gene_csv(path: str | Path, *, label_column: str | int = "label", drop_c
         m, s = X_train.mean(axis=0), X_train.std(axis=0)
         s = np.where(s > 0, s, 1.0)
         X_train, X_test = (X_train - m) / s, (X_test - m) / s
+    info = {"source": str(path), "orientation": orientation, "classes": classes, "features": features,
+            "test_fraction": test_fraction, "standardize": bool(standardize)}
+    if samples is not None:
+        info["samples_train"] = [samples[i] for i in tr]
+        info["samples_test"] = [samples[i] for i in te]
     return Dataset(X_train=np.ascontiguousarray(X_train), y_train=y[tr], X_test=np.ascontiguousarray(X_test),
-                   y_test=y[te], n_classes=len(classes), name=path.stem,
-                   info={"source": str(path), "classes": classes, "features": [header[j] for j in keep],
-                         "test_fraction": test_fraction, "standardize": bool(standardize)})
-
+                   y_test=y[te], n_classes=len(classes), name=path.stem, info=info)
