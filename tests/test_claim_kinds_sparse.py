@@ -48,6 +48,8 @@ def test_private_upload_passes_next_to_the_plain_leak_and_the_bytes(report):
     assert ev["bytes_ratio"] == pytest.approx(70 / 256)
     assert ev["audits"]["plain"]["epsilon_claimed"] is None and ev["audits"]["private"]["epsilon_claimed"] == 1.0
     assert "within its stated ε = 1" in ok.summary and "dense FedAvg 256" in ok.summary
+    assert ev["private_tightness"] == ev["epsilon_private_lower"] / 1.0 < 0.5
+    assert f"tightness ε_lb/ε of the private upload {ev['private_tightness']:.2f}" in ok.summary
     assert units.total["up"] == (800, "uploads") and units.done["up"] == 800
     jsonschema.validate(json.loads(json.dumps(rep.seal().to_dict())), load_schema())
 

@@ -143,6 +143,17 @@ def test_plain_upload_leaks_and_the_private_one_stays_within_its_epsilon():
     assert private.neighbour["outlier_coordinate"] == plain.neighbour["outlier_coordinate"]
 
 
+@pytest.mark.slow
+def test_a_private_upload_run_far_above_its_stated_epsilon_is_caught():
+    """Power of the pipeline audit on the private variant: run at ε = 256 but stated 1, it is refuted
+    from the kind's default 2000 draws (measured ε_lb 2.20); at ε = 64 it is not (ε_lb 0): this neighbouring
+    pair shows no smaller mis-statement."""
+    from fedaudit.audit.sparse_upload import audit_sparse_upload
+
+    res = audit_sparse_upload("private", epsilon=256.0, claimed_epsilon=1.0, samples=2000, seed=0)
+    assert res.violation and 1.0 < res.epsilon_lower <= res.max_certifiable
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     ({"density": 0.0}, r"density must be"),
     ({"density": 1.0}, r"density must be"),

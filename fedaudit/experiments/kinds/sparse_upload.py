@@ -13,7 +13,10 @@ claim) and, when the plan sets ``max_bytes_ratio``, the gated packet is at most 
 dense FedAvg upload of float32 weights. A certified bound above a stated ε is a detected violation
 (P[false alarm] ≤ 1 − ``confidence`` per audited claim); only certified bounds decide it. A claim
 "the plain upload is ε-DP" is refuted this way (``plain_claimed_epsilon = 1`` with
-``expect = "violation"`` is the shipped regression case).
+``expect = "violation"`` is the shipped regression case). The evidence states the private audit's
+tightness ε_lb/ε; below ½ the summary says that its PASS says little about the stated ε (the pair
+is two datasets one record apart, not the worst pair of the randomizer's inputs, so its audit can
+show much less than ε; the ``ldp`` kind audits ``gated-private`` on chosen inputs).
 
 :func:`train_sparse` trains one sparse method (E-FLoPS, Fed-HT, FedAvg + magnitude pruning) on the
 planted scarce regression or the federated 8×8 digits and reports the test metric, support
@@ -194,6 +197,7 @@ class SparseUpload(ClaimKind):
         return 2 * 2 * p["samples"]
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.ldp import LOW_PAIR_POWER
         from fedaudit.audit.sparse_upload import audit_sparse_upload
         from fedaudit.rng import derive_seed
 
@@ -225,16 +229,20 @@ class SparseUpload(ClaimKind):
                  f"bytes per client per round: plain {plain.bytes_sparse}, private {private.bytes_sparse}, "
                  f"dense FedAvg {private.bytes_dense} ({ratio:.1%})"
                  + ("" if bytes_ok else f" ABOVE the maximum ratio {p['max_bytes_ratio']:g}")]
+        tightness = private.epsilon_lower / stated
         for name, res, eps in (("private", private, stated), ("plain", plain, plain_stated)):
             if eps is not None and res.max_certifiable <= eps and not res.violation:
                 parts.append(f"with {res.samples} draws no bound on the {name} upload above {res.max_certifiable:.2f} "
                              f"is certifiable: a violation of ε = {eps:g} could not have been detected")
+        if not private.violation and tightness < LOW_PAIR_POWER:
+            parts.append(f"tightness ε_lb/ε of the private upload {tightness:.2f}: on this neighbouring pair the "
+                         f"audit shows little of the stated ε, so its PASS says little about that ε")
         if spec.expect == "violation":
             parts.append("expected a violation, " + ("detected" if violated else "NOT detected"))
         evidence = {
             "epsilon_private_lower": private.epsilon_lower, "epsilon_stated": stated, "epsilon_run": p["epsilon"],
             "epsilon_plain_lower": plain.epsilon_lower, "epsilon_plain_stated": plain_stated,
-            "violation": violated, "private_violation": bool(private.violation),
+            "private_tightness": tightness, "violation": violated, "private_violation": bool(private.violation),
             "plain_violation": bool(plain.violation), "confidence": private.confidence,
             "max_certifiable": private.max_certifiable, "plain_max_certifiable": plain.max_certifiable,
             "m": private.m, "dim": private.dim,
