@@ -24,6 +24,7 @@ import csv
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -299,8 +300,6 @@ def _columns(path: Path, header: list[str], patterns: tuple[str, ...], what: str
     """Positions of the columns whose header matches one of the shell-style ``patterns``
     (:func:`fnmatch.fnmatchcase`: "call*" drops every "call", "call.1", …); a pattern that
     matches no column is a FedAuditError."""
-    from fnmatch import fnmatchcase
-
     hit = {j for j, h in enumerate(header) for pat in patterns if fnmatchcase(h, pat)}
     missing = [pat for pat in patterns if not any(fnmatchcase(h, pat) for h in header)]
     if missing:
