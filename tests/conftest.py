@@ -9,6 +9,11 @@ from scipy import stats
 
 from fedaudit.experiments.runner import PlanProgress
 
+# Flower (tests/test_flower_*.py): no telemetry (the machine has no network), and quiet logs.
+for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_LOG_LEVEL", "ERROR"),
+                     ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")):
+    os.environ.setdefault(_key, _value)
+
 settings.register_profile(
     "ci",
     derandomize=True,
