@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "attacks": 2, "testing": 2, "accounting": 2,
     "fl": 3,
     "audit": 4,
+    "integrations": 5,
     "reports": 5,
     "experiments": 6,
     "cli": 7, "__init__": 7,
