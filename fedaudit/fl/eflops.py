@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.fl.gated_training import ErrorFeedback, data_free_gates
 from fedaudit.fl.gates import GATE_MODES, GatedModel, HardConcrete
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload
@@ -399,7 +400,12 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
       (float32 weights and gates);
     * ``upload`` (e.g. :class:`~fedaudit.mechanisms.gated.GatedSparseUpload`): every update is
       encoded to bytes (their length is what is logged), decoded, and ``upload.aggregate(packets,
-      previous, weights)`` gives the new global update;
+      previous, weights)`` gives the new global update; with ``upload.error_feedback`` each client
+      selects from θ̃_i + e_i and keeps the unsent residual e_i
+      (:class:`~fedaudit.fl.gated_training.ErrorFeedback`); under rule "votes" a non-sender's gate is
+      the data-free local step of the broadcast gates
+      (:func:`~fedaudit.fl.gated_training.data_free_gates`); the first ``upload.dense_rounds``
+      rounds use the dense upload;
     * ``upload`` a :class:`~fedaudit.mechanisms.gated.GatedPrivateUpload` (ε-LDP): the rows
       [θ̃_i, log α_i] go through its ``encode`` (noisy top-m indices, Laplace values and gates),
       each report becomes a packet (``to_packet``) and a ``GatedSparseUpload(|θ|, m,
@@ -437,6 +443,12 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
     byzantine = check_int("byzantine", byzantine, low=0)
     if byzantine and attack is None:
         raise FedAuditError(f"attack must be given when byzantine > 0, got byzantine={byzantine} and attack=None")
+    memory = None
+    if isinstance(upload, GatedSparseUpload):
+        if byzantine and upload.dense_rounds:
+            raise FedAuditError(f"upload.dense_rounds must be 0 with byzantine > 0 (a sparse attack has no dense "
+                                f"rounds), got dense_rounds={upload.dense_rounds}")
+        memory = ErrorFeedback(len(clients), gm.dim) if upload.error_feedback else None
     loss = _infer_loss(loss, clients)
     data = [_tensors(gm, c, loss, f"clients[{i}]") for i, c in enumerate(clients)]
     sizes = np.array([X.shape[0] for X, _ in data], dtype=np.float64)
@@ -464,7 +476,8 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
             updates = [_local(state, *data[i], np.random.default_rng(streams[i])) for i in ids]
             if updates:
                 weights, log_alpha, sent = _aggregate(state, updates, sizes[ids], upload, aggregator, attack,
-                                                      byzantine, np.random.default_rng(agg_ss[t]))
+                                                      byzantine, np.random.default_rng(agg_ss[t]), ids=ids,
+                                                      memory=memory, dense=upload is None or t < getattr(upload, "dense_rounds", 0))
             else:
                 weights, log_alpha, sent = state.weights, state.log_alpha, 0
             new = EFLoPSState(method, gm, loss, weights, log_alpha, state.lam, state.temperature)
@@ -515,14 +528,16 @@ def _combine(rows: np.ndarray, n: np.ndarray, aggregator: Any, dim: int,
 
 
 def _aggregate(state: EFLoPSState, updates: list[ClientUpdate], n: np.ndarray, upload: Any, aggregator: Any,
-               attack: Any, byzantine: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+               attack: Any, byzantine: int, rng: np.random.Generator, *, ids: np.ndarray,
+               memory: ErrorFeedback | None, dense: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """(global θ̃, per-gate log α, honest bytes uploaded) from the round's client updates (the rules
-    of :func:`train_eflops`)."""
+    of :func:`train_eflops`; ``dense``: the dense upload, also in an upload's ``dense_rounds``;
+    ``memory``: the clients' error feedback, ``ids`` their indices)."""
     gm = state.model
     d = gm.dim
     previous = ClientUpdate(state.weights, gm.expand(state.log_alpha))
     weights = np.concatenate([n, np.full(byzantine, n.mean())])  # a Byzantine client claims a typical n_i
-    if upload is None:
+    if dense:
         rows = np.stack([np.concatenate([u.weights, u.log_alpha]) for u in updates])
         if byzantine:
             rows = np.vstack([rows, np.asarray(attack(rows, byzantine, rng), dtype=np.float64)])
@@ -534,18 +549,29 @@ def _aggregate(state: EFLoPSState, updates: list[ClientUpdate], n: np.ndarray, u
         sent = len(updates) * math.ceil(upload.bits_per_report / 8)
         server = GatedSparseUpload(d, upload.m, value_dtype="float64")
     else:
-        honest = [upload.encode(u) for u in updates]
+        if memory is not None:  # error feedback: select from θ̃_i + e_i, keep what was not sent
+            updates = [memory.compensate(i, u) for i, u in zip(ids, updates)]
+        selected = [upload.select(u) for u in updates]
+        if memory is not None:
+            for i, u, p in zip(ids, updates, selected):
+                memory.keep(i, u, p, previous)
+        honest = [upload.encode(p) for p in selected]
         sent = sum(len(b) for b in honest)
         server = upload
+    method = state.method
+    unsent = None if server.rule != "votes" else gm.expand(data_free_gates(
+        state.log_alpha, lam=state.lam, temperature=state.temperature, lr_gates=method.lr_gates,
+        steps=method.local_steps, optimizer=method.local_optimizer, regularizer=method.regularizer,
+        density=method.density, group_sizes=gm.group_sizes))
     blobs = honest + (list(attack(honest, byzantine, rng, upload=server, previous=previous)) if byzantine else [])
     packets, dropped = server.receive(blobs)
     weights = np.delete(weights, dropped)
     if not packets:
         return state.weights, state.log_alpha, sent
     if aggregator is None:
-        new = server.aggregate(packets, previous, weights)
+        new = server.aggregate(packets, previous, weights, unsent_log_alpha=unsent)
         return new.weights, gm.reduce(new.log_alpha), sent
-    rec = [server.reconstruct(p, previous) for p in packets]
+    rec = [server.reconstruct(p, previous, unsent_log_alpha=unsent) for p in packets]
     out = _combine(np.stack([np.concatenate([r.weights, r.log_alpha]) for r in rec]), weights, aggregator, d, rng)
     return out[:d], gm.reduce(out[d:]), sent
 

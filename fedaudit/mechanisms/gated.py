@@ -189,7 +189,8 @@ class GatedSparseUpload:
     """
 
     def __init__(self, dim: int, m: int, *, index_bytes: int | None = None, value_dtype: str = "float32",
-                 rule: str = "senders", unsent_decay: float = 0.0, closed_log_alpha: float = LOG_ALPHA_CLOSED):
+                 rule: str = "senders", unsent_decay: float = 0.0, closed_log_alpha: float = LOG_ALPHA_CLOSED,
+                 error_feedback: bool = True, dense_rounds: int = 0):
         self.dim = check_int("dim", dim, low=1, high=2**32 - 1, high_name="2^32-1")
         self.m = check_int("m", m, low=1, high=self.dim, high_name="dim")
         if index_bytes is None:
@@ -203,6 +204,10 @@ class GatedSparseUpload:
         self.rule = check_choice("rule", rule, ("senders", "dense", "votes"))
         self.unsent_decay = check_real("unsent_decay", unsent_decay, low=0.0, high=1.0)
         self.closed_log_alpha = check_real("closed_log_alpha", closed_log_alpha)
+        if not isinstance(error_feedback, (bool, np.bool_)):
+            raise FedAuditError(f"error_feedback must be True or False, got {error_feedback!r}")
+        self.error_feedback = bool(error_feedback)
+        self.dense_rounds = check_int("dense_rounds", dense_rounds, low=0)
         self._vdtype = np.dtype(self.value_dtype).newbyteorder("<")
         self._idtype = np.dtype(_INDEX_DTYPES[self.index_bytes])
 
@@ -311,45 +316,54 @@ class GatedSparseUpload:
             raise FedAuditError(f"previous must have dim={self.dim} entries, got {previous.dim}")
         return previous
 
-    def reconstruct(self, packet: SparsePacket | bytes, previous: ClientUpdate) -> ClientUpdate:
+    def unsent_gates(self, previous: ClientUpdate, unsent_log_alpha: Any = None) -> np.ndarray:
+        """u: the gate the server assumes for a coordinate a client did not send — ``unsent_log_alpha``
+        if given (E-FLoPS passes the gates' data-free local step, :func:`fedaudit.fl.gated_training.data_free_gates`),
+        else the decayed previous gate φ̄ + κ·(c − φ̄)."""
+        prev = self._check_previous(previous)
+        if unsent_log_alpha is None:
+            return prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
+        return check_vector("unsent_log_alpha", unsent_log_alpha, dim=self.dim)
+
+    def reconstruct(self, packet: SparsePacket | bytes, previous: ClientUpdate, *,
+                    unsent_log_alpha: Any = None) -> ClientUpdate:
         """Dense view of one packet: sent coordinates from the packet, the rest from ``previous``
-        (``rule="votes"``: unsent gates from the decayed previous φ̄ + κ·(c − φ̄))."""
+        (``rule="votes"``: unsent gates u from :meth:`unsent_gates`)."""
         packet = self.decode(packet) if not isinstance(packet, SparsePacket) else self._check_packet(packet)
         prev = self._check_previous(previous)
-        w, la = prev.weights.copy(), prev.log_alpha.copy()
-        if self.rule == "votes":
-            la += self.unsent_decay * (self.closed_log_alpha - la)
+        w = prev.weights.copy()
+        la = self.unsent_gates(prev, unsent_log_alpha).copy() if self.rule == "votes" else prev.log_alpha.copy()
         w[packet.indices] = packet.values
         la[packet.indices] = packet.gate_stats
         return ClientUpdate(w, la)
 
     def aggregate(self, packets: Sequence[SparsePacket | bytes], previous: ClientUpdate,
-                  weights: Any = None, *, aggregator: Any = None) -> ClientUpdate:
+                  weights: Any = None, *, aggregator: Any = None, unsent_log_alpha: Any = None) -> ClientUpdate:
         """The new global state from the packets by the rule of the class docstring (bytes are decoded
         strictly; use :meth:`receive` to drop malformed ones first).
 
         ``aggregator`` (any rule mapping (n, p) to (p,), e.g. ``make_aggregator("nnm+cwtm", f)``)
         replaces the rule by the robust path: the rule applied to the ``reconstruct`` rows of the
         weights and, separately, of log α (unweighted: ``weights`` must be None); coordinates nobody
-        sent then decay as above.
+        sent then take u as above. ``unsent_log_alpha``: the non-senders' gate u (:meth:`unsent_gates`).
         """
         packets = [self.decode(p) if not isinstance(p, SparsePacket) else self._check_packet(p) for p in packets]
         prev = self._check_previous(previous)
         n = len(packets)
         if n == 0:
             raise FedAuditError("packets must hold at least one packet")
+        unsent = self.unsent_gates(prev, unsent_log_alpha)
         if aggregator is not None:
             if weights is not None:
                 raise FedAuditError("weights must be None with an aggregator (robust rules are unweighted)")
             if not callable(aggregator):
                 raise FedAuditError(f"aggregator must be callable (n, p) -> (p,), got {type(aggregator).__name__}")
-            rows = [self.reconstruct(p, prev) for p in packets]
+            rows = [self.reconstruct(p, prev, unsent_log_alpha=unsent) for p in packets]
             new_w = np.asarray(aggregator(np.stack([r.weights for r in rows])), dtype=np.float64)
             new_la = np.asarray(aggregator(np.stack([r.log_alpha for r in rows])), dtype=np.float64)
             sent = np.zeros(self.dim, dtype=bool)
             sent[np.concatenate([p.indices for p in packets])] = True
-            decayed = prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
-            return ClientUpdate(new_w, np.where(sent, new_la, decayed))
+            return ClientUpdate(new_w, np.where(sent, new_la, unsent))
         w = np.ones(n) if weights is None else check_vector("weights", weights, dim=n)
         if np.any(w < 0) or w.sum() <= 0:
             raise FedAuditError("weights must be non-negative with a positive sum")
@@ -366,18 +380,16 @@ class GatedSparseUpload:
             new_la = np.where(sent, sum_g / np.where(sent, mass, 1.0), prev.log_alpha)
         else:
             total = w.sum()
-            decayed = prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
             new_w = (sum_v + (total - mass) * prev.weights) / total
-            # "votes": a client that did not send j counts with the decayed previous gate (its top-m says
-            # "j is not among my open gates"); "dense": with the previous gate itself
-            new_la = (sum_g + (total - mass) * (decayed if self.rule == "votes" else prev.log_alpha)) / total
-        decayed = prev.log_alpha + self.unsent_decay * (self.closed_log_alpha - prev.log_alpha)
-        new_la = np.where(sent, new_la, decayed)
-        return ClientUpdate(new_w, new_la)
+            # "votes": a client that did not send j counts with u_j (its top-m says "j is not among my
+            # open gates"); "dense": with the previous gate itself
+            new_la = (sum_g + (total - mass) * (unsent if self.rule == "votes" else prev.log_alpha)) / total
+        return ClientUpdate(new_w, np.where(sent, new_la, unsent))
 
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "m": self.m, "index_bytes": self.index_bytes, "value_dtype": self.value_dtype,
-                "rule": self.rule, "unsent_decay": self.unsent_decay, "closed_log_alpha": self.closed_log_alpha}
+                "rule": self.rule, "unsent_decay": self.unsent_decay, "closed_log_alpha": self.closed_log_alpha,
+                "error_feedback": self.error_feedback, "dense_rounds": self.dense_rounds}
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({**self.params(), "packet_bytes": self.packet_bytes(), "dense_bytes": self.dense_bytes(),
