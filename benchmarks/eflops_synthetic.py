@@ -2,7 +2,7 @@
 
 ``python benchmarks/eflops_synthetic.py [--seeds 5] [--tune-seeds 2] [--rounds 200] [--d 1000]
 [--support 50] [--samples 300] [--clients 10] [--heterogeneity 0.5] [--noise 1.0] [--quick]
-[--json FILE]``
+[--dense-rounds 0,3] [--json FILE]``
 
 Data: :func:`fedaudit.fl.sparse_data.scarce_regression` (d = 1000, 50 true non-zeros, 300 training
 rows over 10 clients with covariate shift h = 0.5, noise σ = 1), a fresh problem per seed. Every
@@ -24,11 +24,17 @@ mean *validation* R² on ``--tune-seeds`` problems that are disjoint from the ev
 (a diverged configuration scores −∞). The chosen configuration is then run on every
 evaluation seed; the test split is used only for the reported figures.
 
+Through the upload (``eflops.through_upload``): the tuned E-FLoPS trained through the gated sparse
+upload (:func:`gated_upload`: rule "votes", client error feedback, non-senders' gates from the
+data-free gate step; ``docs/guides/gated-upload.md``) on the same evaluation problems, rounds and
+seeds as the dense figures, once per ``--dense-rounds`` value W (the first W rounds dense; default
+0 and 3): R², support recovery (95 % intervals) and bytes per client per round.
+
 Robustness (``--robust-seeds R``, default 2; ``--f``, default 2): E-FLoPS with the gated sparse
-upload (:class:`~fedaudit.mechanisms.gated.GatedSparseUpload`, senders rule) and f Byzantine
+upload (:func:`gated_upload`, W = 0) and f Byzantine
 clients next to the honest ones, each round sending sparse ALIE or sparse IPM packets
 (:mod:`fedaudit.attacks.sparse`, attacker-chosen support), aggregated by the upload's FedAvg rule
-or by NNM+CWTM on the reconstructions (``train_eflops(byzantine=f, attack=...)``; a Byzantine
+("votes": the n-weighted mean of the reconstructions) or by NNM+CWTM on the reconstructions (``train_eflops(byzantine=f, attack=...)``; a Byzantine
 packet weighs the mean honest n_i under FedAvg); test R² and support recovery on the first R evaluation
 problems with the tuned configuration (``eflops.robustness``). ``--robust-upload dense`` runs the same
 section on the dense upload with the dense ALIE / IPM of :mod:`fedaudit.attacks.byzantine` (the
@@ -163,16 +169,42 @@ DENSE_ATTACKS = {"none": None, "sparse-alie": ALIE(variant="paper"), "sparse-ipm
 RULES = ("fedavg", "nnm+cwtm")
 
 
+def gated_upload(d: int, density: float, dense_rounds: int = 0) -> GatedSparseUpload:
+    """The gated upload E-FLoPS trains through (the configuration of ``fedaudit sparse --upload gated``):
+    m = ⌊ρ·d⌋, rule "votes" (κ = 0.05 for standalone use; E-FLoPS gives the non-senders' gates), error feedback."""
+    return GatedSparseUpload(d, m_for_density(density, d), rule="votes", unsent_decay=0.05, dense_rounds=dense_rounds)
+
+
+def through_upload(config: dict, evals: list[Any], args: argparse.Namespace, density: float) -> dict:
+    """The tuned E-FLoPS through the gated upload on every evaluation problem, per W in ``--dense-rounds``."""
+    rows = []
+    for w in args.dense_rounds:
+        r2s, recs, bytes_ = [], [], []
+        for j, data in enumerate(evals):
+            run = train("eflops", config, data, rounds=args.rounds, density=density,
+                        seed=derive_seed(args.seed, f"eval-{j}/train"), upload=gated_upload(data.n_features, density, w))
+            r2, rec = scores(run, data, "test")
+            r2s.append(r2)
+            recs.append(rec)
+            bytes_.append(run.bytes_uploaded / max(1, sum(run.history["clients"])))
+            print(f"  through upload W={w} seed {j}: test R² {r2:.4f}, support recovery {rec:.3f}", file=sys.stderr)
+        r2, r2_ci = mean_ci(r2s)
+        rec, rec_ci = mean_ci(recs)
+        rows.append({"dense_rounds": w, "r2": r2, "r2_ci95": r2_ci, "support_recovery": rec,
+                     "support_recovery_ci95": rec_ci, "r2_per_seed": r2s, "support_recovery_per_seed": recs,
+                     "bytes_per_client_round": float(np.mean(bytes_))})
+    return {"upload": "gated (votes rule, error feedback)", "rows": rows}
+
+
 def robustness(config: dict, evals: list[Any], args: argparse.Namespace, density: float) -> dict:
-    """E-FLoPS with the gated upload, f Byzantine clients, each attack × {FedAvg (senders rule),
+    """E-FLoPS with the gated upload, f Byzantine clients, each attack × {FedAvg (the votes rule),
     NNM+CWTM}: test R² and support recovery over the first ``--robust-seeds`` evaluation problems."""
     rows = []
     for attack in ATTACKS:
         for rule in RULES:
             r2s, recs = [], []
             for j, data in enumerate(evals[: args.robust_seeds]):
-                up = (GatedSparseUpload(data.n_features, m_for_density(density, data.n_features), rule="votes", unsent_decay=0.05)
-                      if args.robust_upload == "gated" else None)
+                up = gated_upload(data.n_features, density) if args.robust_upload == "gated" else None
                 agg = None if rule == "fedavg" else make_aggregator(rule, args.f)
                 chosen = (ATTACKS if up is not None else DENSE_ATTACKS)[attack]
                 f = args.f if chosen else 0
@@ -192,7 +224,7 @@ def robustness(config: dict, evals: list[Any], args: argparse.Namespace, density
             r2, ci = mean_ci(finite) if len(finite) == len(r2s) else (-math.inf, [-math.inf, -math.inf])
             rows.append({"attack": attack, "aggregator": rule, "r2": r2, "r2_ci95": ci, "r2_per_seed": r2s,
                          "support_recovery": float(np.mean(recs)), "support_recovery_per_seed": recs})
-    upload = "gated (senders rule)" if args.robust_upload == "gated" else "dense"
+    upload = "gated (votes rule, error feedback)" if args.robust_upload == "gated" else "dense"
     return {"f": args.f, "honest_clients": args.clients, "upload": upload, "seeds": args.robust_seeds, "rows": rows}
 
 
@@ -213,6 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="evaluation problems in the robustness section (0: skip)")
     ap.add_argument("--robust-upload", choices=("gated", "dense"), default="gated",
                     help="robustness section: gated sparse upload (sparse attacks) or dense upload (dense ALIE/IPM)")
+    ap.add_argument("--dense-rounds", type=lambda v: [int(x) for x in v.split(",") if x], default=[0, 3],
+                    help="through-upload section: comma-separated W (first W rounds dense), e.g. 0,3; empty: skip")
     ap.add_argument("--quick", action="store_true", help="first grid point only, no tuning (smoke test)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
@@ -238,6 +272,9 @@ def main(argv: list[str] | None = None) -> dict:
              "heterogeneity": args.heterogeneity, "noise": args.noise, "rounds": args.rounds,
              "seeds": args.seeds, "tune_seeds": args.tune_seeds, "seed": args.seed,
              "seconds_total": time.perf_counter() - start}
+    if args.dense_rounds:
+        t0 = time.perf_counter()
+        ef["through_upload"] = {**through_upload(ef["config"], evals, args, density), "seconds": time.perf_counter() - t0}
     if args.robust_seeds > 0:
         t0 = time.perf_counter()
         ef["robustness"] = {**robustness(ef["config"], evals, args, density), "seconds": time.perf_counter() - t0}
@@ -253,6 +290,10 @@ def main(argv: list[str] | None = None) -> dict:
               f"  density {r['density']:.4f}  config {r['config']}")
     fi = out["fediht"]["fediter_ht"]
     print(f"{'fediter_ht':13s} R² {fi['r2']:.4f}  support recovery {fi['support_recovery']:.3f}")
+    for row in ef.get("through_upload", {}).get("rows", []):
+        print(f"through upload W={row['dense_rounds']:<3d} R² {row['r2']:.4f} [{row['r2_ci95'][0]:.4f}, "
+              f"{row['r2_ci95'][1]:.4f}]  support recovery {row['support_recovery']:.3f}  "
+              f"{row['bytes_per_client_round']:.0f} B per client per round")
     for row in ef.get("robustness", {}).get("rows", []):
         print(f"robustness f={args.f} {row['attack']:12s} {row['aggregator']:9s} R² {row['r2']:.4f}  "
               f"support recovery {row['support_recovery']:.3f}")
