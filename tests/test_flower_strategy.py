@@ -267,3 +267,69 @@ def test_importing_fedaudit_does_not_import_flwr_and_a_missing_flwr_is_one_clear
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'fedaudit[flower]'" in out.stdout
+
+
+# ----------------------------------------------------------------------------- Byzantine client mods
+
+
+def _train_message(vec: np.ndarray, server_round: int = 2, **config) -> Message:
+    return Message(RecordDict({"arrays": _record(vec), "config": ConfigRecord({"server-round": server_round, **config})}),
+                   metadata=_metadata(0, message_type=MessageType.TRAIN))
+
+
+def _context(pid: int):
+    from flwr.app import Context
+
+    return Context(run_id=0, node_id=1, node_config={"partition-id": pid, "num-partitions": N}, state=RecordDict(),
+                   run_config={})
+
+
+def _trainer(trained: np.ndarray, seen: dict):
+    def call_next(msg, ctx):
+        seen["config"] = dict(msg.content["config"])
+        return Message(RecordDict({"arrays": _record(trained),
+                                   "metrics": MetricRecord({"num-examples": 1, "partition-id": 0})}), reply_to=msg)
+    return call_next
+
+
+def test_byzantine_mod_attacks_only_its_partitions_own_update(data):
+    from fedaudit.attacks import SignFlip
+    from fedaudit.integrations.flower import byzantine_mod
+
+    g, models = data
+    mod = byzantine_mod(SignFlip(scale=3.0), [4, 7], seed=9)
+    seen = {}
+    out = mod(_train_message(g), _context(4), _trainer(models[0], seen))
+    np.testing.assert_allclose(_vec(out.content["arrays"]), g - 3.0 * (models[0] - g), rtol=0, atol=1e-14)
+    honest = mod(_train_message(g), _context(5), _trainer(models[0], seen))
+    np.testing.assert_array_equal(_vec(honest.content["arrays"]), models[0])
+    nan = byzantine_mod("nonfinite", [4])(_train_message(g), _context(4), _trainer(models[0], seen))
+    assert np.isnan(_vec(nan.content["arrays"])).all()
+
+
+def test_byzantine_mod_label_flip_flags_the_train_config_and_when_gates_it(data):
+    from fedaudit.integrations.flower import byzantine_mod
+    from fedaudit.integrations.flower.byzantine import CLIENT_ATTACK_KEY, LABEL_FLIP_KEY
+
+    g, models = data
+    seen = {}
+    byzantine_mod("labelflip", [2])(_train_message(g), _context(2), _trainer(models[0], seen))
+    assert seen["config"][LABEL_FLIP_KEY] is True
+    gated = byzantine_mod("labelflip", [2], when="run-a")
+    gated(_train_message(g, **{CLIENT_ATTACK_KEY: "run-b"}), _context(2), _trainer(models[0], seen))
+    assert LABEL_FLIP_KEY not in seen["config"]
+    gated(_train_message(g, **{CLIENT_ATTACK_KEY: "run-a"}), _context(2), _trainer(models[0], seen))
+    assert seen["config"][LABEL_FLIP_KEY] is True
+
+
+@pytest.mark.parametrize("args, match", [
+    (("nosuch", [1]), "unknown attack"),
+    ((3, [1]), "attack must be"),
+    (("signflip", 5), "partitions must be"),
+    (("signflip", [-1]), "partitions must be"),
+])
+def test_byzantine_mod_bad_input(args, match):
+    from fedaudit.integrations.flower import byzantine_mod
+
+    with pytest.raises(FedAuditError, match=match):
+        byzantine_mod(*args)

@@ -1,0 +1,172 @@
+"""The real Flower simulation engine (``flwr.simulation.run_simulation``, Ray, 2 CPUs): two calls in all.
+
+The first runs six strategies on one grid of 10 digits clients; the attack-free FedAvg run is
+checked against the same federated training recomputed in numpy without Flower. The second, smaller
+one repeats a seeded attacked run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from fedaudit.defenses import make_aggregator
+from fedaudit.errors import FedAuditError
+from fedaudit.fl.data import load_digits_dataset
+from fedaudit.fl.models import LogisticModel
+from fedaudit.fl.partition import partition
+from fedaudit.integrations.flower import choose_byzantine
+from fedaudit.integrations.flower.simulation import StrategySpec, run_flower
+from fedaudit.rng import derive_seed
+
+CLIENTS, ROUNDS, SEED, STEPS, LR = 10, 5, 0, 20, 0.5
+ALIE30 = {"z": 30}
+SPECS = [
+    StrategySpec("mean"),
+    StrategySpec("mean", f=2, attack="alie", attack_params=ALIE30),
+    StrategySpec("nnm+cwtm", f=2, attack="alie", attack_params=ALIE30),
+    StrategySpec("nnm+cwtm", f=2, client_attack="nonfinite"),
+    StrategySpec("mean", f=3, client_attack="labelflip"),
+    StrategySpec("mean", f=2, client_attack="signflip", client_attack_params={"scale": 4.0}),
+]
+
+
+@pytest.fixture(scope="module")
+def run():
+    ticks = []
+    out = run_flower(clients=CLIENTS, rounds=ROUNDS, strategies=SPECS, seed=SEED, local_steps=STEPS, lr=LR,
+                     num_cpus=2, progress=ticks.append)
+    assert sum(ticks) == ROUNDS * len(SPECS)
+    return out
+
+
+def _numpy_fedavg(rounds: int) -> tuple[list[float], np.ndarray]:
+    """FedAvg of the same clients without Flower: x ← x + mean_p(GD_p^STEPS(x) − x)."""
+    data = load_digits_dataset(rng=derive_seed(SEED, "flower-data"))
+    parts = partition(data.y_train, CLIENTS, "iid", rng=derive_seed(SEED, "flower-partition"), min_size=1)
+    model = LogisticModel(data.n_features, 10, mu=0.0)
+    x, acc = model.init(), []
+    acc.append(model.accuracy(x, data.X_test, data.y_test))
+    for _ in range(rounds):
+        rows = []
+        for idx in parts:
+            z = x.copy()
+            for _ in range(STEPS):
+                z = z - LR * model.grad(z, data.X_train[idx], data.y_train[idx])
+            rows.append(z - x)
+        x = x + make_aggregator("mean", 0)(np.array(rows))
+        acc.append(model.accuracy(x, data.X_test, data.y_test))
+    return acc, x
+
+
+def test_every_strategy_ran_every_round_with_no_client_error(run):
+    assert [o.name for o in run.outcomes] == [s.name for s in SPECS]
+    for o in run.outcomes:
+        assert o.errors == 0, o.diagnostics
+        assert len(o.accuracy) == ROUNDS + 1 and [d["round"] for d in o.diagnostics] == list(range(1, ROUNDS + 1))
+        assert all(d["clients"] == CLIENTS and d["partitions"] == list(range(CLIENTS)) for d in o.diagnostics)
+    assert run.wall_time_s > 0 and run.info["flwr"] >= "1.42"
+
+
+def test_attack_free_fedavg_is_the_numpy_recomputation(run):
+    acc, x = _numpy_fedavg(ROUNDS)
+    o = run["mean/none"]
+    assert list(o.accuracy) == acc
+    np.testing.assert_allclose(o.final_model, x, rtol=1e-12, atol=1e-12)
+    assert o.final_accuracy > 0.9
+
+
+def test_alie_hurts_fedavg_and_nnm_cwtm_stays_close_to_attack_free(run):
+    clean = run["mean/none"].final_accuracy
+    fedavg, robust = run["mean/alie"].final_accuracy, run["nnm+cwtm/alie"].final_accuracy
+    assert clean - fedavg >= 0.10, (clean, fedavg)
+    assert clean - robust <= 0.03, (clean, robust)
+    for name in ("mean/alie", "nnm+cwtm/alie"):
+        assert run[name].byzantine == tuple(tuple(choose_byzantine(CLIENTS, 2, SEED, r).tolist())
+                                            for r in range(1, ROUNDS + 1))
+    # diagnostics: the robust aggregate stays much closer to the honest mean than FedAvg's
+    d_mean = [d["dist_to_honest_mean"] for d in run["mean/alie"].diagnostics]
+    d_rob = [d["dist_to_honest_mean"] for d in run["nnm+cwtm/alie"].diagnostics]
+    assert all(a > 5 * b for a, b in zip(d_mean, d_rob))
+
+
+def test_client_side_nonfinite_rows_are_counted_and_dropped(run):
+    o = run["nnm+cwtm/nonfinite"]
+    parts = tuple(choose_byzantine(CLIENTS, 2, SEED, 0).tolist())
+    assert o.client_byzantine == parts
+    assert all(d["nonfinite_rows"] == 2 and tuple(d["byzantine"]) == parts for d in o.diagnostics)
+    assert np.isfinite(o.final_model).all() and o.final_accuracy > 0.9
+    assert all(d["nonfinite_rows"] == 0 for d in run["mean/none"].diagnostics)
+
+
+def test_client_side_model_and_data_poisoning_change_the_run(run):
+    clean = run["mean/none"]
+    flip, sign = run["mean/labelflip"], run["mean/signflip"]
+    assert len(flip.client_byzantine) == 3 and len(sign.client_byzantine) == 2
+    assert not np.array_equal(flip.final_model, clean.final_model)
+    assert sign.final_accuracy < clean.final_accuracy - 0.05
+    # sign flip at scale 4 of 2 clients out of 10: the aggregate is (8·ū_h − 8·ū_b)/10, far from the honest mean
+    assert all(d["dist_to_honest_mean"] > 0.5 * d["aggregate_norm"] for d in sign.diagnostics)
+
+
+def test_same_seed_same_attacked_clients_and_accuracy(run):
+    again = run_flower(clients=CLIENTS, rounds=2, strategies=[SPECS[1]], seed=SEED, local_steps=STEPS, lr=LR)
+    first, second = run["mean/alie"], again["mean/alie"]
+    assert second.byzantine == first.byzantine[:2]
+    assert second.accuracy == first.accuracy[:3]
+    assert again.to_dict()["outcomes"][0]["byzantine"] == [list(b) for b in first.byzantine[:2]]
+
+
+def test_results_are_strict_json_and_summarised(run):
+    import json
+
+    text = json.dumps(run.to_dict(), allow_nan=False)
+    assert "nnm+cwtm/alie" in text and "mean/alie" in run.summary()
+    assert run["mean/alie"].summary().startswith("mean/alie: accuracy")
+    with pytest.raises(KeyError, match="no strategy named"):
+        run["krum/none"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"clients": 1}, "clients must be"),
+    ({"rounds": 0}, "rounds must be"),
+    ({"dataset": "cifar"}, "dataset must be"),
+    ({"model": "resnet"}, "model must be"),
+    ({"lr": 0}, "lr must be"),
+    ({"num_cpus": 0}, "num_cpus must be"),
+    ({"strategies": []}, "at least one"),
+    ({"strategies": StrategySpec()}, "a list"),
+    ({"strategies": [StrategySpec(), StrategySpec()]}, "distinct names"),
+    ({"strategies": [{"aggregator": "mean", "bogus": 1}]}, "bad strategy"),
+    ({"strategies": [StrategySpec("nnm+cwtm", f=2)], "clients": 4}, "clients must be at least"),
+    ({"client_mods": [3]}, "client_mods must be"),
+    ({"progress": 3}, "progress must be"),
+])
+def test_bad_input_is_rejected_before_any_simulation(kwargs, match):
+    kwargs = {"strategies": [StrategySpec()], **kwargs}
+    with pytest.raises(FedAuditError, match=match):
+        run_flower(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"aggregator": "nosuch"}, "nosuch"),
+    ({"attack": "alie"}, "needs f >= 1"),
+    ({"f": 1, "attack": "alie", "client_attack": "labelflip"}, "not both"),
+    ({"f": 1, "attack": "nosuch"}, "unknown attack"),
+    ({"f": 1, "attack": "alie", "attack_params": {"q": 1}}, "takes no keyword .q."),
+    ({"f": 1, "client_attack": "labelflip", "client_attack_params": {"p": 1}}, "takes no parameters"),
+    ({"attack_params": 3}, "attack_params must be a mapping"),
+    ({"label": ""}, "label must be"),
+])
+def test_bad_strategy_specs(kwargs, match):
+    with pytest.raises(FedAuditError, match=match):
+        StrategySpec(**kwargs)
+
+
+def test_optimal_attack_spec_line_searches_against_its_own_rule():
+    from fedaudit.attacks import Optimal
+
+    attack = StrategySpec("cwtm", f=2, attack="optimal-alie").server_attack()
+    assert isinstance(attack, Optimal) and attack.attack.name == "alie"
