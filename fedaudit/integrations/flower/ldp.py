@@ -1,0 +1,366 @@
+"""Local-DP client mods for Flower: each client sends a fedaudit mechanism's report of its update,
+the server decodes it, and a per-client ledger refuses a client once its budget is spent.
+
+**Client** — :func:`ldp_mod` returns a Flower mod ``(msg, context, call_next) -> Message`` for
+``ClientApp(mods=[...])`` or ``@app.train(mods=[...])``. On a TRAIN message (other messages pass
+through untouched) it
+
+1. reads the partition id p (``context.node_config["partition-id"]``) and the round r (the
+   ``"server-round"`` FedAvg writes into the train config), and checks the sent model has
+   d = ``mechanism.dim`` parameters;
+2. with a budget: refuses the client when one more use would exceed it (below), *before* training;
+3. calls ``call_next`` (the client trains) and forms the update u = x_reply − x_sent ∈ ℝ^d, the
+   arrays flattened in key order as float64 (:func:`~.records.flatten`);
+4. encodes one report y = ``mechanism.encode(u[None, :], rng)`` with
+   rng = ``derive_generator(seed, "flower-ldp;partition=<p>;round=<r>")`` — never a Flower node id,
+   which is random in every run;
+5. replaces the reply's ArrayRecord (same record key) by ``{REPORT_KEY: y}``, a float64 array of
+   shape (``mechanism.report_width``,) laid out as ``mechanism.report_layout`` says, and adds to the
+   reply's MetricRecord ``"partition-id"`` = p, ``"bits"`` = ``mechanism.bits_per_report``,
+   ``"ldp-epsilon"`` / ``"ldp-delta"`` (the claimed guarantee per report), ``"ldp-round"`` = r and
+   ``"ldp-mechanism"`` (a 56-bit fingerprint of the mechanism, which the decoder checks).
+
+The client's data leave it only as y: everything the server sees is a post-processing of one
+(ε, δ)-LDP report per round (the mechanism clips u to its input domain, e.g. the ``clip`` ball).
+
+**Server** — :func:`ldp_decoder` returns the ``decoder(rows, replies) -> rows`` hook of
+:class:`~.strategy.RobustStrategy`: it reads every reply's report and returns
+``mechanism.decode(reports)`` (n, d), unbiased, E[decode(M(u))] = u for u in the mechanism's input
+domain (the clipped update otherwise), so any fedaudit rule then aggregates decoded updates. A
+report holding NaN or ±inf is decoded to a NaN row, which fedaudit's rules treat as Byzantine, and
+is listed in the round's ``malformed``. Each round's bits are logged (:class:`LDPRound`).
+
+**Ledger** — two ledgers, on purpose:
+
+- *the client enforces* (refusal): its uses are kept in ``context.state[STATE_KEY]`` (the rounds it
+  reported in), which Flower persists per node across rounds — the simulation engine stores each
+  node's Context in the driver and hands it to whichever Ray actor runs the node, and a deployed
+  SuperNode keeps it for the run. A Python ``Ledger`` inside the mod would not do: Ray actors
+  hold pickled copies and are reused by different nodes. Local DP also means the client does not
+  trust the server to stop it, and stock FedAvg sends the same config to every node, so the
+  server could not send per-client budgets anyway. The client's account is the snapshot of
+  ``ledger`` taken when the mod is built (uses before this run, keyed by partition id) plus the
+  uses in its state, composed by ``Ledger`` (``method``: basic, advanced or pld); it runs round r
+  only if ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``;
+- *the server records* (the authoritative account of what was released): the decoder charges
+  ``ledger.record(p, mechanism, round=r)`` for every report it receives — the ServerApp runs in the
+  caller's process, so that Ledger is the caller's own object. Given a budget too, a report from a
+  client already past it raises :class:`~fedaudit.errors.FedAuditError` (the client ignored its
+  budget: the run's privacy claim no longer holds).
+
+A refused client replies with a Flower error ``Error(code=REFUSED_CODE, reason=...)`` and does not
+train. Every Flower strategy, stock FedAvg included, aggregates only replies without an error, so a
+refused client never contributes; :func:`is_refusal` tells a refusal from a failure (RobustStrategy
+counts both in its diagnostics' ``errors`` and lists the reasons).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from fedaudit.accounting.composition import METHODS
+from fedaudit.accounting.ledger import Ledger, LedgerEntry
+from fedaudit.errors import FedAuditError
+from fedaudit.integrations.flower._flwr import require_flwr
+from fedaudit.integrations.flower.records import flatten
+from fedaudit.integrations.flower.strategy import PARTITION_KEY
+from fedaudit.json import jsonable
+from fedaudit.mechanisms.base import Mechanism
+from fedaudit.rng import derive_generator
+from fedaudit.validation import check_choice, check_int, check_positive, check_real
+
+require_flwr()
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord  # noqa: E402
+
+__all__ = ["ldp_mod", "LDPMod", "ldp_decoder", "LDPDecoder", "LDPRound", "is_refusal", "REPORT_KEY",
+           "REFUSED_CODE", "STATE_KEY"]
+
+#: The key of the one array in an LDP reply's ArrayRecord: the report, float64 (report_width,).
+REPORT_KEY = "ldp-report"
+#: Flower ``Error.code`` of a client refused for the round (outside Flower's ErrorCode range 0–8).
+REFUSED_CODE = 1000
+#: The ``context.state`` record holding the rounds a client has reported in (its own ledger).
+STATE_KEY = "fedaudit-ldp"
+
+
+def _check_mechanism(mechanism: Any) -> Mechanism:
+    if not isinstance(mechanism, Mechanism):
+        raise FedAuditError(f"mechanism must be a fedaudit Mechanism (e.g. make_mechanism('sstq', d, 1.0)), "
+                            f"got {type(mechanism).__name__}")
+    if mechanism.guarantee is None:
+        raise FedAuditError(f"mechanism {mechanism!r} claims no LDP guarantee (epsilon=None): an LDP mod needs "
+                            "a private mechanism")
+    return mechanism
+
+
+def _check_budget(budget: Any, budget_delta: Any, method: Any) -> tuple[float | None, float, str]:
+    budget = None if budget is None else check_positive("budget", budget)
+    budget_delta = check_real("budget_delta", budget_delta, low=0.0, high=1.0, open_high=True)
+    return budget, budget_delta, check_choice("method", method, METHODS)
+
+
+def _fingerprint(mechanism: Mechanism) -> int:
+    """56 bits of SHA-256 of the mechanism's canonical JSON (name, parameters, dim, guarantee): the
+    decoder's check that a report was encoded by the mechanism it decodes with."""
+    text = json.dumps(jsonable(mechanism.to_dict()), sort_keys=True, separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:7], "little")
+
+
+def is_refusal(message: Any) -> bool:
+    """True for a reply of a client that :func:`ldp_mod` refused for the round (budget spent)."""
+    return isinstance(message, Message) and message.has_error() and message.error.code == REFUSED_CODE
+
+
+def _server_round(msg: Message) -> int:
+    for record in msg.content.config_records.values():
+        if "server-round" in record:
+            return check_int("server-round", record["server-round"], low=0)
+    raise FedAuditError("the train message has no 'server-round' in its ConfigRecord; ldp_mod seeds each report by "
+                        "(seed, partition id, round) and needs it (FedAvg-based strategies send it)")
+
+
+def _partition_id(context: Context) -> int:
+    if "partition-id" not in context.node_config:
+        raise FedAuditError(f"context.node_config has no 'partition-id' (keys: {sorted(context.node_config)}); "
+                            "ldp_mod keys seeds and budgets by partition id, never by the random Flower node id")
+    return check_int("partition-id", context.node_config["partition-id"], low=0)
+
+
+def _one_array_record(msg: Message, what: str) -> tuple[str, ArrayRecord]:
+    records = msg.content.array_records
+    if len(records) != 1:
+        raise FedAuditError(f"ldp_mod needs exactly one ArrayRecord in the {what}, found {len(records)}")
+    return next(iter(records.items()))
+
+
+class LDPMod:
+    """The client mod of :func:`ldp_mod` (a picklable callable, as Ray needs)."""
+
+    def __init__(self, mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
+                 budget_delta: float = 0.0, method: str = "basic", seed: int = 0):
+        self.mechanism = _check_mechanism(mechanism)
+        self.budget, self.budget_delta, self.method = _check_budget(budget, budget_delta, method)
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise FedAuditError(f"ledger must be None or a fedaudit.accounting.Ledger, got {type(ledger).__name__}")
+        #: uses before this run, frozen when the mod is built (the same in-process and in Ray actors)
+        self.prior: tuple[LedgerEntry, ...] = () if ledger is None else ledger.entries()
+        self.seed = check_int("seed", seed, low=0)
+
+    def __repr__(self) -> str:
+        budget = "" if self.budget is None else (f", budget={self.budget:g}, budget_delta={self.budget_delta:g}, "
+                                                 f"method={self.method!r}")
+        return f"LDPMod({self.mechanism!r}{budget}, seed={self.seed})"
+
+    def account(self, partition: int, context: Context) -> Ledger:
+        """The client's ledger: its entries in the prior ledger, then one use of the mechanism per round
+        recorded in ``context.state``."""
+        ledger = Ledger()
+        for entry in self.prior:
+            if entry.client == partition:
+                ledger.record(partition, entry.use, round=entry.round)
+        if STATE_KEY in context.state:
+            for r in context.state[STATE_KEY]["rounds"]:
+                ledger.record(partition, self.mechanism, round=int(r))
+        return ledger
+
+    def _refusal(self, msg: Message, partition: int, server_round: int, ledger: Ledger) -> Message | None:
+        """The refusal reply when one more use would exceed the budget, else None."""
+        if ledger.can_run(partition, self.mechanism, self.budget, delta=self.budget_delta, method=self.method):
+            return None
+        spent = ledger.spent(partition, method=self.method, delta=self.budget_delta)
+        return Message(Error(code=REFUSED_CODE, reason=(
+            f"fedaudit ldp_mod: partition {partition} refused in round {server_round}: one more report at "
+            f"ε={self.mechanism.epsilon:g}, δ={self.mechanism.delta:g} would exceed its budget ε={self.budget:g} "
+            f"at δ={self.budget_delta:g} ({self.method} composition; spent ε={spent.epsilon:g}, "
+            f"δ={spent.delta:g} over {spent.count} uses)")), reply_to=msg)
+
+    def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+        if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
+            return call_next(msg, context)
+        partition, server_round = _partition_id(context), _server_round(msg)
+        _, sent = _one_array_record(msg, "train message")
+        x_sent, layout = flatten(sent)
+        if layout.dim != self.mechanism.dim:
+            raise FedAuditError(f"mechanism dim={self.mechanism.dim} must equal the model's d={layout.dim} "
+                                f"parameters ({layout.summary()})")
+        if self.budget is not None:
+            refusal = self._refusal(msg, partition, server_round, self.account(partition, context))
+            if refusal is not None:
+                return refusal
+        out = call_next(msg, context)
+        if out.has_error():
+            return out
+        key, returned = _one_array_record(out, "client's reply")
+        x_new, new_layout = flatten(returned)
+        if new_layout.keys != layout.keys or new_layout.shapes != layout.shapes:
+            raise FedAuditError(f"the client replied arrays {new_layout.summary()}, which do not match the sent "
+                                f"model's {layout.summary()}")
+        rng = derive_generator(self.seed, f"flower-ldp;partition={partition};round={server_round}")
+        report = self.mechanism.encode((x_new - x_sent)[None, :], rng)[0]
+        out.content[key] = ArrayRecord({REPORT_KEY: Array(np.ascontiguousarray(report, dtype=np.float64))})
+        metrics = out.content.metric_records
+        if len(metrics) > 1:
+            raise FedAuditError(f"ldp_mod needs at most one MetricRecord in the client's reply, found {len(metrics)}")
+        mkey, record = next(iter(metrics.items())) if metrics else ("metrics", MetricRecord())
+        record[PARTITION_KEY] = partition
+        record["bits"] = int(self.mechanism.bits_per_report)
+        record["ldp-epsilon"] = float(self.mechanism.epsilon)
+        record["ldp-delta"] = float(self.mechanism.delta)
+        record["ldp-round"] = server_round
+        record["ldp-mechanism"] = _fingerprint(self.mechanism)
+        out.content[mkey] = record
+        rounds = list(context.state[STATE_KEY]["rounds"]) if STATE_KEY in context.state else []
+        context.state[STATE_KEY] = ConfigRecord({"rounds": rounds + [server_round]})
+        return out
+
+
+def ldp_mod(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
+            budget_delta: float = 0.0, method: str = "basic", seed: int = 0) -> LDPMod:
+    """A Flower client mod that sends ``mechanism``'s report of the client's update instead of the update.
+
+    ``mechanism`` is any fedaudit :class:`~fedaudit.mechanisms.Mechanism` with a claimed guarantee and
+    ``dim`` = the model's parameter count (``make_mechanism("sstq", d, 1.0)``, PrivUnitG, vqSGD,
+    Laplace, Gaussian, …). ``budget`` (ε > 0, or None for no limit) at δ = ``budget_delta`` under
+    ``method`` composition is each client's total; ``ledger`` holds uses made before this run
+    (read once, now). ``seed`` is the root of every report's randomness. See the module docstring for
+    the wire layout, the refusal and why the client keeps its account in ``context.state``.
+    """
+    return LDPMod(mechanism, ledger=ledger, budget=budget, budget_delta=budget_delta, method=method, seed=seed)
+
+
+@dataclass(frozen=True)
+class LDPRound:
+    """One round's reports at the server: ``partitions`` (in reply order), ``bits_per_report`` and their
+    ``total_bits``, the per-report guarantee (``epsilon``, ``delta``), and the partitions whose report held
+    NaN or ±inf (``malformed``: decoded to NaN rows)."""
+
+    round: int
+    partitions: tuple[int, ...]
+    bits_per_report: int
+    total_bits: int
+    epsilon: float
+    delta: float
+    malformed: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"round": self.round, "partitions": list(self.partitions),
+                         "bits_per_report": self.bits_per_report, "total_bits": self.total_bits,
+                         "epsilon": self.epsilon, "delta": self.delta, "malformed": list(self.malformed)})
+
+    def summary(self) -> str:
+        bad = f", {len(self.malformed)} malformed" if self.malformed else ""
+        return (f"LDP round {self.round}: {len(self.partitions)} reports × {self.bits_per_report} bits = "
+                f"{self.total_bits} bits, ε={self.epsilon:g}, δ={self.delta:g} per report{bad}")
+
+
+class LDPDecoder:
+    """The server hook of :func:`ldp_decoder`: ``decoder(rows, replies) -> (n, d)`` decoded update rows.
+
+    ``rows`` is the strategy's view of the replies and only its length is used (a reply carries a
+    report, not the model's layout); the reports are read from each reply's ``REPORT_KEY`` array.
+    ``rounds`` logs every call (:class:`LDPRound`); ``ledger`` (if any) is charged one use of the
+    mechanism per report, keyed by partition id.
+    """
+
+    def __init__(self, mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
+                 budget_delta: float = 0.0, method: str = "basic"):
+        self.mechanism = _check_mechanism(mechanism)
+        self.budget, self.budget_delta, self.method = _check_budget(budget, budget_delta, method)
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise FedAuditError(f"ledger must be None or a fedaudit.accounting.Ledger, got {type(ledger).__name__}")
+        if budget is not None and ledger is None:
+            raise FedAuditError("budget needs a ledger: the decoder checks each report against the ledger it charges")
+        self.ledger = ledger
+        self._rounds: list[LDPRound] = []
+
+    @property
+    def rounds(self) -> tuple[LDPRound, ...]:
+        return tuple(self._rounds)
+
+    def __repr__(self) -> str:
+        return f"LDPDecoder({self.mechanism!r}, rounds={len(self._rounds)})"
+
+    def _read(self, msg: Message) -> tuple[np.ndarray, int, int]:
+        if msg.has_error():
+            raise FedAuditError(f"the decoder got an error reply (code {msg.error.code}): pass only valid replies")
+        metrics = next(iter(msg.content.metric_records.values()), None)
+        where = f"the reply from node {msg.metadata.src_node_id}"
+        if metrics is None or "ldp-round" not in metrics or PARTITION_KEY not in metrics:
+            raise FedAuditError(f"{where} has no LDP metrics ('ldp-round', {PARTITION_KEY!r}): is ldp_mod in its "
+                                "ClientApp's mods?")
+        partition = check_int(PARTITION_KEY, metrics[PARTITION_KEY], low=0)
+        where = f"partition {partition}'s reply"
+        mech = self.mechanism
+        if metrics.get("ldp-mechanism") != _fingerprint(mech):
+            raise FedAuditError(f"{where} was encoded by another mechanism (bits={metrics.get('bits')}, "
+                                f"ldp-epsilon={metrics.get('ldp-epsilon')}, ldp-delta={metrics.get('ldp-delta')}) than "
+                                f"the decoder's {mech!r} (bits={mech.bits_per_report}, epsilon={mech.epsilon}, "
+                                f"delta={mech.delta}): client and server use different mechanisms")
+        records = msg.content.array_records
+        record = next(iter(records.values())) if len(records) == 1 else None
+        if record is None or list(record.keys()) != [REPORT_KEY]:
+            raise FedAuditError(f"{where} must hold one ArrayRecord with the single array {REPORT_KEY!r}")
+        report = record[REPORT_KEY].numpy()
+        if report.shape != (self.mechanism.report_width,):
+            raise FedAuditError(f"{where}: the report has shape {report.shape}, expected "
+                                f"({self.mechanism.report_width},) ({self.mechanism.report_layout})")
+        return report.astype(np.float64, copy=False), partition, check_int("ldp-round", metrics["ldp-round"], low=0)
+
+    def __call__(self, rows: Any, replies: Iterable[Message]) -> np.ndarray:
+        replies = list(replies)
+        if rows is not None and len(rows) != len(replies):
+            raise FedAuditError(f"the decoder got {len(rows)} rows for {len(replies)} replies")
+        if not replies:
+            raise FedAuditError("the decoder got no replies")
+        read = [self._read(m) for m in replies]
+        reports = np.stack([r for r, _, _ in read])
+        partitions = tuple(p for _, p, _ in read)
+        server_rounds = {r for _, _, r in read}
+        if len(server_rounds) != 1:
+            raise FedAuditError(f"the replies come from different rounds {sorted(server_rounds)}")
+        server_round = server_rounds.pop()
+        if self.budget is not None:
+            over = [p for p in partitions if not self.ledger.can_run(p, self.mechanism, self.budget,
+                                                                     delta=self.budget_delta, method=self.method)]
+            if over:
+                raise FedAuditError(f"round {server_round}: partitions {over} sent a report past their budget "
+                                    f"ε={self.budget:g} at δ={self.budget_delta:g} ({self.method}): the clients "
+                                    "did not refuse, so the run's privacy claim no longer holds")
+        finite = np.isfinite(reports).all(axis=1)
+        decoded = np.full((len(replies), self.mechanism.dim), np.nan)
+        if finite.any():
+            decoded[finite] = self.mechanism.decode(reports[finite])
+        if self.ledger is not None:
+            for p in partitions:
+                self.ledger.record(p, self.mechanism, round=server_round)
+        bits = int(self.mechanism.bits_per_report)
+        self._rounds.append(LDPRound(server_round, partitions, bits, bits * len(partitions),
+                                     float(self.mechanism.epsilon), float(self.mechanism.delta),
+                                     tuple(p for p, ok in zip(partitions, finite) if not ok)))
+        return decoded
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"mechanism": self.mechanism.to_dict(), "rounds": [r.to_dict() for r in self._rounds],
+                         "total_bits": sum(r.total_bits for r in self._rounds)})
+
+    def summary(self) -> str:
+        return (f"LDPDecoder: {self.mechanism!r}, {len(self._rounds)} rounds, "
+                f"{sum(len(r.partitions) for r in self._rounds)} reports, "
+                f"{sum(r.total_bits for r in self._rounds)} bits")
+
+
+def ldp_decoder(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
+                budget_delta: float = 0.0, method: str = "basic") -> LDPDecoder:
+    """The server side of :func:`ldp_mod`: ``RobustStrategy(..., decoder=ldp_decoder(mechanism, ledger=L))``.
+
+    Decodes the n reports of a round to ``mechanism.decode(reports)`` (unbiased update estimates),
+    logs bits per report per round, charges ``ledger`` one use per report, and with ``budget`` (which
+    needs ``ledger``) raises when a report comes from a client past its budget.
+    """
+    return LDPDecoder(mechanism, ledger=ledger, budget=budget, budget_delta=budget_delta, method=method)

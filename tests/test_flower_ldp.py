@@ -1,0 +1,275 @@
+"""LDP client mods and their server decoder, driven with real Flower Messages (no simulation).
+
+Independent computations: the report equals ``mechanism.encode`` of the update computed here by
+hand (arrays raveled in key order, float64) on the generator ``derive_generator(seed, key)``; the
+decoded rows equal ``mechanism.decode`` of those reports; the ledger is checked against budgets
+whose arithmetic is exact (ε = 1 per round, budget 3).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import (Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, Metadata, MetricRecord,  # noqa: E402
+                      RecordDict)
+
+from conftest import assert_unbiased, z_tolerance  # noqa: E402
+from fedaudit.accounting import Ledger  # noqa: E402
+from fedaudit.errors import FedAuditError  # noqa: E402
+from fedaudit.integrations.flower.ldp import (REFUSED_CODE, REPORT_KEY, STATE_KEY, LDPRound, is_refusal,  # noqa: E402
+                                              ldp_decoder, ldp_mod)
+from fedaudit.json import dumps  # noqa: E402
+from fedaudit.mechanisms import make_mechanism  # noqa: E402
+from fedaudit.rng import derive_generator  # noqa: E402
+
+SHAPES = {"W": ((3, 4), np.float32), "b": ((3,), np.float64)}
+D = 15
+OLD = {"W": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), "b": np.array([0.5, -0.25, 2.0])}
+STEP = np.linspace(-0.2, 0.3, D)  # the client's update, norm 0.76 < clip 1
+
+
+def _new(step: np.ndarray = STEP) -> dict[str, np.ndarray]:
+    return {"W": (OLD["W"] + step[:12].reshape(3, 4)).astype(np.float32), "b": OLD["b"] + step[12:]}
+
+
+def _update(new: dict[str, np.ndarray]) -> np.ndarray:
+    """u = new − old, by hand: each array as float64, raveled, in key order."""
+    return np.concatenate([new[k].astype(np.float64).ravel() - OLD[k].astype(np.float64).ravel() for k in SHAPES])
+
+
+def _meta(message_type: str = MessageType.TRAIN) -> Metadata:
+    # explicit Metadata: a Message built the short way needs a run (flower_facts §2)
+    return Metadata(run_id=0, message_id="m", src_node_id=0, dst_node_id=7, reply_to_message_id="", group_id="",
+                    created_at=time.time(), ttl=3600.0, message_type=message_type)
+
+
+def _train(server_round: int, arrays: dict | None = None, message_type: str = MessageType.TRAIN) -> Message:
+    arrays = OLD if arrays is None else arrays
+    return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                               "config": ConfigRecord({"server-round": server_round, "lr": 0.1})}),
+                   metadata=_meta(message_type))
+
+
+def _context(partition: int | None = 0) -> Context:
+    config = {} if partition is None else {"partition-id": partition, "num-partitions": 10}
+    return Context(run_id=0, node_id=99, node_config=config, state=RecordDict(), run_config={})
+
+
+class Client:
+    """call_next: the client 'trains' to ``new`` and reports num-examples; counts its calls."""
+
+    def __init__(self, new: dict | None = None):
+        self.new, self.calls = _new() if new is None else new, 0
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        self.calls += 1
+        return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in self.new.items()}),
+                                   "metrics": MetricRecord({"num-examples": 5})}), reply_to=msg)
+
+
+MECHANISMS = {"sstq": dict(k=4), "privunitg": {}, "vqsgd": {}, "laplace": {}, "gaussian": {}}
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS))
+def test_round_trip_through_messages_equals_the_mechanisms_own_encode_and_decode(name):
+    mech = make_mechanism(name, D, 2.0, **MECHANISMS[name])
+    mod, client = ldp_mod(mech, seed=11), Client()
+    replies = [mod(_train(3), _context(p), client) for p in (4, 1, 6)]
+    expected = np.stack([mech.encode(_update(client.new)[None, :],
+                                     derive_generator(11, f"flower-ldp;partition={p};round=3"))[0] for p in (4, 1, 6)])
+    got = np.stack([r.content["arrays"][REPORT_KEY].numpy() for r in replies])
+    assert got.dtype == np.float64 and got.shape == (3, mech.report_width)
+    assert np.array_equal(got, expected)  # bit-identical
+    assert list(replies[0].content["arrays"].keys()) == [REPORT_KEY]
+    metrics = replies[0].content["metrics"]
+    assert dict(metrics) == {"num-examples": 5, "partition-id": 4, "bits": mech.bits_per_report,
+                             "ldp-epsilon": 2.0, "ldp-delta": mech.delta, "ldp-round": 3,
+                             "ldp-mechanism": metrics["ldp-mechanism"]}
+    assert 0 <= metrics["ldp-mechanism"] < 2**56
+    decoder = ldp_decoder(mech)
+    decoded = decoder(None, replies)
+    assert np.array_equal(decoded, mech.decode(expected))
+    assert decoder.rounds == (LDPRound(3, (4, 1, 6), mech.bits_per_report, 3 * mech.bits_per_report, 2.0,
+                                       mech.delta),)
+
+
+def test_reports_differ_by_partition_and_round_and_repeat_with_the_seed():
+    mech = make_mechanism("gaussian", D, 1.0)
+
+    def report(partition, server_round, seed=0):
+        out = ldp_mod(mech, seed=seed)(_train(server_round), _context(partition), Client())
+        return out.content["arrays"][REPORT_KEY].numpy()
+
+    assert np.array_equal(report(2, 5), report(2, 5))
+    assert not np.array_equal(report(2, 5), report(3, 5))
+    assert not np.array_equal(report(2, 5), report(2, 6))
+    assert not np.array_equal(report(2, 5), report(2, 5, seed=1))
+
+
+@pytest.mark.parametrize("name", ["privunitg", "gaussian"])
+def test_decoded_reports_are_unbiased_for_the_update(name):
+    mech, n = make_mechanism(name, D, 8.0), 1200
+    client = Client(_new(STEP * (0.95 / np.linalg.norm(STEP))))  # inside the clip ball: E[decode] = u
+    mod, u = ldp_mod(mech, seed=5), _update(client.new)
+    replies = [mod(_train(1), _context(p), client) for p in range(n)]
+    decoded = ldp_decoder(mech)(np.zeros((n, mech.report_width)), replies)
+    assert decoded.shape == (n, D) and np.isfinite(decoded).all()
+    assert_unbiased(decoded, u, n_assertions=2)
+    # the tolerance is tight enough to see a bias of half the largest coordinate (e.g. a lost rescaling)
+    assert z_tolerance(2 * D) * decoded.std(axis=0, ddof=1).max() / np.sqrt(n) < 0.5 * np.abs(u).max()
+
+
+def test_bits_are_logged_per_round_and_serialise_strictly():
+    mech = make_mechanism("sstq", D, 1.0, k=2)
+    mod, decoder = ldp_mod(mech), ldp_decoder(mech)
+    for r in (1, 2):
+        decoder(None, [mod(_train(r), _context(p), Client()) for p in range(4)])
+    assert [x.round for x in decoder.rounds] == [1, 2]
+    assert all(x.bits_per_report == mech.bits_per_report and x.total_bits == 4 * mech.bits_per_report
+               for x in decoder.rounds)
+    assert decoder.to_dict()["total_bits"] == 8 * mech.bits_per_report
+    dumps(decoder.to_dict())
+    assert f"× {mech.bits_per_report} bits" in decoder.rounds[0].summary()
+    assert "2 rounds, 8 reports" in decoder.summary()
+
+
+def _run_rounds(mod, context, rounds, decoder=None):
+    """Accepted rounds and refused replies of one client over ``rounds`` (one mod call each)."""
+    accepted, refused, client = [], [], Client()
+    for r in rounds:
+        out = mod(_train(r), context, client)
+        if is_refusal(out):
+            refused.append(out)
+        else:
+            accepted.append(r)
+            if decoder is not None:
+                decoder(None, [out])
+    return accepted, refused, client
+
+
+def test_ledger_refuses_exactly_at_the_budget_without_training():
+    mech = make_mechanism("laplace", D, 1.0)
+    server = Ledger()
+    accepted, refused, client = _run_rounds(ldp_mod(mech, budget=3.0), _context(0), range(1, 6),
+                                            ldp_decoder(mech, ledger=server))
+    assert accepted == [1, 2, 3] and len(refused) == 2
+    assert client.calls == 3  # refused rounds do not train
+    assert refused[0].error.code == REFUSED_CODE and "refused in round 4" in refused[0].error.reason
+    assert "budget ε=3 at δ=0" in refused[0].error.reason and "spent ε=3" in refused[0].error.reason
+    assert server.spent(0).epsilon == 3.0 and [e.round for e in server.entries(0)] == [1, 2, 3]
+
+
+def test_the_account_lives_in_context_state_not_in_the_mod_object():
+    # in a Ray simulation each call may run in a different actor holding its own pickled copy of the mod
+    mech = make_mechanism("laplace", D, 1.0)
+    mod, context = ldp_mod(mech, budget=3.0), _context(2)
+    outcomes = [is_refusal(pickle.loads(pickle.dumps(mod))(_train(r), context, Client())) for r in range(1, 6)]
+    assert outcomes == [False, False, False, True, True]
+    assert list(context.state[STATE_KEY]["rounds"]) == [1, 2, 3]
+    # a fresh node (fresh Context) starts with its own, empty account
+    assert not is_refusal(mod(_train(4), _context(3), Client()))
+
+
+def test_prior_ledger_entries_count_per_partition_and_are_read_once():
+    mech = make_mechanism("laplace", D, 1.0)
+    prior = Ledger()
+    prior.record(0, 2.0, round=0)
+    mod = ldp_mod(mech, ledger=prior, budget=3.0)
+    prior.record(1, 5.0)  # after the mod was built: not seen
+    assert _run_rounds(mod, _context(0), range(1, 4))[0] == [1]
+    assert _run_rounds(mod, _context(1), range(1, 5))[0] == [1, 2, 3]
+
+
+def test_an_approximate_dp_report_is_refused_by_a_pure_budget_and_accepted_under_its_delta():
+    mech = make_mechanism("gaussian", D, 1.0, delta=1e-5)
+    assert _run_rounds(ldp_mod(mech, budget=10.0), _context(0), [1])[0] == []
+    accepted = _run_rounds(ldp_mod(mech, budget=2.5, budget_delta=1e-4), _context(0), range(1, 5))[0]
+    assert accepted == [1, 2]  # basic: ε 1+1 ≤ 2.5 < 3, δ 2e-5 ≤ 1e-4
+
+
+def test_the_server_ledger_rejects_a_client_that_did_not_refuse():
+    mech = make_mechanism("laplace", D, 1.0)
+    decoder = ldp_decoder(mech, ledger=Ledger(), budget=3.0)
+    mod, context = ldp_mod(mech), _context(5)  # no budget on the client
+    for r in (1, 2, 3):
+        decoder(None, [mod(_train(r), context, Client())])
+    with pytest.raises(FedAuditError, match=r"round 4: partitions \[5\] sent a report past their budget"):
+        decoder(None, [mod(_train(4), context, Client())])
+    assert decoder.ledger.spent(5).epsilon == 3.0
+
+
+def test_a_non_finite_report_decodes_to_a_nan_row_and_is_logged():
+    mech = make_mechanism("privunitg", D, 2.0)
+    mod = ldp_mod(mech)
+    replies = [mod(_train(1), _context(p), Client()) for p in range(3)]
+    bad = replies[1].content["arrays"][REPORT_KEY].numpy()
+    bad[0] = np.nan
+    replies[1].content["arrays"] = ArrayRecord({REPORT_KEY: Array(bad)})
+    decoder = ldp_decoder(mech)
+    decoded = decoder(None, replies)
+    assert np.isnan(decoded[1]).all() and np.isfinite(decoded[[0, 2]]).all()
+    assert decoder.rounds[0].malformed == (1,) and "1 malformed" in decoder.rounds[0].summary()
+
+
+def test_other_messages_pass_through_untouched():
+    mod, context, client = ldp_mod(make_mechanism("laplace", D, 1.0), budget=1.0), _context(0), Client()
+    out = mod(_train(1, message_type=MessageType.EVALUATE), context, client)
+    assert list(out.content["arrays"].keys()) == ["W", "b"] and STATE_KEY not in context.state
+    assert client.calls == 1
+
+
+def test_mechanism_dim_mismatch_fails_before_training():
+    client = Client()
+    with pytest.raises(FedAuditError, match=r"mechanism dim=16 must equal the model's d=15"):
+        ldp_mod(make_mechanism("laplace", 16, 1.0))(_train(1), _context(0), client)
+    assert client.calls == 0
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(budget=-1.0), r"budget must be a finite real number in \(0, inf\), got budget=-1"),
+    (dict(budget=0.0), r"budget must be a finite real number in \(0, inf\)"),
+    (dict(budget_delta=1.0), r"budget_delta must be a finite real number in \[0, 1\)"),
+    (dict(method="rdp"), r"method must be one of 'basic', 'advanced', 'pld'"),
+    (dict(seed=-1), r"seed must be an integer in \[0, inf\)"),
+    (dict(ledger={}), r"ledger must be None or a fedaudit.accounting.Ledger"),
+])
+def test_bad_mod_arguments_name_the_parameter(kwargs, match):
+    with pytest.raises(FedAuditError, match=match):
+        ldp_mod(make_mechanism("laplace", D, 1.0), **kwargs)
+
+
+def test_bad_mechanisms_and_decoder_arguments():
+    with pytest.raises(FedAuditError, match="mechanism must be a fedaudit Mechanism"):
+        ldp_mod("laplace")
+    with pytest.raises(FedAuditError, match="claims no LDP guarantee"):
+        ldp_mod(make_mechanism("vqsgd", D, None))
+    with pytest.raises(FedAuditError, match="budget needs a ledger"):
+        ldp_decoder(make_mechanism("laplace", D, 1.0), budget=1.0)
+
+
+def test_missing_partition_id_or_round_is_a_clear_error():
+    mod = ldp_mod(make_mechanism("laplace", D, 1.0))
+    with pytest.raises(FedAuditError, match="no 'partition-id'"):
+        mod(_train(1), _context(None), Client())
+    msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in OLD.items()})}), metadata=_meta())
+    with pytest.raises(FedAuditError, match="no 'server-round'"):
+        mod(msg, _context(0), Client())
+
+
+def test_decoder_rejects_replies_of_another_mechanism_or_without_a_report():
+    laplace, gaussian = make_mechanism("laplace", D, 1.0), make_mechanism("gaussian", D, 1.0)
+    reply = ldp_mod(laplace)(_train(1), _context(0), Client())
+    for other in (gaussian, make_mechanism("laplace", D, 1.0, clip=2.0)):  # same bits and ε as laplace
+        with pytest.raises(FedAuditError, match="client and server use different mechanisms"):
+            ldp_decoder(other)(None, [reply])
+    plain = Client()(_train(1), _context(0))
+    with pytest.raises(FedAuditError, match="is ldp_mod in its ClientApp's mods"):
+        ldp_decoder(laplace)(None, [plain])
+    with pytest.raises(FedAuditError, match="2 rows for 1 replies"):
+        ldp_decoder(laplace)(np.zeros((2, D)), [reply])
