@@ -1,6 +1,6 @@
 """E-FLoPS against Fed-HT, FedIter-HT and FedAvg+prune with a small CNN at 97.5 % sparsity on digits.
 
-``python benchmarks/eflops_digits.py [--seeds 3] [--rounds 40] [--clients 10] [--density 0.025]
+``python benchmarks/eflops_digits.py [--seeds 3] [--rounds 100] [--clients 10] [--density 0.025] [--methods eflops,...]
 [--scheme iid|dirichlet --beta 1.0] [--upload gated|dense] [--mnist PATH] [--no-tune] [--json FILE]``
 
 Data: scikit-learn's 8×8 digits (:func:`fedaudit.fl.sparse_data.load_digits_federated`, the offline
@@ -98,16 +98,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--upload", choices=("gated", "dense"), default="gated")
     ap.add_argument("--mnist", default=None, help="MNIST directory or .npz (local files only)")
     ap.add_argument("--train-fraction", type=float, default=0.1, help="MNIST training rows kept")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="comma-separated subset of " + ", ".join(METHODS) + " (default: all)")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown or not methods:
+        ap.error(f"--methods must name some of {', '.join(METHODS)}, got {args.methods!r}")
     start = time.perf_counter()
     tune_data = None if args.no_tune else load(args, "tune")
     evals = [load(args, f"eval-{j}") for j in range(args.seeds)]
     image = (1, int(round(math.sqrt(evals[0].n_features))), int(round(math.sqrt(evals[0].n_features))))
     out: dict[str, Any] = {}
-    for name in METHODS:
+    for name in methods:
         t0 = time.perf_counter()
         tuning = []
         knob, grid = ("temperature", TEMPERATURES) if name == "eflops" else ("lr", LRS)
@@ -147,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "density": args.density, "m": m_for_density(args.density, dim), "dim": dim,
                     "upload": args.upload, "scheme": args.scheme, "beta": args.beta, "seeds": args.seeds,
                     "dense_fedavg_bytes_per_client_round": 4 * dim, "seconds_total": time.perf_counter() - start}
-    for name in METHODS:
+    for name in methods:
         r = out[name]
         print(f"{name:13s} accuracy {r['accuracy']:.4f} [{r['accuracy_ci95'][0]:.4f}, {r['accuracy_ci95'][1]:.4f}]  "
               f"density {r['density']:.4f}  MACs {r['macs']:.0f}/{r['dense_macs']} ({100 * r['macs_fraction']:.2f} %)  "
