@@ -49,10 +49,12 @@ def _meta(message_type: str = MessageType.TRAIN) -> Metadata:
                     created_at=time.time(), ttl=3600.0, message_type=message_type)
 
 
-def _train(server_round: int, arrays: dict | None = None, message_type: str = MessageType.TRAIN) -> Message:
+def _train(server_round: int, arrays: dict | None = None, message_type: str = MessageType.TRAIN,
+           experiment: str = "a") -> Message:
     arrays = OLD if arrays is None else arrays
     return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
-                               "config": ConfigRecord({"server-round": server_round, "lr": 0.1})}),
+                               "config": ConfigRecord({"server-round": server_round, "lr": 0.1,
+                                                       "experiment": experiment})}),
                    metadata=_meta(message_type))
 
 
@@ -176,6 +178,22 @@ def test_the_account_lives_in_context_state_not_in_the_mod_object():
     assert not is_refusal(mod(_train(4), _context(3), Client()))
 
 
+def test_scope_keeps_one_account_per_value_of_a_config_key():
+    # run_flower runs several strategies one after another on the same nodes (the same Contexts)
+    mech = make_mechanism("laplace", D, 1.0)
+    shared, scoped, context_a, context_b = ldp_mod(mech, budget=2.0), ldp_mod(mech, budget=2.0, scope="experiment"), \
+        _context(0), _context(0)
+    assert [is_refusal(shared(_train(r, experiment=e), context_a, Client())) for e in "ab" for r in (1, 2)] == \
+        [False, False, True, True]
+    assert [is_refusal(scoped(_train(r, experiment=e), context_b, Client())) for e in "ab" for r in (1, 2, 3)] == \
+        [False, False, True] * 2
+    assert sorted(context_b.state.keys()) == [f"{STATE_KEY}:a", f"{STATE_KEY}:b"]
+    msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in OLD.items()}),
+                              "config": ConfigRecord({"server-round": 1})}), metadata=_meta())
+    with pytest.raises(FedAuditError, match=r"no 'experiment' in its ConfigRecord; ldp_mod\(scope='experiment'\)"):
+        scoped(msg, _context(0), Client())
+
+
 def test_prior_ledger_entries_count_per_partition_and_are_read_once():
     mech = make_mechanism("laplace", D, 1.0)
     prior = Ledger()
@@ -238,6 +256,7 @@ def test_mechanism_dim_mismatch_fails_before_training():
     (dict(method="rdp"), r"method must be one of 'basic', 'advanced', 'pld'"),
     (dict(seed=-1), r"seed must be an integer in \[0, inf\)"),
     (dict(ledger={}), r"ledger must be None or a fedaudit.accounting.Ledger"),
+    (dict(scope=""), r"scope must be None or the name of a train-config key"),
 ])
 def test_bad_mod_arguments_name_the_parameter(kwargs, match):
     with pytest.raises(FedAuditError, match=match):

@@ -33,12 +33,13 @@ is listed in the round's ``malformed``. Each round's bits are logged (:class:`LD
 **Ledger** — two ledgers, on purpose:
 
 - *the client enforces* (refusal): its uses are kept in ``context.state[STATE_KEY]`` (the rounds it
-  reported in), which Flower persists per node across rounds — the simulation engine stores each
-  node's Context in the driver and hands it to whichever Ray actor runs the node, and a deployed
-  SuperNode keeps it for the run. A Python ``Ledger`` inside the mod would not do: Ray actors
-  hold pickled copies and are reused by different nodes. Local DP also means the client does not
-  trust the server to stop it, and stock FedAvg sends the same config to every node, so the
-  server could not send per-client budgets anyway. The client's account is the snapshot of
+  reported in; ``STATE_KEY:<value>`` per value of the ``scope`` config key), which Flower persists
+  per node across rounds — the simulation engine stores each node's Context in the driver and
+  hands it to whichever Ray actor runs the node, and a deployed SuperNode keeps it for the run.
+  A Python ``Ledger`` inside the mod would not do: Ray actors hold pickled copies and are reused
+  by different nodes. Local DP also means the client does not trust the server to stop it, and
+  stock FedAvg sends the same config to every node, so the server could not send per-client
+  budgets anyway. The client's account is the snapshot of
   ``ledger`` taken when the mod is built (uses before this run, keyed by partition id) plus the
   uses in its state, composed by ``Ledger`` (``method``: basic, advanced or pld); it runs round r
   only if ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``;
@@ -117,12 +118,11 @@ def is_refusal(message: Any) -> bool:
     return isinstance(message, Message) and message.has_error() and message.error.code == REFUSED_CODE
 
 
-def _server_round(msg: Message) -> int:
+def _config_value(msg: Message, key: str, why: str) -> Any:
     for record in msg.content.config_records.values():
-        if "server-round" in record:
-            return check_int("server-round", record["server-round"], low=0)
-    raise FedAuditError("the train message has no 'server-round' in its ConfigRecord; ldp_mod seeds each report by "
-                        "(seed, partition id, round) and needs it (FedAvg-based strategies send it)")
+        if key in record:
+            return record[key]
+    raise FedAuditError(f"the train message has no {key!r} in its ConfigRecord; {why}")
 
 
 def _partition_id(context: Context) -> int:
@@ -143,8 +143,11 @@ class LDPMod:
     """The client mod of :func:`ldp_mod` (a picklable callable, as Ray needs)."""
 
     def __init__(self, mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
-                 budget_delta: float = 0.0, method: str = "basic", seed: int = 0):
+                 budget_delta: float = 0.0, method: str = "basic", scope: str | None = None, seed: int = 0):
         self.mechanism = _check_mechanism(mechanism)
+        if scope is not None and (not isinstance(scope, str) or not scope):
+            raise FedAuditError(f"scope must be None or the name of a train-config key, got scope={scope!r}")
+        self.scope = scope
         self.budget, self.budget_delta, self.method = _check_budget(budget, budget_delta, method)
         if ledger is not None and not isinstance(ledger, Ledger):
             raise FedAuditError(f"ledger must be None or a fedaudit.accounting.Ledger, got {type(ledger).__name__}")
@@ -155,17 +158,18 @@ class LDPMod:
     def __repr__(self) -> str:
         budget = "" if self.budget is None else (f", budget={self.budget:g}, budget_delta={self.budget_delta:g}, "
                                                  f"method={self.method!r}")
-        return f"LDPMod({self.mechanism!r}{budget}, seed={self.seed})"
+        scope = "" if self.scope is None else f", scope={self.scope!r}"
+        return f"LDPMod({self.mechanism!r}{budget}{scope}, seed={self.seed})"
 
-    def account(self, partition: int, context: Context) -> Ledger:
+    def _account(self, partition: int, context: Context, state_key: str) -> Ledger:
         """The client's ledger: its entries in the prior ledger, then one use of the mechanism per round
-        recorded in ``context.state``."""
+        recorded in ``context.state[state_key]``."""
         ledger = Ledger()
         for entry in self.prior:
             if entry.client == partition:
                 ledger.record(partition, entry.use, round=entry.round)
-        if STATE_KEY in context.state:
-            for r in context.state[STATE_KEY]["rounds"]:
+        if state_key in context.state:
+            for r in context.state[state_key]["rounds"]:
                 ledger.record(partition, self.mechanism, round=int(r))
         return ledger
 
@@ -183,14 +187,21 @@ class LDPMod:
     def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
             return call_next(msg, context)
-        partition, server_round = _partition_id(context), _server_round(msg)
+        partition = _partition_id(context)
+        server_round = check_int("server-round", _config_value(
+            msg, "server-round", "ldp_mod seeds each report by (seed, partition id, round) and needs it (FedAvg-based "
+            "strategies send it)"), low=0)
+        state_key = STATE_KEY
+        if self.scope is not None:
+            value = _config_value(msg, self.scope, f"ldp_mod(scope={self.scope!r}) keeps one account per value of it")
+            state_key = f"{STATE_KEY}:{value}"
         _, sent = _one_array_record(msg, "train message")
         x_sent, layout = flatten(sent)
         if layout.dim != self.mechanism.dim:
             raise FedAuditError(f"mechanism dim={self.mechanism.dim} must equal the model's d={layout.dim} "
                                 f"parameters ({layout.summary()})")
         if self.budget is not None:
-            refusal = self._refusal(msg, partition, server_round, self.account(partition, context))
+            refusal = self._refusal(msg, partition, server_round, self._account(partition, context, state_key))
             if refusal is not None:
                 return refusal
         out = call_next(msg, context)
@@ -215,23 +226,29 @@ class LDPMod:
         record["ldp-round"] = server_round
         record["ldp-mechanism"] = _fingerprint(self.mechanism)
         out.content[mkey] = record
-        rounds = list(context.state[STATE_KEY]["rounds"]) if STATE_KEY in context.state else []
-        context.state[STATE_KEY] = ConfigRecord({"rounds": rounds + [server_round]})
+        rounds = list(context.state[state_key]["rounds"]) if state_key in context.state else []
+        context.state[state_key] = ConfigRecord({"rounds": rounds + [server_round]})
         return out
 
 
 def ldp_mod(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
-            budget_delta: float = 0.0, method: str = "basic", seed: int = 0) -> LDPMod:
+            budget_delta: float = 0.0, method: str = "basic", scope: str | None = None, seed: int = 0) -> LDPMod:
     """A Flower client mod that sends ``mechanism``'s report of the client's update instead of the update.
 
     ``mechanism`` is any fedaudit :class:`~fedaudit.mechanisms.Mechanism` with a claimed guarantee and
     ``dim`` = the model's parameter count (``make_mechanism("sstq", d, 1.0)``, PrivUnitG, vqSGD,
     Laplace, Gaussian, …). ``budget`` (ε > 0, or None for no limit) at δ = ``budget_delta`` under
     ``method`` composition is each client's total; ``ledger`` holds uses made before this run
-    (read once, now). ``seed`` is the root of every report's randomness. See the module docstring for
-    the wire layout, the refusal and why the client keeps its account in ``context.state``.
+    (read once, now). ``scope`` (None: one account per client for the whole run) names a train-config
+    key whose value gets its own account — e.g. the experiment label when several strategies run one
+    after another in one simulation, as :func:`~.simulation.run_flower` does, and should each spend
+    the budget as if alone (reports are seeded by (seed, partition, round) only, so scoped experiments
+    draw the same randomness, as separate runs with one seed would). ``seed`` is the root of every
+    report's randomness. See the module
+    docstring for the wire layout, the refusal and why the client keeps its account in ``context.state``.
     """
-    return LDPMod(mechanism, ledger=ledger, budget=budget, budget_delta=budget_delta, method=method, seed=seed)
+    return LDPMod(mechanism, ledger=ledger, budget=budget, budget_delta=budget_delta, method=method, scope=scope,
+                  seed=seed)
 
 
 @dataclass(frozen=True)
