@@ -1,8 +1,8 @@
 """The real Flower simulation engine (``flwr.simulation.run_simulation``, Ray, 2 CPUs): two calls in all.
 
 The first runs six strategies on one grid of 10 digits clients; the attack-free FedAvg run is
-checked against the same federated training recomputed in numpy without Flower. The second, smaller
-one repeats a seeded attacked run.
+checked against the same federated training recomputed in numpy without Flower. The second is the
+``flower`` claim kind end to end, whose attacked runs must repeat the first simulation's exactly.
 """
 
 from __future__ import annotations
@@ -111,12 +111,32 @@ def test_client_side_model_and_data_poisoning_change_the_run(run):
     assert all(d["dist_to_honest_mean"] > 0.5 * d["aggregate_norm"] for d in sign.diagnostics)
 
 
-def test_same_seed_same_attacked_clients_and_accuracy(run):
-    again = run_flower(clients=CLIENTS, rounds=2, strategies=[SPECS[1]], seed=SEED, local_steps=STEPS, lr=LR)
-    first, second = run["mean/alie"], again["mean/alie"]
-    assert second.byzantine == first.byzantine[:2]
-    assert second.accuracy == first.accuracy[:3]
-    assert again.to_dict()["outcomes"][0]["byzantine"] == [list(b) for b in first.byzantine[:2]]
+def test_same_seed_same_attacked_clients_and_accuracy_through_the_flower_claim_kind(run):
+    """The second simulation: the ``flower`` claim kind with its seed pinned to SEED runs NNM+CWTM and FedAvg
+    under the same ALIE, so both must repeat the first simulation's runs exactly."""
+    import json
+
+    import jsonschema
+
+    from fedaudit.experiments.runner import run_plan
+    from fedaudit.reports import load_schema
+
+    claim = {"id": "fl", "kind": "flower", "seed": SEED, "clients": CLIENTS, "rounds": ROUNDS, "lr": LR,
+             "local_steps": STEPS, "aggregator": "nnm+cwtm", "attack": "alie", "attack_params": ALIE30, "f": 2,
+             "min_accuracy": 0.9, "max_accuracy_drop": 0.03}
+    report = run_plan({"plan": {"title": "flower", "seed": 0}, "claim": [claim]})
+    (c,) = report.claims
+    assert c.error is None and c.verdict == "PASS", c.summary
+    ev, runs = c.evidence, c.evidence["runs"]
+    for mine, theirs in (("attacked", "nnm+cwtm/alie"), ("fedavg-attacked", "mean/alie")):
+        assert runs[mine]["accuracy"] == list(run[theirs].accuracy)
+        assert runs[mine]["byzantine"] == [list(b) for b in run[theirs].byzantine]
+    assert ev["accuracy_fedavg_attacked"] == run["mean/alie"].final_accuracy
+    assert ev["accuracy_attacked"] == run["nnm+cwtm/alie"].final_accuracy
+    assert ev["accuracy_clean"] - ev["accuracy_attacked"] == ev["accuracy_drop"] <= 0.03
+    assert ev["client_errors"] == 0 and ev["attack_at"] == "server"
+    assert "FedAvg under the same attack" in c.summary and "min_accuracy 0.9 met" in c.summary
+    jsonschema.validate(json.loads(json.dumps(report.seal().to_dict())), load_schema())
 
 
 def test_results_are_strict_json_and_summarised(run):
@@ -143,6 +163,9 @@ def test_results_are_strict_json_and_summarised(run):
     ({"strategies": [StrategySpec("nnm+cwtm", f=2)], "clients": 4}, "clients must be at least"),
     ({"client_mods": [3]}, "client_mods must be"),
     ({"progress": 3}, "progress must be"),
+    ({"partition": "gamma"}, "partition must be"),
+    ({"partition": "dirichlet"}, "needs beta"),
+    ({"beta": -1.0}, "beta must be"),
 ])
 def test_bad_input_is_rejected_before_any_simulation(kwargs, match):
     kwargs = {"strategies": [StrategySpec()], **kwargs}

@@ -34,10 +34,13 @@ require_flwr()
 
 from flwr.app import Context, Message  # noqa: E402
 
-__all__ = ["byzantine_mod", "LABEL_FLIP", "LABEL_FLIP_KEY", "CLIENT_ATTACK_KEY"]
+__all__ = ["byzantine_mod", "LABEL_FLIP", "LABEL_FLIP_KEY", "CLIENT_ATTACK_KEY", "CLIENT_ATTACKS"]
 
 #: The data-poisoning attack of :func:`byzantine_mod` (not in the row-attack registry).
 LABEL_FLIP = "labelflip"
+#: Registered attacks that need no other client's update (the rest — ALIE, MinMax, … — are omniscient:
+#: on a single row they degenerate, ALIE's μ ± zσ to the client's own update).
+CLIENT_ATTACKS = (LABEL_FLIP, "signflip", "ipm", "gaussian", "nonfinite")
 #: Train-config flag a label-flipping client's train function reads (bool).
 LABEL_FLIP_KEY = "fedaudit-label-flip"
 #: Train-config key that selects which ``when=`` tagged Byzantine mod acts this run.

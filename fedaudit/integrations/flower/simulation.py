@@ -37,7 +37,13 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
-from fedaudit.integrations.flower.byzantine import CLIENT_ATTACK_KEY, LABEL_FLIP, LABEL_FLIP_KEY, byzantine_mod
+from fedaudit.integrations.flower.byzantine import (
+    CLIENT_ATTACK_KEY,
+    CLIENT_ATTACKS,
+    LABEL_FLIP,
+    LABEL_FLIP_KEY,
+    byzantine_mod,
+)
 from fedaudit.integrations.flower.records import flatten, unflatten
 from fedaudit.integrations.flower.strategy import PARTITION_KEY, RobustStrategy, choose_byzantine
 from fedaudit.json import jsonable
@@ -50,10 +56,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-__all__ = ["StrategySpec", "StrategyOutcome", "FlowerRun", "run_flower", "DATASETS", "MODELS", "backend_config"]
+__all__ = ["StrategySpec", "StrategyOutcome", "FlowerRun", "run_flower", "DATASETS", "MODELS", "PARTITIONS",
+           "backend_config"]
 
 DATASETS = ("digits",)
 MODELS = ("logreg",)
+#: :func:`fedaudit.fl.partition.partition` schemes run_flower takes (``dirichlet`` needs ``beta``)
+PARTITIONS = ("iid", "dirichlet", "extreme")
 _CFG = "fedaudit-"  # prefix of the train-config keys the client function reads
 
 
@@ -86,7 +95,7 @@ class StrategySpec:
     :data:`fedaudit.attacks.ATTACKS` or ``"optimal-<name>"`` (:class:`~fedaudit.attacks.Optimal`
     line-searching that attack's scale against this spec's rule); ``client_attack`` (+
     ``client_attack_params``) a non-omniscient attack run by f clients as a mod: ``"labelflip"``
-    or a row attack on the client's own update. ``label`` names the outcome (default
+    or an attack on the client's own update (:data:`~.byzantine.CLIENT_ATTACKS`). ``label`` names the outcome (default
     ``"<aggregator>/<attack or client_attack or none>"``).
     """
 
@@ -153,9 +162,10 @@ class StrategySpec:
             return LABEL_FLIP
         from fedaudit.attacks.registry import make_attack
 
-        if not isinstance(self.client_attack, str):
-            raise FedAuditError(f"client_attack must be 'labelflip', an attack name or None, "
-                                f"got client_attack={self.client_attack!r}")
+        if self.client_attack not in CLIENT_ATTACKS:
+            raise FedAuditError(f"client_attack must be one of {', '.join(CLIENT_ATTACKS)} (attacks that need no "
+                                f"other client's update) or None, got client_attack={self.client_attack!r}; "
+                                "omniscient attacks run at the server (attack=...)")
         return make_attack(self.client_attack, **dict(self.client_attack_params or {}))
 
     def client_partitions(self, clients: int, seed: int) -> tuple[int, ...]:
@@ -340,8 +350,11 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
     num_cpus = check_int("num_cpus", num_cpus, low=1, high=256)
     local_steps = check_int("local_steps", local_steps, low=1, high=100_000)
     lr = check_real("lr", lr, low=0.0, open_low=True)
+    partition = check_choice("partition", partition, PARTITIONS)
     if beta is not None:
         beta = check_real("beta", beta, low=0.0, open_low=True)
+    if partition == "dirichlet" and beta is None:
+        raise FedAuditError("partition='dirichlet' needs beta > 0 (the Dirichlet concentration), got beta=None")
     if isinstance(strategies, (StrategySpec, Mapping, str)):
         raise FedAuditError("strategies must be a list of StrategySpec, got a single one: wrap it in a list")
     specs = [_as_spec(s) for s in strategies]
