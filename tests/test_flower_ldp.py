@@ -24,7 +24,7 @@ from fedaudit.accounting import Ledger  # noqa: E402
 from fedaudit.errors import FedAuditError  # noqa: E402
 from fedaudit.integrations.flower.ldp import (REFUSED_CODE, REPORT_KEY, STATE_KEY, LDPRound, is_refusal,  # noqa: E402
                                               ldp_decoder, ldp_mod)
-from fedaudit.json import dumps  # noqa: E402
+from fedaudit.json import dumps, loads as strict_loads  # noqa: E402
 from fedaudit.mechanisms import make_mechanism  # noqa: E402
 from fedaudit.rng import derive_generator  # noqa: E402
 
@@ -135,10 +135,13 @@ def test_bits_are_logged_per_round_and_serialise_strictly():
     assert [x.round for x in decoder.rounds] == [1, 2]
     assert all(x.bits_per_report == mech.bits_per_report and x.total_bits == 4 * mech.bits_per_report
                for x in decoder.rounds)
-    assert decoder.to_dict()["total_bits"] == 8 * mech.bits_per_report
-    dumps(decoder.to_dict())
-    assert f"× {mech.bits_per_report} bits" in decoder.rounds[0].summary()
-    assert "2 rounds, 8 reports" in decoder.summary()
+    for x in decoder.rounds:
+        assert strict_loads(dumps(x.to_dict())) == {"round": x.round, "partitions": [0, 1, 2, 3],
+                                                     "bits_per_report": mech.bits_per_report,
+                                                     "total_bits": 4 * mech.bits_per_report, "epsilon": 1.0,
+                                                     "delta": 0.0, "malformed": []}
+    assert f"4 reports × {mech.bits_per_report} bits = {4 * mech.bits_per_report} bits" in decoder.rounds[0].summary()
+    assert repr(decoder) == f"LDPDecoder({mech!r}, rounds=2)"
 
 
 def _run_rounds(mod, context, rounds, decoder=None):

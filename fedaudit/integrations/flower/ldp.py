@@ -362,15 +362,6 @@ class LDPDecoder:
                                      tuple(p for p, ok in zip(partitions, finite) if not ok)))
         return decoded
 
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"mechanism": self.mechanism.to_dict(), "rounds": [r.to_dict() for r in self._rounds],
-                         "total_bits": sum(r.total_bits for r in self._rounds)})
-
-    def summary(self) -> str:
-        return (f"LDPDecoder: {self.mechanism!r}, {len(self._rounds)} rounds, "
-                f"{sum(len(r.partitions) for r in self._rounds)} reports, "
-                f"{sum(r.total_bits for r in self._rounds)} bits")
-
 
 def ldp_decoder(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
                 budget_delta: float = 0.0, method: str = "basic") -> LDPDecoder:
