@@ -175,17 +175,24 @@ class GatedSparseUpload:
 
         θ_j = Σ_{i∈S_j} w_i θ̃_ij / Σ_{i∈S_j} w_i,     log α_j = Σ_{i∈S_j} w_i log α_ij / Σ_{i∈S_j} w_i,
 
-    otherwise θ_j = θ̄_j and log α_j = φ̄_j + κ·(c − φ̄_j) (κ = ``unsent_decay`` ∈ [0, 1], default 0:
-    unchanged; c = ``closed_log_alpha``, default log 0.01). ``rule="dense"`` is FedAvg of the
-    reconstructions (each client's unsent coordinates = the previous global value):
-    θ_j = Σ_i w_i r_ij / Σ_i w_i, the same as :class:`fedaudit.defenses.Mean` on ``reconstruct`` rows;
-    unsent coordinates decay as above. ``rule="votes"`` is the dense rule with every non-sender's
-    gate taken as the decayed φ̄_j + κ·(c − φ̄_j): θ_j as in "dense", log α_j = (Σ_{S_j} w_i log α_ij
-    + Σ_{i∉S_j} w_i (φ̄_j + κ·(c − φ̄_j))) / Σ_i w_i — the rule for *training* through the upload
-    (``docs/guides/gated-upload.md``: with "senders" or "dense" the gates a client closes are never
-    heard, ρ̂ cannot fall and E-FLoPS diverges). The senders rule is what the FLoPS reviews describe as weighted
-    averaging of (θ̃, φ), restricted to the clients that hold information about j; the dense rule
-    shrinks a coordinate toward its previous value by the share of clients that did not send it.
+    otherwise θ_j = θ̄_j and log α_j = u_j, the non-senders' gate (:meth:`unsent_gates`): by default
+    φ̄_j + κ·(c − φ̄_j) (κ = ``unsent_decay`` ∈ [0, 1], default 0: unchanged; c =
+    ``closed_log_alpha``, default log 0.01), or the ``unsent_log_alpha`` the caller passes.
+    ``rule="dense"`` is FedAvg of the reconstructions (each client's unsent coordinates = the previous
+    global value): θ_j = Σ_i w_i r_ij / Σ_i w_i, the same as :class:`fedaudit.defenses.Mean` on
+    ``reconstruct`` rows. ``rule="votes"`` is the dense rule with every non-sender's gate taken as
+    u_j: θ_j as in "dense", log α_j = (Σ_{S_j} w_i log α_ij + Σ_{i∉S_j} w_i u_j) / Σ_i w_i — the rule
+    for *training* through the upload (``docs/guides/gated-upload.md``: with "senders" or "dense" the
+    gates a client closes are never heard, ρ̂ cannot fall and E-FLoPS diverges; E-FLoPS passes u =
+    the data-free local step of φ̄, :func:`fedaudit.fl.gated_training.data_free_gates`). The senders
+    rule is what the FLoPS reviews describe as weighted averaging of (θ̃, φ), restricted to the
+    clients that hold information about j; the dense rule shrinks a coordinate toward its previous
+    value by the share of clients that did not send it.
+
+    Client protocol flags read by :func:`fedaudit.fl.eflops.train_eflops`: ``error_feedback``
+    (default True: client i selects and sends from θ̃_i + e_i and keeps the unsent change e_i,
+    :class:`fedaudit.fl.gated_training.ErrorFeedback`; the wire format is unchanged) and
+    ``dense_rounds`` W ≥ 0 (default 0: the first W rounds use the dense upload, 2·p·4 bytes per client).
     """
 
     def __init__(self, dim: int, m: int, *, index_bytes: int | None = None, value_dtype: str = "float32",
