@@ -349,12 +349,20 @@ def test_load_mnist_federated_missing_files_say_what_is_missing_and_that_nothing
         load_mnist_federated(tmp_path / "nowhere")
 
 
-@pytest.mark.xfail(strict=True, raises=struct.error,
-                   reason="fedaudit.fl.data._read_idx unpacks the sizes before checking the header's length "
-                          "(reported to the owner of fedaudit/fl/data.py; remove this marker with the fix)")
 def test_load_mnist_federated_a_truncated_idx_header_is_a_fedaudit_error(tmp_path):
     (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03")  # a header cut short
     for name in ("train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
         (tmp_path / name).write_bytes(_idx_bytes(np.zeros(2, dtype=np.uint8)))
-    with pytest.raises(FedAuditError, match="train-images-idx3-ubyte"):
+    with pytest.raises(FedAuditError, match="train-images-idx3-ubyte.*header needs 16 bytes, the file has 4"):
+        load_mnist_federated(tmp_path)
+
+
+def test_load_mnist_federated_a_cut_gzip_stream_is_a_fedaudit_error(tmp_path):
+    import gzip
+
+    whole = gzip.compress(_idx_bytes(np.zeros((3, 2, 2), dtype=np.uint8)))
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(whole[: len(whole) // 2])  # a download cut short
+    for name in ("train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (tmp_path / name).write_bytes(_idx_bytes(np.zeros(3, dtype=np.uint8)))
+    with pytest.raises(FedAuditError, match="train-images-idx3-ubyte.gz could not be read as gzip-compressed IDX"):
         load_mnist_federated(tmp_path)

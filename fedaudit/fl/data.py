@@ -161,13 +161,19 @@ def _find_idx(directory: Path, stem: str) -> Path | None:
 def _read_idx(path: Path) -> np.ndarray:
     """Parse an IDX file (big-endian header: 0, 0, dtype code, ndim; then ndim uint32 sizes)."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        raw = fh.read()
+    try:
+        with opener(path, "rb") as fh:
+            raw = fh.read()
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a cut .gz stream is an EOFError
+        raise FedAuditError(f"{path} could not be read as {'gzip-compressed ' if opener is gzip.open else ''}IDX: "
+                            f"{err}") from None
     if len(raw) < 4:
         raise FedAuditError(f"{path} is not an IDX file (too short)")
     zero, code, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or code != 0x08:
         raise FedAuditError(f"{path} is not an unsigned-byte IDX file (magic {raw[:4].hex()})")
+    if len(raw) < 4 + 4 * ndim:
+        raise FedAuditError(f"{path} is not an IDX file: its header needs {4 + 4 * ndim} bytes, the file has {len(raw)}")
     shape = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if data.size != math.prod(shape):
