@@ -56,7 +56,8 @@ from fedaudit.fl.registry import (
     register_partition,
 )
 from fedaudit.fl.sparse_baselines import train_fed_ht, train_fedavg_prune, train_fediter_ht
-from fedaudit.fl.sparse_data import FederatedData, load_gene_csv, r2_score, scarce_regression, support_recovery
+from fedaudit.fl.sparse_data import (ORIENTATIONS, FederatedData, load_gene_csv, r2_score, scarce_regression,
+                                     support_recovery)
 from fedaudit.fl.training import Trace, run
 
 __all__ = [
@@ -70,7 +71,7 @@ __all__ = [
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
     "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg",
     "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete",
-    "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv",
+    "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv", "ORIENTATIONS",
     "r2_score", "support_recovery", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
