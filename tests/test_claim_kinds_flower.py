@@ -102,4 +102,5 @@ def test_shipped_plan_passes_through_fedaudit_run(tmp_path):
     (claim,) = report["claims"]
     assert claim["verdict"] == "PASS"
     ev = claim["evidence"]
-    assert ev["accuracy_clean"] - ev["accuracy_attacked"] <= 0.03 <= ev["accuracy_clean"] - ev["accuracy_fedavg_attacked"]
+    assert ev["accuracy_clean"] - ev["accuracy_attacked"] <= 0.03
+    assert ev["accuracy_clean"] - ev["accuracy_fedavg_attacked"] >= 0.10

@@ -18,11 +18,15 @@ from fedaudit.fl.data import load_digits_dataset
 from fedaudit.fl.models import LogisticModel
 from fedaudit.fl.partition import partition
 from fedaudit.integrations.flower import choose_byzantine
+from fedaudit.integrations.flower.ldp import ldp_decoder, ldp_mod
 from fedaudit.integrations.flower.simulation import StrategySpec, run_flower
+from fedaudit.mechanisms import make_mechanism
 from fedaudit.rng import derive_seed
 
 CLIENTS, ROUNDS, SEED, STEPS, LR = 10, 5, 0, 20, 0.5
 ALIE30 = {"z": 30}
+MECH = make_mechanism("gaussian", 64 * 10 + 10, 4.0, clip=2.0)
+DECODER = ldp_decoder(MECH)
 SPECS = [
     StrategySpec("mean"),
     StrategySpec("mean", f=2, attack="alie", attack_params=ALIE30),
@@ -30,6 +34,7 @@ SPECS = [
     StrategySpec("nnm+cwtm", f=2, client_attack="nonfinite"),
     StrategySpec("mean", f=3, client_attack="labelflip"),
     StrategySpec("mean", f=2, client_attack="signflip", client_attack_params={"scale": 4.0}),
+    StrategySpec("mean", label="mean/ldp", client_mods=(ldp_mod(MECH, seed=SEED),), decoder=DECODER),
 ]
 
 
@@ -137,6 +142,17 @@ def test_same_seed_same_attacked_clients_and_accuracy_through_the_flower_claim_k
     assert ev["client_errors"] == 0 and ev["attack_at"] == "server"
     assert "FedAvg under the same attack" in c.summary and "min_accuracy 0.9 met" in c.summary
     jsonschema.validate(json.loads(json.dumps(report.seal().to_dict())), load_schema())
+
+
+def test_a_strategy_with_its_own_ldp_mod_and_decoder(run):
+    """Only the ``mean/ldp`` run sends reports: the decoder saw every client in each of its rounds, and no other."""
+    o = run["mean/ldp"]
+    assert o.errors == 0 and np.isfinite(o.final_model).all()
+    assert [r.round for r in DECODER.rounds] == list(range(1, ROUNDS + 1))
+    assert all(sorted(r.partitions) == list(range(CLIENTS)) and r.total_bits == CLIENTS * MECH.bits_per_report
+               for r in DECODER.rounds)
+    assert not np.array_equal(o.final_model, run["mean/none"].final_model)
+    assert o.spec.to_dict()["decoder"].startswith("LDPDecoder(")
 
 
 def test_results_are_strict_json_and_summarised(run):

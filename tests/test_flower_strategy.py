@@ -207,6 +207,19 @@ def test_decoder_hook_sees_the_sorted_update_rows_and_the_replies(data):
     assert seen["pids"] == list(range(N))
     np.testing.assert_array_equal(seen["rows"], models - g)
     np.testing.assert_array_equal(_vec(arrays), g + (2.0 * (models - g)).mean(axis=0))
+    # replies in another layout (a report per client): the decoder gets rows=None and reads the replies
+    reports = [Message(RecordDict({"arrays": ArrayRecord({"report": Array(np.full(4, float(p)))}),
+                                   "metrics": MetricRecord({"num-examples": 1, "partition-id": p})}),
+                       metadata=_metadata(50 + p, reply_to="x")) for p in (2, 0, 1)]
+    def from_reports(rows, replies):
+        seen["none"] = rows is None
+        return np.stack([np.full(D, m.content["arrays"]["report"].numpy()[0]) for m in replies])
+
+    strategy = RobustStrategy("mean", decoder=from_reports)
+    strategy._global = flatten(_record(g))
+    arrays, _ = strategy.aggregate_train(1, reports)
+    assert seen["none"] is True
+    np.testing.assert_array_equal(_vec(arrays), g + 1.0)
     with pytest.raises(FedAuditError, match="decoder returned shape"):
         _round(RobustStrategy("mean", decoder=lambda rows, replies: rows[:3]), g, models)
 
@@ -273,7 +286,8 @@ def test_importing_fedaudit_does_not_import_flwr_and_a_missing_flwr_is_one_clear
 
 
 def _train_message(vec: np.ndarray, server_round: int = 2, **config) -> Message:
-    return Message(RecordDict({"arrays": _record(vec), "config": ConfigRecord({"server-round": server_round, **config})}),
+    config = ConfigRecord({"server-round": server_round, **config})
+    return Message(RecordDict({"arrays": _record(vec), "config": config}),
                    metadata=_metadata(0, message_type=MessageType.TRAIN))
 
 
@@ -309,16 +323,17 @@ def test_byzantine_mod_attacks_only_its_partitions_own_update(data):
 
 def test_byzantine_mod_label_flip_flags_the_train_config_and_when_gates_it(data):
     from fedaudit.integrations.flower import byzantine_mod
-    from fedaudit.integrations.flower.byzantine import CLIENT_ATTACK_KEY, LABEL_FLIP_KEY
+    from fedaudit.integrations.flower.byzantine import LABEL_FLIP_KEY
+    from fedaudit.integrations.flower.strategy import STRATEGY_KEY
 
     g, models = data
     seen = {}
     byzantine_mod("labelflip", [2])(_train_message(g), _context(2), _trainer(models[0], seen))
     assert seen["config"][LABEL_FLIP_KEY] is True
     gated = byzantine_mod("labelflip", [2], when="run-a")
-    gated(_train_message(g, **{CLIENT_ATTACK_KEY: "run-b"}), _context(2), _trainer(models[0], seen))
+    gated(_train_message(g, **{STRATEGY_KEY: "run-b"}), _context(2), _trainer(models[0], seen))
     assert LABEL_FLIP_KEY not in seen["config"]
-    gated(_train_message(g, **{CLIENT_ATTACK_KEY: "run-a"}), _context(2), _trainer(models[0], seen))
+    gated(_train_message(g, **{STRATEGY_KEY: "run-a"}), _context(2), _trainer(models[0], seen))
     assert seen["config"][LABEL_FLIP_KEY] is True
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
 from fedaudit.integrations.flower.records import flatten, unflatten
+from fedaudit.integrations.flower.strategy import STRATEGY_KEY
 from fedaudit.rng import derive_generator
 from fedaudit.validation import check_int
 
@@ -34,7 +35,7 @@ require_flwr()
 
 from flwr.app import Context, Message  # noqa: E402
 
-__all__ = ["byzantine_mod", "LABEL_FLIP", "LABEL_FLIP_KEY", "CLIENT_ATTACK_KEY", "CLIENT_ATTACKS"]
+__all__ = ["byzantine_mod", "LABEL_FLIP", "LABEL_FLIP_KEY", "CLIENT_ATTACKS"]
 
 #: The data-poisoning attack of :func:`byzantine_mod` (not in the row-attack registry).
 LABEL_FLIP = "labelflip"
@@ -43,8 +44,6 @@ LABEL_FLIP = "labelflip"
 CLIENT_ATTACKS = (LABEL_FLIP, "signflip", "ipm", "gaussian", "nonfinite")
 #: Train-config flag a label-flipping client's train function reads (bool).
 LABEL_FLIP_KEY = "fedaudit-label-flip"
-#: Train-config key that selects which ``when=`` tagged Byzantine mod acts this run.
-CLIENT_ATTACK_KEY = "fedaudit-client-attack"
 
 
 def byzantine_mod(attack: Any, partitions: Iterable[int], *, seed: int = 0, when: str | None = None,
@@ -55,7 +54,7 @@ def byzantine_mod(attack: Any, partitions: Iterable[int], *, seed: int = 0, when
     callable ``attack(honest (1, d), 1, rng) -> (1, d)``. The attack's generator is
     ``derive_generator(seed, "flower-client-attack;partition=<p>;round=<r>")`` with r the train
     config's ``"server-round"``. With ``when``, the mod acts only in runs whose train config has
-    ``CLIENT_ATTACK_KEY == when`` (several strategies can then share one ClientApp).
+    ``STRATEGY_KEY == when`` (several strategies can then share one ClientApp).
     """
     if isinstance(attack, str) and attack != LABEL_FLIP:
         from fedaudit.attacks.registry import make_attack
@@ -76,7 +75,7 @@ def byzantine_mod(attack: Any, partitions: Iterable[int], *, seed: int = 0, when
     def mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         pid = int(context.node_config.get("partition-id", -1))
         config = msg.content.get(config_key)
-        active = pid in chosen and (when is None or (config is not None and config.get(CLIENT_ATTACK_KEY) == when))
+        active = pid in chosen and (when is None or (config is not None and config.get(STRATEGY_KEY) == when))
         if not active:
             return call_next(msg, context)
         if attack == LABEL_FLIP:

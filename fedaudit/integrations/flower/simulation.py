@@ -30,22 +30,16 @@ import logging
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
-from fedaudit.integrations.flower.byzantine import (
-    CLIENT_ATTACK_KEY,
-    CLIENT_ATTACKS,
-    LABEL_FLIP,
-    LABEL_FLIP_KEY,
-    byzantine_mod,
-)
+from fedaudit.integrations.flower.byzantine import CLIENT_ATTACKS, LABEL_FLIP, LABEL_FLIP_KEY, byzantine_mod
 from fedaudit.integrations.flower.records import flatten, unflatten
-from fedaudit.integrations.flower.strategy import PARTITION_KEY, RobustStrategy, choose_byzantine
+from fedaudit.integrations.flower.strategy import PARTITION_KEY, STRATEGY_KEY, RobustStrategy, choose_byzantine
 from fedaudit.json import jsonable
 from fedaudit.rng import derive_seed
 from fedaudit.validation import check_choice, check_int, check_real
@@ -95,8 +89,11 @@ class StrategySpec:
     :data:`fedaudit.attacks.ATTACKS` or ``"optimal-<name>"`` (:class:`~fedaudit.attacks.Optimal`
     line-searching that attack's scale against this spec's rule); ``client_attack`` (+
     ``client_attack_params``) a non-omniscient attack run by f clients as a mod: ``"labelflip"``
-    or an attack on the client's own update (:data:`~.byzantine.CLIENT_ATTACKS`). ``label`` names the outcome (default
-    ``"<aggregator>/<attack or client_attack or none>"``).
+    or an attack on the client's own update (:data:`~.byzantine.CLIENT_ATTACKS`). ``label`` names
+    the outcome (default ``"<aggregator>/<attack or client_attack or none>"``). ``client_mods`` are Flower client mods
+    that act only while this strategy runs (e.g. an ``ldp_mod``; inside :func:`run_flower`'s
+    ``client_mods``, outside the Byzantine mod), and ``decoder`` is the strategy's
+    ``decoder(rows, replies) -> rows`` hook (e.g. the matching ``ldp_decoder``).
     """
 
     aggregator: str = "mean"
@@ -107,6 +104,8 @@ class StrategySpec:
     client_attack_params: Mapping[str, Any] | None = None
     aggregator_params: Mapping[str, Any] | None = None
     label: str | None = None
+    client_mods: Sequence[Callable[..., Any]] = ()
+    decoder: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.aggregator, str) or not self.aggregator:
@@ -124,6 +123,12 @@ class StrategySpec:
                 raise FedAuditError(f"{key}={value!r} needs f >= 1 Byzantine clients, got f=0")
         if self.label is not None and (not isinstance(self.label, str) or not self.label):
             raise FedAuditError(f"label must be a non-empty string or None, got label={self.label!r}")
+        if callable(self.client_mods) or not all(callable(m) for m in self.client_mods):
+            raise FedAuditError(f"client_mods must be a list of Flower mods (callables), got {self.client_mods!r}")
+        object.__setattr__(self, "client_mods", tuple(self.client_mods))
+        if self.decoder is not None and not callable(self.decoder):
+            raise FedAuditError(f"decoder must be None or a callable (rows, replies) -> rows, "
+                                f"got {type(self.decoder).__name__}")
         self.rule()
         self.server_attack()
         self.client_mod_attack()
@@ -179,10 +184,13 @@ class StrategySpec:
         evaluation (the server evaluates centrally)."""
         byzantine = list(self.client_partitions(clients, seed)) if self.client_attack is not None else None
         return RobustStrategy(self.rule(), f=self.f, attack=self.server_attack(), byzantine=byzantine, seed=seed,
-                              num_clients=clients, fraction_train=1.0, fraction_evaluate=0.0)
+                              decoder=self.decoder, num_clients=clients, fraction_train=1.0, fraction_evaluate=0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({**asdict(self), "name": self.name})
+        plain = {k: getattr(self, k) for k in ("aggregator", "f", "attack", "attack_params", "client_attack",
+                                               "client_attack_params", "aggregator_params", "label")}
+        return jsonable({**plain, "name": self.name, "client_mods": [repr(m) for m in self.client_mods],
+                         "decoder": None if self.decoder is None else repr(self.decoder)})
 
     def summary(self) -> str:
         extra = f", attack={self.attack}" if self.attack else ""
@@ -233,7 +241,8 @@ class StrategyOutcome:
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"name": self.name, "spec": self.spec.to_dict(), "final_accuracy": self.final_accuracy,
                          "accuracy": list(self.accuracy), "final_model": self.final_model, "errors": self.errors,
-                         "client_byzantine": list(self.client_byzantine), "byzantine": [list(b) for b in self.byzantine],
+                         "client_byzantine": list(self.client_byzantine),
+                         "byzantine": [list(b) for b in self.byzantine],
                          "diagnostics": list(self.diagnostics), "wall_time_s": self.wall_time_s})
 
     def summary(self) -> str:
@@ -321,6 +330,19 @@ def _train(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
+def _for_strategy(mod: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``mod`` active only on train messages whose config names strategy ``name`` (:data:`STRATEGY_KEY`)."""
+
+    def gated(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+        config = msg.content.get("config")
+        if config is not None and config.get(STRATEGY_KEY) == name:
+            return mod(msg, context, call_next)
+        return call_next(msg, context)
+
+    gated.__name__ = gated.__qualname__ = f"{getattr(mod, '__name__', type(mod).__name__)}_for_{name}"
+    return gated
+
+
 def _client_app(mods: Sequence[Callable[..., Any]]) -> Any:
     app = ClientApp()
     app.train(mods=list(mods))(_train)
@@ -337,9 +359,10 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
                progress: Callable[[int], None] | None = None) -> FlowerRun:
     """Run every strategy of ``strategies`` for ``rounds`` rounds in one real Flower simulation (module docstring).
 
-    ``client_mods`` are Flower client mods for the train function (outermost first; the Byzantine
-    mods of client attacks go inside them). ``progress(1)`` is called after every round of every
-    strategy. Flower's INFO logs are held at WARNING during the run, and the ``PYTHONPATH`` that
+    ``client_mods`` are Flower client mods for the train function of every strategy (outermost
+    first); each spec's own ``client_mods`` come inside them and the Byzantine mods of client
+    attacks innermost (so a Byzantine client poisons its update before a privacy mod encodes it).
+    ``progress(1)`` is called after every round of every strategy. Flower's INFO logs are held at WARNING during the run, and the ``PYTHONPATH`` that
     Flower's Ray backend writes into ``os.environ`` is restored afterwards.
     """
     clients = check_int("clients", clients, low=2, high=1000)
@@ -379,6 +402,7 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
     parts, (A_test, y_test) = _federated_digits(seed, clients, partition, beta)
     n_features = A_test.shape[1]
     evaluator = _model(n_features, 10)
+    spec_mods = [_for_strategy(m, spec.name) for spec in specs for m in spec.client_mods]
     byz_mods = [byzantine_mod(spec.client_mod_attack(), spec.client_partitions(clients, seed), seed=seed,
                               when=spec.name) for spec in specs if spec.client_attack is not None]
     base_config: dict[str, Any] = {_CFG + "seed": seed, _CFG + "clients": clients, _CFG + "partition": partition,
@@ -407,7 +431,7 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
 
             t0 = time.perf_counter()
             strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds,
-                           train_config=ConfigRecord({**base_config, CLIENT_ATTACK_KEY: spec.name}),
+                           train_config=ConfigRecord({**base_config, STRATEGY_KEY: spec.name}),
                            evaluate_fn=central)
             if sorted(accuracy) != list(range(rounds + 1)):
                 raise FedAuditError(f"strategy {spec.name!r} was evaluated after rounds {sorted(accuracy)}, "
@@ -425,8 +449,8 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
     t0 = time.perf_counter()
     try:
         flwr_logger.setLevel(max(level, logging.WARNING))
-        run_simulation(server_app=server_app, client_app=_client_app(mods + byz_mods), num_supernodes=clients,
-                       backend_config=backend_config(num_cpus))
+        run_simulation(server_app=server_app, client_app=_client_app(mods + spec_mods + byz_mods),
+                       num_supernodes=clients, backend_config=backend_config(num_cpus))
     finally:
         flwr_logger.setLevel(level)
         if pythonpath is None:

@@ -8,6 +8,8 @@ train/evaluate configs and ``start(...)`` are Flower's own):
    (reply arrival order and Flower node ids change from run to run; partition ids do not);
 3. reply i becomes the update row u_i = x_i − x_global (:func:`~.records.flatten`, key order);
 4. an optional ``decoder(rows, replies) -> rows`` maps the rows (e.g. LDP reports to estimates);
+   with a decoder, replies may carry another layout than the model (a report): ``rows`` is then
+   None and the decoder returns the (n, d) update rows from the replies alone;
 5. attack-in-the-loop: the rows of the Byzantine positions B (``choose_byzantine`` or a fixed set of
    partition ids) are replaced with ``attack(U_honest, |B|, rng)``;
 6. the rule F (``make_aggregator(spec, f)`` or a callable) aggregates the n rows;
@@ -45,10 +47,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord  # noqa: E
 from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
-__all__ = ["RobustStrategy", "choose_byzantine", "PARTITION_KEY"]
+__all__ = ["RobustStrategy", "choose_byzantine", "PARTITION_KEY", "STRATEGY_KEY"]
 
 #: The MetricRecord key through which every client reports its partition id (0..N−1).
 PARTITION_KEY = "partition-id"
+#: The train-config key naming the strategy being run (``run_flower`` sets it to ``StrategySpec.name``), so
+#: client mods can act for one of several strategies that share a ClientApp.
+STRATEGY_KEY = "fedaudit-strategy"
 
 
 def choose_byzantine(n: int, f: int, seed: int, server_round: int) -> np.ndarray:
@@ -89,8 +94,9 @@ class RobustStrategy(FedAvg):
         :func:`choose_byzantine`; the default when an attack is given), a list of partition ids
         (the same clients every round, e.g. the ones running a Byzantine client mod), or None
         (nobody is known to be Byzantine).
-    decoder : optional ``decoder(rows (n, d), replies) -> rows (n, d)``, called on the sorted
-        update rows and their reply Messages before the attack and the rule.
+    decoder : optional ``decoder(rows (n, d) or None, replies) -> rows (n, d)``, called on the
+        sorted update rows and their reply Messages before the attack and the rule (rows is None
+        when the replies do not carry the model's layout, e.g. LDP reports).
     seed : root of the Byzantine choice, the attack's and the rule's randomness (per round).
     num_clients : when given, ``min_available_nodes`` and ``min_train_nodes`` default to it, so
         round 1 waits for every node (with Flower's default 2, round 1 samples whichever 2 nodes
@@ -180,15 +186,9 @@ class RobustStrategy(FedAvg):
         if np.unique(pids).size != pids.size:
             raise FedAuditError(f"round {server_round}: two replies report the same {PARTITION_KEY!r}: "
                                 f"{pids.tolist()}")
-        rows = np.empty((len(valid), layout.dim))
-        for i, msg in enumerate(valid):
-            x, lay = flatten(msg.content[self.arrayrecord_key])
-            if lay.keys != layout.keys or lay.shapes != layout.shapes:
-                raise FedAuditError(f"round {server_round}: partition {pids[i]} replied arrays {lay.summary()}, "
-                                    f"which do not match the global model's {layout.summary()}")
-            np.subtract(x, g, out=rows[i])
+        rows = self._update_rows(valid, pids, g, layout, server_round)
         if self.decoder is not None:
-            rows = self._decode(rows, valid, server_round)
+            rows = self._decode(rows, valid, (len(valid), layout.dim), server_round)
         byz = self._byzantine_positions(pids, server_round)
         honest = np.setdiff1d(np.arange(len(valid)), byz)
         honest_mean = rows[honest].mean(axis=0) if honest.size else None
@@ -233,11 +233,25 @@ class RobustStrategy(FedAvg):
                                 f"{msg.metadata.src_node_id}")
         return int(value)
 
-    def _decode(self, rows: np.ndarray, replies: list[Message], server_round: int) -> np.ndarray:
+    def _update_rows(self, valid: list[Message], pids: np.ndarray, g: np.ndarray, layout: Layout,
+                     server_round: int) -> np.ndarray | None:
+        """(n, d) rows x_i − x_global; None when a reply has another layout and a decoder will read them."""
+        flat = [flatten(msg.content[self.arrayrecord_key]) for msg in valid]
+        bad = [i for i, (_, lay) in enumerate(flat) if lay.keys != layout.keys or lay.shapes != layout.shapes]
+        if bad and self.decoder is not None:
+            return None
+        if bad:
+            raise FedAuditError(f"round {server_round}: partition {pids[bad[0]]} replied arrays "
+                                f"{flat[bad[0]][1].summary()}, which do not match the global model's "
+                                f"{layout.summary()}")
+        return np.stack([x for x, _ in flat]) - g
+
+    def _decode(self, rows: np.ndarray | None, replies: list[Message], shape: tuple[int, int],
+                server_round: int) -> np.ndarray:
         out = np.asarray(self.decoder(rows, replies), dtype=np.float64)
-        if out.shape != rows.shape:
+        if out.shape != shape:
             raise FedAuditError(f"round {server_round}: decoder returned shape {out.shape}, expected "
-                                f"{rows.shape} (one update row per reply)")
+                                f"{shape} (one update row per reply, in the model's layout)")
         return out
 
     def _byzantine_positions(self, pids: np.ndarray, server_round: int) -> np.ndarray:
