@@ -26,7 +26,8 @@ The client's data leave it only as y: everything the server sees is a post-proce
 **Server** — :func:`ldp_decoder` returns the ``decoder(rows, replies) -> rows`` hook of
 :class:`~.strategy.RobustStrategy`: it reads every reply's report and returns
 ``mechanism.decode(reports)`` (n, d), unbiased, E[decode(M(u))] = u for u in the mechanism's input
-domain (the clipped update otherwise), so any fedaudit rule then aggregates decoded updates. A
+domain (the clipped update otherwise; Laplace and Gaussian up to their grid rounding, ≤ grid/2 per
+coordinate), so any fedaudit rule then aggregates decoded updates. A
 report holding NaN or ±inf is decoded to a NaN row, which fedaudit's rules treat as Byzantine, and
 is listed in the round's ``malformed``. Each round's bits are logged (:class:`LDPRound`).
 
@@ -39,10 +40,10 @@ is listed in the round's ``malformed``. Each round's bits are logged (:class:`LD
   A Python ``Ledger`` inside the mod would not do: Ray actors hold pickled copies and are reused
   by different nodes. Local DP also means the client does not trust the server to stop it, and
   stock FedAvg sends the same config to every node, so the server could not send per-client
-  budgets anyway. The client's account is the snapshot of
-  ``ledger`` taken when the mod is built (uses before this run, keyed by partition id) plus the
-  uses in its state, composed by ``Ledger`` (``method``: basic, advanced or pld); it runs round r
-  only if ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``;
+  budgets anyway. The client's account is the snapshot of ``ledger`` taken when the mod is built
+  (uses before this run, keyed by partition id) plus the uses in its state, composed by
+  ``Ledger`` (``method``: basic, advanced or pld); it runs round r only if
+  ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``;
 - *the server records* (the authoritative account of what was released): the decoder charges
   ``ledger.record(p, mechanism, round=r)`` for every report it receives — the ServerApp runs in the
   caller's process, so that Ledger is the caller's own object. Given a budget too, a report from a
@@ -145,6 +146,7 @@ class LDPMod:
     def __init__(self, mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
                  budget_delta: float = 0.0, method: str = "basic", scope: str | None = None, seed: int = 0):
         self.mechanism = _check_mechanism(mechanism)
+        self._fingerprint = _fingerprint(self.mechanism)
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise FedAuditError(f"scope must be None or the name of a train-config key, got scope={scope!r}")
         self.scope = scope
@@ -224,7 +226,7 @@ class LDPMod:
         record["ldp-epsilon"] = float(self.mechanism.epsilon)
         record["ldp-delta"] = float(self.mechanism.delta)
         record["ldp-round"] = server_round
-        record["ldp-mechanism"] = _fingerprint(self.mechanism)
+        record["ldp-mechanism"] = self._fingerprint
         out.content[mkey] = record
         rounds = list(context.state[state_key]["rounds"]) if state_key in context.state else []
         context.state[state_key] = ConfigRecord({"rounds": rounds + [server_round]})
@@ -279,10 +281,10 @@ class LDPRound:
 class LDPDecoder:
     """The server hook of :func:`ldp_decoder`: ``decoder(rows, replies) -> (n, d)`` decoded update rows.
 
-    ``rows`` is the strategy's view of the replies and only its length is used (a reply carries a
-    report, not the model's layout); the reports are read from each reply's ``REPORT_KEY`` array.
-    ``rounds`` logs every call (:class:`LDPRound`); ``ledger`` (if any) is charged one use of the
-    mechanism per report, keyed by partition id.
+    ``rows`` is the strategy's view of the replies, or None, and only its length is used (a reply
+    carries a report, not the model's layout); the reports are read from each reply's ``REPORT_KEY``
+    array. ``rounds`` logs every call (:class:`LDPRound`); ``ledger`` (if any) is charged one use of
+    the mechanism per report, keyed by partition id.
     """
 
     def __init__(self, mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
@@ -294,6 +296,7 @@ class LDPDecoder:
         if budget is not None and ledger is None:
             raise FedAuditError("budget needs a ledger: the decoder checks each report against the ledger it charges")
         self.ledger = ledger
+        self._fingerprint = _fingerprint(self.mechanism)
         self._rounds: list[LDPRound] = []
 
     @property
@@ -314,7 +317,7 @@ class LDPDecoder:
         partition = check_int(PARTITION_KEY, metrics[PARTITION_KEY], low=0)
         where = f"partition {partition}'s reply"
         mech = self.mechanism
-        if metrics.get("ldp-mechanism") != _fingerprint(mech):
+        if metrics.get("ldp-mechanism") != self._fingerprint:
             raise FedAuditError(f"{where} was encoded by another mechanism (bits={metrics.get('bits')}, "
                                 f"ldp-epsilon={metrics.get('ldp-epsilon')}, ldp-delta={metrics.get('ldp-delta')}) than "
                                 f"the decoder's {mech!r} (bits={mech.bits_per_report}, epsilon={mech.epsilon}, "
