@@ -22,7 +22,9 @@ from flwr.app import (Array, ArrayRecord, ConfigRecord, Context, Message, Messag
 
 from conftest import assert_unbiased, z_tolerance  # noqa: E402
 from fedaudit.accounting import Ledger  # noqa: E402
+from fedaudit.defenses import make_aggregator  # noqa: E402
 from fedaudit.errors import FedAuditError  # noqa: E402
+from fedaudit.integrations.flower import RobustStrategy, flatten, unflatten  # noqa: E402
 from fedaudit.integrations.flower.ldp import (REFUSED_CODE, REPORT_KEY, STATE_KEY, LDPRound, is_refusal,  # noqa: E402
                                               ldp_decoder, ldp_mod)
 from fedaudit.json import dumps, loads as strict_loads  # noqa: E402
@@ -296,6 +298,27 @@ def test_decoder_rejects_replies_of_another_mechanism_or_without_a_report():
         ldp_decoder(laplace)(None, [plain])
     with pytest.raises(FedAuditError, match="2 rows for 1 replies"):
         ldp_decoder(laplace)(np.zeros((2, D)), [reply])
+
+
+def test_robust_strategy_aggregates_the_decoded_reports_and_skips_refusals():
+    mech, server = make_mechanism("privunitg", D, 4.0), Ledger()
+    strategy = RobustStrategy("nnm+cwtm", f=2, decoder=ldp_decoder(mech, ledger=server), seed=3)
+    strategy._global = flatten(ArrayRecord({k: Array(v) for k, v in OLD.items()}))  # as configure_train does
+    mod, steps = ldp_mod(mech, budget=4.0), np.random.default_rng(0).normal(0, 0.1, (10, D))
+    contexts = [_context(p) for p in range(10)]
+    contexts[7].state[STATE_KEY] = ConfigRecord({"rounds": [0]})  # partition 7 has spent its budget
+    replies = [mod(_train(1), contexts[p], Client(_new(steps[p]))) for p in (4, 0, 9, 1, 2, 3, 5, 6, 7, 8)]
+    arrays, _ = strategy.aggregate_train(1, replies)
+    kept = [p for p in range(10) if p != 7]
+    reports = np.stack([mech.encode(_update(_new(steps[p]))[None, :],
+                                    derive_generator(0, f"flower-ldp;partition={p};round=1"))[0] for p in kept])
+    rule = make_aggregator("nnm+cwtm", 2)
+    expected = strategy._global[0] + rule(mech.decode(reports), rng=derive_generator(3, "flower-rule;round=1"))
+    np.testing.assert_array_equal(flatten(arrays)[0], flatten(unflatten(expected, strategy._global[1]))[0])
+    assert strategy.diagnostics[-1]["errors"] == 1 and strategy.diagnostics[-1]["partitions"] == kept
+    assert "partition 7 refused in round 1" in strategy.diagnostics[-1]["error_reasons"][0]
+    assert strategy.decoder.rounds[0].partitions == tuple(kept)
+    assert [server.spent(p).count for p in range(10)] == [0 if p == 7 else 1 for p in range(10)]
 
 
 # ----------------------------------------------------------------------------- one real Flower simulation
