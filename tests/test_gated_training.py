@@ -175,3 +175,21 @@ def test_bad_input():
     with pytest.raises(FedAuditError, match="dense_rounds must be 0 with byzantine > 0"):
         train_eflops(_linear(40), data.clients, method=EFLoPS(0.1), rounds=1, byzantine=1, attack=SparseIPM(),
                      upload=GatedSparseUpload(40, 4, dense_rounds=1))
+
+
+def test_unit_gates_and_partial_participation_through_the_upload():
+    """Unit gates (one log α per unit, |g_j| parameters each): the data-free step is taken per
+    gate with its group size and expanded; clients that sit out a round keep their residual."""
+    r = np.random.default_rng(0)
+    X = r.standard_normal((40, 16))
+    y = (X[:, :4].sum(axis=1) > 0).astype(np.int64)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2)).double()
+    dim = GatedModel(net, "unit").dim
+    up = GatedSparseUpload(dim, dim // 4, rule="votes")
+    method = EFLoPS(0.25, gates="unit", local_steps=3, participation=0.5, sampling="fixed")
+    run = train_eflops(net, [(X[i::4], y[i::4]) for i in range(4)], method=method, rounds=4, rng=0, upload=up)
+    assert run.history["clients"] == [2] * 4 and run.history["bytes"] == [2 * up.packet_bytes()] * 4
+    gm = GatedModel(net, "unit")                                  # one value per gate, repeated over its group
+    np.testing.assert_array_equal(run.log_alpha, gm.expand(gm.reduce(run.log_alpha)))
+    assert gm.n_gates < dim and np.isfinite(run.weights).all()
