@@ -114,7 +114,8 @@ def test_certified_bounds_are_sound_and_refute_the_claim_at_eps4():
     assert 0.0 <= res.epsilon_lower_real <= cal.epsilon_true
     assert 4.0 < res.epsilon_lower_vectorised <= cal.epsilon_true  # certified violation, and sound
     assert res.vectorised.violation and res.certified_violation and res.violation
-    assert res.vectorised.test == "projection" and res.real.confidence == 0.95
+    assert res.real.confidence == 0.95 and res.vectorised.selection_samples == 100_000
+    assert res.vectorised.certification_samples == 900_000 and res.vectorised.certified.n_in == 900_000
     assert "from 1,000,000 vectorised draws" in res.summary()
     json.dumps(res.to_dict(), allow_nan=False)
 
@@ -208,3 +209,34 @@ def test_bad_plan_keys_are_refused_when_the_plan_is_loaded():
         parse_plan(plan({**CLAIM, "real_calls": 5}))
     with pytest.raises(FedAuditError, match="delta"):
         parse_plan(plan({**CLAIM, "delta": 0}))
+
+
+def test_projection_audit_has_power_and_no_false_alarm():
+    from fedaudit.audit.bounds import expected_epsilon_lower_bound
+    from fedaudit.integrations.flower.local_dp_audit import audit_projection
+
+    sigma, u = flower_sigma(1.0, 4.0, DELTA), np.eye(LAYOUT.dim)[0]
+    gauss = lambda x, size, rng: x + sigma * rng.standard_normal((size, x.size))  # noqa: E731
+    res = audit_projection(gauss, u, -u, epsilon=4.0, delta=DELTA, samples=1_000_000, seed=5)
+    # the best threshold event of N(±1, σ²) at 900,000 certification draws, in plain scipy
+    t = np.linspace(0.0, 8.0, 801)
+    tpr, fpr = norm.sf((t - 1.0) / sigma), norm.sf((t + 1.0) / sigma)
+    best = max(expected_epsilon_lower_bound(a, b, 900_000, delta=DELTA) for a, b in zip(tpr[::20], fpr[::20]))
+    true_eps = local_dp_mod_epsilon(1.0, 1.0, 4.0, DELTA).epsilon_true
+    assert best - 1.0 <= res.epsilon_lower <= true_eps and res.violation  # measured 4.94, best 5.47
+    assert res.certified.tp + res.certified.fp > 0 and res.selection_samples == 100_000
+    # reports that do not depend on the input: nothing to certify
+    blind = lambda x, size, rng: rng.standard_normal((size, x.size))  # noqa: E731
+    assert audit_projection(blind, u, -u, epsilon=0.1, delta=DELTA, samples=200_000, seed=6).epsilon_lower < 0.05
+    with pytest.raises(FedAuditError, match="x0 and x1 must differ"):
+        audit_projection(gauss, u, u, epsilon=1.0, delta=DELTA, samples=1000)
+
+
+def test_a_failed_equivalence_check_skips_the_vectorised_bound(monkeypatch):
+    honest = LocalDpModEquivalent.mean
+    monkeypatch.setattr(LocalDpModEquivalent, "mean", lambda self, x: honest(self, x) * (1 + 2**-50))
+    res = audit_local_dp_mod(epsilon=1.0, real_calls=100, samples=100, seed=0)
+    assert res.equivalence_mismatches == res.equivalence_calls == 202 and not res.equivalent
+    assert res.vectorised is None and res.epsilon_lower_vectorised is None
+    assert res.equivalence_max_abs_difference > 0
+    assert "vectorised stage skipped (equivalence failed)" in res.summary()

@@ -26,15 +26,15 @@ calibrates for Δ = C, half the LDP sensitivity.
 Message per draw: the server's parameters ``old`` fixed, the client's reply ``old + x``, the report the
 noised parameters the mod sends (flattened in key order). The audited pair is x0 = u, x1 = −u with
 ‖u‖ = C, the worst pair under LDP (its clipped updates are Δ = 2C apart). The distinguisher is the
-projection s(r) = ⟨r, x0 − x1⟩ (``audit_ldp(..., test="projection")``): for the two Gaussians
-N(m0, σ²I), N(m1, σ²I) with m0 − m1 = clip(u) − clip(−u) = 2u, the log-likelihood ratio is
-⟨r − (m0 + m1)/2, m0 − m1⟩/σ², an increasing affine function of s, so the threshold events of s are the
-Neyman–Pearson tests of the pair (Neyman & Pearson 1933): the projection keeps the full privacy curve and,
-as post-processing, cannot overstate it. The bound is certified by :func:`fedaudit.audit.audit_ldp`
-(train / select / certify splits, one Clopper–Pearson event at the stated confidence).
+projection s(r) = ⟨r, x0 − x1⟩ (:func:`audit_projection`): for the two Gaussians N(m0, σ²I), N(m1, σ²I)
+with m0 − m1 = clip(u) − clip(−u) = 2u, the log-likelihood ratio is ⟨r − (m0 + m1)/2, m0 − m1⟩/σ², an
+increasing affine function of s, so the threshold events of s are the Neyman–Pearson tests of the pair
+(Neyman & Pearson 1933): the projection keeps the full privacy curve and, as post-processing, cannot
+overstate it. One threshold event is chosen on a selection split and certified once on fresh draws
+(Clopper–Pearson, :class:`~fedaudit.audit.scores.ScoreAuditor`) at the stated confidence.
 
-Flower's mod runs at ≈ 10³ calls per second (``Array`` serialises every parameter array with ``np.save``),
-so 10⁷ draws per input would take hours. The audit therefore (a) certifies ``real_calls`` real calls per
+Flower's mod runs at ≈ 10³ calls per second (``Array`` serialises every parameter array with ``np.save``
+and ``np.load``), so 10⁷ draws per input would take hours. The audit therefore (a) certifies ``real_calls`` real calls per
 input; (b) checks that *every one* of them equals :class:`LocalDpModEquivalent` bit for bit — the same
 formula with the noise of ``RandomState(s).normal(0, σ, (n, d))`` for the block's seed s (the mod's own
 draws after ``np.random.seed(s)``, in call and key order); (c) certifies ``samples`` draws per input from
@@ -53,8 +53,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fedaudit.audit.ldp import LDPAudit, audit_ldp
-from fedaudit.audit.sampling import ProgressFn
+from fedaudit.attacks.inference import Projection
+from fedaudit.audit.distinguishers import select_event
+from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, stream
+from fedaudit.audit.scores import BonferroniSelection, ScoreAudit, ScoreAuditor
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
 from fedaudit.json import jsonable
@@ -70,8 +72,13 @@ from flwr.clientapp.mod import LocalDpMod  # noqa: E402
 
 from fedaudit.integrations.flower.records import Layout, flatten, unflatten  # noqa: E402
 
-__all__ = ["LocalDpModCalibration", "LocalDpModAudit", "LocalDpModSampler", "LocalDpModEquivalent",
-           "local_dp_mod_epsilon", "flower_sigma", "audit_local_dp_mod", "AUDIT_MODEL"]
+__all__ = ["LocalDpModCalibration", "LocalDpModAudit", "LocalDpModSampler", "LocalDpModEquivalent", "ProjectionAudit",
+           "local_dp_mod_epsilon", "flower_sigma", "audit_projection", "audit_local_dp_mod", "AUDIT_MODEL",
+           "SELECTION_FRACTION", "MAX_SELECTION"]
+
+#: share of each input's draws that chooses the certified event (the rest certifies it), and its cap per input
+SELECTION_FRACTION = 0.1
+MAX_SELECTION = 2_000_000
 
 #: the audited model's parameter arrays (key, shape), float64: two arrays, so the joint clipping is exercised
 AUDIT_MODEL: tuple[tuple[str, tuple[int, ...]], ...] = (("w", (3, 2)), ("b", (2,)))
@@ -269,17 +276,105 @@ class _CheckedSampler:
 
 
 @dataclass(frozen=True)
+class ProjectionAudit:
+    """A certified lower bound on ε from the projection s = ⟨r, x0 − x1⟩ (:func:`audit_projection`): the
+    ``event`` chosen on ``selection_samples`` draws per input (its projected bound ``selection_score``),
+    certified once on ``certification_samples`` fresh draws per input; ``certified`` is that
+    :class:`~fedaudit.audit.scores.ScoreAudit` (counts, Clopper–Pearson rates at ``confidence``).
+    ``violation``: ``epsilon_lower`` > ``epsilon_claimed``."""
+
+    epsilon_lower: float
+    epsilon_claimed: float
+    delta: float
+    violation: bool
+    confidence: float
+    samples: int
+    selection_samples: int
+    certification_samples: int
+    event: str
+    selection_score: float
+    max_certifiable: float
+    certified: ScoreAudit
+    seed: int
+    runtime_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(asdict(self))
+
+    def summary(self) -> str:
+        """One line: the bound, the claim and the certified event."""
+        return (f"ε ≥ {self.epsilon_lower:.4f} at {self.confidence:.0%} confidence (δ = {self.delta:g}), "
+                f"{'ABOVE' if self.violation else 'within'} the claimed {self.epsilon_claimed:g}; event {self.event}: "
+                f"TP {self.certified.tp:,}, FP {self.certified.fp:,} of {self.certification_samples:,} draws per input")
+
+
+def audit_projection(sampler: Sampler, x0: Any, x1: Any, *, epsilon: float, delta: float, samples: int,
+                     confidence: float = 0.95, seed: int = 0, progress: ProgressFn | None = None) -> ProjectionAudit:
+    """Certified lower bound on the ε of a black-box ``sampler(x, size, rng)`` on (x0, x1) with the projection
+    distinguisher s(r) = ⟨r, x0 − x1⟩ (reports in input space, e.g. additive-noise mechanisms).
+
+    ``SeedSequence(seed).spawn(3)`` = (width probe, selection, certification); each split has one child per
+    input and one per block (:func:`fedaudit.audit.sampling.stream`). ``samples`` draws per input in total:
+    ``min(SELECTION_FRACTION·samples, MAX_SELECTION)`` (at least 10) choose the threshold, orientation and
+    positive input with the best pessimistic projected bound (:func:`fedaudit.audit.distinguishers.select_event`);
+    the rest certify that one event, fixed before they are drawn, so P[ε_lb > ε_true] ≤ 1 − ``confidence``
+    (Clopper–Pearson, :class:`~fedaudit.audit.scores.ScoreAuditor`). Unlike :func:`fedaudit.audit.audit_ldp`
+    there is no training split (the statistic is fixed by the pair) and the selection split is not capped at
+    2·10⁵, so at 10⁷ draws it finds the far-tail events (FPR ≈ 10⁻⁴) where a Gaussian pair's ε is certified.
+    """
+    t0 = time.perf_counter()
+    epsilon, delta = check_positive("epsilon", epsilon), check_gaussian_delta(delta)
+    samples = check_int("samples", samples, low=100, high=10**12, high_name="10^12")
+    confidence = check_probability("confidence", confidence)
+    seed = check_int("seed", seed, low=0)
+    x0 = check_vector("x0", x0)
+    x1 = check_vector("x1", x1, dim=x0.shape[0])
+    if np.array_equal(x0, x1):
+        raise FedAuditError("x0 and x1 must differ: their projection direction x0 − x1 would be 0")
+    n_sel = max(10, min(MAX_SELECTION, int(round(SELECTION_FRACTION * samples))))
+    n_cert = samples - n_sel
+    source = ReportSource(sampler)
+    probe, selection, certification = np.random.SeedSequence(seed).spawn(3)
+    block = block_rows(source.probe_width(x0, np.random.default_rng(probe)))
+    stat, inputs = Projection(x0, x1), (x0, x1)
+
+    def scores(split: np.random.SeedSequence, total: int) -> Iterator[tuple[int, np.ndarray]]:
+        for w, seq in enumerate(split.spawn(2)):
+            for part in stream(source, inputs[w], total, block, seq, 1, f"x{w}", progress):
+                yield w, stat(part)
+
+    chosen = [[], []]
+    for w, s in scores(selection, n_sel):
+        chosen[w].append(s)
+    event = select_event(stat, np.concatenate(chosen[0]), np.concatenate(chosen[1]), n_cert, delta, 1.0 - confidence)
+    del chosen
+    hits = [0, 0]
+    for w, s in scores(certification, n_cert):
+        hits[w] += int(np.count_nonzero(event.hits(s)))
+    tp, fp = hits[event.positive], hits[1 - event.positive]
+    auditor = ScoreAuditor.from_counts([0.0, 1.0], [n_cert - tp, tp], [0.0, 1.0], [n_cert - fp, fp])
+    certified = auditor.epsilon_lower(confidence, delta, BonferroniSelection((1.0,), ("in-high",)))
+    return ProjectionAudit(
+        epsilon_lower=certified.epsilon_lower, epsilon_claimed=epsilon, delta=delta,
+        violation=certified.epsilon_lower > epsilon, confidence=confidence, samples=samples, selection_samples=n_sel,
+        certification_samples=n_cert,
+        event=f"s {'>=' if event.upper else '<='} {event.threshold:.6g} (positive input x{event.positive})",
+        selection_score=event.projected, max_certifiable=certified.max_certifiable, certified=certified, seed=seed,
+        runtime_s=time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
 class LocalDpModAudit:
     """Result of :func:`audit_local_dp_mod`: the white-box ``calibration``; ``real``, the certified
-    black-box audit (an :class:`~fedaudit.audit.ldp.LDPAudit`) from ``real_calls`` calls of
+    black-box bound (a :class:`ProjectionAudit`) from ``real_calls`` calls of
     Flower's mod per input; the bit-for-bit check of those calls against the vectorised equivalent
     (``equivalence_calls`` compared, ``equivalence_mismatches`` differing); ``vectorised``, the audit from
     ``samples`` draws per input of that equivalent (None when the check failed: its bound would not be about
     Flower's mod). ``violation``: the true ε or a certified lower bound exceeds the claimed ε."""
 
     calibration: LocalDpModCalibration
-    real: LDPAudit
-    vectorised: LDPAudit | None
+    real: ProjectionAudit
+    vectorised: ProjectionAudit | None
     equivalence_calls: int
     equivalence_mismatches: int
     equivalence_max_abs_difference: float
@@ -360,12 +455,12 @@ def audit_local_dp_mod(clipping_norm: float = 1.0, sensitivity: float | None = N
     mod = LocalDpMod(calibration.clipping_norm, calibration.sensitivity, calibration.epsilon, calibration.delta)
     equivalent = LocalDpModEquivalent(calibration.clipping_norm, calibration.sigma, sent, layout)
     checked = _CheckedSampler(LocalDpModSampler(mod, unflatten(sent, layout)), equivalent)
-    common = dict(epsilon=calibration.epsilon, delta=calibration.delta, confidence=confidence, test="projection",
-                  progress=progress)
-    real = audit_ldp(checked, u, -u, samples=real_calls, seed=derive_seed(seed, "real"), **common)
+    common = dict(epsilon=calibration.epsilon, delta=calibration.delta, confidence=confidence, progress=progress)
+    real = audit_projection(checked, u, -u, samples=real_calls, seed=derive_seed(seed, "real"), **common)
     vectorised = None
     if checked.mismatched == 0:
-        vectorised = audit_ldp(equivalent, u, -u, samples=samples, seed=derive_seed(seed, "vectorised"), **common)
+        vectorised = audit_projection(equivalent, u, -u, samples=samples, seed=derive_seed(seed, "vectorised"),
+                                      **common)
     return LocalDpModAudit(
         calibration=calibration, real=real, vectorised=vectorised,
         equivalence_calls=checked.calls, equivalence_mismatches=checked.mismatched,
