@@ -170,7 +170,7 @@ def test_receive_drops_hostile_blobs():
 
 # --------------------------------------------------------------------------- aggregation
 def _tiny():
-    g = GatedSparseUpload(5, 2)
+    g = GatedSparseUpload(5, 2, rule="senders")
     prev = ClientUpdate([10, 20, 30, 40, 50], [-1, -2, -3, -4, -5])
     a = SparsePacket([0, 2], [1.0, 3.0], [0.5, 0.25])
     b = SparsePacket([2, 3], [5.0, 7.0], [1.0, 2.0])
@@ -198,7 +198,7 @@ def test_dense_rule_is_mean_of_reconstructions():
 
 def test_unsent_gates_decay_toward_closed():
     _, prev, a, b = _tiny()
-    g = GatedSparseUpload(5, 2, unsent_decay=0.5)
+    g = GatedSparseUpload(5, 2, rule="senders", unsent_decay=0.5)
     out = g.aggregate([a, b], prev)
     c = LOG_ALPHA_CLOSED
     np.testing.assert_allclose(out.log_alpha[[1, 4]], [-2 + 0.5 * (c + 2), -5 + 0.5 * (c + 5)])
@@ -249,7 +249,7 @@ def test_aggregate_bad_input():
 
 def test_round_trip_aggregation_equals_packet_aggregation():
     rng = np.random.default_rng(7)
-    g = GatedSparseUpload(200, 20)
+    g = GatedSparseUpload(200, 20, rule="senders")
     prev = _update(rng, 200)
     ups = [_update(rng, 200) for _ in range(6)]
     w = rng.uniform(1, 5, size=6)
@@ -359,7 +359,7 @@ def test_private_reports_aggregate_through_the_upload():
     X = np.c_[rng.uniform(-1, 1, (4, p)), rng.uniform(-4, 4, (4, p))]
     R = M.encode(X, rng)
     packets = [M.to_packet(r) for r in R]
-    g = GatedSparseUpload(p, m, value_dtype="float64")
+    g = GatedSparseUpload(p, m, value_dtype="float64", rule="senders")
     prev = ClientUpdate(np.zeros(p), np.zeros(p))
     blobs = [g.encode(q) for q in packets]
     out = g.aggregate(blobs, prev)
@@ -398,7 +398,7 @@ def test_aggregator_path_with_mean_is_the_dense_rule():
     from fedaudit.defenses.registry import make_aggregator
 
     g, prev, a, b = _tiny()
-    g = GatedSparseUpload(5, 2, unsent_decay=0.25)
+    g = GatedSparseUpload(5, 2, rule="senders", unsent_decay=0.25)
     out = g.aggregate([a, b], prev, aggregator=make_aggregator("mean", 0))
     want = GatedSparseUpload(5, 2, rule="dense", unsent_decay=0.25).aggregate([a, b], prev)
     np.testing.assert_allclose(out.weights, want.weights)

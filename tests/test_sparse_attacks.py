@@ -19,7 +19,7 @@ from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload, SparsePac
 def _setting(p=40, m=6, n=9, seed=0, shared=None):
     """n honest clients around a common state; ``shared`` coordinates get the highest gates for all."""
     rng = np.random.default_rng(seed)
-    g = GatedSparseUpload(p, m)
+    g = GatedSparseUpload(p, m, rule="senders")
     prev = ClientUpdate(rng.normal(size=p), rng.normal(size=p))
     honest = []
     for _ in range(n):
