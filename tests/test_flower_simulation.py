@@ -209,3 +209,51 @@ def test_optimal_attack_spec_line_searches_against_its_own_rule():
 
     attack = StrategySpec("cwtm", f=2, attack="optimal-alie").server_attack()
     assert isinstance(attack, Optimal) and attack.attack.name == "alie"
+
+
+@pytest.mark.slow
+def test_legacy_strategy_in_a_real_simulation_repeats_the_message_api_run(run):
+    """``ServerApp(server_fn=...)`` + ``NumPyClient`` + LegacyRobustStrategy, same data, seeds and attack:
+    the accuracies equal the Message-API run's exactly."""
+    from flwr.client import ClientApp, NumPyClient
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+    from flwr.simulation import run_simulation
+
+    from fedaudit.attacks import ALIE
+    from fedaudit.integrations.flower.legacy import LegacyRobustStrategy
+    from fedaudit.integrations.flower.simulation import backend_config
+
+    data = load_digits_dataset(rng=derive_seed(SEED, "flower-data"))
+    parts = partition(data.y_train, CLIENTS, "iid", rng=derive_seed(SEED, "flower-partition"), min_size=1)
+    model = LogisticModel(data.n_features, 10, mu=0.0)
+
+    class Client(NumPyClient):
+        def __init__(self, pid):
+            self.pid = pid
+
+        def fit(self, parameters, config):
+            A, y = data.X_train[parts[self.pid]], data.y_train[parts[self.pid]]
+            x = np.concatenate([p.ravel() for p in parameters])
+            for _ in range(STEPS):
+                x = x - LR * model.grad(x, A, y)
+            return [x[:640].reshape(10, 64), x[640:]], int(y.size), {"partition-id": self.pid}
+
+    accuracy = {}
+
+    def evaluate(server_round, ndarrays, config):
+        accuracy[server_round] = model.accuracy(np.concatenate([a.ravel() for a in ndarrays]), data.X_test,
+                                                data.y_test)
+        return 0.0, {}
+
+    def server_fn(context):
+        strategy = LegacyRobustStrategy("nnm+cwtm", f=2, attack=ALIE(z=30), seed=SEED, num_clients=CLIENTS,
+                                        fraction_evaluate=0.0, evaluate_fn=evaluate,
+                                        initial_parameters=ndarrays_to_parameters([np.zeros((10, 64)),
+                                                                                   np.zeros(10)]))
+        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=ROUNDS))
+
+    run_simulation(ServerApp(server_fn=server_fn),
+                   ClientApp(client_fn=lambda ctx: Client(int(ctx.node_config["partition-id"])).to_client()),
+                   num_supernodes=CLIENTS, backend_config=backend_config(2))
+    assert [accuracy[r] for r in range(ROUNDS + 1)] == list(run["nnm+cwtm/alie"].accuracy)

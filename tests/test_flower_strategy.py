@@ -348,3 +348,37 @@ def test_byzantine_mod_bad_input(args, match):
 
     with pytest.raises(FedAuditError, match=match):
         byzantine_mod(*args)
+
+
+# ----------------------------------------------------------------------------- legacy API
+
+
+def _fit_res(vec: np.ndarray, pid: int):
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+
+    return None, FitRes(status=Status(Code.OK, ""), parameters=ndarrays_to_parameters(_record(vec).to_numpy_ndarrays()),
+                        num_examples=7, metrics={"partition-id": pid})
+
+
+def test_legacy_strategy_aggregates_exactly_like_the_message_api_one(data):
+    from flwr.common import parameters_to_ndarrays
+
+    from fedaudit.integrations.flower.legacy import LegacyRobustStrategy
+
+    g, models = data
+    legacy = LegacyRobustStrategy("nnm+cwtm", f=2, attack=ALIE(z=30), seed=4, num_clients=N)
+    assert legacy.min_available_clients == N and legacy.min_fit_clients == N
+    legacy._global = flatten(_record(g))
+    params, metrics = legacy.aggregate_fit(
+        3, [_fit_res(models[p], p) for p in (9, 1, 5, 0, 2, 4, 3, 8, 7, 6)], [RuntimeError("boom")])
+    got = np.concatenate([a.ravel() for a in parameters_to_ndarrays(params)])
+    ours, _ = _round(RobustStrategy("nnm+cwtm", f=2, attack=ALIE(z=30), seed=4), g, models, server_round=3)
+    np.testing.assert_array_equal(got, _vec(ours))
+    d = legacy.diagnostics[-1]
+    assert d["errors"] == 1 and d["error_reasons"] == ["RuntimeError('boom')"] and metrics["errors"] == 1
+    assert d["byzantine"] == choose_byzantine(N, 2, 4, 3).tolist()
+    assert legacy.aggregate_fit(4, [], [RuntimeError("x")]) == (None, {})
+    with pytest.raises(FedAuditError, match="no 'partition-id'"):
+        bad = _fit_res(models[0], 0)
+        bad[1].metrics.clear()
+        legacy.aggregate_fit(5, [bad], [])

@@ -362,8 +362,9 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
     ``client_mods`` are Flower client mods for the train function of every strategy (outermost
     first); each spec's own ``client_mods`` come inside them and the Byzantine mods of client
     attacks innermost (so a Byzantine client poisons its update before a privacy mod encodes it).
-    ``progress(1)`` is called after every round of every strategy. Flower's INFO logs are held at WARNING during the run, and the ``PYTHONPATH`` that
-    Flower's Ray backend writes into ``os.environ`` is restored afterwards.
+    ``progress(1)`` is called after every round of every strategy. Flower's INFO logs are held at
+    WARNING during the run, and the ``PYTHONPATH`` that Flower's Ray backend writes into
+    ``os.environ`` is restored afterwards.
     """
     clients = check_int("clients", clients, low=2, high=1000)
     rounds = check_int("rounds", rounds, low=1, high=10_000)

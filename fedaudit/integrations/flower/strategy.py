@@ -47,7 +47,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord  # noqa: E
 from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
-__all__ = ["RobustStrategy", "choose_byzantine", "PARTITION_KEY", "STRATEGY_KEY"]
+__all__ = ["RobustAggregation", "RobustStrategy", "choose_byzantine", "partition_id", "PARTITION_KEY",
+           "STRATEGY_KEY"]
 
 #: The MetricRecord key through which every client reports its partition id (0..N−1).
 PARTITION_KEY = "partition-id"
@@ -69,6 +70,13 @@ def choose_byzantine(n: int, f: int, seed: int, server_round: int) -> np.ndarray
     return np.sort(rng.choice(n, size=f, replace=False)).astype(np.int64)
 
 
+def partition_id(value: Any, where: str) -> int:
+    """A reported ``"partition-id"`` as an int ≥ 0, else FedAuditError naming ``where`` (the reply)."""
+    if isinstance(value, (list, bool, str)) or float(value) != int(value) or int(value) < 0:
+        raise FedAuditError(f"{PARTITION_KEY!r} must be an integer >= 0, got {value!r} from {where}")
+    return int(value)
+
+
 def _partition_ids(value: Any) -> tuple[int, ...]:
     try:
         ids = tuple(int(check_int("byzantine", p, low=0)) for p in value)
@@ -80,8 +88,10 @@ def _partition_ids(value: Any) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-class RobustStrategy(FedAvg):
-    """Flower ``FedAvg`` whose aggregation is a fedaudit rule over update rows, with optional attack-in-the-loop.
+class RobustAggregation:
+    """Steps 2 and 5–7 of the module docstring, shared by :class:`RobustStrategy` (Message API) and
+    :class:`~.legacy.LegacyRobustStrategy` (``flwr.server.strategy``): ``aggregate_rows`` turns one
+    round's update rows, sorted by partition id, into the new global model and its diagnostics.
 
     Parameters
     ----------
@@ -94,25 +104,17 @@ class RobustStrategy(FedAvg):
         :func:`choose_byzantine`; the default when an attack is given), a list of partition ids
         (the same clients every round, e.g. the ones running a Byzantine client mod), or None
         (nobody is known to be Byzantine).
-    decoder : optional ``decoder(rows (n, d) or None, replies) -> rows (n, d)``, called on the
-        sorted update rows and their reply Messages before the attack and the rule (rows is None
-        when the replies do not carry the model's layout, e.g. LDP reports).
     seed : root of the Byzantine choice, the attack's and the rule's randomness (per round).
-    num_clients : when given, ``min_available_nodes`` and ``min_train_nodes`` default to it, so
-        round 1 waits for every node (with Flower's default 2, round 1 samples whichever 2 nodes
-        registered first).
-    **fedavg_kwargs : passed to ``flwr.serverapp.strategy.FedAvg``.
 
-    ``diagnostics`` holds one dict per aggregated round: ``round``, ``clients`` (valid replies),
-    ``errors`` (error replies) and their ``error_reasons``, ``partitions`` (sorted), ``byzantine``
-    (partition ids), ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule received them;
-    fedaudit rules treat them as Byzantine), ``dist_to_honest_mean`` = ‖F(U) − mean of the
-    honest rows‖₂ (None when no honest row is known), ``aggregate_norm``.
+    ``diagnostics`` holds one dict per round: ``round``, ``clients`` (valid replies), ``errors``
+    (error replies or failures) and their ``error_reasons``, ``partitions`` (sorted),
+    ``byzantine`` (partition ids), ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule
+    received them; fedaudit rules treat them as Byzantine), ``dist_to_honest_mean`` =
+    ‖F(U) − mean of the honest rows‖₂ (None when no honest row is known), ``aggregate_norm``.
     """
 
     def __init__(self, aggregator: str | Callable[[Any], Any] = "mean", *, f: int = 0, attack: Any = None,
-                 byzantine: None | str | Sequence[int] = None, decoder: Callable[..., Any] | None = None,
-                 seed: int = 0, num_clients: int | None = None, **fedavg_kwargs: Any):
+                 byzantine: None | str | Sequence[int] = None, seed: int = 0):
         self.f = check_int("f", f, low=0)
         self.seed = check_int("seed", seed, low=0)
         if isinstance(aggregator, str):
@@ -143,6 +145,104 @@ class RobustStrategy(FedAvg):
             self.byzantine: None | str | tuple[int, ...] = "seeded"
         else:
             self.byzantine = None if byzantine is None else _partition_ids(byzantine)
+        self.diagnostics: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        attack = "" if self.attack is None else f", attack={self.attack!r}, byzantine={self.byzantine!r}"
+        return f"{type(self).__name__}(aggregator={self.aggregator_name!r}, f={self.f}{attack}, seed={self.seed})"
+
+    def sort_order(self, pids: Sequence[int], server_round: int) -> np.ndarray:
+        """The permutation that sorts the round's replies by partition id (distinct ids required)."""
+        pids = np.asarray(pids, dtype=np.int64)
+        if np.unique(pids).size != pids.size:
+            raise FedAuditError(f"round {server_round}: two replies report the same {PARTITION_KEY!r}: "
+                                f"{sorted(pids.tolist())}")
+        return np.argsort(pids, kind="stable")
+
+    def record_empty_round(self, server_round: int, error_reasons: Sequence[str]) -> None:
+        """Diagnostics of a round with no valid reply (nothing is aggregated)."""
+        self.diagnostics.append({"round": int(server_round), "clients": 0, "errors": len(error_reasons),
+                                 "error_reasons": list(error_reasons)})
+
+    def aggregate_rows(self, server_round: int, global_vector: np.ndarray, rows: np.ndarray, pids: np.ndarray,
+                       error_reasons: Sequence[str] = ()) -> tuple[np.ndarray, dict[str, Any]]:
+        """(x_global + F(U), round metrics) for the (n, d) update rows U of partitions ``pids`` (sorted).
+
+        The Byzantine rows are replaced by the attack first (module docstring, step 5); a
+        non-finite new global model raises FedAuditError; the round's diagnostics are appended.
+        """
+        rows = np.array(rows, dtype=np.float64)  # a copy: the attack writes into it
+        byz = self._byzantine_positions(pids, server_round)
+        honest = np.setdiff1d(np.arange(len(pids)), byz)
+        honest_mean = rows[honest].mean(axis=0) if honest.size else None
+        if self.attack is not None and byz.size:
+            if not honest.size:
+                raise FedAuditError(f"round {server_round}: all {len(pids)} clients are Byzantine; the attack "
+                                    "needs at least one honest update")
+            attack_rng = derive_generator(self.seed, f"flower-attack;round={server_round}")
+            rows[byz] = np.asarray(self.attack(rows[honest], int(byz.size), attack_rng), dtype=np.float64)
+        nonfinite = int(np.count_nonzero(~np.isfinite(rows).all(axis=1)))
+        agg = self._aggregate(rows, server_round)
+        new = global_vector + agg
+        if not np.isfinite(new).all():
+            raise FedAuditError(f"round {server_round}: the new global model is not finite "
+                                f"({int(np.count_nonzero(~np.isfinite(new)))} of {new.size} entries): rule "
+                                f"{self.aggregator_name!r} let a non-finite or overflowing update through")
+        dist = None
+        if honest_mean is not None and np.isfinite(honest_mean).all():
+            dist = float(np.linalg.norm(agg - honest_mean))
+        diag = {"round": int(server_round), "clients": len(pids), "errors": len(error_reasons),
+                "error_reasons": list(error_reasons), "partitions": np.asarray(pids).tolist(),
+                "byzantine": np.asarray(pids)[byz].tolist(), "nonfinite_rows": nonfinite,
+                "dist_to_honest_mean": dist, "aggregate_norm": float(np.linalg.norm(agg))}
+        self.diagnostics.append(diag)
+        metrics = {"clients": len(pids), "errors": len(error_reasons), "byzantine": int(byz.size),
+                   "nonfinite-rows": nonfinite, "aggregate-norm": diag["aggregate_norm"]}
+        if dist is not None:
+            metrics["dist-to-honest-mean"] = dist
+        return new, metrics
+
+    def _byzantine_positions(self, pids: np.ndarray, server_round: int) -> np.ndarray:
+        if self.byzantine is None:
+            return np.empty(0, dtype=np.int64)
+        if self.byzantine == "seeded":
+            if self.f >= len(pids):
+                raise FedAuditError(f"round {server_round}: f={self.f} Byzantine clients need more than f "
+                                    f"replies, got {len(pids)}")
+            return choose_byzantine(len(pids), self.f, self.seed, server_round)
+        return np.flatnonzero(np.isin(pids, self.byzantine))
+
+    def _aggregate(self, rows: np.ndarray, server_round: int) -> np.ndarray:
+        if isinstance(self.rule, Aggregator):
+            agg = self.rule(rows, rng=derive_generator(self.seed, f"flower-rule;round={server_round}"))
+        else:
+            agg = self.rule(rows)
+        agg = np.asarray(agg, dtype=np.float64)
+        if agg.shape != (rows.shape[1],):
+            raise FedAuditError(f"aggregator {self.aggregator_name!r} returned shape {agg.shape}, expected "
+                                f"({rows.shape[1]},)")
+        return agg
+
+
+class RobustStrategy(RobustAggregation, FedAvg):
+    """Flower ``FedAvg`` whose aggregation is a fedaudit rule over update rows, with optional attack-in-the-loop.
+
+    ``aggregator``, ``f``, ``attack``, ``byzantine``, ``seed`` and ``diagnostics`` are those of
+    :class:`RobustAggregation`. Further:
+
+    decoder : optional ``decoder(rows (n, d) or None, replies) -> rows (n, d)``, called on the
+        sorted update rows and their reply Messages before the attack and the rule (rows is None
+        when the replies do not carry the model's layout, e.g. LDP reports).
+    num_clients : when given, ``min_available_nodes`` and ``min_train_nodes`` default to it, so
+        round 1 waits for every node (with Flower's default 2, round 1 samples whichever 2 nodes
+        registered first).
+    **fedavg_kwargs : passed to ``flwr.serverapp.strategy.FedAvg``.
+    """
+
+    def __init__(self, aggregator: str | Callable[[Any], Any] = "mean", *, f: int = 0, attack: Any = None,
+                 byzantine: None | str | Sequence[int] = None, decoder: Callable[..., Any] | None = None,
+                 seed: int = 0, num_clients: int | None = None, **fedavg_kwargs: Any):
+        RobustAggregation.__init__(self, aggregator, f=f, attack=attack, byzantine=byzantine, seed=seed)
         if decoder is not None and not callable(decoder):
             raise FedAuditError(f"decoder must be None or a callable (rows, replies) -> rows, "
                                 f"got {type(decoder).__name__}")
@@ -152,13 +252,8 @@ class RobustStrategy(FedAvg):
             fedavg_kwargs.setdefault("min_available_nodes", num_clients)
             fedavg_kwargs.setdefault("min_train_nodes", num_clients)
         self.num_clients = num_clients
-        super().__init__(**fedavg_kwargs)
-        self.diagnostics: list[dict[str, Any]] = []
+        FedAvg.__init__(self, **fedavg_kwargs)
         self._global: tuple[np.ndarray, Layout] | None = None
-
-    def __repr__(self) -> str:
-        attack = "" if self.attack is None else f", attack={self.attack!r}, byzantine={self.byzantine!r}"
-        return f"RobustStrategy(aggregator={self.aggregator_name!r}, f={self.f}{attack}, seed={self.seed})"
 
     # ------------------------------------------------------------------ Flower hooks
 
@@ -172,66 +267,33 @@ class RobustStrategy(FedAvg):
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Steps 1–7 of the module docstring; returns (new global arrays, round metrics)."""
         valid, errors = self._check_and_log_replies(list(replies), is_train=True)
+        reasons = [m.error.reason for m in errors]
         if not valid:
-            self.diagnostics.append({"round": int(server_round), "clients": 0, "errors": len(errors),
-                                     "error_reasons": [m.error.reason for m in errors]})
+            self.record_empty_round(server_round, reasons)
             return None, None
         if self._global is None:
             raise FedAuditError("aggregate_train was called before configure_train: the round's global arrays "
                                 "are unknown")
         g, layout = self._global
         pids = np.array([self._partition_id(m) for m in valid], dtype=np.int64)
-        order = np.argsort(pids, kind="stable")
+        order = self.sort_order(pids, server_round)
         pids, valid = pids[order], [valid[i] for i in order]
-        if np.unique(pids).size != pids.size:
-            raise FedAuditError(f"round {server_round}: two replies report the same {PARTITION_KEY!r}: "
-                                f"{pids.tolist()}")
         rows = self._update_rows(valid, pids, g, layout, server_round)
         if self.decoder is not None:
             rows = self._decode(rows, valid, (len(valid), layout.dim), server_round)
-        byz = self._byzantine_positions(pids, server_round)
-        honest = np.setdiff1d(np.arange(len(valid)), byz)
-        honest_mean = rows[honest].mean(axis=0) if honest.size else None
-        if self.attack is not None and byz.size:
-            if not honest.size:
-                raise FedAuditError(f"round {server_round}: all {len(valid)} clients are Byzantine; the attack "
-                                    "needs at least one honest update")
-            attack_rng = derive_generator(self.seed, f"flower-attack;round={server_round}")
-            rows[byz] = np.asarray(self.attack(rows[honest], int(byz.size), attack_rng), dtype=np.float64)
-        nonfinite = int(np.count_nonzero(~np.isfinite(rows).all(axis=1)))
-        agg = self._aggregate(rows, server_round)
-        new = g + agg
-        if not np.isfinite(new).all():
-            raise FedAuditError(f"round {server_round}: the new global model is not finite "
-                                f"({int(np.count_nonzero(~np.isfinite(new)))} of {new.size} entries): rule "
-                                f"{self.aggregator_name!r} let a non-finite or overflowing update through")
-        dist = None
-        if honest_mean is not None and np.isfinite(honest_mean).all():
-            dist = float(np.linalg.norm(agg - honest_mean))
-        diag = {"round": int(server_round), "clients": len(valid), "errors": len(errors),
-                "error_reasons": [m.error.reason for m in errors], "partitions": pids.tolist(),
-                "byzantine": pids[byz].tolist(), "nonfinite_rows": nonfinite, "dist_to_honest_mean": dist,
-                "aggregate_norm": float(np.linalg.norm(agg))}
-        self.diagnostics.append(diag)
-        metrics = {"clients": len(valid), "errors": len(errors), "byzantine": int(byz.size),
-                   "nonfinite-rows": nonfinite, "aggregate-norm": diag["aggregate_norm"]}
-        if dist is not None:
-            metrics["dist-to-honest-mean"] = dist
+        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons)
         return unflatten(new, layout), MetricRecord(metrics)
 
     # ------------------------------------------------------------------ steps
 
     def _partition_id(self, msg: Message) -> int:
         record = next(iter(msg.content.metric_records.values()))
+        where = f"node {msg.metadata.src_node_id}"
         if PARTITION_KEY not in record:
-            raise FedAuditError(f"a reply from node {msg.metadata.src_node_id} has no {PARTITION_KEY!r} in its "
-                                f"MetricRecord (keys: {sorted(record.keys())}); RobustStrategy orders and "
-                                "attacks clients by the partition id they report")
-        value = record[PARTITION_KEY]
-        if isinstance(value, (list, bool)) or float(value) != int(value) or int(value) < 0:
-            raise FedAuditError(f"{PARTITION_KEY!r} must be an integer >= 0, got {value!r} from node "
-                                f"{msg.metadata.src_node_id}")
-        return int(value)
+            raise FedAuditError(f"a reply from {where} has no {PARTITION_KEY!r} in its MetricRecord (keys: "
+                                f"{sorted(record.keys())}); RobustStrategy orders and attacks clients by the "
+                                "partition id they report")
+        return partition_id(record[PARTITION_KEY], where)
 
     def _update_rows(self, valid: list[Message], pids: np.ndarray, g: np.ndarray, layout: Layout,
                      server_round: int) -> np.ndarray | None:
@@ -253,24 +315,3 @@ class RobustStrategy(FedAvg):
             raise FedAuditError(f"round {server_round}: decoder returned shape {out.shape}, expected "
                                 f"{shape} (one update row per reply, in the model's layout)")
         return out
-
-    def _byzantine_positions(self, pids: np.ndarray, server_round: int) -> np.ndarray:
-        if self.byzantine is None:
-            return np.empty(0, dtype=np.int64)
-        if self.byzantine == "seeded":
-            if self.f >= pids.size:
-                raise FedAuditError(f"round {server_round}: f={self.f} Byzantine clients need more than f "
-                                    f"replies, got {pids.size}")
-            return choose_byzantine(pids.size, self.f, self.seed, server_round)
-        return np.flatnonzero(np.isin(pids, self.byzantine))
-
-    def _aggregate(self, rows: np.ndarray, server_round: int) -> np.ndarray:
-        if isinstance(self.rule, Aggregator):
-            agg = self.rule(rows, rng=derive_generator(self.seed, f"flower-rule;round={server_round}"))
-        else:
-            agg = self.rule(rows)
-        agg = np.asarray(agg, dtype=np.float64)
-        if agg.shape != (rows.shape[1],):
-            raise FedAuditError(f"aggregator {self.aggregator_name!r} returned shape {agg.shape}, expected "
-                                f"({rows.shape[1]},)")
-        return agg
