@@ -21,7 +21,7 @@ from flwr.app import (Array, ArrayRecord, ConfigRecord, Context, Message, Messag
                       RecordDict)
 
 from conftest import assert_unbiased, z_tolerance  # noqa: E402
-from fedaudit.accounting import Ledger  # noqa: E402
+from fedaudit.accounting import Ledger, compose  # noqa: E402
 from fedaudit.defenses import make_aggregator  # noqa: E402
 from fedaudit.errors import FedAuditError  # noqa: E402
 from fedaudit.integrations.flower import RobustStrategy, flatten, unflatten  # noqa: E402
@@ -215,6 +215,14 @@ def test_an_approximate_dp_report_is_refused_by_a_pure_budget_and_accepted_under
     assert _run_rounds(ldp_mod(mech, budget=10.0), _context(0), [1])[0] == []
     accepted = _run_rounds(ldp_mod(mech, budget=2.5, budget_delta=1e-4), _context(0), range(1, 5))[0]
     assert accepted == [1, 2]  # basic: ε 1+1 ≤ 2.5 < 3, δ 2e-5 ≤ 1e-4
+
+
+def test_the_budget_composes_by_the_chosen_method():
+    mech = make_mechanism("gaussian", D, 1.0, delta=1e-5)
+    pld = max(k for k in range(1, 13) if compose([mech] * k, "pld", 1e-4).epsilon <= 3.0)
+    accepted = {m: _run_rounds(ldp_mod(mech, budget=3.0, budget_delta=1e-4, method=m), _context(0), range(1, 13))[0]
+                for m in ("basic", "pld")}
+    assert accepted == {"basic": [1, 2, 3], "pld": list(range(1, pld + 1))} and pld > 3
 
 
 def test_the_server_ledger_rejects_a_client_that_did_not_refuse():
