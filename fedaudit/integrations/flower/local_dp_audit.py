@@ -34,8 +34,8 @@ overstate it. One threshold event is chosen on a selection split and certified o
 (Clopper–Pearson, :class:`~fedaudit.audit.scores.ScoreAuditor`) at the stated confidence.
 
 Flower's mod runs at ≈ 10³ calls per second (``Array`` serialises every parameter array with ``np.save``
-and ``np.load``), so 10⁷ draws per input would take hours. The audit therefore (a) certifies ``real_calls`` real calls per
-input; (b) checks that *every one* of them equals :class:`LocalDpModEquivalent` bit for bit — the same
+and ``np.load``), so 10⁷ draws per input would take hours. The audit therefore (a) certifies ``real_calls``
+real calls per input; (b) checks that *every one* of them equals :class:`LocalDpModEquivalent` bit for bit — the same
 formula with the noise of ``RandomState(s).normal(0, σ, (n, d))`` for the block's seed s (the mod's own
 draws after ``np.random.seed(s)``, in call and key order); (c) certifies ``samples`` draws per input from
 that verified vectorised equivalent. Only float64 parameters are audited (a float32 model gets float32
