@@ -249,6 +249,22 @@ def test_a_non_finite_report_decodes_to_a_nan_row_and_is_logged():
     assert decoder.rounds[0].malformed == (1,) and "1 malformed" in decoder.rounds[0].summary()
 
 
+def test_a_report_the_mechanism_rejects_is_malformed_not_a_crash():
+    mech = make_mechanism("vqsgd", D, 2.0)
+    mod = ldp_mod(mech)
+    replies = [mod(_train(1), _context(p), Client()) for p in range(4)]
+    replies[2].content["arrays"] = ArrayRecord({REPORT_KEY: Array(np.array([1e9]))})  # no such vertex
+    with pytest.raises(FedAuditError, match="vertex indices"):
+        mech.decode(np.array([[1e9]]))
+    decoder = ldp_decoder(mech)
+    decoded = decoder(None, replies)
+    good = [0, 1, 3]
+    assert np.isnan(decoded[2]).all()
+    assert np.array_equal(decoded[good], mech.decode(np.stack([replies[i].content["arrays"][REPORT_KEY].numpy()
+                                                               for i in good])))
+    assert decoder.rounds[0].malformed == (2,)
+
+
 def test_other_messages_pass_through_untouched():
     mod, context, client = ldp_mod(make_mechanism("laplace", D, 1.0), budget=1.0), _context(0), Client()
     out = mod(_train(1, message_type=MessageType.EVALUATE), context, client)

@@ -28,8 +28,8 @@ The client's data leave it only as y: everything the server sees is a post-proce
 ``mechanism.decode(reports)`` (n, d), unbiased, E[decode(M(u))] = u for u in the mechanism's input
 domain (the clipped update otherwise; Laplace and Gaussian up to their grid rounding, ≤ grid/2 per
 coordinate), so any fedaudit rule then aggregates decoded updates. A
-report holding NaN or ±inf is decoded to a NaN row, which fedaudit's rules treat as Byzantine, and
-is listed in the round's ``malformed``. Each round's bits are logged (:class:`LDPRound`).
+report holding NaN or ±inf, or one the mechanism rejects (a Byzantine client's), is decoded to a
+NaN row, which fedaudit's rules treat as Byzantine, and is listed in the round's ``malformed``. Each round's bits are logged (:class:`LDPRound`).
 
 **Ledger** — two ledgers, on purpose:
 
@@ -256,8 +256,8 @@ def ldp_mod(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float
 @dataclass(frozen=True)
 class LDPRound:
     """One round's reports at the server: ``partitions`` (in reply order), ``bits_per_report`` and their
-    ``total_bits``, the per-report guarantee (``epsilon``, ``delta``), and the partitions whose report held
-    NaN or ±inf (``malformed``: decoded to NaN rows)."""
+    ``total_bits``, the per-report guarantee (``epsilon``, ``delta``), and the partitions whose report
+    was malformed (NaN or ±inf, or rejected by the mechanism's decode: decoded to NaN rows)."""
 
     round: int
     partitions: tuple[int, ...]
@@ -352,18 +352,33 @@ class LDPDecoder:
                 raise FedAuditError(f"round {server_round}: partitions {over} sent a report past their budget "
                                     f"ε={self.budget:g} at δ={self.budget_delta:g} ({self.method}): the clients "
                                     "did not refuse, so the run's privacy claim no longer holds")
-        finite = np.isfinite(reports).all(axis=1)
-        decoded = np.full((len(replies), self.mechanism.dim), np.nan)
-        if finite.any():
-            decoded[finite] = self.mechanism.decode(reports[finite])
+        decoded, ok = self._decode(reports)
         if self.ledger is not None:
             for p in partitions:
                 self.ledger.record(p, self.mechanism, round=server_round)
         bits = int(self.mechanism.bits_per_report)
         self._rounds.append(LDPRound(server_round, partitions, bits, bits * len(partitions),
                                      float(self.mechanism.epsilon), float(self.mechanism.delta),
-                                     tuple(p for p, ok in zip(partitions, finite) if not ok)))
+                                     tuple(p for p, good in zip(partitions, ok) if not good)))
         return decoded
+
+    def _decode(self, reports: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(decoded rows, ok): ``mechanism.decode`` of the well-formed reports, NaN rows for the others — a
+        report with NaN or ±inf, one the mechanism rejects (e.g. a vqSGD vertex index out of range) or
+        one that decodes to a non-finite row. Decoded at once; row by row only to find a rejected one."""
+        ok = np.isfinite(reports).all(axis=1)
+        decoded = np.full((reports.shape[0], self.mechanism.dim), np.nan)
+        try:
+            decoded[ok] = self.mechanism.decode(reports[ok])
+        except FedAuditError:
+            for i in np.flatnonzero(ok):
+                try:
+                    decoded[i] = self.mechanism.decode(reports[i:i + 1])[0]
+                except FedAuditError:
+                    ok[i] = False
+        ok &= np.isfinite(decoded).all(axis=1)
+        decoded[~ok] = np.nan
+        return decoded, ok
 
 
 def ldp_decoder(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
