@@ -14,6 +14,7 @@ import math
 import jsonschema
 import numpy as np
 import pytest
+from conftest import UnitCounter
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -158,6 +159,16 @@ def test_bad_audit_input_names_the_parameter():
     with pytest.raises(FedAuditError, match="LocalDpMod failed on the update x \\(‖x‖ = 0\\): ZeroDivisionError"):
         real.draw(np.zeros(LAYOUT.dim), 1, 0)
 
+    class ErrorReply(LocalDpMod):  # Flower reports some failures as an error reply instead of raising
+        def __call__(self, msg, ctxt, call_next):
+            from flwr.app import Error, Message
+
+            return Message(Error(code=6, reason="LocalDpMod expects exactly one ArrayRecord"), reply_to=msg)
+
+    failing = LocalDpModSampler(ErrorReply(1.0, 1.0, 1.0, DELTA), unflatten(np.zeros(LAYOUT.dim), LAYOUT))
+    with pytest.raises(FedAuditError, match="LocalDpMod returned an error reply: LocalDpMod expects exactly one"):
+        failing.draw(np.ones(LAYOUT.dim), 1, 0)
+
 
 # --------------------------------------------------------------------------- claim kind
 CLAIM = {"id": "mod4", "kind": "flower-local-dp", "epsilon": 4.0, "real_calls": 200, "samples": 200_000}
@@ -169,8 +180,10 @@ def plan(*claims):
 
 def test_claim_kind_fails_flowers_configuration_and_passes_it_as_an_expected_violation():
     fixed = local_dp_mod_epsilon(1.0, 1.0, 4.0, DELTA).sensitivity_needed
+    units = UnitCounter()
     rep = run_plan(plan(CLAIM, {**CLAIM, "id": "known", "expect": "violation", "samples": 100},
-                        {**CLAIM, "id": "fixed", "sensitivity": fixed, "samples": 100}))
+                        {**CLAIM, "id": "fixed", "sensitivity": fixed, "samples": 100}), progress=units)
+    assert units.total["mod4"] == (2 * 200_200, "samples") and units.done["mod4"] == 2 * 200_200
     bad, known, ok = rep.claims
     assert [c.error for c in rep.claims] == [None] * 3
     ev = bad.evidence
