@@ -249,7 +249,23 @@ def _federated_data():
     return [scarce_regression(d=40, support=4, samples=30, clients=3, val_samples=10, test_samples=10, rng=0)]
 
 
+def _local_dp_mod_calibration():
+    from fedaudit.integrations.flower.local_dp_audit import local_dp_mod_epsilon
+
+    return [local_dp_mod_epsilon(1, 1, 1, 1e-5)]
+
+
+def _local_dp_mod_audits():
+    from fedaudit.integrations.flower.local_dp_audit import audit_local_dp_mod
+
+    audit = audit_local_dp_mod(epsilon=4.0, real_calls=100, samples=1000, seed=0)
+    return [audit, audit.real]
+
+
 BUILDERS = {
+    "fedaudit.integrations.flower.local_dp_audit.LocalDpModCalibration": _local_dp_mod_calibration,
+    "fedaudit.integrations.flower.local_dp_audit.LocalDpModAudit": lambda: [_local_dp_mod_audits()[0]],
+    "fedaudit.integrations.flower.local_dp_audit.ProjectionAudit": lambda: [_local_dp_mod_audits()[1]],
     "fedaudit.fl.sparse_data.FederatedData": _federated_data,
     "fedaudit.mechanisms.gated.ClientUpdate": lambda: [_gated()[1]],
     "fedaudit.mechanisms.gated.SparsePacket": lambda: [_gated()[2]],
