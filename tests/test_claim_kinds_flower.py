@@ -57,6 +57,20 @@ def test_client_side_attacks_and_no_attack():
     assert type(kind._specs(p)[1].server_attack()).__name__ == "Optimal"
 
 
+def test_with_a_mechanism_every_run_gets_its_own_ldp_mod_decoder_and_ledger():
+    from fedaudit.integrations.flower.ldp import LDPDecoder
+
+    spec = _spec(mechanism="Gaussian", epsilon=4.0, clip=2.0, budget=12.0)
+    assert spec.params["mechanism"] == "gaussian"
+    assert spec.title.endswith("clients sending gaussian reports at ε = 4 within a budget ε ≤ 12")
+    specs = claim_kind("flower")._specs(spec.params, seed=3)
+    decoders = [s.decoder for s in specs]
+    assert all(isinstance(d, LDPDecoder) and d.budget == 12.0 for d in decoders)
+    assert len({id(d.ledger) for d in decoders}) == 3 and all(len(s.client_mods) == 1 for s in specs)
+    assert decoders[0].mechanism.dim == 650 and decoders[0].mechanism.epsilon == 4.0
+    assert decoders[0].budget_delta == pytest.approx(5 * 1e-5)  # rounds · delta by default
+
+
 @pytest.mark.parametrize("overrides, match", [
     ({"min_accuracy": None}, "'min_accuracy' or 'max_accuracy_drop' must be set"),
     ({"min_accuracy": 1.5}, "min_accuracy"),
@@ -75,6 +89,12 @@ def test_client_side_attacks_and_no_attack():
     ({"attack_at": "nowhere"}, "attack_at"),
     ({"clients": 1}, "clients"),
     ({"partition": "gamma"}, "partition"),
+    ({"epsilon": 1.0}, "'epsilon' needs a mechanism"),
+    ({"budget": 3.0}, "'budget' needs a mechanism"),
+    ({"mechanism": "nosuch", "epsilon": 1.0}, "'mechanism' is not a mechanism"),
+    ({"mechanism": "gaussian"}, "'epsilon' must be set"),
+    ({"mechanism": "gaussian", "epsilon": 2.0, "budget": 1.0}, "'budget' must be at least"),
+    ({"mechanism": "sstq", "epsilon": 1.0, "clip": 0}, "clip"),
     ({"partition": "dirichlet"}, "'beta' must be set"),
 ])
 def test_bad_keys_are_refused_when_the_plan_is_loaded(overrides, match):
@@ -84,9 +104,10 @@ def test_bad_keys_are_refused_when_the_plan_is_loaded(overrides, match):
 
 def test_shipped_plan_parses():
     with plan_path("flower") as path:
-        (claim,) = load_plan(path).claims
-    assert claim.kind == "flower" and claim.seed == 0 and claim.seed_pinned
-    assert claim.params["attack_params"] == {"z": 30} and claim.params["max_accuracy_drop"] == 0.03
+        robust, ldp = load_plan(path).claims
+    assert robust.kind == ldp.kind == "flower" and robust.seed == ldp.seed == 0 and robust.seed_pinned
+    assert robust.params["attack_params"] == {"z": 30} and robust.params["max_accuracy_drop"] == 0.03
+    assert ldp.expect == "violation" and ldp.params["mechanism"] == "gaussian" and ldp.params["budget"] == 12.0
 
 
 @pytest.mark.slow
@@ -99,8 +120,11 @@ def test_shipped_plan_passes_through_fedaudit_run(tmp_path):
         code = main(["run", str(path), "--out", str(tmp_path / "out")])
     assert code == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    (claim,) = report["claims"]
-    assert claim["verdict"] == "PASS"
-    ev = claim["evidence"]
+    robust, ldp = report["claims"]
+    assert robust["verdict"] == ldp["verdict"] == "PASS"
+    ev = robust["evidence"]
     assert ev["accuracy_clean"] - ev["accuracy_attacked"] <= 0.03
     assert ev["accuracy_clean"] - ev["accuracy_fedavg_attacked"] >= 0.10
+    ev = ldp["evidence"]
+    assert ev["accuracy_attacked"] < 0.5 and ev["ldp"]["spent_max"] == 12.0 and ev["client_errors"] == 0
+    assert ev["refused"] == {"clean": 20, "attacked": 20, "fedavg-attacked": 20}

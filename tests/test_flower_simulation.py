@@ -18,15 +18,19 @@ from fedaudit.fl.data import load_digits_dataset
 from fedaudit.fl.models import LogisticModel
 from fedaudit.fl.partition import partition
 from fedaudit.integrations.flower import choose_byzantine
-from fedaudit.integrations.flower.ldp import ldp_decoder, ldp_mod
+from fedaudit.accounting.ledger import Ledger
+from fedaudit.integrations.flower.ldp import REFUSED_CODE, ldp_decoder, ldp_mod
 from fedaudit.integrations.flower.simulation import StrategySpec, run_flower
+from fedaudit.integrations.flower.strategy import STRATEGY_KEY
 from fedaudit.mechanisms import make_mechanism
 from fedaudit.rng import derive_seed
 
 CLIENTS, ROUNDS, SEED, STEPS, LR = 10, 5, 0, 20, 0.5
 ALIE30 = {"z": 30}
 MECH = make_mechanism("gaussian", 64 * 10 + 10, 4.0, clip=2.0)
-DECODER = ldp_decoder(MECH)
+BUDGET = {"budget": 3 * 4.0, "budget_delta": 1e-4}  # three reports per client, then refused
+LEDGER = Ledger()
+DECODER = ldp_decoder(MECH, ledger=LEDGER, **BUDGET)
 SPECS = [
     StrategySpec("mean"),
     StrategySpec("mean", f=2, attack="alie", attack_params=ALIE30),
@@ -34,7 +38,8 @@ SPECS = [
     StrategySpec("nnm+cwtm", f=2, client_attack="nonfinite"),
     StrategySpec("mean", f=3, client_attack="labelflip"),
     StrategySpec("mean", f=2, client_attack="signflip", client_attack_params={"scale": 4.0}),
-    StrategySpec("mean", label="mean/ldp", client_mods=(ldp_mod(MECH, seed=SEED),), decoder=DECODER),
+    StrategySpec("mean", label="mean/ldp", client_mods=(ldp_mod(MECH, seed=SEED, scope=STRATEGY_KEY, **BUDGET),),
+                 decoder=DECODER),
 ]
 
 
@@ -69,8 +74,10 @@ def _numpy_fedavg(rounds: int) -> tuple[list[float], np.ndarray]:
 def test_every_strategy_ran_every_round_with_no_client_error(run):
     assert [o.name for o in run.outcomes] == [s.name for s in SPECS]
     for o in run.outcomes:
-        assert o.errors == 0, o.diagnostics
         assert len(o.accuracy) == ROUNDS + 1 and [d["round"] for d in o.diagnostics] == list(range(1, ROUNDS + 1))
+        if o.name == "mean/ldp":
+            continue  # refusals: test_a_strategy_with_its_own_ldp_mod_and_decoder
+        assert o.errors == 0, o.diagnostics
         assert all(d["clients"] == CLIENTS and d["partitions"] == list(range(CLIENTS)) for d in o.diagnostics)
     assert run.wall_time_s > 0 and run.info["flwr"] >= "1.42"
 
@@ -145,12 +152,17 @@ def test_same_seed_same_attacked_clients_and_accuracy_through_the_flower_claim_k
 
 
 def test_a_strategy_with_its_own_ldp_mod_and_decoder(run):
-    """Only the ``mean/ldp`` run sends reports: the decoder saw every client in each of its rounds, and no other."""
+    """Only the ``mean/ldp`` run sends reports. Every client reports in rounds 1-3, then its budget (3 reports)
+    refuses it: rounds 4 and 5 are 10 refusals each, the model is kept, and the server's ledger shows 3 uses."""
     o = run["mean/ldp"]
-    assert o.errors == 0 and np.isfinite(o.final_model).all()
-    assert [r.round for r in DECODER.rounds] == list(range(1, ROUNDS + 1))
+    assert np.isfinite(o.final_model).all()
+    assert [r.round for r in DECODER.rounds] == [1, 2, 3]
     assert all(sorted(r.partitions) == list(range(CLIENTS)) and r.total_bits == CLIENTS * MECH.bits_per_report
                for r in DECODER.rounds)
+    assert [d["clients"] for d in o.diagnostics] == [CLIENTS] * 3 + [0, 0]
+    assert [d["error_codes"] for d in o.diagnostics] == [[]] * 3 + [[REFUSED_CODE] * CLIENTS] * 2
+    assert o.errors == 2 * CLIENTS and o.accuracy[3] == o.accuracy[4] == o.accuracy[5]
+    assert all(LEDGER.spent(p).count == 3 and LEDGER.spent(p, delta=1e-4).epsilon == 12.0 for p in range(CLIENTS))
     assert not np.array_equal(o.final_model, run["mean/none"].final_model)
     assert o.spec.to_dict()["decoder"].startswith("LDPDecoder(")
 

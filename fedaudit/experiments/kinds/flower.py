@@ -11,7 +11,15 @@ attack of :data:`~fedaudit.integrations.flower.byzantine.CLIENT_ATTACKS` with
 ``attack_at = "clients"``, runs as a client mod on a fixed seeded set of f clients.
 The claim holds when the attacked accuracy A_att (test accuracy of the final global model) is
 ≥ ``min_accuracy`` and the drop A_clean − A_att is ≤ ``max_accuracy_drop`` (each when set), and
-no client replied with an error. Needs ``pip install 'fedaudit[flower]'``.
+no client failed.
+
+With ``mechanism`` (and its ``epsilon`` per report), every run is local-DP
+(:mod:`fedaudit.integrations.flower.ldp`): each client sends the mechanism's report of its update,
+the server decodes it, and with ``budget`` each client is refused (a Flower error reply, not a
+failure) once one more report would take its basic composition past (``budget``,
+``budget_delta``). The server's ledger records every report; the claim then also needs every
+client's spent ε ≤ ``budget``, and the evidence gives the ε spent per client, the refused rounds and
+the bits sent. Needs ``pip install 'fedaudit[flower]'``.
 """
 
 from __future__ import annotations
@@ -65,6 +73,16 @@ class Flower(ClaimKind):
             "lr": Key("float", 0.5, low=0, open_low=True),
             "num_cpus": Key("int", 2, low=1, high=256, help="Ray CPUs (one client per CPU at a time)"),
             "compare_fedavg": Key("bool", True, help="also run FedAvg under the same attack"),
+            "mechanism": Key("str", None, help="LDP mechanism every client reports its update with (sstq, privunitg, "
+                                               "vqsgd, laplace, gaussian, ...)"),
+            "epsilon": Key("float", None, low=0, open_low=True, help="ε of one report (with mechanism)"),
+            "delta": Key("float", 1e-5, low=0, high=1, open_high=True,
+                         help="δ of one report (approximate mechanisms)"),
+            "clip": Key("float", 1.0, low=0, open_low=True, help="L2 radius the mechanism clips the update to"),
+            "budget": Key("float", None, low=0, open_low=True,
+                          help="each client's total ε (basic composition); refused past it"),
+            "budget_delta": Key("float", None, low=0, high=1, open_high=True,
+                                help="the budget's δ (default min(rounds·delta, 0.5): the δ part never refuses)"),
             "min_accuracy": Key("float", None, low=0, high=1, help="least test accuracy under attack"),
             "max_accuracy_drop": Key("float", None, low=0, high=1,
                                      help="largest drop from the rule's attack-free accuracy"),
@@ -95,6 +113,7 @@ class Flower(ClaimKind):
         if attack.startswith("optimal-") and p["attack_at"] == "clients":
             raise key_error(where, "attack_at", f"must be 'server' for {attack!r}: it line-searches against the "
                                                 "rule, which needs every honest update")
+        self._check_ldp(where, p)
         if p["attack_params"] and attack in _CLIENT_ONLY + ("none",):
             raise key_error(where, "attack_params", f"must be empty for attack {attack!r}, got {p['attack_params']}")
         if _attack_at(p) == "clients" and attack not in _client_attacks():
@@ -105,6 +124,34 @@ class Flower(ClaimKind):
         except FedAuditError as exc:  # a keyword the attack does not take, a bad value
             raise key_error(where, "attack_params", f"is rejected: {exc}") from None
 
+    def _check_ldp(self, where: str, p: dict[str, Any]) -> None:
+        if p["mechanism"] is None:
+            for key in ("epsilon", "budget", "budget_delta"):
+                if p[key] is not None:
+                    raise key_error(where, key, "needs a mechanism (set mechanism = 'sstq', 'gaussian', ...)")
+            return
+        from fedaudit.experiments.kinds.ldp import check_mechanism_key
+
+        check_mechanism_key(where, p)
+        if p["epsilon"] is None:
+            raise key_error(where, "epsilon", f"must be set for mechanism {p['mechanism']!r} (ε of one report)")
+        try:
+            self._mechanism(p)
+        except FedAuditError as exc:
+            raise key_error(where, "mechanism", f"cannot be built: {exc}") from None
+        if p["budget"] is not None and p["budget"] < p["epsilon"]:
+            raise key_error(where, "budget", f"must be at least one report's epsilon={p['epsilon']:g}, "
+                                             f"got {p['budget']:g} (every client would be refused)")
+
+    def _mechanism(self, p: Mapping[str, Any]) -> Any:
+        from fedaudit.integrations.flower.simulation import model_dim
+        from fedaudit.mechanisms.registry import make_mechanism
+
+        return make_mechanism(p["mechanism"], model_dim(p["dataset"]), p["epsilon"], clip=p["clip"], delta=p["delta"])
+
+    def _budget_delta(self, p: Mapping[str, Any], mechanism: Any) -> float:
+        return p["budget_delta"] if p["budget_delta"] is not None else min(p["rounds"] * mechanism.delta, 0.5)
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         bounds = []
         if p["min_accuracy"] is not None:
@@ -112,42 +159,65 @@ class Flower(ClaimKind):
         if p["max_accuracy_drop"] is not None:
             bounds.append(f"a drop ≤ {p['max_accuracy_drop']:g}")
         attack = "no attack" if p["attack"] == "none" else f"{p['attack'].upper()} on f={p['f']} clients"
+        ldp = ""
+        if p["mechanism"] is not None:
+            ldp = f", clients sending {p['mechanism']} reports at ε = {p['epsilon']:g}"
+            ldp += "" if p["budget"] is None else f" within a budget ε ≤ {p['budget']:g}"
         return (f"{p['aggregator'].upper()} keeps {' and '.join(bounds)} in a Flower simulation of {p['clients']} "
-                f"clients under {attack}")
+                f"clients under {attack}{ldp}")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         return p["rounds"] * len(self._specs(p))
 
-    def _specs(self, p: Mapping[str, Any]) -> list[Any]:
+    def _specs(self, p: Mapping[str, Any], seed: int = 0) -> list[Any]:
+        """The runs: (label, StrategySpec) of the rule clean, the rule attacked, FedAvg attacked; with a
+        mechanism each gets its own ldp_mod (account scoped to the run) and ldp_decoder with a fresh Ledger."""
         from fedaudit.integrations.flower.simulation import StrategySpec
 
-        agg = {"aggregator_params": p["aggregator_params"]}
-        specs = [StrategySpec(p["aggregator"], f=p["f"], label="clean", **agg)]
-        if p["attack"] == "none":
-            return specs
-        at_clients = _attack_at(p) == "clients"
-        attack = {"client_attack" if at_clients else "attack": p["attack"],
-                  "client_attack_params" if at_clients else "attack_params": p["attack_params"]}
-        specs.append(StrategySpec(p["aggregator"], f=p["f"], label="attacked", **agg, **attack))
-        if p["compare_fedavg"] and p["aggregator"] != "mean":
-            specs.append(StrategySpec("mean", f=p["f"], label="fedavg-attacked", **attack))
-        return specs
+        runs = [("clean", p["aggregator"], {"aggregator_params": p["aggregator_params"]})]
+        if p["attack"] != "none":
+            at_clients = _attack_at(p) == "clients"
+            attack = {"client_attack" if at_clients else "attack": p["attack"],
+                      "client_attack_params" if at_clients else "attack_params": p["attack_params"]}
+            runs.append(("attacked", p["aggregator"], {"aggregator_params": p["aggregator_params"], **attack}))
+            if p["compare_fedavg"] and p["aggregator"] != "mean":
+                runs.append(("fedavg-attacked", "mean", attack))
+        return [StrategySpec(rule, f=p["f"], label=label, **kw, **self._ldp(p, seed)) for label, rule, kw in runs]
+
+    def _ldp(self, p: Mapping[str, Any], seed: int) -> dict[str, Any]:
+        if p["mechanism"] is None:
+            return {}
+        from fedaudit.accounting.ledger import Ledger
+        from fedaudit.integrations.flower.ldp import ldp_decoder, ldp_mod
+        from fedaudit.integrations.flower.strategy import STRATEGY_KEY
+
+        mech = self._mechanism(p)
+        budget = {"budget": p["budget"], "budget_delta": self._budget_delta(p, mech)} if p["budget"] else {}
+        return {"client_mods": (ldp_mod(mech, scope=STRATEGY_KEY, seed=seed, **budget),),
+                "decoder": ldp_decoder(mech, ledger=Ledger(), **budget)}
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.integrations.flower.simulation import run_flower
 
         p = spec.params
-        res = run_flower(clients=p["clients"], rounds=p["rounds"], strategies=self._specs(p), dataset=p["dataset"],
+        specs = self._specs(p, spec.seed)
+        res = run_flower(clients=p["clients"], rounds=p["rounds"], strategies=specs, dataset=p["dataset"],
                          seed=spec.seed, num_cpus=p["num_cpus"], local_steps=p["local_steps"], lr=p["lr"],
                          partition=p["partition"], beta=p["beta"], progress=progress)
         clean = res["clean"]
         attacked = res["attacked"] if p["attack"] != "none" else clean
         fedavg = res["fedavg-attacked"] if any(o.name == "fedavg-attacked" for o in res.outcomes) else None
-        errors = sum(o.errors for o in res.outcomes)
+        from fedaudit.integrations.flower.ldp import REFUSED_CODE
+
+        refused = {o.name: sum(c == REFUSED_CODE for d in o.diagnostics for c in d.get("error_codes", ()))
+                   for o in res.outcomes}
+        errors = sum(o.errors for o in res.outcomes) - sum(refused.values())
         acc, drop = attacked.final_accuracy, clean.final_accuracy - attacked.final_accuracy
         ok_min = p["min_accuracy"] is None or acc >= p["min_accuracy"]
         ok_drop = p["max_accuracy_drop"] is None or drop <= p["max_accuracy_drop"]
-        holds = ok_min and ok_drop and errors == 0
+        ldp = self._ldp_evidence(p, specs, refused) if p["mechanism"] is not None else None
+        ok_budget = ldp is None or p["budget"] is None or ldp["spent_max"] <= p["budget"]
+        holds = ok_min and ok_drop and ok_budget and errors == 0
         where = _attack_at(p) if p["attack"] != "none" else None
         parts = [f"{p['aggregator']} accuracy {acc:.3f}" + ("" if p["attack"] == "none" else
                                                              f" under {p['attack']} (f={p['f']}, at the {where})"),
@@ -158,8 +228,13 @@ class Flower(ClaimKind):
             parts.append(f"min_accuracy {p['min_accuracy']:g} " + ("met" if ok_min else "NOT MET"))
         if p["max_accuracy_drop"] is not None:
             parts.append(f"max_accuracy_drop {p['max_accuracy_drop']:g} " + ("met" if ok_drop else "EXCEEDED"))
+        if ldp is not None:
+            parts.append(f"{p['mechanism']} reports at ε = {p['epsilon']:g}, {ldp['bits_per_report']} bits each; "
+                         f"ε spent per client ≤ {fmt_number(ldp['spent_max'])}"
+                         + ("" if p["budget"] is None else f" (budget {p['budget']:g} "
+                            + ("met" if ok_budget else "EXCEEDED") + f", {sum(refused.values())} refused reports)"))
         if errors:
-            parts.append(f"{errors} client error replies")
+            parts.append(f"{errors} client failures")
         parts.append(f"{p['clients']} clients × {p['rounds']} rounds in one Flower simulation, "
                      f"{fmt_number(res.wall_time_s, '.1f')} s")
 
@@ -173,7 +248,8 @@ class Flower(ClaimKind):
         evidence = {
             "accuracy_attacked": acc, "accuracy_clean": clean.final_accuracy, "accuracy_drop": drop,
             "accuracy_fedavg_attacked": None if fedavg is None else fedavg.final_accuracy,
-            "attack_at": where, "client_errors": errors, "wall_time_s": res.wall_time_s,
+            "attack_at": where, "client_errors": errors, "refused": refused, "ldp": ldp,
+            "wall_time_s": res.wall_time_s,
             "runs": {o.name: per_round(o) for o in res.outcomes},
             "simulation": {k: v for k, v in res.to_dict().items() if k not in ("outcomes",)},
         }
@@ -183,3 +259,20 @@ class Flower(ClaimKind):
                   "x_label": "round", "y_label": "test accuracy", "log_y": False, "series": series,
                   "hlines": {"min_accuracy": p["min_accuracy"]}},)
         return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots)
+
+    def _ldp_evidence(self, p: Mapping[str, Any], specs: list[Any], refused: dict[str, int]) -> dict[str, Any]:
+        """Per run: every client's ε spent by the server's ledger (basic composition), its reports, refusals, bits."""
+        runs = {}
+        for spec in specs:
+            decoder = spec.decoder
+            mech = decoder.mechanism
+            delta = self._budget_delta(p, mech)
+            spent = [decoder.ledger.spent(c, method="basic", delta=delta) for c in range(p["clients"])]
+            runs[spec.name] = {"spent_epsilon": [s.epsilon for s in spent], "spent_delta": [s.delta for s in spent],
+                               "reports": [s.count for s in spent], "refused": refused[spec.name],
+                               "total_bits": sum(r.total_bits for r in decoder.rounds)}
+        mech = specs[0].decoder.mechanism
+        return {"mechanism": p["mechanism"], "epsilon": mech.epsilon, "delta": mech.delta,
+                "bits_per_report": mech.bits_per_report, "budget": p["budget"],
+                "budget_delta": self._budget_delta(p, mech), "composition": "basic",
+                "spent_max": max(max(r["spent_epsilon"]) for r in runs.values()), "runs": runs}

@@ -51,13 +51,21 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 __all__ = ["StrategySpec", "StrategyOutcome", "FlowerRun", "run_flower", "DATASETS", "MODELS", "PARTITIONS",
-           "backend_config"]
+           "backend_config", "model_dim"]
 
 DATASETS = ("digits",)
 MODELS = ("logreg",)
 #: :func:`fedaudit.fl.partition.partition` schemes run_flower takes (``dirichlet`` needs ``beta``)
 PARTITIONS = ("iid", "dirichlet", "extreme")
 _CFG = "fedaudit-"  # prefix of the train-config keys the client function reads
+
+
+def model_dim(dataset: str = "digits", model: str = "logreg") -> int:
+    """The number of parameters d of ``model`` on ``dataset`` (logistic regression on 8×8 digits:
+    (64 + 1)·10 = 650)."""
+    check_choice("dataset", dataset, DATASETS)
+    check_choice("model", model, MODELS)
+    return (64 + 1) * 10
 
 
 def backend_config(num_cpus: int) -> dict[str, Any]:

@@ -107,7 +107,8 @@ class RobustAggregation:
     seed : root of the Byzantine choice, the attack's and the rule's randomness (per round).
 
     ``diagnostics`` holds one dict per round: ``round``, ``clients`` (valid replies), ``errors``
-    (error replies or failures) and their ``error_reasons``, ``partitions`` (sorted),
+    (error replies or failures) and their ``error_reasons`` and ``error_codes`` (Flower error codes
+    of the Message API; empty for the legacy API), ``partitions`` (sorted),
     ``byzantine`` (partition ids), ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule
     received them; fedaudit rules treat them as Byzantine), ``dist_to_honest_mean`` =
     ‖F(U) − mean of the honest rows‖₂ (None when no honest row is known), ``aggregate_norm``.
@@ -159,13 +160,17 @@ class RobustAggregation:
                                 f"{sorted(pids.tolist())}")
         return np.argsort(pids, kind="stable")
 
-    def record_empty_round(self, server_round: int, error_reasons: Sequence[str]) -> None:
-        """Diagnostics of a round with no valid reply (nothing is aggregated)."""
+    def record_empty_round(self, server_round: int, error_reasons: Sequence[str],
+                           error_codes: Sequence[int] = ()) -> None:
+        """Diagnostics of a round with no valid reply (nothing is aggregated; the global model is kept)."""
         self.diagnostics.append({"round": int(server_round), "clients": 0, "errors": len(error_reasons),
-                                 "error_reasons": list(error_reasons)})
+                                 "error_reasons": list(error_reasons), "error_codes": [int(c) for c in error_codes],
+                                 "partitions": [], "byzantine": [], "nonfinite_rows": 0, "dist_to_honest_mean": None,
+                                 "aggregate_norm": None})
 
     def aggregate_rows(self, server_round: int, global_vector: np.ndarray, rows: np.ndarray, pids: np.ndarray,
-                       error_reasons: Sequence[str] = ()) -> tuple[np.ndarray, dict[str, Any]]:
+                       error_reasons: Sequence[str] = (),
+                       error_codes: Sequence[int] = ()) -> tuple[np.ndarray, dict[str, Any]]:
         """(x_global + F(U), round metrics) for the (n, d) update rows U of partitions ``pids`` (sorted).
 
         The Byzantine rows are replaced by the attack first (module docstring, step 5); a
@@ -192,7 +197,8 @@ class RobustAggregation:
         if honest_mean is not None and np.isfinite(honest_mean).all():
             dist = float(np.linalg.norm(agg - honest_mean))
         diag = {"round": int(server_round), "clients": len(pids), "errors": len(error_reasons),
-                "error_reasons": list(error_reasons), "partitions": np.asarray(pids).tolist(),
+                "error_reasons": list(error_reasons), "error_codes": [int(c) for c in error_codes],
+                "partitions": np.asarray(pids).tolist(),
                 "byzantine": np.asarray(pids)[byz].tolist(), "nonfinite_rows": nonfinite,
                 "dist_to_honest_mean": dist, "aggregate_norm": float(np.linalg.norm(agg))}
         self.diagnostics.append(diag)
@@ -267,9 +273,9 @@ class RobustStrategy(RobustAggregation, FedAvg):
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Steps 1–7 of the module docstring; returns (new global arrays, round metrics)."""
         valid, errors = self._check_and_log_replies(list(replies), is_train=True)
-        reasons = [m.error.reason for m in errors]
+        reasons, codes = [m.error.reason for m in errors], [m.error.code for m in errors]
         if not valid:
-            self.record_empty_round(server_round, reasons)
+            self.record_empty_round(server_round, reasons, codes)
             return None, None
         if self._global is None:
             raise FedAuditError("aggregate_train was called before configure_train: the round's global arrays "
@@ -281,7 +287,7 @@ class RobustStrategy(RobustAggregation, FedAvg):
         rows = self._update_rows(valid, pids, g, layout, server_round)
         if self.decoder is not None:
             rows = self._decode(rows, valid, (len(valid), layout.dim), server_round)
-        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons)
+        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons, codes)
         return unflatten(new, layout), MetricRecord(metrics)
 
     # ------------------------------------------------------------------ steps
