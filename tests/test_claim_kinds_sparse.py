@@ -21,7 +21,7 @@ from fedaudit.experiments.plan import load_plan
 from fedaudit.experiments.runner import run_plan
 from fedaudit.reports import load_schema
 
-UP = {"id": "up", "kind": "sparse-upload", "samples": 200}
+UP = {"id": "up", "kind": "sparse-upload", "samples": 200, "worst_samples": 4000}
 
 
 def plan(*claims):
@@ -49,8 +49,16 @@ def test_private_upload_passes_next_to_the_plain_leak_and_the_bytes(report):
     assert ev["audits"]["plain"]["epsilon_claimed"] is None and ev["audits"]["private"]["epsilon_claimed"] == 1.0
     assert "within its stated ε = 1" in ok.summary and "dense FedAvg 256" in ok.summary
     assert ev["private_tightness"] == ev["epsilon_private_lower"] / 1.0 < 0.5
-    assert f"tightness ε_lb/ε of the private upload {ev['private_tightness']:.2f}" in ok.summary
-    assert units.total["up"] == (800, "uploads") and units.done["up"] == 800
+    # decided by the worst pair (exact loss at S0 0.984 at p = 64, m = 3), which shows more than the record
+    assert ev["worst_mode"] == "likelihood-ratio" and ev["worst_samples"] == 4000 and not ev["worst_pair_exact"]
+    assert ev["epsilon_worst_pair"] == pytest.approx(0.9841, abs=1e-4)
+    assert ev["epsilon_private_lower"] <= ev["epsilon_private_worst_lower"] <= ev["epsilon_worst_pair"] <= 1.0
+    assert ev["worst_tightness"] == pytest.approx(ev["epsilon_private_worst_lower"] / ev["epsilon_worst_pair"])
+    assert ev["epsilon_private_worst_lower"] > 0.05 and not ev["private_data_violation"]
+    assert f"worst-pair certified ε ≥ {ev['epsilon_private_worst_lower']:.3f} at 95% within its stated ε = 1" in ok.summary
+    assert f"the worst-pair audit certified {ev['worst_claim_ratio']:.2f} of the stated ε" in ok.summary
+    assert ev["audits"]["private"]["worst"]["pair"]["support"] == [0, 1, 2]
+    assert units.total["up"] == (800 + 8000, "uploads") and units.done["up"] == 8800
     jsonschema.validate(json.loads(json.dumps(rep.seal().to_dict())), load_schema())
 
 
@@ -63,6 +71,33 @@ def test_a_byte_budget_below_the_packet_fails_without_a_privacy_violation(report
     ev = tight.evidence
     assert (ev["epsilon_run"], ev["epsilon_stated"]) == (1.0, 0.5) and ev["audits"]["private"]["epsilon_claimed"] == 0.5
     assert "stated ε = 0.5 (run at ε = 1)" in tight.summary
+
+
+def test_a_private_upload_run_at_four_times_its_stated_epsilon_fails_on_the_worst_pair():
+    """Run at ε = 4, stated 1: the worst-pair audit refutes it (10 000 draws, measured ε_lb 1.50 on
+    the audit's seed 0) where the data-level audit (200 draws) certifies nothing above 1."""
+    rep = run_plan(plan({**UP, "id": "x4", "epsilon": 4.0, "claimed_epsilon": 1.0, "worst_samples": 10_000}))
+    c = rep.claims[0]
+    ev = c.evidence
+    assert c.error is None and c.verdict == "FAIL" and ev["violation"] and ev["private_violation"]
+    assert not ev["private_data_violation"] and ev["epsilon_private_lower"] <= 1.0
+    assert 1.0 < ev["epsilon_private_worst_lower"] <= ev["epsilon_worst_pair"] <= 4.0
+    assert "ABOVE its stated ε = 1 (run at ε = 4)" in c.summary
+
+
+def test_digits_eflops_trains_well_above_chance_at_a_small_budget():
+    """fedaudit sparse --method eflops --dataset digits: EFLoPS.for_networks (the class defaults
+    stay at chance, 0.076); 20 rounds of 5 clients reach 0.78 (measured, seed 0), chance is 0.1."""
+    from fedaudit.experiments.kinds.sparse_upload import train_sparse
+
+    res = train_sparse("eflops", "digits", rounds=20, clients=5, seed=0)
+    assert res.metric == "accuracy" and res.score >= 0.6
+    assert res.density == pytest.approx(0.05, abs=0.005)
+    method = res.run["params"]
+    assert (method["local_optimizer"], method["temperature"], method["lr_dual"]) == ("adam", 1e-4, 1e-3)
+    # an explicit temperature overrides the dataset's default
+    res = train_sparse("eflops", "digits", rounds=1, clients=2, seed=0, temperature=0.0)
+    assert res.run["params"]["temperature"] == 0.0
 
 
 def _toml(path, *claims):

@@ -125,8 +125,9 @@ class SparseUploadAudit:
         claim = ("no stated ε" if self.epsilon_claimed is None
                  else f"stated ε = {self.epsilon_claimed:g}" + (" — VIOLATED" if self.violation else ""))
         worst = "" if self.worst is None or self.pair == "worst" else f"; {self.worst.summary()}"
-        return (f"{self.upload} upload (|θ| = {self.dim}, m = {self.m}, {self.pair} pair): certified ε ≥ "
-                f"{self.epsilon_lower:.3f} at {self.confidence:.0%} ({claim}; at most {self.max_certifiable:.2f} "
+        on = "neighbouring datasets" if self.pair == "data" else f"its worst pair, {self.worst.mode}"
+        return (f"{self.upload} upload (|θ| = {self.dim}, m = {self.m}): certified ε ≥ {self.epsilon_lower:.3f} at "
+                f"{self.confidence:.0%} on {on} ({claim}; at most {self.max_certifiable:.2f} "
                 f"certifiable with {self.samples} draws){worst}; {self.bytes_sparse} B vs {self.bytes_dense} B dense "
                 f"per client per round ({self.bytes_ratio:.1%}); {self.runtime_s:.1f} s")
 
