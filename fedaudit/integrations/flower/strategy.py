@@ -93,6 +93,13 @@ class RobustAggregation:
     :class:`~.legacy.LegacyRobustStrategy` (``flwr.server.strategy``): ``aggregate_rows`` turns one
     round's update rows, sorted by partition id, into the new global model and its diagnostics.
 
+    ``diagnostics`` holds one dict per round: ``round``, ``clients`` (valid replies), ``errors``
+    (error replies or failures) and their ``error_reasons`` and ``error_codes`` (Flower error codes
+    of the Message API; empty for the legacy API), ``partitions`` (sorted),
+    ``byzantine`` (partition ids), ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule
+    received them; fedaudit rules treat them as Byzantine), ``dist_to_honest_mean`` =
+    ‖F(U) − mean of the honest rows‖₂ (None when no honest row is known), ``aggregate_norm``.
+
     Parameters
     ----------
     aggregator : a :func:`~fedaudit.defenses.make_aggregator` spec (``"mean"``, ``"cwtm"``,
@@ -105,13 +112,6 @@ class RobustAggregation:
         (the same clients every round, e.g. the ones running a Byzantine client mod), or None
         (nobody is known to be Byzantine).
     seed : root of the Byzantine choice, the attack's and the rule's randomness (per round).
-
-    ``diagnostics`` holds one dict per round: ``round``, ``clients`` (valid replies), ``errors``
-    (error replies or failures) and their ``error_reasons`` and ``error_codes`` (Flower error codes
-    of the Message API; empty for the legacy API), ``partitions`` (sorted),
-    ``byzantine`` (partition ids), ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule
-    received them; fedaudit rules treat them as Byzantine), ``dist_to_honest_mean`` =
-    ‖F(U) − mean of the honest rows‖₂ (None when no honest row is known), ``aggregate_norm``.
     """
 
     def __init__(self, aggregator: str | Callable[[Any], Any] = "mean", *, f: int = 0, attack: Any = None,
