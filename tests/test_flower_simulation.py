@@ -45,10 +45,13 @@ SPECS = [
 
 @pytest.fixture(scope="module")
 def run():
-    ticks = []
+    import os
+
+    ticks, pythonpath = [], os.environ.get("PYTHONPATH")
     out = run_flower(clients=CLIENTS, rounds=ROUNDS, strategies=SPECS, seed=SEED, local_steps=STEPS, lr=LR,
                      num_cpus=2, progress=ticks.append)
     assert sum(ticks) == ROUNDS * len(SPECS)
+    assert os.environ.get("PYTHONPATH") == pythonpath  # Flower's Ray backend rewrites it; run_flower restores it
     return out
 
 
