@@ -170,7 +170,7 @@ def test_receive_drops_hostile_blobs():
 
 # --------------------------------------------------------------------------- aggregation
 def _tiny():
-    g = GatedSparseUpload(5, 2, rule="senders")
+    g = GatedSparseUpload(5, 2, rule="senders", unsent_decay=0.0)
     prev = ClientUpdate([10, 20, 30, 40, 50], [-1, -2, -3, -4, -5])
     a = SparsePacket([0, 2], [1.0, 3.0], [0.5, 0.25])
     b = SparsePacket([2, 3], [5.0, 7.0], [1.0, 2.0])
@@ -187,7 +187,7 @@ def test_senders_rule_by_hand():
 
 def test_dense_rule_is_mean_of_reconstructions():
     g, prev, a, b = _tiny()
-    gd = GatedSparseUpload(5, 2, rule="dense")
+    gd = GatedSparseUpload(5, 2, rule="dense", unsent_decay=0.0)
     out = gd.aggregate([a, b], prev)
     rows = np.stack([gd.reconstruct(p, prev).weights for p in (a, b)])
     np.testing.assert_allclose(out.weights, Mean()(rows))
@@ -221,8 +221,8 @@ def test_votes_rule_counts_non_senders_with_the_decayed_gate():
         np.testing.assert_allclose(rows[i, p.indices], p.gate_stats)
     np.testing.assert_allclose(out.log_alpha, np.array([1.0, 3.0]) @ rows / 4.0)
     # κ = 0: the dense rule exactly
-    np.testing.assert_allclose(GatedSparseUpload(5, 2, rule="votes").aggregate([a, b], prev).log_alpha,
-                               GatedSparseUpload(5, 2, rule="dense").aggregate([a, b], prev).log_alpha)
+    np.testing.assert_allclose(GatedSparseUpload(5, 2, rule="votes", unsent_decay=0.0).aggregate([a, b], prev).log_alpha,
+                               GatedSparseUpload(5, 2, rule="dense", unsent_decay=0.0).aggregate([a, b], prev).log_alpha)
 
 
 def test_zero_weight_client_counts_as_not_sending():
