@@ -261,6 +261,19 @@ def test_a_private_upload_run_at_four_times_its_stated_epsilon_is_refuted_on_the
     assert res.neighbour["pair"] == "worst" and "VIOLATED" in res.summary()
 
 
+def test_the_black_box_worst_pair_audit_refutes_four_times_the_stated_epsilon_at_m6():
+    """m = 6 (no log_prob): the reduced black-box reports; run at ε = 4, stated 1, refuted from
+    100 000 draws (measured ε_lb 1.58); at ε = 1 stated 1 it stays below the pair's ε."""
+    from fedaudit.audit.sparse_upload import audit_worst_pair
+    from fedaudit.mechanisms.gated import GatedPrivateUpload
+
+    res = audit_worst_pair(GatedPrivateUpload(64, 6, 4.0), claimed_epsilon=1.0, seed=0)
+    assert res.mode == "black-box" and res.violation and 1.0 < res.epsilon_lower <= res.epsilon_pair
+    assert res.ldp["mechanism"] == {"mechanism": "black-box sampler"}
+    ok = audit_worst_pair(GatedPrivateUpload(64, 6, 1.0), samples=20_000, seed=0)
+    assert not ok.violation and 0.0 <= ok.epsilon_lower <= ok.epsilon_pair
+
+
 def test_worst_pair_input_errors_name_the_parameter():
     from fedaudit.audit.sparse_upload import audit_worst_pair, worst_pair
     from fedaudit.mechanisms.gated import GatedPrivateUpload
