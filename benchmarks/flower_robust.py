@@ -5,7 +5,8 @@ logistic regression, f = 2, and on the same grid one after another:
 
 * FedAvg (the unweighted mean) without attack — the reference;
 * every rule of ``--rules`` under every attack of the grid:
-  * ALIE (z = 30) and IPM (τ = 10), omniscient, at the server (attack-in-the-loop, 2 clients drawn per round);
+  * ALIE (z = 30), IPM (τ = 10), MinMax and Optimal(ALIE) (ALIE's z line-searched against the rule being
+    attacked), omniscient, at the server (attack-in-the-loop, 2 clients drawn per round);
   * sign flip (scale 4) and label flip, run by 2 fixed clients as client mods.
 
 Prints the final test accuracy per configuration as mean ± standard deviation over the seeds, with the
@@ -31,6 +32,8 @@ from fedaudit.json import jsonable  # noqa: E402
 ATTACKS = {
     "alie(z=30)": {"attack": "alie", "attack_params": {"z": 30}},
     "ipm(tau=10)": {"attack": "ipm", "attack_params": {"tau": 10.0}},
+    "minmax": {"attack": "minmax"},
+    "optimal-alie": {"attack": "optimal-alie"},
     "signflip(4) at clients": {"client_attack": "signflip", "client_attack_params": {"scale": 4.0}},
     "labelflip at clients": {"client_attack": "labelflip"},
 }
