@@ -71,7 +71,7 @@ def train(name: str, value: float, data: Any, args: argparse.Namespace, seed: in
     common = {"local_steps": 5, "batch_size": 32}
     if name == "eflops":
         dim = sum(p.numel() for p in model.parameters())
-        upload = GatedSparseUpload(dim, m_for_density(args.density, dim), rule="votes", unsent_decay=0.05) if args.upload == "gated" else None
+        upload = GatedSparseUpload(dim, m_for_density(args.density, dim)) if args.upload == "gated" else None
         method = EFLoPS.for_networks(args.density, temperature=value, **common)
         run = train_eflops(model, data.clients, method=method, rounds=args.rounds, rng=seed, upload=upload)
     else:

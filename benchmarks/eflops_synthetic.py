@@ -171,8 +171,9 @@ RULES = ("fedavg", "nnm+cwtm")
 
 def gated_upload(d: int, density: float, dense_rounds: int = 0) -> GatedSparseUpload:
     """The gated upload E-FLoPS trains through (the configuration of ``fedaudit sparse --upload gated``):
-    m = ⌊ρ·d⌋, rule "votes" (κ = 0.05 for standalone use; E-FLoPS gives the non-senders' gates), error feedback."""
-    return GatedSparseUpload(d, m_for_density(density, d), rule="votes", unsent_decay=0.05, dense_rounds=dense_rounds)
+    m = ⌊ρ·d⌋ and the upload's defaults: rule "votes" (κ = 0.05 for standalone use; E-FLoPS gives the
+    non-senders' gates), error feedback."""
+    return GatedSparseUpload(d, m_for_density(density, d), dense_rounds=dense_rounds)
 
 
 def through_upload(config: dict, evals: list[Any], args: argparse.Namespace, density: float) -> dict:

@@ -1064,7 +1064,8 @@ def build_parser() -> argparse.ArgumentParser:
     _sparse_model_options(p, rounds=True)
     p.add_argument("--upload", default="dense", choices=("gated", "dense"),
                    help="eflops only: dense (weights and gates in full; default) or gated (top m coordinates by "
-                        "gate; on the synthetic data its training currently diverges at the tuned step sizes)")
+                        "gate, votes rule with error feedback; on the synthetic data R2 0.57 against 0.85 dense at "
+                        "100 rounds)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the run as JSON here (checked before training)")
     p.set_defaults(func=cmd_sparse)

@@ -357,7 +357,8 @@ def test_gated_upload_senders_rule_diverges_on_the_scarce_regression():
     data, model = _scarce_linear()
     method = EFLoPS(density=0.05, lr=0.1, lr_gates=1.0, local_steps=10)
     with pytest.raises(FedAuditError, match="float32"):
-        train_eflops(model, data.clients, method=method, rounds=10, rng=0, upload=GatedSparseUpload(1000, 50))
+        train_eflops(model, data.clients, method=method, rounds=10, rng=0,
+                     upload=GatedSparseUpload(1000, 50, rule="senders"))
 
 
 def test_gated_upload_votes_rule_trains_finitely_and_density_falls():

@@ -33,6 +33,7 @@ from fedaudit.fl.data import (
 from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dpfedavg
 from fedaudit.fl.eflops import EFLoPS, EFLoPSState, SparseRun, local_update, top_m_mask, train_eflops
 from fedaudit.fl.federation import Federation, LabelFlip
+from fedaudit.fl.gated_training import ErrorFeedback, data_free_gates
 from fedaudit.fl.gates import GatedModel, HardConcrete
 from fedaudit.fl.gossip import GossipTrace, simulate_gossip
 from fedaudit.fl.models import LogisticModel, cnn, mlp
@@ -71,6 +72,7 @@ __all__ = [
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
     "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg",
     "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete",
+    "ErrorFeedback", "data_free_gates",
     "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv", "ORIENTATIONS",
     "r2_score", "support_recovery", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",

@@ -169,20 +169,20 @@ class GatedSparseUpload:
     exactly what ``decode(encode(·))`` gives). ``index_bytes`` defaults to 2 (uint16) when p ≤ 2^16,
     else 4 (uint32).
 
-    Server aggregation rule (``rule="senders"``, default) for packets P_i with client weights w_i
+    Server aggregation rule ``rule="senders"`` for packets P_i with client weights w_i
     (e.g. sample counts n_i) and the previous global state (θ̄, φ̄): for every coordinate j let
     S_j = {i : j ∈ P_i, w_i > 0}; if S_j ≠ ∅
 
         θ_j = Σ_{i∈S_j} w_i θ̃_ij / Σ_{i∈S_j} w_i,     log α_j = Σ_{i∈S_j} w_i log α_ij / Σ_{i∈S_j} w_i,
 
     otherwise θ_j = θ̄_j and log α_j = u_j, the non-senders' gate (:meth:`unsent_gates`): by default
-    φ̄_j + κ·(c − φ̄_j) (κ = ``unsent_decay`` ∈ [0, 1], default 0: unchanged; c =
+    φ̄_j + κ·(c − φ̄_j) (κ = ``unsent_decay`` ∈ [0, 1], default 0.05; 0: unchanged; c =
     ``closed_log_alpha``, default log 0.01), or the ``unsent_log_alpha`` the caller passes.
     ``rule="dense"`` is FedAvg of the reconstructions (each client's unsent coordinates = the previous
     global value): θ_j = Σ_i w_i r_ij / Σ_i w_i, the same as :class:`fedaudit.defenses.Mean` on
     ``reconstruct`` rows. ``rule="votes"`` is the dense rule with every non-sender's gate taken as
-    u_j: θ_j as in "dense", log α_j = (Σ_{S_j} w_i log α_ij + Σ_{i∉S_j} w_i u_j) / Σ_i w_i — the rule
-    for *training* through the upload (``docs/guides/gated-upload.md``: with "senders" or "dense" the
+    u_j: θ_j as in "dense", log α_j = (Σ_{S_j} w_i log α_ij + Σ_{i∉S_j} w_i u_j) / Σ_i w_i — the
+    default, and the rule for *training* through the upload (``docs/guides/gated-upload.md``: with "senders" or "dense" the
     gates a client closes are never heard, ρ̂ cannot fall and E-FLoPS diverges; E-FLoPS passes u =
     the data-free local step of φ̄, :func:`fedaudit.fl.gated_training.data_free_gates`). The senders
     rule is what the FLoPS reviews describe as weighted averaging of (θ̃, φ), restricted to the
@@ -196,7 +196,7 @@ class GatedSparseUpload:
     """
 
     def __init__(self, dim: int, m: int, *, index_bytes: int | None = None, value_dtype: str = "float32",
-                 rule: str = "senders", unsent_decay: float = 0.0, closed_log_alpha: float = LOG_ALPHA_CLOSED,
+                 rule: str = "votes", unsent_decay: float = 0.05, closed_log_alpha: float = LOG_ALPHA_CLOSED,
                  error_feedback: bool = True, dense_rounds: int = 0):
         self.dim = check_int("dim", dim, low=1, high=2**32 - 1, high_name="2^32-1")
         self.m = check_int("m", m, low=1, high=self.dim, high_name="dim")
