@@ -104,10 +104,13 @@ def test_bad_keys_are_refused_when_the_plan_is_loaded(overrides, match):
 
 def test_shipped_plan_parses():
     with plan_path("flower") as path:
-        robust, ldp = load_plan(path).claims
-    assert robust.kind == ldp.kind == "flower" and robust.seed == ldp.seed == 0 and robust.seed_pinned
+        robust, privunitg, gaussian = load_plan(path).claims
+    assert {c.kind for c in (robust, privunitg, gaussian)} == {"flower"}
+    assert robust.seed == privunitg.seed == gaussian.seed == 0 and robust.seed_pinned
     assert robust.params["attack_params"] == {"z": 30} and robust.params["max_accuracy_drop"] == 0.03
-    assert ldp.expect == "violation" and ldp.params["mechanism"] == "gaussian" and ldp.params["budget"] == 12.0
+    assert privunitg.expect == "pass" and privunitg.params["mechanism"] == "privunitg"
+    assert gaussian.expect == "violation" and gaussian.params["mechanism"] == "gaussian"
+    assert gaussian.params["budget"] == 12.0
 
 
 @pytest.mark.slow
@@ -120,11 +123,14 @@ def test_shipped_plan_passes_through_fedaudit_run(tmp_path):
         code = main(["run", str(path), "--out", str(tmp_path / "out")])
     assert code == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    robust, ldp = report["claims"]
-    assert robust["verdict"] == ldp["verdict"] == "PASS"
+    robust, privunitg, gaussian = report["claims"]
+    assert robust["verdict"] == privunitg["verdict"] == gaussian["verdict"] == "PASS"
     ev = robust["evidence"]
     assert ev["accuracy_clean"] - ev["accuracy_attacked"] <= 0.03
     assert ev["accuracy_clean"] - ev["accuracy_fedavg_attacked"] >= 0.10
-    ev = ldp["evidence"]
-    assert ev["accuracy_attacked"] < 0.5 and ev["ldp"]["spent_max"] == 12.0 and ev["client_errors"] == 0
-    assert ev["refused"] == {"clean": 20, "attacked": 20, "fedavg-attacked": 20}
+    for claim, budget in ((privunitg, 24.0), (gaussian, 12.0)):
+        ev = claim["evidence"]
+        assert ev["ldp"]["spent_max"] == budget and ev["client_errors"] == 0
+        assert ev["refused"] == {"clean": 20, "attacked": 20, "fedavg-attacked": 20}
+    assert privunitg["evidence"]["accuracy_attacked"] >= 0.65 > privunitg["evidence"]["accuracy_fedavg_attacked"]
+    assert gaussian["evidence"]["accuracy_attacked"] < 0.5
