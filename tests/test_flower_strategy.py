@@ -272,7 +272,9 @@ def test_bad_replies_name_the_problem(data):
 
 
 def test_importing_fedaudit_does_not_import_flwr_and_a_missing_flwr_is_one_clear_error():
-    code = ("import sys, fedaudit, fedaudit.integrations; assert 'flwr' not in sys.modules\n"
+    code = ("import sys, fedaudit, fedaudit.integrations, fedaudit.experiments.kinds\n"
+            "from fedaudit.experiments.kinds import claim_kind; claim_kind('flower').keys()\n"
+            "assert 'flwr' not in sys.modules\n"
             "sys.modules['flwr'] = None\n"
             "from fedaudit.errors import FedAuditError\n"
             "try:\n    import fedaudit.integrations.flower\n"
