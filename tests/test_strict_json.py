@@ -262,7 +262,24 @@ def _local_dp_mod_audits():
     return [audit, audit.real]
 
 
+def _flower():
+    from fedaudit.integrations.flower.records import Layout
+    from fedaudit.integrations.flower.simulation import FlowerRun, StrategyOutcome, StrategySpec
+
+    spec = StrategySpec("nnm+cwtm", f=2, attack="alie", attack_params={"z": 30})
+    outs = [StrategyOutcome(name=spec.name, spec=spec, accuracy=(0.1, v), final_model=np.array([v, 1.0]),
+                            diagnostics=({"round": 1, "dist_to_honest_mean": v},), errors=0,
+                            client_byzantine=(3, 7), wall_time_s=v) for v in (math.inf, -math.inf, math.nan)]
+    runs = [FlowerRun(clients=10, rounds=1, seed=0, dataset="digits", model="logreg", local_steps=1, lr=0.5,
+                      partition="iid", num_cpus=2, outcomes=(o,), wall_time_s=v, info={"flwr": "1.42.0"})
+            for o, v in zip(outs, (math.inf, -math.inf, math.nan))]
+    return [Layout(("w", "b"), ((2, 3), ()), ("float32", "float64"))], outs, runs
+
+
 BUILDERS = {
+    "fedaudit.integrations.flower.records.Layout": lambda: _flower()[0],
+    "fedaudit.integrations.flower.simulation.StrategyOutcome": lambda: _flower()[1],
+    "fedaudit.integrations.flower.simulation.FlowerRun": lambda: _flower()[2],
     "fedaudit.integrations.flower.local_dp_audit.LocalDpModCalibration": _local_dp_mod_calibration,
     "fedaudit.integrations.flower.local_dp_audit.LocalDpModAudit": lambda: [_local_dp_mod_audits()[0]],
     "fedaudit.integrations.flower.local_dp_audit.ProjectionAudit": lambda: [_local_dp_mod_audits()[1]],
