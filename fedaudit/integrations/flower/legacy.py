@@ -19,8 +19,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
 from fedaudit.integrations.flower.records import Layout, flatten, unflatten
-from fedaudit.integrations.flower.strategy import PARTITION_KEY, RobustAggregation, partition_id
-from fedaudit.validation import check_int
+from fedaudit.integrations.flower.strategy import PARTITION_KEY, RobustAggregation, partition_id, wait_for_clients
 
 require_flwr()
 
@@ -50,11 +49,7 @@ class LegacyRobustStrategy(RobustAggregation, LegacyFedAvg):
                  byzantine: None | str | Sequence[int] = None, seed: int = 0, num_clients: int | None = None,
                  **fedavg_kwargs: Any):
         RobustAggregation.__init__(self, aggregator, f=f, attack=attack, byzantine=byzantine, seed=seed)
-        if num_clients is not None:
-            num_clients = check_int("num_clients", num_clients, low=1)
-            fedavg_kwargs.setdefault("min_available_clients", num_clients)
-            fedavg_kwargs.setdefault("min_fit_clients", num_clients)
-        self.num_clients = num_clients
+        self.num_clients = wait_for_clients(num_clients, fedavg_kwargs, ("min_available_clients", "min_fit_clients"))
         LegacyFedAvg.__init__(self, **fedavg_kwargs)
         self._global: tuple[np.ndarray, Layout] | None = None
 

@@ -88,6 +88,16 @@ def _partition_ids(value: Any) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+def wait_for_clients(num_clients: int | None, kwargs: dict[str, Any], keys: tuple[str, str]) -> int | None:
+    """Default Flower's two minimum-client settings ``keys`` in ``kwargs`` to ``num_clients`` (≥ 1) when it
+    is given, so round 1 does not start with the first nodes that happen to have registered."""
+    if num_clients is not None:
+        num_clients = check_int("num_clients", num_clients, low=1)
+        for key in keys:
+            kwargs.setdefault(key, num_clients)
+    return num_clients
+
+
 class RobustAggregation:
     """Steps 2 and 5–7 of the module docstring, shared by :class:`RobustStrategy` (Message API) and
     :class:`~.legacy.LegacyRobustStrategy` (``flwr.server.strategy``): ``aggregate_rows`` turns one
@@ -253,11 +263,7 @@ class RobustStrategy(RobustAggregation, FedAvg):
             raise FedAuditError(f"decoder must be None or a callable (rows, replies) -> rows, "
                                 f"got {type(decoder).__name__}")
         self.decoder = decoder
-        if num_clients is not None:
-            num_clients = check_int("num_clients", num_clients, low=1)
-            fedavg_kwargs.setdefault("min_available_nodes", num_clients)
-            fedavg_kwargs.setdefault("min_train_nodes", num_clients)
-        self.num_clients = num_clients
+        self.num_clients = wait_for_clients(num_clients, fedavg_kwargs, ("min_available_nodes", "min_train_nodes"))
         FedAvg.__init__(self, **fedavg_kwargs)
         self._global: tuple[np.ndarray, Layout] | None = None
 
