@@ -55,7 +55,8 @@ def test_private_upload_passes_next_to_the_plain_leak_and_the_bytes(report):
     assert ev["epsilon_private_lower"] <= ev["epsilon_private_worst_lower"] <= ev["epsilon_worst_pair"] <= 1.0
     assert ev["worst_tightness"] == pytest.approx(ev["epsilon_private_worst_lower"] / ev["epsilon_worst_pair"])
     assert ev["epsilon_private_worst_lower"] > 0.05 and not ev["private_data_violation"]
-    assert f"worst-pair certified ε ≥ {ev['epsilon_private_worst_lower']:.3f} at 95% within its stated ε = 1" in ok.summary
+    shown = f"{ev['epsilon_private_worst_lower']:.3f}"
+    assert f"worst-pair certified ε ≥ {shown} at 95% within its stated ε = 1" in ok.summary
     assert f"the worst-pair audit certified {ev['worst_claim_ratio']:.2f} of the stated ε" in ok.summary
     assert ev["audits"]["private"]["worst"]["pair"]["support"] == [0, 1, 2]
     assert units.total["up"] == (800 + 8000, "uploads") and units.done["up"] == 8800

@@ -171,7 +171,8 @@ def test_a_private_upload_run_far_above_its_stated_epsilon_is_caught():
     ({"claimed_epsilon": 0.0}, r"claimed_epsilon must be"),
     ({"pair": "worst"}, r"pair must be 'data' for the plain upload"),
     ({"upload": "private", "pair": "best"}, r"pair must be one of 'data', 'worst', 'both'"),
-    ({"upload": "private", "worst_samples": 10}, r"worst_samples must be an integer in \[100, 10\^9=1000000000\], got worst_samples=10"),
+    ({"upload": "private", "worst_samples": 10},
+     r"worst_samples must be an integer in \[100, 10\^9=1000000000\], got worst_samples=10"),
 ])
 def test_bad_audit_input_names_the_parameter(kwargs, needle):
     from fedaudit.audit.sparse_upload import audit_sparse_upload

@@ -227,19 +227,19 @@ def worst_pair(mechanism: GatedPrivateUpload) -> WorstPair:
     x0 = (θ̃ = +c·1, log α = +a on S0, −a elsewhere), x1 = (−c·1, −log α of x0).
 
     Why: given S the loss is ΔlogP[S] + ε_v(S) + ε_g(S) (class docstring). The values' Laplace is
-    calibrated on the L1 diameter 2c·m of the ball of radius c√m, and ±c·1_S are antipodal points
-    of that ball (the box corners lie on its sphere), so ε_v(S) is attained for every S, up to the
-    Laplace's rounding slack (its sensitivity adds m + 1 grid units to at least 4096·m); likewise ε_g with ±a. Selection: each
-    exponential-mechanism round has loss r·(k0_j − k1_j) + log(W1/W0) ≤ 2·(2K·r); reversing every
-    gate moves each utility by the full range 2K, the picked one down and all others up, so at
-    S = S0 round t (t picks made) has loss 2rK + log(W1_t/W0_t) with W0_t = (m−t) + (p−m)e^{−2rK},
-    W1_t = (m−t)e^{−2rK} + (p−m), which tends to 4rK only as (p−m)/(m−t) → ∞: to first order in rK
-    the set's loss is ε_s·(1/m)·Σ_t (p−m)/(p−t) (the exponential mechanism's factor 2 is only
-    attained when the unpicked mass dominates the normaliser), and r ≤ ε_s/(4Km) is a rational at or
-    below the bound. Measured: exact ε/ε = 0.901 (p = 8, m = 2), 0.934 (16, 3), 0.948 (20, 3);
+    calibrated on the L1 diameter 2c·m of the ball of radius c√m, and ±c·1_S are antipodal points of
+    that ball (the box corners lie on its sphere), so ε_v(S) is attained for every S, up to the
+    Laplace's rounding slack (its sensitivity adds m + 1 grid units to at least 4096·m); likewise
+    ε_g with ±a. Selection: each exponential-mechanism round has loss r·(k0_j − k1_j) + log(W1/W0) ≤
+    2·(2K·r); reversing every gate moves each utility by the full range 2K, the picked one down and
+    all others up, so at S = S0 round t (t picks made) has loss 2rK + log(W1_t/W0_t) with W0_t =
+    (m−t) + (p−m)e^{−2rK}, W1_t = (m−t)e^{−2rK} + (p−m), which tends to 4rK only as (p−m)/(m−t) → ∞:
+    to first order in rK the set's loss is ε_s·(1/m)·Σ_t (p−m)/(p−t) (the exponential mechanism's
+    factor 2 is only attained when the unpicked mass dominates the normaliser), and r ≤ ε_s/(4Km) is
+    a rational at or below the bound. Measured: exact ε/ε = 0.901 (p = 8, m = 2), 0.934 (16, 3), 0.948 (20, 3);
     the loss at S0 is 0.98·ε at p = 64, m = 3. This pair is the maximiser of ``epsilon_for_pair``
-    on the grid {−a, 0, a}^p of gate pairs (θ̃ = ±c) at p = 5, m = 2 and above 2000 random pairs
-    of the domain (tests). ``fedaudit audit ldp --mechanism gated-private --dim 16 --pair search
+    over all pairs of gates in {−a, 0, a}^p (θ̃ = ±c) at p = 5, m = 2, and above 2000 random pairs
+    of the domain (measured; the tests check p = 4, m = 2 and 300 random pairs). ``fedaudit audit ldp --mechanism gated-private --dim 16 --pair search
     --samples 20000`` (p = 8, m = 1) finds a pair of exact ε 0.243 and certifies 0; this pair's
     exact ε there is 0.937, and :func:`audit_worst_pair` certifies 0.83 of it from the same 20 000
     draws (0.90 from 100 000).

@@ -35,7 +35,8 @@ from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key
 from fedaudit.json import jsonable
 
-__all__ = ["SparseUpload", "SparseTraining", "train_sparse", "SPARSE_METHODS", "SPARSE_DATASETS", "DEFAULT_TEMPERATURES"]
+__all__ = ["SparseUpload", "SparseTraining", "train_sparse", "SPARSE_METHODS", "SPARSE_DATASETS",
+           "DEFAULT_TEMPERATURES"]
 
 #: ``fedaudit sparse --method``: E-FLoPS, Fed-HT (Tong et al. 2021), FedAvg then magnitude pruning
 SPARSE_METHODS = ("eflops", "fediht", "fedavg-prune")
@@ -99,7 +100,8 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     digits it is :meth:`EFLoPS.for_networks <fedaudit.fl.eflops.EFLoPS.for_networks>` (Adam, gates
     from P(z ≠ 0) = 0.95 with a level warm-up, η_λ = 10⁻³), since the class defaults leave the MLP at
     chance (accuracy 0.076 at ρ = 0.05). ``temperature`` T: None is the dataset's default
-    (:data:`DEFAULT_TEMPERATURES`: synthetic 0.05, digits 10⁻⁴), a number overrides it. ``upload="dense"`` sends (θ̃, log α) in full (2·|θ| float32),
+    (:data:`DEFAULT_TEMPERATURES`: synthetic 0.05, digits 10⁻⁴), a number overrides it.
+    ``upload="dense"`` sends (θ̃, log α) in full (2·|θ| float32),
     ``"gated"`` through :class:`~fedaudit.mechanisms.gated.GatedSparseUpload` (top m = ⌊ρ·|θ|⌋
     coordinates by gate). Fed-HT and FedAvg + prune use their defaults, except the
     step 1/L on the synthetic data, L = max_i λ_max(X_iᵀX_i/n_i) (the smoothness of the clients'
