@@ -12,6 +12,33 @@ task's randomness to its position, and neighbouring roots share streams.)
 submission order), so a caller can persist each result at once (append + flush) and a crash loses
 only the tasks still running.
 
+:func:`run_chunks` is the interface of every heavy computation (audits, variance curves, plan
+claims): a *list* of seeded chunk tasks in, their results out **in chunk order**, whatever the
+completion order, backend or worker count, so a reduction over the list (a sum of counts, a
+concatenation) is one fixed expression and the answer is bit-identical on ``serial``,
+``process`` with 1 or N workers and ``ray``. It adds checkpoint/resume (below).
+
+Checkpoint file (``checkpoint=FILE``), JSON lines in strict JSON (:mod:`fedaudit.json`):
+
+* line 1, the header ``{"format": "fedaudit-checkpoint", "version": 1, "digest": D, "chunks": n,
+  "key": K}``, written to a temporary file, fsynced and renamed into place (atomic); ``D`` is
+  :func:`config_digest` ``(K, n)``, the SHA-256 of the canonical JSON of the caller's ``key``
+  (a description of ``fn``, every parameter, the root seed) and the chunk count;
+* then one line ``{"chunk": i, "result": R}`` per finished chunk, appended as it completes with
+  one ``write`` followed by ``flush`` and ``fsync``. A record is stored and returned as
+  ``fedaudit.json.jsonable(result)`` (tuples become lists, numpy arrays lists, ±inf/nan the
+  strings ``"inf"``/``"-inf"``/``"nan"``), so with a checkpoint a fresh and a resumed run return
+  identical values; chunk functions should return JSON-native data (ints, floats, lists, dicts).
+
+A process killed mid-append (SIGKILL) leaves at most a torn last line: on resume it is detected
+(it does not parse as a record), ignored and cut off before new records are appended. An invalid
+line before the last one, a record of a chunk out of range or a chunk recorded twice is
+corruption and a :class:`FedAuditError`. ``resume=True`` reloads the finished chunks and runs
+only the others; a header whose digest differs from this run's is refused (never mixed in);
+``resume=True`` without the file starts from the beginning; an existing file without
+``resume=True`` is refused (it would be overwritten). The file is held under an exclusive
+``flock`` while a run writes it (POSIX), so two runs never append to one checkpoint.
+
 Process backend. ``ProcessPoolExecutor`` with the ``spawn`` start method on every platform: the
 workers are fresh interpreters (no inherited locks, BLAS or torch thread pools), which is the
 portable, 'spawn'-safe pattern — ``fn`` must be a top-level (picklable) function of an importable
@@ -30,23 +57,35 @@ is gone.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fedaudit.errors import FedAuditError
+from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
-__all__ = ["BACKENDS", "run_tasks", "default_workers"]
+__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "config_digest", "default_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 #: Accepted values of ``backend``.
 BACKENDS: tuple[str, ...] = ("process", "serial", "ray")
+
+#: ``format`` field of a checkpoint header, and its version
+CHECKPOINT_FORMAT = "fedaudit-checkpoint"
+_CHECKPOINT_VERSION = 1
+#: upper bound on ``workers``
+_MAX_WORKERS = 4096
+_RAY_HINT = "pip install 'fedaudit[ray]'"
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                 "VECLIB_MAXIMUM_THREADS")
@@ -126,9 +165,27 @@ def _limit_threads() -> None:
         torch.set_num_threads(1)
 
 
+def _check_address(address: Any, backend: str) -> str | None:
+    """``address`` is None, or (with ``backend="ray"``) ``"auto"`` or ``[ray://]host:port``."""
+    if address is None:
+        return None
+    if backend != "ray":
+        raise FedAuditError(f"address is only used with backend='ray', got address={address!r} with backend={backend!r}")
+    if not isinstance(address, str) or not (address == "auto" or re.fullmatch(r"(ray://)?[^\s:/]+:\d{1,5}", address)):
+        raise FedAuditError(f"address must be 'auto' or a Ray cluster address '[ray://]host:port' "
+                            f"(e.g. '127.0.0.1:6379'), got address={address!r}")
+    if address != "auto" and not 1 <= int(address.rsplit(":", 1)[1]) <= 65535:
+        raise FedAuditError(f"address must have a port in [1, 65535], got address={address!r}")
+    return address
+
+
+def _check_workers(workers: Any) -> int | None:
+    return None if workers is None else check_int("workers", workers, low=1, high=_MAX_WORKERS)
+
+
 def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None = None,
-              backend: str = "process", progress: Callable[[int], None] | None = None
-              ) -> Iterator[tuple[T, R]]:
+              backend: str = "process", progress: Callable[[int], None] | None = None,
+              address: str | None = None) -> Iterator[tuple[T, R]]:
     """Apply ``fn`` to every task; yield ``(task, fn(task))`` as each one completes.
 
     Parameters
@@ -139,14 +196,21 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     tasks:
         Picklable task objects (consumed lazily, at most ``2 × workers`` in flight).
     workers:
-        Worker processes (``process``) or concurrent tasks (``ray``); default ``os.cpu_count()``.
-        Ignored by ``serial``.
+        Worker processes (``process``, default ``os.cpu_count()``) or tasks in flight / 2
+        (``ray``, default the cluster's CPUs). Ignored by ``serial``.
     backend:
         ``"process"`` (default, a spawn-context ``ProcessPoolExecutor``), ``"serial"`` (in this
-        process, in task order — for debugging and tests) or ``"ray"`` (needs ``pip install
-        fedaudit[ray]``; joins a running cluster if ``ray.init`` was called, else starts a local one).
+        process, in task order — for debugging and tests) or ``"ray"`` (needs
+        ``pip install 'fedaudit[ray]'``).
     progress:
         Optional callback, called with ``1`` after each completed task.
+    address:
+        ``backend="ray"`` only: the cluster to join (``ray.init(address=address)``, e.g.
+        ``"127.0.0.1:6379"`` or ``"auto"``). If Ray is already initialised in this process it is
+        used as it is and never shut down here; otherwise Ray is joined, or started for this call
+        (``address=None``: a new local instance, ``ray.init(address="local")``, never a cluster
+        merely found running on the machine — pass ``"auto"`` for that), and shut down when the
+        iterator ends.
 
     Notes
     -----
@@ -156,7 +220,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     check_choice("backend", backend, BACKENDS)
     if not callable(fn):
         raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
-    workers = default_workers() if workers is None else check_int("workers", workers, low=1)
+    workers = _check_workers(workers)
+    address = _check_address(address, backend)
     advance = progress if progress is not None else (lambda n: None)
     if backend == "serial":
         return _run_serial(fn, tasks, advance)
@@ -164,9 +229,9 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
         try:
             import ray
         except ImportError:
-            raise FedAuditError("backend='ray' needs Ray: pip install fedaudit[ray]") from None
-        return _run_ray(ray, fn, tasks, workers, advance)
-    return _run_process(fn, tasks, workers, advance)
+            raise FedAuditError(f"backend='ray' needs Ray, which is not installed: {_RAY_HINT}") from None
+        return _run_ray(ray, fn, tasks, workers, address, advance)
+    return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
 
 
 def _run_serial(fn, tasks, advance) -> Iterator[tuple[Any, Any]]:
@@ -221,9 +286,261 @@ def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_ray(ray, fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:  # pragma: no cover - needs ray
-    if not ray.is_initialized():
-        ray.init(ignore_reinit_error=True, log_to_driver=False)
-    remote = ray.remote(fn)
-    yield from _bounded(tasks, workers, remote.remote, lambda refs: ray.wait(refs, num_returns=1)[0],
-                        ray.get, ray.cancel, advance)
+def _ray_task(fn, task):
+    """What a Ray worker runs: one BLAS/OpenMP/torch thread (as in the process pool), then ``fn``."""
+    _limit_threads()
+    return fn(task)
+
+
+def _run_ray(ray, fn, tasks, workers, address, advance) -> Iterator[tuple[Any, Any]]:
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # ConnectionError, RuntimeError, ...: one clear line
+            where = f"the Ray cluster at address={address!r}" if address else "a local Ray instance"
+            raise FedAuditError(f"backend='ray': cannot start or join {where}: {type(exc).__name__}: {exc}") from None
+    try:
+        if workers is None:
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        remote = ray.remote(num_cpus=1)(_ray_task)
+        fn_ref = ray.put(fn)
+        yield from _bounded(tasks, workers, lambda task: remote.remote(fn_ref, task),
+                            lambda refs: ray.wait(refs, num_returns=1)[0], ray.get, ray.cancel, advance)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# --------------------------------------------------------------------------- chunks
+def config_digest(key: Any, n_chunks: int) -> str:
+    """SHA-256 (hex) of ``{"chunks": n_chunks, "key": key}`` as canonical strict JSON (sorted
+    keys, no spaces): the identity of a chunked run, stored in its checkpoint header."""
+    try:
+        text = dumps({"chunks": int(n_chunks), "key": key}, sort_keys=True, separators=(",", ":"))
+    except FedAuditError as exc:
+        raise FedAuditError(f"key (the checkpoint's description of the run) must be JSON data: {exc}") from None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _apply_indexed(fn, task):
+    """Run ``fn`` on the chunk of an ``(index, chunk)`` task (top-level, so it pickles)."""
+    return fn(task[1])
+
+
+class _Checkpoint:
+    """The append-only record of a chunked run (format in the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike, key: Any, n: int, resume: bool):
+        self.path = Path(path)
+        self.digest = config_digest(key, n)
+        self.finished: dict[int, Any] = {}
+        if self.path.is_dir():
+            raise FedAuditError(f"checkpoint {self.path} is a directory, expected a file")
+        if self.path.exists():
+            if not resume:
+                raise FedAuditError(f"checkpoint {self.path} already exists: pass resume=True (--resume) to "
+                                    f"continue it, or remove it to start again")
+            valid = self._load(key, n)
+            self.file = self._open("r+b")
+            self.file.truncate(valid)  # cut a torn last record before appending
+            self.file.seek(valid)
+        else:
+            header = {"format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "digest": self.digest,
+                      "chunks": n, "key": key}
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write((dumps(header, sort_keys=True) + "\n").encode("utf-8"))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                raise FedAuditError(f"cannot write checkpoint {self.path}: {exc.strerror or exc}") from None
+            _fsync_dir(self.path.parent)
+            self.file = self._open("ab")
+
+    def _open(self, mode: str):
+        try:
+            fh = open(self.path, mode)
+        except OSError as exc:
+            raise FedAuditError(f"cannot open checkpoint {self.path}: {exc.strerror or exc}") from None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory lock
+            return fh
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise FedAuditError(f"checkpoint {self.path} is being written by another run") from None
+        return fh
+
+    def _load(self, key: Any, n: int) -> int:
+        """Read the header and records into ``finished``; return the byte length of the valid part."""
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")  # the piece after the last newline is b"" or a torn record
+        what = f"checkpoint {self.path}"
+        try:
+            header = loads(lines[0], what=what)
+        except FedAuditError:
+            header = None
+        if (not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT or len(lines) < 2):
+            raise FedAuditError(f"{what} is not a fedaudit checkpoint (no valid header line)")
+        if header.get("version") != _CHECKPOINT_VERSION:
+            raise FedAuditError(f"{what} has format version {header.get('version')!r}, this fedaudit reads "
+                                f"version {_CHECKPOINT_VERSION}")
+        if header.get("digest") != self.digest:
+            raise FedAuditError(f"{what} was written by a different configuration "
+                                f"({_differences(header.get('key'), header.get('chunks'), key, n)}); it is refused "
+                                f"rather than mixed in: remove it or choose another checkpoint file")
+        valid = len(lines[0]) + 1
+        complete = lines[1:-1]  # each was followed by a newline; lines[-1] is b"" or a torn tail (ignored)
+        for j, line in enumerate(complete):
+            rec = _parse_record(line, what)
+            if rec is None:
+                if j == len(complete) - 1 and lines[-1] == b"":  # the last line, torn
+                    break
+                raise FedAuditError(f"{what} is corrupt: line {j + 2} is not a valid record")
+            i, result = rec
+            if not 0 <= i < n:
+                raise FedAuditError(f"{what} is corrupt: chunk {i} is out of range [0, {n})")
+            if i in self.finished:
+                raise FedAuditError(f"{what} is corrupt: chunk {i} is recorded twice")
+            self.finished[i] = result
+            valid += len(line) + 1
+        return valid
+
+    def record(self, index: int, result: Any) -> Any:
+        """Append chunk ``index``'s result (one write, flush, fsync); return it as stored."""
+        stored = jsonable(result, f"result of chunk {index}")
+        line = dumps({"chunk": index, "result": stored}, separators=(",", ":")) + "\n"
+        self.file.write(line.encode("utf-8"))
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        return stored
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _parse_record(line: bytes, what: str) -> tuple[int, Any] | None:
+    """``(chunk, result)`` of one record line, None when it is not a valid record."""
+    try:
+        rec = loads(line, what=what)
+    except FedAuditError:
+        return None
+    if not (isinstance(rec, dict) and set(rec) == {"chunk", "result"} and isinstance(rec["chunk"], int)
+            and not isinstance(rec["chunk"], bool)):
+        return None
+    return rec["chunk"], rec["result"]
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _differences(old_key: Any, old_n: Any, key: Any, n: int) -> str:
+    """Which top-level fields of the stored and the new configuration differ, for the refusal."""
+    if old_n != n:
+        return f"{old_n} chunks recorded, {n} now"
+    old, new = jsonable(old_key), jsonable(key)
+    if isinstance(old, dict) and isinstance(new, dict):
+        names = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if names:
+            return "differs in " + ", ".join(names)
+    return "its key differs"
+
+
+def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "process", workers: int | None = None,
+               address: str | None = None, checkpoint: str | os.PathLike | None = None, resume: bool = False,
+               key: Any = None, progress: Callable[[int], None] | None = None,
+               units: Sequence[int] | None = None) -> list:
+    """Results of ``fn`` on every chunk, **in chunk order**: ``[fn(c) for c in chunks]`` computed
+    on ``backend``, optionally checkpointed so a killed run can resume.
+
+    Determinism: each chunk carries its own seed, derived by the caller from the chunk's index
+    (``SeedSequence(root).spawn(len(chunks))[i]``) or a task key
+    (:func:`fedaudit.rng.derive_seed`), never from worker identity; reducing the returned list in
+    order then gives one bit-identical answer on every backend and worker count.
+
+    Parameters
+    ----------
+    fn:
+        A top-level function of one chunk (picklable for ``process``: defined in an importable
+        module). Its randomness comes from the chunk only.
+    chunks:
+        Picklable chunk tasks (materialised into a list).
+    backend:
+        ``"process"`` (default; ``workers`` default ``os.cpu_count()``), ``"serial"`` or ``"ray"``
+        (``pip install 'fedaudit[ray]'``; see :func:`run_tasks` for how Ray is started or joined).
+    workers:
+        Worker processes, or for Ray half the tasks in flight (default the cluster's CPUs); an
+        integer in [1, 4096]. Ignored by ``serial``.
+    address:
+        ``backend="ray"`` only: ``"auto"`` or ``"[ray://]host:port"`` of an existing cluster.
+    checkpoint:
+        File recording each finished chunk as it completes (format in the module docstring).
+    resume:
+        Continue ``checkpoint``: reload its finished chunks and run only the rest; refused if
+        the file's configuration digest differs; starts afresh when the file does not exist.
+    key:
+        With ``checkpoint``, required: JSON data describing the run (fn, every parameter, the
+        root seed); :func:`config_digest` of it and the chunk count identifies the run.
+    progress:
+        Called with ``units[i]`` (default 1) when chunk i finishes or is reloaded.
+    units:
+        Work units per chunk for ``progress`` (e.g. samples per chunk).
+    """
+    check_choice("backend", backend, BACKENDS)
+    if not callable(fn):
+        raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
+    workers = _check_workers(workers)
+    address = _check_address(address, backend)
+    if not isinstance(resume, bool):
+        raise FedAuditError(f"resume must be True or False, got resume={resume!r}")
+    chunks = list(chunks)
+    n = len(chunks)
+    if units is None:
+        units = [1] * n
+    else:
+        units = [check_int(f"units[{i}]", u, low=0) for i, u in enumerate(units)]
+        if len(units) != n:
+            raise FedAuditError(f"units must have one entry per chunk ({n}), got {len(units)}")
+    if checkpoint is None:
+        if resume:
+            raise FedAuditError("resume=True needs checkpoint=FILE (the checkpoint to continue)")
+        store = None
+    else:
+        if key is None:
+            raise FedAuditError("checkpoint needs key= (a JSON description of the run: fn, parameters, root seed)")
+        store = _Checkpoint(checkpoint, key, n, resume)
+    advance = progress if progress is not None else (lambda u: None)
+    results: list[Any] = [None] * n
+    try:
+        done = {} if store is None else store.finished
+        for i in sorted(done):
+            results[i] = done[i]
+            advance(units[i])
+        todo = [(i, chunks[i]) for i in range(n) if i not in done]
+        if todo:
+            if backend == "process":
+                workers = min(default_workers() if workers is None else workers, len(todo))
+            for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,
+                                            backend=backend, address=address):
+                results[i] = result if store is None else store.record(i, result)
+                advance(units[i])
+    finally:
+        if store is not None:
+            store.close()
+    return results
