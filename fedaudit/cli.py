@@ -530,7 +530,8 @@ def _check_sparse_options(args: argparse.Namespace) -> None:
     from fedaudit.validation import check_int, check_real
 
     check_real("--density", args.density, low=0.0, high=1.0, open_low=True, open_high=True)
-    check_real("--temperature", args.temperature, low=0.0)
+    if args.temperature is not None:
+        check_real("--temperature", args.temperature, low=0.0)
     for flag, high in (("rounds", 100_000), ("clients", 1000)):
         if hasattr(args, flag):
             check_int(f"--{flag}", getattr(args, flag), low=1, high=high)
@@ -554,24 +555,36 @@ def cmd_sparse(args: argparse.Namespace) -> int:
 
 def cmd_audit_sparse_upload(args: argparse.Namespace) -> int:
     """``fedaudit audit sparse-upload``: certified ε lower bounds of the plain and the private gated
-    upload on neighbouring client datasets; exit 1 when the private bound exceeds its stated ε."""
+    upload, on neighbouring client datasets and (private) on the mechanism's worst input pair; exit 1
+    when a bound that decides a claim exceeds it: the private upload's worst-pair bound (its
+    data-level bound when only that is run), the plain upload's bound against ``--plain-epsilon``."""
     from fedaudit.audit.sparse_upload import UPLOADS, audit_sparse_upload
+    from fedaudit.validation import check_real
 
     _check_sparse_options(args)
     check_output_file("--json", args.json)
+    if args.plain_epsilon is not None:
+        check_real("--plain-epsilon", args.plain_epsilon, low=0.0, open_low=True)
     uploads = UPLOADS if args.upload == "both" else (args.upload,)
+    pairs = {u: args.pair or ("data" if u == "plain" else "both") for u in uploads}
+    if pairs.get("plain", "data") != "data":
+        raise FedAuditError(f"--pair {args.pair} applies to the private upload only (the plain upload has no stated "
+                            f"ε over all inputs): use --upload private, or --pair data")
+    total = sum(2 * (args.samples * (p != "worst") + args.worst_samples * (p != "data")) for p in pairs.values())
     results = []
-    with progress_bar(2 * args.samples * len(uploads), "uploads drawn", args.quiet, args.progress_every) as advance:
+    with progress_bar(total, "uploads drawn", args.quiet, args.progress_every) as advance:
         for upload in uploads:
             results.append(audit_sparse_upload(upload, dim=args.dim, density=args.density,
                                                temperature=args.temperature, epsilon=args.epsilon,
+                                               claimed_epsilon=args.plain_epsilon if upload == "plain" else None,
                                                records=args.records, local_steps=args.local_steps,
                                                samples=args.samples, confidence=args.confidence, seed=args.seed,
+                                               pair=pairs[upload], worst_samples=args.worst_samples,
                                                progress=advance))
     for res in results:
         out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
     _write_data(args.json, {"audits": [r.to_dict() for r in results]})
-    return 1 if any(r.violation for r in results) else 0
+    return 1 if any(r.worst.violation if r.worst is not None else r.violation for r in results) else 0
 
 
 def _save_plot(path: str | None, spec: dict) -> None:
@@ -862,11 +875,15 @@ def _agg_param_option(p: argparse.ArgumentParser) -> None:
 
 
 def _sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:
-    temperature = 0.05 if rounds else 0.01  # training: the EFLoPS default; the audited client: as audit_sparse_upload
     p.add_argument("--density", type=float, default=0.05,
                    help="target density ρ = m/|θ| of the model and the upload, in (0, 1) (default 0.05)")
-    p.add_argument("--temperature", type=float, default=temperature,
-                   help=f"temperature T of the gates' entropy regularizer, >= 0 (0: FLoPS; default {temperature:g})")
+    if rounds:  # training: the dataset's default (train_sparse); the audited client: as audit_sparse_upload
+        p.add_argument("--temperature", type=float, default=None,
+                       help="temperature T of the gates' entropy regularizer, >= 0 (0: FLoPS; default: 0.05 on the "
+                            "synthetic data, 1e-4 on digits)")
+    else:
+        p.add_argument("--temperature", type=float, default=0.01,
+                       help="temperature T of the audited client's entropy regularizer, >= 0 (default 0.01)")
     if rounds:
         p.add_argument("--rounds", type=_count, default=100, help="communication rounds (default 100)")
         p.add_argument("--clients", type=_count, default=10, help="clients (default 10)")
@@ -1049,6 +1066,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-steps", type=_count, default=5, help="local training steps per upload (default 5)")
     p.add_argument("--epsilon", type=float, default=1.0, help="stated ε of the private upload, > 0 (default 1)")
     p.add_argument("--samples", type=_count, default=4000, help="uploads drawn per dataset (default 4000)")
+    p.add_argument("--pair", default=None, choices=("data", "worst", "both"),
+                   help="private upload: neighbouring client datasets (data), the mechanism's worst input pair, "
+                        "which audits the stated ε (worst), or both (default both; the plain upload: data)")
+    p.add_argument("--worst-samples", type=_count, default=100_000,
+                   help="draws per input of the worst-pair audit (default 100000)")
+    p.add_argument("--plain-epsilon", type=float, default=None,
+                   help="an ε claimed for the plain upload, > 0: exit 1 when its certified bound exceeds it "
+                        "(default: no claim, the bound is reported)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audits as JSON here (checked before the audit runs)")

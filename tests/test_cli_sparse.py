@@ -93,3 +93,24 @@ def test_unknown_choices_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_audit_sparse_upload_plain_claim_fails_and_worst_pair_is_private_only(tmp_path, capsys):
+    path = tmp_path / "plain.json"
+    # the plain upload is not 1-DP: its certified bound (≈ 3.6 from 500 draws per dataset) refutes the claim
+    assert main(["audit", "sparse-upload", "--upload", "plain", "--plain-epsilon", "1", "--samples", "500",
+                 "--quiet", "--json", str(path)]) == 1
+    (audit,) = json.loads(path.read_text())["audits"]
+    assert audit["violation"] and audit["epsilon_lower"] > 1.0
+    assert main(["audit", "sparse-upload", "--upload", "plain", "--pair", "worst", "--quiet"]) == 2
+    assert "applies to the private upload only" in capsys.readouterr().err
+
+
+def test_audit_sparse_upload_private_worst_pair_certifies_within_the_stated_epsilon(tmp_path):
+    path = tmp_path / "worst.json"
+    assert main(["audit", "sparse-upload", "--upload", "private", "--pair", "worst", "--worst-samples", "20000",
+                 "--quiet", "--json", str(path)]) == 0
+    (audit,) = json.loads(path.read_text())["audits"]
+    worst = audit["worst"]
+    # a real (non-zero) certified bound from the worst pair, never above the pair's exact ε or the stated ε
+    assert 0.05 < worst["epsilon_lower"] <= worst["epsilon_pair"] <= 1.0 and not worst["violation"]

@@ -276,7 +276,19 @@ def _flower():
     return [Layout(("w", "b"), ((2, 3), ()), ("float32", "float64"))], outs, runs
 
 
+def _worst_pair_audits():
+    from fedaudit.audit.sparse_upload import WorstPairAudit, worst_pair
+    from fedaudit.mechanisms.gated import GatedPrivateUpload
+
+    pair = worst_pair(GatedPrivateUpload(8, 2, 1.0))
+    return [WorstPairAudit(epsilon_lower=v, epsilon_claimed=1.0, violation=False, epsilon_pair=pair.epsilon_pair,
+                           pair_exact=True, tightness=v, mode="likelihood-ratio", samples=100, confidence=0.95,
+                           max_certifiable=v, seed=0, runtime_s=v, pair=pair, ldp={"event": {"threshold": v}})
+            for v in (math.inf, -math.inf, math.nan)]
+
+
 BUILDERS = {
+    "fedaudit.audit.sparse_upload.WorstPairAudit": _worst_pair_audits,
     "fedaudit.integrations.flower.records.Layout": lambda: _flower()[0],
     "fedaudit.integrations.flower.simulation.StrategyOutcome": lambda: _flower()[1],
     "fedaudit.integrations.flower.simulation.FlowerRun": lambda: _flower()[2],

@@ -40,7 +40,8 @@ def __getattr__(name):  # these pull in defenses, attacks, fl or torch: load on 
         from fedaudit.audit import dpsgd_audit
 
         return getattr(dpsgd_audit, name)
-    if name in ("audit_sparse_upload", "SparseUploadAudit"):
+    if name in ("audit_sparse_upload", "SparseUploadAudit", "audit_worst_pair", "worst_pair", "WorstPair",
+                "WorstPairAudit"):
         from fedaudit.audit import sparse_upload
 
         return getattr(sparse_upload, name)
@@ -57,7 +58,7 @@ __all__ = [
     "audit_robustness", "RobustnessAudit",
     "OneRunAudit", "one_run_audit", "one_run_epsilon", "one_run_epsilon_fdp", "one_run_p_value",
     "GDPAudit", "gdp_epsilon", "audit_dpsgd", "DPSGDAudit", "audit_dpfedavg", "DPFedAvgAudit",
-    "audit_sparse_upload", "SparseUploadAudit",
+    "audit_sparse_upload", "SparseUploadAudit", "audit_worst_pair", "worst_pair", "WorstPair", "WorstPairAudit",
     "MSEResult", "VarianceCurve", "measure_mse", "variance_vs_dk",
     "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",
     "ThresholdBound",
