@@ -1,7 +1,9 @@
 """Robust aggregation rules: (n, d) → (d,).
 
 Every rule subclasses :class:`~fedaudit.defenses.base.Aggregator`: it accepts numpy arrays and
-torch tensors (same type, dtype and device come back; integer/bool inputs come back as float64),
+torch tensors (same type, dtype and device come back; integer/bool inputs come back as float64;
+Mean, CWTM, CWMed, Meamed, Krum and Bulyan are ``torch_native``: a tensor is aggregated with
+torch operations on its device, bit-identical to numpy; the others copy it to the host),
 never mutates its input, drops non-finite rows as Byzantine up to its tolerance (see
 :mod:`fedaudit.defenses.base`: f, or ⌈n/2⌉ − 1 for rules without f and rules built with f = 0)
 and is stateless: the same input gives the same output on every call.
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.arrays import is_torch
 from fedaudit.defenses.base import Aggregator, Averaging, KrumSelection, MedianBased, TrimmedMean
 from fedaudit.errors import FedAuditError
 from fedaudit.kernels import (
@@ -31,10 +34,13 @@ from fedaudit.kernels import (
     cw_median,
     gram_distances,
     krum_order,
+    like,
     lincomb,
     mean_rows,
     pairwise_sqdist,
+    sort_columns,
     sum_rows,
+    to_float64,
     weiszfeld,
 )
 from fedaudit.validation import check_int, check_positive, check_vector
@@ -62,12 +68,14 @@ def _mean_closest_to_median(S: np.ndarray, k: int) -> np.ndarray:
     keep the lower window). When k > m − k, rows m − k … k − 1 are in every window and the
     window sum is Σ_{always} + Σ_{s<m−k} (P_s ? S_{s+k} : S_s). Sums are float64 additions of
     selected values only (no differences of prefix sums, so Byzantine magnitudes cannot cancel
-    honest digits).
+    honest digits). S may be a torch tensor (the same steps in torch, on its device).
     """
     m = S.shape[0]
     g = m - k
     if g == 0:
         return sum_rows(S) / m
+    if is_torch(S):
+        return _mean_closest_to_median_torch(S, k)
     h = m // 2
     with np.errstate(over="ignore"):
         two_med = 2.0 * S[h].astype(np.float64) if m % 2 else S[h - 1].astype(np.float64) + S[h]
@@ -81,6 +89,28 @@ def _mean_closest_to_median(S: np.ndarray, k: int) -> np.ndarray:
     return sum_rows(np.where(sel, S, 0)) / k
 
 
+def _mean_closest_to_median_torch(S: Any, k: int) -> Any:
+    """:func:`_mean_closest_to_median` with torch operations (S column-sorted, m > k)."""
+    import torch
+
+    m = S.shape[0]
+    g = m - k
+    h = m // 2
+    two_med = 2.0 * to_float64(S[h]) if m % 2 else to_float64(S[h - 1]) + S[h]
+    P = to_float64(S[:g]) + S[k:k + g] < two_med
+    if k > g:
+        chosen = torch.where(P, S[k:], S[:g])
+        return (sum_rows(S[g:k]) + sum_rows(chosen)) / k
+    start = P.sum(dim=0)
+    idx = torch.arange(m, device=S.device)[:, None]
+    sel = (idx >= start) & (idx < start + k)
+    return sum_rows(torch.where(sel, S, torch.zeros((), dtype=S.dtype, device=S.device))) / k
+
+
+def _copy_row(X: Any, i: int) -> Any:
+    return X[i].clone() if is_torch(X) else X[i].copy()
+
+
 # --------------------------------------------------------------------------------------------
 # aggregators
 # --------------------------------------------------------------------------------------------
@@ -92,6 +122,7 @@ class Mean(Aggregator):
     """
 
     name = "mean"
+    torch_native = True
     robustness = Averaging()
     needs_f = False
 
@@ -116,13 +147,14 @@ class CWTM(Aggregator):
     """
 
     name = "cwtm"
+    torch_native = True
     robustness = TrimmedMean()
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         if f == 0:
             return mean_rows(X)
-        return by_columns(X, lambda B: sum_rows(np.sort(B, axis=0)[f:n - f]) / (n - 2 * f))
+        return by_columns(X, lambda B: sum_rows(sort_columns(B)[f:n - f]) / (n - 2 * f))
 
 
 class CWMed(Aggregator):
@@ -134,6 +166,7 @@ class CWMed(Aggregator):
     """
 
     name = "cwmed"
+    torch_native = True
     robustness = MedianBased()
     needs_f = False
 
@@ -192,12 +225,12 @@ class GeometricMedian(Aggregator):
         G, geo = centered_gram(X, z0, math.log2(self.nu) - 300)
         nu = self.nu if geo is None else geo.scaled(self.nu)
         beta, _ = weiszfeld(G, self.tol, self.max_iter, nu)
-        return _affine_point(beta, X, z0) if geo is None else geo.combine(beta)
+        return _affine_point(beta, X, z0) if geo is None else like(geo.combine(beta), X)
 
 
-def _affine_point(beta: np.ndarray, X: np.ndarray, z0: np.ndarray) -> np.ndarray:
+def _affine_point(beta: np.ndarray, X: Any, z0: Any) -> Any:
     """z0 + Σ_i β_i (x_i − z0) in float64 (one BLAS pass over X)."""
-    return (1.0 - beta.sum()) * z0 + lincomb(beta, X).astype(np.float64)
+    return float(1.0 - beta.sum()) * z0 + to_float64(lincomb(beta, X))
 
 
 class Krum(Aggregator):
@@ -211,13 +244,14 @@ class Krum(Aggregator):
     """
 
     name = "krum"
+    torch_native = True
     robustness = KrumSelection()
 
     def min_n(self, f: int) -> int:
         return 2 * f + 3
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
-        return X[int(krum_order(pairwise_sqdist(X), f, X)[0])].copy()
+        return _copy_row(X, int(krum_order(pairwise_sqdist(X), f, X)[0]))
 
 
 class MultiKrum(Aggregator):
@@ -348,7 +382,7 @@ class CenteredClipping(Aggregator):
         else:
             if self.center.shape[0] != d:
                 raise FedAuditError(f"{self.name}: center has length {self.center.shape[0]}, inputs have d={d}")
-            v0 = self.center
+            v0 = like(self.center, X)
         # far rows are drawn in at 2^400 reference lengths, with the reference at least
         # 2^-300·iters·τ, so they stay ≫ every clipping radius the iteration can see
         G, geo = centered_gram(X, v0, math.log2(self.iters * self.tau) - 300)
@@ -359,7 +393,7 @@ class CenteredClipping(Aggregator):
             far = dist > tau
             w = np.where(far, tau / np.where(far, dist, 1.0), 1.0)  # min(1, τ/‖·‖) without 0-division
             beta = beta * (1.0 - w.sum() / n) + w / n
-        return _affine_point(beta, X, v0) if geo is None else geo.combine(beta)
+        return _affine_point(beta, X, v0) if geo is None else like(geo.combine(beta), X)
 
 
 class Meamed(Aggregator):
@@ -371,12 +405,13 @@ class Meamed(Aggregator):
     """
 
     name = "meamed"
+    torch_native = True
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         if f == 0:
             return mean_rows(X)
-        return by_columns(X, lambda B: _mean_closest_to_median(np.sort(B, axis=0), n - f))
+        return by_columns(X, lambda B: _mean_closest_to_median(sort_columns(B), n - f))
 
 
 class Bulyan(Aggregator):
@@ -390,6 +425,7 @@ class Bulyan(Aggregator):
     """
 
     name = "bulyan"
+    torch_native = True
 
     def min_n(self, f: int) -> int:
         return 4 * f + 3
@@ -405,5 +441,5 @@ class Bulyan(Aggregator):
             i = int(krum_order(sub, f, X, remaining)[0])
             chosen.append(remaining[i])
             remaining = np.delete(remaining, i)
-        rows = np.sort(np.asarray(chosen))
-        return by_columns(X, lambda B: _mean_closest_to_median(np.sort(B[rows], axis=0), theta - 2 * f))
+        rows = like(np.sort(np.asarray(chosen)), X)
+        return by_columns(X, lambda B: _mean_closest_to_median(sort_columns(B[rows]), theta - 2 * f))

@@ -5,6 +5,18 @@ An :class:`Aggregator` maps n input vectors (n, d) to one vector (d,); a
 arrays and torch tensors and return the same type and device; they never mutate their input.
 ``f`` is the number of Byzantine inputs the rule is configured to tolerate.
 
+Torch tensors. A rule with ``torch_native = True`` (Mean, CWTM, CWMed, Meamed, Krum, Bulyan,
+Bucketing, ARC, Clipping and compositions made only of them) aggregates a torch tensor with torch
+operations on its own device: the (n, d) data is never copied to the host (only (n, n) Gram and
+(n,) norm quantities are, for the decisions), float32/float64 tensors compute in their dtype
+(sums accumulated in float64, in numpy's order), float16/bfloat16 in float32, and the result is
+a tensor of the input's dtype and device. Validation, non-finite rows, tolerance, breakdowns and
+the clamping of the result are the same as for numpy. Any other rule (``torch_native = False``,
+the default, e.g. a user's rule) receives numpy arrays: the tensor is copied to the host and the
+result back. The one host copy of a native rule is the overflow-free geometry of the distance
+kernels (finite squared distances outside float64's range, subnormal data: see
+:mod:`fedaudit.kernels`).
+
 Input types. Floating inputs keep their dtype (float16/32/64; torch bfloat16 is computed in
 float32 and returned as bfloat16). Integer, unsigned and bool inputs (numpy or torch, e.g.
 int32, uint8) are aggregated as real numbers and returned as float64 (numpy) or torch.float64 —
@@ -51,7 +63,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedaudit.arrays import as_array, to_like
+from fedaudit.arrays import as_array, is_torch, to_like, torch_input
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.validation import check_int
 from fedaudit.rng import as_generator
@@ -99,9 +111,18 @@ class NearestNeighbourMixing(RobustnessClass):
     inner: RobustnessClass
 
 
-def _clamp_finite(out: np.ndarray, name: str) -> np.ndarray:
+def _clamp_finite(out: Any, name: str) -> Any:
     """Clamp ±inf produced by rounding (a convex combination of values at ±max of the dtype)
     to ±max; a NaN from finite inputs would be a bug in the rule and raises."""
+    if is_torch(out):
+        import torch
+
+        if bool(torch.isfinite(out).all()):
+            return out
+        if bool(torch.isnan(out).any()):
+            raise FedAuditError(f"{name}: internal error, the rule produced NaN from finite inputs")
+        big = torch.finfo(out.dtype).max
+        return out.clamp(-big, big)
     with np.errstate(over="ignore", invalid="ignore"):
         total = np.add.reduce(out, axis=None)  # one allocation-free pass: finite ⇒ all finite
     if np.isfinite(total) or np.isfinite(out).all():
@@ -123,6 +144,9 @@ class _Rule(ABC):
     uses_rng: bool = False
     #: the published (f, κ) family of the rule (an aggregator's, see :class:`RobustnessClass`)
     robustness: ClassVar[RobustnessClass] = RobustnessClass()
+    #: whether the trusted core also computes on torch tensors (on their device, with torch
+    #: operations); False: a tensor is copied to the host and the core sees numpy
+    torch_native: bool = False
 
     def __init__(self, f: int = 0):
         self.f = check_int("f", f, low=0)
@@ -165,6 +189,8 @@ class _Rule(ABC):
     def _apply(self, X: Any, core, rng: Any) -> Any:
         """Validate, drop non-finite rows (f reduced accordingly, AggregatorBreakdown past the
         tolerance), run ``core(finite, f, rng)`` and return the result in the caller's type."""
+        if is_torch(X) and self.torch_native:
+            return self._apply_torch(X, core, rng)
         arr, token = as_array(X)
         n = arr.shape[0]
         self._check_n(n)
@@ -179,6 +205,26 @@ class _Rule(ABC):
         gen = None if rng is None else as_generator(rng)
         out = _clamp_finite(to_like(core(arr, f, gen), None, arr.dtype), self.name)
         return to_like(out, token, arr.dtype)
+
+    def _apply_torch(self, X: Any, core, rng: Any) -> Any:
+        """:meth:`_apply` for a torch tensor, on its device: the same checks, non-finite rows
+        and tolerance; the result is rounded into the input's dtype and clamped there."""
+        import torch
+
+        T, out_dtype = torch_input(X)
+        n = T.shape[0]
+        self._check_n(n)
+        finite = torch.isfinite(T).all(dim=1)
+        r = n - int(finite.sum())
+        f = self.f
+        if r:
+            tol = self.tolerance(n)
+            if r > tol:
+                raise AggregatorBreakdown(self.name, n, r, tol)
+            T, f = T[finite], max(self.f - r, 0)
+        gen = None if rng is None else as_generator(rng)
+        out = _clamp_finite(core(T, f, gen).to(T.dtype), self.name)
+        return _clamp_finite(out.to(out_dtype), self.name)
 
     def params(self) -> dict[str, Any]:
         return {"f": self.f}
@@ -241,6 +287,7 @@ class Composed(Aggregator):
         self.stages = stages
         self.name = "+".join(s.name for s in stages)
         self.needs_f = any(s.needs_f for s in stages)
+        self.torch_native = all(s.torch_native for s in stages)
 
     @property
     def robustness(self) -> RobustnessClass:  # type: ignore[override]
@@ -263,7 +310,8 @@ class Composed(Aggregator):
             f_stage = min(stage.f, f)
             stage._check_effective_n(X.shape[0], f_stage)
             # the stage trims with its own f, but the rows it outputs can carry all f Byzantine ones
-            out = _clamp_finite(np.asarray(stage._run(X, f_stage, rng)), stage.name)
+            out = stage._run(X, f_stage, rng)
+            out = _clamp_finite(out if is_torch(out) else np.asarray(out), stage.name)
             X, f = out, stage.output_f(X.shape[0], f)
         last = self.stages[-1]
         f_last = min(last.f, f)

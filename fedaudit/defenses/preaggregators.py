@@ -1,7 +1,9 @@
 """Pre-aggregation maps (n, d) → (n', d), run before a robust aggregator via ``compose``.
 
 Each subclasses :class:`~fedaudit.defenses.base.PreAggregator` (numpy/torch in, same type out,
-input never mutated, non-finite rows dropped as Byzantine first). ``output_f(n, f)`` tells a
+input never mutated, non-finite rows dropped as Byzantine first; Bucketing, ARC and Clipping are
+``torch_native``: a tensor is transformed with torch operations on its device; NNM copies it to
+the host). ``output_f(n, f)`` tells a
 composition how many Byzantine rows can remain among the outputs.
 
 Pre-aggregators that do not need f themselves (:class:`Bucketing`, :class:`Clipping`) still
@@ -17,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.arrays import is_torch
 from fedaudit.defenses.base import NearestNeighbourMixing, PreAggregator, RobustnessClass
-from fedaudit.kernels import mean_rows, pairwise_sqdist, row_norms
+from fedaudit.kernels import lincomb, mean_rows, pairwise_sqdist, row_norms
 from fedaudit.validation import check_int, check_positive
 from fedaudit.rng import as_generator
 
@@ -46,6 +49,8 @@ def _scale_rows(X: np.ndarray, nu: np.ndarray, P: np.ndarray, S: int, c: float) 
     simple = big & (P == 0) & (S == 0)
     factor = np.ones_like(nu)
     factor[simple] = c / norms[simple]
+    if is_torch(X):
+        return _scale_rows_torch(X, nu, P, S, c, big & ~simple, factor)
     out = np.multiply(X, factor[:, None], out=np.empty_like(X), casting="same_kind")
     hard = np.flatnonzero(big & ~simple)
     rows_per = max(1, (1 << 18) // X.shape[1])
@@ -53,6 +58,26 @@ def _scale_rows(X: np.ndarray, nu: np.ndarray, P: np.ndarray, S: int, c: float) 
         rows = hard[a:a + rows_per]
         U = np.ldexp(X[rows].astype(np.float64), P[rows][:, None])
         out[rows] = np.ldexp(U * (c / nu[rows])[:, None], S)
+    return out
+
+
+def _scale_rows_torch(X: Any, nu: np.ndarray, P: np.ndarray, S: int, c: float, hard: np.ndarray,
+                      factor: np.ndarray) -> Any:
+    """:func:`_scale_rows` on a torch tensor: the scaled rows are computed in float64 on X's
+    device and rounded once into X's dtype (powers of two applied as two exact factors, since
+    2^P_i alone can overflow)."""
+    import torch
+
+    out = X.clone()
+    dev = X.device
+    rows = np.flatnonzero(factor != 1.0)
+    if rows.size:
+        r = torch.as_tensor(rows, device=dev)
+        out[r] = (X[r].to(torch.float64) * torch.as_tensor(factor[rows], device=dev)[:, None]).to(X.dtype)
+    for i in np.flatnonzero(hard):
+        p, q = int(P[i]) // 2, int(P[i]) - int(P[i]) // 2
+        u = X[int(i)].to(torch.float64) * math.ldexp(1.0, p) * math.ldexp(1.0, q) * (c / float(nu[i]))
+        out[int(i)] = (u * math.ldexp(1.0, S // 2) * math.ldexp(1.0, S - S // 2)).to(X.dtype)
     return out
 
 
@@ -76,13 +101,16 @@ class NNM(PreAggregator):
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
         n, d = X.shape
         if f == 0:
-            return np.broadcast_to(mean_rows(X).astype(X.dtype), (n, d)).copy()
+            mean = mean_rows(X)
+            if is_torch(X):
+                return mean.to(X.dtype).expand(n, d).clone()
+            return np.broadcast_to(mean.astype(X.dtype), (n, d)).copy()
         D = pairwise_sqdist(X)
         np.fill_diagonal(D, -1.0)  # x_i is its own nearest neighbour
         idx = np.argsort(D, axis=1, kind="stable")[:, :n - f]
-        A = np.zeros((n, n), dtype=X.dtype)
+        A = np.zeros((n, n))  # cast to X.dtype by lincomb
         A[np.arange(n)[:, None], idx] = 1.0 / (n - f)
-        return A @ X
+        return lincomb(A, X)
 
 
 class Bucketing(PreAggregator):
@@ -102,6 +130,7 @@ class Bucketing(PreAggregator):
     """
 
     name = "bucketing"
+    torch_native = True
     needs_f = False
     uses_rng = True
 
@@ -126,7 +155,7 @@ class Bucketing(PreAggregator):
         sizes = np.bincount(bucket, minlength=q)
         A = np.zeros((q, n))
         A[bucket, perm] = 1.0 / sizes[bucket]
-        return A.astype(X.dtype) @ X
+        return lincomb(A, X)
 
 
 class ARC(PreAggregator):
@@ -141,12 +170,13 @@ class ARC(PreAggregator):
     """
 
     name = "arc"
+    torch_native = True
 
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         k = (2 * f * (n - f)) // n
         if k == 0:
-            return X.copy()
+            return X.clone() if is_torch(X) else X.copy()
         nu, P = row_norms(X)
         S = _norm_shift(nu, P)
         norms = np.ldexp(nu, -P - S)  # in units of 2^S (S = 0 unless a norm exceeds ~2^1020)
@@ -161,6 +191,7 @@ class Clipping(PreAggregator):
     """
 
     name = "clipping"
+    torch_native = True
     needs_f = False
 
     def __init__(self, c: float, f: int = 0):

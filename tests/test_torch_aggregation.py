@@ -1,0 +1,268 @@
+"""Torch tensors aggregated on their own device (issue #14, "Scale up").
+
+* No host copy: inside the call, ``Tensor.numpy`` and ``Tensor.__array__`` raise for any tensor
+  holding d or more elements (the (n, n) Gram matrix and (n,) norms may move, the data may not;
+  d > n² here), and the result is a tensor of the input's dtype and device.
+* The same result as the numpy path on the same rows: bit for bit for the coordinate-wise rules
+  (row sums in numpy's order), within a few ulps of the input's scale for the others — on random
+  and adversarial inputs (hypothesis: rows of ±1e308, ±max, float32 max, ±inf, NaN, subnormals),
+  float32 and float64; the same AggregatorBreakdown (rule, n, nonfinite, tolerated) and the same
+  FedAuditError messages (empty and malformed shapes, complex/sparse tensors) as numpy.
+* The rules that still take the host path (GM, Multi-Krum, MDA, CC, NNM) have torch-ready cores:
+  a subclass that sets ``torch_native = True`` runs them on torch and is checked the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedaudit.defenses import (
+    MDA,
+    NNM,
+    CenteredClipping,
+    GeometricMedian,
+    MultiKrum,
+    compose,
+    make_aggregator,
+)
+from fedaudit.defenses.aggregators import CWTM
+from fedaudit.errors import AggregatorBreakdown, FedAuditError
+
+#: spec -> keywords; every one of these is torch_native
+NATIVE = {
+    "mean": {}, "cwtm": {}, "cwmed": {}, "meamed": {}, "krum": {}, "bulyan": {},
+    "bucketing+cwtm": {"s": 2}, "clipping+cwmed": {"c": 1.0}, "arc+meamed": {}, "clipping+krum": {"c": 2.0},
+    "bucketing+meamed": {"s": 2},
+}
+EXACT = {"mean", "cwtm", "cwmed", "meamed"}  # bit-identical to numpy
+
+
+def _native(cls):
+    return type(cls.__name__ + "OnTorch", (cls,), {"torch_native": True})
+
+
+#: the host-path rules with their cores forced onto torch
+FORCED = {
+    "gm": lambda f: _native(GeometricMedian)(f=f),
+    "multikrum": lambda f: _native(MultiKrum)(f),
+    "mda": lambda f: _native(MDA)(f),
+    "cc": lambda f: _native(CenteredClipping)(tau=0.5, iters=3, f=f),
+    "nnm+cwtm": lambda f: compose(_native(NNM)(f), CWTM(f)),
+}
+
+
+def build(spec: str, f: int):
+    return FORCED[spec](f) if spec in FORCED else make_aggregator(spec, f, **NATIVE[spec])
+
+
+def min_rows(spec: str, f: int) -> int:
+    return 4 * f + 3 if "bulyan" in spec else 2 * f + 3
+
+
+@contextlib.contextmanager
+def no_host_copy(d: int):
+    """Tensor.numpy / __array__ raise for tensors of ≥ d elements while the block runs."""
+    numpy, array = torch.Tensor.numpy, torch.Tensor.__array__
+
+    def guard(orig):
+        def call(self, *a, **k):
+            if self.numel() >= d:
+                raise AssertionError(f"host copy of a tensor of shape {tuple(self.shape)}")
+            return orig(self, *a, **k)
+        return call
+
+    torch.Tensor.numpy, torch.Tensor.__array__ = guard(numpy), guard(array)
+    try:
+        yield
+    finally:
+        torch.Tensor.numpy, torch.Tensor.__array__ = numpy, array
+
+
+def data(seed: int, n: int, d: int) -> np.ndarray:
+    X = np.random.default_rng(seed).normal(size=(n, d))
+    X[:2] += 4.0  # two shifted rows, so the robust rules have something to reject
+    return X
+
+
+def close(out, ref, scale: float, dtype) -> None:
+    eps = float(torch.finfo(dtype).eps)
+    np.testing.assert_allclose(out.numpy().astype(np.float64), np.asarray(ref, dtype=np.float64),
+                               rtol=16 * eps, atol=16 * eps * scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", sorted(NATIVE) + sorted(FORCED))
+def test_on_device_no_host_copy_and_same_result_as_numpy(spec, dtype):
+    f, d = 2, 257
+    n = min_rows(spec, f) + 2
+    X = data(1, n, d)
+    T = torch.tensor(X, dtype=dtype)
+    rule = build(spec, f)
+    assert rule.torch_native
+    ref = rule(T.numpy().copy(), rng=5)
+    with no_host_copy(d):
+        out = rule(T, rng=5)
+    assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.device == T.device
+    assert out.shape == (d,)
+    if spec in EXACT:
+        np.testing.assert_array_equal(out.numpy(), ref)
+    else:
+        close(out, ref, float(np.abs(X).max()), dtype)
+
+
+def test_host_path_rules_are_not_native_yet():
+    """GM, Multi-Krum, MDA, CC and NNM copy to the host (their combinations run in BLAS, whose
+    rounding differs from numpy's), so a composition with one of them is not native either."""
+    for spec in ("gm", "multikrum", "mda", "cc", "nnm+cwtm", "nnm", "cwtm"):
+        rule = make_aggregator(spec if spec != "nnm" else "nnm+cwtm", 1)
+        assert rule.torch_native is (spec == "cwtm")
+    out = make_aggregator("nnm+cwtm", 1)(torch.tensor(data(0, 7, 5), dtype=torch.float32))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+
+
+def test_the_guard_catches_a_host_copy():
+    """The no-copy check can fail: the numpy-path rule (GM) is caught copying the data."""
+    T = torch.tensor(data(0, 7, 64))
+    with pytest.raises(AssertionError, match="host copy"), no_host_copy(64):
+        GeometricMedian()(T)
+
+
+SPECIAL = [1e308, -1e308, float(np.finfo(np.float64).max), float(np.finfo(np.float32).max), -3e38,
+           np.inf, -np.inf, np.nan, 5e-324, 1e-310, 0.0]
+
+
+@st.composite
+def adversarial(draw):
+    n = draw(st.integers(5, 12))
+    d = draw(st.integers(1, 6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    scale = draw(st.sampled_from([1e-300, 1e-20, 1.0, 1e20, 1e300]))
+    X = np.random.default_rng(seed).normal(size=(n, d)) * scale
+    bad = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, d - 1), st.sampled_from(SPECIAL)),
+                        max_size=2 * n))
+    whole = draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(SPECIAL)), max_size=3))
+    for i, j, v in bad:
+        X[i, j] = v
+    for i, v in whole:
+        X[i] = v
+    return X
+
+
+def outcome(fn):
+    try:
+        return "ok", fn()
+    except AggregatorBreakdown as err:
+        return "breakdown", (err.rule, err.n, err.nonfinite, err.tolerated)
+    except FedAuditError as err:
+        return "error", str(err)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(X=adversarial(), f=st.integers(0, 2), spec=st.sampled_from(sorted(NATIVE) + sorted(FORCED)),
+       wide=st.booleans())
+def test_adversarial_rows_match_numpy(X, f, spec, wide):
+    dtype = torch.float64 if wide else torch.float32
+    with np.errstate(over="ignore"):
+        T = torch.tensor(X, dtype=dtype)  # float32: 1e308 becomes inf, as numpy's cast would
+    rule = build(spec, f)
+    kind, ref = outcome(lambda: rule(T.numpy().copy(), rng=3))
+    got_kind, got = outcome(lambda: rule(T, rng=3))
+    assert got_kind == kind, (got, ref)
+    if kind != "ok":
+        assert got == ref
+        return
+    assert isinstance(got, torch.Tensor) and got.dtype == dtype and bool(torch.isfinite(got).all())
+    finite = T.numpy()[np.isfinite(T.numpy()).all(axis=1)].astype(np.float64)
+    scale = float(np.abs(finite).max()) if finite.size else 1.0
+    if spec in EXACT:
+        np.testing.assert_array_equal(got.numpy(), ref)
+    else:
+        close(got, ref, scale, dtype)
+
+
+@pytest.mark.parametrize("spec", ["cwtm", "mean", "krum", "clipping+cwmed"])
+def test_breakdown_is_the_same_typed_error(spec):
+    X = data(3, 9, 4)
+    X[:5, 1] = np.nan  # 5 of 9 rows non-finite: past every tolerance at f = 2
+    rule = make_aggregator(spec, 2, **NATIVE.get(spec, {}))
+    with pytest.raises(AggregatorBreakdown) as on_torch:
+        rule(torch.tensor(X, dtype=torch.float32))
+    with pytest.raises(AggregatorBreakdown) as on_numpy:
+        rule(X.astype(np.float32))
+    assert on_torch.value.to_dict() == on_numpy.value.to_dict()
+
+
+def test_overflowing_sums_are_rescaled_like_numpy():
+    """Columns whose float64 sum overflows (values near float64 max) are recomputed scaled."""
+    big = float(np.finfo(np.float64).max)
+    X = np.full((5, 3), big)
+    X[:, 1] = -big
+    X[:, 2] = [1.0, 2.0, 3.0, 4.0, 5.0]
+    for spec in ("mean", "cwtm", "meamed"):
+        rule = make_aggregator(spec, 1)
+        out = rule(torch.tensor(X))
+        np.testing.assert_array_equal(out.numpy(), rule(X))
+        assert bool(torch.isfinite(out).all())
+        np.testing.assert_allclose(out[:2].numpy(), [big, -big], rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_integer_tensors_compute_in_float64_on_device(dtype):
+    T = (torch.arange(40).reshape(8, 5) % 7).to(dtype)
+    for spec in ("mean", "cwtm", "krum", "clipping+cwmed"):
+        rule = make_aggregator(spec, 1, **NATIVE.get(spec, {}))
+        out = rule(T)
+        assert out.dtype == torch.float64
+        np.testing.assert_allclose(out.numpy(), rule(T.numpy().astype(np.float64)), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_narrow_floats_compute_in_float32_and_come_back(dtype):
+    T = torch.tensor(data(2, 9, 6), dtype=dtype)
+    for spec in ("mean", "cwtm", "cwmed", "meamed", "krum"):
+        rule = make_aggregator(spec, 2)
+        out = rule(T)
+        assert out.dtype == dtype
+        ref = rule(T.float().numpy())  # the same rows, computed in float32 by numpy
+        np.testing.assert_array_equal(out.numpy() if dtype == torch.float16 else out.float().numpy(),
+                                      torch.tensor(ref).to(dtype).float().numpy()
+                                      if dtype == torch.bfloat16 else ref.astype(np.float16))
+
+
+def test_float16_extremes_clamp_to_float16_max():
+    """A float32 result beyond float16's range comes back as ±float16 max, never inf."""
+    top = float(torch.finfo(torch.float16).max)
+    T = torch.tensor([[top, -top], [top, -top], [top, -top]], dtype=torch.float16)
+    out = make_aggregator("mean", 0)(T)
+    assert out.dtype == torch.float16 and out.tolist() == [top, -top]
+
+
+@pytest.mark.parametrize("bad", [torch.ones(0, 3), torch.ones(3, 0), torch.ones(4), torch.ones(2, 2, 2),
+                                 torch.ones(3, 2, dtype=torch.complex64), torch.ones(3, 2).to_sparse(),
+                                 torch.ones(3, 2, device="meta")])
+def test_malformed_tensors_raise_the_numpy_message(bad):
+    rule = make_aggregator("cwtm", 0)
+    with pytest.raises(FedAuditError) as on_torch:
+        rule(bad)
+    if bad.layout == torch.strided and not bad.is_meta and not bad.is_complex():
+        with pytest.raises(FedAuditError) as on_numpy:
+            rule(bad.numpy())
+        assert str(on_torch.value) == str(on_numpy.value)
+
+
+def test_input_not_mutated_and_result_does_not_alias():
+    X = data(4, 12, 7).astype(np.float32)
+    X[1, 2] = np.nan
+    for spec in sorted(NATIVE):
+        T = torch.tensor(X)
+        before = T.clone()
+        out = make_aggregator(spec, 2, **NATIVE[spec])(T, rng=0)
+        assert torch.equal(T.isnan(), before.isnan()) and torch.equal(T.nan_to_num(), before.nan_to_num())
+        out.zero_()
+        assert torch.equal(T.nan_to_num(), before.nan_to_num())
