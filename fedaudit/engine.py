@@ -41,9 +41,11 @@ only the others; a header whose digest differs from this run's is refused (never
 
 Process backend. ``ProcessPoolExecutor`` with the ``spawn`` start method on every platform: the
 workers are fresh interpreters (no inherited locks, BLAS or torch thread pools), which is the
-portable, 'spawn'-safe pattern — ``fn`` must be a top-level (picklable) function of an importable
-module, tasks must be picklable, and a script that calls :func:`run_tasks` at import time must sit
-behind ``if __name__ == "__main__":``. Each worker limits its BLAS/OpenMP/torch thread pools to one
+portable, 'spawn'-safe pattern. ``fn`` and each task travel as one cloudpickle payload (the
+cloudpickle that scikit-learn's joblib ships, or a standalone one): a top-level function of an
+importable module goes by reference, a lambda or closure (a fitted distinguisher, a black-box
+sampler) by value; a script that calls :func:`run_tasks` at import time must sit behind
+``if __name__ == "__main__":``. Each worker limits its BLAS/OpenMP/torch thread pools to one
 thread so that ``workers`` processes do not oversubscribe the cores. At most ``2 × workers`` tasks
 are in flight, so long task lists do not pile up pickled inputs in memory.
 
@@ -72,7 +74,8 @@ from fedaudit.errors import FedAuditError
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
-__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "config_digest", "default_workers"]
+__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "check_run_options", "config_digest",
+           "default_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -85,7 +88,7 @@ CHECKPOINT_FORMAT = "fedaudit-checkpoint"
 _CHECKPOINT_VERSION = 1
 #: upper bound on ``workers``
 _MAX_WORKERS = 4096
-_RAY_HINT = "pip install 'fedaudit[ray]'"
+_RAY_HINT = "pip install fedaudit[ray] (in zsh: pip install 'fedaudit[ray]')"
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                 "VECLIB_MAXIMUM_THREADS")
@@ -183,6 +186,21 @@ def _check_workers(workers: Any) -> int | None:
     return None if workers is None else check_int("workers", workers, low=1, high=_MAX_WORKERS)
 
 
+def check_run_options(backend: Any, workers: Any = None, address: Any = None, checkpoint: Any = None,
+                      resume: Any = False) -> tuple[str, int | None, str | None]:
+    """Validate the engine keywords of an entry point before it starts any work; return
+    ``(backend, workers, address)`` normalised. Each bad value is a :class:`FedAuditError`
+    naming the parameter and its allowed values (as :func:`run_chunks` would raise later)."""
+    check_choice("backend", backend, BACKENDS)
+    workers = _check_workers(workers)
+    address = _check_address(address, backend)
+    if not isinstance(resume, bool):
+        raise FedAuditError(f"resume must be True or False, got resume={resume!r}")
+    if resume and checkpoint is None:
+        raise FedAuditError("resume=True needs checkpoint=FILE (the checkpoint to continue)")
+    return backend, workers, address
+
+
 def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None = None,
               backend: str = "process", progress: Callable[[int], None] | None = None,
               address: str | None = None) -> Iterator[tuple[T, R]]:
@@ -191,7 +209,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     Parameters
     ----------
     fn:
-        A top-level, picklable function of one task. It must take its randomness from the task
+        A function of one task (cloudpickled to the workers). It must take its randomness from the task
         (a seed field), never from global state, so results do not depend on scheduling.
     tasks:
         Picklable task objects (consumed lazily, at most ``2 × workers`` in flight).
@@ -272,14 +290,31 @@ def _bounded(tasks, workers, submit, wait_done, result_of, cancel, advance) -> I
             cancel(handle)
 
 
+def _cloudpickle():
+    try:
+        import cloudpickle
+    except ImportError:  # pragma: no cover - the copy vendored by joblib (a scikit-learn dependency)
+        from joblib.externals import cloudpickle
+    return cloudpickle
+
+
+def _call_pickled(payload: bytes) -> Any:
+    """What a pool worker runs: unpickle ``(fn, task)`` (a cloudpickle payload) and apply."""
+    import pickle
+
+    fn, task = pickle.loads(payload)
+    return fn(task)
+
+
 def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    dumps_ = _cloudpickle().dumps
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        yield from _bounded(tasks, workers, lambda task: pool.submit(fn, task),
+        yield from _bounded(tasks, workers, lambda task: pool.submit(_call_pickled, dumps_((fn, task))),
                             lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
                             lambda future: future.result(), lambda future: future.cancel(), advance)
     finally:
@@ -477,10 +512,10 @@ def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "pro
     Parameters
     ----------
     fn:
-        A top-level function of one chunk (picklable for ``process``: defined in an importable
-        module). Its randomness comes from the chunk only.
+        A function of one chunk (shipped to workers with cloudpickle; for ``ray`` on a cluster its
+        module must be importable on the workers). Its randomness comes from the chunk only.
     chunks:
-        Picklable chunk tasks (materialised into a list).
+        Chunk tasks, picklable by cloudpickle (materialised into a list).
     backend:
         ``"process"`` (default; ``workers`` default ``os.cpu_count()``), ``"serial"`` or ``"ray"``
         (``pip install 'fedaudit[ray]'``; see :func:`run_tasks` for how Ray is started or joined).
@@ -502,13 +537,9 @@ def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "pro
     units:
         Work units per chunk for ``progress`` (e.g. samples per chunk).
     """
-    check_choice("backend", backend, BACKENDS)
+    backend, workers, address = check_run_options(backend, workers, address, checkpoint, resume)
     if not callable(fn):
         raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
-    workers = _check_workers(workers)
-    address = _check_address(address, backend)
-    if not isinstance(resume, bool):
-        raise FedAuditError(f"resume must be True or False, got resume={resume!r}")
     chunks = list(chunks)
     n = len(chunks)
     if units is None:
@@ -518,8 +549,6 @@ def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "pro
         if len(units) != n:
             raise FedAuditError(f"units must have one entry per chunk ({n}), got {len(units)}")
     if checkpoint is None:
-        if resume:
-            raise FedAuditError("resume=True needs checkpoint=FILE (the checkpoint to continue)")
         store = None
     else:
         if key is None:

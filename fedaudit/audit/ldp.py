@@ -26,6 +26,15 @@ Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ 
 bounded (selection scores and a capped training set live in memory; certification keeps
 counters only) and results do not depend on ``chunk``.
 
+The certification stage — the bulk of the draws — runs on the engine
+(:func:`fedaudit.engine.run_chunks`): its seeded blocks are grouped into chunks of
+``chunk`` reports (default 2^20), each chunk draws its blocks and returns its hit count, and the
+counts are summed in chunk order. Block i of a stream is still drawn from the i-th child of its
+``SeedSequence``, so ε_lb, the counts and every other number are bit-identical on ``serial``,
+``process`` (any ``workers``) and ``ray``, and identical to the in-process audit. With
+``checkpoint`` the finished chunks' counts are recorded as they complete; ``resume`` redoes the
+(cheap, deterministic) selection stages and draws only the unfinished certification chunks.
+
 The audited claim is the mechanism's typed :attr:`~fedaudit.mechanisms.Mechanism.guarantee`
 (``epsilon``/``delta`` override its parts), read by type (:func:`fedaudit.guarantees.epsilon_delta`).
 """
@@ -41,8 +50,9 @@ import numpy as np
 from fedaudit.attacks.inference import LikelihoodRatio, Statistic, fit_black_box
 from fedaudit.audit.bounds import MAX_SAMPLES, gdp_mu_estimate, max_certifiable_epsilon
 from fedaudit.audit.distinguishers import BLACK_BOX_FAMILIES, TESTS, has_log_prob, parse_test, select_event
-from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, stream
+from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes, stream
 from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor
+from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, Guarantee, epsilon_delta, make_guarantee
 from fedaudit.json import jsonable
@@ -56,6 +66,8 @@ __all__ = ["LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_notes", "claimed
 #: cap on the selection split per input (train + select), and on stored training bytes
 _MAX_SELECTION = 200_000
 _TRAIN_BYTES = 32 * 2**20
+#: reports per certification chunk (an engine task) when ``chunk`` is not given
+CERT_CHUNK = 2**20
 
 
 @dataclass(frozen=True)
@@ -158,7 +170,9 @@ def claimed_guarantee(mechanism: Mechanism | Sampler, epsilon: float | None,
 def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: float | None = None,
               delta: float | None = None, samples: int = 1_000_000, confidence: float = 0.95,
               test: str = "auto", seed: int | None = 0, selection_fraction: float = 0.1,
-              chunk: int | None = None, progress: ProgressFn | None = None) -> "LDPAudit":
+              chunk: int | None = None, progress: ProgressFn | None = None, backend: str = "serial",
+              workers: int | None = None, address: str | None = None, checkpoint: Any = None,
+              resume: bool = False) -> "LDPAudit":
     """Certify a lower bound on the LDP ε of ``mechanism`` from the pair (x0, x1).
 
     The audit's randomness is ``SeedSequence(seed)`` (``seed=None``: fresh entropy), so
@@ -178,29 +192,38 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         "frequency" (comma-separated).
     seed : root of all randomness (``SeedSequence(seed)``).
     selection_fraction : share of ``samples`` used to train and select (capped at 2·10^5).
-    chunk : reports per processing step (rounded to whole seeded blocks); the result does
-        not depend on it.
-    progress : called with the number of reports drawn after each step.
+    chunk : reports per processing step and per certification chunk (rounded to whole seeded
+        blocks; default one block per step and 2^20 reports per chunk); the result does not
+        depend on it.
+    progress : called with the number of reports drawn after each step or chunk.
+    backend, workers, address : where the certification chunks run
+        (:func:`fedaudit.engine.run_chunks`): ``"serial"`` (default, in this process),
+        ``"process"`` or ``"ray"``; the result is the same on each.
+    checkpoint, resume : a file recording finished certification chunks, and whether to continue
+        it (a checkpoint of another configuration is refused).
     """
     if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise FedAuditError(f"seed must be a non-negative integer or None, got seed={seed!r} (a stream of a larger "
                             f"experiment goes to audit_ldp_streams(streams=...))")
     res = audit_ldp_streams(mechanism, x0, x1, streams=as_seed_sequence(seed), epsilon=epsilon, delta=delta,
                             samples=samples, confidence=confidence, test=test, selection_fraction=selection_fraction,
-                            chunk=chunk, progress=progress)
+                            chunk=chunk, progress=progress, backend=backend, workers=workers, address=address,
+                            checkpoint=checkpoint, resume=resume)
     return res if seed is None else replace(res, seed=int(seed))
 
 
 def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, streams: np.random.SeedSequence,
                       epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
                       confidence: float = 0.95, test: str = "auto", selection_fraction: float = 0.1,
-                      chunk: int | None = None, progress: ProgressFn | None = None) -> "LDPAudit":
+                      chunk: int | None = None, progress: ProgressFn | None = None, backend: str = "serial",
+                      workers: int | None = None, address: str | None = None, checkpoint: Any = None,
+                      resume: bool = False) -> "LDPAudit":
     """:func:`audit_ldp` drawing from the child streams of ``streams`` (a ``SeedSequence``, e.g. one
     child of a larger seeded experiment such as a pair search); ``LDPAudit.seed`` is None.
 
     Stream layout: ``streams.spawn(4)`` = (width probe, train, select, certify); each split
     spawns one child per input and each of those one child per block
-    (:func:`fedaudit.audit.sampling.stream`).
+    (:func:`fedaudit.audit.sampling.stream`). ``backend`` … ``resume``: as in :func:`audit_ldp`.
     """
     if not isinstance(streams, np.random.SeedSequence):
         raise FedAuditError(f"streams must be a numpy SeedSequence, got {type(streams).__name__}")
@@ -215,6 +238,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     samples = check_int("samples", samples, low=100, high=MAX_SAMPLES, high_name="10^12")
     confidence = check_probability("confidence", confidence)
     selection_fraction = check_probability("selection_fraction", selection_fraction)
+    backend, workers, address = check_run_options(backend, workers, address, checkpoint, resume)
     alpha = 1.0 - confidence
 
     # ---- 1. sampling: seeded streams of the train, select and certify splits
@@ -268,11 +292,26 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     events.sort(key=lambda e: -e.projected)
     chosen = events[0]
 
-    # ---- 3. certification: count the chosen event on fresh draws, bound by ScoreAuditor
-    hits = [0, 0]
+    # ---- 3. certification: count the chosen event on fresh draws (engine chunks), bound by ScoreAuditor
+    per_chunk = chunk_blocks if chunk is not None else max(1, CERT_CHUNK // block)
+    tasks, owner = [], []
+    target = mechanism if source.mechanism is None else source.mechanism
     for w, x in inputs:
-        for part in draws("cert", w, x, n_cert):
-            hits[w] += int(np.count_nonzero(chosen.hits(chosen.statistic(part))))
+        sizes = block_sizes(n_cert, block)
+        seqs = halves["cert"][w].spawn(len(sizes))  # block i <- child i, as in stream()
+        for start in range(0, len(sizes), per_chunk):
+            tasks.append((target, width, x, f"x{w}", sizes[start:start + per_chunk], seqs[start:start + per_chunk],
+                          chunk_blocks, chosen))
+            owner.append(w)
+    key = None if checkpoint is None else _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test,
+                                                          selection_fraction, delta_claim, chunk, chosen)
+    counted = run_chunks(_count_chunk, tasks, backend=backend, workers=workers, address=address,
+                         checkpoint=checkpoint, resume=resume, key=key, progress=progress,
+                         units=[sum(t[4]) for t in tasks])
+    hits = [0, 0]
+    for w, (h, _, seconds) in zip(owner, counted):  # chunk order: a fixed reduction
+        hits[w] += h
+        source.seconds += seconds
     certified = _certify(hits[chosen.positive], hits[1 - chosen.positive], n_cert, confidence, delta_claim)
 
     mech = source.mechanism
@@ -321,6 +360,40 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
         pair_power=power,
         notes=audit_notes(eps_exact, eps_claim, power, violation, max_cert, searched=False),
     )
+
+
+def _count_chunk(task) -> list:
+    """One certification chunk: draw its seeded blocks (``step`` at a time, as the in-process
+    stream does) and count the chosen event's hits. Returns ``[hits, reports, seconds]``."""
+    target, width, x, which, sizes, seqs, step, event = task
+    source = ReportSource(target)
+    source.width = width
+    hits = 0
+    for start in range(0, len(sizes), step):
+        parts = [source.draw(x, n, np.random.default_rng(q), which)
+                 for n, q in zip(sizes[start:start + step], seqs[start:start + step])]
+        part = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        hits += int(np.count_nonzero(event.hits(event.statistic(part))))
+    return [hits, int(sum(sizes)), source.seconds]
+
+
+def _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test, selection_fraction, delta, chunk,
+                    chosen) -> dict[str, Any]:
+    """The configuration an audit's checkpoint belongs to: the mechanism (its ``to_dict``, or a
+    sampler's qualified name), SHA-256 of x0 and x1, every parameter, the root stream and the
+    chosen event (a changed selection never reuses old counts)."""
+    import hashlib
+
+    if isinstance(mechanism, Mechanism):
+        target: Any = mechanism.to_dict()
+    else:
+        target = f"{getattr(mechanism, '__module__', '?')}:{getattr(mechanism, '__qualname__', type(mechanism).__name__)}"
+    return {"run": "fedaudit.audit.ldp:certification", "mechanism": target,
+            "x0": hashlib.sha256(x0.tobytes()).hexdigest(), "x1": hashlib.sha256(x1.tobytes()).hexdigest(),
+            "samples": samples, "confidence": confidence, "test": test, "selection_fraction": selection_fraction,
+            "delta": delta, "chunk": chunk, "streams": {"entropy": streams.entropy, "spawn_key": list(streams.spawn_key)},
+            "event": {"statistic": chosen.statistic.name, "upper": chosen.upper, "threshold": chosen.threshold,
+                      "positive": chosen.positive}}
 
 
 def _certify(tp: int, fp: int, n: int, confidence: float, delta: float):
