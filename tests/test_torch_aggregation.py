@@ -8,6 +8,8 @@
   and adversarial inputs (hypothesis: rows of ±1e308, ±max, float32 max, ±inf, NaN, subnormals),
   float32 and float64; the same AggregatorBreakdown (rule, n, nonfinite, tolerated) and the same
   FedAuditError messages (empty and malformed shapes, complex/sparse tensors) as numpy.
+* Attacks (ALIE, IPM, SignFlip, Min-Max, Min-Sum) on torch rows: the same checks (no host copy,
+  same rows as numpy within float64 rounding, same errors).
 * The rules that still take the host path (GM, Multi-Krum, MDA, CC, NNM) have torch-ready cores:
   a subclass that sets ``torch_native = True`` runs them on torch and is checked the same way.
 """
@@ -22,6 +24,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedaudit.attacks.byzantine import ALIE, IPM, Gaussian, MinMax, MinSum, SignFlip
 from fedaudit.defenses import (
     MDA,
     NNM,
@@ -266,3 +269,51 @@ def test_input_not_mutated_and_result_does_not_alias():
         assert torch.equal(T.isnan(), before.isnan()) and torch.equal(T.nan_to_num(), before.nan_to_num())
         out.zero_()
         assert torch.equal(T.nan_to_num(), before.nan_to_num())
+
+
+ATTACKS = [ALIE(z=1.5), ALIE(), IPM(0.5), SignFlip(), MinMax(), MinMax("sign"), MinMax("std"), MinSum(),
+           MinSum("std")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("attack", ATTACKS, ids=repr)
+def test_attacks_stay_on_device_and_match_numpy(attack, dtype):
+    d = 300
+    H = data(6, 9, d) + 0.3
+    T = torch.tensor(H, dtype=dtype)
+    assert attack.torch_native
+    ref = attack(T.numpy().copy(), 3)
+    with no_host_copy(d):
+        rows = attack(T, 3)
+    assert isinstance(rows, torch.Tensor) and rows.dtype == dtype and rows.shape == (3, d)
+    if isinstance(attack, IPM) or dtype == torch.float32:
+        np.testing.assert_array_equal(rows.numpy(), ref)
+    else:
+        np.testing.assert_allclose(rows.numpy(), ref, rtol=1e-14, atol=1e-14 * float(np.abs(H).max()))
+    assert torch.equal(T, torch.tensor(H, dtype=dtype))  # not mutated
+    empty = attack(T, 0)
+    assert isinstance(empty, torch.Tensor) and tuple(empty.shape) == (0, d) and empty.dtype == dtype
+
+
+def test_attack_errors_match_numpy():
+    H = data(6, 5, 4)
+    H[2, 3] = np.inf
+    for attack in (ALIE(z=1.0), MinMax()):
+        with pytest.raises(FedAuditError) as on_torch:
+            attack(torch.tensor(H, dtype=torch.float32), 2)
+        with pytest.raises(FedAuditError) as on_numpy:
+            attack(H.astype(np.float32), 2)
+        assert str(on_torch.value) == str(on_numpy.value) and "index (2, 3)" in str(on_torch.value)
+    with pytest.raises(FedAuditError, match="at least 2 honest vectors"):
+        ALIE(z=1.0)(torch.ones(1, 3), 1)
+    out = ALIE(z=2.0)(torch.arange(12).reshape(4, 3).to(torch.int32), 2)
+    assert out.dtype == torch.float64
+    assert not Gaussian().torch_native  # draws from the numpy Generator: the host path
+
+
+def test_alie_against_nnm_cwtm_on_torch_matches_numpy():
+    """An attacked round end to end on torch: honest rows + ALIE rows through a native rule."""
+    H = torch.tensor(data(8, 8, 50), dtype=torch.float32)
+    X = torch.cat([H, ALIE(z=30.0)(H, 2)])
+    rule = make_aggregator("clipping+cwtm", 2, c=10.0)
+    np.testing.assert_array_equal(rule(X).numpy(), rule(X.numpy()))

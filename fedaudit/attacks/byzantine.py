@@ -6,7 +6,12 @@ Call convention (every attack)::
 
 ``honest`` is a numpy array or a torch tensor; ``rows`` has the same type, dtype and device. The
 adversary sees every honest vector (omniscient); rows may differ from one another. ``f = 0``
-returns an empty ``(0, d)`` array. Inputs are never mutated; arithmetic is float64. ``n`` below is
+returns an empty ``(0, d)`` array. Inputs are never mutated; arithmetic is float64. ALIE, IPM,
+SignFlip, Min-Max and Min-Sum are ``torch_native``: a torch tensor is attacked with torch
+operations on its own device (float64 there, no host copy of the honest rows; only (n − f,)
+vectors move for Min-Max's γ), bit-identical to numpy for IPM and SignFlip (means summed row
+after row, numpy's order) and within a few float64 ulps for the others (torch's float64 square
+root and dot products round differently); the other attacks copy the tensor to the host. ``n`` below is
 the total number of inputs, ``n = (n − f) + f``; μ and σ are the per-coordinate mean and standard
 deviation of the honest vectors.
 
@@ -34,10 +39,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
-from fedaudit.arrays import as_array, is_torch, to_like, torch_to_numpy
+from fedaudit.arrays import as_array, is_torch, to_like, torch_input, torch_to_numpy
 from fedaudit.defenses.base import Aggregator
 from fedaudit.errors import FedAuditError
-from fedaudit.kernels import krum_order, pairwise_sqdist
+from fedaudit.kernels import host, krum_order, pairwise_sqdist, sum_rows
 from fedaudit.validation import check_choice, check_int, check_real
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 
@@ -72,10 +77,41 @@ def _honest_array(honest: Any) -> tuple[np.ndarray, Any, np.dtype]:
     return np.asarray(arr, dtype=np.float64), token, arr.dtype
 
 
-def _std(H: np.ndarray, who: str) -> np.ndarray:
+def _honest_tensor(honest: Any) -> tuple[Any, Any]:
+    """float64 copy of the honest tensor on its device and the dtype to return (validated as
+    :func:`_honest_array`, same messages)."""
+    import torch
+
+    T, out_dtype = torch_input(honest, "honest")
+    bad = torch.nonzero(~torch.isfinite(T))
+    if bad.shape[0]:
+        idx = tuple(int(i) for i in bad[0])
+        raise FedAuditError(f"honest must contain only finite values, found {float(T[idx])} at index {idx}")
+    return T.to(torch.float64), out_dtype
+
+
+def _mean(H: Any) -> Any:
+    """Per-coordinate mean (float64 rows summed in order: numpy's ``H.mean(axis=0)``)."""
+    return sum_rows(H) / H.shape[0]
+
+
+def _std(H: Any, who: str) -> Any:
+    """Per-coordinate σ with ddof=1, computed as numpy's ``H.std(axis=0, ddof=1)`` does:
+    √(Σ_i (x_i − μ)² / (m − 1))."""
     if H.shape[0] < 2:
         raise FedAuditError(f"{who} needs at least 2 honest vectors (σ uses ddof=1), got {H.shape[0]}")
-    return H.std(axis=0, ddof=1)
+    C = H - _mean(H)
+    var = sum_rows(C * C) / (H.shape[0] - 1)
+    return var.sqrt() if is_torch(var) else np.sqrt(var)
+
+
+def _repeat(row: Any, f: int) -> Any:
+    """(f, d): f copies of the (d,) row."""
+    return row[None, :].repeat(f, 1) if is_torch(row) else np.repeat(row[None, :], f, axis=0)
+
+
+def _any(v: Any) -> bool:
+    return bool((v != 0).any())
 
 
 def alie_z_max(n: int, f: int, variant: str = "honest") -> float:
@@ -115,8 +151,18 @@ class Attack:
     name: str = "attack"
     #: constructor parameter that :meth:`with_scale` replaces (None: the attack has no scale)
     _scale_param: str | None = None
+    #: whether ``_rows`` also computes on a float64 torch tensor (on its device)
+    torch_native: bool = False
 
     def __call__(self, honest: Any, f: int, rng: RngLike = None) -> Any:
+        if is_torch(honest) and self.torch_native:
+            import torch
+
+            H, out_dtype = _honest_tensor(honest)
+            f = check_int("f", f, low=0)
+            if f == 0:
+                return torch.empty((0, H.shape[1]), dtype=out_dtype, device=H.device)
+            return self._rows(H, f, as_generator(rng)).to(out_dtype)
         H, token, dtype = _honest_array(honest)
         f = check_int("f", f, low=0)
         if f == 0:
@@ -177,6 +223,7 @@ class ALIE(Attack):
 
     name = "alie"
     _scale_param = "z"
+    torch_native = True
 
     def __init__(self, z: float | None = None, variant: str = "honest", sign: int = -1):
         self.z = None if z is None else check_real("z", z)
@@ -191,8 +238,8 @@ class ALIE(Attack):
 
     def _rows(self, H, f, rng):
         z = self.default_scale(H.shape[0], f)
-        row = H.mean(axis=0) + self.sign * z * _std(H, "ALIE")
-        return np.repeat(row[None, :], f, axis=0)
+        row = _mean(H) + self.sign * z * _std(H, "ALIE")
+        return _repeat(row, f)
 
 
 class IPM(Attack):
@@ -200,6 +247,7 @@ class IPM(Attack):
 
     name = "ipm"
     _scale_param = "tau"
+    torch_native = True
 
     def __init__(self, tau: float = 0.1):
         self.tau = check_real("tau", tau, low=0.0)
@@ -208,7 +256,7 @@ class IPM(Attack):
         return {"tau": self.tau}
 
     def _rows(self, H, f, rng):
-        return np.repeat((-self.tau * H.mean(axis=0))[None, :], f, axis=0)
+        return _repeat(-self.tau * _mean(H), f)
 
 
 class SignFlip(IPM):
@@ -280,6 +328,7 @@ _PERTURBATIONS = ("unit", "sign", "std")
 
 class _MinDistance(Attack):
     _scale_param = "scale"
+    torch_native = True
 
     def __init__(self, perturbation: str = "unit", scale: float = 1.0):
         self.perturbation = check_choice("perturbation", perturbation, _PERTURBATIONS)
@@ -288,12 +337,12 @@ class _MinDistance(Attack):
     def params(self) -> dict[str, Any]:
         return {"perturbation": self.perturbation, "scale": self._scale}
 
-    def _direction(self, H: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    def _direction(self, H: Any, mu: Any) -> Any:
         if self.perturbation == "unit":
-            norm = float(np.linalg.norm(mu))
-            return mu / norm if norm > 0 else np.zeros_like(mu)
+            norm = float((mu @ mu) ** 0.5) if is_torch(mu) else float(np.linalg.norm(mu))
+            return mu / norm if norm > 0 else mu * 0.0
         if self.perturbation == "sign":
-            return np.sign(mu)
+            return mu.sign() if is_torch(mu) else np.sign(mu)
         return _std(H, f"{self.name} with perturbation='std'")
 
     def _gamma(self, C: np.ndarray, p: np.ndarray) -> float:
@@ -301,18 +350,18 @@ class _MinDistance(Attack):
 
     def gamma(self, honest: Any) -> float:
         """The largest feasible γ (before ``scale``) for these honest vectors."""
-        H = _honest_array(honest)[0]
-        mu = H.mean(axis=0)
+        H = _honest_tensor(honest)[0] if is_torch(honest) and self.torch_native else _honest_array(honest)[0]
+        mu = _mean(H)
         p = self._direction(H, mu)
-        if not np.any(p):
+        if not _any(p):
             return 0.0
         return self._gamma(H - mu, p)
 
     def _rows(self, H, f, rng):
-        mu = H.mean(axis=0)
+        mu = _mean(H)
         p = self._direction(H, mu)
-        g = self._gamma(H - mu, p) if np.any(p) else 0.0
-        return np.repeat((mu - self._scale * g * p)[None, :], f, axis=0)
+        g = self._gamma(H - mu, p) if _any(p) else 0.0
+        return _repeat(mu - self._scale * g * p, f)
 
 
 class MinMax(_MinDistance):
@@ -333,8 +382,8 @@ class MinMax(_MinDistance):
     def _gamma(self, C, p):
         pp = float(p @ p)
         R2 = float(pairwise_sqdist(C).max())
-        c = np.einsum("ij,ij->i", C, C)
-        b = -(C @ p)  # ⟨μ − x_i, p⟩
+        c = host((C * C).sum(1)) if is_torch(C) else np.einsum("ij,ij->i", C, C)
+        b = -host(C @ p)  # ⟨μ − x_i, p⟩
         disc = np.maximum(b * b + pp * np.maximum(R2 - c, 0.0), 0.0)
         return float(max(np.min((b + np.sqrt(disc)) / pp), 0.0))
 
@@ -352,7 +401,8 @@ class MinSum(_MinDistance):
     name = "minsum"
 
     def _gamma(self, C, p):
-        return float(np.sqrt(np.einsum("ij,ij->i", C, C).min() / float(p @ p)))
+        c = host((C * C).sum(1)) if is_torch(C) else np.einsum("ij,ij->i", C, C)
+        return float(np.sqrt(c.min() / float(p @ p)))
 
 
 class FangKrumNotSelectedWarning(RuntimeWarning):
