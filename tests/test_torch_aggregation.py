@@ -317,3 +317,18 @@ def test_alie_against_nnm_cwtm_on_torch_matches_numpy():
     X = torch.cat([H, ALIE(z=30.0)(H, 2)])
     rule = make_aggregator("clipping+cwtm", 2, c=10.0)
     np.testing.assert_array_equal(rule(X).numpy(), rule(X.numpy()))
+
+
+def test_rows_whose_sum_overflows_are_finite_not_dropped():
+    """The row-sum shortcut of the finiteness check: [3e38, 3e38] sums to inf in float32 but is a
+    finite (Byzantine) row, tolerated like on numpy — not counted as non-finite."""
+    X = data(9, 7, 2).astype(np.float32)
+    X[0] = 3e38
+    X[1, 0] = np.nan
+    T = torch.tensor(X)
+    for spec in ("cwtm", "krum", "mean"):
+        rule = make_aggregator(spec, 1)  # tolerates one non-finite row: X[1] only
+        np.testing.assert_allclose(rule(T).numpy(), rule(X), rtol=1e-6)
+    with pytest.raises(AggregatorBreakdown) as err:
+        make_aggregator("cwtm", 0)(torch.tensor(np.vstack([X[1:2]] * 4 + [X[2:5]])))
+    assert err.value.nonfinite == 4

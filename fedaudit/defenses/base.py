@@ -117,7 +117,7 @@ def _clamp_finite(out: Any, name: str) -> Any:
     if is_torch(out):
         import torch
 
-        if bool(torch.isfinite(out).all()):
+        if bool(torch.isfinite(out.sum())) or bool(torch.isfinite(out).all()):  # finite sum ⇒ all finite
             return out
         if bool(torch.isnan(out).any()):
             raise FedAuditError(f"{name}: internal error, the rule produced NaN from finite inputs")
@@ -131,6 +131,20 @@ def _clamp_finite(out: Any, name: str) -> Any:
         raise FedAuditError(f"{name}: internal error, the rule produced NaN from finite inputs")
     big = np.finfo(out.dtype).max
     return np.clip(out, -big, big)
+
+
+def _finite_rows(T: Any) -> Any:
+    """Boolean (n,) tensor: which rows of T hold only finite values. A row whose sum is finite
+    holds no NaN/±inf (they propagate), so only rows with a non-finite sum (non-finite entries,
+    or finite ones whose sum overflowed) are checked entry by entry: one read of T, no (n, d)
+    temporary."""
+    import torch
+
+    finite = torch.isfinite(T.sum(dim=1))
+    suspect = torch.nonzero(~finite).flatten()
+    if suspect.numel():
+        finite[suspect] = torch.isfinite(T[suspect]).all(dim=1)
+    return finite
 
 
 class _Rule(ABC):
@@ -214,7 +228,7 @@ class _Rule(ABC):
         T, out_dtype = torch_input(X)
         n = T.shape[0]
         self._check_n(n)
-        finite = torch.isfinite(T).all(dim=1)
+        finite = _finite_rows(T)
         r = n - int(finite.sum())
         f = self.f
         if r:
