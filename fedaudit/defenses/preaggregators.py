@@ -63,17 +63,21 @@ def _scale_rows(X: np.ndarray, nu: np.ndarray, P: np.ndarray, S: int, c: float) 
 
 def _scale_rows_torch(X: Any, nu: np.ndarray, P: np.ndarray, S: int, c: float, hard: np.ndarray,
                       factor: np.ndarray) -> Any:
-    """:func:`_scale_rows` on a torch tensor: the scaled rows are computed in float64 on X's
-    device and rounded once into X's dtype (powers of two applied as two exact factors, since
-    2^P_i alone can overflow)."""
+    """:func:`_scale_rows` on a torch tensor: x_i · factor_i computed in float64 on X's device
+    over column blocks (factor 1 leaves a row exact) and rounded once into X's dtype; the huge
+    or tiny rows then as 2^S · (C/ν_i) · 2^(P_i) x_i with each power of two applied as two exact
+    factors (2^P_i alone can overflow)."""
     import torch
 
-    out = X.clone()
-    dev = X.device
-    rows = np.flatnonzero(factor != 1.0)
-    if rows.size:
-        r = torch.as_tensor(rows, device=dev)
-        out[r] = (X[r].to(torch.float64) * torch.as_tensor(factor[rows], device=dev)[:, None]).to(X.dtype)
+    n, d = X.shape
+    if not (factor != 1.0).any():
+        out = X.clone()
+    else:
+        out = torch.empty_like(X)
+        fac = torch.as_tensor(factor, dtype=torch.float64, device=X.device)[:, None]
+        step = max(1, (1 << 18) // n)
+        for j in range(0, d, step):
+            out[:, j:j + step] = X[:, j:j + step].to(torch.float64) * fac
     for i in np.flatnonzero(hard):
         p, q = int(P[i]) // 2, int(P[i]) - int(P[i]) // 2
         u = X[int(i)].to(torch.float64) * math.ldexp(1.0, p) * math.ldexp(1.0, q) * (c / float(nu[i]))
