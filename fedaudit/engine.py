@@ -227,8 +227,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
         ``"127.0.0.1:6379"`` or ``"auto"``). If Ray is already initialised in this process it is
         used as it is and never shut down here; otherwise Ray is joined, or started for this call
         (``address=None``: a new local instance, ``ray.init(address="local")``, never a cluster
-        merely found running on the machine — pass ``"auto"`` for that), and shut down when the
-        iterator ends.
+        merely found running on the machine — pass ``"auto"`` for that), and ``ray.shutdown()``
+        when the iterator ends: a started local instance stops, a joined cluster keeps running.
 
     Notes
     -----
