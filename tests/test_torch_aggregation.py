@@ -1,8 +1,8 @@
 """Torch tensors aggregated on their own device (issue #14, "Scale up").
 
 * No host copy: inside the call, ``Tensor.numpy`` and ``Tensor.__array__`` raise for any tensor
-  holding d or more elements (the (n, n) Gram matrix and (n,) norms may move, the data may not;
-  d > n² here), and the result is a tensor of the input's dtype and device.
+  whose last dimension is d (rows of the data or a d-vector; the (n, n) Gram matrix and (n,)
+  norms may move; d ≠ n here), and the result is a tensor of the input's dtype and device.
 * The same result as the numpy path on the same rows: bit for bit for the coordinate-wise rules
   (row sums in numpy's order), within a few ulps of the input's scale for the others — on random
   and adversarial inputs (hypothesis: rows of ±1e308, ±max, float32 max, ±inf, NaN, subnormals),
@@ -70,12 +70,12 @@ def min_rows(spec: str, f: int) -> int:
 
 @contextlib.contextmanager
 def no_host_copy(d: int):
-    """Tensor.numpy / __array__ raise for tensors of ≥ d elements while the block runs."""
+    """Tensor.numpy / __array__ raise for tensors whose last dimension is d while the block runs."""
     numpy, array = torch.Tensor.numpy, torch.Tensor.__array__
 
     def guard(orig):
         def call(self, *a, **k):
-            if self.numel() >= d:
+            if self.dim() and self.shape[-1] == d:
                 raise AssertionError(f"host copy of a tensor of shape {tuple(self.shape)}")
             return orig(self, *a, **k)
         return call
@@ -332,3 +332,21 @@ def test_rows_whose_sum_overflows_are_finite_not_dropped():
     with pytest.raises(AggregatorBreakdown) as err:
         make_aggregator("cwtm", 0)(torch.tensor(np.vstack([X[1:2]] * 4 + [X[2:5]])))
     assert err.value.nonfinite == 4
+
+
+def test_ties_and_identical_rows_decided_like_numpy():
+    """Krum's tie-break compares tied rows lexicographically (on the device for a tensor), and
+    identical rows give exact zero distances (the duplicate check runs on torch rows too)."""
+    sym = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0], [0.0, 0.0], [0.0, 0.0], [3.0, 3.0]])
+    sym = np.hstack([sym, np.zeros((7, 9))])  # d = 11 > n, so the no-copy guard is unambiguous
+    same = np.tile(np.linspace(-2.0, 7.0, 11), (6, 1))
+    for X in (sym, same, np.vstack([same, same[:1] + 1e-200])):
+        for spec in ("krum", "bulyan", "clipping+krum"):
+            rule = make_aggregator(spec, 1, **NATIVE.get(spec, {}))
+            if X.shape[0] < min_rows(spec, 1):
+                continue
+            for dtype in (torch.float32, torch.float64):
+                T = torch.tensor(X, dtype=dtype)
+                with no_host_copy(X.shape[1]):
+                    out = rule(T)
+                np.testing.assert_array_equal(out.numpy(), rule(T.numpy().copy()))
