@@ -17,7 +17,8 @@ Printed:
   overhead under 5 % of the work.
 
 Usage: ``python benchmarks/scaling.py [--samples N] [--chunk R] [--empty N] [--no-ray] [--json FILE]``.
-The machine's other load changes the figures; the command line and the core count are printed.
+The machine's other load changes the figures; the core count and the 1-minute load average
+before and after are printed with them.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
         return r, time.perf_counter() - t
 
     out: dict = {"command": " ".join([os.path.basename(sys.argv[0]), *(argv or sys.argv[1:])]),
-                 "cpus": os.cpu_count(), "samples": samples, "chunk": args.chunk}
+                 "cpus": os.cpu_count(), "samples": samples, "chunk": args.chunk,
+                 "load_before": round(os.getloadavg()[0], 2)}
     runs = {"serial": audit("serial"), "process-1": audit("process", 1), "process-2": audit("process", 2)}
     if not args.no_ray:
         import ray
@@ -107,8 +109,10 @@ def main(argv: list[str] | None = None) -> dict:
         "overhead_share": {k: round(v / work, 4) for k, v in overheads.items()},
         "min_chunk_for_5pct": {k: int(np.ceil(v / (0.05 * work / args.chunk))) for k, v in overheads.items()},
     })
+    out["load_after"] = round(os.getloadavg()[0], 2)
     print(f"LDP audit, Laplace(eps=1) black box, {samples:.3g} draws per input, chunk {args.chunk} "
-          f"({n_chunks} certification chunks), {out['cpus']} CPUs")
+          f"({n_chunks} certification chunks), {out['cpus']} CPUs, 1-min load average "
+          f"{out['load_before']} before, {out['load_after']} after (other jobs slow the workers)")
     print(f"  eps_lb {ref.epsilon_lower:.4f} (tp {ref.event['tp']}, fp {ref.event['fp']}) on every backend")
     for name, t in out["wall_s"].items():
         eff = out["efficiency"].get(name)
