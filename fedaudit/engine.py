@@ -376,8 +376,12 @@ class _Checkpoint:
             if not resume:
                 raise FedAuditError(f"checkpoint {self.path} already exists: pass resume=True (--resume) to "
                                     f"continue it, or remove it to start again")
-            valid = self._load(key, n)
-            self.file = self._open("r+b")
+            self.file = self._open("r+b")  # locked before reading: no other run appends meanwhile
+            try:
+                valid = self._load(key, n)
+            except BaseException:
+                self.file.close()
+                raise
             self.file.truncate(valid)  # cut a torn last record before appending
             self.file.seek(valid)
         else:

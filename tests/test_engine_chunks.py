@@ -240,3 +240,13 @@ def test_a_sigkilled_run_resumes_without_recomputing_finished_chunks(tmp_path):
     _, err = fresh.communicate(timeout=180)
     assert fresh.returncode == 0, err.decode()
     assert out.read_text() == fresh_out.read_text()  # exactly the uninterrupted result
+
+
+def test_a_checkpoint_in_use_by_another_run_is_refused(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    ck = tmp_path / "run.ckpt"
+    run_chunks(seeded_sum, chunks(n=2), backend="serial", checkpoint=ck, key=_key())
+    with open(ck, "rb") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(FedAuditError, match="being written by another run"):
+            run_chunks(seeded_sum, chunks(n=2), backend="serial", checkpoint=ck, resume=True, key=_key())
