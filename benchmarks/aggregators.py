@@ -5,12 +5,14 @@ one-pass floor ``X.sum(0)``, ``np.sort(X, axis=0)`` as a reference row, then eve
 rule and pre-aggregator (plus "nnm+cwtm" and "nnm+gm") as best-of-``--repeat`` time and ratio
 to the floor; when ``byzfl`` 0.0.11 is importable, the matching ByzFL rules on the same input,
 the speed-up of ours over theirs and the largest difference between the two outputs (0 up to
-float32 rounding where both implement the same definition). When torch is importable, the torch
+float32 rounding where both implement the same definition), and ByzFL's time on the torch tensor
+against our torch path. When torch is importable, the torch
 CPU path runs next to numpy on the same rows (``torch.from_numpy(X)``): its time, its ratio to
 torch's own ``T.sum(0)`` floor measured in the same run, whether the rule is ``torch_native``
 (aggregated by torch on the tensor's device) or copies the tensor to the host, and the largest
 difference from the numpy result. Usage:
 ``python benchmarks/aggregators.py [--repeat 3] [--quick] [--threads N] [--no-torch] [--json FILE]``.
+The torch table of a setting is timed after all its numpy timings.
 
 ByzFL is not a dependency: ``pip install --no-deps byzfl==0.0.11`` brings it in. Its package
 ``__init__`` also imports its training benchmark (torchvision, seaborn); if those are missing,
@@ -133,14 +135,39 @@ def gm_iterations(X: np.ndarray) -> int:
     return weiszfeld(G, 1e-8, 1000, 1e-12)[1]
 
 
-def torch_column(rule: Any, T: Any, out: np.ndarray, repeat: int, floor: float) -> tuple[dict[str, Any], str]:
-    """The torch CPU path of ``rule`` on T: time, ratio to torch's floor, native or host, max|Δ|."""
-    res = rule(T, rng=0)
-    t = best_time(lambda: rule(T, rng=0), repeat)
-    delta = float(np.max(np.abs(res.numpy().astype(np.float64) - np.asarray(out, dtype=np.float64))))
-    path = "device" if rule.torch_native else "host"
-    return ({"torch_s": t, "torch_ratio": t / floor, "torch_path": path, "torch_max_abs_diff": delta},
-            f"   {t * 1e3:>9.1f} {t / floor:>7.1f} {path:>6} {delta:>9.2e}")
+def torch_table(rules: list[tuple[str, Any, np.ndarray]], X: np.ndarray, repeat: int, bz: Any,
+                torch: Any, f: int) -> dict[str, Any]:
+    """The torch CPU path on ``torch.from_numpy(X)``, timed after every numpy timing (OpenBLAS
+    threads that still spin after a numpy call would otherwise slow torch's threads down): per
+    rule its time, ratio to torch's ``T.sum(0)`` floor, device/host path, the largest difference
+    from the numpy result, and ByzFL on the same tensor."""
+    T = torch.from_numpy(X)
+    timings = []
+    for name, rule, out in rules:
+        res = rule(T, rng=0)
+        t = best_time(lambda: rule(T, rng=0), repeat)
+        delta = float(np.max(np.abs(res.numpy().astype(np.float64) - np.asarray(out, dtype=np.float64))))
+        path = "device" if rule.torch_native else "host"
+        tb = None
+        if bz is not None and name in BYZFL:
+            theirs = byzfl_rule(bz, BYZFL[name][0], f)
+            theirs(T)
+            tb = best_time(lambda: theirs(T), repeat)
+        timings.append((name, t, path, delta, tb))
+    # the floor after the rules (the first torch calls after numpy's can run slowed down)
+    floor = best_time(lambda: T.sum(0), max(10, repeat))
+    print(f"torch {torch.__version__} CPU path, same rows — floor T.sum(0) = {floor * 1e3:.2f} ms")
+    print(f"{'rule':<14} {'torch ms':>9} {'× floor':>8} {'path':>7} {'max|Δ| np':>10}   {'ByzFL ms':>9} {'speed-up':>9}")
+    rows = []
+    for name, t, path, delta, tb in timings:
+        row: dict[str, Any] = {"rule": name, "torch_s": t, "ratio": t / floor, "path": path, "max_abs_diff": delta}
+        line = f"{name:<14} {t * 1e3:>9.1f} {t / floor:>8.1f} {path:>7} {delta:>10.2e}"
+        if tb is not None:
+            row.update({"byzfl_s": tb, "speedup": tb / t})
+            line += f"   {tb * 1e3:>9.1f} {tb / t:>8.1f}×"
+        print(line)
+        rows.append(row)
+    return {"torch": torch.__version__, "floor_s": floor, "rows": rows}
 
 
 def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any) -> dict[str, Any]:
@@ -148,29 +175,22 @@ def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any) -> dic
     X[:f] += 3.0  # f shifted rows, as a mild attack
     floor = best_time(lambda: X.sum(0), max(5, repeat))
     t_sort = best_time(lambda: np.sort(X, axis=0), repeat)
-    T = None if torch is None else torch.from_numpy(X)
-    t_floor = None if T is None else best_time(lambda: T.sum(0), max(5, repeat))
-    print(f"\nn={n}, f={f}, d={d:,} float32 — floor X.sum(0) = {floor * 1e3:.2f} ms"
-          + ("" if T is None else f"; torch CPU floor T.sum(0) = {t_floor * 1e3:.2f} ms"))
-    head = f"{'rule':<14} {'ours ms':>9} {'× floor':>8}"
-    if T is not None:
-        head += f"   {'torch ms':>9} {'× tfl':>7} {'path':>6} {'t max|Δ|':>9}"
-    print(head + f"   {'ByzFL rule':<16} {'ByzFL ms':>9} {'speed-up':>9} {'max|Δ|':>9}  target")
+    print(f"\nn={n}, f={f}, d={d:,} float32 — floor X.sum(0) = {floor * 1e3:.2f} ms")
+    print(f"{'rule':<14} {'ours ms':>9} {'× floor':>8}   {'ByzFL rule':<16} {'ByzFL ms':>9} {'speed-up':>9} "
+          f"{'max|Δ|':>9}  target")
     print(f"{'np.sort(ref)':<14} {t_sort * 1e3:>9.1f} {t_sort / floor:>8.1f}")
     rows = [{"rule": "np.sort", "ours_s": t_sort, "ratio": t_sort / floor}]
+    timed = []
     for name, rule, note in our_rules(n, f):
         if rule is None:
             print(f"{name:<14} {note}")
             rows.append({"rule": name, "note": note})
             continue
         out = rule(X, rng=0)
+        timed.append((name, rule, out))
         t = best_time(lambda: rule(X, rng=0), repeat)
         row: dict[str, Any] = {"rule": name, "ours_s": t, "ratio": t / floor}
         line = f"{name:<14} {t * 1e3:>9.1f} {t / floor:>8.1f}"
-        if T is not None:
-            cols, txt = torch_column(rule, T, out, repeat, t_floor)
-            row.update(cols)
-            line += txt
         target_txt = ""
         if name == "cwtm":
             ok = t <= t_sort
@@ -201,7 +221,10 @@ def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any) -> dic
             line += " " * 50
         print(line + ("  " + target_txt if target_txt else ""))
         rows.append(row)
-    return {"n": n, "f": f, "d": d, "dtype": "float32", "floor_s": floor, "torch_floor_s": t_floor, "rows": rows}
+    result = {"n": n, "f": f, "d": d, "dtype": "float32", "floor_s": floor, "rows": rows}
+    if torch is not None:
+        result["torch_cpu"] = torch_table(timed, X, repeat, bz, torch, f)
+    return result
 
 
 def main() -> None:
@@ -211,7 +234,8 @@ def main() -> None:
     ap.add_argument("--no-byzfl", action="store_true", help="skip the ByzFL comparison")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch CPU column")
     ap.add_argument("--threads", type=int, default=None,
-                    help="cap the threads of fedaudit's coordinate-wise kernels (default: available cores, ≤ 8)")
+                    help="cap the threads of fedaudit's coordinate-wise kernels and torch's intra-op threads "
+                         "(default: available cores, ≤ 8; torch's default)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.threads is not None:
@@ -229,6 +253,8 @@ def main() -> None:
         except ImportError:
             print("torch not importable: no torch column")
     if torch is not None:
+        if args.threads is not None:
+            torch.set_num_threads(max(1, args.threads))
         gpu = "a CUDA device is available but not timed here" if torch.cuda.is_available() else "no GPU available"
         print(f"torch {torch.__version__}, CPU tensors, {torch.get_num_threads()} intra-op thread(s); {gpu}")
     results = [run_setting(n, f, d, args.repeat, bz, torch) for n, f, d in (QUICK if args.quick else SETTINGS)]
