@@ -27,10 +27,9 @@ Torch tensors. The kernels that touch the (n, d) data (:func:`by_columns`, :func
 :func:`mean_rows`, :func:`lincomb`, :func:`cw_median`, :func:`sort_columns`, :func:`gram`,
 :func:`row_norms`, :func:`to_float64`) also accept a floating torch tensor and then compute with
 torch operations on the tensor's own device and dtype (sums accumulated in float64, as for numpy),
-returning a torch tensor there. Only (n, n) and (n,) quantities (Gram matrices, norms, scores)
-move to the host, where the same numpy decision code runs for both backends; the data itself goes
-to the host only on the overflow-free :class:`Geometry` path (finite squared distances outside
-float64's range or subnormal data), which exists for numpy only.
+returning a torch tensor there, the overflow-free :class:`Geometry` included. Only (n, n) and
+(n,) quantities (Gram matrices, norms, scores) move to the host, where the same numpy decision
+code runs for both backends; the (n, d) data never does.
 
 Krum. :func:`krum_scores` and :func:`krum_order` are the one Krum scoring and its one tie-break
 rule (used by Krum, Multi-Krum, Bulyan, the Fang attack and the robustness search).
@@ -83,9 +82,10 @@ def host(X: Any) -> np.ndarray:
     return X.detach().cpu().numpy() if is_torch(X) else X
 
 
-def like(a: np.ndarray, X: Any) -> Any:
-    """The numpy array ``a`` on X's device when X is a torch tensor, else ``a``."""
-    if not is_torch(X):
+def like(a: Any, X: Any) -> Any:
+    """The numpy array ``a`` on X's device when X is a torch tensor, else ``a`` (a tensor is
+    returned as it is)."""
+    if not is_torch(X) or is_torch(a):
         return a
     import torch
 
@@ -328,22 +328,40 @@ class Geometry:
     of c are exact to rounding down to 2^(−500) δ_ref (no underflow). Decisions of the
     distance-based rules are therefore exact whenever the honest rows lie within 2^400 δ_ref of
     c; a Byzantine row farther out is only ever compared as "farther than every honest row".
-    All powers of two are applied with ``ldexp`` (exact barring underflow).
+    All powers of two are applied with ``ldexp`` (exact barring underflow). A torch X is
+    processed on its device (powers of two as two exact factors, see :func:`_pow2`); the
+    per-row quantities (P, ν, E) and the (n, n) Gram matrix are numpy either way.
     """
 
-    def __init__(self, X: np.ndarray, center: np.ndarray, floor_log2: float = -math.inf):
+    def __init__(self, X: Any, center: Any, floor_log2: float = -math.inf):
         n, d = X.shape
         self.X = X
-        self.half_c = 0.5 * np.asarray(center, dtype=np.float64)
+        self.half_c = 0.5 * (like(np.asarray(center, dtype=np.float64), X) if not is_torch(center)
+                             else to_float64(center))
         self.step = max(1, _CHUNK // n)
-        m = np.zeros(n)
-        for j in range(0, d, self.step):
-            np.maximum(m, np.abs(self._t(j)).max(axis=1), out=m)
+        if is_torch(X):
+            import torch
+
+            mt = torch.zeros(n, dtype=torch.float64, device=X.device)
+            for j in range(0, d, self.step):
+                mt = torch.maximum(mt, self._t(j).abs().amax(dim=1))
+            m = host(mt)
+        else:
+            m = np.zeros(n)
+            for j in range(0, d, self.step):
+                np.maximum(m, np.abs(self._t(j)).max(axis=1), out=m)
         self.P = (1 - np.frexp(m)[1]).astype(np.int64)  # 2^P · max|t_i| ∈ [1, 2) (P = 1 for m = 0)
-        nu2 = np.zeros(n)
-        for j in range(0, d, self.step):
-            u = np.ldexp(self._t(j), self.P[:, None])
-            nu2 += np.einsum("ij,ij->i", u, u)
+        if is_torch(X):
+            nu2t = torch.zeros(n, dtype=torch.float64, device=X.device)
+            for j in range(0, d, self.step):
+                u = _pow2(self._t(j), self.P[:, None])
+                nu2t += (u * u).sum(dim=1)
+            nu2 = host(nu2t)
+        else:
+            nu2 = np.zeros(n)
+            for j in range(0, d, self.step):
+                u = np.ldexp(self._t(j), self.P[:, None])
+                nu2 += np.einsum("ij,ij->i", u, u)
         self.nu = np.sqrt(nu2)
         with np.errstate(divide="ignore"):
             ldev = np.log2(self.nu) + 1.0 - self.P  # log2 ‖x_i − c‖ (−inf: the row is c)
@@ -357,12 +375,20 @@ class Geometry:
         self.far = ldev + self.E > _FAR_LOG2
         # far rows: y_i = 2^P t_i · (R / ν_i), of norm R
         self.far_factor = np.where(self.far, 2.0 ** _FAR_LOG2 / np.where(self.nu > 0, self.nu, 1.0), 0.0)
+        self._far_rows = like(np.flatnonzero(self.far), X)
+        self._far_factor = like(self.far_factor[self.far], X)
 
-    def _t(self, j: int) -> np.ndarray:
-        return self.X[:, j:j + self.step].astype(np.float64) * 0.5 - self.half_c[j:j + self.step]
+    def _t(self, j: int) -> Any:
+        return to_float64(self.X[:, j:j + self.step]) * 0.5 - self.half_c[j:j + self.step]
 
-    def _y(self, j: int) -> np.ndarray:
+    def _y(self, j: int) -> Any:
         t = self._t(j)
+        if is_torch(t):
+            y = _pow2(t, self.E + 1)
+            if self.far.any():
+                rows = self._far_rows
+                y[rows] = _pow2(t[rows], self.P[self.far][:, None]) * self._far_factor[:, None]
+            return y
         with np.errstate(over="ignore"):
             y = np.ldexp(t, self.E + 1)
         if self.far.any():
@@ -372,6 +398,14 @@ class Geometry:
 
     def gram(self) -> np.ndarray:
         n, d = self.X.shape
+        if is_torch(self.X):
+            import torch
+
+            Gt = torch.zeros((n, n), dtype=torch.float64, device=self.X.device)
+            for j in range(0, d, self.step):
+                y = self._y(j)
+                Gt.addmm_(y, y.T)
+            return host(Gt)
         G = np.zeros((n, n))
         for j in range(0, d, self.step):
             y = self._y(j)
@@ -382,17 +416,39 @@ class Geometry:
         """A length in the units of :meth:`gram` (capped at 2^1000)."""
         return float(min(np.ldexp(length, self.E), 2.0 ** 1000))
 
-    def combine(self, beta: np.ndarray) -> np.ndarray:
+    def combine(self, beta: np.ndarray) -> Any:
         """c + Σ_i β_i ỹ_i in the input units (ỹ_i = x_i − c, drawn in for far rows), float64;
         computed as 2·(c/2 + 2^(−E−1) Σ β_i y_i), so no intermediate overflows."""
         d = self.X.shape[1]
+        big = np.finfo(np.float64).max
+        if is_torch(self.X):
+            import torch
+
+            b = like(np.asarray(beta, dtype=np.float64), self.X)
+            out_t = torch.empty(d, dtype=torch.float64, device=self.X.device)
+            for j in range(0, d, self.step):
+                acc = _pow2(b @ self._y(j), -self.E - 1)
+                out_t[j:j + self.step] = (self.half_c[j:j + self.step] + acc) * 2.0
+            return out_t.clamp(-big, big)
         out = np.empty(d)
         for j in range(0, d, self.step):
             acc = np.ldexp(beta @ self._y(j), -self.E - 1)
             with np.errstate(over="ignore"):
                 out[j:j + self.step] = np.ldexp(self.half_c[j:j + self.step] + acc, 1)
-        big = np.finfo(np.float64).max
         return np.clip(out, -big, big)
+
+
+def _pow2(v: Any, e: Any) -> Any:
+    """v · 2^e for a float64 torch tensor v and an integer e (a scalar or an integer array that
+    broadcasts against v), as two exact power-of-two factors: 2^e alone over- or underflows for
+    |e| > 1022, while ldexp only rounds once at the end (the factors agree with it barring
+    subnormal results)."""
+    if np.ndim(e) == 0:
+        h = int(e) // 2
+        return v * math.ldexp(1.0, h) * math.ldexp(1.0, int(e) - h)
+    e = np.asarray(e, dtype=np.int64)
+    h = e // 2
+    return v * like(np.ldexp(1.0, h), v) * like(np.ldexp(1.0, e - h), v)
 
 
 def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -530,13 +586,12 @@ def pairwise_sqdist(X: np.ndarray) -> np.ndarray:
             # may have underflowed (rows closer than ~1e-135 next to ordinary ones)
             if D is not None and _tiny_pairs_are_duplicates(X, D):
                 return D
-    X = host(X)  # the overflow-free geometry is numpy only
     geo = Geometry(X, cw_median(X))
     G = geo.gram()
     D = sqdist_from_gram(G)
     c = _ill_conditioned(G, D)
     if c is not None:
-        D = sqdist_from_gram(Geometry(X, X[c].astype(np.float64)).gram())
+        D = sqdist_from_gram(Geometry(X, to_float64(X[c])).gram())
     return D
 
 
@@ -548,7 +603,7 @@ def centered_gram(X: np.ndarray, z0: np.ndarray,
         G = gram(X, center=z0)
     if _fast_ok(G) and _tiny_rows_are_center(X, G, z0):
         return G, None
-    geo = Geometry(host(X), host(z0), floor_log2)  # numpy only: the data goes to the host
+    geo = Geometry(X, z0, floor_log2)
     return geo.gram(), geo
 
 

@@ -350,3 +350,22 @@ def test_ties_and_identical_rows_decided_like_numpy():
                 with no_host_copy(X.shape[1]):
                     out = rule(T)
                 np.testing.assert_array_equal(out.numpy(), rule(T.numpy().copy()))
+
+
+@pytest.mark.parametrize("spec", ["krum", "bulyan", "clipping+krum", "arc+meamed"])
+def test_extreme_magnitudes_take_the_overflow_free_geometry_on_device(spec):
+    """Rows of 1e308 and subnormal spreads make the direct Gram pass overflow or underflow; the
+    overflow-free geometry then runs on the tensor too (no host copy), with numpy's decisions."""
+    d = 13
+    n = min_rows(spec, 2) + 1
+    for X in (data(5, n, d), data(6, n, d) * 1e-310):
+        X = X.copy()
+        X[0] = 1e308
+        X[1, 3] = -1e308
+        T = torch.tensor(X)
+        rule = make_aggregator(spec, 2, **NATIVE.get(spec, {}))
+        with no_host_copy(d):
+            out = rule(T)
+        ref = rule(X)
+        close(out, ref, float(np.abs(X[2:]).max()), torch.float64)
+        assert bool(torch.isfinite(out).all())

@@ -13,9 +13,8 @@ operations on its own device: the (n, d) data is never copied to the host (only 
 a tensor of the input's dtype and device. Validation, non-finite rows, tolerance, breakdowns and
 the clamping of the result are the same as for numpy. Any other rule (``torch_native = False``,
 the default, e.g. a user's rule) receives numpy arrays: the tensor is copied to the host and the
-result back. The one host copy of a native rule is the overflow-free geometry of the distance
-kernels (finite squared distances outside float64's range, subnormal data: see
-:mod:`fedaudit.kernels`).
+result back (see :mod:`fedaudit.kernels` for the torch kernels, the overflow-free geometry
+included).
 
 Input types. Floating inputs keep their dtype (float16/32/64; torch bfloat16 is computed in
 float32 and returned as bfloat16). Integer, unsigned and bool inputs (numpy or torch, e.g.
