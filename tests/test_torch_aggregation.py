@@ -369,3 +369,17 @@ def test_extreme_magnitudes_take_the_overflow_free_geometry_on_device(spec):
         ref = rule(X)
         close(out, ref, float(np.abs(X[2:]).max()), torch.float64)
         assert bool(torch.isfinite(out).all())
+
+
+def test_the_sorting_network_sorts_like_torch_sort():
+    """Batcher's network cut to n (CPU tensors, 2 ≤ n ≤ 128) against torch.sort, with ties and
+    signed zeros, for every n up to 130 (the last ones take torch.sort)."""
+    from fedaudit.kernels import batcher_pairs, sort_columns
+
+    g = torch.Generator().manual_seed(0)
+    for n in range(1, 131):
+        X = torch.randint(-3, 4, (n, 37), generator=g).to(torch.float64) * 0.5
+        X[:, :5] = torch.randn(n, 5, generator=g, dtype=torch.float64)
+        np.testing.assert_array_equal(sort_columns(X).numpy(), torch.sort(X, dim=0).values.numpy())
+        assert all(a < b < n for a, b in batcher_pairs(n))
+    assert len(batcher_pairs(8)) == 19 and len(batcher_pairs(16)) == 63  # Batcher's counts
