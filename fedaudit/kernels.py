@@ -554,9 +554,7 @@ def _row_norms_torch(X: Any) -> tuple[np.ndarray, np.ndarray]:
         B = X[torch.as_tensor(rows, device=X.device)].to(torch.float64)
         top = B.abs().amax(dim=1).cpu().numpy()
         p = (1 - np.frexp(top)[1]).astype(np.int64)
-        half = p // 2  # two exact power-of-two factors: 2^p alone can overflow (p up to 1074)
-        U = B * torch.as_tensor(np.ldexp(1.0, half), device=X.device)[:, None]
-        U = U * torch.as_tensor(np.ldexp(1.0, p - half), device=X.device)[:, None]
+        U = _pow2(B, p[:, None])
         nu[rows], P[rows] = np.sqrt(torch.einsum("ij,ij->i", U, U).cpu().numpy()), p
     return nu, P
 
