@@ -464,7 +464,13 @@ def test_torch_round_trip(name, dtype):
     assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.device == T.device
     ref = make(f)(T.numpy())
     assert isinstance(ref, np.ndarray) and ref.dtype == T.numpy().dtype
-    np.testing.assert_allclose(out.numpy(), ref, rtol=0, atol=0)
+    # GM, Multi-Krum, MDA, CC and NNM combine rows in BLAS (weights @ X), which rounds differently
+    # from numpy; every other rule is bit-identical (sums in numpy's order, rows copied)
+    if name not in ("gm", "multikrum", "mda", "cc", "nnm+cwtm", "nnm+gm", "nnm+krum"):
+        np.testing.assert_array_equal(out.numpy(), ref)
+    else:  # measured ≤ 0.3 ulp of the data's scale; 16 ulps leave room for other BLAS builds
+        eps = float(torch.finfo(dtype).eps)
+        np.testing.assert_allclose(out.numpy(), ref, rtol=16 * eps, atol=16 * eps * float(np.abs(X).max()))
     if dtype == torch.float32:
         np.testing.assert_allclose(out.numpy(), make(f)(X), rtol=1e-4, atol=1e-5)
 

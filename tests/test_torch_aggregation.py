@@ -10,8 +10,8 @@
   FedAuditError messages (empty and malformed shapes, complex/sparse tensors) as numpy.
 * Attacks (ALIE, IPM, SignFlip, Min-Max, Min-Sum) on torch rows: the same checks (no host copy,
   same rows as numpy within float64 rounding, same errors).
-* The rules that still take the host path (GM, Multi-Krum, MDA, CC, NNM) have torch-ready cores:
-  a subclass that sets ``torch_native = True`` runs them on torch and is checked the same way.
+* Every registered aggregator and pre-aggregator is ``torch_native``; a user's rule without the
+  flag takes the host path (and the no-copy guard catches it copying).
 """
 
 from __future__ import annotations
@@ -25,43 +25,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedaudit.attacks.byzantine import ALIE, IPM, Gaussian, MinMax, MinSum, SignFlip
-from fedaudit.defenses import (
-    MDA,
-    NNM,
-    CenteredClipping,
-    GeometricMedian,
-    MultiKrum,
-    compose,
-    make_aggregator,
-)
-from fedaudit.defenses.aggregators import CWTM
+from fedaudit.defenses import Aggregator, compose, make_aggregator
+from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 
 #: spec -> keywords; every one of these is torch_native
 NATIVE = {
     "mean": {}, "cwtm": {}, "cwmed": {}, "meamed": {}, "krum": {}, "bulyan": {},
     "bucketing+cwtm": {"s": 2}, "clipping+cwmed": {"c": 1.0}, "arc+meamed": {}, "clipping+krum": {"c": 2.0},
-    "bucketing+meamed": {"s": 2},
+    "bucketing+meamed": {"s": 2}, "gm": {}, "multikrum": {}, "mda": {}, "cc": {"tau": 0.5, "iters": 3},
+    "nnm+cwtm": {}, "nnm+gm": {}, "nnm+krum": {},
 }
 EXACT = {"mean", "cwtm", "cwmed", "meamed"}  # bit-identical to numpy
 
 
-def _native(cls):
-    return type(cls.__name__ + "OnTorch", (cls,), {"torch_native": True})
-
-
-#: the host-path rules with their cores forced onto torch
-FORCED = {
-    "gm": lambda f: _native(GeometricMedian)(f=f),
-    "multikrum": lambda f: _native(MultiKrum)(f),
-    "mda": lambda f: _native(MDA)(f),
-    "cc": lambda f: _native(CenteredClipping)(tau=0.5, iters=3, f=f),
-    "nnm+cwtm": lambda f: compose(_native(NNM)(f), CWTM(f)),
-}
-
-
 def build(spec: str, f: int):
-    return FORCED[spec](f) if spec in FORCED else make_aggregator(spec, f, **NATIVE[spec])
+    return make_aggregator(spec, f, **NATIVE[spec])
 
 
 def min_rows(spec: str, f: int) -> int:
@@ -100,7 +79,7 @@ def close(out, ref, scale: float, dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("spec", sorted(NATIVE) + sorted(FORCED))
+@pytest.mark.parametrize("spec", sorted(NATIVE))
 def test_on_device_no_host_copy_and_same_result_as_numpy(spec, dtype):
     f, d = 2, 257
     n = min_rows(spec, f) + 2
@@ -119,21 +98,37 @@ def test_on_device_no_host_copy_and_same_result_as_numpy(spec, dtype):
         close(out, ref, float(np.abs(X).max()), dtype)
 
 
-def test_host_path_rules_are_not_native_yet():
-    """GM, Multi-Krum, MDA, CC and NNM copy to the host (their combinations run in BLAS, whose
-    rounding differs from numpy's), so a composition with one of them is not native either."""
-    for spec in ("gm", "multikrum", "mda", "cc", "nnm+cwtm", "nnm", "cwtm"):
-        rule = make_aggregator(spec if spec != "nnm" else "nnm+cwtm", 1)
-        assert rule.torch_native is (spec == "cwtm")
-    out = make_aggregator("nnm+cwtm", 1)(torch.tensor(data(0, 7, 5), dtype=torch.float32))
+class HostMean(Aggregator):
+    """A user's rule without ``torch_native``: it receives numpy arrays (the host path)."""
+
+    name = "host-mean"
+
+    def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
+        assert isinstance(X, np.ndarray)
+        return X.mean(axis=0)
+
+
+def test_every_built_in_rule_is_native_and_a_user_rule_is_not():
+    """Every built-in aggregator and pre-aggregator is native; a composition with a host-path
+    user rule is not, and still returns a tensor of the input's dtype with numpy's numbers."""
+    factories = [reg.factory(name) for reg in (AGGREGATORS, PREAGGREGATORS) for name in reg.names()]
+    built_in = [cls for cls in factories if cls.__module__.startswith("fedaudit.defenses.")]
+    assert len(built_in) == 14
+    assert [cls.__name__ for cls in built_in if not cls.torch_native] == []
+    assert not HostMean().torch_native
+    rule = compose(make_aggregator("nnm+cwtm", 1).stages[0], HostMean(1))
+    assert not rule.torch_native
+    X = data(0, 7, 5).astype(np.float32)
+    out = rule(torch.tensor(X))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    np.testing.assert_array_equal(out.numpy(), rule(X))
 
 
 def test_the_guard_catches_a_host_copy():
-    """The no-copy check can fail: the numpy-path rule (GM) is caught copying the data."""
+    """The no-copy check can fail: a host-path user rule is caught copying the data."""
     T = torch.tensor(data(0, 7, 64))
     with pytest.raises(AssertionError, match="host copy"), no_host_copy(64):
-        GeometricMedian()(T)
+        HostMean()(T)
 
 
 SPECIAL = [1e308, -1e308, float(np.finfo(np.float64).max), float(np.finfo(np.float32).max), -3e38,
@@ -167,7 +162,7 @@ def outcome(fn):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(X=adversarial(), f=st.integers(0, 2), spec=st.sampled_from(sorted(NATIVE) + sorted(FORCED)),
+@given(X=adversarial(), f=st.integers(0, 2), spec=st.sampled_from(sorted(NATIVE)),
        wide=st.booleans())
 def test_adversarial_rows_match_numpy(X, f, spec, wide):
     dtype = torch.float64 if wide else torch.float32

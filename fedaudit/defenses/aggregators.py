@@ -2,8 +2,9 @@
 
 Every rule subclasses :class:`~fedaudit.defenses.base.Aggregator`: it accepts numpy arrays and
 torch tensors (same type, dtype and device come back; integer/bool inputs come back as float64;
-Mean, CWTM, CWMed, Meamed, Krum and Bulyan are ``torch_native``: a tensor is aggregated with
-torch operations on its device, bit-identical to numpy; the others copy it to the host),
+every rule is ``torch_native``: a tensor is aggregated with torch operations on its device —
+bit-identical to numpy for Mean, CWTM, CWMed, Meamed, Krum and Bulyan, within a few ulps of the
+data's scale for GM, Multi-Krum, MDA and CC, whose row combinations run in BLAS),
 never mutates its input, drops non-finite rows as Byzantine up to its tolerance (see
 :mod:`fedaudit.defenses.base`: f, or ⌈n/2⌉ − 1 for rules without f and rules built with f = 0)
 and is stateless: the same input gives the same output on every call.
@@ -203,6 +204,7 @@ class GeometricMedian(Aggregator):
     """
 
     name = "gm"
+    torch_native = True
     robustness = MedianBased()
     needs_f = False
 
@@ -264,6 +266,7 @@ class MultiKrum(Aggregator):
     """
 
     name = "multikrum"
+    torch_native = True
 
     def __init__(self, f: int = 0, m: int | None = None):
         super().__init__(f)
@@ -305,6 +308,7 @@ class MDA(Aggregator):
     """
 
     name = "mda"
+    torch_native = True
 
     def __init__(self, f: int = 0, max_subsets: int | None = 20000):
         super().__init__(f)
@@ -363,6 +367,7 @@ class CenteredClipping(Aggregator):
     """
 
     name = "cc"
+    torch_native = True
     needs_f = False
 
     def __init__(self, tau: float = 10.0, iters: int = 3, center: Any = None, f: int = 0):

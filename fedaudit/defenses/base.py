@@ -5,8 +5,8 @@ An :class:`Aggregator` maps n input vectors (n, d) to one vector (d,); a
 arrays and torch tensors and return the same type and device; they never mutate their input.
 ``f`` is the number of Byzantine inputs the rule is configured to tolerate.
 
-Torch tensors. A rule with ``torch_native = True`` (Mean, CWTM, CWMed, Meamed, Krum, Bulyan,
-Bucketing, ARC, Clipping and compositions made only of them) aggregates a torch tensor with torch
+Torch tensors. A rule with ``torch_native = True`` (every registered rule and pre-aggregator,
+and compositions made only of them) aggregates a torch tensor with torch
 operations on its own device: the (n, d) data is never copied to the host (only (n, n) Gram and
 (n,) norm quantities are, for the decisions), float32/float64 tensors compute in their dtype
 (sums accumulated in float64, in numpy's order), float16/bfloat16 in float32, and the result is

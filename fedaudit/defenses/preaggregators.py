@@ -1,10 +1,10 @@
 """Pre-aggregation maps (n, d) → (n', d), run before a robust aggregator via ``compose``.
 
 Each subclasses :class:`~fedaudit.defenses.base.PreAggregator` (numpy/torch in, same type out,
-input never mutated, non-finite rows dropped as Byzantine first; Bucketing, ARC and Clipping are
-``torch_native``: a tensor is transformed with torch operations on its device; NNM copies it to
-the host). ``output_f(n, f)`` tells a
-composition how many Byzantine rows can remain among the outputs.
+input never mutated, non-finite rows dropped as Byzantine first; every pre-aggregator is
+``torch_native``: a tensor is transformed with torch operations on its device; NNM's mixing
+matmul rounds within a few ulps of numpy's). ``output_f(n, f)`` tells a composition how many
+Byzantine rows can remain among the outputs.
 
 Pre-aggregators that do not need f themselves (:class:`Bucketing`, :class:`Clipping`) still
 take ``f``: ``compose`` hands each stage min(stage.f, f) and passes that stage's ``output_f``
@@ -96,6 +96,7 @@ class NNM(PreAggregator):
     """
 
     name = "nnm"
+    torch_native = True
 
     @classmethod
     def robustness_after(cls, inner: RobustnessClass) -> RobustnessClass:
