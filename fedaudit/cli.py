@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -332,11 +332,33 @@ def _load_sampler(spec: str):
     return fn
 
 
+def _engine_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """``--backend/--workers/--address/--checkpoint/--resume`` as ``audit_pair`` keywords, checked
+    before any work with :func:`fedaudit.engine.check_run_options` one flag at a time, so a bad
+    value is a FedAuditError (exit 2) naming its flag. An unset ``--backend`` is audit_ldp's default."""
+    import inspect
+
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.engine import check_run_options
+
+    backend = args.backend or inspect.signature(audit_ldp).parameters["backend"].default
+    values = (backend, args.workers, args.address, args.checkpoint, args.resume)
+    for flag, given in (("--backend", 1), ("--workers", 2), ("--address", 3), ("--resume", 5)):
+        try:
+            check_run_options(*values[:given])
+        except FedAuditError as exc:
+            raise FedAuditError(f"{flag}: {exc}") from None
+    check_output_file("--checkpoint", args.checkpoint)
+    return dict(backend=args.backend, workers=args.workers, address=args.address, checkpoint=args.checkpoint,
+                resume=args.resume)
+
+
 def cmd_audit_ldp(args: argparse.Namespace) -> int:
     from fedaudit.experiments.kinds.ldp import SEARCH_CANDIDATES, audit_pair
     from fedaudit.reports.terminal import print_ldp_audit
 
     check_output_file("--json", args.json)
+    engine = _engine_flags(args)
     if args.sampler:
         if args.dim is None or args.epsilon is None:
             raise FedAuditError("--sampler needs --dim and --epsilon (the claimed guarantee)")
@@ -355,7 +377,8 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
         res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
                                   search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
-                                  delta=args.delta, confidence=args.confidence, test=args.test, progress=advance)
+                                  delta=args.delta, confidence=args.confidence, test=args.test, progress=advance,
+                                  **engine)
     print_ldp_audit(out, res, name)
     _write_json(args.json, res)
     return 1 if res.violation else 0
@@ -985,6 +1008,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draws per input per candidate pair with --pair search (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
+    eng = p.add_argument_group("engine (where the certification chunks run; a fixed --pair only, not --pair "
+                               "search; the result is the same on every backend)")
+    eng.add_argument("--backend", default=None, metavar="{process,serial,ray}",
+                     help="process: local worker processes; serial: this process; ray: Ray (pip install "
+                          "'fedaudit[ray]') (default serial, audit_ldp's)")
+    eng.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="worker processes, or Ray tasks in flight / 2 (default: the CPUs; ignored by serial)")
+    eng.add_argument("--address", default=None, metavar="ADDR",
+                     help="--backend ray: the cluster to join, 'auto' or [ray://]host:port (default: a new local "
+                          "instance)")
+    eng.add_argument("--checkpoint", default=None, metavar="FILE",
+                     help="record each finished certification chunk here (JSON lines)")
+    eng.add_argument("--resume", action="store_true",
+                     help="continue --checkpoint FILE: only unfinished chunks are drawn; a checkpoint of other "
+                          "arguments is refused")
     p.set_defaults(func=cmd_audit_ldp)
 
     p = audit.add_parser("scores", help="certify a lower bound on ε from attack scores of runs with and without "

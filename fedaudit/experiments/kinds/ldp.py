@@ -63,23 +63,37 @@ def categorical(target: Any) -> bool:
 
 def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples: int, search_samples: int,
                seed: int, epsilon: float | None, delta: float | None, confidence: float, test: str,
-               progress: Callable[[int], None] | None = None) -> tuple[Any, np.ndarray, np.ndarray, str]:
+               progress: Callable[[int], None] | None = None, backend: str | None = None,
+               workers: int | None = None, address: str | None = None, checkpoint: Any = None,
+               resume: bool = False) -> tuple[Any, np.ndarray, np.ndarray, str]:
     """Certify ``target`` (a mechanism or a sampler) on ``pair`` — a fixed pair, or ``"search"``
     for the worst pair found (:func:`~fedaudit.audit.pair_search.audit_worst_case`). Categorical
     mechanisms always use the one-hot pair unless searched. Returns ``(LDPAudit, x0, x1, label)``.
-    Shared by the ``ldp`` claim kind and ``fedaudit audit ldp``."""
+    Shared by the ``ldp`` claim kind and ``fedaudit audit ldp``.
+
+    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: where the certification
+    chunks of a fixed pair run (:func:`~fedaudit.audit.ldp.audit_ldp`; ``None``/``False`` leaves
+    its default). ``audit_worst_case`` does not take them, so with ``pair="search"`` any of them
+    set is a :class:`FedAuditError` before any work."""
     from fedaudit.audit.ldp import audit_ldp
     from fedaudit.audit.pair_search import audit_worst_case
 
     common = dict(epsilon=epsilon, delta=delta, confidence=confidence, test=test, progress=progress)
+    engine = {k: v for k, v in (("backend", backend), ("workers", workers), ("address", address),
+                                 ("checkpoint", checkpoint), ("resume", resume if resume is not False else None))
+              if v is not None}
     if pair == "search":
+        if engine:
+            raise FedAuditError(f"the engine options ({', '.join(engine)}) apply to a fixed pair only: "
+                                f"pair='search' (--pair search) certifies in this process (audit_worst_case "
+                                f"does not take them yet)")
         res = audit_worst_case(target, dim=dim, clip=clip, samples=samples, search_samples=search_samples,
                                seed=seed, **common)
         return res, np.asarray(res.x0), np.asarray(res.x1), res.search["best"]
     if categorical(target):
         pair = "one-hot"
     x0, x1 = input_pair(pair, dim if dim is not None else target.dim, clip)
-    return audit_ldp(target, x0, x1, samples=samples, seed=seed, **common), x0, x1, pair_label(pair)
+    return audit_ldp(target, x0, x1, samples=samples, seed=seed, **common, **engine), x0, x1, pair_label(pair)
 
 
 def check_mechanism_key(where: str, p: dict[str, Any]) -> None:
