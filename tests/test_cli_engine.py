@@ -87,3 +87,39 @@ def test_bad_engine_flags_exit_2_naming_the_flag(extra, flag, tmp_path, capsys):
     assert main([*BASE, "--json", str(out), *extra]) == 2
     assert flag in capsys.readouterr().err
     assert not out.exists()  # refused before any work
+
+
+# ---- the plan keys `backend` and `workers` of the ldp claim kind
+def ldp_plan(**keys):
+    claim = {"id": "rr", "kind": "ldp", "mechanism": "rr", "dim": 4, "epsilon": 1.0, "samples": 1_200_000, **keys}
+    return {"plan": {"title": "engine", "seed": 3}, "claim": [claim]}
+
+
+def evidence(plan):
+    from fedaudit.experiments.runner import run_plan
+
+    (claim,) = run_plan(plan).claims
+    assert claim.error is None, claim.error
+    ev = claim.evidence
+    for k in TIMINGS:
+        ev["audit"].pop(k)
+    return ev
+
+
+def test_plan_backend_and_workers_give_the_serial_evidence():
+    serial = evidence(ldp_plan())
+    pooled = evidence(ldp_plan(backend="process", workers=2))
+    assert pooled == serial
+    assert serial["curve"][-1]["samples"] == 1_200_000 and len(serial["curve"]) == 3
+
+
+def test_plan_engine_keys_are_checked_when_the_plan_loads():
+    from fedaudit.errors import FedAuditError
+    from fedaudit.experiments.plan import load_plan
+
+    with pytest.raises(FedAuditError, match=r"key 'backend' must be one of 'process', 'serial', 'ray'"):
+        load_plan(ldp_plan(backend="nope"))
+    with pytest.raises(FedAuditError, match=r"key 'workers' must be an integer in \[1, 4096\], got 0"):
+        load_plan(ldp_plan(workers=0))
+    with pytest.raises(FedAuditError, match=r"key 'workers' applies to a fixed pair only"):
+        load_plan(ldp_plan(pair="search", workers=2))

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from fedaudit.engine import BACKENDS
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error, show
@@ -198,6 +199,13 @@ class LDP(ClaimKind):
             "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
                                   help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
                                        "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
+            "backend": Key("str", None, choices=BACKENDS,
+                           help="where the certification chunks run: serial (this process, the default), process "
+                                "(local workers) or ray (pip install 'fedaudit[ray]'); the same result on each; "
+                                "a fixed pair only"),
+            "workers": Key("int", None, low=1, high=4096,
+                           help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the "
+                                "CPUs); a fixed pair only"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
@@ -210,6 +218,11 @@ class LDP(ClaimKind):
             raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
                                            f"allowed), got {show(p['test'])}")
         p["test"] = ",".join(names)
+        if p["pair"] == "search":
+            for name in ("backend", "workers"):
+                if p[name] is not None:
+                    raise key_error(where, name, "applies to a fixed pair only: pair = 'search' certifies in this "
+                                                 "process (audit_worst_case does not take it yet)")
         check_mechanism_key(where, p)
         if p["mechanism"] == "rr" and p["dim"] < 2:
             raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
@@ -246,7 +259,8 @@ class LDP(ClaimKind):
         mech = build_mechanism(p)
         claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
         eps = epsilon_delta(claim)[0]
-        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress)
+        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress,
+                      **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=None, clip=p["clip"], samples=p["samples"],
                                             search_samples=p["search_samples"], seed=spec.seed, **common)
         # the curve: the same pair certified on fewer, independent draws (seeds named by the size)
