@@ -330,8 +330,11 @@ def _ray_task(fn, task):
 def _run_ray(ray, fn, tasks, workers, address, advance) -> Iterator[tuple[Any, Any]]:
     started = not ray.is_initialized()
     if started:
+        # Ray >= 2.5x warns on every start unless this is set; the accelerator override is irrelevant here
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         try:
-            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR")
         except Exception as exc:  # ConnectionError, RuntimeError, ...: one clear line
             where = f"the Ray cluster at address={address!r}" if address else "a local Ray instance"
             raise FedAuditError(f"backend='ray': cannot start or join {where}: {type(exc).__name__}: {exc}") from None
