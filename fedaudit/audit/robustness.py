@@ -24,6 +24,15 @@ for cheap closed-form rules at small n by :func:`~fedaudit.audit.robustness_sear
 plus a forced-selection phase for Krum). The
 configuration that achieved ν̂ is returned in full so it can be replayed (:func:`replay`).
 
+Engine. The attack stage's trials are independent (trial t draws from child t of one
+``SeedSequence.spawn(trials)``), so they run as chunks of ``TRIAL_CHUNK`` trials through
+:func:`fedaudit.engine.run_chunks` (``backend``, ``workers``, ``address``, ``checkpoint``,
+``resume``); each chunk returns one record per trial and the records are folded into ν̂ in trial
+order with the same strict-``>`` updates as a serial loop, so the result is bit-identical on every
+backend and worker count. The construction, the hill climb and the optimiser depend on the
+trials' best configurations (and the optimiser's restarts share one generator), so they run in
+this process after the trials; a checkpoint therefore records the trials only.
+
 Breakdown. A rule that receives more non-finite rows than it tolerates raises
 :class:`~fedaudit.errors.AggregatorBreakdown`; the auditor records such configurations in
 ``RobustnessAudit.breakdown`` and leaves them out of ν̂ (the rule produced no output to measure).
@@ -40,6 +49,7 @@ import numpy as np
 
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
+from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule,
                                               effective_budget, forced_selection_runs,
                                               optimise_configuration, robustness_ratio)
@@ -49,10 +59,12 @@ from fedaudit.validation import check_int
 from fedaudit.rng import as_seed_sequence
 
 __all__ = ["RobustnessAudit", "SearchBudget", "robustness_ratio", "replay", "audit_robustness", "progress_units",
-           "HONEST_SHAPES"]
+           "HONEST_SHAPES", "TRIAL_CHUNK"]
 
 HONEST_SHAPES = ("gaussian", "heavy-tailed", "clustered", "anisotropic")
 _UNBOUNDED = UNBOUNDED
+#: trials per engine chunk of the attack stage (results do not depend on it: each trial has its own seed)
+TRIAL_CHUNK = 8
 
 
 @dataclass(frozen=True)
@@ -164,7 +176,9 @@ def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBu
 def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 100, trials: int = 200,
                      attacks: str | Sequence[str] = "all", seed: int | None = 0, search_evals: int = 60,
                      search: SearchBudget | dict | int | None = None,
-                     progress: Callable[[int], None] | None = None) -> RobustnessAudit:
+                     progress: Callable[[int], None] | None = None, backend: str = "serial",
+                     workers: int | None = None, address: str | None = None, checkpoint: Any = None,
+                     resume: bool = False) -> RobustnessAudit:
     """Estimate the rule's robustness constant from below (see the module docstring).
 
     ``aggregator`` is an Aggregator or a registry spec such as "nnm+cwtm" (built with f).
@@ -174,9 +188,11 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     a dict of its fields, an int number of evaluations, or None for the defaults; 0 disables).
     A configuration on which the rule raises :class:`~fedaudit.errors.AggregatorBreakdown` is
     recorded in ``breakdown``, not raised.
+
+    ``backend`` (``"serial"``, default, ``"process"`` or ``"ray"``), ``workers``, ``address``,
+    ``checkpoint`` and ``resume`` run the trials on :func:`fedaudit.engine.run_chunks` (module
+    docstring); the answer does not depend on them.
     """
-    from fedaudit.attacks.byzantine import Optimal
-    from fedaudit.attacks.registry import make_attack
     from fedaudit.defenses.registry import make_aggregator
 
     t0 = time.perf_counter()
@@ -188,6 +204,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     trials = check_int("trials", trials, low=1)
     search_evals = check_int("search_evals", search_evals, low=0)
     budget = SearchBudget.coerce(search)
+    backend, workers, address = check_run_options(backend, workers, address, checkpoint, resume)
     spec = aggregator if isinstance(aggregator, str) else getattr(aggregator, "name", type(aggregator).__name__)
     agg = make_aggregator(aggregator, f) if isinstance(aggregator, str) else aggregator
     if not callable(agg):
@@ -209,22 +226,16 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     broke: dict[str, Any] = {"count": 0, "labels": [], "first": None}
     stage_time: dict[str, float] = {}
 
-    def record_breakdown(label: str, err: AggregatorBreakdown) -> None:
+    def record_breakdown(label: str, error: dict[str, Any]) -> None:
         broke["count"] += 1
         if label not in broke["labels"]:
             broke["labels"].append(label)
         if broke["first"] is None:
-            broke["first"] = {"label": label, **err.to_dict()}
-        if progress is not None:
-            progress(1)
+            broke["first"] = {"label": label, **error}
 
-    def evaluate(label: str, X: np.ndarray, honest_idx: np.ndarray | None, extra: dict[str, Any]) -> float:
-        try:
-            z = call_rule(agg, X, rule_seed)
-        except AggregatorBreakdown as err:
-            record_breakdown(label, err)
-            return -1.0
-        nu, S, method = robustness_ratio(X, z, f, honest=honest_idx)
+    def absorb(label: str, nu: float, S, method: str, X: np.ndarray | None, honest_idx: np.ndarray | None,
+               extra: dict[str, Any]) -> None:
+        """Fold one evaluated configuration into ν̂ (X may be None only if it is not a new maximum)."""
         methods.add(method)
         per[label] = max(per.get(label, -1.0), nu)
         if nu > seeds.get(label, (-2.0,))[0]:
@@ -234,6 +245,17 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
             best.update(nu=nu, label=label, X=X.copy(), S=S, honest=honest_idx, **extra)
         if honest_idx is not None and nu > attacked["nu"]:
             attacked.update(nu=nu, label=label, X=X.copy(), **extra)
+
+    def evaluate(label: str, X: np.ndarray, honest_idx: np.ndarray | None, extra: dict[str, Any]) -> float:
+        try:
+            z = call_rule(agg, X, rule_seed)
+        except AggregatorBreakdown as err:
+            record_breakdown(label, err.to_dict())
+            if progress is not None:
+                progress(1)
+            return -1.0
+        nu, S, method = robustness_ratio(X, z, f, honest=honest_idx)
+        absorb(label, nu, S, method, X, honest_idx, extra)
         if progress is not None:
             progress(1)
         return nu
@@ -252,30 +274,24 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     combos = [(s, a, opt) for s in HONEST_SHAPES for a in names for opt in (False, True)] or \
              [(s, None, False) for s in HONEST_SHAPES]
     children = trial_seq.spawn(trials)
-    for t in range(trials):
-        shape, attack_name, optimal = combos[t % len(combos)]
-        rng = np.random.default_rng(children[t])
-        honest = _honest(shape, n - f, d, rng)
-        extra = {"stage": "attack", "shape": shape, "attack": attack_name, "optimal": optimal}
-        if attack_name is None:
-            X, label = honest, f"{shape} (no attack)"
-        else:
-            attack = make_attack(attack_name)
-            if optimal:
-                if getattr(attack, "scale", None) is None:  # nothing to line-search
-                    if progress is not None:
-                        progress(1)
-                    continue
-                attack = Optimal(attack, agg)
-            label = f"{'optimal ' if optimal else ''}{attack_name} / {shape}"
-            try:
-                with np.errstate(all="ignore"):
-                    byz = np.asarray(attack(honest, f, rng=rng), dtype=np.float64)
-            except AggregatorBreakdown as err:  # the line search of Optimal calls the rule
-                record_breakdown(label, err)
-                continue
-            X = np.vstack([honest, byz])
-        evaluate(label, X, np.arange(n - f), extra)
+    tasks = [(agg, n, f, d, rule_seed, [(t, *combos[t % len(combos)], children[t])
+                                        for t in range(start, min(start + TRIAL_CHUNK, trials))])
+             for start in range(0, trials, TRIAL_CHUNK)]
+    key = None if checkpoint is None else _checkpoint_key(aggregator, spec, agg, n, f, d, trials, names, root, rule_seed)
+    chunk_records = run_chunks(_trial_chunk, tasks, backend=backend, workers=workers, address=address,
+                               checkpoint=checkpoint, resume=resume, key=key,
+                               progress=None if progress is None else lambda u: [progress(1) for _ in range(u)],
+                               units=[len(task[5]) for task in tasks])
+    honest_idx = np.arange(n - f)
+    for records in chunk_records:  # chunk order, then trial order: the serial loop's sequence of updates
+        for rec in records:
+            if rec["kind"] == "breakdown":
+                record_breakdown(rec["label"], rec["error"])
+            elif rec["kind"] == "evaluated":
+                X = None if rec["X"] is None else np.asarray(rec["X"], dtype=object).astype(np.float64)
+                absorb(rec["label"], float(rec["nu"]), [int(i) for i in rec["S"]], rec["method"], X, honest_idx,
+                       {"stage": "attack", "shape": rec["shape"], "attack": rec["attack"],
+                        "optimal": rec["optimal"]})
     stage_time["attack"] = time.perf_counter() - t_stage
 
     # (iii) black-box hill climb over the Byzantine rows of the best finite configuration
@@ -364,6 +380,65 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         search=_search_report(budget, outcome, nu_before, spent),
         stage_runtime_s=stage_time,
     )
+
+
+def _trial_chunk(task) -> list[dict[str, Any]]:
+    """One engine chunk of the attack stage: for each trial ``(t, shape, attack, optimal, seq)``
+    draw the honest rows from ``seq``, the Byzantine rows by the attack (``Optimal`` line search
+    when ``optimal``), and score the configuration. One record per trial, in trial order:
+    ``{"kind": "skipped"}`` (no scale to line-search), ``{"kind": "breakdown", "label", "error"}``
+    or ``{"kind": "evaluated", "label", "nu", "S", "method", "shape", "attack", "optimal", "X"}``,
+    where the inputs ``X`` are kept only when ν beats every earlier trial of its label in the
+    chunk (only such a configuration can become a maximum of the whole audit), else None."""
+    from fedaudit.attacks.byzantine import Optimal
+    from fedaudit.attacks.registry import make_attack
+
+    agg, n, f, d, rule_seed, items = task
+    records: list[dict[str, Any]] = []
+    label_best: dict[str, float] = {}
+    for _, shape, attack_name, optimal, seq in items:
+        rng = np.random.default_rng(seq)
+        honest = _honest(shape, n - f, d, rng)
+        if attack_name is None:
+            X, label = honest, f"{shape} (no attack)"
+        else:
+            attack = make_attack(attack_name)
+            if optimal:
+                if getattr(attack, "scale", None) is None:  # nothing to line-search
+                    records.append({"kind": "skipped"})
+                    continue
+                attack = Optimal(attack, agg)
+            label = f"{'optimal ' if optimal else ''}{attack_name} / {shape}"
+            try:
+                with np.errstate(all="ignore"):
+                    byz = np.asarray(attack(honest, f, rng=rng), dtype=np.float64)
+            except AggregatorBreakdown as err:  # the line search of Optimal calls the rule
+                records.append({"kind": "breakdown", "label": label, "error": err.to_dict()})
+                continue
+            X = np.vstack([honest, byz])
+        try:
+            z = call_rule(agg, X, rule_seed)
+        except AggregatorBreakdown as err:
+            records.append({"kind": "breakdown", "label": label, "error": err.to_dict()})
+            continue
+        nu, S, method = robustness_ratio(X, z, f, honest=np.arange(n - f))
+        nu = float(nu)
+        keep = nu > label_best.get(label, -2.0)
+        if keep:
+            label_best[label] = nu
+        records.append({"kind": "evaluated", "label": label, "nu": nu, "S": [int(i) for i in S], "method": method,
+                        "shape": shape, "attack": attack_name, "optimal": optimal, "X": X if keep else None})
+    return records
+
+
+def _checkpoint_key(aggregator, spec, agg, n, f, d, trials, names, root, rule_seed) -> dict[str, Any]:
+    """The configuration a trials checkpoint belongs to: the rule (its spec, or its class's
+    qualified name and f), every parameter of the attack stage and the root seed stream."""
+    rule = aggregator if isinstance(aggregator, str) else {
+        "class": f"{type(agg).__module__}:{type(agg).__qualname__}", "name": str(spec), "f": getattr(agg, "f", None)}
+    return {"run": "fedaudit.audit.robustness:trials", "aggregator": rule, "n": n, "f": f, "d": d,
+            "trials": trials, "attacks": list(names), "chunk": TRIAL_CHUNK, "rule_seed": rule_seed,
+            "seed": {"entropy": root.entropy, "spawn_key": list(root.spawn_key)}}
 
 
 def _search_report(budget: SearchBudget, outcome, nu_before: float, spent: SearchBudget | None = None
