@@ -6,12 +6,18 @@ mean with a CLT confidence interval mean ± z·sd/√N, and the bias of each coo
 z-score |mean_j(x̂) − x_j| / (sd_j/√N): under unbiasedness the largest of d such z-scores
 is below Φ⁻¹(1 − α/(2d)) with probability ≥ 1 − α.
 
-Reports are drawn in seeded chunks (``SeedSequence.spawn`` over a fixed chunk plan), so memory
-stays bounded and the result depends only on ``seed`` and ``chunk``.
+Reports are drawn in seeded blocks of ``chunk`` reports (block i of a measurement from the i-th
+child of its stream, ``SeedSequence.spawn`` over the fixed block plan), so memory stays bounded
+and the result depends only on ``seed`` and ``chunk``. The blocks run as engine chunks
+(:func:`fedaudit.engine.run_chunks`, default ``backend="serial"``): a task of consecutive blocks
+of one measurement returns each block's sums (Σe_i, Σe_i², Σ_i(x̂_i − x), Σ_i(x̂_i − x)²), and the
+caller adds them block by block in plan order, so the answer is bit-identical on every backend
+and worker count, with or without a checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -19,6 +25,7 @@ import numpy as np
 from scipy import stats
 
 from fedaudit.audit.bounds import MAX_SAMPLES
+from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_vector
 from fedaudit.mechanisms.base import Mechanism, check_levels
@@ -27,6 +34,11 @@ from fedaudit.rng import as_seed_sequence, chunk_plan
 __all__ = ["MSEResult", "measure_mse", "VarianceCurve", "variance_vs_dk"]
 
 ProgressFn = Callable[[int], None]
+
+#: at most this many reports per engine task (consecutive blocks of one measurement) ...
+TASK_REPORTS = 2**17
+#: ... and at most this many returned floats (2·d per block), so a task's record stays small
+TASK_FLOATS = 2**20
 
 
 @dataclass(frozen=True)
@@ -59,43 +71,99 @@ class MSEResult:
 
 
 def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int | None = 0, *,
-                confidence: float = 0.95, chunk: int = 2_000,
-                progress: ProgressFn | None = None) -> MSEResult:
-    """Estimate E‖decode(M(x)) − x‖² from ``samples`` reports (streamed in chunks).
+                confidence: float = 0.95, chunk: int = 2_000, progress: ProgressFn | None = None,
+                backend: str = "serial", workers: int | None = None, address: str | None = None,
+                checkpoint: Any = None, resume: bool = False) -> MSEResult:
+    """Estimate E‖decode(M(x)) − x‖² from ``samples`` reports (streamed in blocks of ``chunk``).
 
-    ``seed`` is a non-negative integer (or None: fresh OS entropy); chunk i of ``samples``
-    draws from the i-th child of ``SeedSequence(seed)``."""
+    ``seed`` is a non-negative integer (or None: fresh OS entropy); block i of ``samples``
+    draws from the i-th child of ``SeedSequence(seed)``. ``backend``, ``workers``, ``address``,
+    ``checkpoint`` and ``resume`` are passed to :func:`fedaudit.engine.run_chunks` (checked
+    before any draw; a checkpoint needs an integer seed)."""
     if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise FedAuditError(f"seed must be a non-negative integer or None, got {type(seed).__name__}")
-    return _measure(mechanism, x, samples, as_seed_sequence(seed), seed=seed, confidence=confidence,
-                    chunk=chunk, progress=progress)
+    engine = _engine_options(backend, workers, address, checkpoint, resume, seed)
+    x = _check_input(mechanism, x)
+    return _measure_all([mechanism], x, samples, [as_seed_sequence(seed)], seed=seed, confidence=confidence,
+                        chunk=chunk, progress=progress, **engine)[0]
 
 
-def _measure(mechanism: Mechanism, x: Any, samples: int, streams: np.random.SeedSequence, *,
-             seed: int | None, confidence: float, chunk: int, progress: ProgressFn | None) -> MSEResult:
-    """:func:`measure_mse` drawing chunk i from the i-th child of ``streams`` (left unadvanced)."""
+def _engine_options(backend, workers, address, checkpoint, resume, seed) -> dict[str, Any]:
+    """The engine keywords, validated (:func:`fedaudit.engine.check_run_options`)."""
+    backend, workers, address = check_run_options(backend, workers, address, checkpoint, resume)
+    if checkpoint is not None and seed is None:
+        raise FedAuditError("checkpoint needs an integer seed: seed=None draws fresh entropy, so a resumed "
+                            "run could never continue the recorded one")
+    return {"backend": backend, "workers": workers, "address": address, "checkpoint": checkpoint, "resume": resume}
+
+
+def _check_input(mechanism: Any, x: Any) -> np.ndarray:
     if not isinstance(mechanism, Mechanism):
         raise FedAuditError(f"mechanism must be a fedaudit Mechanism, got {type(mechanism).__name__}")
-    x = check_vector("x", x, dim=mechanism.dim)
+    return check_vector("x", x, dim=mechanism.dim)
+
+
+def _measure_all(mechanisms: Sequence[Mechanism], x: np.ndarray, samples: int,
+                 streams: Sequence[np.random.SeedSequence], *, seed: int | None, confidence: float, chunk: int,
+                 progress: ProgressFn | None, backend: str, workers: int | None, address: str | None,
+                 checkpoint: Any, resume: bool) -> list[MSEResult]:
+    """:class:`MSEResult` of each mechanism at ``x``, block i of mechanism j drawn from the i-th
+    child of ``streams[j]`` (left unadvanced); all blocks run in one :func:`run_chunks` call."""
     samples = check_int("samples", samples, low=2, high=MAX_SAMPLES, high_name="10^12")
     chunk = check_int("chunk", chunk, low=1)
     confidence = check_probability("confidence", confidence)
-    plan = list(chunk_plan(samples, chunk))
-    children = as_seed_sequence(streams, copy=True).spawn(len(plan))
+    sizes = [size for _, size in chunk_plan(samples, chunk)]
+    tasks, owner = [], []
+    for j, (mechanism, seq) in enumerate(zip(mechanisms, streams)):
+        children = as_seed_sequence(seq, copy=True).spawn(len(sizes))
+        per_task = max(1, min(TASK_REPORTS // chunk, TASK_FLOATS // (2 * mechanism.dim)))
+        for start in range(0, len(sizes), per_task):
+            tasks.append((mechanism, x, sizes[start:start + per_task], children[start:start + per_task]))
+            owner.append(j)
+    key = None if checkpoint is None else _checkpoint_key(mechanisms, x, samples, chunk, streams)
+    done = run_chunks(_mse_chunk, tasks, backend=backend, workers=workers, address=address, checkpoint=checkpoint,
+                      resume=resume, key=key, progress=progress, units=[sum(t[2]) for t in tasks])
+    blocks: list[list] = [[] for _ in mechanisms]
+    for j, records in zip(owner, done):  # chunk order = block order within each measurement
+        blocks[j].extend(records)
+    return [_result(m, x, samples, b, seed=seed, confidence=confidence) for m, b in zip(mechanisms, blocks)]
+
+
+def _mse_chunk(task) -> list:
+    """One engine chunk: draw its seeded blocks and return, per block, ``[Σe, Σe², Σ(x̂ − x),
+    Σ(x̂ − x)²]`` (sums over the block's reports; the vectors per coordinate) as JSON data."""
+    mechanism, x, sizes, seqs = task
+    out = []
+    for size, seq in zip(sizes, seqs):
+        diff = mechanism.decode(mechanism.sample(x, size, rng=np.random.default_rng(seq))) - x
+        e = np.einsum("ij,ij->i", diff, diff)
+        out.append([float(e.sum()), float(e @ e), diff.sum(0).tolist(), np.einsum("ij,ij->j", diff, diff).tolist()])
+    return out
+
+
+def _checkpoint_key(mechanisms, x, samples, chunk, streams) -> dict[str, Any]:
+    """The configuration a checkpoint of MSE blocks belongs to: each mechanism (``to_dict``) with
+    its stream, SHA-256 of x, ``samples`` and ``chunk``."""
+    return {"run": "fedaudit.audit.variance:mse", "x": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
+            "samples": samples, "chunk": chunk,
+            "measurements": [{"mechanism": m.to_dict(),
+                              "streams": {"entropy": q.entropy, "spawn_key": list(q.spawn_key)}}
+                             for m, q in zip(mechanisms, streams)]}
+
+
+def _result(mechanism: Mechanism, x: np.ndarray, samples: int, blocks: list, *, seed: int | None,
+            confidence: float) -> MSEResult:
+    """Reduce the block sums in block order: MSE with the CLT interval mse ± z·sd/√N and the
+    largest per-coordinate bias z-score against its Bonferroni threshold Φ⁻¹(1 − α/(2d))."""
     d = mechanism.dim
     err_sum = err_sq = 0.0
     coord_sum = np.zeros(d)
     coord_sq = np.zeros(d)
-    for (_, size), child in zip(plan, children):
-        est = mechanism.decode(mechanism.sample(x, size, rng=np.random.default_rng(child)))
-        diff = est - x
-        e = np.einsum("ij,ij->i", diff, diff)
-        err_sum += float(e.sum())
-        err_sq += float(e @ e)
-        coord_sum += diff.sum(0)
-        coord_sq += np.einsum("ij,ij->j", diff, diff)
-        if progress is not None:
-            progress(size)
+    for s, q, cs, cq in blocks:  # a checkpoint stores ±inf/nan as strings: float() reads them back
+        err_sum += float(s)
+        err_sq += float(q)
+        coord_sum += np.asarray(cs, dtype=float)
+        coord_sq += np.asarray(cq, dtype=float)
     mse = err_sum / samples
     sd = np.sqrt(max(err_sq / samples - mse ** 2, 0.0) * samples / (samples - 1))
     z = float(stats.norm.isf((1 - confidence) / 2))
@@ -165,17 +233,21 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
 
 def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int = 2, clip: float = 1.0,
                    samples: int = 20_000, seed: int = 0, x: Any = None,
-                   progress: ProgressFn | None = None) -> VarianceCurve:
+                   progress: ProgressFn | None = None, backend: str = "serial", workers: int | None = None,
+                   address: str | None = None, checkpoint: Any = None, resume: bool = False) -> VarianceCurve:
     """Measure MSE(d/k) for SSTQ at fixed total ε and ``levels``, with and without privacy,
     and the k-independent references vqSGD(ε) and PrivUnitG(ε), all at the same x.
 
     x defaults to a random direction of norm ``clip`` (seeded). Each measurement gets its own
-    child of ``SeedSequence(seed)``.
+    child of ``SeedSequence(seed)``; the blocks of all 2·len(ks) + 3 measurements run as one
+    :func:`fedaudit.engine.run_chunks` call with ``backend``, ``workers``, ``address``,
+    ``checkpoint`` and ``resume`` (checked before any draw), as in :func:`measure_mse`.
     """
     from fedaudit.mechanisms.privunit import PrivUnitG
     from fedaudit.mechanisms.sstq import SSTQ
     from fedaudit.mechanisms.vqsgd import VQSGD
 
+    engine = _engine_options(backend, workers, address, checkpoint, resume, seed)
     dim = check_int("dim", dim, low=1)
     samples = check_int("samples", samples, low=2, high=MAX_SAMPLES, high_name="10^12")
     levels = check_levels(levels)
@@ -188,17 +260,13 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
         g = np.random.default_rng(x_seed).normal(size=dim)
         x = clip * g / np.linalg.norm(g)
     x = check_vector("x", x, dim=dim)
-    private, nonprivate = [], []
-
-    def mse(mechanism: Mechanism, streams: np.random.SeedSequence) -> MSEResult:
-        return _measure(mechanism, x, samples, streams, seed=None, confidence=0.95, chunk=2_000, progress=progress)
-
-    for i, k in enumerate(ks):
-        private.append(mse(SSTQ(dim, k, levels, epsilon, clip), children[2 * i]))
-        nonprivate.append(mse(SSTQ(dim, k, levels, None, clip), children[2 * i + 1]))
-    vq = mse(VQSGD(dim, epsilon, clip), children[-3])
-    vq0 = mse(VQSGD(dim, None, clip), children[-2])
-    pu = mse(PrivUnitG(dim, epsilon, clip=clip), children[-1])
+    mechanisms: list[Mechanism] = []
+    for k in ks:
+        mechanisms += [SSTQ(dim, k, levels, epsilon, clip), SSTQ(dim, k, levels, None, clip)]
+    mechanisms += [VQSGD(dim, epsilon, clip), VQSGD(dim, None, clip), PrivUnitG(dim, epsilon, clip=clip)]
+    *sstq, vq, vq0, pu = _measure_all(mechanisms, x, samples, children, seed=None, confidence=0.95, chunk=2_000,
+                                      progress=progress, **engine)
+    private, nonprivate = sstq[0::2], sstq[1::2]
     dk = tuple(dim / k for k in ks)
     return VarianceCurve(
         dim=dim, epsilon=float(epsilon), levels=levels, ks=ks, d_over_k=dk,
