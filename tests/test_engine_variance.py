@@ -134,3 +134,19 @@ def test_checkpoint_needs_an_integer_seed(tmp_path):
     with pytest.raises(FedAuditError, match="checkpoint needs an integer seed"):
         measure_mse(Laplace(1, 1.0), [0.3], samples=200, seed=None, checkpoint=tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def test_ray_gives_the_serial_curve_bit_for_bit(local_ray, small_tasks):
+    curve = dict(dim=16, ks=[2, 8], epsilon=1.0, samples=2_500, seed=3)
+    assert _json(variance_vs_dk(**curve, backend="ray")) == _json(variance_vs_dk(**curve))
+    assert local_ray.is_initialized()  # the caller's instance is left running
