@@ -65,6 +65,20 @@ def test_checkpoint_then_resume_gives_the_same_result(serial, tmp_path):
     assert len(ckpt.read_text().splitlines()) == 5
 
 
+def test_resume_reads_the_recorded_trials(tmp_path):
+    """A resumed run takes the trials from the file: a tampered ν shows up in the result."""
+    ckpt = tmp_path / "trials.jsonl"
+    small = dict(CALL, search=0, search_evals=0)
+    audit_robustness("krum", checkpoint=ckpt, **small)
+    lines = ckpt.read_text().splitlines()
+    rec = json.loads(lines[1])
+    hit = next(r for r in rec["result"] if r["kind"] == "evaluated" and r["X"] is not None)
+    hit["nu"] = 1e6
+    ckpt.write_text("\n".join([lines[0], json.dumps(rec)] + lines[2:]) + "\n")
+    res = audit_robustness("krum", checkpoint=ckpt, resume=True, **small)
+    assert res.nu_empirical == 1e6 and res.worst_attack == hit["label"] == res.worst["label"]
+
+
 def test_resume_refuses_a_checkpoint_of_other_arguments(tmp_path):
     ckpt = tmp_path / "trials.jsonl"
     small = dict(CALL, trials=4, search=0, search_evals=0)

@@ -40,6 +40,7 @@ Breakdown. A rule that receives more non-finite rows than it tolerates raises
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -280,7 +281,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     key = None if checkpoint is None else _checkpoint_key(aggregator, spec, agg, n, f, d, trials, names, root, rule_seed)
     chunk_records = run_chunks(_trial_chunk, tasks, backend=backend, workers=workers, address=address,
                                checkpoint=checkpoint, resume=resume, key=key,
-                               progress=None if progress is None else lambda u: [progress(1) for _ in range(u)],
+                               progress=None if progress is None else functools.partial(_tick, progress),
                                units=[len(task[5]) for task in tasks])
     honest_idx = np.arange(n - f)
     for records in chunk_records:  # chunk order, then trial order: the serial loop's sequence of updates
@@ -380,6 +381,12 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         search=_search_report(budget, outcome, nu_before, spent),
         stage_runtime_s=stage_time,
     )
+
+
+def _tick(progress: Callable[[int], None], units: int) -> None:
+    """``progress(1)`` once per trial of a finished chunk (as the serial loop reported them)."""
+    for _ in range(units):
+        progress(1)
 
 
 def _trial_chunk(task) -> list[dict[str, Any]]:
