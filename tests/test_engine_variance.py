@@ -96,7 +96,7 @@ def test_resumed_records_are_used_not_recomputed(tmp_path):
     res = measure_mse(m, [0.3], samples=1_000, seed=1, chunk=500, checkpoint=ckpt)
     header, record, _ = ckpt.read_text().split("\n")
     rec = json.loads(record)
-    rec["result"][0][0] += 1_000.0  # Σe of block 0
+    rec["result"][0][0] += 1_000.0  # Σe of block 0: a record is [Σe, Σe², Σ(x̂−x), Σ(x̂−x)²] by block
     ckpt.write_text(header + "\n" + json.dumps(rec) + "\n")
     again = measure_mse(m, [0.3], samples=1_000, seed=1, chunk=500, checkpoint=ckpt, resume=True)
     assert again.mse == pytest.approx(res.mse + 1.0, rel=1e-12)

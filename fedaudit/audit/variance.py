@@ -37,7 +37,9 @@ ProgressFn = Callable[[int], None]
 
 #: at most this many reports per engine task (consecutive blocks of one measurement) ...
 TASK_REPORTS = 2**17
-#: ... and at most this many returned floats (2·d per block), so a task's record stays small
+#: ... and at most this many returned sums (2·d per block), so a task's record stays small. The
+#: caller holds every block's 2·d sums until the reduction (8 bytes each, more as a checkpoint's
+#: reloaded lists): 2·d·⌈samples/chunk⌉ per measurement.
 TASK_FLOATS = 2**20
 
 
@@ -98,6 +100,7 @@ def _engine_options(backend, workers, address, checkpoint, resume, seed) -> dict
 
 
 def _check_input(mechanism: Any, x: Any) -> np.ndarray:
+    """``x`` as a float vector of the mechanism's dimension (the mechanism must be a :class:`Mechanism`)."""
     if not isinstance(mechanism, Mechanism):
         raise FedAuditError(f"mechanism must be a fedaudit Mechanism, got {type(mechanism).__name__}")
     return check_vector("x", x, dim=mechanism.dim)
@@ -123,22 +126,28 @@ def _measure_all(mechanisms: Sequence[Mechanism], x: np.ndarray, samples: int,
     key = None if checkpoint is None else _checkpoint_key(mechanisms, x, samples, chunk, streams)
     done = run_chunks(_mse_chunk, tasks, backend=backend, workers=workers, address=address, checkpoint=checkpoint,
                       resume=resume, key=key, progress=progress, units=[sum(t[2]) for t in tasks])
-    blocks: list[list] = [[] for _ in mechanisms]
-    for j, records in zip(owner, done):  # chunk order = block order within each measurement
-        blocks[j].extend(records)
-    return [_result(m, x, samples, b, seed=seed, confidence=confidence) for m, b in zip(mechanisms, blocks)]
+    records: list[list] = [[] for _ in mechanisms]
+    for j, record in zip(owner, done):  # chunk order = block order within each measurement
+        records[j].append(record)
+    return [_result(m, x, samples, r, seed=seed, confidence=confidence) for m, r in zip(mechanisms, records)]
 
 
 def _mse_chunk(task) -> list:
-    """One engine chunk: draw its seeded blocks and return, per block, ``[Σe, Σe², Σ(x̂ − x),
-    Σ(x̂ − x)²]`` (sums over the block's reports; the vectors per coordinate) as JSON data."""
+    """One engine chunk of B blocks: ``[Σe, Σe², Σ(x̂ − x), Σ(x̂ − x)²]`` with one entry per block
+    (sums over the block's reports): two lists of B floats and two (B, d) float64 arrays (8 bytes a
+    sum in memory and in pickles; a checkpoint stores them as lists)."""
     mechanism, x, sizes, seqs = task
-    out = []
-    for size, seq in zip(sizes, seqs):
+    err_sum, err_sq = [], []
+    coord_sum = np.empty((len(sizes), mechanism.dim))
+    coord_sq = np.empty((len(sizes), mechanism.dim))
+    for b, (size, seq) in enumerate(zip(sizes, seqs)):
         diff = mechanism.decode(mechanism.sample(x, size, rng=np.random.default_rng(seq))) - x
         e = np.einsum("ij,ij->i", diff, diff)
-        out.append([float(e.sum()), float(e @ e), diff.sum(0).tolist(), np.einsum("ij,ij->j", diff, diff).tolist()])
-    return out
+        err_sum.append(float(e.sum()))
+        err_sq.append(float(e @ e))
+        coord_sum[b] = diff.sum(0)
+        coord_sq[b] = np.einsum("ij,ij->j", diff, diff)
+    return [err_sum, err_sq, coord_sum, coord_sq]
 
 
 def _checkpoint_key(mechanisms, x, samples, chunk, streams) -> dict[str, Any]:
@@ -151,19 +160,22 @@ def _checkpoint_key(mechanisms, x, samples, chunk, streams) -> dict[str, Any]:
                              for m, q in zip(mechanisms, streams)]}
 
 
-def _result(mechanism: Mechanism, x: np.ndarray, samples: int, blocks: list, *, seed: int | None,
+def _result(mechanism: Mechanism, x: np.ndarray, samples: int, records: list, *, seed: int | None,
             confidence: float) -> MSEResult:
-    """Reduce the block sums in block order: MSE with the CLT interval mse ± z·sd/√N and the
-    largest per-coordinate bias z-score against its Bonferroni threshold Φ⁻¹(1 − α/(2d))."""
+    """Add the chunks' block sums one block at a time in plan order, then: MSE with the CLT
+    interval mse ± z·sd/√N and the largest per-coordinate bias z-score against its Bonferroni
+    threshold Φ⁻¹(1 − α/(2d))."""
     d = mechanism.dim
     err_sum = err_sq = 0.0
     coord_sum = np.zeros(d)
     coord_sq = np.zeros(d)
-    for s, q, cs, cq in blocks:  # a checkpoint stores ±inf/nan as strings: float() reads them back
-        err_sum += float(s)
-        err_sq += float(q)
-        coord_sum += np.asarray(cs, dtype=float)
-        coord_sq += np.asarray(cq, dtype=float)
+    for s, q, cs, cq in records:  # a checkpoint stores ±inf/nan as strings: float() reads them back
+        cs, cq = np.asarray(cs, dtype=float), np.asarray(cq, dtype=float)
+        for b in range(len(s)):
+            err_sum += float(s[b])
+            err_sq += float(q[b])
+            coord_sum += cs[b]
+            coord_sq += cq[b]
     mse = err_sum / samples
     sd = np.sqrt(max(err_sq / samples - mse ** 2, 0.0) * samples / (samples - 1))
     z = float(stats.norm.isf((1 - confidence) / 2))
