@@ -74,7 +74,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
-__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "check_run_options", "config_digest",
+__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
            "default_workers"]
 
 T = TypeVar("T")
@@ -504,12 +504,16 @@ def _differences(old_key: Any, old_n: Any, key: Any, n: int) -> str:
     return "its key differs"
 
 
-def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "process", workers: int | None = None,
+def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "process", workers: int | None = None,
                address: str | None = None, checkpoint: str | os.PathLike | None = None, resume: bool = False,
                key: Any = None, progress: Callable[[int], None] | None = None,
-               units: Sequence[int] | None = None) -> list:
-    """Results of ``fn`` on every chunk, **in chunk order**: ``[fn(c) for c in chunks]`` computed
-    on ``backend``, optionally checkpointed so a killed run can resume.
+               units: Sequence[int] | None = None) -> Iterator[Any]:
+    """Results of ``fn`` on every chunk, yielded **in chunk order**: ``fn(c) for c in chunks``
+    computed on ``backend``, optionally checkpointed so a killed run can resume. Each result is
+    yielded as soon as every earlier chunk's is out, so a caller that folds them as they come holds
+    at most the in-flight results (≤ 2·workers), never the whole list. The options are checked and
+    the checkpoint opened (or refused) when this is called; iterate to the end (or ``close()`` the
+    iterator) to release the checkpoint file.
 
     Determinism: each chunk carries its own seed, derived by the caller from the chunk's index
     (``SeedSequence(root).spawn(len(chunks))[i]``) or a task key
@@ -562,21 +566,40 @@ def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "pro
             raise FedAuditError("checkpoint needs key= (a JSON description of the run: fn, parameters, root seed)")
         store = _Checkpoint(checkpoint, key, n, resume)
     advance = progress if progress is not None else (lambda u: None)
-    results: list[Any] = [None] * n
+    return _in_order(fn, chunks, units, store, advance, backend, workers, address)
+
+
+def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], **options: Any) -> list[R]:
+    """``list(iter_chunks(fn, chunks, **options))``: every chunk's result, in chunk order
+    (:func:`iter_chunks` for the options; use it directly to reduce results as they come, in
+    bounded memory)."""
+    return list(iter_chunks(fn, chunks, **options))
+
+
+def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> Iterator[Any]:
+    """Yield the chunks' results in chunk order: reloaded ones first as they come in order, then
+    each finished one as soon as every earlier chunk is out (at most the in-flight ones wait)."""
+    n = len(chunks)
+    waiting: dict[int, Any] = {}
+    nxt = 0
     try:
         done = {} if store is None else store.finished
         for i in sorted(done):
-            results[i] = done[i]
             advance(units[i])
         todo = [(i, chunks[i]) for i in range(n) if i not in done]
+        while nxt < n and nxt in done:
+            yield done.pop(nxt)
+            nxt += 1
         if todo:
             if backend == "process":
                 workers = min(default_workers() if workers is None else workers, len(todo))
             for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,
                                             backend=backend, address=address):
-                results[i] = result if store is None else store.record(i, result)
+                waiting[i] = result if store is None else store.record(i, result)
                 advance(units[i])
+                while nxt < n and (nxt in waiting or nxt in done):
+                    yield waiting.pop(nxt) if nxt in waiting else done.pop(nxt)
+                    nxt += 1
     finally:
         if store is not None:
             store.close()
-    return results

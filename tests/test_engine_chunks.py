@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedaudit.engine import CHECKPOINT_FORMAT, config_digest, run_chunks
+from fedaudit.engine import CHECKPOINT_FORMAT, config_digest, iter_chunks, run_chunks
 from fedaudit.errors import FedAuditError
 
 ROOT = 2026
@@ -49,6 +49,21 @@ def test_results_in_chunk_order_and_bit_identical_on_serial_and_process_1_and_2_
     two = run_chunks(seeded_sum, chunks(), backend="process", workers=2)
     assert serial == one == two == want  # exact float equality: same seeds, same order
     assert sum(r[0] for r in two) == sum(r[0] for r in want)
+
+
+def test_iter_chunks_yields_in_chunk_order_as_soon_as_the_earlier_chunks_are_out():
+    # serial: chunk 0 is yielded before chunk 1 runs, so a caller can fold results in bounded memory
+    ran = []
+
+    def tracked(chunk):
+        ran.append(chunk[0])
+        return seeded_sum(chunk)
+
+    it = iter_chunks(tracked, chunks(n=3), backend="serial")
+    assert next(it) == independent(n=3)[0] and ran == [0]
+    assert list(it) == independent(n=3)[1:] and ran == [0, 1, 2]
+    # process, 2 workers: later chunks finish first (seeded_sum sleeps longer for early ones), order is kept
+    assert list(iter_chunks(seeded_sum, chunks(), backend="process", workers=2)) == independent()
 
 
 def test_progress_gets_each_chunks_units():

@@ -9,7 +9,7 @@ is below Φ⁻¹(1 − α/(2d)) with probability ≥ 1 − α.
 Reports are drawn in seeded blocks of ``chunk`` reports (block i of a measurement from the i-th
 child of its stream, ``SeedSequence.spawn`` over the fixed block plan), so memory stays bounded
 and the result depends only on ``seed`` and ``chunk``. The blocks run as engine chunks
-(:func:`fedaudit.engine.run_chunks`, default ``backend="serial"``): a task of consecutive blocks
+(:func:`fedaudit.engine.iter_chunks`, default ``backend="serial"``): a task of consecutive blocks
 of one measurement returns each block's sums (Σe_i, Σe_i², Σ_i(x̂_i − x), Σ_i(x̂_i − x)²), and the
 caller adds them block by block in plan order, so the answer is bit-identical on every backend
 and worker count, with or without a checkpoint.
@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 from fedaudit.audit.bounds import MAX_SAMPLES
-from fedaudit.engine import check_run_options, run_chunks
+from fedaudit.engine import check_run_options, iter_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_vector
 from fedaudit.mechanisms.base import Mechanism, check_levels
@@ -80,7 +80,7 @@ def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int |
 
     ``seed`` is a non-negative integer (or None: fresh OS entropy); block i of ``samples``
     draws from the i-th child of ``SeedSequence(seed)``. ``backend``, ``workers``, ``address``,
-    ``checkpoint`` and ``resume`` are passed to :func:`fedaudit.engine.run_chunks` (checked
+    ``checkpoint`` and ``resume`` are passed to :func:`fedaudit.engine.iter_chunks` (checked
     before any draw; a checkpoint needs an integer seed)."""
     if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise FedAuditError(f"seed must be a non-negative integer or None, got {type(seed).__name__}")
@@ -111,7 +111,7 @@ def _measure_all(mechanisms: Sequence[Mechanism], x: np.ndarray, samples: int,
                  progress: ProgressFn | None, backend: str, workers: int | None, address: str | None,
                  checkpoint: Any, resume: bool) -> list[MSEResult]:
     """:class:`MSEResult` of each mechanism at ``x``, block i of mechanism j drawn from the i-th
-    child of ``streams[j]`` (left unadvanced); all blocks run in one :func:`run_chunks` call."""
+    child of ``streams[j]`` (left unadvanced); all blocks run in one :func:`~fedaudit.engine.iter_chunks` call, folded as they come."""
     samples = check_int("samples", samples, low=2, high=MAX_SAMPLES, high_name="10^12")
     chunk = check_int("chunk", chunk, low=1)
     confidence = check_probability("confidence", confidence)
@@ -124,12 +124,31 @@ def _measure_all(mechanisms: Sequence[Mechanism], x: np.ndarray, samples: int,
             tasks.append((mechanism, x, sizes[start:start + per_task], children[start:start + per_task]))
             owner.append(j)
     key = None if checkpoint is None else _checkpoint_key(mechanisms, x, samples, chunk, streams)
-    done = run_chunks(_mse_chunk, tasks, backend=backend, workers=workers, address=address, checkpoint=checkpoint,
-                      resume=resume, key=key, progress=progress, units=[sum(t[2]) for t in tasks])
-    records: list[list] = [[] for _ in mechanisms]
-    for j, record in zip(owner, done):  # chunk order = block order within each measurement
-        records[j].append(record)
-    return [_result(m, x, samples, r, seed=seed, confidence=confidence) for m, r in zip(mechanisms, records)]
+    done = iter_chunks(_mse_chunk, tasks, backend=backend, workers=workers, address=address, checkpoint=checkpoint,
+                       resume=resume, key=key, progress=progress, units=[sum(t[2]) for t in tasks])
+    sums = [_BlockSums(m.dim) for m in mechanisms]
+    for j, record in zip(owner, done):  # chunk order = block order within each measurement; folded as they come
+        sums[j].add(record)
+    return [_result(m, x, samples, t, seed=seed, confidence=confidence) for m, t in zip(mechanisms, sums)]
+
+
+class _BlockSums:
+    """Running Σe, Σe², Σ(x̂ − x), Σ(x̂ − x)² of one measurement, adding the chunks' block sums one
+    block at a time in plan order (the float additions of a single serial loop, on any backend)."""
+
+    def __init__(self, dim: int):
+        self.err_sum = self.err_sq = 0.0
+        self.coord_sum = np.zeros(dim)
+        self.coord_sq = np.zeros(dim)
+
+    def add(self, record: list) -> None:
+        s, q, cs, cq = record  # a checkpoint stores ±inf/nan as strings: float() reads them back
+        cs, cq = np.asarray(cs, dtype=float), np.asarray(cq, dtype=float)
+        for b in range(len(s)):
+            self.err_sum += float(s[b])
+            self.err_sq += float(q[b])
+            self.coord_sum += cs[b]
+            self.coord_sq += cq[b]
 
 
 def _mse_chunk(task) -> list:
@@ -160,22 +179,12 @@ def _checkpoint_key(mechanisms, x, samples, chunk, streams) -> dict[str, Any]:
                              for m, q in zip(mechanisms, streams)]}
 
 
-def _result(mechanism: Mechanism, x: np.ndarray, samples: int, records: list, *, seed: int | None,
+def _result(mechanism: Mechanism, x: np.ndarray, samples: int, sums: _BlockSums, *, seed: int | None,
             confidence: float) -> MSEResult:
-    """Add the chunks' block sums one block at a time in plan order, then: MSE with the CLT
-    interval mse ± z·sd/√N and the largest per-coordinate bias z-score against its Bonferroni
-    threshold Φ⁻¹(1 − α/(2d))."""
+    """From a measurement's :class:`_BlockSums`: MSE with the CLT interval mse ± z·sd/√N and the
+    largest per-coordinate bias z-score against its Bonferroni threshold Φ⁻¹(1 − α/(2d))."""
     d = mechanism.dim
-    err_sum = err_sq = 0.0
-    coord_sum = np.zeros(d)
-    coord_sq = np.zeros(d)
-    for s, q, cs, cq in records:  # a checkpoint stores ±inf/nan as strings: float() reads them back
-        cs, cq = np.asarray(cs, dtype=float), np.asarray(cq, dtype=float)
-        for b in range(len(s)):
-            err_sum += float(s[b])
-            err_sq += float(q[b])
-            coord_sum += cs[b]
-            coord_sq += cq[b]
+    err_sum, err_sq, coord_sum, coord_sq = sums.err_sum, sums.err_sq, sums.coord_sum, sums.coord_sq
     mse = err_sum / samples
     sd = np.sqrt(max(err_sq / samples - mse ** 2, 0.0) * samples / (samples - 1))
     z = float(stats.norm.isf((1 - confidence) / 2))
@@ -252,7 +261,7 @@ def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int =
 
     x defaults to a random direction of norm ``clip`` (seeded). Each measurement gets its own
     child of ``SeedSequence(seed)``; the blocks of all 2·len(ks) + 3 measurements run as one
-    :func:`fedaudit.engine.run_chunks` call with ``backend``, ``workers``, ``address``,
+    :func:`fedaudit.engine.iter_chunks` call with ``backend``, ``workers``, ``address``,
     ``checkpoint`` and ``resume`` (checked before any draw), as in :func:`measure_mse`.
     """
     from fedaudit.mechanisms.privunit import PrivUnitG
