@@ -43,14 +43,21 @@ def register_attack(name: str, factory: Callable[..., Any] | None = None, *, sum
 def make_attack(name: str, **kw: Any) -> Attack:
     """Build an attack by name (or ``"package.module:attr"``) with constructor keywords, e.g.
     ``make_attack("ipm", tau=2)``."""
-    if not isinstance(name, str) or name not in ATTACKS:
-        hint = did_you_mean(name, ATTACKS.names()) if isinstance(name, str) else ""
-        raise FedAuditError(f"unknown attack {name!r}; valid names: {', '.join(ATTACKS.names())} "
+    return _make(ATTACKS, name, kw)
+
+
+def _make(registry: Registry, name: Any, kw: dict[str, Any]) -> Any:
+    """``registry.build(name, **kw)`` with one FedAuditError for an unknown name (the valid names
+    and the nearest one) or for constructor keywords the factory rejects."""
+    what = registry.kind
+    if not isinstance(name, str) or name not in registry:
+        hint = did_you_mean(name, registry.names()) if isinstance(name, str) else ""
+        raise FedAuditError(f"unknown {what} {name!r}; valid names: {', '.join(registry.names())} "
                             f"(or 'package.module:attr'){hint}")
     try:
-        return ATTACKS.build(name, **kw)
+        return registry.build(name, **kw)
     except TypeError as err:
-        raise FedAuditError(f"bad parameters for attack {name!r}: {err}") from None
+        raise FedAuditError(f"bad parameters for {what} {name!r}: {err}") from None
 
 
 def register_sparse_attack(name: str, factory: Callable[..., Any] | None = None, *, summary: str | None = None,
@@ -62,11 +69,4 @@ def register_sparse_attack(name: str, factory: Callable[..., Any] | None = None,
 def make_sparse_attack(name: str, **kw: Any) -> Any:
     """Build a sparse-upload attack by name (or ``"package.module:attr"``), e.g.
     ``make_sparse_attack("sparse-alie", support="popular")``."""
-    if not isinstance(name, str) or name not in SPARSE_ATTACKS:
-        hint = did_you_mean(name, SPARSE_ATTACKS.names()) if isinstance(name, str) else ""
-        raise FedAuditError(f"unknown sparse attack {name!r}; valid names: {', '.join(SPARSE_ATTACKS.names())} "
-                            f"(or 'package.module:attr'){hint}")
-    try:
-        return SPARSE_ATTACKS.build(name, **kw)
-    except TypeError as err:
-        raise FedAuditError(f"bad parameters for sparse attack {name!r}: {err}") from None
+    return _make(SPARSE_ATTACKS, name, kw)
