@@ -207,17 +207,22 @@ class _Rule(ABC):
         arr, token = as_array(X)
         n = arr.shape[0]
         self._check_n(n)
-        finite = np.isfinite(arr).all(axis=1)
-        r = n - int(np.count_nonzero(finite))
-        f = self.f
-        if r:
-            tol = self.tolerance(n)
-            if r > tol:
-                raise AggregatorBreakdown(self.name, n, r, tol)
-            arr, f = arr[finite], max(self.f - r, 0)
+        arr, f = self._drop_nonfinite(arr, np.isfinite(arr).all(axis=1))
         gen = None if rng is None else as_generator(rng)
         out = _clamp_finite(to_like(core(arr, f, gen), None, arr.dtype), self.name)
         return to_like(out, token, arr.dtype)
+
+    def _drop_nonfinite(self, rows: Any, finite: Any) -> tuple[Any, int]:
+        """(the finite rows, f reduced by the r rows dropped) for a numpy array or a torch tensor and
+        its boolean row mask; an :class:`AggregatorBreakdown` when r exceeds the tolerance."""
+        n = rows.shape[0]
+        r = n - int(finite.sum())
+        if not r:
+            return rows, self.f
+        tol = self.tolerance(n)
+        if r > tol:
+            raise AggregatorBreakdown(self.name, n, r, tol)
+        return rows[finite], max(self.f - r, 0)
 
     def _apply_torch(self, X: Any, core, rng: Any) -> Any:
         """:meth:`_apply` for a torch tensor, on its device: the same checks, non-finite rows
@@ -227,14 +232,7 @@ class _Rule(ABC):
         T, out_dtype = torch_input(X)
         n = T.shape[0]
         self._check_n(n)
-        finite = _finite_rows(T)
-        r = n - int(finite.sum())
-        f = self.f
-        if r:
-            tol = self.tolerance(n)
-            if r > tol:
-                raise AggregatorBreakdown(self.name, n, r, tol)
-            T, f = T[finite], max(self.f - r, 0)
+        T, f = self._drop_nonfinite(T, _finite_rows(T))
         gen = None if rng is None else as_generator(rng)
         out = _clamp_finite(core(T, f, gen).to(T.dtype), self.name)
         return _clamp_finite(out.to(out_dtype), self.name)
