@@ -579,16 +579,14 @@ def run_chunks(fn: Callable[[T], R], chunks: Iterable[T], **options: Any) -> lis
 def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> Iterator[Any]:
     """Yield the chunks' results in chunk order: reloaded ones first as they come in order, then
     each finished one as soon as every earlier chunk is out (at most the in-flight ones wait)."""
-    n = len(chunks)
-    waiting: dict[int, Any] = {}
+    waiting: dict[int, Any] = {} if store is None else dict(store.finished)  # index -> result not yet yielded
     nxt = 0
     try:
-        done = {} if store is None else store.finished
-        for i in sorted(done):
+        for i in sorted(waiting):
             advance(units[i])
-        todo = [(i, chunks[i]) for i in range(n) if i not in done]
-        while nxt < n and nxt in done:
-            yield done.pop(nxt)
+        todo = [(i, c) for i, c in enumerate(chunks) if i not in waiting]
+        while nxt in waiting:
+            yield waiting.pop(nxt)
             nxt += 1
         if todo:
             if backend == "process":
@@ -597,8 +595,8 @@ def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> I
                                             backend=backend, address=address):
                 waiting[i] = result if store is None else store.record(i, result)
                 advance(units[i])
-                while nxt < n and (nxt in waiting or nxt in done):
-                    yield waiting.pop(nxt) if nxt in waiting else done.pop(nxt)
+                while nxt in waiting:
+                    yield waiting.pop(nxt)
                     nxt += 1
     finally:
         if store is not None:
