@@ -1,4 +1,4 @@
-"""Aggregator speed, side by side with ByzFL 0.0.11 when it can be imported.
+"""Aggregator speed, side by side with ByzFL 0.0.11 and ByzPy 0.1.4 when they can be imported.
 
 Two settings on float32 inputs: n=21, f=5, d=10^6 and n=100, f=20, d=10^5. For each: the
 one-pass floor ``X.sum(0)``, ``np.sort(X, axis=0)`` as a reference row, then every fedaudit
@@ -11,13 +11,28 @@ CPU path runs next to numpy on the same rows (``torch.from_numpy(X)``): its time
 torch's own ``T.sum(0)`` floor measured in the same run, whether the rule is ``torch_native``
 (aggregated by torch on the tensor's device) or copies the tensor to the host, and the largest
 difference from the numpy result. Usage:
-``python benchmarks/aggregators.py [--repeat 3] [--quick] [--threads N] [--no-torch] [--json FILE]``.
+``python benchmarks/aggregators.py [--repeat 3] [--quick] [--threads N] [--no-torch] [--no-byzfl]
+[--no-byzpy] [--json FILE]``.
 The torch table of a setting is timed after all its numpy timings.
 
 ByzFL is not a dependency: ``pip install --no-deps byzfl==0.0.11`` brings it in. Its package
 ``__init__`` also imports its training benchmark (torchvision, seaborn); if those are missing,
 the aggregator modules (which need only numpy, scipy and torch) are loaded without running that
 ``__init__`` — the rule code is the unmodified 0.0.11 wheel.
+
+ByzPy 0.1.4 is not a dependency either: ``pip install --no-deps byzpy==0.1.4`` (its metadata
+pins torch<2.6 and numpy<2.1; its aggregators need only torch and numpy, and run unmodified on
+newer ones). When it is installed, a ByzPy table follows the torch table of each setting
+(``--no-byzpy`` skips it): ByzPy's rule on the same float32 rows, given as ByzPy takes them (a
+list of ``torch.from_numpy(X)`` row views — ByzPy computes with torch whatever the input, and
+refuses numpy rows), its best-of-``--repeat`` time after one warm-up call, the speed-up of our
+numpy and torch paths over it, the largest difference from our numpy result, and whether both
+compute the same definition. ByzPy's parameters are chosen to match ours (Krum is built with
+f + 1, which makes its n − f − 1 neighbours Blanchard's n − f − 2; centered clipping with our τ,
+iteration count and median start; bucketing with the permutation ours draws from ``rng=0``).
+Where the definitions still differ (Multi-Krum's neighbour count; the lower middle value that
+ByzPy's torch.median takes at even n, in CWMed, Meamed and CC's start point) the row is timed
+but marked "differs" and left out of the "ahead on every shared rule" verdict.
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ import numpy as np
 import fedaudit.kernels as kernels
 from fedaudit.defenses import AGGREGATORS, PREAGGREGATORS, make_aggregator
 from fedaudit.kernels import centered_gram, cw_median, weiszfeld
+from fedaudit.rng import as_generator
 
 SETTINGS = [(21, 5, 10**6), (100, 20, 10**5)]
 QUICK = [(21, 5, 10**5), (100, 20, 10**4)]
@@ -103,6 +119,121 @@ def byzfl_rule(bz: Any, name: str, f: int) -> Callable[[np.ndarray], np.ndarray]
     return cls() if name in ("Median", "GeometricMedian") else cls(f=f)
 
 
+def load_byzpy() -> tuple[Any, str]:
+    """(namespace with ByzPy's rule classes and its torch module, description) or (None, reason)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("byzpy")
+    except PackageNotFoundError:
+        return None, "byzpy not installed (pip install --no-deps byzpy==0.1.4)"
+    if found != "0.1.4":
+        return None, f"byzpy not installed as 0.1.4 (found {found})"
+    try:
+        import torch
+        from byzpy.aggregators.coordinate_wise import CoordinateWiseMedian, CoordinateWiseTrimmedMean, MeanOfMedians
+        from byzpy.aggregators.geometric_wise import GeometricMedian, Krum, MinimumDiameterAveraging, MultiKrum
+        from byzpy.aggregators.norm_wise import CenteredClipping
+        from byzpy.pre_aggregators import ARC, Bucketing, Clipping, NearestNeighborMixing
+    except Exception as exc:  # noqa: BLE001 - report, never fail the benchmark
+        return None, f"byzpy 0.1.4 not importable ({exc})"
+    ns = types.SimpleNamespace(
+        torch=torch, CoordinateWiseMedian=CoordinateWiseMedian, CoordinateWiseTrimmedMean=CoordinateWiseTrimmedMean,
+        MeanOfMedians=MeanOfMedians, GeometricMedian=GeometricMedian, Krum=Krum,
+        MinimumDiameterAveraging=MinimumDiameterAveraging, MultiKrum=MultiKrum, CenteredClipping=CenteredClipping,
+        ARC=ARC, Bucketing=Bucketing, Clipping=Clipping, NearestNeighborMixing=NearestNeighborMixing)
+    return ns, "byzpy 0.1.4"
+
+
+def byzpy_rule(bp: Any, name: str, rule: Any, n: int,
+               f: int) -> tuple[str, Callable[[list], Any], bool, str] | None:
+    """ByzPy's counterpart of our rule ``name`` (instance ``rule``, whose parameters it copies):
+    (label, callable on the list of row tensors, same definition, note), or None when ByzPy has no
+    such rule (mean, Bulyan)."""
+    lower = "" if n % 2 else ("differs at even n: ByzPy's torch.median takes the lower middle value, ours the mean "
+                              "of the two middle values")
+    if name == "cwtm":
+        return "CoordinateWiseTrimmedMean", bp.CoordinateWiseTrimmedMean(f).aggregate, True, ""
+    if name == "cwmed":
+        return "CoordinateWiseMedian", bp.CoordinateWiseMedian().aggregate, not lower, lower
+    if name == "meamed":
+        return "MeanOfMedians", bp.MeanOfMedians(f).aggregate, not lower, lower
+    if name == "krum":
+        return ("Krum(f+1)", bp.Krum(f + 1).aggregate, True,
+                "built with f+1: ByzPy scores with n−f'−1 neighbours, so n−f−2 as Blanchard and ours")
+    if name == "multikrum":
+        return ("MultiKrum(q=n−f)", bp.MultiKrum(f, q=n - f).aggregate, False,
+                "differs: ByzPy scores with n−f−1 neighbours (Blanchard, ours: n−f−2); built with f+1 it caps "
+                "q at n−f−1")
+    if name == "gm":
+        return ("GeometricMedian", bp.GeometricMedian().aggregate, True,
+                "same argmin from the same start; ByzPy stops at ‖Δz‖ ≤ 1e-6 (≤ 256 iterations), ours at "
+                "‖Δz‖ ≤ 1e-8·r")
+    if name == "mda":
+        return "MinimumDiameterAveraging", bp.MinimumDiameterAveraging(f).aggregate, True, "both exact searches"
+    if name == "cc":
+        cc = bp.CenteredClipping(c_tau=rule.tau, M=rule.iters, init="median")
+        return f"CenteredClipping(M={rule.iters})", cc.aggregate, not lower, lower
+    if name == "nnm":
+        return "NearestNeighborMixing", bp.NearestNeighborMixing(f).pre_aggregate, True, ""
+    if name == "bucketing":
+        perm = as_generator(0).permutation(n)  # the permutation our rule draws from rng=0
+        return (f"Bucketing({rule.s})", bp.Bucketing(rule.s, perm=perm).pre_aggregate, True,
+                "ByzPy given the permutation ours draws from rng=0")
+    if name == "arc":
+        return "ARC", bp.ARC(f).pre_aggregate, True, ""
+    if name == "clipping":
+        return f"Clipping({rule.c:g})", bp.Clipping(rule.c).pre_aggregate, True, ""
+    if name in ("nnm+cwtm", "nnm+gm"):
+        nnm = bp.NearestNeighborMixing(f)
+        inner = bp.CoordinateWiseTrimmedMean(f) if name == "nnm+cwtm" else bp.GeometricMedian()
+        label = "NNM+" + ("CoordinateWiseTrimmedMean" if name == "nnm+cwtm" else "GeometricMedian")
+        return label, lambda rows: inner.aggregate(nnm.pre_aggregate(rows)), True, ""
+    return None
+
+
+def byzpy_table(rules: list[tuple[str, Any, np.ndarray, float]], X: np.ndarray, repeat: int, bp: Any, n: int,
+                f: int, torch_s: dict[str, float]) -> dict[str, Any]:
+    """ByzPy on the same rows, timed after every numpy and torch timing of the setting: per shared
+    rule its time, the speed-up ByzPy time / ours of our numpy path and (``torch_s``) our torch
+    path, the largest difference from our numpy result and whether the definitions agree."""
+    torch = bp.torch
+    rows_t = list(torch.from_numpy(X))  # ByzPy's input: a sequence of tensors (row views, no copy)
+    print(f"ByzPy 0.1.4 on the same rows (a list of torch.from_numpy(X) rows), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} intra-op thread(s)")
+    print(f"{'rule':<14} {'ByzPy rule':<28} {'ByzPy ms':>9} {'vs numpy':>9} {'vs torch':>9} {'max|Δ|':>9}  definition")
+    rows, notes, behind = [], [], []
+    for name, rule, out, ours_s in rules:
+        spec = byzpy_rule(bp, name, rule, n, f)
+        if spec is None:
+            continue
+        label, fn, same, note = spec
+        res = fn(rows_t)
+        res = torch.stack(res) if isinstance(res, list) else res
+        delta = float(np.max(np.abs(res.numpy().astype(np.float64) - np.asarray(out, dtype=np.float64))))
+        t = best_time(lambda: fn(rows_t), repeat)
+        row: dict[str, Any] = {"rule": name, "byzpy_rule": label, "byzpy_s": t, "speedup_numpy": t / ours_s,
+                               "max_abs_diff": delta, "same_definition": same}
+        line = f"{name:<14} {label:<28} {t * 1e3:>9.1f} {t / ours_s:>8.1f}×"
+        if name in torch_s:
+            row["speedup_torch"] = t / torch_s[name]
+            line += f" {t / torch_s[name]:>8.1f}×"
+        else:
+            line += " " * 10
+        line += f" {delta:>9.2e}  {'same' if same else 'differs'}"
+        if note:
+            row["note"] = note
+            notes.append(f"  {name}: {note}")
+        if same and min(row["speedup_numpy"], row.get("speedup_torch", math.inf)) <= 1.0:
+            behind.append(name)
+        print(line)
+        rows.append(row)
+    verdict = ("fedaudit ahead of ByzPy on every shared rule (numpy and torch paths): "
+               + ("met" if not behind else f"NOT met ({', '.join(behind)})"))
+    print("\n".join(notes + [verdict]))
+    return {"byzpy": "0.1.4", "rows": rows, "ahead_on_every_shared_rule": not behind, "behind": behind}
+
+
 def our_rules(n: int, f: int) -> list[tuple[str, Any, str]]:
     """(label, rule or None, note)."""
     rows = []
@@ -135,7 +266,7 @@ def gm_iterations(X: np.ndarray) -> int:
     return weiszfeld(G, 1e-8, 1000, 1e-12)[1]
 
 
-def torch_table(rules: list[tuple[str, Any, np.ndarray]], X: np.ndarray, repeat: int, bz: Any,
+def torch_table(rules: list[tuple[str, Any, np.ndarray, float]], X: np.ndarray, repeat: int, bz: Any,
                 torch: Any, f: int) -> dict[str, Any]:
     """The torch CPU path on ``torch.from_numpy(X)``, timed after every numpy timing (OpenBLAS
     threads that still spin after a numpy call would otherwise slow torch's threads down): per
@@ -143,7 +274,7 @@ def torch_table(rules: list[tuple[str, Any, np.ndarray]], X: np.ndarray, repeat:
     from the numpy result, and ByzFL on the same tensor."""
     T = torch.from_numpy(X)
     timings = []
-    for name, rule, out in rules:
+    for name, rule, out, _ in rules:
         res = rule(T, rng=0)
         t = best_time(lambda: rule(T, rng=0), repeat)
         delta = float(np.max(np.abs(res.numpy().astype(np.float64) - np.asarray(out, dtype=np.float64))))
@@ -170,7 +301,8 @@ def torch_table(rules: list[tuple[str, Any, np.ndarray]], X: np.ndarray, repeat:
     return {"torch": torch.__version__, "floor_s": floor, "rows": rows}
 
 
-def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any) -> dict[str, Any]:
+def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any, bp: Any = None,
+                bp_desc: str = "byzpy not installed") -> dict[str, Any]:
     X = np.random.default_rng(0).normal(size=(n, d)).astype(np.float32)
     X[:f] += 3.0  # f shifted rows, as a mild attack
     floor = best_time(lambda: X.sum(0), max(5, repeat))
@@ -187,8 +319,8 @@ def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any) -> dic
             rows.append({"rule": name, "note": note})
             continue
         out = rule(X, rng=0)
-        timed.append((name, rule, out))
         t = best_time(lambda: rule(X, rng=0), repeat)
+        timed.append((name, rule, out, t))
         row: dict[str, Any] = {"rule": name, "ours_s": t, "ratio": t / floor}
         line = f"{name:<14} {t * 1e3:>9.1f} {t / floor:>8.1f}"
         target_txt = ""
@@ -222,8 +354,15 @@ def run_setting(n: int, f: int, d: int, repeat: int, bz: Any, torch: Any) -> dic
         print(line + ("  " + target_txt if target_txt else ""))
         rows.append(row)
     result = {"n": n, "f": f, "d": d, "dtype": "float32", "floor_s": floor, "rows": rows}
+    torch_s: dict[str, float] = {}
     if torch is not None:
         result["torch_cpu"] = torch_table(timed, X, repeat, bz, torch, f)
+        torch_s = {row["rule"]: row["torch_s"] for row in result["torch_cpu"]["rows"]}
+    if bp is None:
+        print(f"ByzPy: {bp_desc}")
+        result["byzpy"] = {"not_run": bp_desc}
+    else:
+        result["byzpy"] = byzpy_table(timed, X, repeat, bp, n, f, torch_s)
     return result
 
 
@@ -232,6 +371,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="d ten times smaller (a smoke run)")
     ap.add_argument("--no-byzfl", action="store_true", help="skip the ByzFL comparison")
+    ap.add_argument("--no-byzpy", action="store_true", help="skip the ByzPy comparison")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch CPU column")
     ap.add_argument("--threads", type=int, default=None,
                     help="cap the threads of fedaudit's coordinate-wise kernels and torch's intra-op threads "
@@ -246,6 +386,10 @@ def main() -> None:
           f"fedaudit's coordinate-wise kernels (BLAS threads as configured); {desc}")
     if bz is None:
         print("byzfl not importable")
+    bp, bp_desc = (None, "byzpy not run (--no-byzpy)") if args.no_byzpy else load_byzpy()
+    print(bp_desc)
+    if bp is not None and args.threads is not None:
+        bp.torch.set_num_threads(max(1, args.threads))
     torch = None
     if not args.no_torch:
         try:
@@ -257,10 +401,12 @@ def main() -> None:
             torch.set_num_threads(max(1, args.threads))
         gpu = "a CUDA device is available but not timed here" if torch.cuda.is_available() else "no GPU available"
         print(f"torch {torch.__version__}, CPU tensors, {torch.get_num_threads()} intra-op thread(s); {gpu}")
-    results = [run_setting(n, f, d, args.repeat, bz, torch) for n, f, d in (QUICK if args.quick else SETTINGS)]
+    results = [run_setting(n, f, d, args.repeat, bz, torch, bp, bp_desc)
+               for n, f, d in (QUICK if args.quick else SETTINGS)]
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"numpy": np.__version__, "machine": platform.machine(), "byzfl": desc, "threads": threads,
+            json.dump({"numpy": np.__version__, "machine": platform.machine(), "byzfl": desc, "byzpy": bp_desc,
+                       "threads": threads,
                        "torch": None if torch is None else torch.__version__,
                        "repeat": args.repeat, "settings": results}, fh, indent=2)
 
