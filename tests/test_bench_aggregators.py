@@ -81,7 +81,11 @@ def test_setting_reports_byzpy_speedups_and_a_missing_byzpy(bench, byzpy, capsys
     for row in rows.values():
         assert row["byzpy_s"] > 0 and row["speedup_numpy"] > 0 and row["speedup_torch"] > 0
         assert np.isfinite(row["max_abs_diff"])
-    assert isinstance(res["byzpy"]["ahead_on_every_shared_rule"], bool)
+    for path in ("numpy", "torch"):  # the verdict lists exactly the same-definition rules we are not faster on
+        assert res["byzpy"][f"behind_{path}"] == [name for name, row in rows.items()
+                                                  if row["same_definition"] and row[f"speedup_{path}"] <= 1.0]
+    assert res["byzpy"]["ahead_on_every_shared_rule"] == (not res["byzpy"]["behind_numpy"]
+                                                          and not res["byzpy"]["behind_torch"])
     assert "ByzPy 0.1.4 on the same rows" in capsys.readouterr().out
 
     res = bench.run_setting(21, 5, 400, 1, None, None)
