@@ -1,8 +1,9 @@
 """Claim kind ``flower``: keys, cross-checks, the strategies it runs, its title and work units (no simulation).
 
-The kind's real run is in the fast suite as the second ``run_simulation`` of
-``tests/test_flower_simulation.py`` (it must reproduce that file's first simulation exactly); the
-shipped plan through ``fedaudit run`` is ``slow`` here.
+In the fast suite the kind runs through ``run_plan`` on the outcomes of the one simulation of
+``tests/test_flower_simulation.py`` (its call of ``run_flower`` checked keyword by keyword); its own
+real simulation (which must reproduce that one exactly) is ``slow`` there, and the shipped plan
+through ``fedaudit run`` is ``slow`` here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""The real Flower simulation engine (``flwr.simulation.run_simulation``, Ray, 2 CPUs): two calls in all.
+"""The real Flower simulation engine (``flwr.simulation.run_simulation``, Ray, 2 CPUs): one call in the fast suite.
 
-The first runs six strategies on one grid of 10 digits clients; the attack-free FedAvg run is
-checked against the same federated training recomputed in numpy without Flower. The second is the
-``flower`` claim kind end to end, whose attacked runs must repeat the first simulation's exactly.
+It runs eight strategies on one grid of 10 digits clients, and every test here reads that one run.
+The attack-free FedAvg run, the server-attacked runs and the LDP run are each checked against the
+same federated training recomputed in numpy without Flower (so seeding by partition and round
+rather than by Flower's random node ids, and each node's privacy account across Ray actors, are
+checked on one simulation). The ``flower`` claim kind is checked through ``run_plan`` on this run's
+outcomes; its own real simulation, which must repeat these runs exactly, is ``slow``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from fedaudit.fl.models import LogisticModel
 from fedaudit.fl.partition import partition
 from fedaudit.integrations.flower import choose_byzantine
 from fedaudit.accounting.ledger import Ledger
+from fedaudit.attacks import ALIE
 from fedaudit.integrations.flower.ldp import REFUSED_CODE, ldp_decoder, ldp_mod
 from fedaudit.integrations.flower.simulation import StrategySpec, run_flower
 from fedaudit.integrations.flower.strategy import STRATEGY_KEY
 from fedaudit.mechanisms import make_mechanism
-from fedaudit.rng import derive_seed
+from fedaudit.rng import derive_generator, derive_seed
 
 CLIENTS, ROUNDS, SEED, STEPS, LR = 10, 5, 0, 20, 0.5
 ALIE30 = {"z": 30}
@@ -33,6 +37,7 @@ LEDGER = Ledger()
 DECODER = ldp_decoder(MECH, ledger=LEDGER, **BUDGET)
 SPECS = [
     StrategySpec("mean"),
+    StrategySpec("nnm+cwtm", f=2),
     StrategySpec("mean", f=2, attack="alie", attack_params=ALIE30),
     StrategySpec("nnm+cwtm", f=2, attack="alie", attack_params=ALIE30),
     StrategySpec("nnm+cwtm", f=2, client_attack="nonfinite"),
@@ -55,23 +60,51 @@ def run():
     return out
 
 
-def _numpy_fedavg(rounds: int) -> tuple[list[float], np.ndarray]:
-    """FedAvg of the same clients without Flower: x ← x + mean_p(GD_p^STEPS(x) − x)."""
+def _numpy_run(aggregate) -> tuple[list[float], np.ndarray]:
+    """The same federated training without Flower: x ← x + aggregate(r, U_r), U_r[p] = GD_p^STEPS(x) − x on
+    partition p (all ten, in partition order); returns (accuracy after rounds 0..ROUNDS, final x)."""
     data = load_digits_dataset(rng=derive_seed(SEED, "flower-data"))
     parts = partition(data.y_train, CLIENTS, "iid", rng=derive_seed(SEED, "flower-partition"), min_size=1)
     model = LogisticModel(data.n_features, 10, mu=0.0)
     x, acc = model.init(), []
     acc.append(model.accuracy(x, data.X_test, data.y_test))
-    for _ in range(rounds):
+    for r in range(1, ROUNDS + 1):
         rows = []
         for idx in parts:
             z = x.copy()
             for _ in range(STEPS):
                 z = z - LR * model.grad(z, data.X_train[idx], data.y_train[idx])
             rows.append(z - x)
-        x = x + make_aggregator("mean", 0)(np.array(rows))
+        x = x + aggregate(r, np.array(rows))
         acc.append(model.accuracy(x, data.X_test, data.y_test))
     return acc, x
+
+
+def _fedavg(r: int, U: np.ndarray) -> np.ndarray:
+    return make_aggregator("mean", 0)(U)
+
+
+def _server_round(rule: str, alie: bool):
+    """The server's round: with ``alie``, rows B = choose_byzantine(seed, r) ← ALIE(z=30) of the honest rows
+    on derive_generator(seed, "flower-attack;round=r"); then the rule (f=2) on
+    derive_generator(seed, "flower-rule;round=r")."""
+    def aggregate(r: int, U: np.ndarray) -> np.ndarray:
+        if alie:
+            byz = choose_byzantine(CLIENTS, 2, SEED, r)
+            honest = np.setdiff1d(np.arange(CLIENTS), byz)
+            U[byz] = ALIE(**ALIE30)(U[honest], 2, derive_generator(SEED, f"flower-attack;round={r}"))
+        return make_aggregator(rule, 2)(U, rng=derive_generator(SEED, f"flower-rule;round={r}"))
+    return aggregate
+
+
+def _ldp_mean(r: int, U: np.ndarray) -> np.ndarray:
+    """Rounds 1-3: the mean of decode(reports), report p = encode(U[p]) on derive_generator(seed,
+    "flower-ldp;partition=p;round=r"); rounds 4-5 every client's budget refuses it and the model is kept."""
+    if r > 3:
+        return np.zeros(U.shape[1])
+    reports = np.stack([MECH.encode(U[p][None, :], derive_generator(SEED, f"flower-ldp;partition={p};round={r}"))[0]
+                        for p in range(CLIENTS)])
+    return make_aggregator("mean", 0)(MECH.decode(reports))
 
 
 def test_every_strategy_ran_every_round_with_no_client_error(run):
@@ -86,11 +119,30 @@ def test_every_strategy_ran_every_round_with_no_client_error(run):
 
 
 def test_attack_free_fedavg_is_the_numpy_recomputation(run):
-    acc, x = _numpy_fedavg(ROUNDS)
+    acc, x = _numpy_run(_fedavg)
     o = run["mean/none"]
     assert list(o.accuracy) == acc
     np.testing.assert_allclose(o.final_model, x, rtol=1e-12, atol=1e-12)
     assert o.final_accuracy > 0.9
+
+
+@pytest.mark.parametrize("name", ["nnm+cwtm/none", "mean/alie", "nnm+cwtm/alie"])
+def test_robust_and_server_attacked_runs_are_the_numpy_recomputation(run, name):
+    """The attacked clients, the attack and the rule are seeded by (seed, round) only, never by Flower's
+    node ids or the Ray actor that trained a client."""
+    rule, attack = name.split("/")
+    acc, x = _numpy_run(_server_round(rule, alie=attack == "alie"))
+    assert list(run[name].accuracy) == acc
+    np.testing.assert_allclose(run[name].final_model, x, rtol=1e-12, atol=1e-12)
+
+
+def test_ldp_run_is_the_numpy_recomputation_of_the_seeded_reports(run):
+    """Ten nodes on two Ray actors, each actor holding its own pickled copy of the mod: the reports are seeded
+    by (seed, partition, round) and each node's budget follows the node (three reports, then refusals), so the
+    run equals the recomputation with every client reporting in rounds 1-3 and none after."""
+    acc, x = _numpy_run(_ldp_mean)
+    assert list(run["mean/ldp"].accuracy) == acc
+    np.testing.assert_allclose(run["mean/ldp"].final_model, x, rtol=1e-12, atol=1e-12)
 
 
 def test_alie_hurts_fedavg_and_nnm_cwtm_stays_close_to_attack_free(run):
@@ -126,32 +178,81 @@ def test_client_side_model_and_data_poisoning_change_the_run(run):
     assert all(d["dist_to_honest_mean"] > 0.5 * d["aggregate_norm"] for d in sign.diagnostics)
 
 
-def test_same_seed_same_attacked_clients_and_accuracy_through_the_flower_claim_kind(run):
-    """The second simulation: the ``flower`` claim kind with its seed pinned to SEED runs NNM+CWTM and FedAvg
-    under the same ALIE, so both must repeat the first simulation's runs exactly."""
+CLAIM = {"id": "fl", "kind": "flower", "seed": SEED, "clients": CLIENTS, "rounds": ROUNDS, "lr": LR,
+         "local_steps": STEPS, "aggregator": "nnm+cwtm", "attack": "alie", "attack_params": ALIE30, "f": 2,
+         "min_accuracy": 0.9, "max_accuracy_drop": 0.03}
+
+
+def _check_flower_claim(report, run) -> None:
+    """The claim's evidence, verdict and summary are those of the module run's clean, attacked and
+    FedAvg-attacked strategies, and the report is schema-valid."""
     import json
 
     import jsonschema
 
-    from fedaudit.experiments.runner import run_plan
     from fedaudit.reports import load_schema
 
-    claim = {"id": "fl", "kind": "flower", "seed": SEED, "clients": CLIENTS, "rounds": ROUNDS, "lr": LR,
-             "local_steps": STEPS, "aggregator": "nnm+cwtm", "attack": "alie", "attack_params": ALIE30, "f": 2,
-             "min_accuracy": 0.9, "max_accuracy_drop": 0.03}
-    report = run_plan({"plan": {"title": "flower", "seed": 0}, "claim": [claim]})
     (c,) = report.claims
     assert c.error is None and c.verdict == "PASS", c.summary
     ev, runs = c.evidence, c.evidence["runs"]
-    for mine, theirs in (("attacked", "nnm+cwtm/alie"), ("fedavg-attacked", "mean/alie")):
+    for mine, theirs in (("clean", "nnm+cwtm/none"), ("attacked", "nnm+cwtm/alie"), ("fedavg-attacked", "mean/alie")):
         assert runs[mine]["accuracy"] == list(run[theirs].accuracy)
         assert runs[mine]["byzantine"] == [list(b) for b in run[theirs].byzantine]
     assert ev["accuracy_fedavg_attacked"] == run["mean/alie"].final_accuracy
     assert ev["accuracy_attacked"] == run["nnm+cwtm/alie"].final_accuracy
+    assert ev["accuracy_clean"] == run["nnm+cwtm/none"].final_accuracy
     assert ev["accuracy_clean"] - ev["accuracy_attacked"] == ev["accuracy_drop"] <= 0.03
     assert ev["client_errors"] == 0 and ev["attack_at"] == "server"
     assert "FedAvg under the same attack" in c.summary and "min_accuracy 0.9 met" in c.summary
     jsonschema.validate(json.loads(json.dumps(report.seal().to_dict())), load_schema())
+
+
+def _spec_key(spec: StrategySpec) -> dict:
+    return {k: v for k, v in spec.to_dict().items() if k not in ("label", "name")}
+
+
+def test_the_flower_claim_kind_asks_run_flower_for_this_modules_runs(run, monkeypatch):
+    """The ``flower`` claim kind through ``run_plan``, its simulation served from the module's run: the kind
+    must call run_flower with the claim's settings (keywords of run_flower's own signature) and ask for
+    strategies equal (but for their labels) to the module's, and report those runs. The kind's own real
+    simulation: test_same_seed_same_attacked_clients_and_accuracy_through_the_flower_claim_kind (slow)."""
+    import dataclasses
+    import inspect
+
+    from fedaudit.experiments.runner import run_plan
+    from fedaudit.integrations.flower import simulation
+
+    by_spec, calls = {repr(_spec_key(o.spec)): o for o in run.outcomes}, []
+
+    def served(**kwargs):
+        inspect.signature(run_flower).bind(**kwargs)
+        calls.append(kwargs)
+        outcomes = tuple(dataclasses.replace(by_spec[repr(_spec_key(s))], name=s.name, spec=s)
+                         for s in kwargs["strategies"])
+        for _ in range(ROUNDS * len(outcomes)):
+            kwargs["progress"](1)
+        return dataclasses.replace(run, outcomes=outcomes)
+
+    monkeypatch.setattr(simulation, "run_flower", served)
+    report = run_plan({"plan": {"title": "flower", "seed": 0}, "claim": [CLAIM]}, engine={"backend": "serial"})
+    (call,) = calls
+    assert {k: call[k] for k in ("clients", "rounds", "seed", "local_steps", "lr", "dataset", "partition",
+                                 "beta")} == {"clients": CLIENTS, "rounds": ROUNDS, "seed": SEED,
+                                              "local_steps": STEPS, "lr": LR, "dataset": "digits",
+                                              "partition": "iid", "beta": None}
+    assert [s.name for s in call["strategies"]] == ["clean", "attacked", "fedavg-attacked"]
+    _check_flower_claim(report, run)
+
+
+@pytest.mark.slow
+def test_same_seed_same_attacked_clients_and_accuracy_through_the_flower_claim_kind(run):
+    """A second real simulation: the ``flower`` claim kind with its seed pinned to SEED runs NNM+CWTM clean and
+    attacked and FedAvg under the same ALIE, so all three must repeat the first simulation's runs exactly.
+    In the fast suite the kind's wiring is test_the_flower_claim_kind_asks_run_flower_for_this_modules_runs and
+    the runs' seeding the numpy recomputations (test_robust_and_server_attacked_runs_are_the_numpy_recomputation)."""
+    from fedaudit.experiments.runner import run_plan
+
+    _check_flower_claim(run_plan({"plan": {"title": "flower", "seed": 0}, "claim": [CLAIM]}), run)
 
 
 def test_a_strategy_with_its_own_ldp_mod_and_decoder(run):
