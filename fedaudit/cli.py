@@ -302,10 +302,11 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
 
     check_output_file("--plot", args.plot, plot=True)
     check_output_file("--json", args.json)
+    engine = _engine_flags(args)
     total = args.samples * (2 * len(args.k) + 3)
     with progress_bar(total, "reports", args.quiet, args.progress_every) as advance:
         curve = variance_vs_dk(args.dim, args.k, args.epsilon, levels=args.levels, clip=args.clip,
-                               samples=args.samples, seed=args.seed, progress=advance)
+                               samples=args.samples, seed=args.seed, progress=advance, **engine)
     print_variance(out, curve)
     if args.plot:
         out.print(f"plot: {save_figure(variance_figure(curve), args.plot)}")
@@ -333,24 +334,46 @@ def _load_sampler(spec: str):
 
 
 def _engine_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """``--backend/--workers/--address/--checkpoint/--resume`` as ``audit_pair`` keywords, checked
-    before any work with :func:`fedaudit.engine.check_run_options` one flag at a time, so a bad
-    value is a FedAuditError (exit 2) naming its flag. An unset ``--backend`` is audit_ldp's default."""
-    import inspect
-
-    from fedaudit.audit.ldp import audit_ldp
+    """The engine flags of ``args`` (:func:`_engine_options`) as keywords, checked before any work
+    with :func:`fedaudit.engine.check_run_options` one flag at a time, so a bad value is a
+    FedAuditError (exit 2) naming its flag. Unset flags stay None (the engine's default,
+    :func:`fedaudit.engine.default_backend`); only the flags the command has are returned."""
     from fedaudit.engine import check_run_options
 
-    backend = args.backend or inspect.signature(audit_ldp).parameters["backend"].default
-    values = (backend, args.workers, args.address, args.checkpoint, args.resume)
+    checkpoint = getattr(args, "checkpoint", None)
+    resume = getattr(args, "resume", False)
+    values = (args.backend, args.workers, args.address, checkpoint, resume)
     for flag, given in (("--backend", 1), ("--workers", 2), ("--address", 3), ("--resume", 5)):
         try:
             check_run_options(*values[:given])
         except FedAuditError as exc:
             raise FedAuditError(f"{flag}: {exc}") from None
-    check_output_file("--checkpoint", args.checkpoint)
-    return dict(backend=args.backend, workers=args.workers, address=args.address, checkpoint=args.checkpoint,
-                resume=args.resume)
+    flags = dict(backend=args.backend, workers=args.workers, address=args.address)
+    if hasattr(args, "checkpoint"):
+        check_output_file("--checkpoint", checkpoint)
+        flags.update(checkpoint=checkpoint, resume=resume)
+    return flags
+
+
+def _engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | None = None) -> None:
+    """Add ``--backend/--workers/--address`` (and, when ``checkpoint`` names what is recorded,
+    ``--checkpoint/--resume``) to ``p``: where ``what`` runs; the result is the same on every backend."""
+    eng = p.add_argument_group(f"engine (where {what} run; the result is the same on every backend)")
+    eng.add_argument("--backend", default=None, metavar="{process,serial,ray}",
+                     help="process: local worker processes; serial: this process; ray: Ray (pip install "
+                          "'fedaudit[ray]') (default process, or $FEDAUDIT_BACKEND)")
+    eng.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="worker processes, or Ray tasks in flight / 2 (default: the CPUs, or $FEDAUDIT_WORKERS; "
+                          "ignored by serial)")
+    eng.add_argument("--address", default=None, metavar="ADDR",
+                     help="--backend ray: the cluster to join, 'auto' or [ray://]host:port (default: a new local "
+                          "instance)")
+    if checkpoint is not None:
+        eng.add_argument("--checkpoint", default=None, metavar="FILE",
+                         help=f"record each finished {checkpoint} here (JSON lines)")
+        eng.add_argument("--resume", action="store_true",
+                         help="continue --checkpoint FILE: only unfinished chunks are computed; a checkpoint of "
+                              "other arguments is refused")
 
 
 def cmd_audit_ldp(args: argparse.Namespace) -> int:
@@ -487,6 +510,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
     from fedaudit.reports.heatmap import plot_heatmaps
     from fedaudit.reports.terminal import print_stress
 
+    engine = _engine_flags(args)
     specs = [normalise_spec(a) for a in args.aggregators.split(",") if a.strip()]
     params = {spec: kw for spec, kw in _agg_params(args.agg_param, specs).items() if kw}
     config = StressConfig(aggregators=specs, attacks=args.attacks.split(","),
@@ -498,7 +522,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
     out_dir = create_directory(args.out, what="results directory")
     with directory_lock(out_dir, what="results directory"), \
             progress_bar(len(config.cells()), "cells", args.quiet, args.progress_every) as advance:
-        res = run_stress(config, args.out, workers=args.workers, backend=args.backend, progress=advance,
+        res = run_stress(config, args.out, **engine, progress=advance,
                          on_start=lambda todo, skipped: advance(skipped), draw=plot_heatmaps)
     never = set(res.missed_target)
     missed = {(agg, f, b): sum(Cell(agg, t, f, b).key in never for t in config.attacks)
@@ -1008,21 +1032,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draws per input per candidate pair with --pair search (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
-    eng = p.add_argument_group("engine (where the certification chunks run; a fixed --pair only, not --pair "
-                               "search; the result is the same on every backend)")
-    eng.add_argument("--backend", default=None, metavar="{process,serial,ray}",
-                     help="process: local worker processes; serial: this process; ray: Ray (pip install "
-                          "'fedaudit[ray]') (default serial, audit_ldp's)")
-    eng.add_argument("--workers", type=int, default=None, metavar="N",
-                     help="worker processes, or Ray tasks in flight / 2 (default: the CPUs; ignored by serial)")
-    eng.add_argument("--address", default=None, metavar="ADDR",
-                     help="--backend ray: the cluster to join, 'auto' or [ray://]host:port (default: a new local "
-                          "instance)")
-    eng.add_argument("--checkpoint", default=None, metavar="FILE",
-                     help="record each finished certification chunk here (JSON lines)")
-    eng.add_argument("--resume", action="store_true",
-                     help="continue --checkpoint FILE: only unfinished chunks are drawn; a checkpoint of other "
-                          "arguments is refused")
+    _engine_options(p, "the candidate audits and the certification chunks", checkpoint="certification chunk")
     p.set_defaults(func=cmd_audit_ldp)
 
     p = audit.add_parser("scores", help="certify a lower bound on ε from attack scores of runs with and without "
@@ -1052,6 +1062,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--plot", default=None, help="write a log–log image here (.png, .svg, .pdf, …; checked first)")
     p.add_argument("--json", default=None, help="write the curve as JSON here (checked before the run)")
+    _engine_options(p, "the measurement blocks", checkpoint="block of reports")
     p.set_defaults(func=cmd_audit_variance)
 
     for name, count in (("dpsgd", "--steps"), ("fedavg-dp", "--rounds")):
@@ -1154,9 +1165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-optimal-attack", action="store_true",
                    help="use the attacks' default scale instead of a line search against the aggregator")
     p.add_argument("--seed", type=int, default=0, help="root seed; each cell's seed derives from it and the cell key")
-    p.add_argument("--workers", type=int, default=None, help="parallel cells (default: CPU count)")
-    p.add_argument("--backend", default="process", choices=("process", "serial", "ray"),
-                   help="where cells run: local processes (default), this process, or Ray")
+    _engine_options(p, "the grid cells")
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="report rounds to reach it; exit 1 if some cell never does")
     p.add_argument("--out", required=True, help="results directory (rerun to resume; one run at a time)")

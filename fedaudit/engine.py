@@ -59,6 +59,9 @@ is gone.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import contextvars
 import functools
 import hashlib
 import os
@@ -75,7 +78,7 @@ from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
 __all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
-           "default_workers"]
+           "default_workers", "default_backend", "engine_defaults"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -90,6 +93,15 @@ _CHECKPOINT_VERSION = 1
 _MAX_WORKERS = 4096
 _RAY_HINT = "pip install fedaudit[ray] (in zsh: pip install 'fedaudit[ray]')"
 
+#: environment variables that set the default backend and worker count of this machine
+BACKEND_ENV = "FEDAUDIT_BACKEND"
+WORKERS_ENV = "FEDAUDIT_WORKERS"
+#: set in every engine worker (process pool or Ray task): nested runs default to ``serial``
+_IN_WORKER_ENV = "FEDAUDIT_ENGINE_WORKER"
+#: (backend, workers, address) set by :func:`engine_defaults` for the calls it encloses
+_DEFAULTS: contextvars.ContextVar[tuple[str | None, int | None, str | None]] = contextvars.ContextVar(
+    "fedaudit_engine_defaults", default=(None, None, None))
+
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                 "VECLIB_MAXIMUM_THREADS")
 
@@ -97,6 +109,74 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "N
 def default_workers() -> int:
     """Number of worker processes when none is given: ``os.cpu_count()`` (at least 1)."""
     return max(1, os.cpu_count() or 1)
+
+
+def default_backend() -> str:
+    """The backend of a call that names none (``backend=None``), first that applies:
+    :func:`engine_defaults`; ``"serial"`` inside an engine worker (no nested pools); the
+    environment variable ``FEDAUDIT_BACKEND``; ``"process"``."""
+    backend = _DEFAULTS.get()[0]
+    if backend is not None:
+        return backend
+    if os.environ.get(_IN_WORKER_ENV) == "1":
+        return "serial"
+    env = os.environ.get(BACKEND_ENV)
+    if env is None or env == "":
+        return "process"
+    if env not in BACKENDS:
+        raise FedAuditError(f"environment variable {BACKEND_ENV} must be one of {', '.join(BACKENDS)}, got {env!r}")
+    return env
+
+
+def _default_workers_setting() -> int | None:
+    """Workers of a call that names none: :func:`engine_defaults`, else ``FEDAUDIT_WORKERS``, else None."""
+    workers = _DEFAULTS.get()[1]
+    if workers is not None:
+        return workers
+    env = os.environ.get(WORKERS_ENV)
+    if env is None or env == "":
+        return None
+    try:
+        value = int(env)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= _MAX_WORKERS:
+        raise FedAuditError(f"environment variable {WORKERS_ENV} must be an integer in [1, {_MAX_WORKERS}], got {env!r}")
+    return value
+
+
+@contextlib.contextmanager
+def engine_defaults(backend: str | None = None, workers: int | None = None, address: str | None = None):
+    """Within the block, every engine call of this thread that leaves ``backend``, ``workers`` or
+    ``address`` unset (None) uses these values: how a plan's ``[engine]`` table or the CLI's
+    ``--backend/--workers/--address`` reach every audit a claim runs. Values are checked as
+    :func:`check_run_options` does; ``address`` needs ``backend="ray"``. Nested blocks override
+    the enclosing one for the keys they set."""
+    outer = _DEFAULTS.get()
+    if backend is not None:
+        check_choice("backend", backend, BACKENDS)
+    workers = _check_workers(workers)
+    merged_backend = backend if backend is not None else outer[0]
+    if address is not None:
+        _check_address(address, merged_backend if merged_backend is not None else "process")
+    token = _DEFAULTS.set((merged_backend, workers if workers is not None else outer[1],
+                           address if address is not None else (outer[2] if backend in (None, "ray") else None)))
+    try:
+        yield
+    finally:
+        _DEFAULTS.reset(token)
+
+
+def _resolve(backend: Any, workers: Any, address: Any) -> tuple[Any, Any, Any]:
+    """Fill unset engine keywords from the defaults (:func:`default_backend`); the enclosing
+    :func:`engine_defaults` address applies only when the call runs on Ray."""
+    if backend is None:
+        backend = default_backend()
+    if workers is None:
+        workers = _default_workers_setting()
+    if address is None and backend == "ray":
+        address = _DEFAULTS.get()[2]
+    return backend, workers, address
 
 
 #: seconds between checks of the parent's PID by the fallback watchdog
@@ -151,6 +231,7 @@ def _worker_init(parent_pid: int) -> None:
         os._exit(1)
     _watch_parent(parent_pid)
     _limit_threads()
+    os.environ[_IN_WORKER_ENV] = "1"
 
 
 def _limit_threads() -> None:
@@ -186,11 +267,13 @@ def _check_workers(workers: Any) -> int | None:
     return None if workers is None else check_int("workers", workers, low=1, high=_MAX_WORKERS)
 
 
-def check_run_options(backend: Any, workers: Any = None, address: Any = None, checkpoint: Any = None,
+def check_run_options(backend: Any = None, workers: Any = None, address: Any = None, checkpoint: Any = None,
                       resume: Any = False) -> tuple[str, int | None, str | None]:
     """Validate the engine keywords of an entry point before it starts any work; return
-    ``(backend, workers, address)`` normalised. Each bad value is a :class:`FedAuditError`
+    ``(backend, workers, address)`` normalised, unset ones filled from the defaults
+    (:func:`default_backend`, :func:`engine_defaults`). Each bad value is a :class:`FedAuditError`
     naming the parameter and its allowed values (as :func:`run_chunks` would raise later)."""
+    backend, workers, address = _resolve(backend, workers, address)
     check_choice("backend", backend, BACKENDS)
     workers = _check_workers(workers)
     address = _check_address(address, backend)
@@ -202,7 +285,7 @@ def check_run_options(backend: Any, workers: Any = None, address: Any = None, ch
 
 
 def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None = None,
-              backend: str = "process", progress: Callable[[int], None] | None = None,
+              backend: str | None = None, progress: Callable[[int], None] | None = None,
               address: str | None = None) -> Iterator[tuple[T, R]]:
     """Apply ``fn`` to every task; yield ``(task, fn(task))`` as each one completes.
 
@@ -217,9 +300,9 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
         Worker processes (``process``, default ``os.cpu_count()``) or tasks in flight / 2
         (``ray``, default the cluster's CPUs). Ignored by ``serial``.
     backend:
-        ``"process"`` (default, a spawn-context ``ProcessPoolExecutor``), ``"serial"`` (in this
-        process, in task order — for debugging and tests) or ``"ray"`` (needs
-        ``pip install 'fedaudit[ray]'``).
+        ``"process"`` (a spawn-context ``ProcessPoolExecutor``, kept for later calls), ``"serial"``
+        (in this process, in task order — for debugging and tests) or ``"ray"`` (needs
+        ``pip install 'fedaudit[ray]'``); None: :func:`default_backend`.
     progress:
         Optional callback, called with ``1`` after each completed task.
     address:
@@ -235,6 +318,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     An exception raised by ``fn`` propagates out of the iterator after pending tasks are cancelled;
     results already yielded are unaffected. Closing the iterator early also cancels pending tasks.
     """
+    backend, workers, address = _resolve(backend, workers, address)
     check_choice("backend", backend, BACKENDS)
     if not callable(fn):
         raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
@@ -306,24 +390,89 @@ def _call_pickled(payload: bytes) -> Any:
     return fn(task)
 
 
-def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
+class _SharedPool:
+    """The process pool kept between calls, so a program that runs many audits starts its
+    workers once (about a second each time otherwise). One pool per worker count and process
+    (a fork's child, or a call while another thread uses the pool, gets a pool of its own); a call
+    that ends with an exception shuts its pool down, so no task of a failed run keeps a worker."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: Any = None
+        self.key: tuple[int, int] | None = None  # (pid, workers)
+        self.busy = False
+
+    def acquire(self, workers: int) -> tuple[Any, bool]:
+        """``(pool, shared)``: the kept pool for ``workers`` (created on first use), or a private
+        one when the kept pool is in use."""
+        with self.lock:
+            if self.busy:
+                return _new_pool(workers), False
+            if self.pool is not None and self.key != (os.getpid(), workers):
+                if self.key[0] == os.getpid():
+                    self.pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = None
+            if self.pool is None:
+                self.pool, self.key = _new_pool(workers), (os.getpid(), workers)
+            self.busy = True
+            return self.pool, True
+
+    def release(self, pool: Any, shared: bool, failed: bool) -> None:
+        if not shared:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        with self.lock:
+            self.busy = False
+            if failed and self.pool is pool:
+                self.pool, self.key = None, None
+        if failed:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+    def close(self) -> None:
+        """Shut the kept pool down (at interpreter exit: before the modules its clean-up needs are
+        torn down)."""
+        with self.lock:
+            pool, self.pool, self.key = self.pool, None, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+_POOL = _SharedPool()
+atexit.register(_POOL.close)
+
+
+def _new_pool(workers: int):
     import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+
+
+def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     dumps_ = _cloudpickle().dumps
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_init, initargs=(os.getpid(),))
+    pool, shared = _POOL.acquire(workers)
+    failed = True
     try:
         yield from _bounded(tasks, workers, lambda task: pool.submit(_call_pickled, dumps_((fn, task))),
                             lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
                             lambda future: future.result(), lambda future: future.cancel(), advance)
+        failed = False
+    except BrokenProcessPool as exc:
+        raise FedAuditError(f"backend='process': a worker process died ({exc}); the run stopped "
+                            f"(with a checkpoint, resume it)") from None
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _POOL.release(pool, shared, failed)
 
 
 def _ray_task(fn, task):
     """What a Ray worker runs: one BLAS/OpenMP/torch thread (as in the process pool), then ``fn``."""
     _limit_threads()
+    os.environ[_IN_WORKER_ENV] = "1"
     return fn(task)
 
 
@@ -504,7 +653,7 @@ def _differences(old_key: Any, old_n: Any, key: Any, n: int) -> str:
     return "its key differs"
 
 
-def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "process", workers: int | None = None,
+def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str | None = None, workers: int | None = None,
                address: str | None = None, checkpoint: str | os.PathLike | None = None, resume: bool = False,
                key: Any = None, progress: Callable[[int], None] | None = None,
                units: Sequence[int] | None = None) -> Iterator[Any]:
@@ -528,8 +677,11 @@ def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str = "pr
     chunks:
         Chunk tasks, picklable by cloudpickle (materialised into a list).
     backend:
-        ``"process"`` (default; ``workers`` default ``os.cpu_count()``), ``"serial"`` or ``"ray"``
-        (``pip install 'fedaudit[ray]'``; see :func:`run_tasks` for how Ray is started or joined).
+        ``"process"`` (``workers`` default ``os.cpu_count()``), ``"serial"`` or ``"ray"``
+        (``pip install 'fedaudit[ray]'``; see :func:`run_tasks` for how Ray is started or joined);
+        None (default): :func:`default_backend` — ``"process"`` unless set otherwise. On
+        ``"process"`` a run with at most one chunk left to compute runs it in this process (the
+        same bits, without starting workers).
     workers:
         Worker processes, or for Ray half the tasks in flight (default the cluster's CPUs); an
         integer in [1, 4096]. Ignored by ``serial``.
@@ -589,6 +741,8 @@ def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> I
             yield waiting.pop(nxt)
             nxt += 1
         if todo:
+            if backend == "process" and len(todo) == 1:
+                backend = "serial"  # one chunk: no pool to start, the same function on the same chunk
             if backend == "process":
                 workers = min(default_workers() if workers is None else workers, len(todo))
             for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,

@@ -2,8 +2,10 @@
 
 import itertools
 import os
+import sys
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from scipy import stats
 
@@ -13,6 +15,12 @@ from fedaudit.experiments.runner import PlanProgress
 for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_LOG_LEVEL", "ERROR"),
                      ("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")):
     os.environ.setdefault(_key, _value)
+
+# The engine's default backend is "process" (fedaudit.engine.default_backend). The suite runs the
+# audits it does not aim at a backend in this process (2 cores, many small audits, monkeypatched
+# helpers that a worker would not see); the backends are compared explicitly in tests/test_engine*.py
+# and the *_engine tests. `FEDAUDIT_BACKEND=process pytest` runs the whole suite on worker processes.
+os.environ.setdefault("FEDAUDIT_BACKEND", "serial")
 
 settings.register_profile(
     "ci",
@@ -69,3 +77,26 @@ class UnitCounter(PlanProgress):
     def advance(self, n):
         (last,) = list(self.done)[-1:]
         self.done[last] += n
+
+
+@pytest.fixture
+def ray_local():
+    """A local Ray instance (``ray.init(num_cpus=2)``) shared by every test of the session that asks
+    for it: started on first use (again after a test that needed Ray to itself shut it down, e.g.
+    the ``ray start --head`` cluster test), stopped at the end of the session. Starting Ray costs
+    10–15 s on 2 cores, so modules never start their own."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        # the workers import the test modules to unpickle their chunk functions (as a cluster user ships theirs)
+        path = os.pathsep.join(p for p in (os.path.dirname(__file__), os.environ.get("PYTHONPATH")) if p)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+    return ray
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_ray_at_the_end():
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()

@@ -3,8 +3,6 @@ number on serial, process (2 workers) and a real local Ray; a checkpointed audit
 same result and refuses another configuration's checkpoint."""
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,14 +20,10 @@ def stable(result):
     return {k: v for k, v in result.to_dict().items() if k not in TIMINGS}
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+@pytest.fixture
+def local_ray(ray_local):
+    """The session's shared local Ray (tests/conftest.py)."""
+    return ray_local
 
 
 def test_audit_ldp_is_identical_on_serial_process_and_ray(local_ray):

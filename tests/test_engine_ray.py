@@ -1,8 +1,6 @@
-"""run_chunks on a real local Ray instance (one per module): the same bit-identical results as
+"""run_chunks on a real local Ray instance (the session's shared one): the same bit-identical results as
 serial and the process pool, errors surface as FedAuditError, the caller's Ray is left running."""
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,16 +11,10 @@ from fedaudit.errors import FedAuditError
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    # the workers import this module to unpickle the chunk functions (as a cluster user ships theirs)
-    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+@pytest.fixture
+def local_ray(ray_local):
+    """The session's shared local Ray (tests/conftest.py)."""
+    return ray_local
 
 
 def normal_stats(chunk):

@@ -31,7 +31,8 @@ def _free_port() -> int:
 def head():
     """A one-node cluster of its own (process group and temp dir): stopped by signalling that
     group only, never by `ray stop` (which would stop every Ray on the machine)."""
-    assert not ray.is_initialized()
+    if ray.is_initialized():  # the session's shared local Ray (tests/conftest.py); restarted by its next user
+        ray.shutdown()
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="fa-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)

@@ -178,7 +178,7 @@ def test_config_validation(change, needle):
 def test_cli_grid_resume_and_target_exit_codes(tmp_path, serial_run):
     src, _ = serial_run
     out = tmp_path / "cli"
-    proc = cli("stress", *TINY_ARGS, "--workers", "2", "--out", str(out), "--quiet")
+    proc = cli("stress", *TINY_ARGS, "--backend", "process", "--workers", "2", "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     for needle in ("cwtm", "nnm+cwtm", "alie", "signflip", "loss", "4/4 cells (4 computed, 0 resumed)"):

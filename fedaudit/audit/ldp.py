@@ -170,7 +170,7 @@ def claimed_guarantee(mechanism: Mechanism | Sampler, epsilon: float | None,
 def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: float | None = None,
               delta: float | None = None, samples: int = 1_000_000, confidence: float = 0.95,
               test: str = "auto", seed: int | None = 0, selection_fraction: float = 0.1,
-              chunk: int | None = None, progress: ProgressFn | None = None, backend: str = "serial",
+              chunk: int | None = None, progress: ProgressFn | None = None, backend: str | None = None,
               workers: int | None = None, address: str | None = None, checkpoint: Any = None,
               resume: bool = False) -> "LDPAudit":
     """Certify a lower bound on the LDP ε of ``mechanism`` from the pair (x0, x1).
@@ -197,8 +197,12 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         depend on it.
     progress : called with the number of reports drawn after each step or chunk.
     backend, workers, address : where the certification chunks run
-        (:func:`fedaudit.engine.run_chunks`): ``"serial"`` (default, in this process),
-        ``"process"`` or ``"ray"``; the result is the same on each.
+        (:func:`fedaudit.engine.run_chunks`): ``"process"``, ``"serial"`` (in this process) or
+        ``"ray"``; the result is the same on each. None (default):
+        :func:`fedaudit.engine.default_backend`, i.e. ``"process"`` with one worker per core
+        unless an :func:`~fedaudit.engine.engine_defaults` block or ``FEDAUDIT_BACKEND`` says
+        otherwise; an audit with a single certification chunk (≤ 2^20 reports per input) runs
+        in this process.
     checkpoint, resume : a file recording finished certification chunks, and whether to continue
         it (a checkpoint of another configuration is refused).
     """
@@ -215,7 +219,7 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
 def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, streams: np.random.SeedSequence,
                       epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
                       confidence: float = 0.95, test: str = "auto", selection_fraction: float = 0.1,
-                      chunk: int | None = None, progress: ProgressFn | None = None, backend: str = "serial",
+                      chunk: int | None = None, progress: ProgressFn | None = None, backend: str | None = None,
                       workers: int | None = None, address: str | None = None, checkpoint: Any = None,
                       resume: bool = False) -> "LDPAudit":
     """:func:`audit_ldp` drawing from the child streams of ``streams`` (a ``SeedSequence``, e.g. one

@@ -61,7 +61,7 @@ import numpy as np
 
 from fedaudit.audit.convergence import rounds_to_target
 from fedaudit import json as fjson
-from fedaudit.engine import run_tasks
+from fedaudit.engine import check_run_options, run_tasks
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import load_dataset
 from fedaudit.fl.federation import Federation
@@ -529,14 +529,16 @@ class StressResult:
 
 
 def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int | None = None,
-               backend: str = "process", progress: Callable[[int], None] | None = None,
+               backend: str | None = None, address: str | None = None,
+               progress: Callable[[int], None] | None = None,
                on_start: Callable[[int, int], None] | None = None,
                draw: Callable[[dict[str, Any], Path], Sequence[str]] | None = None) -> StressResult:
     """Run (or resume) the grid in ``out_dir``; return the summary and write the files.
 
     Cells already in ``out_dir/cells.jsonl`` are skipped; the others run through
     :func:`fedaudit.engine.run_tasks` (``workers`` default ``os.cpu_count()``, ``backend``
-    ``"process"``, ``"serial"`` or ``"ray"``) and are appended and flushed one line each as they
+    ``"process"``, ``"serial"`` or ``"ray"``, None for the engine's default; ``address``: the Ray
+    cluster to join) and are appended and flushed one line each as they
     finish. ``on_start(to_run, skipped)`` is called once before training; ``progress(1)`` after
     each finished cell. ``draw(summary, out_dir) -> written paths`` draws the figures (e.g.
     :func:`fedaudit.reports.heatmap.plot_heatmaps`); their file names go into ``summary.json``.
@@ -544,6 +546,7 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
     """
     if not isinstance(config, StressConfig):
         raise FedAuditError(f"config must be a StressConfig, got {type(config).__name__}")
+    backend, workers, address = check_run_options(backend, workers, address)
     t0 = time.perf_counter()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -561,7 +564,8 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
     if todo:
         tasks = [(config, c, cell_seed(config.seed, c)) for c in todo]
         with open(out / CELLS_FILE, "a", encoding="utf-8") as fh:
-            for (_, cell, _), rec in run_tasks(run_cell, tasks, workers=workers, backend=backend, progress=progress):
+            for (_, cell, _), rec in run_tasks(run_cell, tasks, workers=workers, backend=backend, address=address,
+                                                    progress=progress):
                 fh.write(fjson.dumps(rec) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
