@@ -234,7 +234,7 @@ def test_the_flower_claim_kind_asks_run_flower_for_this_modules_runs(run, monkey
         return dataclasses.replace(run, outcomes=outcomes)
 
     monkeypatch.setattr(simulation, "run_flower", served)
-    report = run_plan({"plan": {"title": "flower", "seed": 0}, "claim": [CLAIM]}, engine={"backend": "serial"})
+    report = run_plan({"plan": {"title": "flower", "seed": 0}, "claim": [CLAIM]})
     (call,) = calls
     assert {k: call[k] for k in ("clients", "rounds", "seed", "local_steps", "lr", "dataset", "partition",
                                  "beta")} == {"clients": CLIENTS, "rounds": ROUNDS, "seed": SEED,
