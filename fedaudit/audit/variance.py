@@ -9,7 +9,7 @@ is below Φ⁻¹(1 − α/(2d)) with probability ≥ 1 − α.
 Reports are drawn in seeded blocks of ``chunk`` reports (block i of a measurement from the i-th
 child of its stream, ``SeedSequence.spawn`` over the fixed block plan), so memory stays bounded
 and the result depends only on ``seed`` and ``chunk``. The blocks run as engine chunks
-(:func:`fedaudit.engine.iter_chunks`, default ``backend="serial"``): a task of consecutive blocks
+(:func:`fedaudit.engine.iter_chunks`; ``backend=None`` is the engine's default): a task of consecutive blocks
 of one measurement returns each block's sums (Σe_i, Σe_i², Σ_i(x̂_i − x), Σ_i(x̂_i − x)²), and the
 caller adds them block by block in plan order, so the answer is bit-identical on every backend
 and worker count, with or without a checkpoint.
@@ -74,7 +74,7 @@ class MSEResult:
 
 def measure_mse(mechanism: Mechanism, x: Any, samples: int = 10_000, seed: int | None = 0, *,
                 confidence: float = 0.95, chunk: int = 2_000, progress: ProgressFn | None = None,
-                backend: str = "serial", workers: int | None = None, address: str | None = None,
+                backend: str | None = None, workers: int | None = None, address: str | None = None,
                 checkpoint: Any = None, resume: bool = False) -> MSEResult:
     """Estimate E‖decode(M(x)) − x‖² from ``samples`` reports (streamed in blocks of ``chunk``).
 
@@ -254,7 +254,7 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
 
 def variance_vs_dk(dim: int, ks: Sequence[int], epsilon: float, *, levels: int = 2, clip: float = 1.0,
                    samples: int = 20_000, seed: int = 0, x: Any = None,
-                   progress: ProgressFn | None = None, backend: str = "serial", workers: int | None = None,
+                   progress: ProgressFn | None = None, backend: str | None = None, workers: int | None = None,
                    address: str | None = None, checkpoint: Any = None, resume: bool = False) -> VarianceCurve:
     """Measure MSE(d/k) for SSTQ at fixed total ε and ``levels``, with and without privacy,
     and the k-independent references vqSGD(ε) and PrivUnitG(ε), all at the same x.

@@ -29,7 +29,9 @@ Schedule.
 Evidence: the per-report and per-round guarantees, the composed (ε, δ) by ``method``, the same
 schedule composed by the other two methods (``references``), and ε after 1…rounds rounds
 (the ``epsilon_vs_steps`` figure with the budget as a line; PLD points before the last are
-computed at a 10× coarser discretisation, still an upper bound).
+computed at a 10× coarser discretisation, still an upper bound). The curve's points are independent:
+they run as engine chunks (:func:`run_curve`; plan keys ``backend`` and ``workers``), each point
+computed on its own, so the evidence is bit-identical on every backend and worker count.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error
 
-__all__ = ["Accounting", "participations", "curve_points", "account_schedule"]
+__all__ = ["Accounting", "participations", "curve_points", "curve_groups", "run_curve", "account_schedule",
+           "engine_keys", "CURVE_CHUNKS"]
 
 METHOD_NAMES = {"basic": "basic composition", "advanced": "advanced (KOV)", "pld": "PLD"}
 #: the discretisation of PLD composition (dp-accounting's default) and of the curve's other points
@@ -75,6 +78,34 @@ def participations(rounds: int, sampling: float, participation: str, delta: floa
 def curve_points(rounds: int, points: int) -> list[int]:
     """Up to ``points`` distinct round counts from 1 to ``rounds``, evenly spaced, ``rounds`` last."""
     return [int(v) for v in np.unique(np.round(np.linspace(1, rounds, min(points, rounds))).astype(int))]
+
+
+#: most engine chunks an ε curve is split into (a PLD point takes ~0.1 s, a Ray task ~5 ms)
+CURVE_CHUNKS = 8
+
+
+def curve_groups(n: int) -> list[list[int]]:
+    """The point indices 0..n−1 of an ε curve in c = min(n, :data:`CURVE_CHUNKS`) engine chunks,
+    strided (chunk j holds j, j + c, j + 2c, …) so that each mixes cheap early points with costly
+    late ones. Each point is computed on its own, so the grouping never changes a value."""
+    c = min(n, CURVE_CHUNKS)
+    return [list(range(j, n, c)) for j in range(c)]
+
+
+def run_curve(fn: Any, shared: Any, jobs: list[Any], progress: Progress, engine: Mapping[str, Any]) -> list[Any]:
+    """``[fn((shared, [job]))[0] for job in jobs]`` with the jobs in :func:`curve_groups` chunks on
+    the engine (:func:`fedaudit.engine.run_chunks` with ``engine``: backend, workers, address);
+    ``progress(1)`` per job. ``fn`` maps ``(shared, jobs)`` to one value per job."""
+    from fedaudit.engine import run_chunks
+
+    groups = curve_groups(len(jobs))
+    results = run_chunks(fn, [(shared, [jobs[i] for i in g]) for g in groups], progress=progress,
+                         units=[len(g) for g in groups], **engine)
+    out: list[Any] = [None] * len(jobs)
+    for g, values in zip(groups, results):  # chunk order, then each chunk's points in order
+        for i, v in zip(g, values):
+            out[i] = v
+    return out
 
 
 def _round_guarantee(mech: Any, shuffle_n: int | None, shuffle_method: str, delta_round: float) -> tuple[Any, dict]:
@@ -167,6 +198,33 @@ def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: 
     return float(composed.get_epsilon_for_delta(delta))
 
 
+def _curve_chunk(task: tuple[tuple[Any, dict], list[list[tuple]]]) -> list[list[float]]:
+    """An engine chunk of the accounting curve: for each of its points, the ε of every
+    ``(count, δ, method, shares)`` job at :data:`CURVE_DISCRETIZATION` (:func:`account_schedule`),
+    with one BLAS thread as in every engine worker (so a BLAS reduction gives the same bits on the
+    serial backend)."""
+    from threadpoolctl import threadpool_limits
+
+    (mech, common), points = task
+    with threadpool_limits(1):
+        return [[account_schedule(mech, count=c, method=m, delta=d, discretization=CURVE_DISCRETIZATION, shares=s,
+                                  **common)[0] for c, d, m, s in jobs] for jobs in points]
+
+
+def engine_keys(what: str) -> dict[str, Key]:
+    """The plan keys ``backend`` and ``workers`` of a kind whose ``what`` runs on the engine
+    (:func:`fedaudit.engine.run_chunks`; unset: the engine's default, e.g. the plan's [engine])."""
+    from fedaudit.engine import BACKENDS
+
+    return {
+        "backend": Key("str", None, choices=BACKENDS,
+                       help=f"where {what} runs: serial (this process), process (local workers) or ray "
+                            f"(pip install 'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
+        "workers": Key("int", None, low=1, high=4096,
+                       help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the CPUs)"),
+    }
+
+
 class Accounting(ClaimKind):
     """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition; the claim holds when the composed ε at target_delta is at most max_epsilon."""
 
@@ -209,6 +267,7 @@ class Accounting(ClaimKind):
             "target_delta": Key("float", 1e-6, low=0, high=1, open_high=True,
                                 help="the budget's δ (0: basic composition of pure-LDP reports only)"),
             "curve_points": Key("int", 30, low=2, high=200, help="points of the ε(rounds) figure"),
+            **engine_keys("the ε(rounds) curve"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
@@ -287,20 +346,20 @@ class Accounting(ClaimKind):
             references[other] = {"epsilon": e, "delta": d + tail}
             ref_infos.append((other, info))
         progress(1)
-        # ε(r) for r = 1…rounds: the same schedule cut after r rounds (the tail recomputed for r)
-        xs, ys = curve_points(p["rounds"], p["curve_points"]), []
-        refs_curve: dict[str, list] = {m: [] for m in references if references[m]["epsilon"] is not None}
-        # (the shuffled rounds' δ share found for the whole schedule, per method, is kept for the curve)
+        # ε(r) for r = 1…rounds: the same schedule cut after r rounds (the tail recomputed for r),
+        # the points as engine chunks (curve_groups); the shuffled rounds' δ share found for the
+        # whole schedule, per method, is kept for the curve
+        xs = curve_points(p["rounds"], p["curve_points"])
+        names = [m for m in references if references[m]["epsilon"] is not None]
         share = {m: (r.get("delta_share", 0.5),) for m, r in [(method, round_info)] + ref_infos}
+        jobs = []
         for r in xs:
             c, t = participations(r, p["sampling"], p["participation"], delta)
-            ys.append(eps if r == p["rounds"] else
-                      account_schedule(mech, count=c, method=method, delta=delta - t,
-                                       discretization=CURVE_DISCRETIZATION, shares=share[method], **common)[0])
-            for m in refs_curve:
-                refs_curve[m].append(account_schedule(mech, count=c, method=m, delta=delta - t, shares=share[m],
-                                                      discretization=CURVE_DISCRETIZATION, **common)[0])
-            progress(1)
+            jobs.append([(c, delta - t, m, share[m]) for m in ([] if r == p["rounds"] else [method]) + names])
+        values = run_curve(_curve_chunk, (mech, common), jobs, progress,
+                           {"backend": p["backend"], "workers": p["workers"]})
+        ys = [eps if r == p["rounds"] else v[0] for r, v in zip(xs, values)]
+        refs_curve = {m: [v[j - len(names)] for v in values] for j, m in enumerate(names)}
 
         holds = eps <= p["max_epsilon"]
         total_delta = used + tail

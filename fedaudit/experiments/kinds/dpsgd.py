@@ -107,34 +107,53 @@ def audit_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float 
 
 
 def accountant_curve(sigma: float, q: float, total: int, delta: float, method: str, points: int, final: float,
-                     progress: Progress) -> tuple[list[int], list[float]]:
+                     progress: Progress, *, backend: str | None = None, workers: int | None = None,
+                     address: str | None = None) -> tuple[list[int], list[float]]:
     """ε after ``points`` counts from 1 to ``total`` of ``total`` Poisson-subsampled Gaussian steps
     (rounds), the last one ``final`` (the accountant's own value). For PLD the one-step PLD
     (dp-accounting ``from_gaussian_mechanism`` with ``sampling_prob = q``, the event
     :func:`~fedaudit.accounting.epsilon_dpsgd` composes) is built once at the coarser interval
     :data:`~fedaudit.experiments.kinds.accounting.CURVE_DISCRETIZATION` and self-composed per
-    point (still an upper bound); RDP and PRV call the accountant per point."""
-    from fedaudit.accounting import epsilon_dpsgd
-    from fedaudit.experiments.kinds.accounting import CURVE_DISCRETIZATION, curve_points
+    point (still an upper bound); RDP and PRV call the accountant per point. The points are
+    independent and run as engine chunks (:func:`~fedaudit.experiments.kinds.accounting.run_curve`
+    with ``backend``, ``workers``, ``address``), so the curve is bit-identical on every backend."""
+    from fedaudit.engine import check_run_options
+    from fedaudit.experiments.kinds.accounting import CURVE_DISCRETIZATION, curve_points, run_curve
 
+    backend, workers, address = check_run_options(backend, workers, address)
     xs = curve_points(total, points)
+    one = None
     if method == "pld":
         from dp_accounting.pld import privacy_loss_distribution as pld
 
         one = pld.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q, use_connect_dots=True,
                                           value_discretization_interval=CURVE_DISCRETIZATION)
-        account = lambda n: float(one.self_compose(n).get_epsilon_for_delta(delta))  # noqa: E731
-    else:
-        account = lambda n: epsilon_dpsgd(sigma, q, n, delta, method).epsilon  # noqa: E731
-    ys = []
-    for x in xs:
-        ys.append(final if x == total else account(x))
-        progress(1)
-    return xs, ys
+    ys = run_curve(_curve_chunk, (sigma, q, delta, method, one), xs[:-1], progress,
+                   {"backend": backend, "workers": workers, "address": address})
+    progress(1)
+    return xs, [*ys, final]
+
+
+def _curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
+    """An engine chunk of :func:`accountant_curve`: ε at δ after each of its counts n, from the
+    shared one-step PLD (``one``, self-composed n times) or the ``method`` accountant. It runs
+    with one BLAS thread, as every engine worker does: Opacus's PRV ε moves in the last bit with
+    the BLAS thread count, so this keeps the serial backend's curve equal to the workers'."""
+    from threadpoolctl import threadpool_limits
+
+    (sigma, q, delta, method, one), counts = task
+    with threadpool_limits(1):
+        if one is not None:
+            return [float(one.self_compose(n).get_epsilon_for_delta(delta)) for n in counts]
+        from fedaudit.accounting import epsilon_dpsgd
+
+        return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
 
 
 def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
     """The keys DP-SGD and DP-FedAvg claims share (``max_canaries``: the audit's own limit)."""
+    from fedaudit.experiments.kinds.accounting import engine_keys
+
     return {
         "noise_multiplier": Key("float", low=0, open_low=True, help="the noise multiplier training uses"),
         "claimed_noise_multiplier": Key("float", None, low=0, open_low=True,
@@ -147,6 +166,7 @@ def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]
         "canaries": Key("int", 1000, low=20, high=max_canaries, help="canaries, each included with probability 1/2"),
         "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
         "curve_points": Key("int", 30, low=2, high=200, help="points of the accountant's ε curve"),
+        **engine_keys("the accountant's ε curve (the training run itself is sequential)"),
     }
 
 
@@ -194,7 +214,8 @@ class DPSGD(ClaimKind):
                           learning_rate=p["learning_rate"])
 
         curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, res.steps, p["delta"],
-                                 res.accountant.method, p["curve_points"], res.accountant.epsilon, progress)
+                                 res.accountant.method, p["curve_points"], res.accountant.epsilon, progress,
+                                 backend=p["backend"], workers=p["workers"])
         what = f"{res.dataset}, {res.threat}, accuracy {res.accuracy:.3f}"
         return audit_evidence(res, count_name="steps", count=res.steps, claimed_epsilon=p["claimed_epsilon"],
                               delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,

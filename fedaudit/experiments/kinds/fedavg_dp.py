@@ -66,7 +66,8 @@ class FedAvgDP(ClaimKind):
 
         # client-level DP-FedAvg composes the same subsampled-Gaussian event as DP-SGD, per round
         curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, res.rounds, p["delta"],
-                                 res.accountant.method, p["curve_points"], res.accountant.epsilon, progress)
+                                 res.accountant.method, p["curve_points"], res.accountant.epsilon, progress,
+                                 backend=p["backend"], workers=p["workers"])
         what = f"{res.dataset}, {res.clients} clients, test accuracy {res.test_accuracy:.3f}"
         return audit_evidence(res, count_name="rounds", count=res.rounds, claimed_epsilon=p["claimed_epsilon"],
                               delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,

@@ -2,7 +2,9 @@
 
 MSE of private SSTQ at every k and the log–log slope of MSE on d/k. The claim holds when the
 CI's upper end meets ``max_mse``/``max_slope`` (lower end for ``min_slope``); a violation is
-detected when the CI lies entirely on the wrong side of a bound.
+detected when the CI lies entirely on the wrong side of a bound. The measurements' seeded blocks
+run on the engine (plan keys ``backend``, ``workers``; :func:`fedaudit.audit.variance.variance_vs_dk`),
+with the same evidence on every backend.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
 from fedaudit.experiments.keys import Key, key_error, require_bound
+from fedaudit.experiments.kinds.accounting import engine_keys
 
 __all__ = ["Variance", "slope_ci", "rescaled_ci"]
 
@@ -65,6 +68,7 @@ class Variance(ClaimKind):
                            help="bound on the private SSTQ MSE at every k (CI upper end must meet it)"),
             "max_slope": Key("float", None, help="bound on the log-log slope of private SSTQ MSE on d/k (CI upper end)"),
             "min_slope": Key("float", None, help="bound on the slope from below (CI lower end)"),
+            **engine_keys("the measurements' seeded blocks"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
@@ -96,7 +100,8 @@ class Variance(ClaimKind):
 
         p = spec.params
         curve = variance_vs_dk(p["dim"], p["ks"], p["epsilon"], levels=p["levels"], clip=p["clip"],
-                               samples=p["samples"], seed=spec.seed, progress=progress)
+                               samples=p["samples"], seed=spec.seed, progress=progress, backend=p["backend"],
+                               workers=p["workers"])
         z = _z(p["confidence"])
         dk = list(curve.d_over_k)
         cis = [rescaled_ci(r, z) for r in curve.sstq]
