@@ -8,10 +8,23 @@ audit on its own seeded stream (in white box the exact loss of the pair breaks t
 winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh draws. Because the
 certification samples are independent of everything the search saw, the certified bound needs
 no correction for the search.
+
+Both stages run on the engine (:func:`fedaudit.engine.run_chunks`). The candidate audits of one
+round are independent — candidate j draws from the j-th child of the search's scoring stream —
+so each round (the structured one, then each local round, whose candidates depend on the ranking
+before it) is one ``run_chunks`` call with one candidate per chunk. A chunk returns JSON-native
+numbers only (the candidate's certified bound and exact loss or None); the pairs themselves are
+computed in the calling process (a deterministic function of the search streams) and never
+travel back. Candidates are ranked in candidate order exactly as a serial loop would, so the
+ranking, the winner and every number are bit-identical on ``serial``, ``process`` with any
+``workers`` and ``ray``. The certification runs its chunks on the same engine keywords and alone
+writes the ``checkpoint``: on ``resume`` the (cheap, deterministic) search is recomputed, finds
+the same pair, and only the unfinished certification chunks are drawn.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -20,6 +33,7 @@ import numpy as np
 
 from fedaudit.audit.bounds import MAX_SAMPLES
 from fedaudit.audit.ldp import audit_ldp_streams, audit_notes
+from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import Mechanism
@@ -79,16 +93,23 @@ def _project(x: np.ndarray, clip: float) -> np.ndarray:
 
 def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
                  epsilon: float | None = None, delta: float | None = None, samples: int = 20_000, rounds: int = 2,
-                 seed: int = 0, test: str = "auto", progress: Callable[[int], None] | None = None) -> PairSearch:
+                 seed: int = 0, test: str = "auto", progress: Callable[[int], None] | None = None,
+                 backend: str | None = None, workers: int | None = None, address: str | None = None) -> PairSearch:
     """Score structured pairs and ``rounds`` of local perturbations with small audits.
 
     Candidates rank by their small-sample certified bound; the exact pair loss
     (``epsilon_for_pair``, white box) only breaks ties, a known exact value before an unknown
     one. Ranking known-exact pairs first would put a weak pair whose loss happens to be
     tractable above a strong pair whose loss is not (e.g. SSTQ's dense pairs). All randomness
-    comes from ``SeedSequence(seed)``."""
+    comes from ``SeedSequence(seed)``.
+
+    ``backend``, ``workers``, ``address``: where the candidate audits run, one engine chunk per
+    candidate (:func:`fedaudit.engine.run_chunks`; None: the engine's default); the result is
+    bit-identical on each. ``progress`` is called with ``2 · samples`` (the reports of both
+    inputs) as each candidate's audit finishes."""
     return _search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, delta=delta, samples=samples,
-                         rounds=rounds, streams=_entry_streams(seed), test=test, progress=progress)
+                         rounds=rounds, streams=_entry_streams(seed), test=test, progress=progress,
+                         backend=backend, workers=workers, address=address)
 
 
 def _entry_streams(seed: Any) -> np.random.SeedSequence:
@@ -98,11 +119,25 @@ def _entry_streams(seed: Any) -> np.random.SeedSequence:
     return as_seed_sequence(seed)
 
 
+def _score_candidate(mechanism: Mechanism | Callable, epsilon: float | None, delta: float | None, samples: int,
+                     test: str, task: tuple[np.ndarray, np.ndarray, np.random.SeedSequence]) -> list:
+    """One candidate's audit (an engine chunk): :func:`audit_ldp_streams` of the pair ``(a, b)``
+    on its own stream, in the worker (``backend="serial"``, no nested pool). Returns
+    ``[ε_lb, ε_exact or None]`` as Python floats."""
+    a, b, seq = task
+    res = audit_ldp_streams(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples, test=test, streams=seq,
+                            backend="serial")
+    exact = res.epsilon_exact
+    return [float(res.epsilon_lower), None if exact is None else float(exact)]
+
+
 def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: float | None, epsilon: float | None,
                   delta: float | None, samples: int, rounds: int, streams: np.random.SeedSequence, test: str,
-                  progress: Callable[[int], None] | None) -> PairSearch:
+                  progress: Callable[[int], None] | None, backend: str | None = None, workers: int | None = None,
+                  address: str | None = None) -> PairSearch:
     """:func:`search_pairs` on the child streams of ``streams``: spawn(3) = (random candidates,
-    local perturbations, candidate audits — one child per audit)."""
+    local perturbations, candidate audits — child j for the j-th candidate scored). Each round's
+    candidates run as one :func:`fedaudit.engine.run_chunks` call (never checkpointed)."""
     if isinstance(mechanism, Mechanism):
         dim = mechanism.dim
         clip = getattr(mechanism, "clip", 1.0) if clip is None else clip
@@ -112,33 +147,39 @@ def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: flo
     clip = check_positive("clip", 1.0 if clip is None else clip)
     samples = check_int("samples", samples, low=200, high=MAX_SAMPLES, high_name="10^12")
     rounds = check_int("rounds", rounds, low=0, high=100)
+    check_run_options(backend, workers, address)
     cand_seq, local_seq, score_seq = streams.spawn(3)
     categorical = _is_categorical(mechanism)
     pairs = structured_pairs(dim, clip, np.random.default_rng(cand_seq), categorical=categorical)
     scored: list[tuple[tuple[float, float], str, np.ndarray, np.ndarray, float | None]] = []
     score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))
+    audit = functools.partial(_score_candidate, mechanism, epsilon, delta, samples, test)
 
-    def score(name, a, b):
-        res = audit_ldp_streams(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples, test=test,
-                                streams=next(score_children), progress=progress)
-        # rank by the certified bound; the exact loss (when tractable) breaks ties
-        exact = res.epsilon_exact
-        scored.append(((res.epsilon_lower, exact if exact is not None else -np.inf), name, a, b, exact))
+    def score(candidates: list[tuple[str, np.ndarray, np.ndarray]]) -> None:
+        """Audit one round's candidates as engine chunks; append them in candidate order."""
+        tasks = [(a, b, next(score_children)) for _, a, b in candidates]
+        results = run_chunks(audit, tasks, backend=backend, workers=workers, address=address, progress=progress,
+                             units=[2 * samples] * len(tasks))
+        for (name, a, b), (lower, exact) in zip(candidates, results):
+            # rank by the certified bound; the exact loss (when tractable) breaks ties
+            scored.append(((lower, exact if exact is not None else -np.inf), name, a, b, exact))
 
     def ranked():
         return sorted(scored, key=lambda t: t[0], reverse=True)
 
-    for name, a, b in pairs:
-        score(name, a, b)
+    score(pairs)
     local = np.random.default_rng(local_seq)
     for r in range(rounds if not categorical else 0):
+        moves = []
         for rank, (_, name, a, b, _) in enumerate(ranked()[:2]):
             for j in range(4):
                 step = 0.3 * clip / (r + 1)
                 a2 = _project(a + step * local.normal(size=dim) / np.sqrt(dim), clip)
                 b2 = _project(b + step * local.normal(size=dim) / np.sqrt(dim), clip)
                 if not np.array_equal(a2, b2):
-                    score(f"{name} ~ local r{r + 1}.{rank + 1}.{j + 1}", a2, b2)
+                    moves.append((f"{name} ~ local r{r + 1}.{rank + 1}.{j + 1}", a2, b2))
+        if moves:
+            score(moves)
     order = ranked()
     (best_lb, _), best_name, x0, x1, _ = order[0]
     return PairSearch(x0=x0, x1=x1, name=best_name, score=float(best_lb),
@@ -150,15 +191,29 @@ def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: flo
 def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
                      epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
                      search_samples: int = 20_000, rounds: int = 2, confidence: float = 0.95,
-                     test: str = "auto", seed: int = 0, progress: Callable[[int], None] | None = None):
+                     test: str = "auto", seed: int = 0, progress: Callable[[int], None] | None = None,
+                     backend: str | None = None, workers: int | None = None, address: str | None = None,
+                     checkpoint: Any = None, resume: bool = False):
     """Search a pair on small budgets, then certify it on fresh draws: ``SeedSequence(seed).spawn(2)``
-    = (search, certify), so the certification shares no stream with anything the search saw."""
+    = (search, certify), so the certification shares no stream with anything the search saw.
+
+    ``backend``, ``workers``, ``address``: where the search's candidate audits and the
+    certification chunks run (:func:`fedaudit.engine.run_chunks`; None: the engine's default);
+    the result is bit-identical on each. ``checkpoint``, ``resume``: a file recording the
+    certification's finished chunks (as :func:`fedaudit.audit.ldp.audit_ldp`); the search never
+    writes to it — it is deterministic and cheap, so a resumed run recomputes it, finds the same
+    pair and draws only the unfinished certification chunks (a checkpoint of another pair or
+    configuration is refused). Every engine keyword is checked before any work."""
     t0 = time.perf_counter()
+    check_run_options(backend, workers, address, checkpoint, resume)
     search_seq, cert_seq = _entry_streams(seed).spawn(2)
     found = _search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, delta=delta, samples=search_samples,
-                          rounds=rounds, streams=search_seq, test=test, progress=progress)
+                          rounds=rounds, streams=search_seq, test=test, progress=progress, backend=backend,
+                          workers=workers, address=address)
     result = audit_ldp_streams(mechanism, found.x0, found.x1, epsilon=epsilon, delta=delta, samples=samples,
-                               confidence=confidence, test=test, streams=cert_seq, progress=progress)
+                               confidence=confidence, test=test, streams=cert_seq, progress=progress,
+                               backend=backend, workers=workers, address=address, checkpoint=checkpoint,
+                               resume=resume)
     notes = audit_notes(result.epsilon_exact, result.epsilon_claimed, result.pair_power, result.violation,
                         result.max_certifiable, searched=True)
     return replace(result, seed=seed, search=found.to_dict(), runtime_s=time.perf_counter() - t0, notes=notes)

@@ -72,10 +72,12 @@ def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples:
     mechanisms always use the one-hot pair unless searched. Returns ``(LDPAudit, x0, x1, label)``.
     Shared by the ``ldp`` claim kind and ``fedaudit audit ldp``.
 
-    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: where the certification
-    chunks of a fixed pair run (:func:`~fedaudit.audit.ldp.audit_ldp`; ``None``/``False`` leaves
-    its default). ``audit_worst_case`` does not take them, so with ``pair="search"`` any of them
-    set is a :class:`FedAuditError` before any work."""
+    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: the engine keywords
+    (:func:`fedaudit.engine.run_chunks`; ``None``/``False`` leaves the callee's default), passed
+    to :func:`~fedaudit.audit.ldp.audit_ldp` for a fixed pair, and to ``audit_worst_case`` with
+    ``pair="search"``: there the candidate audits and the certification run on the engine, the
+    checkpoint records the certification only (the deterministic search is recomputed on
+    resume), and the result is the same on every backend."""
     from fedaudit.audit.ldp import audit_ldp
     from fedaudit.audit.pair_search import audit_worst_case
 
@@ -84,12 +86,8 @@ def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples:
                                  ("checkpoint", checkpoint), ("resume", resume if resume is not False else None))
               if v is not None}
     if pair == "search":
-        if engine:
-            raise FedAuditError(f"the engine options ({', '.join(engine)}) apply to a fixed pair only: "
-                                f"pair='search' (--pair search) certifies in this process (audit_worst_case "
-                                f"does not take them yet)")
         res = audit_worst_case(target, dim=dim, clip=clip, samples=samples, search_samples=search_samples,
-                               seed=seed, **common)
+                               seed=seed, **common, **engine)
         return res, np.asarray(res.x0), np.asarray(res.x1), res.search["best"]
     if categorical(target):
         pair = "one-hot"
@@ -200,12 +198,12 @@ class LDP(ClaimKind):
                                   help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
                                        "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
             "backend": Key("str", None, choices=BACKENDS,
-                           help="where the certification chunks run: serial (this process, the default), process "
-                                "(local workers) or ray (pip install 'fedaudit[ray]'); the same result on each; "
-                                "a fixed pair only"),
+                           help="where the certification chunks (and with pair = 'search' the candidate audits) "
+                                "run: serial (this process), process (local workers) or ray (pip install "
+                                "'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
             "workers": Key("int", None, low=1, high=4096,
                            help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the "
-                                "CPUs); a fixed pair only"),
+                                "CPUs)"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
@@ -218,11 +216,6 @@ class LDP(ClaimKind):
             raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
                                            f"allowed), got {show(p['test'])}")
         p["test"] = ",".join(names)
-        if p["pair"] == "search":
-            for name in ("backend", "workers"):
-                if p[name] is not None:
-                    raise key_error(where, name, "applies to a fixed pair only: pair = 'search' certifies in this "
-                                                 "process (audit_worst_case does not take it yet)")
         check_mechanism_key(where, p)
         if p["mechanism"] == "rr" and p["dim"] < 2:
             raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
