@@ -50,13 +50,29 @@ SPECS = [
 
 @pytest.fixture(scope="module")
 def run():
+    """The one simulation. Flower's Ray backend joins a Ray already running in this process (the session's
+    shared one, tests/conftest.py ``ray_local``, when an earlier module started it) but always ends with
+    ``ray.shutdown()``; here it keeps that Ray running for the later modules (a restart costs 10-15 s)."""
     import os
+    import sys
+
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
 
     ticks, pythonpath = [], os.environ.get("PYTHONPATH")
-    out = run_flower(clients=CLIENTS, rounds=ROUNDS, strategies=SPECS, seed=SEED, local_steps=STEPS, lr=LR,
-                     num_cpus=2, progress=ticks.append)
+    ray = sys.modules.get("ray")
+    shared = ray is not None and ray.is_initialized()
+    def stop_the_actors_only(backend: RayBackend) -> None:
+        if backend.pool:
+            backend.pool.terminate_all_actors()
+
+    with pytest.MonkeyPatch.context() as mp:
+        if shared:
+            mp.setattr(RayBackend, "terminate", stop_the_actors_only)
+        out = run_flower(clients=CLIENTS, rounds=ROUNDS, strategies=SPECS, seed=SEED, local_steps=STEPS, lr=LR,
+                         num_cpus=2, progress=ticks.append)
     assert sum(ticks) == ROUNDS * len(SPECS)
     assert os.environ.get("PYTHONPATH") == pythonpath  # Flower's Ray backend rewrites it; run_flower restores it
+    assert ray is None or ray.is_initialized() == shared
     return out
 
 
