@@ -80,7 +80,6 @@ def test_checkpoint_of_other_arguments_is_refused(tmp_path, capsys):
     (["--address", "127.0.0.1:6379"], "--address"),  # needs --backend ray
     (["--backend", "ray", "--address", "no-port"], "--address"),
     (["--resume"], "--resume"),  # needs --checkpoint
-    (["--pair", "search", "--backend", "process"], "--pair search"),
 ])
 def test_bad_engine_flags_exit_2_naming_the_flag(extra, flag, tmp_path, capsys):
     out = tmp_path / "never.json"
@@ -121,5 +120,13 @@ def test_plan_engine_keys_are_checked_when_the_plan_loads():
         load_plan(ldp_plan(backend="nope"))
     with pytest.raises(FedAuditError, match=r"key 'workers' must be an integer in \[1, 4096\], got 0"):
         load_plan(ldp_plan(workers=0))
-    with pytest.raises(FedAuditError, match=r"key 'workers' applies to a fixed pair only"):
-        load_plan(ldp_plan(pair="search", workers=2))
+    load_plan(ldp_plan(pair="search", workers=2))  # the pair search runs on the engine too
+
+
+def test_pair_search_on_two_workers_equals_serial(tmp_path):
+    """`--pair search` runs its candidate audits and the certification on the engine."""
+    small = ["--samples", "300000", "--search-samples", "2000", "--pair", "search"]
+    serial = audit(tmp_path, "search-serial", *small, "--backend", "serial")
+    pooled = audit(tmp_path, "search-pooled", *small, "--backend", "process", "--workers", "2")
+    assert pooled == serial
+    assert len(serial["search"]["candidates"]) > 1 and serial["search"]["best"]
