@@ -113,6 +113,9 @@ class ClaimKind:
     unit: str = "steps"
     #: plot types the evidence carries
     figures: tuple[str, ...] = ()
+    #: True for a kind that starts its own Ray simulation or process pool: the runner runs its
+    #: claims in the driver process, one at a time, never as a task of the parallel batch
+    runs_alone: bool = False
 
     def keys(self) -> dict[str, Key]:
         """The kind's plan keys (the keys every claim takes are added by the plan)."""

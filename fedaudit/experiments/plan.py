@@ -6,6 +6,10 @@ A plan is a TOML file::
     title = "SSTQ compliance"      # optional
     seed = 0                       # root seed (integer >= 0), default 0
 
+    [engine]                       # optional: where the claims run (ENGINE_KEYS)
+    backend = "process"            # process (default) | serial | ray
+    workers = 2                    # default: the machine's cores
+
     [[claim]]
     id = "sstq-eps1"               # unique; [A-Za-z0-9_.-]
     kind = "ldp"                   # a registered claim kind (fedaudit.experiments.kinds.CLAIM_KINDS)
@@ -14,7 +18,7 @@ A plan is a TOML file::
     mechanism = "sstq"             # the kind's own keys (ClaimKind.keys(), docs/plans.md)
     ...
 
-This module checks what every plan and every claim has (the ``[plan]`` table, ids, kinds,
+This module checks what every plan and every claim has (the ``[plan]`` and ``[engine]`` tables, ids, kinds,
 ``expect``, seeds) and hands the rest to the claim's kind: its keys
 (:class:`~fedaudit.experiments.keys.Key`), then its ``cross_check`` and ``default_title``.
 Validation is all-or-nothing and happens before any claim runs: an unknown key, a wrong type,
@@ -26,6 +30,12 @@ Seeds. A claim's seed is ``derive_seed(plan seed, "claim=<id>")`` (:func:`fedaud
 the id's SHA-256 words as the ``spawn_key`` of ``SeedSequence(plan seed)``), so adding, removing
 or reordering claims never changes another claim's result. A claim may pin its own ``seed``
 instead (e.g. to replay one claim).
+
+Engine. The ``[engine]`` table (:data:`ENGINE_KEYS`) says where the claims run; the runner
+(:mod:`fedaudit.experiments.runner`) applies it with :func:`fedaudit.engine.engine_defaults`.
+It never changes a result (every chunk and claim seed is fixed by the plan), so a run may
+override it (``fedaudit run --backend/--workers/--address``, :func:`engine_options`) and still
+resume the same plan; it is part of the plan's bytes and so of the report's ``plan_sha256``.
 """
 
 from __future__ import annotations
@@ -38,13 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedaudit.engine import BACKENDS, check_run_options
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec
-from fedaudit.experiments.keys import Key, check_keys, show, unknown_keys
+from fedaudit.experiments.keys import Key, check_keys, key_error, show, unknown_keys
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.registry import did_you_mean
 
-__all__ = ["COMMON_KEYS", "PLAN_KEYS", "Plan", "load_plan", "parse_plan", "claim_seed"]
+__all__ = ["COMMON_KEYS", "PLAN_KEYS", "ENGINE_KEYS", "Plan", "load_plan", "parse_plan", "claim_seed",
+           "check_engine", "engine_options"]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -64,6 +76,23 @@ PLAN_KEYS: dict[str, Key] = {
     "seed": Key("int", 0, low=0, help="root seed of every claim"),
 }
 
+#: keys of the optional [engine] table (the same results on every setting)
+ENGINE_KEYS: dict[str, Key] = {
+    "backend": Key("str", None, choices=BACKENDS,
+                   help="where the claims and their chunks run: process (local worker processes), serial (one "
+                        "process) or ray (pip install 'fedaudit[ray]'); default process, or the environment "
+                        "variable FEDAUDIT_BACKEND"),
+    "workers": Key("int", None, low=1, high=4096,
+                   help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the machine's "
+                        "cores, the cluster's CPUs)"),
+    "address": Key("str", None,
+                   help="backend = 'ray' only: 'auto' or '[ray://]host:port' of a running Ray cluster (default: a "
+                        "new local Ray instance)"),
+    "parallel_claims": Key("bool", True,
+                           help="run the independent claims as parallel tasks (unless the backend is serial); the "
+                                "Flower kinds and claims that set their own backend run alone, one after the other"),
+}
+
 
 # ----------------------------------------------------------------------------- model
 @dataclass(frozen=True)
@@ -76,6 +105,8 @@ class Plan:
     claims: tuple[ClaimSpec, ...]
     source: bytes = field(repr=False)
     path: str | None = None
+    #: the validated [engine] table, every key of ENGINE_KEYS present (None: the engine's default)
+    engine: Mapping[str, Any] = field(default_factory=lambda: check_engine("plan [engine]", {}))
 
     @property
     def sha256(self) -> str:
@@ -122,9 +153,10 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     """Validate a parsed plan (see the module docstring); raises one :class:`FedAuditError`."""
     if not isinstance(data, Mapping):
         raise FedAuditError(f"plan must be a table, got {type(data).__name__}")
-    top = [k for k in data if k not in ("plan", "claim")]
+    top = [k for k in data if k not in ("plan", "engine", "claim")]
     if top:
-        raise unknown_keys("plan file", top, ["plan", "claim"], "at the top level ([plan] and [[claim]])")
+        raise unknown_keys("plan file", top, ["plan", "engine", "claim"],
+                           "at the top level ([plan], [engine] and [[claim]])")
     header = data.get("plan", {})
     if not isinstance(header, Mapping):
         raise FedAuditError("plan: [plan] must be a table with title and seed")
@@ -132,6 +164,10 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     if extra:
         raise unknown_keys("plan", extra, list(PLAN_KEYS), "in [plan]")
     head = check_keys("plan", header, PLAN_KEYS)
+    engine = data.get("engine", {})
+    if not isinstance(engine, Mapping):
+        raise FedAuditError("plan: [engine] must be a table with backend, workers, address and parallel_claims")
+    engine = check_engine("plan [engine]", engine)
     claims_raw = data.get("claim")
     if claims_raw is None:
         raise FedAuditError("plan: no claims; add at least one [[claim]] table")
@@ -148,7 +184,45 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     if source_bytes is None:
         source_bytes = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                                   default=str).encode("utf-8")
-    return Plan(title=head["title"], seed=head["seed"], claims=tuple(specs), source=source_bytes, path=path)
+    return Plan(title=head["title"], seed=head["seed"], claims=tuple(specs), source=source_bytes, path=path,
+                engine=engine)
+
+
+def check_engine(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``[engine]`` table checked against :data:`ENGINE_KEYS`, defaults filled in: unknown keys,
+    bad values and an ``address`` without ``backend = 'ray'`` are one :class:`FedAuditError`
+    naming ``where`` and the key."""
+    extra = [k for k in table if k not in ENGINE_KEYS]
+    if extra:
+        raise unknown_keys(where, extra, list(ENGINE_KEYS), "in [engine]")
+    out = check_keys(where, table, ENGINE_KEYS)
+    if out["address"] is not None:
+        if out["backend"] != "ray":
+            raise key_error(where, "address", f"needs backend = 'ray' (the Ray cluster to join), got backend = "
+                                              f"{show(out['backend'] if out['backend'] is not None else 'process')}")
+        try:
+            check_run_options("ray", None, out["address"])
+        except FedAuditError:
+            raise key_error(where, "address", "must be 'auto' or a Ray cluster address '[ray://]host:port' with a "
+                                              f"port in [1, 65535] (e.g. '127.0.0.1:6379'), got "
+                                              f"{show(out['address'])}") from None
+    return out
+
+
+def engine_options(plan: Plan, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The engine options a run of ``plan`` uses: its ``[engine]`` table with the keys of
+    ``override`` that are not None in their place (``fedaudit run --backend/--workers/--address``),
+    checked as the table is (:func:`check_engine`, naming ``engine``). An overriding ``backend``
+    other than ``'ray'`` drops the plan's ``address`` (it names a Ray cluster)."""
+    if override is None:
+        return dict(plan.engine)
+    if not isinstance(override, Mapping):
+        raise FedAuditError(f"engine must be a dict of {', '.join(ENGINE_KEYS)}, got {type(override).__name__}")
+    given = {k: v for k, v in override.items() if v is not None}
+    merged = {**plan.engine, **given}
+    if "backend" in given and "address" not in given and given["backend"] != "ray":
+        merged["address"] = None
+    return check_engine("engine", merged)
 
 
 def _kind(where: str, name: str) -> tuple[str, ClaimKind]:

@@ -2,7 +2,7 @@
 cannot drift.
 
 Every table row comes from a :class:`~fedaudit.experiments.keys.Key` of ``PLAN_KEYS``,
-``COMMON_KEYS`` or a kind's ``keys()`` (its ``describe()`` text, default and ``help``); every
+``ENGINE_KEYS``, ``COMMON_KEYS`` or a kind's ``keys()`` (its ``describe()`` text, default and ``help``); every
 kind's paragraph is the first paragraph of its :class:`~fedaudit.experiments.kind.ClaimKind`
 class docstring, followed by its progress unit and figures. The kinds are those of
 :data:`~fedaudit.experiments.kinds.CLAIM_KINDS`. Regenerate after changing a kind::
@@ -53,7 +53,7 @@ def _first_paragraph(fn) -> str:
 def markdown() -> str:
     """The whole reference as Markdown text (ends with one newline)."""
     from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
-    from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS
+    from fedaudit.experiments.plan import COMMON_KEYS, ENGINE_KEYS, PLAN_KEYS
 
     kinds = list(CLAIM_KINDS.names())
     out = [
@@ -86,6 +86,28 @@ def markdown() -> str:
         "## `[plan]`",
         "",
         *_table(PLAN_KEYS),
+        "",
+        "## `[engine]`",
+        "",
+        "Optional: where the claims run. Every setting gives the same claims, number for number (each",
+        "claim's seed and each chunk's seed are fixed by the plan), so `fedaudit run PLAN --backend B",
+        "--workers N --address A` may override these keys, also when resuming a run. With",
+        "`parallel_claims` and a backend other than `serial`, the claims still to run are tasks of the",
+        "engine, run at the same time (each one serial inside its worker: no nested pools); each is",
+        "checkpointed as soon as it finishes, and the report lists the claims in plan order. Claims",
+        "of the Flower kinds (they start their own Ray simulation) and claims that set their own",
+        "`backend` to `process` or `ray` run alone, one after the other, after the parallel ones.",
+        "While claims run in parallel, progress is reported per finished claim (no per-sample",
+        "progress from inside a worker). Otherwise claims run one after the other and their audits",
+        "use the engine with these settings.",
+        "",
+        "```toml",
+        "[engine]",
+        'backend = "ray"',
+        'address = "127.0.0.1:6379"',
+        "```",
+        "",
+        *_table(ENGINE_KEYS),
         "",
         "## Keys of every `[[claim]]`",
         "",

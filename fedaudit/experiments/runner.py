@@ -24,6 +24,24 @@ is a function of the plan alone; only timestamps differ. Checkpoints written for
 or another fedaudit version are refused. Claims that ended INCONCLUSIVE with an error are not
 checkpointed, so a resume retries them. Once the report is written, ``.checkpoint/`` and
 ``.work/`` are removed.
+
+Engine and parallel claims. The plan's ``[engine]`` table, with the ``engine=`` keywords of
+:func:`run_plan` in its place (:func:`fedaudit.experiments.plan.engine_options`), is applied with
+:func:`fedaudit.engine.engine_defaults` around every claim, so each audit that leaves its
+backend unset runs there. With ``parallel_claims`` (the default), a backend other than
+``serial`` (:func:`fedaudit.engine.default_backend`: the table, else ``FEDAUDIT_BACKEND``, else
+``process``) and more than one claim still to run, those claims are tasks of
+:func:`fedaudit.engine.run_tasks`: each runs in a worker (where the engine's own default is
+``serial``: no nested pools), comes back as it completes and is checkpointed at once, and the
+report lists the claims in plan order. A claim's result is the same either way: its seed is a
+function of the plan and its id only, and every audit is bit-identical on every backend. A
+claim whose kind ``runs_alone`` (the Flower simulation starts its own Ray) or whose own
+``backend`` key is ``process`` or ``ray`` runs in this process after the parallel ones. While
+claims run in parallel the progress hooks hear of each claim when it has finished
+(``claim_started``, ``advance`` by the units it reported, ``claim_finished``), not unit by unit.
+An error inside a parallel claim is the same INCONCLUSIVE claim as in a serial run; a worker
+that dies (killed, out of memory) makes the claims still running INCONCLUSIVE with that error,
+never a crashed run, and a resume retries them.
 """
 
 from __future__ import annotations
@@ -39,10 +57,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from fedaudit import json as fjson
+from fedaudit.engine import default_backend, default_workers, engine_defaults, run_tasks
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimSpec, Progress, trim, verdict
+from fedaudit.experiments.kind import ClaimKind, ClaimSpec, Progress, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
-from fedaudit.experiments.plan import Plan, load_plan
+from fedaudit.experiments.plan import Plan, engine_options, load_plan
 from fedaudit.reports.model import Claim, Manifest, Report
 from fedaudit.version import __version__
 
@@ -95,15 +114,47 @@ def run_claim(spec: ClaimSpec, progress: Progress | None = None, *, workdir: str
     :data:`~fedaudit.experiments.kind.MAX_NUMBERS` numbers are trimmed. ``workdir``: a directory
     for the claim's intermediate files (stress grids keep their cells there, so a killed run
     resumes cell by cell)."""
+    return _run_kind(claim_kind(spec.kind), spec, progress or (lambda n: None), workdir)
+
+
+def _run_kind(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str | None) -> Claim:
+    """:func:`run_claim` with the kind already built (a parallel claim's worker gets it with the
+    task, so a kind registered at run time in the driver runs there too)."""
     t0 = time.perf_counter()
-    found = claim_kind(spec.kind).run(spec, np.random.default_rng(spec.seed), progress or (lambda n: None),
-                                      workdir=workdir)
+    found = kind.run(spec, np.random.default_rng(spec.seed), progress, workdir=workdir)
     evidence = dict(found.evidence)
     if not found.states_parameters:
         evidence["parameters"] = {k: v for k, v in spec.params.items() if v is not None}
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict(spec.expect, found),
                  evidence=trim(evidence), summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
                  runtime_s=time.perf_counter() - t0)
+
+
+def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str | None) -> Claim:
+    """The claim, or its INCONCLUSIVE error claim when the run raises; ``runtime_s`` is the wall
+    time of either (in the driver or in a parallel claim's worker alike)."""
+    t0 = time.perf_counter()
+    try:
+        claim = _run_kind(kind, spec, progress, workdir)
+    except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
+        claim = _error_claim(spec, exc)
+    return dataclasses.replace(claim, runtime_s=time.perf_counter() - t0)
+
+
+def _claim_task(task: tuple[ClaimSpec, ClaimKind, str | None]) -> tuple[Claim, int]:
+    """One claim of the parallel batch, in an engine worker: ``(claim, units it reported)``."""
+    spec, kind, workdir = task
+    units = [0]
+
+    def count(n: int) -> None:
+        units[0] += n
+
+    return _guarded(kind, spec, count, workdir), units[0]
+
+
+def _runs_alone(kind: ClaimKind, spec: ClaimSpec) -> bool:
+    """A claim that must run in the driver: its kind says so, or it runs its own pool or Ray."""
+    return bool(kind.runs_alone) or spec.params.get("backend") in ("process", "ray")
 
 
 def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
@@ -218,18 +269,22 @@ class Checkpoints:
 
 def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgress | None = None,
              command: str | None = None, checkpoints: Checkpoints | None = None,
-             resume: bool = False) -> Report:
+             resume: bool = False, engine: Mapping[str, Any] | None = None) -> Report:
     """Validate and run a plan (a TOML path, a parsed dict or a :class:`Plan`); return the report.
 
     ``progress`` receives :class:`PlanProgress` callbacks; ``command`` is recorded in the
     manifest (the CLI passes its command line). With ``checkpoints`` every finished claim is
     saved there as soon as it has its verdict, and stress grids keep their cells under
     ``<root>/.work/<claim-id>/``; with ``resume`` as well, claims already checkpointed are loaded
-    instead of run (see the module docstring). Raises :class:`FedAuditError` for an invalid plan
-    or unusable checkpoints; a claim that errors while running is INCONCLUSIVE.
+    instead of run (see the module docstring). ``engine``: ``{"backend", "workers", "address",
+    "parallel_claims"}`` (any of them; None keeps the plan's) in place of the plan's ``[engine]``
+    table — where the claims run, never what they find. Raises :class:`FedAuditError` for an
+    invalid plan, engine option or unusable checkpoints; a claim that errors while running is
+    INCONCLUSIVE.
     """
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
+    options = engine_options(plan, engine)
     if resume and checkpoints is None:
         raise FedAuditError("resume=True needs checkpoints (a report directory to resume from)")
     hooks = progress or PlanProgress()
@@ -238,52 +293,88 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
     if checkpoints is not None:
         checkpoints.begin(started)
     hooks.plan_started(plan)
-    claims: list[Claim] = []
+    claims: dict[str, Claim] = {}
+    todo: list[tuple[ClaimSpec, ClaimKind]] = []
     for spec in plan.claims:
         if spec.id in done:
-            claim = done[spec.id]
-            getattr(hooks, "claim_resumed", hooks.claim_finished)(spec, claim)
-            claims.append(claim)
-            continue
-        hooks.claim_started(spec, work_units(spec), claim_kind(spec.kind).unit)
-        workdir = None
-        if checkpoints is not None:
-            workdir = checkpoints.root / WORK_DIR / spec.id
-            workdir.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        try:
-            claim = run_claim(spec, hooks.advance, workdir=None if workdir is None else str(workdir))
-        except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
-            claim = _error_claim(spec, exc)
-        claim = dataclasses.replace(claim, runtime_s=time.perf_counter() - t0)
+            claims[spec.id] = done[spec.id]
+            getattr(hooks, "claim_resumed", hooks.claim_finished)(spec, done[spec.id])
+        else:
+            todo.append((spec, claim_kind(spec.kind)))
+
+    def workdir(spec: ClaimSpec) -> str | None:
+        if checkpoints is None:
+            return None
+        path = checkpoints.root / WORK_DIR / spec.id
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def finish(spec: ClaimSpec, claim: Claim, where: str | None) -> None:
         if checkpoints is not None:
             if claim.error is None:
                 checkpoints.save(claim, started)
-            shutil.rmtree(workdir, ignore_errors=True)
-        claims.append(claim)
+            shutil.rmtree(where, ignore_errors=True)
+        claims[spec.id] = claim
         hooks.claim_finished(spec, claim)
+
+    with engine_defaults(options["backend"], options["workers"], options["address"]):
+        batch = [(spec, kind) for spec, kind in todo if not _runs_alone(kind, spec)]
+        if options["parallel_claims"] and len(batch) > 1 and default_backend() != "serial":
+            _run_parallel(batch, options, workdir, finish, hooks)
+            todo = [(spec, kind) for spec, kind in todo if spec.id not in claims]
+        for spec, kind in todo:
+            hooks.claim_started(spec, work_units(spec), kind.unit)
+            where = workdir(spec)
+            finish(spec, _guarded(kind, spec, hooks.advance, where), where)
     finished = time.time()
     manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command)
-    return Report(manifest=manifest, claims=claims, title=plan.title)
+    return Report(manifest=manifest, claims=[claims[spec.id] for spec in plan.claims], title=plan.title)
+
+
+def _run_parallel(batch, options, workdir, finish, hooks) -> None:
+    """Run ``batch`` (``(spec, kind)`` pairs) as engine tasks, finishing each claim as it completes;
+    if the pool itself fails (a worker died), the claims without a result become error claims."""
+    tasks = [(spec, kind, workdir(spec)) for spec, kind in batch]
+    workers = options["workers"]
+    if workers is None and default_backend() == "process":
+        workers = min(default_workers(), len(tasks))
+    pending = {spec.id: (spec, where) for spec, _, where in tasks}
+    results = run_tasks(_claim_task, tasks, workers=workers)
+    try:
+        while pending:
+            try:
+                (spec, kind, where), (claim, units) = next(results)
+            except Exception as exc:  # the pool failed, not a claim (a claim's error comes back as a claim)
+                for spec, where in pending.values():
+                    finish(spec, _error_claim(spec, exc), where)
+                return
+            del pending[spec.id]
+            hooks.claim_started(spec, work_units(spec), kind.unit)
+            hooks.advance(units)
+            finish(spec, claim, where)
+    finally:
+        results.close()
 
 
 def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | os.PathLike, *,
                     force: bool = False, resume: bool = False, progress: PlanProgress | None = None,
-                    command: str | None = None, formats: tuple[str, ...] | None = None
-                    ) -> tuple[Report, dict[str, Path]]:
+                    command: str | None = None, formats: tuple[str, ...] | None = None,
+                    engine: Mapping[str, Any] | None = None) -> tuple[Report, dict[str, Path]]:
     """Run ``plan`` into the report directory ``out_dir``, checkpointing every claim; return the
     report and ``{format: path}`` of the files written.
 
-    Everything that can be refused is refused before the first claim runs: an invalid plan, an
-    ``out_dir`` that is a file or cannot be created or written, a directory locked by another
-    run, a non-empty directory without ``force`` or ``resume``, checkpoints of another plan.
-    Without ``resume`` old checkpoints are discarded; with it they are reused.
+    Everything that can be refused is refused before the first claim runs: an invalid plan or
+    ``engine`` option (as in :func:`run_plan`), an ``out_dir`` that is a file or cannot be created
+    or written, a directory locked by another run, a non-empty directory without ``force`` or
+    ``resume``, checkpoints of another plan. Without ``resume`` old checkpoints are discarded; with
+    it they are reused (whatever the engine options of either run).
     """
     from fedaudit.locking import create_directory, directory_lock
     from fedaudit.reports.io import write_sealed_report
 
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
+    engine_options(plan, engine)  # refused before the directory is touched
     out = create_directory(out_dir, what="report directory")
     with directory_lock(out, what="report directory"):
         others = [p for p in out.iterdir() if p.name not in (".lock", CHECKPOINT_DIR, WORK_DIR)]
@@ -296,7 +387,8 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
             checkpoints.load()  # refuse foreign checkpoints before anything runs
         else:
             checkpoints.clear()
-        report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume)
+        report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume,
+                          engine=engine)
         report, paths = write_sealed_report(report, out, force=True, **({} if formats is None else {"formats": formats}))
         checkpoints.clear()
     return report, paths

@@ -52,6 +52,7 @@ class Flower(ClaimKind):
     name = "flower"
     unit = "rounds"
     figures = ("curves",)
+    runs_alone = True  # it starts its own Ray simulation: never inside a parallel claim worker
 
     def keys(self) -> dict[str, Key]:
         return {
