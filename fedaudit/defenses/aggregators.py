@@ -30,17 +30,17 @@ from fedaudit.arrays import is_torch
 from fedaudit.defenses.base import Aggregator, Averaging, KrumSelection, MedianBased, TrimmedMean
 from fedaudit.errors import FedAuditError
 from fedaudit.kernels import (
-    by_columns,
     centered_gram,
     cw_median,
+    cw_trimmed_mean,
+    cw_window_mean,
     gram_distances,
     krum_order,
     like,
     lincomb,
     mean_rows,
     pairwise_sqdist,
-    sort_columns,
-    sum_rows,
+    screened_mean_rows,
     to_float64,
     weiszfeld,
 )
@@ -58,54 +58,6 @@ __all__ = [
     "Meamed",
     "Bulyan",
 ]
-
-
-def _mean_closest_to_median(S: np.ndarray, k: int) -> np.ndarray:
-    """Per column of the column-sorted S (m, d): mean of the k values closest to the median.
-
-    In sorted order the k values closest to a point form a window S_s … S_{s+k−1}. Sliding
-    the window from s to s + 1 trades S_s for S_{s+k}, which is closer to the median μ iff
-    P_s: S_s + S_{s+k} < 2μ; P_s is monotone in s, so the best start is s* = Σ_s P_s (ties
-    keep the lower window). When k > m − k, rows m − k … k − 1 are in every window and the
-    window sum is Σ_{always} + Σ_{s<m−k} (P_s ? S_{s+k} : S_s). Sums are float64 additions of
-    selected values only (no differences of prefix sums, so Byzantine magnitudes cannot cancel
-    honest digits). S may be a torch tensor (the same steps in torch, on its device).
-    """
-    m = S.shape[0]
-    g = m - k
-    if g == 0:
-        return sum_rows(S) / m
-    if is_torch(S):
-        return _mean_closest_to_median_torch(S, k)
-    h = m // 2
-    with np.errstate(over="ignore"):
-        two_med = 2.0 * S[h].astype(np.float64) if m % 2 else S[h - 1].astype(np.float64) + S[h]
-        P = S[:g].astype(np.float64) + S[k:k + g] < two_med  # (g, w): move the window right
-    if k > g:
-        chosen = np.where(P, S[k:], S[:g])
-        return (sum_rows(S[g:k]) + sum_rows(chosen)) / k
-    start = P.sum(axis=0)
-    idx = np.arange(m)[:, None]
-    sel = (idx >= start) & (idx < start + k)
-    return sum_rows(np.where(sel, S, 0)) / k
-
-
-def _mean_closest_to_median_torch(S: Any, k: int) -> Any:
-    """:func:`_mean_closest_to_median` with torch operations (S column-sorted, m > k)."""
-    import torch
-
-    m = S.shape[0]
-    g = m - k
-    h = m // 2
-    two_med = 2.0 * to_float64(S[h]) if m % 2 else to_float64(S[h - 1]) + S[h]
-    P = to_float64(S[:g]) + S[k:k + g] < two_med
-    if k > g:
-        chosen = torch.where(P, S[k:], S[:g])
-        return (sum_rows(S[g:k]) + sum_rows(chosen)) / k
-    start = P.sum(dim=0)
-    idx = torch.arange(m, device=S.device)[:, None]
-    sel = (idx >= start) & (idx < start + k)
-    return sum_rows(torch.where(sel, S, torch.zeros((), dtype=S.dtype, device=S.device))) / k
 
 
 def _copy_row(X: Any, i: int) -> Any:
@@ -141,33 +93,33 @@ class CWTM(Aggregator):
     the mean of the n − 2f in the middle. (f, κ)-robust with κ = (6f/(n−2f))(1 + f/(n−2f))
     (Allouah et al., AISTATS 2023). Needs n > 2f.
 
-    Implementation: per cache-sized column block, one ``np.sort`` along axis 0 and a float64 sum
-    of the middle rows. Measured on numpy 2.x (SIMD sorts), a single-kth ``np.partition`` of a
-    column costs as much as its full sort (the per-column gather dominates) and a two-kth
-    partition is ~5× slower, so one sort is the cheapest way to both tails.
+    Implementation: :func:`fedaudit.kernels.cw_trimmed_mean`, the compiled selection kernel
+    (:mod:`fedaudit.kernels.selection`: one read of each column, sorted in cache by a comparator
+    network) and a float64 sum of the middle order statistics in sorted order.
     """
 
     name = "cwtm"
     torch_native = True
+    screens_nonfinite = True
     robustness = TrimmedMean()
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
-        n = X.shape[0]
         if f == 0:
-            return mean_rows(X)
-        return by_columns(X, lambda B: sum_rows(sort_columns(B)[f:n - f]) / (n - 2 * f))
+            return mean_rows(X) if is_torch(X) else screened_mean_rows(X)
+        return cw_trimmed_mean(X, f)
 
 
 class CWMed(Aggregator):
     """Coordinate-wise median (Yin et al., ICML 2018); the mean of the two middle values when
     n is even. (f, κ)-robust with κ = 4(1 + f/(n−2f))² (Allouah et al. 2023).
 
-    ``f`` only sets how many non-finite rows may be dropped. Implementation: per column block,
-    one single-kth ``np.partition`` along axis 0 (+ a max over the lower half for even n).
+    ``f`` only sets how many non-finite rows may be dropped. Implementation:
+    :func:`fedaudit.kernels.cw_median` (the compiled selection kernel).
     """
 
     name = "cwmed"
     torch_native = True
+    screens_nonfinite = True
     robustness = MedianBased()
     needs_f = False
 
@@ -405,18 +357,20 @@ class Meamed(Aggregator):
     """Mean around the median (Xie, Koyejo & Gupta, "Generalized Byzantine-tolerant SGD", 2018).
 
     Per coordinate k: the mean of the n − f values x_i[k] closest to the coordinate-wise median
-    (ties keep the lower values). Needs n > 2f. Implementation: per column block, one sort
-    along axis 0, then the best window of n − f consecutive order statistics.
+    (ties keep the lower values). Needs n > 2f. Implementation:
+    :func:`fedaudit.kernels.cw_window_mean`: each column sorted once by the compiled selection
+    kernel, then the best window of n − f consecutive order statistics.
     """
 
     name = "meamed"
     torch_native = True
+    screens_nonfinite = True
 
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         if f == 0:
-            return mean_rows(X)
-        return by_columns(X, lambda B: _mean_closest_to_median(sort_columns(B), n - f))
+            return mean_rows(X) if is_torch(X) else screened_mean_rows(X)
+        return cw_window_mean(X, n - f)
 
 
 class Bulyan(Aggregator):
@@ -447,4 +401,4 @@ class Bulyan(Aggregator):
             chosen.append(remaining[i])
             remaining = np.delete(remaining, i)
         rows = like(np.sort(np.asarray(chosen)), X)
-        return by_columns(X, lambda B: _mean_closest_to_median(sort_columns(B[rows]), theta - 2 * f))
+        return cw_window_mean(X[rows], theta - 2 * f)

@@ -64,6 +64,7 @@ import numpy as np
 
 from fedaudit.arrays import as_array, is_torch, to_like, torch_input
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
+from fedaudit.kernels import NonFiniteInput
 from fedaudit.validation import check_int
 from fedaudit.rng import as_generator
 
@@ -160,6 +161,10 @@ class _Rule(ABC):
     #: whether the trusted core also computes on torch tensors (on their device, with torch
     #: operations); False: a tensor is copied to the host and the core sees numpy
     torch_native: bool = False
+    #: whether the core raises :class:`fedaudit.kernels.NonFiniteInput` on any NaN/±inf value of
+    #: a numpy input (True: the input is not screened first, saving one pass over it; a core
+    #: that raises is called again on the finite rows, exactly as an unscreened rule)
+    screens_nonfinite: bool = False
 
     def __init__(self, f: int = 0):
         self.f = check_int("f", f, low=0)
@@ -207,9 +212,17 @@ class _Rule(ABC):
         arr, token = as_array(X)
         n = arr.shape[0]
         self._check_n(n)
-        arr, f = self._drop_nonfinite(arr, np.isfinite(arr).all(axis=1))
         gen = None if rng is None else as_generator(rng)
-        out = _clamp_finite(to_like(core(arr, f, gen), None, arr.dtype), self.name)
+        out = None
+        if self.screens_nonfinite:  # the core checks every value as it reads it
+            try:
+                out = core(arr, self.f, gen)
+            except NonFiniteInput:
+                pass
+        if out is None:
+            arr, f = self._drop_nonfinite(arr, np.isfinite(arr).all(axis=1))
+            out = core(arr, f, gen)
+        out = _clamp_finite(to_like(out, None, arr.dtype), self.name)
         return to_like(out, token, arr.dtype)
 
     def _drop_nonfinite(self, rows: Any, finite: Any) -> tuple[Any, int]:

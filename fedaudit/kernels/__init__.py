@@ -50,7 +50,8 @@ import numpy as np
 from fedaudit.arrays import is_torch
 
 __all__ = [
-    "MAX_THREADS", "max_threads", "by_columns", "sum_rows", "mean_rows", "lincomb", "cw_median", "gram",
+    "MAX_THREADS", "max_threads", "by_columns", "sum_rows", "mean_rows", "lincomb", "cw_median", "cw_trimmed_mean",
+    "cw_window_mean", "NonFiniteInput", "screened_mean_rows", "gram",
     "sort_columns", "batcher_pairs", "to_float64", "host", "like",
     "Geometry", "row_norms", "sqdist_from_gram", "pairwise_sqdist", "centered_gram", "krum_scores",
     "krum_order", "gram_distances", "weiszfeld",
@@ -282,11 +283,171 @@ def lincomb(w: Any, X: Any) -> Any:
     return np.asarray(w, dtype=X.dtype) @ X
 
 
+#: numpy inputs with at most this many rows (and float16/32/64 values) take the compiled
+#: selection kernel (:mod:`fedaudit.kernels.selection`); more rows, or other dtypes, ``np.sort``.
+_SELECT_ROWS = 256
+#: Bytes of one column block of the selection kernel (n · width values stay in the L1 cache).
+_SELECT_BYTES = 1 << 15
+#: Columns per task when the selection kernel's columns are split over threads.
+_SELECT_TASK = 1 << 16
+
+
+@lru_cache(maxsize=None)
+def _select_network(n: int, mode: int, k: int) -> np.ndarray:
+    """:func:`batcher_pairs` (n) pruned to the comparators that feed the positions the statistic
+    reads (walking the network backwards, a comparator is kept iff one of its outputs is still
+    needed; then both its inputs are). TRIM reads positions k … n−k−1, MEDIAN the middle one(s),
+    WINDOW all of them."""
+    from fedaudit.kernels.selection import MEDIAN, TRIM
+
+    if mode == TRIM:
+        live = set(range(k, n - k))
+    elif mode == MEDIAN:
+        live = {n // 2} if n % 2 else {n // 2 - 1, n // 2}
+    else:
+        live = set(range(n))
+    kept = []
+    for a, b in reversed(batcher_pairs(n)):
+        if a in live or b in live:
+            kept.append((a, b))
+            live |= {a, b}
+    return np.array(kept[::-1], dtype=np.int64).reshape(-1, 2)
+
+
+def _selects(X: np.ndarray) -> bool:
+    """Whether a numpy X goes through the compiled selection kernel."""
+    return X.dtype in (np.float16, np.float32, np.float64) and X.shape[0] <= _SELECT_ROWS
+
+
+class NonFiniteInput(ArithmeticError):
+    """X holds NaN or ±inf where a kernel needs finite values (raised by the column statistics
+    on numpy input, which check every value as they read it: a caller that has not screened
+    its rows drops the non-finite ones and calls again)."""
+
+
+def _select(X: np.ndarray, mode: int, k: int) -> np.ndarray:
+    """The (d,) float64 column statistic ``mode`` of X by :func:`fedaudit.kernels.selection.cw_select`:
+    float16 is widened to float32 (exact), columns are split over threads on large inputs;
+    :class:`NonFiniteInput` when X holds NaN or ±inf."""
+    from fedaudit.kernels.selection import cw_select
+
+    if X.dtype == np.float16:
+        X = X.astype(np.float32)
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    pairs = _select_network(n, mode, k)
+    width = max(16, _SELECT_BYTES // (n * X.itemsize) // 16 * 16)
+    shrink = n.bit_length() + 1  # 2^shrink > 2n: sums of n scaled values cannot overflow
+    down, up = math.ldexp(1.0, -shrink), math.ldexp(1.0, shrink)
+    out = np.empty(d)
+
+    def task(a: int) -> Callable[[], None]:
+        return lambda: cw_select(X, pairs, a, min(d, a + _SELECT_TASK), mode, k, width, down, up, out)
+
+    if any(_run([task(a) for a in range(0, d, _SELECT_TASK)], X.size >= _PARALLEL)):
+        raise NonFiniteInput("the columns hold NaN or ±inf")
+    return out
+
+
+def _screen(X: Any) -> None:
+    """:class:`NonFiniteInput` when a numpy X holds NaN or ±inf (torch inputs are screened by
+    the rules' entry point)."""
+    if not is_torch(X) and not np.isfinite(X).all():
+        raise NonFiniteInput("the columns hold NaN or ±inf")
+
+
+def screened_mean_rows(X: np.ndarray) -> np.ndarray:
+    """:func:`mean_rows` of a numpy X, or :class:`NonFiniteInput` when X holds NaN or ±inf (the
+    mean of finite rows is always finite: an overflowed block is rescaled, see :func:`by_columns`)."""
+    out = mean_rows(X)
+    if not np.isfinite(out).all():
+        raise NonFiniteInput("the rows hold NaN or ±inf")
+    return out
+
+
+def cw_trimmed_mean(X: Any, f: int) -> Any:
+    """Per column, the mean of the sorted values f+1 … n−f: (S_{f+1} + … + S_{n−f}) / (n − 2f),
+    added left to right in float64 (CWTM; needs n > 2f). The column statistics of a numpy X
+    (this, :func:`cw_median`, :func:`cw_window_mean`) raise :class:`NonFiniteInput` for NaN or
+    ±inf values."""
+    n = X.shape[0]
+    if not is_torch(X) and _selects(X):
+        from fedaudit.kernels.selection import TRIM
+
+        return _select(X, TRIM, f)
+    _screen(X)
+    return by_columns(X, lambda B: sum_rows(sort_columns(B)[f:n - f]) / (n - 2 * f))
+
+
 def cw_median(X: Any) -> Any:
     """Coordinate-wise median in float64 (mean of the two middle values for even n)."""
     if is_torch(X):
         return by_columns(X, _cw_median_torch)
+    if _selects(X):
+        from fedaudit.kernels.selection import MEDIAN
+
+        return _select(X, MEDIAN, 0)
+    _screen(X)
     return by_columns(X, _cw_median_block)
+
+
+def cw_window_mean(X: Any, k: int) -> Any:
+    """Per column, the mean of the k values closest to the median (ties keep the lower values;
+    Meamed, Bulyan's last step; 1 ≤ k ≤ n)."""
+    if not is_torch(X) and _selects(X):
+        from fedaudit.kernels.selection import WINDOW
+
+        return _select(X, WINDOW, k)
+    _screen(X)
+    return by_columns(X, lambda B: _mean_closest_to_median(sort_columns(B), k))
+
+
+def _mean_closest_to_median(S: Any, k: int) -> Any:
+    """Per column of the column-sorted S (m, d): mean of the k values closest to the median.
+
+    In sorted order the k values closest to a point form a window S_s … S_{s+k−1}. Sliding
+    the window from s to s + 1 trades S_s for S_{s+k}, which is closer to the median μ iff
+    P_s: S_s + S_{s+k} < 2μ; P_s is monotone in s, so the best start is s* = Σ_s P_s (ties
+    keep the lower window). When k > m − k, rows m − k … k − 1 are in every window and the
+    window sum is Σ_{always} + Σ_{s<m−k} (P_s ? S_{s+k} : S_s). Sums are float64 additions of
+    selected values only (no differences of prefix sums, so Byzantine magnitudes cannot cancel
+    honest digits). S may be a torch tensor (the same steps in torch, on its device).
+    """
+    m = S.shape[0]
+    g = m - k
+    if g == 0:
+        return sum_rows(S) / m
+    if is_torch(S):
+        return _mean_closest_to_median_torch(S, k)
+    h = m // 2
+    with np.errstate(over="ignore"):
+        two_med = 2.0 * S[h].astype(np.float64) if m % 2 else S[h - 1].astype(np.float64) + S[h]
+        P = S[:g].astype(np.float64) + S[k:k + g] < two_med  # (g, w): move the window right
+    if k > g:
+        chosen = np.where(P, S[k:], S[:g])
+        return (sum_rows(S[g:k]) + sum_rows(chosen)) / k
+    start = P.sum(axis=0)
+    idx = np.arange(m)[:, None]
+    sel = (idx >= start) & (idx < start + k)
+    return sum_rows(np.where(sel, S, 0)) / k
+
+
+def _mean_closest_to_median_torch(S: Any, k: int) -> Any:
+    """:func:`_mean_closest_to_median` with torch operations (S column-sorted, m > k)."""
+    import torch
+
+    m = S.shape[0]
+    g = m - k
+    h = m // 2
+    two_med = 2.0 * to_float64(S[h]) if m % 2 else to_float64(S[h - 1]) + S[h]
+    P = to_float64(S[:g]) + S[k:k + g] < two_med
+    if k > g:
+        chosen = torch.where(P, S[k:], S[:g])
+        return (sum_rows(S[g:k]) + sum_rows(chosen)) / k
+    start = P.sum(dim=0)
+    idx = torch.arange(m, device=S.device)[:, None]
+    sel = (idx >= start) & (idx < start + k)
+    return sum_rows(torch.where(sel, S, torch.zeros((), dtype=S.dtype, device=S.device))) / k
 
 
 def _cw_median_torch(X: Any) -> Any:

@@ -1,0 +1,230 @@
+"""The compiled selection kernel (fedaudit.kernels.selection) against independent references.
+
+CWTM and CWMed are exact order statistics: the kernel must give the bits of a reference that
+sorts every column with ``np.sort`` and adds the kept values left to right in float64 (the
+rescaled recomputation of an overflowed column included). Meamed is compared bit for bit with
+its definition evaluated in plain Python floats (left-to-right sums), and against an exact (Fraction) brute-force search over all
+windows within a rounding tolerance. Data: random, tied, ±0, subnormal, 1e308 and ±max values,
+float16/32/64, d = 1, n = 2f + 1 … 256 (and the np.sort fallback beyond), one and two threads,
+and NaN/±inf rows (dropped as Byzantine with f reduced, exactly as an unscreened rule does).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fedaudit.kernels as K
+from fedaudit.defenses import CWMed, CWTM, Meamed, make_aggregator
+from fedaudit.kernels.selection import cw_select
+
+F64_MAX = float(np.finfo(np.float64).max)
+EXTREME = [0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e308, -1e308, F64_MAX, -F64_MAX, 5e-324, -2.2e-310, 1e-300,
+           1e30, -1e30, 65504.0, 6e-8]
+
+
+def ref_trim(X: np.ndarray, f: int) -> np.ndarray:
+    """Per column: sort, add S_f … S_{n−f−1} left to right in float64, divide; an overflowed
+    column again on its values scaled by 2^-(bit_length(n)+1), scaled back."""
+    n, d = X.shape
+    s = n.bit_length() + 1
+    out = np.empty(d)
+    for j in range(d):
+        col = np.sort(X[:, j])
+        with np.errstate(over="ignore"):
+            acc = float(col[f])
+            for v in col[f + 1:n - f]:
+                acc += float(v)
+            r = acc / (n - 2 * f)
+        if not math.isfinite(r):
+            scaled = [math.ldexp(float(v), -s) for v in col]
+            acc = scaled[f]
+            for v in scaled[f + 1:n - f]:
+                acc += v
+            r = math.ldexp(acc / (n - 2 * f), s)
+        out[j] = r
+    return out
+
+
+def ref_median(X: np.ndarray) -> np.ndarray:
+    n = X.shape[0]
+    S = np.sort(X, axis=0).astype(np.float64)
+    h = n // 2
+    return S[h] if n % 2 else 0.5 * S[h - 1] + 0.5 * S[h]
+
+
+def exact_window_mean(col: np.ndarray, k: int) -> Fraction:
+    """Mean of the k values closest to the median in exact arithmetic: the first k values
+    ordered by (distance to the median, value), so ties keep the lower values."""
+    S = [Fraction(float(v)) for v in np.sort(col)]
+    n = len(S)
+    med = S[n // 2] if n % 2 else (S[n // 2 - 1] + S[n // 2]) / 2
+    return sum(sorted(S, key=lambda v: (abs(v - med), v))[:k], Fraction(0)) / k
+
+
+def two_med(col: np.ndarray) -> float:
+    """2μ as the rule computes it (float64; it overflows for two middle values near the max)."""
+    S = np.sort(col).astype(np.float64)
+    n = S.size
+    with np.errstate(over="ignore"):
+        return 2.0 * S[n // 2] if n % 2 else S[n // 2 - 1] + S[n // 2]
+
+
+def seq_window(col: np.ndarray, k: int) -> float:
+    """The window mean of one column as the numpy rule defines it, in plain Python floats added
+    left to right: s* = Σ_{t<n−k} [S_t + S_{t+k} < 2μ]; for k > n − k the rows n − k … k − 1 (always
+    in the window) are summed first and the entering values (S_{t+k} if P_t else S_t) second;
+    otherwise all rows are added with zeros outside the window."""
+    S = [float(v) for v in np.sort(col)]
+    n = len(S)
+    if k == n:
+        return _seq(S) / n
+    g = n - k
+    tm = two_med(col)
+    P = [S[t] + S[t + k] < tm for t in range(g)]
+    if k > g:
+        return (_seq(S[g:k]) + _seq([S[t + k] if P[t] else S[t] for t in range(g)])) / k
+    start = sum(P)
+    return _seq([v if start <= i < start + k else 0.0 for i, v in enumerate(S)]) / k
+
+
+def _seq(vals: list[float]) -> float:
+    acc = vals[0]
+    for v in vals[1:]:
+        acc += v
+    return acc
+
+
+def numpy_window(X: np.ndarray, k: int) -> np.ndarray:
+    """:func:`seq_window` per column."""
+    with np.errstate(over="ignore"):
+        return np.array([seq_window(X[:, j], k) for j in range(X.shape[1])])
+
+
+def data(rng: np.random.Generator, n: int, d: int, dtype) -> np.ndarray:
+    X = rng.normal(size=(n, d))
+    X[:, : d // 3] = np.round(X[:, : d // 3])  # ties
+    return X.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 21, 64, 100, 257])
+def test_trim_and_median_are_the_np_sort_order_statistics(dtype, n):
+    rng = np.random.default_rng(n)
+    X = data(rng, n, 50, dtype)
+    np.testing.assert_array_equal(K.cw_median(X), ref_median(X))
+    for f in sorted({1, (n - 1) // 2}):
+        if n > 2 * f:
+            np.testing.assert_array_equal(K.cw_trimmed_mean(X, f), ref_trim(X, f))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 21, 33])
+def test_window_mean_matches_the_numpy_path_and_the_exact_search(dtype, n):
+    rng = np.random.default_rng(100 + n)
+    X = data(rng, n, 12, dtype)
+    for k in range(1, n + 1):
+        got = K.cw_window_mean(X, k)
+        np.testing.assert_array_equal(got, numpy_window(X, k))
+        for j in range(X.shape[1]):
+            exact = exact_window_mean(X[:, j], k)
+            assert abs(got[j] - float(exact)) <= 4 * np.finfo(np.float64).eps * float(np.abs(X[:, j]).max())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 9), st.sampled_from([np.float16, np.float32, np.float64]),
+       st.data())
+def test_extreme_values_bit_for_bit(n, d, dtype, draw):
+    """Ties, ±0, subnormals, 1e308 and ±max (sums that overflow and are recomputed scaled)."""
+    vals = draw.draw(st.lists(st.sampled_from(EXTREME), min_size=n * d, max_size=n * d))
+    with np.errstate(over="ignore"):
+        X = np.array(vals).reshape(n, d).astype(dtype)
+    X[~np.isfinite(X)] = 0  # float16/32 cannot hold 1e308: those become 0
+    np.testing.assert_array_equal(K.cw_median(X), ref_median(X))
+    f = draw.draw(st.integers(0, (n - 1) // 2))
+    if f:
+        np.testing.assert_array_equal(K.cw_trimmed_mean(X, f), ref_trim(X, f))
+    k = draw.draw(st.integers(1, n))
+    got = K.cw_window_mean(X, k)
+    assert np.isfinite(got).all()
+    s = n.bit_length() + 1
+    for j in range(d):
+        col = X[:, j:j + 1]
+        want = numpy_window(col, k)[0]
+        if not (math.isfinite(want) and (k == n or np.isfinite(two_med(col[:, 0])))):
+            # the sum or 2μ overflowed: the column is redone on its values scaled by 2^-s
+            want = math.ldexp(seq_window(np.ldexp(col[:, 0].astype(np.float64), -s), k), s)
+        assert got[j] == want
+
+
+def test_a_huge_median_still_picks_the_closest_value():
+    """2μ = 2·1e308 overflows: unscaled, S_0 + S_1 = inf < inf is false and the window would stay
+    on 0.9e308; the column is redone scaled, so the value closest to the median, 1e308, wins."""
+    col = np.array([0.9e308, 1e308, 1e308])[:, None]
+    assert K.cw_window_mean(col, 1)[0] == 1e308 == float(exact_window_mean(col[:, 0], 1))
+
+
+def test_threads_and_task_splits_give_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(21, (1 << 22) // 21 + 5)).astype(np.float32)  # above the parallel threshold
+    ref = [K.cw_trimmed_mean(X, 5), K.cw_median(X), K.cw_window_mean(X, 16)]
+    monkeypatch.setattr(K, "MAX_THREADS", 1)
+    monkeypatch.setattr(K, "_SELECT_TASK", 777)
+    monkeypatch.setattr(K, "_SELECT_BYTES", 4096)
+    for a, b in zip(ref, [K.cw_trimmed_mean(X, 5), K.cw_median(X), K.cw_window_mean(X, 16)]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ref[0][-300:], ref_trim(X[:, -300:], 5))
+    np.testing.assert_array_equal(ref[1][-300:], ref_median(X[:, -300:]))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_non_finite_rows_are_dropped_with_f_reduced(bad, where):
+    """The screened rules read every value once: a NaN/±inf anywhere (here in the first or in
+    the very last column) gives exactly the rule on the finite rows with f − r."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(11, 70001)).astype(np.float32)
+    col = 0 if where == "first" else -1
+    X[4, col] = bad
+    X[9, 100] = bad
+    finite = np.delete(X, [4, 9], axis=0)
+    assert np.array_equal(CWTM(3)(X), CWTM(1)(finite))
+    assert np.array_equal(Meamed(3)(X), Meamed(1)(finite))
+    assert np.array_equal(CWMed()(X), CWMed()(finite))
+    np.testing.assert_array_equal(CWTM(2)(X), CWTM(0)(finite))  # f reduced to 0: the mean
+    with pytest.raises(K.NonFiniteInput):
+        K.cw_median(X)
+
+
+def test_rules_equal_the_references_on_float32_at_scale():
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(21, 3001)).astype(np.float32)
+    X[:5] += 3.0
+    np.testing.assert_array_equal(CWTM(5)(X), ref_trim(X, 5).astype(np.float32))
+    np.testing.assert_array_equal(CWMed()(X), ref_median(X).astype(np.float32))
+    np.testing.assert_array_equal(make_aggregator("meamed", 5)(X), numpy_window(X, 16).astype(np.float32))
+
+
+def test_pruned_networks_sort_the_positions_they_keep():
+    rng = np.random.default_rng(5)
+    for n in range(1, 70):
+        X = rng.normal(size=(n, 64))
+        S = np.sort(X, axis=0)
+        for mode, k, rows in [(0, (n - 1) // 2, slice((n - 1) // 2, n - (n - 1) // 2)),
+                              (1, 0, slice(n // 2 - (n % 2 == 0), n // 2 + 1)), (2, n, slice(0, n))]:
+            B = X.copy()
+            for a, b in K._select_network(n, mode, k):
+                lo, hi = np.minimum(B[a], B[b]), np.maximum(B[a], B[b])
+                B[a], B[b] = lo, hi
+            np.testing.assert_array_equal(B[rows], S[rows])
+        assert len(K._select_network(n, 1, 0)) <= len(K.batcher_pairs(n))
+
+
+def test_the_kernel_is_cached_on_disk():
+    """cache=True: later processes load the compiled kernel instead of compiling it."""
+    assert type(cw_select._cache).__name__ == "FunctionCache"
