@@ -218,7 +218,7 @@ def engine_keys(what: str) -> dict[str, Key]:
 
     return {
         "backend": Key("str", None, choices=BACKENDS,
-                       help=f"where {what} runs: serial (this process), process (local workers) or ray "
+                       help=f"the engine backend of {what}: serial (this process), process (local workers) or ray "
                             f"(pip install 'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
         "workers": Key("int", None, low=1, high=4096,
                        help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the CPUs)"),

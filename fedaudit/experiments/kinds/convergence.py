@@ -3,6 +3,12 @@
 Rounds to a target loss L* (stated with its basis), speedups over the baseline (ratios of those
 rounds), whether each run reached a plateau (:func:`~fedaudit.audit.convergence.plateau_status`),
 final loss and accuracy against the optional thresholds; a diverged run meets none.
+
+The optimizers' training runs are independent (the same federation and oracle streams, each
+its own run) and run as engine chunks, one per optimizer (:func:`fedaudit.engine.run_chunks`,
+plan keys ``backend`` and ``workers``); a run itself is sequential (round k needs round k − 1)
+and stays one chunk. Each chunk uses one BLAS thread, as every engine worker does, so the
+traces are bit-identical on every backend.
 """
 
 from __future__ import annotations
@@ -22,9 +28,26 @@ from fedaudit.experiments.components import (
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error, require_bound
+from fedaudit.experiments.kinds.accounting import engine_keys
 from fedaudit.json import finite_or_none
 
 __all__ = ["Convergence"]
+
+
+def _train_chunk(task: tuple) -> dict[str, Any]:
+    """One optimizer's run on the federation (an engine chunk): its recorded rounds, losses and
+    test accuracies, whether it diverged, its optimizer time and info (one BLAS thread)."""
+    from threadpoolctl import threadpool_limits
+
+    from fedaudit.fl.registry import make_optimizer
+    from fedaudit.fl.training import run
+
+    fed, name, settings, rounds, seed = task
+    with threadpool_limits(1), np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        t = run(make_optimizer(name, settings=settings), fed, None, rounds, rng=seed)
+    return {"rounds": [int(r) for r in t.rounds], "loss": list(t.loss), "test_acc": list(t.test_acc),
+            "diverged": bool(t.diverged), "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,
+            "info": t.info}
 
 
 def _sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, basis: str,
@@ -121,6 +144,7 @@ class Convergence(ClaimKind):
                                help="optimizer = least speedup over the baseline (ratio of rounds to the target loss)"),
             "max_final_loss": Key("float", None, low=0, open_low=True, help="every optimizer's final honest loss"),
             "min_final_accuracy": Key("float", None, low=0, high=1, help="every optimizer's final test accuracy"),
+            **engine_keys("the optimizers' training runs (one chunk each)"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
@@ -170,10 +194,9 @@ class Convergence(ClaimKind):
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.convergence import first_at_or_below, plateau_level, plateau_status
+        from fedaudit.engine import run_chunks
         from fedaudit.fl.data import load_dataset
         from fedaudit.fl.federation import Federation
-        from fedaudit.fl.registry import make_optimizer
-        from fedaudit.fl.training import run
         from fedaudit.rng import derive_seed
 
         p = spec.params
@@ -185,32 +208,25 @@ class Convergence(ClaimKind):
                                aggregator_kw=agg_kw or None)
         run_seed = derive_seed(spec.seed, "optimizer")  # the same oracle streams for every optimizer
         settings = {"lr": p["lr"], "momentum": p["momentum"], "eta": p["eta"]}
-        traces = {}
-        for name in p["optimizers"]:
-            done = [0]
-
-            def tick(k, rec, done=done):
-                if k > done[0]:
-                    progress(k - done[0])
-                    done[0] = k
-
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                traces[name] = run(make_optimizer(name, settings=settings), fed, None, p["rounds"], rng=run_seed, callback=tick)
-            progress(p["rounds"] - done[0])
-        finite = [v for t in traces.values() if not t.diverged for v in t.loss if math.isfinite(v)]
+        names = p["optimizers"]
+        runs = run_chunks(_train_chunk, [(fed, name, settings, p["rounds"], run_seed) for name in names],
+                          backend=p["backend"], workers=p["workers"], progress=progress,
+                          units=[p["rounds"]] * len(names))
+        traces = dict(zip(names, runs))
+        finite = [v for t in traces.values() if not t["diverged"] for v in t["loss"] if math.isfinite(v)]
         best = min(finite) if finite else math.nan
         base = p["baseline"]
         per: dict[str, dict[str, Any]] = {}
         for name, t in traces.items():
-            ok = not t.diverged and all(math.isfinite(v) for v in t.loss)
+            ok = not t["diverged"] and all(math.isfinite(v) for v in t["loss"])
             per[name] = {
                 "diverged": not ok,
-                "final_loss": finite_or_none(t.loss[-1]) if ok else None,
-                "final_accuracy": finite_or_none(t.test_acc[-1]) if ok and t.test_acc[-1] is not None else None,
-                "final_level": plateau_level(t.loss) if ok else None,
-                "plateau": plateau_status(list(t.rounds), list(t.loss), p["plateau_window"], p["plateau_tol"]),
-                "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,
-                "info": t.info,
+                "final_loss": finite_or_none(t["loss"][-1]) if ok else None,
+                "final_accuracy": finite_or_none(t["test_acc"][-1]) if ok and t["test_acc"][-1] is not None else None,
+                "final_level": plateau_level(t["loss"]) if ok else None,
+                "plateau": plateau_status(list(t["rounds"]), list(t["loss"]), p["plateau_window"], p["plateau_tol"]),
+                "runtime_s": t["runtime_s"],
+                "info": t["info"],
             }
         level_b = per[base]["final_level"]
         if p["target_loss"] is not None:
@@ -223,7 +239,7 @@ class Convergence(ClaimKind):
             target, basis = None, f"undefined: the baseline {base} diverged"
         for name, t in traces.items():
             per[name]["rounds_to_target"] = (None if target is None or per[name]["diverged"]
-                                             else first_at_or_below(list(t.rounds), list(t.loss), target))
+                                             else first_at_or_below(list(t["rounds"]), list(t["loss"]), target))
         r_base = per[base]["rounds_to_target"]
         for name in traces:
             r = per[name]["rounds_to_target"]
@@ -278,7 +294,7 @@ class Convergence(ClaimKind):
             "seeds": {"data": derive_seed(spec.seed, "data"), "federation": derive_seed(spec.seed, "federation"),
                       "optimizer": run_seed},
         }
-        series = {n: {"x": [int(r) for r in t.rounds], "y": [finite_or_none(v) for v in t.loss]}
+        series = {n: {"x": [int(r) for r in t["rounds"]], "y": [finite_or_none(v) for v in t["loss"]]}
                   for n, t in traces.items()}
         markers = {n: {"x": r["rounds_to_target"], "y": target} for n, r in per.items()
                    if r["rounds_to_target"] is not None and target is not None}

@@ -2,7 +2,8 @@
 (:func:`accountant_curve`) and the ε(rounds) curve of the accounting kind run their points as
 engine chunks; every point is the accountant's own value and the curve is bit-identical on the
 serial and the process backend (2 workers), whatever the grouping of points into chunks. The
-variance kind passes its plan keys backend/workers to the variance checker, same evidence."""
+variance kind passes its plan keys backend/workers to the variance checker, and the convergence
+kind runs one chunk per optimizer: the same evidence on both backends."""
 
 from __future__ import annotations
 
@@ -65,6 +66,23 @@ def test_pld_curve_bounds_the_fine_accountant_and_is_identical_on_two_processes(
     assert accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None, backend="serial") == (xs, serial)
 
 
+def test_a_curve_chunk_gives_the_same_bits_whatever_the_callers_blas_threads():
+    """Opacus's PRV ε moves in the last bit with the BLAS thread count (on this machine at 37, 73
+    and 91 steps of σ = 2, q = 0.1); a chunk runs with one thread, so the serial backend (this
+    process, a BLAS thread per core) computes what a worker (one thread) does."""
+    from threadpoolctl import threadpool_limits
+
+    from fedaudit.experiments.kinds.dpsgd import _curve_chunk
+
+    task = ((2.0, 0.1, 1e-5, "prv", None), [37, 73, 91])
+    with threadpool_limits(2):
+        many = _curve_chunk(task)
+    with threadpool_limits(1):
+        one = [epsilon_dpsgd(2.0, 0.1, n, 1e-5, "prv").epsilon for n in task[1]]
+    assert many == one
+
+
+@pytest.mark.slow
 def test_prv_curve_is_identical_on_serial_and_two_processes():
     """Opacus's PRV ε moves in the last bit with the BLAS thread count (at 37, 73 and 91 of these
     points): the chunks run with one thread everywhere, so serial (this process, many BLAS
@@ -121,13 +139,39 @@ def test_variance_claim_on_two_processes_equals_serial():
     assert evidence_json(two) == evidence_json(serial)
 
 
-@pytest.mark.parametrize("kind", ["accounting", "variance", "dpsgd", "fedavg-dp"])
+def test_convergence_claim_runs_one_chunk_per_optimizer_and_equals_serial():
+    claim = {"id": "c", "kind": "convergence", "optimizers": ["dgd", "dnag"], "dataset": "digits", "f": 1,
+             "n_honest": 8, "rounds": 8, "optimal_attack": False, "max_final_loss": 100.0}
+    (serial,) = run_plan(plan({**claim, "backend": "serial"})).claims
+    (two,) = run_plan(plan({**claim, **TWO})).claims
+    for c in (serial, two):
+        for run in c.evidence["per_optimizer"].values():
+            assert run.pop("runtime_s") > 0  # wall-clock optimizer time: the one field that differs
+    assert evidence_json(two) == evidence_json(serial)
+    # independent of the engine: the baseline's curve is fedaudit.fl.training.run on the same federation
+    from fedaudit.fl.data import load_dataset
+    from fedaudit.fl.federation import Federation
+    from fedaudit.fl.registry import make_optimizer
+    from fedaudit.fl.training import run
+    from fedaudit.rng import derive_seed
+
+    seed = serial.seed
+    fed = Federation.build(load_dataset("digits", rng=derive_seed(seed, "data")), n_honest=8, f=1, scheme="dirichlet",
+                           beta=5.0, mu=1e-2, aggregator="nnm+cwtm", attack="alie", optimal_attack=False,
+                           rng=derive_seed(seed, "federation"))
+    direct = run(make_optimizer("dgd", settings={"lr": 0.1, "momentum": 0.9, "eta": None}), fed, None, 8,
+                 rng=derive_seed(seed, "optimizer"))
+    assert serial.plots[0]["series"]["dgd"]["y"] == pytest.approx(direct.loss, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["accounting", "variance", "dpsgd", "fedavg-dp", "convergence"])
 def test_engine_plan_keys_are_checked_when_the_plan_loads(kind):
     base = {"accounting": RR, "variance": {"id": "v", "kind": "variance", "ks": [2], "max_mse": 1.0},
             "dpsgd": {"id": "s", "kind": "dpsgd", "noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 5,
                       "claimed_epsilon": 3.0},
             "fedavg-dp": {"id": "f", "kind": "fedavg-dp", "noise_multiplier": 1.0, "sample_rate": 0.1,
-                          "rounds": 5, "claimed_epsilon": 3.0}}[kind]
+                          "rounds": 5, "claimed_epsilon": 3.0},
+            "convergence": {"id": "c", "kind": "convergence", "optimizers": ["dgd"], "max_final_loss": 1.0}}[kind]
     with pytest.raises(FedAuditError, match="backend"):
         load_plan(plan({**base, "backend": "threads"}))
     with pytest.raises(FedAuditError, match="workers"):
