@@ -42,7 +42,8 @@ Determinism: the data split, the canaries and their inclusion come from numpy ge
 :func:`fedaudit.rng.derive_seed`; Opacus's Poisson sampler and its Gaussian noise each draw
 from a ``torch.Generator`` seeded the same way (``secure_mode`` off), data loading runs in the
 main process, and torch uses ``threads`` threads during the run, so the same seed gives the same
-inclusion, training and scores.
+inclusion, training and scores. The run is inherently sequential (step t updates θ_{t−1}), so it
+is never split into engine chunks.
 """
 
 from __future__ import annotations

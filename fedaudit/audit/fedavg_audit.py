@@ -34,6 +34,10 @@ accountant's ε for the *claimed* noise multiplier. ``violation``: a *certified*
 (Steinke, or f-DP on the (ε, δ) curve) above the accountant's ε — with probability ≥
 ``confidence`` the run is not as private as claimed. With m canaries the one-run bound is capped (1000
 canaries all guessed right: ≈ 5.78 at δ = 1e-5), so claims above the cap cannot be refuted.
+
+Not on the engine: the training run is sequential (round t starts from θ_{t−1}) and runs in this
+process; the accountant's ε curve of a claim runs as engine chunks
+(:func:`fedaudit.experiments.kinds.dpsgd.accountant_curve`).
 """
 
 from __future__ import annotations
