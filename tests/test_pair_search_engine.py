@@ -76,6 +76,18 @@ def test_a_black_box_closure_searches_on_processes_as_before():
     assert digest(serial.candidates) == "0c1eb9e086670cd234d031447e85414d027b17f70a7581404ad340017c479e2d"
 
 
+def test_sstq_search_on_processes_ranks_as_the_pre_engine_search():
+    """SSTQ: the exact loss is known for every candidate, so ties and order matter (stable sort in
+    candidate order); pinned from the pre-engine serial loop."""
+    from fedaudit.mechanisms.registry import make_mechanism
+
+    found = search_pairs(make_mechanism("sstq", 8, 1.0, k=2), samples=2000, rounds=1, seed=3, backend="process",
+                         workers=2)
+    assert found.name == "+clip·e1 vs −clip·e1" and found.score == 0.6560126849716039
+    assert len(found.candidates) == 15
+    assert digest(found.candidates) == "3fbbf5c5b7c807ce23543829ef7b21b32ef1e20fdca90fa804af95add55e7513"
+
+
 def test_search_on_ray_is_the_serial_search(ray_local):
     kwargs = dict(samples=500, rounds=0, seed=2)
     serial = search_pairs(Laplace(2, 1.0), backend="serial", **kwargs)
