@@ -277,11 +277,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return cmd_showcase(args)
     from fedaudit.plans import plan_path
 
+    engine = _plan_engine(args)
     with plan_path("demo") as plan:  # shipped as package data: works from any directory
         return _run_plan_to_dir(plan, args.out, force=not args.resume, resume=args.resume, quiet=args.quiet,
-                                print_html=True, every=args.progress_every,
-                                command=f"fedaudit demo --out {shlex.quote(str(args.out))}"
-                                        + (" --resume" if args.resume else ""))
+                                print_html=True, every=args.progress_every, engine=engine,
+                                command=shlex.join(["fedaudit", "demo", "--out", str(args.out)]
+                                                   + (["--resume"] if args.resume else []) + _engine_command(args)))
 
 
 def cmd_showcase(args: argparse.Namespace) -> int:
@@ -353,6 +354,31 @@ def _engine_flags(args: argparse.Namespace) -> dict[str, Any]:
         check_output_file("--checkpoint", checkpoint)
         flags.update(checkpoint=checkpoint, resume=resume)
     return flags
+
+
+def _plan_engine_options(p: argparse.ArgumentParser) -> None:
+    """The engine flags of ``run`` and ``demo``: they override the plan's ``[engine]`` table."""
+    _engine_options(p, "the claims and their audits (overrides the plan's [engine] table)")
+    p.add_argument("--sequential-claims", action="store_true",
+                   help="run the claims one after another (each still uses the backend), instead of independent "
+                        "claims in parallel")
+
+
+def _plan_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_plan``'s ``engine`` overrides from the flags (only those given)."""
+    flags = {k: v for k, v in _engine_flags(args).items() if v is not None}
+    if args.sequential_claims:
+        flags["parallel_claims"] = False
+    return flags
+
+
+def _engine_command(args: argparse.Namespace) -> list[str]:
+    """The engine flags as given, for the command line recorded in the manifest."""
+    words = []
+    for flag in ("backend", "workers", "address"):
+        if getattr(args, flag) is not None:
+            words += [f"--{flag}", str(getattr(args, flag))]
+    return words + (["--sequential-claims"] if args.sequential_claims else [])
 
 
 def _engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | None = None) -> None:
@@ -870,7 +896,8 @@ class _PlanProgress:
 
 
 def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
-                     command: str | None = None, resume: bool = False, every: float | None = None) -> int:
+                     command: str | None = None, resume: bool = False, every: float | None = None,
+                     engine: dict[str, Any] | None = None) -> int:
     """Validate the plan, lock and check the report directory, run (checkpointing every claim,
     reusing checkpoints with ``resume``), write the report and print the verdicts."""
     from fedaudit.experiments.plan import load_plan
@@ -883,17 +910,19 @@ def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html
     with _PlanProgress(len(plan.claims), quiet, every, header) as hooks:
         # the directory (unwritable, locked by another run, not empty, foreign checkpoints) is
         # refused inside, before the first claim runs
-        report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command)
+        report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command,
+                                        engine=engine)
     print_plan_report(out, report, paths, print_html=print_html)
     met = report.counts["PASS"]
     return 0 if met == len(report.claims) else 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    engine = _plan_engine(args)
     command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else [])
-                         + (["--resume"] if args.resume else []))
+                         + (["--resume"] if args.resume else []) + _engine_command(args))
     return _run_plan_to_dir(args.plan, args.out, force=args.force, quiet=args.quiet, command=command,
-                            resume=args.resume, every=args.progress_every)
+                            resume=args.resume, every=args.progress_every, engine=engine)
 
 
 # ---------------------------------------------------------------------------- parser
@@ -972,6 +1001,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_count, default=None, help="showcase: inputs to encode (default 2000; implies --showcase)")
     p.add_argument("--epsilon", type=float, default=None, help="showcase: ε (default 4; implies --showcase)")
     p.add_argument("--seed", type=int, default=None, help="showcase: seed (default 0; implies --showcase)")
+    _plan_engine_options(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("run", parents=[progress], epilog=_RUN_EPILOG,
@@ -986,6 +1016,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true",
                       help="continue an interrupted run into --out: claims with a checkpoint are not recomputed "
                            "(checkpoints of a different plan are refused)")
+    _plan_engine_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("aggregators", help="robust aggregation rules with their published (f, κ) bounds")

@@ -130,3 +130,63 @@ def test_pair_search_on_two_workers_equals_serial(tmp_path):
     pooled = audit(tmp_path, "search-pooled", *small, "--backend", "process", "--workers", "2")
     assert pooled == serial
     assert len(serial["search"]["candidates"]) > 1 and serial["search"]["best"]
+
+
+# ---- `fedaudit run` / `fedaudit demo`: --backend/--workers/--address/--sequential-claims override [engine]
+TWO_CLAIMS = """
+[plan]
+title = "cli engine"
+seed = 5
+
+[[claim]]
+id = "rr"
+kind = "ldp"
+mechanism = "rr"
+dim = 4
+samples = 4000
+
+[[claim]]
+id = "vq"
+kind = "ldp"
+mechanism = "vqsgd"
+dim = 8
+samples = 4000
+"""
+
+
+def run_report(tmp_path, name, *flags):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(TWO_CLAIMS)
+    out = tmp_path / name
+    assert main(["run", str(plan), "--out", str(out), "--quiet", *flags]) == 0
+    report = json.loads((out / "report.json").read_text())
+    return report
+
+
+def claim_numbers(report):
+    def timeless(v):
+        if isinstance(v, dict):
+            return {k: timeless(x) for k, x in v.items() if not (k.endswith("_s") or "runtime" in k)}
+        return [timeless(x) for x in v] if isinstance(v, list) else v
+    return [timeless(c) for c in report["claims"]]
+
+
+def test_run_on_two_workers_equals_serial_and_records_the_flags(tmp_path):
+    serial = run_report(tmp_path, "serial", "--backend", "serial")
+    pooled = run_report(tmp_path, "pooled", "--backend", "process", "--workers", "2")
+    one_by_one = run_report(tmp_path, "sequential", "--backend", "process", "--workers", "2", "--sequential-claims")
+    assert claim_numbers(pooled) == claim_numbers(serial) == claim_numbers(one_by_one)
+    assert [c["id"] for c in pooled["claims"]] == ["rr", "vq"]  # plan order, whatever finished first
+    text = json.dumps(pooled)
+    assert "--backend process --workers 2" in text  # the command line in the manifest
+
+
+@pytest.mark.parametrize("extra, flag", [(["--backend", "gpu"], "--backend"), (["--workers", "0"], "--workers"),
+                                         (["--address", "127.0.0.1:1"], "--address")])
+def test_run_refuses_bad_engine_flags_before_any_claim(extra, flag, tmp_path, capsys):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(TWO_CLAIMS)
+    out = tmp_path / "never"
+    assert main(["run", str(plan), "--out", str(out), "--quiet", *extra]) == 2
+    assert flag in capsys.readouterr().err
+    assert not (out / "report.json").exists()
