@@ -134,10 +134,17 @@ def _clamp_finite(out: Any, name: str) -> Any:
 
 
 def _finite_rows(T: Any) -> Any:
-    """Boolean (n,) tensor: which rows of T hold only finite values. A row whose sum is finite
-    holds no NaN/±inf (they propagate), so only rows with a non-finite sum (non-finite entries,
-    or finite ones whose sum overflowed) are checked entry by entry: one read of T, no (n, d)
-    temporary."""
+    """Boolean (n,) array or tensor: which rows of T (numpy or torch) hold only finite values. A
+    row whose sum is finite holds no NaN/±inf (they propagate), so only rows with a non-finite
+    sum (non-finite entries, or finite ones whose sum overflowed) are checked entry by entry:
+    one read of T, no (n, d) temporary."""
+    if not is_torch(T):
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = np.isfinite(np.add.reduce(T, axis=1))
+        suspect = np.flatnonzero(~finite)
+        if suspect.size:
+            finite[suspect] = np.isfinite(T[suspect]).all(axis=1)
+        return finite
     import torch
 
     finite = torch.isfinite(T.sum(dim=1))
@@ -220,7 +227,7 @@ class _Rule(ABC):
             except NonFiniteInput:
                 pass
         if out is None:
-            arr, f = self._drop_nonfinite(arr, np.isfinite(arr).all(axis=1))
+            arr, f = self._drop_nonfinite(arr, _finite_rows(arr))
             out = core(arr, f, gen)
         out = _clamp_finite(to_like(out, None, arr.dtype), self.name)
         return to_like(out, token, arr.dtype)

@@ -518,9 +518,13 @@ def _gram_torch(X: Any, center: Any) -> np.ndarray:
     if center is not None:
         center = torch.as_tensor(center, dtype=torch.float64, device=X.device)
     G = torch.zeros((n, n), dtype=torch.float64, device=X.device)
+    buf = torch.empty((n, min(step, d)), dtype=torch.float64, device=X.device)
+    inv_n = torch.full((n,), 1.0 / n, dtype=torch.float64, device=X.device)
     for j in range(0, d, step):
-        b = X[:, j:j + step].to(torch.float64)
-        b = b - (b.mean(dim=0) if center is None else center[j:j + step])
+        xb = X[:, j:j + step]
+        b = buf[:, :xb.shape[1]]
+        b.copy_(xb)  # cast to float64 in a reused buffer
+        b -= (inv_n @ b) if center is None else center[j:j + step]  # the row mean as a matvec, as numpy
         G.addmm_(b, b.T)
     return G.cpu().numpy()
 
