@@ -228,3 +228,17 @@ def test_pruned_networks_sort_the_positions_they_keep():
 def test_the_kernel_is_cached_on_disk():
     """cache=True: later processes load the compiled kernel instead of compiling it."""
     assert type(cw_select._cache).__name__ == "FunctionCache"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_a_finite_row_whose_sum_overflows_is_kept(dtype):
+    """The non-finite screen reads row sums: a row of the dtype's largest values has an infinite
+    sum but is finite (kept, then trimmed as an outlier); only the NaN row is dropped."""
+    X = np.random.default_rng(2).normal(size=(9, 40)).astype(dtype)
+    X[3] = np.finfo(dtype).max
+    X[5, 0] = np.nan
+    rest = np.delete(X, 5, axis=0)
+    for rule, reduced in [(make_aggregator("krum", 2), make_aggregator("krum", 1)), (CWTM(2), CWTM(1)),
+                          (make_aggregator("nnm+cwtm", 2), make_aggregator("nnm+cwtm", 1))]:
+        np.testing.assert_array_equal(rule(X), reduced(rest))
+        assert not np.array_equal(rule(X), reduced(np.delete(rest, 3, axis=0)))
