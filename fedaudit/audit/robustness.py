@@ -28,10 +28,18 @@ Engine. The attack stage's trials are independent (trial t draws from child t of
 ``SeedSequence.spawn(trials)``), so they run as chunks of ``TRIAL_CHUNK`` trials through
 :func:`fedaudit.engine.run_chunks` (``backend``, ``workers``, ``address``, ``checkpoint``,
 ``resume``); each chunk returns one record per trial and the records are folded into ν̂ in trial
-order with the same strict-``>`` updates as a serial loop, so the result is bit-identical on every
-backend and worker count. The construction, the hill climb and the optimiser depend on the
-trials' best configurations (and the optimiser's restarts share one generator), so they run in
-this process after the trials; a checkpoint therefore records the trials only.
+order with the same strict-``>`` updates as a serial loop. The optimiser's local runs follow on the
+same engine in stages (phase F + 0, phase 1, then the rounds of phase 2: each depends on the one
+before), every
+run with its own child stream and a budget fixed in the plan
+(:func:`~fedaudit.audit.robustness_search.optimise_configuration`), folded in plan order. So the
+result is bit-identical on every backend and worker count — unless the search has a wall-clock
+limit (``search={"time_s": ...}``), where it depends on speed. The construction and the hill climb
+are cheap and sequential and run in this process. ``checkpoint=FILE`` records the trials in FILE
+and the optimiser's stages in FILE.opt1, FILE.opt2, FILE.opt3, …
+(:func:`~fedaudit.audit.robustness_search.optimiser_checkpoint`), each keyed by the audit's
+configuration and a digest of the stage's plan; ``resume=True`` reloads every finished chunk of
+each, so a killed audit resumed ends with the uninterrupted result.
 
 Breakdown. A rule that receives more non-finite rows than it tolerates raises
 :class:`~fedaudit.errors.AggregatorBreakdown`; the auditor records such configurations in
@@ -53,7 +61,8 @@ from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, SearchBudget, call_rule,
                                               effective_budget, forced_selection_runs,
-                                              optimise_configuration, robustness_ratio)
+                                              optimise_configuration, optimiser_checkpoint_files, robustness_ratio,
+                                              tick)
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.validation import check_int
@@ -171,13 +180,14 @@ def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBu
     families = 0
     if budget.evals > 0:
         families = sum(k <= d for k in budget.dims) + int(budget.embedded and d > max(budget.dims))
-    return trials + (3 + search_evals + 1 if f > 0 else 0) + (families + 2) * budget.restarts * (families > 0) + forced
+    climb = search_evals + 1 if f > 0 and search_evals > 0 else 0  # the hill climb's start and its steps
+    return trials + (3 if f > 0 else 0) + climb + (families + 2) * budget.restarts * (families > 0) + forced
 
 
 def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 100, trials: int = 200,
                      attacks: str | Sequence[str] = "all", seed: int | None = 0, search_evals: int = 60,
                      search: SearchBudget | dict | int | None = None,
-                     progress: Callable[[int], None] | None = None, backend: str = "serial",
+                     progress: Callable[[int], None] | None = None, backend: str | None = None,
                      workers: int | None = None, address: str | None = None, checkpoint: Any = None,
                      resume: bool = False) -> RobustnessAudit:
     """Estimate the rule's robustness constant from below (see the module docstring).
@@ -190,9 +200,11 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     A configuration on which the rule raises :class:`~fedaudit.errors.AggregatorBreakdown` is
     recorded in ``breakdown``, not raised.
 
-    ``backend`` (``"serial"``, default, ``"process"`` or ``"ray"``), ``workers``, ``address``,
-    ``checkpoint`` and ``resume`` run the trials on :func:`fedaudit.engine.run_chunks` (module
-    docstring); the answer does not depend on them.
+    ``backend`` (``"process"``, ``"serial"`` or ``"ray"``; None: the engine's default,
+    :func:`fedaudit.engine.default_backend`), ``workers``, ``address``, ``checkpoint`` (FILE, plus
+    FILE.opt1, FILE.opt2, … for the optimiser) and ``resume`` run the trials and the optimiser's local runs on
+    :func:`fedaudit.engine.run_chunks` (module docstring); the answer does not depend on them
+    (without a ``time_s`` limit).
     """
     from fedaudit.defenses.registry import make_aggregator
 
@@ -206,6 +218,10 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     search_evals = check_int("search_evals", search_evals, low=0)
     budget = SearchBudget.coerce(search)
     backend, workers, address = check_run_options(backend, workers, address, checkpoint, resume)
+    if checkpoint is not None and not resume:
+        for path in optimiser_checkpoint_files(checkpoint):
+            raise FedAuditError(f"checkpoint {path} (the optimiser's part of checkpoint {checkpoint}) already "
+                                f"exists: pass resume=True (--resume) to continue it, or remove it to start again")
     spec = aggregator if isinstance(aggregator, str) else getattr(aggregator, "name", type(aggregator).__name__)
     agg = make_aggregator(aggregator, f) if isinstance(aggregator, str) else aggregator
     if not callable(agg):
@@ -281,7 +297,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     key = None if checkpoint is None else _checkpoint_key(aggregator, spec, agg, n, f, d, trials, names, root, rule_seed)
     chunk_records = run_chunks(_trial_chunk, tasks, backend=backend, workers=workers, address=address,
                                checkpoint=checkpoint, resume=resume, key=key,
-                               progress=None if progress is None else functools.partial(_tick, progress),
+                               progress=None if progress is None else functools.partial(tick, progress),
                                units=[len(task[5]) for task in tasks])
     honest_idx = np.arange(n - f)
     for records in chunk_records:  # chunk order, then trial order: the serial loop's sequence of updates
@@ -323,9 +339,10 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     ranked = sorted(seeds.items(), key=lambda kv: -kv[1][0])
     construction = [(k, v[1]) for k, v in ranked if k.startswith("f-outliers")][:1]
     others = [(k, v[1]) for k, v in ranked if not k.startswith("f-outliers") and math.isfinite(v[0])][:2]
-    outcome = optimise_configuration(agg, n, f, d, seeds=construction + others, budget=spent,
-                                     rng=np.random.default_rng(optimise_seq), rule_seed=rule_seed,
-                                     progress=progress)
+    outcome = optimise_configuration(agg, n, f, d, seeds=construction + others, budget=spent, seq=optimise_seq,
+                                     rule_seed=rule_seed, progress=progress, backend=backend, workers=workers,
+                                     address=address, checkpoint=checkpoint, resume=resume,
+                                     key=None if key is None else {**key, "search_evals": search_evals})
     if outcome.X is not None:
         label = f"optimiser ({outcome.subspace}, from {outcome.start})"
         per[label] = max(per.get(label, -1.0), outcome.nu)
@@ -381,12 +398,6 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         search=_search_report(budget, outcome, nu_before, spent),
         stage_runtime_s=stage_time,
     )
-
-
-def _tick(progress: Callable[[int], None], units: int) -> None:
-    """``progress(1)`` once per trial of a finished chunk (as the serial loop reported them)."""
-    for _ in range(units):
-        progress(1)
 
 
 def _trial_chunk(task) -> list[dict[str, Any]]:

@@ -42,8 +42,21 @@ orthonormal k-frame B. Two families:
 Starts: the seed configurations handed in by the auditor (the lower-bound construction and the
 best attacked inputs), projected on their top-k principal directions, then two-cluster honest
 draws with f Byzantine rows at a common point, then Gaussian draws. The budget (total objective
-evaluations, restarts, optional wall-clock limit) is split evenly over restarts; every
-evaluation is counted, so a run is deterministic under its seed unless a time limit is set.
+evaluations, restarts, optional wall-clock limit) is split evenly over restarts, each local run's
+share fixed in the plan before any run starts.
+
+**Engine.** The local runs are independent given their starts, so they run as chunks of
+:func:`fedaudit.engine.run_chunks` in stages, each depending on the one before: (1) phase F and
+phase 0 (one chunk per family), (2) phase 1 (one chunk per local run), (3, 4, …) the rounds of
+phase 2's iterated local search (``PHASE2_WIDTH`` local runs a round). Chunk i of a stage draws
+from child i of a
+``SeedSequence`` spawned for that stage (never from the worker or the completion order), returns
+JSON data (ν, the configuration as nested lists of float64, which strict JSON round-trips
+exactly, its label and the evaluations used), and the driver folds the results in plan order with
+strict ``>``: the same seed gives bit-identical results on ``serial``, ``process`` with any
+number of workers and ``ray``, from a fresh run or from checkpointed records. The one exception
+is a wall-clock limit (``time_s``): chunks then stop at a deadline, and the result depends on
+the machine's speed.
 
 **Budget by cost class** (:func:`effective_budget`). ``evals`` and ``restarts`` are the budget of
 an *expensive* evaluation; a rule in the cheap class — closed-form rules (mean, CWTM, CWMed,
@@ -73,26 +86,31 @@ n − f rows already met the target). Its results seed the iterated local search
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import itertools
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 from scipy.optimize import minimize
 
 from fedaudit.arrays import is_torch, torch_to_numpy
+from fedaudit.engine import run_chunks
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
-from fedaudit.json import jsonable
+from fedaudit.json import dumps, jsonable
 from fedaudit.kernels import krum_scores
 from fedaudit.validation import check_int, check_real
 
 __all__ = ["SearchBudget", "SearchOutcome", "effective_budget", "cheap_rule", "subset_ratios", "exact_ratio",
-           "robustness_ratio", "optimise_configuration", "call_rule",
-           "UNBOUNDED", "EXHAUSTIVE_LIMIT"]
+           "robustness_ratio", "optimise_configuration", "optimiser_checkpoint", "optimiser_checkpoint_files", "tick", "call_rule",
+           "UNBOUNDED", "EXHAUSTIVE_LIMIT", "PHASE2_WIDTH"]
 
 #: ν at or above this is reported as unbounded (the rule has no finite κ)
 UNBOUNDED = 1e8
@@ -474,30 +492,72 @@ class _Scorer:
         self.W = np.unique(W, axis=0)[: 4 * _WORKING_SIZE]
 
 
+#: local runs per round of phase 2 (a fixed plan, never the worker count: see optimise_configuration)
+PHASE2_WIDTH = 4
+
+
+def optimiser_checkpoint(checkpoint: str | os.PathLike, stage: int) -> Path:
+    """The optimiser's checkpoint file of engine stage ``stage`` next to the audit's ``checkpoint``
+    FILE: ``FILE.opt1`` (phase F and phase 0), ``FILE.opt2`` (phase 1), ``FILE.opt3``, … (the
+    rounds of phase 2)."""
+    path = Path(checkpoint)
+    return path.with_name(f"{path.name}.opt{stage}")
+
+
+def optimiser_checkpoint_files(checkpoint: str | os.PathLike) -> list[Path]:
+    """The existing ``FILE.opt<j>`` files of the audit's ``checkpoint`` FILE, by stage."""
+    path = Path(checkpoint)
+    prefix = f"{path.name}.opt"
+    parent = path.parent if str(path.parent) else Path(".")
+    found = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.name[len(prefix):].isdigit()] \
+        if parent.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name[len(prefix):]))
+
+
+def tick(progress: Callable[[int], None], units: int) -> None:
+    """``progress(1)`` once per unit of a finished engine chunk (as a serial loop reports them)."""
+    for _ in range(units):
+        progress(1)
+
+
 def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequence[tuple[str, np.ndarray]],
-                           budget: SearchBudget, rng: np.random.Generator, rule_seed: int,
-                           progress: Callable[[int], None] | None = None) -> SearchOutcome:
+                           budget: SearchBudget, seq: np.random.SeedSequence, rule_seed: int,
+                           progress: Callable[[int], None] | None = None, backend: str | None = None,
+                           workers: int | None = None, address: str | None = None, checkpoint: Any = None,
+                           resume: bool = False, key: Any = None) -> SearchOutcome:
     """Maximise ν over configurations X = Y Bᵀ (module docstring); the returned ν is certified
     by re-evaluating the rule on the best X ∈ ℝ^{n×d}.
 
     Families: ``d=k`` for k in ``dims`` and, if ``embedded`` and d > max(dims), one random
     max(dims)-frame of ℝ^d. Phase 0 (20% of the evaluations): per family, configurations of
     coincident clusters (a, m − a honest rows; the f Byzantine rows together, or one row and the
-    other f − 1) with their positions optimised, for up to six splits a. Phase 1 (30%): ``restarts`` local runs per family from the
-    best cluster configurations (half of them, jittered), the seeds, then random starts. Phase 2
-    (50%): 2·``restarts`` runs of iterated local
-    search, alternating between the two best families' incumbents, each run perturbing a random
-    half of the incumbent's rows by 0.3× their RMS spread. A local run is Nelder–Mead (70% of its
-    evaluations) then Powell from NM's best point. For Krum, phase F (module docstring,
-    ``budget.evals // 4`` extra evaluations per low-dimensional family) runs first and its
-    certified best becomes that family's incumbent.
+    other f − 1) with their positions optimised, for up to six splits a. Phase 1 (30%): ``restarts``
+    local runs per family from the best cluster configurations (half of them, jittered), the
+    seeds, then random starts. Phase 2 (50%): 2·``restarts`` runs of iterated local search in
+    rounds of ``PHASE2_WIDTH``, run c of a round starting from the (c mod 2)-th best family
+    incumbent after the rounds before, with a random half of its rows moved by 0.3× their RMS
+    spread. A local run is Nelder–Mead (70% of its evaluations) then Powell from NM's best point.
+    For Krum, phase F
+    (module docstring, ``budget.evals // 4`` extra evaluations per low-dimensional family) runs
+    next to phase 0 and its certified best becomes that family's first incumbent.
+
+    Engine: one :func:`fedaudit.engine.run_chunks` call per stage (phase F + 0, phase 1, each
+    round of phase 2), one chunk per family (F, 0) or per local run (1, 2); each chunk draws from
+    its own child of a ``SeedSequence`` spawned from ``seq`` for that stage, indexed by its place
+    in the plan, and has its evaluation budget fixed in the plan, so the results — folded in plan
+    order with strict ``>`` — are bit-identical on every backend and worker count. ``checkpoint``
+    (a path) records stage j in :func:`optimiser_checkpoint` ``(checkpoint, j)``, keyed by ``key``
+    (JSON data: the caller's description of the run) and a digest of the stage's plan. With
+    ``budget.time_s`` a chunk stops at a wall-clock deadline (``time.time()``, shared by the
+    workers of one machine), so the result then depends on speed.
     """
     t0 = time.perf_counter()
     out: dict[str, Any] = {"per_subspace": {}, "evals": 0, "restarts_run": 0, "stopped": "budget", "nu": -1.0}
+    frame_seq, forced_seq, cluster_seq, start_seq, run_seq, round_seq = seq.spawn(6)
     families: list[tuple[str, int, np.ndarray | None]] = [(f"d={k}", k, None) for k in budget.dims if k <= d]
     if budget.embedded and d > max(budget.dims):
         k = max(budget.dims)
-        Q, _ = np.linalg.qr(rng.normal(size=(d, k)))
+        Q, _ = np.linalg.qr(np.random.default_rng(frame_seq).normal(size=(d, k)))
         families.append((f"{k}-dim random subspace of d={d}", k, Q[:, :k]))
     if not families or budget.evals == 0:
         return SearchOutcome(stopped="disabled", runtime_s=time.perf_counter() - t0)
@@ -505,54 +565,192 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
     per_run0 = max(int(0.2 * budget.evals) // len(families), 2)
     per_run1 = max(int(0.3 * budget.evals) // (len(families) * runs), 2)
     per_run2 = max((budget.evals - (per_run0 + per_run1 * runs) * len(families)) // (2 * runs), 2)
-    deadline = None if budget.time_s is None else t0 + budget.time_s
+    ctx = (agg, n, f, d, rule_seed, None if budget.time_s is None else time.time() + budget.time_s)
 
-    def embed(Y: np.ndarray, B: np.ndarray | None) -> np.ndarray:
-        if B is None:
-            X = np.zeros((n, d))
-            X[:, : Y.shape[1]] = Y
-            return X
-        return Y @ B.T
+    def stage(j: int, plan: list[tuple[str, dict[str, Any]]], parent: Sequence[np.random.SeedSequence],
+              units: list[int]) -> list[dict[str, Any]]:
+        """Run one stage's plan as engine chunks; chunk i draws from ``parent[i]``."""
+        stage_key = None
+        if checkpoint is not None:
+            digest = hashlib.sha256(dumps(jsonable(plan), sort_keys=True).encode("utf-8")).hexdigest()
+            stage_key = {"run": f"fedaudit.audit.robustness_search:optimiser stage {j}", "caller": key,
+                         "budget": budget.to_dict(), "plan": digest}
+        file = None if checkpoint is None else optimiser_checkpoint(checkpoint, j)
+        results = run_chunks(_optimiser_chunk, [(ctx, kind, item, s) for (kind, item), s in zip(plan, parent)],
+                             backend=backend, workers=workers, address=address, checkpoint=file, resume=resume,
+                             key=stage_key, units=units,
+                             progress=None if progress is None else functools.partial(tick, progress))
+        for res in results:
+            out["evals"] += int(res["evals"])
+            if res["stopped"] != "budget" and out["stopped"] == "budget":
+                out["stopped"] = res["stopped"]
+        return results
 
-    def certify(Y: np.ndarray, B: np.ndarray | None) -> tuple[float, np.ndarray, np.ndarray]:
-        X = embed(Y, B)
-        try:
-            z = call_rule(agg, X, rule_seed)
-        except AggregatorBreakdown:
-            return -1.0, X, np.arange(n - f)
-        nu, S = _ratio(X, z, f)
-        return nu, X, S
+    incumbents: dict[str, list] = {}  # family label -> [ν, Y, start label, k, B]
+    families_by_label = {label: (k, B) for label, k, B in families}
 
-    scorer = _Scorer(n, f)
+    def fold(label: str, nu: float, Y: np.ndarray, start_label: str | None) -> None:
+        """A run's best into its family's incumbent by strict ``>`` (start label kept when None)."""
+        inc = incumbents.setdefault(label, [-1.0, None, start_label, *families_by_label[label]])
+        if nu > inc[0]:
+            inc[0], inc[1] = nu, Y
+            if start_label is not None:
+                inc[2] = start_label
 
-    def score(Y: np.ndarray, B: np.ndarray | None, refresh: bool = False) -> float:
+    # stage 1: phase F (Krum) and phase 0, independent of each other
+    forced = [i for i, (_, _, B) in enumerate(families) if B is None] if _forced_selection_applies(agg, n, f) else []
+    plan1 = [("forced", {"k": families[i][1], "evals": budget.evals // 4}) for i in forced]
+    plan1 += [("clusters", {"k": k, "B": B, "evals": per_run0}) for _, k, B in families]
+    res1 = stage(1, plan1, forced_seq.spawn(len(forced)) + cluster_seq.spawn(len(families)),
+                 [1] * len(forced) + [0] * len(families))
+    for i, res in zip(forced, res1):
+        if res["Y"] is not None:
+            fold(families[i][0], float(res["nu"]), _rows(res["Y"]), res["label"])
+    start_rng = np.random.default_rng(start_seq)
+    plan2, owners = [], []
+    for (label, k, B), res in zip(families, res1[len(forced):]):
+        clusters = [(float(c["nu"]), c["label"], _rows(c["Y"])) for c in res["found"]]
+        starts = []
+        for nu_c, c_label, Y_c in clusters[: max(runs // 2, 1)]:
+            jitter = 1e-3 * float(np.sqrt(np.mean(Y_c ** 2)) or 1.0) * start_rng.normal(size=Y_c.shape)
+            starts.append((c_label, Y_c + jitter))
+            fold(label, nu_c, Y_c, c_label)
+        starts += _starts(n, f, k, seeds, runs - len(starts), start_rng) if runs > len(starts) else []
+        plan2 += [("run", {"k": k, "B": B, "Y0": Y0, "evals": per_run1}) for _, Y0 in starts]
+        owners += [(label, start_label) for start_label, _ in starts]
+    # stage 2: phase 1, every family's local runs from its starts
+    if out["stopped"] == "budget":
+        for (label, start_label), res in zip(owners, stage(2, plan2, run_seq.spawn(len(plan2)), [1] * len(plan2))):
+            if res["Y"] is not None:
+                out["restarts_run"] += 1
+                fold(label, float(res["nu"]), _rows(res["Y"]), start_label)
+    # stages 3, 4, …: phase 2, rounds of PHASE2_WIDTH perturbed runs from the two best incumbents
+    widths = [min(PHASE2_WIDTH, 2 * runs - start) for start in range(0, 2 * runs, PHASE2_WIDTH)]
+    for r, (width, parent) in enumerate(zip(widths, round_seq.spawn(len(widths)))):
+        ranked = sorted(((lbl, v) for lbl, v in incumbents.items() if v[1] is not None),
+                        key=lambda kv: -kv[1][0])[:2]
+        if out["stopped"] != "budget" or not ranked:
+            break
+        picks = [ranked[c % len(ranked)] for c in range(width)]
+        plan = [("perturbed", {"k": k, "B": B, "Y": Y_i, "evals": per_run2}) for _, (_, Y_i, _, k, B) in picks]
+        for (label, _), res in zip(picks, stage(3 + r, plan, parent.spawn(width), [1] * width)):
+            if res["Y"] is not None:
+                out["restarts_run"] += 1
+                fold(label, float(res["nu"]), _rows(res["Y"]), None)
+    for label, (_, Y_inc, start_label, k, B) in incumbents.items():
+        if Y_inc is None:
+            continue
+        nu, X, S = _certify(agg, n, f, d, rule_seed, Y_inc, B)
+        out["per_subspace"][label] = nu
+        if nu > out["nu"]:
+            out.update(nu=nu, X=X, S=S, subspace=label, k=k, start=start_label)
+    return SearchOutcome(**out, runtime_s=time.perf_counter() - t0)
+
+
+def _rows(value: Any) -> np.ndarray:
+    """A chunk's configuration (nested lists; non-finite entries as "inf"/"-inf"/"nan" after a
+    checkpoint) as float64 rows."""
+    return np.asarray(value, dtype=object).astype(np.float64)
+
+
+def _embed(Y: np.ndarray, B: np.ndarray | None, n: int, d: int) -> np.ndarray:
+    """X = Y Bᵀ, or Y zero-padded to d columns when B is None."""
+    if B is None:
+        X = np.zeros((n, d))
+        X[:, : Y.shape[1]] = Y
+        return X
+    return Y @ B.T
+
+
+def _certify(agg: Callable, n: int, f: int, d: int, rule_seed: int, Y: np.ndarray, B: np.ndarray | None
+             ) -> tuple[float, np.ndarray, np.ndarray]:
+    """(ν, X, S) of X = Y Bᵀ ∈ ℝ^{n×d} with the rule re-run there (ν = −1 on a breakdown)."""
+    X = _embed(Y, B, n, d)
+    try:
+        z = call_rule(agg, X, rule_seed)
+    except AggregatorBreakdown:
+        return -1.0, X, np.arange(n - f)
+    nu, S = _ratio(X, z, f)
+    return nu, X, S
+
+
+def _optimiser_chunk(task) -> dict[str, Any]:
+    """One engine chunk of :func:`optimise_configuration`: ``(ctx, kind, item, seq)`` with
+    ``ctx = (agg, n, f, d, rule_seed, deadline)``, ``kind`` one of ``"forced"`` (phase F of one
+    family), ``"clusters"`` (phase 0 of one family), ``"run"`` (one local run of phase 1) or
+    ``"perturbed"`` (one run of phase 2 from ``item["Y"]`` with a random half of its rows moved
+    by 0.3× their RMS spread), all randomness from
+    ``seq``. Returns JSON data: ``evals``, ``stopped`` ("budget", "time limit" or "unbounded")
+    and the best configuration found (``nu``, ``Y`` as nested lists; ``found`` per cluster layout)."""
+    ctx, kind, item, seq = task
+    local = _Local(*ctx)
+    rng = np.random.default_rng(seq)
+    B = None if item.get("B") is None else np.asarray(item["B"], dtype=np.float64)
+    if local.expired():
+        return {"evals": 0, "stopped": "time limit", "nu": -1.0, "Y": None, "found": [], "label": ""}
+    result: dict[str, Any] = {"stopped": "budget"}
+    if kind == "forced":
+        nu, Y, label = local.forced(item["k"], item["evals"], rng)
+        result.update(nu=nu, Y=None if Y is None else Y.tolist(), label=label)
+    elif kind == "clusters":
+        result["found"] = [{"nu": nu, "label": label, "Y": Y.tolist()}
+                           for nu, label, Y in local.clusters(item["k"], B, item["evals"], rng)]
+    elif kind == "run":
+        nu, Y = local.local_run(np.array(item["Y0"], dtype=np.float64), item["k"], B, item["evals"], rng)
+        result.update(nu=nu, Y=Y.tolist(), stopped="unbounded" if nu >= UNBOUNDED else "budget")
+    else:
+        Y0 = np.array(item["Y"], dtype=np.float64)  # a copy: in this process item["Y"] is the incumbent
+        rows = rng.random(Y0.shape[0]) < 0.5
+        Y0[rows] += 0.3 * float(np.sqrt(np.mean(Y0 ** 2)) or 1.0) * rng.normal(size=(int(rows.sum()), item["k"]))
+        nu, Y = local.local_run(Y0, item["k"], B, item["evals"], rng)
+        result.update(nu=nu, Y=Y.tolist(), stopped="unbounded" if nu >= UNBOUNDED else "budget")
+    result["evals"] = local.evals
+    return result
+
+
+class _Local:
+    """The optimiser's work inside one engine chunk: the rule at (n, f, d) with its seed, the
+    optional wall-clock deadline (``time.time()``), this chunk's subset scorer
+    (:class:`_Scorer`) and its count of objective evaluations."""
+
+    def __init__(self, agg: Callable, n: int, f: int, d: int, rule_seed: int, deadline: float | None):
+        self.agg, self.n, self.f, self.d, self.rule_seed, self.deadline = agg, n, f, d, rule_seed, deadline
+        self.scorer = _Scorer(n, f)
+        self.evals = 0
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.time() > self.deadline
+
+    def score(self, Y: np.ndarray, B: np.ndarray | None, refresh: bool = False) -> float:
         """ν of X = Y Bᵀ in frame coordinates: ‖F − x̄_S‖² = ‖BᵀF − ȳ_S‖² + ‖(I − BBᵀ)F‖²."""
         if B is None:
-            Yz, offset = call_rule(agg, Y, rule_seed), 0.0
+            Yz, offset = call_rule(self.agg, Y, self.rule_seed), 0.0
         else:
-            z = call_rule(agg, Y @ B.T, rule_seed)
+            z = call_rule(self.agg, Y @ B.T, self.rule_seed)
             Yz = z @ B
             offset = max(float(z @ z - Yz @ Yz), 0.0)
         if not np.isfinite(Yz).all():
             return math.inf
         if refresh:
-            scorer.refresh(Y, Yz, offset)
-        return scorer(Y, Yz, offset)
+            self.scorer.refresh(Y, Yz, offset)
+        return self.scorer(Y, Yz, offset)
 
-    def local_run(Y0: np.ndarray, k: int, B: np.ndarray | None, per_run: int,
+    def local_run(self, Y0: np.ndarray, k: int, B: np.ndarray | None, per_run: int, rng: np.random.Generator,
                   decode: Callable[[np.ndarray], np.ndarray] | None = None, v0: np.ndarray | None = None
                   ) -> tuple[float, np.ndarray]:
-        """Nelder–Mead then Powell on v (Y = decode(v), default the rows themselves)."""
+        """Nelder–Mead then Powell on v (Y = decode(v), default the rows themselves), at most
+        ``per_run`` evaluations; (best ν, its Y), ν capped at :data:`UNBOUNDED`."""
+        n = self.n
         decode = decode or (lambda v: v.reshape(n, k))
         state = {"nu": -1.0, "Y": Y0.copy(), "count": 0, "v": None}
 
         def objective(v: np.ndarray) -> float:
-            if state["count"] >= per_run or (deadline is not None and time.perf_counter() > deadline):
+            if state["count"] >= per_run or self.expired():
                 raise _Stop
             state["count"] += 1
             Y = decode(v)
             try:
-                nu = score(Y, B, refresh=state["count"] == 1)
+                nu = self.score(Y, B, refresh=state["count"] == 1)
             except AggregatorBreakdown:
                 return 0.0
             if not math.isfinite(nu) or nu >= UNBOUNDED:
@@ -572,41 +770,22 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
                      options={"maxfev": per_run, "xtol": 1e-8, "ftol": 1e-12})
         except _Stop:
             pass
-        if not scorer.small:
+        if not self.scorer.small:
             try:
-                score(state["Y"], B, refresh=True)
+                self.score(state["Y"], B, refresh=True)
             except AggregatorBreakdown:
                 pass
-        out["evals"] += state["count"]
+        self.evals += state["count"]
         return state["nu"], state["Y"]
 
-    incumbents: dict[str, list] = {}  # family label -> [ν, Y, start label, k, B]
-
-    def run(label: str, k: int, B: np.ndarray | None, start_label: str, Y0: np.ndarray, per_run: int) -> bool:
-        """One local run; False once the search must stop (time limit or unbounded)."""
-        if deadline is not None and time.perf_counter() > deadline:
-            out["stopped"] = "time limit"
-            return False
-        nu_run, Y_run = local_run(Y0, k, B, per_run)
-        out["restarts_run"] += 1
-        inc = incumbents.setdefault(label, [-1.0, None, start_label, k, B])
-        if nu_run > inc[0]:
-            inc[0], inc[1] = nu_run, Y_run
-            if not start_label.startswith("perturbed"):
-                inc[2] = start_label
-        if progress is not None:
-            progress(1)
-        if nu_run >= UNBOUNDED:
-            out["stopped"] = "unbounded"
-            return False
-        return True
-
-    def cluster_starts(k: int, B: np.ndarray | None, evals: int) -> list[tuple[float, str, np.ndarray]]:
+    def clusters(self, k: int, B: np.ndarray | None, evals: int, rng: np.random.Generator
+                 ) -> list[tuple[float, str, np.ndarray]]:
         """Phase 0: coincident clusters — a and m − a honest rows, and the f Byzantine rows
         together or as one row plus f − 1 — with their positions optimised, for several
         splits a; exact ties let a rule's output sit on a data point (GM's vertex optimality,
         medians, Krum picking one Byzantine row backed by the others), which row-wise starts
-        rarely reach."""
+        rarely reach. Sorted by decreasing ν."""
+        n, f = self.n, self.f
         m = n - f
         if m < 2:
             return []
@@ -619,14 +798,14 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
             assign = np.r_[np.zeros(a, int), np.ones(m - a, int), byz]
             c = int(assign.max()) + 1
             P0 = rng.normal(size=(c, k))
-            nu, Y = local_run(P0[assign], k, B, max(evals // len(layouts), 2),
-                              decode=lambda v, assign=assign, c=c: v.reshape(c, k)[assign], v0=P0.reshape(-1))
+            nu, Y = self.local_run(P0[assign], k, B, max(evals // len(layouts), 2), rng,
+                                   decode=lambda v, assign=assign, c=c: v.reshape(c, k)[assign], v0=P0.reshape(-1))
             byz_label = f"{f} Byzantine together" if lay == "together" else f"Byzantine 1 + {f - 1}"
             found.append((nu, f"honest clusters {a} + {m - a}, {byz_label}", Y))
         found.sort(key=lambda t: -t[0])
         return found
 
-    def forced_selection(k: int, evals: int) -> tuple[float, np.ndarray | None, str]:
+    def forced(self, k: int, evals: int, rng: np.random.Generator) -> tuple[float, np.ndarray | None, str]:
         """Phase F (Krum only): the worst case of a selection rule sits where the selected row
         is about to lose the selection, a boundary that row-wise search on ν keeps crossing.
         So maximise the surrogate ν(X; z = x_0) − 30·max(0, (score_0 − min_{i≠0} score_i)/D̄ + 10⁻³)
@@ -634,7 +813,8 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         supporters sit near it, and the honest rest forms c ∈ {2, 3, 4} clusters — first with
         the groups' positions as variables, then row-wise from the two best. Candidates are
         ranked by the true ν (the rule re-run on them), never by the surrogate."""
-        m, q_f = n - f, int(getattr(agg, "f", f))
+        n, f = self.n, self.f
+        m, q_f = n - f, int(getattr(self.agg, "f", f))
         masks = _masks(n, f)
 
         def surrogate(Y: np.ndarray) -> float:
@@ -672,7 +852,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
                 minimize(objective, res.x, method="Powell", options={"maxfev": evals_run, "xtol": 1e-8, "ftol": 1e-12})
             except _Stop:
                 pass
-            out["evals"] += count[0]
+            self.evals += count[0]
             return best[0], best[1]
 
         group_runs = [(c, rep) for c in (2, 3, 4) if c <= m - 1 for rep in range(2)]
@@ -691,59 +871,13 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
             _, Yp = polish(lambda v: v.reshape(n, k), Yj.reshape(-1), max(evals // 4, 2))
             for Yc in (Y, Yp):
                 try:
-                    nu = score(Yc, None)
+                    nu = self.score(Yc, None)
                 except AggregatorBreakdown:
                     continue
-                out["evals"] += 1
+                self.evals += 1
                 if math.isfinite(nu) and nu > best[0]:
                     best = (nu, Yc, f"forced selection of a row with {f} supporters, {c} honest clusters")
-        if progress is not None:
-            progress(1)
         return best
-
-    if _forced_selection_applies(agg, n, f):
-        for label, k, B in families:
-            if B is None:
-                nu_f, Y_f, f_label = forced_selection(k, budget.evals // 4)
-                if Y_f is not None:
-                    incumbents[label] = [nu_f, Y_f, f_label, k, B]
-
-    go = True
-    for label, k, B in families:  # phase 0 (clusters) and phase 1: every family from its starts
-        clusters = cluster_starts(k, B, per_run0)
-        starts = []
-        for nu_c, c_label, Y_c in clusters[: max(runs // 2, 1)]:
-            jitter = 1e-3 * float(np.sqrt(np.mean(Y_c ** 2)) or 1.0) * rng.normal(size=Y_c.shape)
-            starts.append((c_label, Y_c + jitter))
-            inc = incumbents.setdefault(label, [-1.0, None, c_label, k, B])
-            if nu_c > inc[0]:
-                inc[0], inc[1], inc[2] = nu_c, Y_c, c_label
-        starts += _starts(n, f, k, seeds, runs - len(starts), rng) if runs > len(starts) else []
-        for start_label, Y0 in starts:
-            go = run(label, k, B, start_label, Y0, per_run1)
-            if not go:
-                break
-        if not go:
-            break
-    for r in range(2 * runs if go else 0):  # phase 2: iterated local search on the two best families
-        ranked = sorted((v for v in incumbents.values() if v[1] is not None), key=lambda v: -v[0])[:2]
-        if not ranked:
-            break
-        inc = ranked[r % len(ranked)]
-        label = next(lbl for lbl, v in incumbents.items() if v is inc)
-        Y0 = inc[1].copy()
-        rows = rng.random(n) < 0.5
-        Y0[rows] += 0.3 * float(np.sqrt(np.mean(Y0 ** 2)) or 1.0) * rng.normal(size=(int(rows.sum()), inc[3]))
-        if not run(label, inc[3], inc[4], f"perturbed best ({inc[2]})", Y0, per_run2):
-            break
-    for label, (_, Y_inc, start_label, k, B) in incumbents.items():
-        if Y_inc is None:
-            continue
-        nu, X, S = certify(Y_inc, B)
-        out["per_subspace"][label] = nu
-        if nu > out["nu"]:
-            out.update(nu=nu, X=X, S=S, subspace=label, k=k, start=start_label)
-    return SearchOutcome(**out, runtime_s=time.perf_counter() - t0)
 
 
 def _forced_selection_applies(agg: Any, n: int, f: int) -> bool:

@@ -18,6 +18,7 @@ from fedaudit.experiments.components import (
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error
+from fedaudit.experiments.kinds.accounting import engine_keys
 from fedaudit.json import finite_or_none
 
 __all__ = ["Robustness", "worst_configuration"]
@@ -79,6 +80,7 @@ class Robustness(ClaimKind):
             "search_evals": Key("int", 60, low=0),
             "max_nu": Key("float", None, low=0, open_low=True,
                           help="largest acceptable ν̂ (the published bound must also hold)"),
+            **engine_keys("the attack trials and the optimiser's local runs"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
@@ -110,7 +112,8 @@ class Robustness(ClaimKind):
         params = dict(p["aggregator_params"] or {})
         rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
         res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
-                               seed=spec.seed, search_evals=p["search_evals"], progress=progress)
+                               seed=spec.seed, search_evals=p["search_evals"], progress=progress,
+                               **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         nu = res.nu_empirical
         within_max = p["max_nu"] is None or nu <= p["max_nu"]
         holds = within_max and not res.violation
