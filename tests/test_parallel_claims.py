@@ -6,7 +6,12 @@ finish, and the claims that must run alone in the driver."""
 from __future__ import annotations
 
 import copy
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,14 +86,14 @@ class Events(PlanProgress):
 class Where(ClaimKind):
     """A test kind: where the claim ran (process id, the engine's default backend there) and the
     mean of ``draws`` uniforms from its seed; ``fail`` makes it raise, die in an engine worker
-    (``os._exit``) or raise until ``marker`` exists."""
+    (``os._exit``), or raise (``once``) or hang for ten minutes (``hang``) until ``marker`` exists."""
 
     name = "where"
     unit = "draws"
 
     def keys(self):
         return {"draws": Key("int", 10, low=1), "backend": Key("str", None, choices=BACKENDS),
-                "fail": Key("str", None, choices=("raise", "die", "once")), "marker": Key("str", None)}
+                "fail": Key("str", None, choices=("raise", "die", "once", "hang")), "marker": Key("str", None)}
 
     def default_title(self, params, expect):
         return "where the claim ran"
@@ -102,8 +107,10 @@ class Where(ClaimKind):
             raise RuntimeError("machinery broke")
         if p["fail"] == "die" and os.environ.get("FEDAUDIT_ENGINE_WORKER") == "1":
             os._exit(3)
-        if p["fail"] == "once" and not Path(p["marker"]).exists():
+        if p["fail"] in ("once", "hang") and not Path(p["marker"]).exists():
             Path(p["marker"]).write_text("failed once")
+            if p["fail"] == "hang":
+                time.sleep(600)
             raise RuntimeError("transient")
         x = rng.random(p["draws"])
         progress(p["draws"])
@@ -273,6 +280,42 @@ def test_a_dead_worker_makes_its_claims_inconclusive_not_a_crashed_run(tmp_path)
     # the next run gets a fresh pool
     again = run_plan(plan({"id": "a", "kind": WHERE}, {"id": "b", "kind": WHERE}), engine=PARALLEL)
     assert [c.verdict for c in again.claims] == ["PASS", "PASS"]
+
+
+@pytest.mark.slow  # a CLI run killed mid-plan, then resumed (~20 s on 2 cores)
+def test_a_run_killed_while_claims_run_in_parallel_resumes_with_the_finished_ones(tmp_path):
+    marker = tmp_path / "marker"
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text('[engine]\nbackend = "process"\nworkers = 2\n\n'
+                         f'[[claim]]\nid = "hang"\nkind = "{WHERE}"\nfail = "hang"\nmarker = "{marker}"\n\n'
+                         + "".join(f'[[claim]]\nid = "{c}"\nkind = "{WHERE}"\n\n' for c in ("a", "b")))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent),
+                                                                  os.environ.get("PYTHONPATH")) if p)}
+    cmd = [sys.executable, "-m", "fedaudit.cli", "run", str(plan_file), "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not all((out / CHECKPOINT_DIR / f"{c}.json").is_file() for c in "ab") and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoints of the quick claims"
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read()  # still running: the hanging claim holds it
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its workers
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert marker.exists() and not (out / "report.json").exists()
+    saved = {c: (out / CHECKPOINT_DIR / f"{c}.json").read_text() for c in "ab"}
+    run_plan_to_dir(plan_file, out, resume=True)  # the CLI's --resume is tested in test_runner_resume.py
+    report = json.loads((out / "report.json").read_text())
+    assert [c["id"] for c in report["claims"]] == ["hang", "a", "b"]
+    assert [c["verdict"] for c in report["claims"]] == ["PASS"] * 3
+    for c in report["claims"][1:]:  # loaded from their checkpoints, not recomputed
+        assert c["runtime_s"] == json.loads(saved[c["id"]])["claim"]["runtime_s"]
+    assert verify_report(out).ok
 
 
 # ----------------------------------------------------------------------------- Ray
