@@ -24,6 +24,13 @@ from fedaudit.experiments.runner import run_plan
 TWO = {"backend": "process", "workers": 2}
 
 
+@pytest.fixture
+def one_point_chunks(monkeypatch):
+    """A chunk per curve point (the driver groups the points), so that small curves span several
+    chunks and the process backend really runs them on its workers."""
+    monkeypatch.setattr(acc_kind, "CURVE_MIN_POINTS", 1)
+
+
 def plan(*claims):
     return {"plan": {"title": "engine", "seed": 0}, "claim": [copy.deepcopy(c) for c in claims]}
 
@@ -37,10 +44,11 @@ def evidence_json(claim, drop=()) -> str:
     return json.dumps(jsonable(ev), sort_keys=True)
 
 
-@pytest.mark.parametrize("n", [0, 1, 5, CURVE_CHUNKS, 31])
-def test_curve_groups_cover_every_point_once_strided(n):
+@pytest.mark.parametrize("n, chunks", [(0, 0), (1, 1), (15, 1), (16, 2), (29, 3), (199, CURVE_CHUNKS)])
+def test_curve_groups_cover_every_point_once_strided(n, chunks):
     groups = curve_groups(n)
-    assert len(groups) == min(n, CURVE_CHUNKS)
+    assert len(groups) == chunks
+    assert all(len(g) >= min(n, acc_kind.CURVE_MIN_POINTS) for g in groups)
     assert sorted(i for g in groups for i in g) == list(range(n))
     assert all(b - a == len(groups) for g in groups for a, b in zip(g, g[1:]))
 
@@ -53,7 +61,7 @@ def test_rdp_curve_is_the_accountant_at_every_point():
     assert serial[:-1] == [epsilon_dpsgd(1.5, 0.05, n, 1e-5, "rdp").epsilon for n in xs[:-1]]
 
 
-def test_pld_curve_bounds_the_fine_accountant_and_is_identical_on_two_processes(monkeypatch):
+def test_pld_curve_bounds_the_fine_accountant_and_is_identical_on_two_processes(monkeypatch, one_point_chunks):
     seen = []
     xs, serial = accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, seen.append, backend="serial")
     assert sum(seen) == len(xs) == 6
@@ -102,7 +110,7 @@ RR = {"id": "rr", "kind": "accounting", "mechanism": "rr", "dim": 2, "epsilon": 
       "max_epsilon": 30.0, "curve_points": 8, "sampling": 0.5, "participation": "tail"}
 
 
-def test_accounting_curve_is_each_schedule_composed_and_identical_on_two_processes():
+def test_accounting_curve_is_each_schedule_composed_and_identical_on_two_processes(one_point_chunks):
     (serial,) = run_plan(plan({**RR, "backend": "serial"})).claims
     curve = serial.evidence["curve"]
     # independent of the engine: the point at r rounds is the schedule cut after r rounds
@@ -120,7 +128,7 @@ def test_accounting_curve_is_each_schedule_composed_and_identical_on_two_process
     assert two.plots == serial.plots  # the reference curves (advanced, basic) too
 
 
-def test_fedavg_dp_claim_on_two_processes_equals_serial():
+def test_fedavg_dp_claim_on_two_processes_equals_serial(one_point_chunks):
     claim = {"id": "fa", "kind": "fedavg-dp", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5,
              "clients": 20, "claimed_epsilon": 2.0, "canaries": 200, "curve_points": 5}
     (serial,) = run_plan(plan({**claim, "backend": "serial"})).claims

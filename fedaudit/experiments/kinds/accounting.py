@@ -48,7 +48,7 @@ from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, key_error
 
 __all__ = ["Accounting", "participations", "curve_points", "curve_groups", "run_curve", "account_schedule",
-           "engine_keys", "CURVE_CHUNKS"]
+           "engine_keys", "CURVE_CHUNKS", "CURVE_MIN_POINTS"]
 
 METHOD_NAMES = {"basic": "basic composition", "advanced": "advanced (KOV)", "pld": "PLD"}
 #: the discretisation of PLD composition (dp-accounting's default) and of the curve's other points
@@ -80,15 +80,19 @@ def curve_points(rounds: int, points: int) -> list[int]:
     return [int(v) for v in np.unique(np.round(np.linspace(1, rounds, min(points, rounds))).astype(int))]
 
 
-#: most engine chunks an ε curve is split into (a PLD point takes ~0.1 s, a Ray task ~5 ms)
+#: most engine chunks an ε curve is split into
 CURVE_CHUNKS = 8
+#: fewest points in a chunk: a point takes 10–70 ms of CPU (a DP-SGD PLD self-composition ~12 ms,
+#: PRV ~70 ms, a mechanism's PLD ~0.2 s), so 8 keep Ray's ~5 ms per task near or under 5 % of the work
+CURVE_MIN_POINTS = 8
 
 
 def curve_groups(n: int) -> list[list[int]]:
-    """The point indices 0..n−1 of an ε curve in c = min(n, :data:`CURVE_CHUNKS`) engine chunks,
-    strided (chunk j holds j, j + c, j + 2c, …) so that each mixes cheap early points with costly
-    late ones. Each point is computed on its own, so the grouping never changes a value."""
-    c = min(n, CURVE_CHUNKS)
+    """The point indices 0..n−1 of an ε curve in c = min(max(⌊n / :data:`CURVE_MIN_POINTS`⌋, 1),
+    :data:`CURVE_CHUNKS`) engine chunks (none for n = 0), strided (chunk j holds j, j + c, j + 2c, …)
+    so that each mixes cheap early points with costly late ones. Each point is computed on its own,
+    so the grouping never changes a value."""
+    c = min(max(n // CURVE_MIN_POINTS, min(n, 1)), CURVE_CHUNKS)
     return [list(range(j, n, c)) for j in range(c)]
 
 
