@@ -12,6 +12,7 @@ and NaN/±inf rows (dropped as Byzantine with f reduced, exactly as an unscreene
 from __future__ import annotations
 
 import math
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -242,3 +243,12 @@ def test_a_finite_row_whose_sum_overflows_is_kept(dtype):
                           (make_aggregator("nnm+cwtm", 2), make_aggregator("nnm+cwtm", 1))]:
         np.testing.assert_array_equal(rule(X), reduced(rest))
         assert not np.array_equal(rule(X), reduced(np.delete(rest, 3, axis=0)))
+
+
+def test_kernel_threads_follow_omp_num_threads(monkeypatch):
+    """Engine workers set OMP_NUM_THREADS=1: the column kernels then run on one thread."""
+    monkeypatch.setattr(K, "MAX_THREADS", 8)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert K.max_threads() == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert K.max_threads() == min(8, len(os.sched_getaffinity(0)))

@@ -165,11 +165,16 @@ def _network_sort(X: Any) -> Any:
 
 
 def max_threads() -> int:
-    """Threads the column-wise kernels use on large inputs: min(:data:`MAX_THREADS`, available cores)."""
+    """Threads the column-wise kernels use on large inputs: min(:data:`MAX_THREADS`, available
+    cores, ``OMP_NUM_THREADS`` when it is set to a positive integer — engine workers set it to 1,
+    so parallel workers do not oversubscribe the cores)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        cores = min(cores, int(omp))
     return max(1, min(MAX_THREADS, cores))
 
 
