@@ -128,6 +128,16 @@ def test_accounting_curve_is_each_schedule_composed_and_identical_on_two_process
     assert two.plots == serial.plots  # the reference curves (advanced, basic) too
 
 
+def test_accounting_claim_and_accountant_curve_on_ray_equal_serial(ray_local, one_point_chunks):
+    """On the session's local Ray instance (conftest ``ray_local``, ray.init(num_cpus=2))."""
+    (serial,) = run_plan(plan({**RR, "backend": "serial"})).claims
+    (on_ray,) = run_plan(plan({**RR, "backend": "ray"})).claims
+    assert evidence_json(on_ray) == evidence_json(serial)
+    curve = (2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None)
+    assert accountant_curve(*curve, backend="ray") == accountant_curve(*curve, backend="serial")
+    assert ray_local.is_initialized()  # the caller's instance is left running
+
+
 def test_fedavg_dp_claim_on_two_processes_equals_serial(one_point_chunks):
     claim = {"id": "fa", "kind": "fedavg-dp", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5,
              "clients": 20, "claimed_epsilon": 2.0, "canaries": 200, "curve_points": 5}

@@ -136,17 +136,8 @@ def test_checkpoint_needs_an_integer_seed(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-def test_ray_gives_the_serial_curve_bit_for_bit(local_ray, small_tasks):
+def test_ray_gives_the_serial_curve_bit_for_bit(ray_local, small_tasks):
+    """On the session's local Ray instance (conftest ``ray_local``, ray.init(num_cpus=2))."""
     curve = dict(dim=16, ks=[2, 8], epsilon=1.0, samples=2_500, seed=3)
     assert _json(variance_vs_dk(**curve, backend="ray")) == _json(variance_vs_dk(**curve))
-    assert local_ray.is_initialized()  # the caller's instance is left running
+    assert ray_local.is_initialized()  # the caller's instance is left running
