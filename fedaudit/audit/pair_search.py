@@ -15,11 +15,11 @@ so each round (the structured one, then each local round, whose candidates depen
 before it) is one ``run_chunks`` call with one candidate per chunk. A chunk returns JSON-native
 numbers only (the candidate's certified bound and exact loss or None); the pairs themselves are
 computed in the calling process (a deterministic function of the search streams) and never
-travel back. Candidates are ranked in candidate order exactly as a serial loop would, so the
-ranking, the winner and every number are bit-identical on ``serial``, ``process`` with any
-``workers`` and ``ray``. The certification runs its chunks on the same engine keywords and alone
-writes the ``checkpoint``: on ``resume`` the (cheap, deterministic) search is recomputed, finds
-the same pair, and only the unfinished certification chunks are drawn.
+travel back. Results come back in candidate order and are ranked by the same stable sort as a
+serial loop's, so the ranking, the winner and every number are bit-identical on ``serial``,
+``process`` with any ``workers`` and ``ray``. The certification runs its chunks on the same
+engine keywords and alone writes the ``checkpoint``: on ``resume`` the (cheap, deterministic)
+search is recomputed, finds the same pair, and only the unfinished certification chunks are drawn.
 """
 
 from __future__ import annotations
@@ -203,7 +203,8 @@ def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None,
     certification's finished chunks (as :func:`fedaudit.audit.ldp.audit_ldp`); the search never
     writes to it — it is deterministic and cheap, so a resumed run recomputes it, finds the same
     pair and draws only the unfinished certification chunks (a checkpoint of another pair or
-    configuration is refused). Every engine keyword is checked before any work."""
+    configuration is refused). Every engine keyword is checked before any work. ``progress`` hears
+    ``2 · search_samples`` per finished candidate, then the certification's draws."""
     t0 = time.perf_counter()
     check_run_options(backend, workers, address, checkpoint, resume)
     search_seq, cert_seq = _entry_streams(seed).spawn(2)
