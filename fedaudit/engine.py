@@ -78,7 +78,7 @@ from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
 __all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
-           "default_workers", "default_backend", "engine_defaults"]
+           "default_workers", "default_backend", "engine_defaults", "shutdown"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -307,11 +307,11 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
         Optional callback, called with ``1`` after each completed task.
     address:
         ``backend="ray"`` only: the cluster to join (``ray.init(address=address)``, e.g.
-        ``"127.0.0.1:6379"`` or ``"auto"``). If Ray is already initialised in this process it is
-        used as it is and never shut down here; otherwise Ray is joined, or started for this call
-        (``address=None``: a new local instance, ``ray.init(address="local")``, never a cluster
-        merely found running on the machine — pass ``"auto"`` for that), and ``ray.shutdown()``
-        when the iterator ends: a started local instance stops, a joined cluster keeps running.
+        ``"127.0.0.1:6379"`` or ``"auto"``). If the caller initialised Ray in this process it is
+        used as it is and never shut down here; otherwise the engine joins ``address``, or starts
+        a new local instance (``address=None``: ``ray.init(address="local")``, never a cluster
+        merely found running on the machine — pass ``"auto"`` for that), and keeps it for later
+        calls (starting Ray costs seconds) until :func:`shutdown` or the interpreter's exit.
 
     Notes
     -----
@@ -439,7 +439,6 @@ class _SharedPool:
 
 
 _POOL = _SharedPool()
-atexit.register(_POOL.close)
 
 
 def _new_pool(workers: int):
@@ -476,27 +475,52 @@ def _ray_task(fn, task):
     return fn(task)
 
 
-def _run_ray(ray, fn, tasks, workers, address, advance) -> Iterator[tuple[Any, Any]]:
-    started = not ray.is_initialized()
-    if started:
-        # Ray >= 2.5x warns on every start unless this is set; the accelerator override is irrelevant here
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-        try:
-            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
-                     logging_level="ERROR")
-        except Exception as exc:  # ConnectionError, RuntimeError, ...: one clear line
-            where = f"the Ray cluster at address={address!r}" if address else "a local Ray instance"
-            raise FedAuditError(f"backend='ray': cannot start or join {where}: {type(exc).__name__}: {exc}") from None
+#: the address of the Ray instance or cluster connection this engine opened (kept for later calls), or None
+_RAY_OPENED: list[str | None] = [None]
+
+
+def _ensure_ray(ray, address: str | None) -> None:
+    """Make Ray usable for a call: a Ray the caller initialised is used as it is; otherwise the
+    engine starts a local instance (``address=None``) or joins ``address`` and keeps it for later
+    calls (a later call that names another address gets a new connection)."""
+    wanted = address or "local"
+    if ray.is_initialized():
+        if _RAY_OPENED[0] is None or _RAY_OPENED[0] == wanted:
+            return  # the caller's instance, or the one this engine opened for the same address
+        ray.shutdown()
+        _RAY_OPENED[0] = None
+    # Ray >= 2.5x warns on every start unless this is set; the accelerator override is irrelevant here
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     try:
-        if workers is None:
-            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        remote = ray.remote(num_cpus=1)(_ray_task)
-        fn_ref = ray.put(fn)
-        yield from _bounded(tasks, workers, lambda task: remote.remote(fn_ref, task),
-                            lambda refs: ray.wait(refs, num_returns=1)[0], ray.get, ray.cancel, advance)
-    finally:
-        if started:
-            ray.shutdown()
+        ray.init(address=wanted, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    except Exception as exc:  # ConnectionError, RuntimeError, ...: one clear line
+        where = f"the Ray cluster at address={address!r}" if address else "a local Ray instance"
+        raise FedAuditError(f"backend='ray': cannot start or join {where}: {type(exc).__name__}: {exc}") from None
+    _RAY_OPENED[0] = wanted
+
+
+def _run_ray(ray, fn, tasks, workers, address, advance) -> Iterator[tuple[Any, Any]]:
+    _ensure_ray(ray, address)
+    if workers is None:
+        workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    remote = ray.remote(num_cpus=1)(_ray_task)
+    fn_ref = ray.put(fn)
+    yield from _bounded(tasks, workers, lambda task: remote.remote(fn_ref, task),
+                        lambda refs: ray.wait(refs, num_returns=1)[0], ray.get, ray.cancel, advance)
+
+
+def shutdown() -> None:
+    """Release what the engine keeps between calls: shut the kept process pool down, and the
+    local Ray instance it started (or its connection to a cluster it joined). A Ray the caller
+    initialised is left alone. Runs by itself at interpreter exit; later calls start afresh."""
+    _POOL.close()
+    ray = sys.modules.get("ray")
+    if _RAY_OPENED[0] is not None and ray is not None and ray.is_initialized():
+        ray.shutdown()
+    _RAY_OPENED[0] = None
+
+
+atexit.register(shutdown)
 
 
 # --------------------------------------------------------------------------- chunks

@@ -15,7 +15,7 @@ import pytest
 
 from test_engine_ray import _chunks, normal_stats
 
-from fedaudit.engine import run_chunks
+from fedaudit.engine import run_chunks, shutdown
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
@@ -65,5 +65,9 @@ def test_run_chunks_joins_a_cluster_through_address(head):
     address, proc = head
     joined = run_chunks(normal_stats, _chunks(), backend="ray", address=address)
     assert joined == run_chunks(normal_stats, _chunks(), backend="serial")
-    assert not ray.is_initialized()  # the driver connection it opened is closed again ...
+    # the connection is kept for the next call (joining costs seconds) ...
+    assert ray.is_initialized()
+    assert run_chunks(normal_stats, _chunks(3), backend="ray", address=address) == joined[:3]
+    shutdown()  # ... until the engine is told to let go:
+    assert not ray.is_initialized()  # the driver connection it opened is closed ...
     assert proc.poll() is None  # ... and the cluster, which it did not start, still runs
