@@ -233,10 +233,11 @@ def test_a_claim_that_errors_is_not_checkpointed_and_is_retried(tmp_path, monkey
 
     monkeypatch.setattr(LDP, "run", flaky)
     out = tmp_path / "out"
-    first = run_plan(load_plan(plan_file), checkpoints=Checkpoints(out, load_plan(plan_file)))
+    sequential = {"parallel_claims": False}  # the patch is in this process only (test_parallel_claims: workers)
+    first = run_plan(load_plan(plan_file), checkpoints=Checkpoints(out, load_plan(plan_file)), engine=sequential)
     assert [c.verdict for c in first.claims] == ["PASS", "INCONCLUSIVE"]
     assert sorted(p.name for p in (out / CHECKPOINT_DIR).iterdir()) == ["_run.json", "vq.json"]
-    report, _ = run_plan_to_dir(plan_file, out, resume=True)
+    report, _ = run_plan_to_dir(plan_file, out, resume=True, engine=sequential)
     assert [c.verdict for c in report.claims] == ["PASS", "PASS"] and calls == ["vq", "rr", "rr"]
 
 
@@ -274,8 +275,10 @@ def test_directory_lock_is_exclusive_and_released(tmp_path):
 
 def test_ctrl_c_keeps_finished_claims_and_says_how_to_resume(tmp_path):
     plan_file = tmp_path / "plan.toml"
-    plan_file.write_text(QUICK.replace('mechanism = "rr"\ndim = 4\nsamples = 4000',
-                                       'mechanism = "rr"\ndim = 4\nsamples = 100000000\ncurve = false'))
+    # claims one after the other (whatever FEDAUDIT_BACKEND says): the first is checkpointed before the second starts
+    plan_file.write_text("[engine]\nparallel_claims = false\n\n"
+                         + QUICK.replace('mechanism = "rr"\ndim = 4\nsamples = 4000',
+                                         'mechanism = "rr"\ndim = 4\nsamples = 100000000\ncurve = false'))
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "fedaudit.cli", "run", str(plan_file), "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
