@@ -12,7 +12,7 @@ torch's own ``T.sum(0)`` floor measured in the same run, whether the rule is ``t
 (aggregated by torch on the tensor's device) or copies the tensor to the host, and the largest
 difference from the numpy result. Usage:
 ``python benchmarks/aggregators.py [--repeat 3] [--quick] [--threads N] [--no-torch] [--no-byzfl]
-[--no-byzpy] [--json FILE]``.
+[--no-byzpy] [--n 21|100] [--json FILE]``.
 The torch table of a setting is timed after all its numpy timings.
 
 ByzFL is not a dependency: ``pip install --no-deps byzfl==0.0.11`` brings it in. Its package
@@ -376,6 +376,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="d ten times smaller (a smoke run)")
+    ap.add_argument("--n", type=int, choices=[n for n, _, _ in SETTINGS], default=None,
+                    help="run only the setting with this many rows")
     ap.add_argument("--no-byzfl", action="store_true", help="skip the ByzFL comparison")
     ap.add_argument("--no-byzpy", action="store_true", help="skip the ByzPy comparison")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch CPU column")
@@ -408,7 +410,7 @@ def main() -> None:
         gpu = "a CUDA device is available but not timed here" if torch.cuda.is_available() else "no GPU available"
         print(f"torch {torch.__version__}, CPU tensors, {torch.get_num_threads()} intra-op thread(s); {gpu}")
     results = [run_setting(n, f, d, args.repeat, bz, torch, bp, bp_desc)
-               for n, f, d in (QUICK if args.quick else SETTINGS)]
+               for n, f, d in (QUICK if args.quick else SETTINGS) if args.n in (None, n)]
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"numpy": np.__version__, "machine": platform.machine(), "byzfl": desc, "byzpy": bp_desc,
