@@ -174,6 +174,18 @@ def test_overrides_replace_the_table_key_by_key_and_are_checked_the_same_way():
         run_plan(plan(VQ), engine={"backend": "gpu"})  # refused before any claim runs
 
 
+def test_ray_without_ray_installed_is_refused_before_any_claim(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    for call in (lambda: run_plan(plan(VQ, RR), engine={"backend": "ray"}),
+                 lambda: run_plan_to_dir(plan(VQ, RR, engine={"backend": "ray"}), tmp_path / "out")):
+        with pytest.raises(FedAuditError, match=r"^engine: backend 'ray' needs Ray, which is not installed: pip"):
+            call()
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("FEDAUDIT_BACKEND", "ray")  # the machine's default counts as well
+    with pytest.raises(FedAuditError, match="needs Ray"):
+        run_plan(plan(VQ))
+
+
 def test_the_reference_documents_every_engine_key():
     text = markdown()
     section = text.split("## `[engine]`\n", 1)[1].split("\n## ", 1)[0]

@@ -152,6 +152,21 @@ def _claim_task(task: tuple[ClaimSpec, ClaimKind, str | None]) -> tuple[Claim, i
     return _guarded(kind, spec, count, workdir), units[0]
 
 
+def _engine_settings(plan: Plan, engine: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`~fedaudit.experiments.plan.engine_options`, and Ray importable when the run's backend
+    is ``ray`` (refused before any claim, rather than every claim failing on it)."""
+    options = engine_options(plan, engine)
+    with engine_defaults(options["backend"], options["workers"], options["address"]):
+        backend = default_backend()
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise FedAuditError("engine: backend 'ray' needs Ray, which is not installed: pip install "
+                                "'fedaudit[ray]'") from None
+    return options
+
+
 def _runs_alone(kind: ClaimKind, spec: ClaimSpec) -> bool:
     """A claim that must run in the driver: its kind says so, or it runs its own pool or Ray."""
     return bool(kind.runs_alone) or spec.params.get("backend") in ("process", "ray")
@@ -284,7 +299,7 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
     """
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
-    options = engine_options(plan, engine)
+    options = _engine_settings(plan, engine)
     if resume and checkpoints is None:
         raise FedAuditError("resume=True needs checkpoints (a report directory to resume from)")
     hooks = progress or PlanProgress()
@@ -374,7 +389,7 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
 
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
-    engine_options(plan, engine)  # refused before the directory is touched
+    _engine_settings(plan, engine)  # refused before the directory is touched
     out = create_directory(out_dir, what="report directory")
     with directory_lock(out, what="report directory"):
         others = [p for p in out.iterdir() if p.name not in (".lock", CHECKPOINT_DIR, WORK_DIR)]
