@@ -4,7 +4,8 @@ Two modes.
 
 * ``table`` (default): ν̂ of every rule at one (n, f) next to its published bound and the
   universal lower bound f/(n−2f), with the optimiser's budget and runtime.
-  ``python benchmarks/robustness.py [--n 21] [--f 5] [--d 100] [--trials 200] [--json FILE]``
+  ``python benchmarks/robustness.py [--n 21] [--f 5] [--d 100] [--trials 200] [--backend B] [--workers W]
+  [--json FILE]`` (the result does not depend on the backend or the workers)
 * ``tightness``: ν̂ of :func:`audit_robustness` against an *independent* optimiser on held-out
   (n, f) pairs. The independent optimiser is scipy's differential evolution (Storn & Price
   1997; population-based, a different method from the auditor's multistart Nelder–Mead/Powell)
@@ -13,7 +14,8 @@ Two modes.
   budget and its own seeds. It reports ν̂_audit / ν̂_independent per rule and (n, f).
   ``python benchmarks/robustness.py tightness [--rules cwmed,meamed,...] [--pairs 9:2,10:3]
   [--de-iters 150] [--de-time 40] [--workers 2] [--json FILE] [--reference FILE]``
-  (``--reference`` reuses the independent values of an earlier run's JSON and reruns only the auditor)
+  (``--reference`` reuses the independent values of an earlier run's JSON and reruns only the auditor;
+  each row's audit runs serially, the rows on ``--workers`` processes)
 
 ν is invariant under a common translation and scaling of the inputs for every rule compared
 here except GM's smoothing, so the box [−1, 1] loses nothing.
@@ -68,7 +70,8 @@ def independent_nu(rule: str, n: int, f: int, k: int, *, iters: int, time_limit:
 def _tightness_row(args: tuple) -> dict:
     rule, n, f, d, trials, budget, de_iters, de_time, seed, reference = args
     t0 = time.perf_counter()
-    res = audit_robustness(rule, n=n, f=f, d=d, trials=trials, seed=seed, search=budget)
+    # serial: the rows themselves run in parallel (--workers), so no engine pool per row
+    res = audit_robustness(rule, n=n, f=f, d=d, trials=trials, seed=seed, search=budget, backend="serial")
     audit_s = time.perf_counter() - t0
     if reference is not None:  # the independent optimiser's result from an earlier run (same seeds)
         ind = [(reference["independent_per_k"][f"k={k}"], reference["independent_evals"] // 2,
@@ -140,6 +143,8 @@ def table(argv: list[str] | None = None) -> None:
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--evals", type=int, default=SearchBudget().evals, help="optimiser budget (0 disables)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backend", default=None, help="engine backend of each audit (default: the engine's default)")
+    ap.add_argument("--workers", type=int, default=None, help="engine workers of each audit")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     rows = []
@@ -152,7 +157,7 @@ def table(argv: list[str] | None = None) -> None:
             agg = make_aggregator(rule, args.f, **EXTRA.get(rule, {}))
             agg.name = rule
             r = audit_robustness(agg, n=args.n, f=args.f, d=args.d, trials=args.trials, seed=args.seed,
-                                 search=args.evals)
+                                 search=args.evals, backend=args.backend, workers=args.workers)
         except Exception as exc:  # a rule whose requirement (e.g. Bulyan n ≥ 4f+3) fails at this (n, f)
             print(f"{rule:<16} skipped: {exc}")
             continue
