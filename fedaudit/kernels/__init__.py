@@ -1,10 +1,18 @@
 """Numerical kernels shared by the server rules, the attacks and the audits.
 
 Column-wise reductions (sums, means, medians) run on cache-sized column blocks; inputs of at
-least 2^22 elements spread the blocks over up to min(:data:`MAX_THREADS`, available cores)
-threads. Each column is computed by the same code whatever the split, so results are
-bit-identical for any number of threads. Sums over rows of float32 inputs are accumulated in
-float64; linear combinations of rows use BLAS in the input dtype.
+least 2^22 elements spread the blocks over up to :func:`max_threads` threads. Each column is
+computed by the same code whatever the split, so results are bit-identical for any number of
+threads. Sums over rows of float32 inputs are accumulated in float64; linear combinations of
+rows use BLAS in the input dtype.
+
+Order statistics. :func:`cw_trimmed_mean`, :func:`cw_median` and :func:`cw_window_mean` on
+numpy input (n ≤ 160 rows, float16/32/64) run the compiled selection kernel of
+:mod:`fedaudit.kernels.selection` (numba, cached on disk): each column is read once, sorted in
+the L1 cache by a comparator network, and its statistic summed in sorted order, bit-identical
+to an ``np.sort`` of the column; it checks every value as it reads it and raises
+:class:`NonFiniteInput` for NaN/±inf (the rules then drop those rows and call again). Torch
+tensors, more rows or other dtypes take ``sort_columns`` / ``np.sort``.
 
 Distances. Squared distances come from one Gram matrix, ‖x_i − x_j‖² = G_ii + G_jj − 2 G_ij,
 accumulated in float64 (also for float32 input) over column chunks of rows centred by their
@@ -24,7 +32,8 @@ rows are within 2^400 median deviations of the median; any farther row is only e
 sum overflows.
 
 Torch tensors. The kernels that touch the (n, d) data (:func:`by_columns`, :func:`sum_rows`,
-:func:`mean_rows`, :func:`lincomb`, :func:`cw_median`, :func:`sort_columns`, :func:`gram`,
+:func:`mean_rows`, :func:`lincomb`, :func:`cw_median`, :func:`cw_trimmed_mean`,
+:func:`cw_window_mean`, :func:`sort_columns`, :func:`gram`,
 :func:`row_norms`, :func:`to_float64`) also accept a floating torch tensor and then compute with
 torch operations on the tensor's own device and dtype (sums accumulated in float64, as for numpy),
 returning a torch tensor there, the overflow-free :class:`Geometry` included. Only (n, n) and
