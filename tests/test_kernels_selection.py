@@ -252,3 +252,19 @@ def test_kernel_threads_follow_omp_num_threads(monkeypatch):
     assert K.max_threads() == 1
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert K.max_threads() == min(8, len(os.sched_getaffinity(0)))
+
+
+def test_a_subclass_that_overrides_the_core_is_screened_first():
+    """screens_nonfinite belongs to the class that defines the core: a user's CWTM variant with
+    its own _aggregate (which never raises NonFiniteInput) still gets the non-finite rows dropped."""
+
+    class SortedTrim(CWTM):
+        def _aggregate(self, X, f):
+            n = X.shape[0]
+            return np.sort(X, axis=0)[f:n - f].astype(np.float64).mean(axis=0)
+
+    X = np.random.default_rng(8).normal(size=(9, 6))
+    X[2, 1] = np.nan
+    rest = np.delete(X, 2, axis=0)
+    np.testing.assert_allclose(SortedTrim(2)(X), np.sort(rest, axis=0)[1:-1].mean(axis=0), rtol=1e-15)
+    assert CWTM(2)._screens() and not SortedTrim(2)._screens()

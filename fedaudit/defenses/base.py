@@ -221,7 +221,7 @@ class _Rule(ABC):
         self._check_n(n)
         gen = None if rng is None else as_generator(rng)
         out = None
-        if self.screens_nonfinite:  # the core checks every value as it reads it
+        if self._screens():  # the core checks every value as it reads it
             try:
                 out = core(arr, self.f, gen)
             except NonFiniteInput:
@@ -231,6 +231,14 @@ class _Rule(ABC):
             out = core(arr, f, gen)
         out = _clamp_finite(to_like(out, None, arr.dtype), self.name)
         return to_like(out, token, arr.dtype)
+
+    def _screens(self) -> bool:
+        """``screens_nonfinite``, honoured only when the class that sets it also defines the core:
+        a subclass that overrides the core (a user's variant of CWTM) is screened as usual."""
+        mro = type(self).__mro__
+        core_owner = next(c for c in mro if self._core in vars(c))
+        flag_owner = next(c for c in mro if "screens_nonfinite" in vars(c))
+        return self.screens_nonfinite and core_owner is flag_owner
 
     def _drop_nonfinite(self, rows: Any, finite: Any) -> tuple[Any, int]:
         """(the finite rows, f reduced by the r rows dropped) for a numpy array or a torch tensor and
