@@ -301,7 +301,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
         (``ray``, default the cluster's CPUs). Ignored by ``serial``.
     backend:
         ``"process"`` (a spawn-context ``ProcessPoolExecutor``, kept for later calls), ``"serial"``
-        (in this process, in task order — for debugging and tests) or ``"ray"`` (needs
+        (in this process, in task order, each task with one BLAS and torch thread as on a
+        worker, so that it gives the workers' bits) or ``"ray"`` (needs
         ``pip install 'fedaudit[ray]'``); None: :func:`default_backend`.
     progress:
         Optional callback, called with ``1`` after each completed task.
@@ -336,9 +337,35 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """Run the enclosed task as a worker would: one BLAS/OpenMP thread (threadpoolctl) and one
+    torch thread, restored afterwards. Reductions in BLAS and torch change their last bits with the
+    thread count (e.g. Opacus's PRV ε), so a task computed in this process must see the workers'
+    one thread to give their bits. (A library first imported inside the task is not limited.)"""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        limits = threadpool_limits(1)
+    except Exception:  # pragma: no cover - threadpoolctl missing or unsupported
+        limits = None
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    if torch is not None and threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch is not None and threads != 1:
+            torch.set_num_threads(threads)
+        if limits is not None:
+            limits.restore_original_limits()
+
+
 def _run_serial(fn, tasks, advance) -> Iterator[tuple[Any, Any]]:
     for task in tasks:
-        result = fn(task)
+        with _one_thread():
+            result = fn(task)
         advance(1)
         yield task, result
 

@@ -74,17 +74,19 @@ def test_pld_curve_bounds_the_fine_accountant_and_is_identical_on_two_processes(
     assert accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None, backend="serial") == (xs, serial)
 
 
-def test_a_curve_chunk_gives_the_same_bits_whatever_the_callers_blas_threads():
+def test_a_serial_chunk_gives_the_workers_bits_whatever_the_callers_blas_threads():
     """Opacus's PRV ε moves in the last bit with the BLAS thread count (on this machine at 37, 73
-    and 91 steps of σ = 2, q = 0.1); a chunk runs with one thread, so the serial backend (this
-    process, a BLAS thread per core) computes what a worker (one thread) does."""
-    from threadpoolctl import threadpool_limits
+    and 91 steps of σ = 2, q = 0.1); the engine runs a serial chunk with one thread, so the serial
+    backend (this process, a BLAS thread per core) computes what a worker (one thread) does."""
+    from threadpoolctl import threadpool_info, threadpool_limits
 
+    from fedaudit.engine import run_chunks
     from fedaudit.experiments.kinds.dpsgd import _curve_chunk
 
     task = ((2.0, 0.1, 1e-5, "prv", None), [37, 73, 91])
     with threadpool_limits(2):
-        many = _curve_chunk(task)
+        many = run_chunks(_curve_chunk, [task], backend="serial")[0]
+        assert max(d["num_threads"] for d in threadpool_info()) == 2  # restored after the chunk
     with threadpool_limits(1):
         one = [epsilon_dpsgd(2.0, 0.1, n, 1e-5, "prv").epsilon for n in task[1]]
     assert many == one

@@ -204,15 +204,10 @@ def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: 
 
 def _curve_chunk(task: tuple[tuple[Any, dict], list[list[tuple]]]) -> list[list[float]]:
     """An engine chunk of the accounting curve: for each of its points, the ε of every
-    ``(count, δ, method, shares)`` job at :data:`CURVE_DISCRETIZATION` (:func:`account_schedule`),
-    with one BLAS thread as in every engine worker (so a BLAS reduction gives the same bits on the
-    serial backend)."""
-    from threadpoolctl import threadpool_limits
-
+    ``(count, δ, method, shares)`` job at :data:`CURVE_DISCRETIZATION` (:func:`account_schedule`)."""
     (mech, common), points = task
-    with threadpool_limits(1):
-        return [[account_schedule(mech, count=c, method=m, delta=d, discretization=CURVE_DISCRETIZATION, shares=s,
-                                  **common)[0] for c, d, m, s in jobs] for jobs in points]
+    return [[account_schedule(mech, count=c, method=m, delta=d, discretization=CURVE_DISCRETIZATION, shares=s,
+                              **common)[0] for c, d, m, s in jobs] for jobs in points]
 
 
 def engine_keys(what: str) -> dict[str, Key]:

@@ -36,14 +36,12 @@ __all__ = ["Convergence"]
 
 def _train_chunk(task: tuple) -> dict[str, Any]:
     """One optimizer's run on the federation (an engine chunk): its recorded rounds, losses and
-    test accuracies, whether it diverged, its optimizer time and info (one BLAS thread)."""
-    from threadpoolctl import threadpool_limits
-
+    test accuracies, whether it diverged, its optimizer time and info."""
     from fedaudit.fl.registry import make_optimizer
     from fedaudit.fl.training import run
 
     fed, name, settings, rounds, seed = task
-    with threadpool_limits(1), np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         t = run(make_optimizer(name, settings=settings), fed, None, rounds, rng=seed)
     return {"rounds": [int(r) for r in t.rounds], "loss": list(t.loss), "test_acc": list(t.test_acc),
             "diverged": bool(t.diverged), "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,

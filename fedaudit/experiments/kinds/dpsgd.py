@@ -136,18 +136,15 @@ def accountant_curve(sigma: float, q: float, total: int, delta: float, method: s
 
 def _curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
     """An engine chunk of :func:`accountant_curve`: ε at δ after each of its counts n, from the
-    shared one-step PLD (``one``, self-composed n times) or the ``method`` accountant. It runs
-    with one BLAS thread, as every engine worker does: Opacus's PRV ε moves in the last bit with
-    the BLAS thread count, so this keeps the serial backend's curve equal to the workers'."""
-    from threadpoolctl import threadpool_limits
-
+    shared one-step PLD (``one``, self-composed n times) or the ``method`` accountant. (Opacus's
+    PRV ε moves in the last bit with the BLAS thread count; the engine runs every chunk with one
+    thread on every backend, so the curve is the same on each.)"""
     (sigma, q, delta, method, one), counts = task
-    with threadpool_limits(1):
-        if one is not None:
-            return [float(one.self_compose(n).get_epsilon_for_delta(delta)) for n in counts]
-        from fedaudit.accounting import epsilon_dpsgd
+    if one is not None:
+        return [float(one.self_compose(n).get_epsilon_for_delta(delta)) for n in counts]
+    from fedaudit.accounting import epsilon_dpsgd
 
-        return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
+    return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
 
 
 def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
