@@ -21,7 +21,7 @@ from fedaudit.json import loads
 # CWMed at n=15, f=5: C(15, 5) = 3003 subsets, so each chunk scores on its own working set of
 # subsets (the path with state inside a local run); three families (d=1, d=2, embedded in d=4)
 WIDE = dict(n=15, f=5, d=4, trials=4, attacks="alie", search_evals=0, search={"evals": 120, "restarts": 1}, seed=4)
-# Krum at n=9: forced selection, clusters, runs and chains all on the engine
+# Krum at n=9: forced selection, clusters, phase-1 runs and phase-2 rounds all on the engine
 KRUM = dict(n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0, search={"evals": 200, "restarts": 2}, seed=1)
 
 
@@ -129,7 +129,7 @@ audit_robustness("gm", n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0,
 KILLED = dict(n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0, search={"evals": 2400, "restarts": 3}, seed=6)
 
 
-@pytest.mark.slow  # ~20 s: a child process runs GM's optimiser until a few phase-1 runs are recorded
+@pytest.mark.slow  # 6–20 s (machine load): a child process runs GM's optimiser until phase-1 runs are recorded
 def test_killed_mid_optimiser_then_resumed_gives_the_uninterrupted_result(tmp_path):
     ckpt = tmp_path / "audit.jsonl"
     opt2 = optimiser_checkpoint(ckpt, 2)
