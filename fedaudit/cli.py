@@ -342,7 +342,7 @@ def _engine_flags(args: argparse.Namespace) -> dict[str, Any]:
     from fedaudit.engine import check_run_options
 
     checkpoint = getattr(args, "checkpoint", None)
-    resume = getattr(args, "resume", False)
+    resume = getattr(args, "resume", False) if hasattr(args, "checkpoint") else False  # run/demo: --resume is the report's
     values = (args.backend, args.workers, args.address, checkpoint, resume)
     for flag, given in (("--backend", 1), ("--workers", 2), ("--address", 3), ("--resume", 5)):
         try:
@@ -494,6 +494,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.reports.terminal import print_robustness
 
     check_output_file("--json", args.json)
+    engine = _engine_flags(args)
     from fedaudit.experiments.components import normalise_spec
 
     spec = normalise_spec(args.aggregator)
@@ -503,7 +504,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
     with progress_bar(total, "configurations", args.quiet, args.progress_every) as advance:
         res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
                                attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
-                               progress=advance)
+                               progress=advance, **engine)
     print_robustness(out, res)
     _write_json(args.json, res)
     return 1 if res.violation else 0
@@ -565,6 +566,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
+    engine = _engine_flags(args)
     with progress_bar(args.steps, "training steps", args.quiet, args.progress_every) as advance:
         res = audit_dpsgd(noise_multiplier=args.noise_multiplier, max_grad_norm=args.max_grad_norm,
                           sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, canaries=args.canaries,
@@ -573,7 +575,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
                           progress=cumulative(advance), confidence=args.confidence, accountant=args.accountant,
                           learning_rate=args.learning_rate)
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
-    _audit_plot(args.plot, res, "steps", res.steps)
+    _audit_plot(args.plot, res, "steps", res.steps, engine)
     _write_json(args.json, res)
     return 1 if res.violation else 0
 
@@ -585,6 +587,7 @@ def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
+    engine = _engine_flags(args)
     with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
         res = audit_dpfedavg(noise_multiplier=args.noise_multiplier, clip=args.clip, sample_rate=args.sample_rate,
                              rounds=args.rounds, delta=args.delta, canaries=args.canaries, clients=args.clients,
@@ -592,7 +595,7 @@ def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
                              local_lr=args.local_lr, local_steps=args.local_steps, server_lr=args.server_lr,
                              confidence=args.confidence, seed=args.seed, progress=cumulative(advance))
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
-    _audit_plot(args.plot, res, "rounds", res.rounds)
+    _audit_plot(args.plot, res, "rounds", res.rounds, engine)
     _write_json(args.json, res)
     return 1 if res.violation else 0
 
@@ -669,13 +672,14 @@ def _save_plot(path: str | None, spec: dict) -> None:
         out.print(f"plot: {escape(str(save_figure(render_figure(spec), path)))}")
 
 
-def _audit_plot(path: str | None, res, count_name: str, count: int) -> None:
-    """``--plot`` of a canary audit: the accountant's ε curve with the audited bounds at the end."""
+def _audit_plot(path: str | None, res, count_name: str, count: int, engine: dict[str, Any]) -> None:
+    """``--plot`` of a canary audit: the accountant's ε curve (its points on the engine) with the
+    audited bounds at the end."""
     if path:
         from fedaudit.experiments.kinds.dpsgd import accountant_curve, audit_plot
 
         curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, count, res.delta,
-                                 res.accountant.method, 30, res.accountant.epsilon, lambda n: None)
+                                 res.accountant.method, 30, res.accountant.epsilon, lambda n: None, **engine)
         _save_plot(path, audit_plot(res, count_name=count_name, count=count, claimed_epsilon=None, delta=res.delta,
                                     confidence=res.confidence, curve=curve))
 
@@ -744,6 +748,7 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
+    engine = _engine_flags(args)
     client = args.account == "fedavg"
     if client:
         from fedaudit.accounting.fedavg import DPFEDAVG_METHODS as allowed, epsilon_dpfedavg as account, \
@@ -780,7 +785,7 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
 
         first = results[methods[0]]
         xs, ys = accountant_curve(sigma, args.sample_rate, count, args.delta, methods[0], 30, first.epsilon,
-                                  lambda n: None)
+                                  lambda n: None, **engine)
         _save_plot(args.plot, {"type": "epsilon_vs_steps", "title": f"{label} ε against {unit} "
                                                                     f"({'z' if client else 'σ'} = {sigma:.4g}, "
                                                                     f"q = {args.sample_rate:g})",
@@ -1039,6 +1044,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluations of the final search around the worst configuration (default 60)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
+    _engine_options(p, "the attack trials and the optimiser's local runs",
+                    checkpoint="chunk of trials or optimiser runs")
     p.set_defaults(func=cmd_audit_robustness)
     p = audit.add_parser("ldp", parents=[progress], help="certify a lower bound on a randomizer's LDP ε")
     src = p.add_mutually_exclusive_group()
@@ -1133,6 +1140,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
         p.add_argument("--plot", default=None, help=f"draw the accountant's ε against {count[2:]} with the audited "
                                                     f"bounds here (.png, .svg, .pdf, …; checked first)")
+        _engine_options(p, "the --plot's accountant ε points (the training run itself is sequential)")
         p.set_defaults(func=cmd_audit_dpsgd if dpsgd else cmd_audit_fedavg_dp)
 
     p = audit.add_parser("sparse-upload", parents=[progress],
@@ -1236,6 +1244,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", default=None, help="write the accounts as JSON here (checked first)")
         p.add_argument("--plot", default=None, help=f"draw ε against {count[2:]} here (.png, .svg, .pdf, …; "
                                                     f"the target ε as a line; checked first)")
+        _engine_options(p, "the --plot's ε points")
         p.set_defaults(func=cmd_account_dpsgd)
     p = account.add_parser("shuffle", help="ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar)")
     p.add_argument("--n", type=_count, required=True, help="number of shuffled reports, >= 1")

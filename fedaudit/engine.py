@@ -232,6 +232,9 @@ def _worker_init(parent_pid: int) -> None:
     _watch_parent(parent_pid)
     _limit_threads()
     os.environ[_IN_WORKER_ENV] = "1"
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
 
 
 def _limit_threads() -> None:
@@ -419,41 +422,48 @@ def _call_pickled(payload: bytes) -> Any:
 
 class _SharedPool:
     """The process pool kept between calls, so a program that runs many audits starts its
-    workers once (about a second each time otherwise). One pool per worker count and process
-    (a fork's child, or a call while another thread uses the pool, gets a pool of its own); a call
-    that ends with an exception shuts its pool down, so no task of a failed run keeps a worker."""
+    workers once (about a second each time otherwise). It is reused while the process, the worker
+    count, ``sys.path`` and the working directory are those it was started with (spawned workers
+    copy the last two at start, so a module made importable later needs new workers); a fork's
+    child, or a call while another thread uses the pool, gets a pool of its own; a call that ends
+    with an exception shuts its pool down, so no task of a failed run keeps a worker."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pool: Any = None
-        self.key: tuple[int, int] | None = None  # (pid, workers)
+        self.key: tuple | None = None  # (pid, workers, sys.path, cwd)
         self.busy = False
 
     def acquire(self, workers: int) -> tuple[Any, bool]:
         """``(pool, shared)``: the kept pool for ``workers`` (created on first use), or a private
         one when the kept pool is in use."""
+        key = (os.getpid(), workers, tuple(sys.path), os.getcwd())
         with self.lock:
             if self.busy:
                 return _new_pool(workers), False
-            if self.pool is not None and self.key != (os.getpid(), workers):
+            if self.pool is not None and self.key != key:
                 if self.key[0] == os.getpid():
                     self.pool.shutdown(wait=False, cancel_futures=True)
                 self.pool = None
             if self.pool is None:
-                self.pool, self.key = _new_pool(workers), (os.getpid(), workers)
+                self.pool, self.key = _new_pool(workers), key
             self.busy = True
             return self.pool, True
 
     def release(self, pool: Any, shared: bool, failed: bool) -> None:
-        if not shared:
-            pool.shutdown(wait=True, cancel_futures=True)
-            return
-        with self.lock:
-            self.busy = False
-            if failed and self.pool is pool:
-                self.pool, self.key = None, None
+        """Return ``pool`` after a call. After a failure (an exception, Ctrl-C, an early close) its
+        workers are terminated at once, so a task still running does not hold the driver."""
+        if shared:
+            with self.lock:
+                self.busy = False
+                if failed and self.pool is pool:
+                    self.pool, self.key = None, None
+            if not failed:
+                return
         if failed:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
     def close(self) -> None:

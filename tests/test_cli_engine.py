@@ -190,3 +190,21 @@ def test_run_refuses_bad_engine_flags_before_any_claim(extra, flag, tmp_path, ca
     assert main(["run", str(plan), "--out", str(out), "--quiet", *extra]) == 2
     assert flag in capsys.readouterr().err
     assert not (out / "report.json").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["audit", "variance", "--dim", "16", "--k", "4", "--samples", "200"],
+    ["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],
+    ["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2"],
+    ["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],
+    ["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "2"],
+    ["audit", "robustness", "--aggregator", "cwtm", "--n", "7", "--f", "1", "--trials", "2"],
+])
+def test_every_heavy_command_takes_the_engine_flags_and_checks_them_first(command, tmp_path, capsys):
+    out = tmp_path / "never.json"
+    quiet = [] if command[0] == "account" else ["--quiet"]  # the accountants print one table, no progress
+    assert main([*command, "--json", str(out), *quiet, "--backend", "gpu"]) == 2
+    assert "--backend" in capsys.readouterr().err
+    assert main([*command, "--json", str(out), *quiet, "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
+    assert not out.exists()
