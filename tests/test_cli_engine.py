@@ -179,6 +179,13 @@ def test_run_on_two_workers_equals_serial_and_records_the_flags(tmp_path):
     assert [c["id"] for c in pooled["claims"]] == ["rr", "vq"]  # plan order, whatever finished first
     text = json.dumps(pooled)
     assert "--backend process --workers 2" in text  # the command line in the manifest
+    assert pooled["manifest"]["engine"] == {"backend": "process", "workers": 2, "address": None,
+                                            "parallel_claims": True}
+    assert one_by_one["manifest"]["engine"]["parallel_claims"] is False
+    assert serial["manifest"]["engine"]["backend"] == "serial"
+    html = (tmp_path / "pooled" / "report.html").read_text()
+    assert "backend process, workers 2, parallel_claims True" in html
+    assert main(["verify", str(tmp_path / "pooled" / "report.json")]) == 0
 
 
 @pytest.mark.parametrize("extra, flag", [(["--backend", "gpu"], "--backend"), (["--workers", "0"], "--workers"),

@@ -342,7 +342,7 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
             where = workdir(spec)
             finish(spec, _guarded(kind, spec, hooks.advance, where), where)
     finished = time.time()
-    manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command)
+    manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command, engine=options)
     return Report(manifest=manifest, claims=[claims[spec.id] for spec in plan.claims], title=plan.title)
 
 

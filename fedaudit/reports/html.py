@@ -173,9 +173,8 @@ def render_html(report: Report) -> str:
         out.append(_claim_section(c, i))
 
     out.append('<section id="manifest"><h2>Manifest</h2><table class="manifest"><tbody>')
-    for key, value in m.to_dict().items():
-        if key != "artifacts":  # null in a rendering: the table holds this page's own hash (report.json has it)
-            out.append(f"<tr><td>{_e(key)}</td><td>{_e('—' if value is None else value)}</td></tr>")
+    for key, value in m.rendered_fields():
+        out.append(f"<tr><td>{_e(key)}</td><td>{_e('—' if value is None else value)}</td></tr>")
     out.append(f"<tr><td>schema_version</td><td>{_e(report.schema_version)}</td></tr>")
     # rendered from Report.rendering_view(): the content digest; the signature covers this page, so only its presence
     out.append(f"<tr><td>content digest (SHA-256)</td><td><code>{_e(report.digest or 'not sealed')}</code></td></tr>")

@@ -104,9 +104,8 @@ def render_markdown(report: Report, *, max_rows: int = 40) -> str:
     for i, claim in enumerate(report.claims, 1):
         lines += _claim(claim, i, max_rows)
     lines += ["## Manifest", "", "| field | value |", "|---|---|"]
-    for key, value in m.to_dict().items():
-        if key != "artifacts":  # null in a rendering: the table holds this file's own hash
-            lines.append(f"| {_cell(key)} | {_cell('—' if value is None else value)} |")
+    for key, value in m.rendered_fields():
+        lines.append(f"| {_cell(key)} | {_cell('—' if value is None else value)} |")
     lines += [f"| schema_version | {_cell(report.schema_version)} |",
               f"| content digest (SHA-256) | {_inline(report.digest or 'not sealed', in_table=True)} |",
               f"| signature | {'signed (HMAC-SHA256)' if report.signature else 'unsigned'} |",

@@ -225,7 +225,10 @@ class Manifest:
     runs from a git checkout, ``git_commit`` is that checkout's HEAD and ``git_dirty`` whether its
     tree differs from it (:func:`package_checkout`), otherwise both are None and the version is
     the provenance. ``artifacts`` is the artifact table that :func:`~fedaudit.reports.io.write_report`
-    fills: ``{"rendered_from": content digest, "files": {name: {"sha256", "bytes"}}}``."""
+    fills: ``{"rendered_from": content digest, "files": {name: {"sha256", "bytes"}}}``.
+    ``engine`` is where the claims ran (``{"backend", "workers", "address", "parallel_claims"}``,
+    the plan's ``[engine]`` table with the run's overrides, unset ones None); informative only —
+    the results do not depend on it."""
 
     fedaudit: str
     numpy: str
@@ -241,10 +244,12 @@ class Manifest:
     command: str | None = None
     git_dirty: bool | None = None
     artifacts: dict | None = None
+    engine: dict | None = None
 
     @classmethod
     def collect(cls, plan_bytes: bytes | None, seed_entropy: Any, started: Any, finished: Any,
-                command: str | None = None, *, package_dir: str | Path | None = None) -> "Manifest":
+                command: str | None = None, *, package_dir: str | Path | None = None,
+                engine: Mapping[str, Any] | None = None) -> "Manifest":
         """Gather versions, platform, the plan hash and the provenance of the fedaudit code
         (:func:`package_checkout` of ``package_dir``, default the installed package's directory).
         ``started``/``finished`` may be datetimes, POSIX seconds or ISO-8601 strings."""
@@ -261,15 +266,30 @@ class Manifest:
             plan_sha256=None if plan_bytes is None else hashlib.sha256(plan_bytes).hexdigest(),
             seed_entropy=None if seed_entropy is None else str(seed_entropy),
             started=_iso(started), finished=_iso(finished), git_commit=commit, command=command, git_dirty=dirty,
+            engine=None if engine is None else {k: engine.get(k) for k in ("backend", "workers", "address",
+                                                                            "parallel_claims")},
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    def rendered_fields(self) -> list[tuple[str, Any]]:
+        """``(field, value)`` rows of the manifest table of a rendering: every field but
+        ``artifacts`` (null in a rendering, whose own hash that table holds; report.json has it),
+        the engine as ``"backend process, workers 2, parallel_claims True"`` (its set keys)."""
+        rows = []
+        for key, value in self.to_dict().items():
+            if key == "artifacts":
+                continue
+            if key == "engine" and isinstance(value, dict):
+                value = ", ".join(f"{k} {v}" for k, v in value.items() if v is not None) or None
+            rows.append((key, value))
+        return rows
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in d and n not in ("command", "git_dirty", "artifacts")]
+        missing = [n for n in names if n not in d and n not in ("command", "git_dirty", "artifacts", "engine")]
         if missing:
             raise FedAuditError(f"manifest is missing {', '.join(missing)}")
         return cls(**{n: d.get(n) for n in names})
