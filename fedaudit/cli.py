@@ -489,7 +489,7 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_robustness(args: argparse.Namespace) -> int:
-    from fedaudit.audit.robustness import audit_robustness
+    from fedaudit.audit.robustness import audit_robustness, progress_units
     from fedaudit.defenses.registry import make_aggregator
     from fedaudit.reports.terminal import print_robustness
 
@@ -500,7 +500,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
     spec = normalise_spec(args.aggregator)
     params = _agg_params(args.agg_param, [spec])[spec]
     rule = make_aggregator(spec, args.f, **params) if params else spec  # unknown keyword: exit 2
-    total = args.trials + 3 + args.search_evals + 1
+    total = progress_units(args.f, args.trials, args.search_evals, None, d=args.d, aggregator=rule, n=args.n)
     with progress_bar(total, "configurations", args.quiet, args.progress_every) as advance:
         res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
                                attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
