@@ -24,14 +24,6 @@ def _numbers(res):
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def serial():
     return audit_robustness("krum", **CALL)
 
@@ -48,7 +40,7 @@ def test_result_does_not_depend_on_the_chunk_size(serial, monkeypatch, size):
     assert _numbers(audit_robustness("krum", **CALL)) == _numbers(serial)
 
 
-def test_ray_equals_serial(serial, ray_instance):
+def test_ray_equals_serial(serial, ray_local):
     assert _numbers(audit_robustness("krum", backend="ray", workers=2, **CALL)) == _numbers(serial)
 
 

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from test_cli_engine import evidence
 
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
@@ -169,23 +170,12 @@ def _plan(**keys):
     return {"plan": {"title": "pair search on the engine", "seed": 5}, "claim": [claim]}
 
 
-def _evidence(plan):
-    from fedaudit.experiments.runner import run_plan
-
-    (claim,) = run_plan(plan).claims
-    assert claim.error is None, claim.error
-    ev = claim.evidence
-    for k in TIMINGS:
-        ev["audit"].pop(k)
-    return ev
-
-
-def test_plan_search_claim_on_processes_gives_the_serial_evidence():
+def test_plan_search_claim_on_processes_gives_the_serialevidence():
     from fedaudit.experiments.plan import load_plan
 
     load_plan(_plan(backend="process", workers=2))  # accepted when the plan loads (no refusal)
-    serial = _evidence(_plan(backend="serial"))
-    pooled = _evidence(_plan(backend="process", workers=2))
+    serial = evidence(_plan(backend="serial"))
+    pooled = evidence(_plan(backend="process", workers=2))
     assert pooled == serial
     assert serial["pair"] == serial["audit"]["search"]["best"] and serial["search_samples"] == 500
     assert len(serial["audit"]["search"]["candidates"]) == 2  # rr: the one-hot pairs, no local rounds

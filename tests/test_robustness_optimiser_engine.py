@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from test_engine_robustness import _numbers
+
 from fedaudit.audit import robustness_search
 from fedaudit.audit.robustness import audit_robustness, progress_units
 from fedaudit.audit.robustness_search import PHASE2_WIDTH, optimiser_checkpoint, optimiser_checkpoint_files
@@ -23,14 +25,6 @@ from fedaudit.json import loads
 WIDE = dict(n=15, f=5, d=4, trials=4, attacks="alie", search_evals=0, search={"evals": 120, "restarts": 1}, seed=4)
 # Krum at n=9: forced selection, clusters, phase-1 runs and phase-2 rounds all on the engine
 KRUM = dict(n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0, search={"evals": 200, "restarts": 2}, seed=1)
-
-
-def _numbers(res):
-    d = res.to_dict()
-    for k in ("runtime_s", "stage_runtime_s"):
-        d.pop(k)
-    d["search"].pop("runtime_s")
-    return json.dumps(d, sort_keys=True)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.registry import did_you_mean
 
 __all__ = ["REQUIRED", "Key", "BadValue", "coerce", "check_keys", "show", "key_error", "unknown_keys",
-           "require_bound"]
+           "require_bound", "engine_keys"]
 
 #: the default of a key that must be given
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
@@ -210,3 +210,18 @@ def require_bound(where: str, params: Mapping[str, Any], expect: str, keys: tupl
     if expect == "violation" and all(params.get(k) is None for k in keys):
         raise FedAuditError(f"{where}: expect = 'violation' needs a bound to violate; set one of "
                             f"{', '.join(repr(k) for k in keys)}")
+
+
+def engine_keys(what: str) -> dict[str, Key]:
+    """The plan keys ``backend`` and ``workers`` of a kind (or the plan's ``[engine]`` table)
+    whose ``what`` runs on the engine (:func:`fedaudit.engine.run_chunks`; unset: the engine's
+    default, e.g. the plan's [engine])."""
+    from fedaudit.engine import BACKENDS
+
+    return {
+        "backend": Key("str", None, choices=BACKENDS,
+                       help=f"the engine backend of {what}: serial (this process), process (local workers) or ray "
+                            f"(pip install 'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
+        "workers": Key("int", None, low=1, high=4096,
+                       help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the CPUs)"),
+    }

@@ -45,10 +45,10 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
-from fedaudit.experiments.keys import Key, key_error
+from fedaudit.experiments.keys import Key, engine_keys, key_error
 
 __all__ = ["Accounting", "participations", "curve_points", "curve_groups", "run_curve", "account_schedule",
-           "engine_keys", "CURVE_CHUNKS", "CURVE_MIN_POINTS"]
+           "CURVE_CHUNKS", "CURVE_MIN_POINTS"]
 
 METHOD_NAMES = {"basic": "basic composition", "advanced": "advanced (KOV)", "pld": "PLD"}
 #: the discretisation of PLD composition (dp-accounting's default) and of the curve's other points
@@ -208,20 +208,6 @@ def _curve_chunk(task: tuple[tuple[Any, dict], list[list[tuple]]]) -> list[list[
     (mech, common), points = task
     return [[account_schedule(mech, count=c, method=m, delta=d, discretization=CURVE_DISCRETIZATION, shares=s,
                               **common)[0] for c, d, m, s in jobs] for jobs in points]
-
-
-def engine_keys(what: str) -> dict[str, Key]:
-    """The plan keys ``backend`` and ``workers`` of a kind whose ``what`` runs on the engine
-    (:func:`fedaudit.engine.run_chunks`; unset: the engine's default, e.g. the plan's [engine])."""
-    from fedaudit.engine import BACKENDS
-
-    return {
-        "backend": Key("str", None, choices=BACKENDS,
-                       help=f"the engine backend of {what}: serial (this process), process (local workers) or ray "
-                            f"(pip install 'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
-        "workers": Key("int", None, low=1, high=4096,
-                       help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the CPUs)"),
-    }
 
 
 class Accounting(ClaimKind):

@@ -27,8 +27,7 @@ from fedaudit.experiments.components import (
     optimizer_names,
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
-from fedaudit.experiments.keys import Key, key_error, require_bound
-from fedaudit.experiments.kinds.accounting import engine_keys
+from fedaudit.experiments.keys import Key, engine_keys, key_error, require_bound
 from fedaudit.json import finite_or_none
 
 __all__ = ["Convergence"]

@@ -149,7 +149,7 @@ def _curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
 
 def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
     """The keys DP-SGD and DP-FedAvg claims share (``max_canaries``: the audit's own limit)."""
-    from fedaudit.experiments.kinds.accounting import engine_keys
+    from fedaudit.experiments.keys import engine_keys
 
     return {
         "noise_multiplier": Key("float", low=0, open_low=True, help="the noise multiplier training uses"),

@@ -18,10 +18,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from fedaudit.engine import BACKENDS
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
-from fedaudit.experiments.keys import Key, key_error, show
+from fedaudit.experiments.keys import Key, engine_keys, key_error, show
 from fedaudit.json import finite_or_none
 
 __all__ = ["LDP", "PAIRS", "SEARCH_CANDIDATES", "input_pair", "pair_label", "categorical", "audit_pair", "pair_power",
@@ -197,13 +196,7 @@ class LDP(ClaimKind):
             "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
                                   help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
                                        "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
-            "backend": Key("str", None, choices=BACKENDS,
-                           help="where the certification chunks (and with pair = 'search' the candidate audits) "
-                                "run: serial (this process), process (local workers) or ray (pip install "
-                                "'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
-            "workers": Key("int", None, low=1, high=4096,
-                           help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the "
-                                "CPUs)"),
+            **engine_keys("the certification chunks (and with pair = 'search' the candidate audits)"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:

@@ -17,8 +17,7 @@ from fedaudit.experiments.components import (
     normalise_spec,
 )
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
-from fedaudit.experiments.keys import Key, key_error
-from fedaudit.experiments.kinds.accounting import engine_keys
+from fedaudit.experiments.keys import Key, engine_keys, key_error
 from fedaudit.json import finite_or_none
 
 __all__ = ["Robustness", "worst_configuration"]

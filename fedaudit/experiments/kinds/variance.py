@@ -15,8 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
-from fedaudit.experiments.keys import Key, key_error, require_bound
-from fedaudit.experiments.kinds.accounting import engine_keys
+from fedaudit.experiments.keys import Key, engine_keys, key_error, require_bound
 
 __all__ = ["Variance", "slope_ci", "rescaled_ci"]
 
