@@ -36,53 +36,69 @@ def _norm_shift(nu: np.ndarray, P: np.ndarray) -> int:
     return max(0, top - 1020)
 
 
-def _scale_rows(X: np.ndarray, nu: np.ndarray, P: np.ndarray, S: int, c: float) -> np.ndarray:
-    """x_i · min(1, C/‖x_i‖) as a new array, C = c·2^S, norms ‖x_i‖ = ν_i·2^(−P_i) (see
+def _empty(X: Any, rows: int) -> Any:
+    """An uninitialised (rows, d) array or tensor of X's dtype and device. A float32/float64 CPU
+    tensor gets numpy's memory: numpy asks the kernel for transparent huge pages on large buffers
+    and torch's CPU allocator does not (filling a fresh 84 MB tensor: 58 ms against numpy's 17)."""
+    if not is_torch(X):
+        return np.empty((rows, X.shape[1]), dtype=X.dtype)
+    import torch
+
+    if X.device.type == "cpu" and X.dtype in (torch.float32, torch.float64):
+        return torch.from_numpy(np.empty((rows, X.shape[1]), dtype=str(X.dtype).removeprefix("torch.")))
+    return torch.empty((rows, X.shape[1]), dtype=X.dtype, device=X.device)
+
+
+def _scale_rows(X: Any, nu: np.ndarray, P: np.ndarray, S: int, c: float) -> Any:
+    """x_i · min(1, C/‖x_i‖) as a new array or tensor, C = c·2^S, norms ‖x_i‖ = ν_i·2^(−P_i) (see
     :func:`fedaudit.kernels.row_norms`); rows with ‖x_i‖ ≤ C are unchanged.
 
-    Ordinary rows (P_i = 0, S = 0) are multiplied by C/‖x_i‖ in float64 and rounded once into
-    the input dtype (a huge float32 row needs a factor below float32's normal range); huge or
-    tiny rows are rescaled as 2^S · (C/ν_i) · 2^(P_i) x_i, which neither overflows nor
-    underflows."""
+    One pass: every row is multiplied by its factor C/‖x_i‖ (1 for the unchanged rows, exact)
+    rounded to X's dtype (float32/float64; other dtypes compute in float64), so a clipped entry is
+    within one ulp of the correctly rounded product. Rows whose factor is not a normal number of
+    that dtype, or whose norm needed scaling (P_i ≠ 0 or S ≠ 0: huge or tiny rows), are then
+    recomputed in float64 as 2^S · (C/ν_i) · 2^(P_i) x_i, which neither overflows nor underflows."""
     norms = np.ldexp(nu, -P - S)
     big = norms > c
-    simple = big & (P == 0) & (S == 0)
     factor = np.ones_like(nu)
-    factor[simple] = c / norms[simple]
+    factor[big] = c / norms[big]
+    hard = big & ~((P == 0) & (S == 0) & (factor >= np.finfo(_factor_dtype(X)).tiny))
+    factor[hard] = 1.0  # those rows are recomputed below
+    out = _empty(X, X.shape[0])
     if is_torch(X):
-        return _scale_rows_torch(X, nu, P, S, c, big & ~simple, factor)
-    out = np.multiply(X, factor[:, None], out=np.empty_like(X), casting="same_kind")
-    hard = np.flatnonzero(big & ~simple)
+        import torch
+
+        torch.mul(X, torch.as_tensor(factor, dtype=X.dtype, device=X.device)[:, None], out=out)
+        _rescale_hard_torch(X, out, nu, P, S, c, np.flatnonzero(hard))
+        return out
+    np.multiply(X, factor.astype(_factor_dtype(X))[:, None], out=out, casting="same_kind")
+    rows_hard = np.flatnonzero(hard)
     rows_per = max(1, (1 << 18) // X.shape[1])
-    for a in range(0, hard.size, rows_per):
-        rows = hard[a:a + rows_per]
+    for a in range(0, rows_hard.size, rows_per):
+        rows = rows_hard[a:a + rows_per]
         U = np.ldexp(X[rows].astype(np.float64), P[rows][:, None])
         out[rows] = np.ldexp(U * (c / nu[rows])[:, None], S)
     return out
 
 
-def _scale_rows_torch(X: Any, nu: np.ndarray, P: np.ndarray, S: int, c: float, hard: np.ndarray,
-                      factor: np.ndarray) -> Any:
-    """:func:`_scale_rows` on a torch tensor: x_i · factor_i computed in float64 on X's device
-    over column blocks (factor 1 leaves a row exact) and rounded once into X's dtype; the huge
-    or tiny rows then as 2^S · (C/ν_i) · 2^(P_i) x_i with each power of two applied as two exact
-    factors (2^P_i alone can overflow)."""
+def _factor_dtype(X: Any) -> Any:
+    """The numpy dtype the clipping factors are multiplied in: X's for float32/float64 (a torch
+    tensor is one of those), else float64."""
+    if is_torch(X):
+        return np.float32 if str(X.dtype) == "torch.float32" else np.float64
+    return X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+
+
+def _rescale_hard_torch(X: Any, out: Any, nu: np.ndarray, P: np.ndarray, S: int, c: float,
+                        hard: np.ndarray) -> None:
+    """The huge or tiny rows of :func:`_scale_rows` on a tensor: 2^S · (C/ν_i) · 2^(P_i) x_i in
+    float64 with each power of two applied as two exact factors (2^P_i alone can overflow)."""
     import torch
 
-    n, d = X.shape
-    if not (factor != 1.0).any():
-        out = X.clone()
-    else:
-        out = torch.empty_like(X)
-        fac = torch.as_tensor(factor, dtype=torch.float64, device=X.device)[:, None]
-        step = max(1, (1 << 18) // n)
-        for j in range(0, d, step):
-            out[:, j:j + step] = X[:, j:j + step].to(torch.float64) * fac
-    for i in np.flatnonzero(hard):
+    for i in hard:
         p, q = int(P[i]) // 2, int(P[i]) - int(P[i]) // 2
         u = X[int(i)].to(torch.float64) * math.ldexp(1.0, p) * math.ldexp(1.0, q) * (c / float(nu[i]))
         out[int(i)] = (u * math.ldexp(1.0, S // 2) * math.ldexp(1.0, S - S // 2)).to(X.dtype)
-    return out
 
 
 class NNM(PreAggregator):
@@ -160,6 +176,10 @@ class Bucketing(PreAggregator):
         sizes = np.bincount(bucket, minlength=q)
         A = np.zeros((q, n))
         A[bucket, perm] = 1.0 / sizes[bucket]
+        if is_torch(X):  # one product into a huge-page buffer (see _empty)
+            import torch
+
+            return torch.matmul(torch.as_tensor(A, dtype=X.dtype, device=X.device), X, out=_empty(X, q))
         return lincomb(A, X)
 
 
@@ -172,18 +192,22 @@ class ARC(PreAggregator):
     C = ‖x_π(k+1)‖; return clip_C(x_i) = x_i · min(1, C/‖x_i‖) for every i, i.e. the k
     largest-norm rows are scaled down to norm C and the others are unchanged. Preserves
     (f, κ)-robustness of the aggregator that follows (up to a constant, per the paper).
+
+    Two passes over X in the common case: the row norms (:func:`fedaudit.kernels.row_norms`, which
+    also rejects NaN/±inf rows, so a numpy input is not screened separately), then one scaled copy.
     """
 
     name = "arc"
     torch_native = True
+    screens_nonfinite = True  # row_norms raises NonFiniteInput
 
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         k = (2 * f * (n - f)) // n
-        if k == 0:
-            return X.clone() if is_torch(X) else X.copy()
         nu, P = row_norms(X)
         S = _norm_shift(nu, P)
+        if k == 0:
+            return _scale_rows(X, nu, P, S, math.inf)
         norms = np.ldexp(nu, -P - S)  # in units of 2^S (S = 0 unless a norm exceeds ~2^1020)
         C = float(np.partition(norms, n - k - 1)[n - k - 1])  # the (k+1)-th largest norm
         return _scale_rows(X, nu, P, S, C)
@@ -193,11 +217,14 @@ class Clipping(PreAggregator):
     """Static norm clipping: y_i = x_i · min(1, c/‖x_i‖) (vectorised, returns a new array).
 
     ``f`` is only passed downstream in a composition (and bounds the non-finite rows dropped).
+    Two passes over X, as :class:`ARC`: the row norms (the finiteness screen of a numpy input),
+    then one scaled copy.
     """
 
     name = "clipping"
     torch_native = True
     needs_f = False
+    screens_nonfinite = True  # row_norms raises NonFiniteInput
 
     def __init__(self, c: float, f: int = 0):
         super().__init__(f)

@@ -684,56 +684,91 @@ def _pow2(v: Any, e: Any) -> Any:
     return v * like(np.ldexp(1.0, h), v) * like(np.ldexp(1.0, e - h), v)
 
 
+#: Columns per block of the row-norm pass: float32/float64 rows are cut into blocks whose squared
+#: norms are summed in the input's dtype, then the blocks in float64 (float32, n = 21, d = 10^6:
+#: relative error ≈ 2e-9, 3.6 ms on one thread against 15 ms for a float64 copy of every chunk).
+_NORM_BLOCK = 512
+#: float32 rows whose squared norm falls below this are recomputed in float64 (squares below
+#: 2^-126 are subnormal in float32; below 2^-60 their rounding could matter); float64: _GRAM_LOW.
+_NORM_LOW32 = 2.0 ** -60
+
+
 def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row norms as (ν, P) with ‖x_i‖ = ν_i · 2^(−P_i), exact to rounding for every finite row.
 
-    One direct pass (squares summed in float64 over column chunks, P = 0); rows whose squared
-    norm overflowed or fell below 2^-960 are recomputed after normalising their largest entry
-    into [1, 2) by a power of two (so huge and subnormal rows get their true norm)."""
-    n, d = X.shape
+    One direct pass: a float32/float64 row is cut into blocks of _NORM_BLOCK columns whose
+    squared norms are summed in the input's dtype, the block sums in float64 (other dtypes: squares
+    summed in float64 over column chunks), P = 0. Rows whose squared norm overflowed or is small
+    enough for underflow to matter (below 2^-60 in float32, 2^-900 in float64) are recomputed in
+    float64 after normalising their largest entry into [1, 2) by a power of two, so huge and
+    subnormal rows get their true norm. A row holding NaN or ±inf raises :class:`NonFiniteInput`
+    (the direct pass doubles as the finiteness screen of ARC and clipping)."""
     if is_torch(X):
         return _row_norms_torch(X)
-    step = max(1, _CHUNK // n)
-    sqn = np.zeros(n)
-    buf = np.empty((n, min(step, d)))
-    with np.errstate(over="ignore", under="ignore"):
-        for j in range(0, d, step):
-            xb = X[:, j:j + step]
-            b = buf[:, :xb.shape[1]]
-            np.copyto(b, xb)
-            sqn += np.einsum("ij,ij->i", b, b)
+    n, d = X.shape
+    m = d // _NORM_BLOCK
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if X.dtype in (np.float32, np.float64):
+            V = X[:, :m * _NORM_BLOCK].reshape(n, m, _NORM_BLOCK)
+            sqn = np.matmul(V[:, :, None, :], V[:, :, :, None]).reshape(n, m).sum(axis=1, dtype=np.float64)
+            tail = X[:, m * _NORM_BLOCK:]
+            sqn += np.einsum("ij,ij->i", tail, tail, dtype=np.float64)
+        else:
+            step = max(1, _CHUNK // n)
+            sqn = np.zeros(n)
+            buf = np.empty((n, min(step, d)))
+            for j in range(0, d, step):
+                xb = X[:, j:j + step]
+                b = buf[:, :xb.shape[1]]
+                np.copyto(b, xb)
+                sqn += np.einsum("ij,ij->i", b, b)
     nu = np.sqrt(sqn)
     P = np.zeros(n, dtype=np.int64)
-    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < _GRAM_LOW))
+    low = _NORM_LOW32 if X.dtype == np.float32 else _GRAM_LOW
+    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < low))
     rows_per = max(1, _CHUNK // d)
     for a in range(0, bad.size, rows_per):
         rows = bad[a:a + rows_per]
         B = X[rows].astype(np.float64)
-        p = (1 - np.frexp(np.abs(B).max(axis=1))[1]).astype(np.int64)
+        top = np.abs(B).max(axis=1)
+        if not np.isfinite(top).all():
+            raise NonFiniteInput("row_norms: a row holds NaN or ±inf")
+        p = (1 - np.frexp(top)[1]).astype(np.int64)
         U = np.ldexp(B, p[:, None])
         nu[rows], P[rows] = np.sqrt(np.einsum("ij,ij->i", U, U)), p
     return nu, P
 
 
 def _row_norms_torch(X: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`row_norms` of a tensor on its device: float32/float64 blocks by
+    ``torch.linalg.vector_norm`` in the input's dtype, squared and summed in float64."""
     import torch
 
     n, d = X.shape
-    step = max(1, _CHUNK // n)
-    sq = torch.zeros(n, dtype=torch.float64, device=X.device)
-    for j in range(0, d, step):
-        b = X[:, j:j + step].to(torch.float64)
-        sq += torch.einsum("ij,ij->i", b, b)
+    m = d // _NORM_BLOCK
+    if X.dtype in (torch.float32, torch.float64):
+        r = torch.linalg.vector_norm(X[:, :m * _NORM_BLOCK].reshape(n, m, _NORM_BLOCK), dim=2).to(torch.float64)
+        tail = X[:, m * _NORM_BLOCK:].to(torch.float64)
+        sq = torch.einsum("ij,ij->i", r, r) + torch.einsum("ij,ij->i", tail, tail)
+    else:
+        step = max(1, _CHUNK // n)
+        sq = torch.zeros(n, dtype=torch.float64, device=X.device)
+        for j in range(0, d, step):
+            b = X[:, j:j + step].to(torch.float64)
+            sq += torch.einsum("ij,ij->i", b, b)
     sqn = sq.cpu().numpy()
     with np.errstate(invalid="ignore"):
         nu = np.sqrt(sqn)
     P = np.zeros(n, dtype=np.int64)
-    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < _GRAM_LOW))
+    low = _NORM_LOW32 if X.dtype == torch.float32 else _GRAM_LOW
+    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < low))
     rows_per = max(1, _CHUNK // d)
     for a in range(0, bad.size, rows_per):
         rows = bad[a:a + rows_per]
         B = X[torch.as_tensor(rows, device=X.device)].to(torch.float64)
         top = B.abs().amax(dim=1).cpu().numpy()
+        if not np.isfinite(top).all():
+            raise NonFiniteInput("row_norms: a row holds NaN or ±inf")
         p = (1 - np.frexp(top)[1]).astype(np.int64)
         U = _pow2(B, p[:, None])
         nu[rows], P[rows] = np.sqrt(torch.einsum("ij,ij->i", U, U).cpu().numpy()), p
