@@ -1,5 +1,8 @@
 """run_chunks joins a Ray cluster started with `ray start --head` on 127.0.0.1 through `address`,
-gives the serial result bit for bit, and leaves the cluster running (it did not start it)."""
+gives the serial result bit for bit, and leaves the cluster running (it did not start it).
+
+The joining driver is a subprocess: a process holds one Ray connection, and this one keeps the
+session's shared local Ray (tests/conftest.py) for the modules after it."""
 
 import os
 import shutil
@@ -11,11 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import json
+
 import pytest
 
 from test_engine_ray import _chunks, normal_stats
 
-from fedaudit.engine import run_chunks, shutdown
+from fedaudit.engine import run_chunks
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
@@ -31,8 +36,6 @@ def _free_port() -> int:
 def head():
     """A one-node cluster of its own (process group and temp dir): stopped by signalling that
     group only, never by `ray stop` (which would stop every Ray on the machine)."""
-    if ray.is_initialized():  # the session's shared local Ray (tests/conftest.py); restarted by its next user
-        ray.shutdown()
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="fa-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
@@ -61,13 +64,29 @@ def head():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+DRIVER = """
+import json, sys
+import ray
+from test_engine_ray import _chunks, normal_stats
+from fedaudit.engine import run_chunks, shutdown
+
+address = sys.argv[1]
+joined = run_chunks(normal_stats, _chunks(), backend="ray", address=address)
+kept = ray.is_initialized()  # the connection is kept for the next call (joining costs seconds) ...
+again = run_chunks(normal_stats, _chunks(3), backend="ray", address=address)
+shutdown()  # ... until the engine is told to let go
+print(json.dumps({"joined": joined, "again": again, "kept": kept, "after_shutdown": ray.is_initialized()}))
+"""
+
+
 def test_run_chunks_joins_a_cluster_through_address(head):
     address, proc = head
-    joined = run_chunks(normal_stats, _chunks(), backend="ray", address=address)
-    assert joined == run_chunks(normal_stats, _chunks(), backend="serial")
-    # the connection is kept for the next call (joining costs seconds) ...
-    assert ray.is_initialized()
-    assert run_chunks(normal_stats, _chunks(3), backend="ray", address=address) == joined[:3]
-    shutdown()  # ... until the engine is told to let go:
-    assert not ray.is_initialized()  # the driver connection it opened is closed ...
+    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    run = subprocess.run([sys.executable, "-c", DRIVER, address], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": path})
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["joined"] == json.loads(json.dumps(run_chunks(normal_stats, _chunks(), backend="serial")))
+    assert out["again"] == out["joined"][:3]
+    assert out["kept"] and not out["after_shutdown"]  # kept between calls, closed by shutdown() ...
     assert proc.poll() is None  # ... and the cluster, which it did not start, still runs
