@@ -124,3 +124,20 @@ def test_environment_variables_set_the_machine_default(no_env, monkeypatch):
 def test_run_tasks_follows_the_defaults(no_env):
     with engine_defaults(backend="serial"):
         assert [r for _, r in run_tasks(where, range(2))] == [(os.getpid(), "serial")] * 2
+
+
+def fail_fast_or_hang(x):
+    if x == 0:
+        time.sleep(0.5)  # let the other worker pick up its long task first
+        raise ValueError("chunk 0 fails")
+    time.sleep(60)
+    return x
+
+
+def test_a_failing_run_does_not_wait_for_the_tasks_still_running(no_env):
+    """The failed call terminates its workers: the error surfaces in seconds, not after the
+    60-second task on the other worker."""
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="chunk 0 fails"):
+        run_chunks(fail_fast_or_hang, range(2), backend="process", workers=2)
+    assert time.monotonic() - t0 < 30
