@@ -123,3 +123,22 @@ def test_torch_outputs_match_numpy_on_cpu():
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-7, atol=1e-7)
     np.testing.assert_array_equal(ARC(0)(T).numpy(), X)  # k = 0: an exact copy
+
+
+def test_memory_layout_does_not_change_a_bit():
+    """Fortran order, strided columns and a column slice of a wider array give the bits of the
+    contiguous rows (numpy and torch)."""
+    X = np.random.default_rng(5).normal(size=(9, 1500)).astype(np.float32)
+    wide = np.random.default_rng(6).normal(size=(9, 3000)).astype(np.float32)
+    wide[:, :1500] = X
+    strided = np.repeat(X, 2, axis=1)[:, ::2]
+    for Y in (np.asfortranarray(X), strided, wide[:, :1500]):
+        np.testing.assert_array_equal(row_norms(Y)[0], row_norms(X)[0])
+        np.testing.assert_array_equal(row_norms(torch.from_numpy(Y))[0], row_norms(torch.from_numpy(X))[0])
+    for rule in (ARC(2), Clipping(30.0)):
+        want = rule(X)
+        for Y in (np.asfortranarray(X), strided, wide[:, :1500]):
+            np.testing.assert_array_equal(rule(Y), want)
+        want_t = rule(torch.from_numpy(X))
+        for Y in (np.asfortranarray(X), strided, wide[:, :1500]):
+            assert torch.equal(rule(torch.from_numpy(Y)), want_t)

@@ -707,6 +707,8 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _row_norms_torch(X)
     n, d = X.shape
     m = d // _NORM_BLOCK
+    if X.strides[1] != X.itemsize:  # the same bits as for contiguous rows
+        X = np.ascontiguousarray(X)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         if X.dtype in (np.float32, np.float64):
             V = X[:, :m * _NORM_BLOCK].reshape(n, m, _NORM_BLOCK)
@@ -746,6 +748,8 @@ def _row_norms_torch(X: Any) -> tuple[np.ndarray, np.ndarray]:
 
     n, d = X.shape
     m = d // _NORM_BLOCK
+    if X.stride(1) != 1:  # the same bits as for contiguous rows
+        X = X.contiguous()
     if X.dtype in (torch.float32, torch.float64):
         r = torch.linalg.vector_norm(X[:, :m * _NORM_BLOCK].reshape(n, m, _NORM_BLOCK), dim=2).to(torch.float64)
         tail = X[:, m * _NORM_BLOCK:].to(torch.float64)
