@@ -142,3 +142,21 @@ def test_memory_layout_does_not_change_a_bit():
         want_t = rule(torch.from_numpy(X))
         for Y in (np.asfortranarray(X), strided, wide[:, :1500]):
             assert torch.equal(rule(torch.from_numpy(Y)), want_t)
+
+
+def test_thread_count_does_not_change_a_bit():
+    """BLAS and torch threads (1 vs 2) leave the row norms unchanged: each 512-column block is
+    summed by one thread."""
+    threadpool_limits = pytest.importorskip("threadpoolctl").threadpool_limits
+    X = np.random.default_rng(7).normal(size=(3, 300_000)).astype(np.float32)
+    before = torch.get_num_threads()
+    got = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with threadpool_limits(threads):
+                got.append((row_norms(X)[0], row_norms(torch.from_numpy(X))[0]))
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(got[0][0], got[1][0])
+    np.testing.assert_array_equal(got[0][1], got[1][1])
