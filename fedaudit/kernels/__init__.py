@@ -238,8 +238,8 @@ def by_columns(X: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndar
             B = X[:, a:a + width]
             with np.errstate(over="ignore", invalid="ignore"):
                 r = fn(B)
-            if not np.isfinite(r).all():  # sums of values near the dtype's max overflowed
-                r = np.ldexp(fn(np.ldexp(B, -shrink)), shrink)
+                if not np.isfinite(r).all():  # sums of values near the dtype's max overflowed (or ±inf rows)
+                    r = np.ldexp(fn(np.ldexp(B, -shrink)), shrink)
             out[a:a + width] = r
         return run
 
