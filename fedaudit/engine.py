@@ -39,6 +39,14 @@ only the others; a header whose digest differs from this run's is refused (never
 ``resume=True`` is refused (it would be overwritten). The file is held under an exclusive
 ``flock`` while a run writes it (POSIX), so two runs never append to one checkpoint.
 
+Defaults. ``backend=None`` (every entry point's default) is resolved by :func:`default_backend`:
+an enclosing :func:`engine_defaults` block, else ``"serial"`` inside an engine worker (no nested
+pools), else the environment variable ``FEDAUDIT_BACKEND``, else ``"process"``. A run with one
+chunk left computes it in the calling process, and every task computed in the calling process
+runs with one BLAS/OpenMP and one torch thread, as on a worker, so that it gives the workers' bits.
+The process pool, and a Ray instance or connection the engine opened, are kept for later calls
+until :func:`shutdown` (which also runs at exit).
+
 Process backend. ``ProcessPoolExecutor`` with the ``spawn`` start method on every platform: the
 workers are fresh interpreters (no inherited locks, BLAS or torch thread pools), which is the
 portable, 'spawn'-safe pattern. ``fn`` and each task travel as one cloudpickle payload (the
