@@ -342,7 +342,7 @@ def _engine_flags(args: argparse.Namespace) -> dict[str, Any]:
     from fedaudit.engine import check_run_options
 
     checkpoint = getattr(args, "checkpoint", None)
-    resume = getattr(args, "resume", False) if hasattr(args, "checkpoint") else False  # run/demo: --resume is the report's
+    resume = args.resume if hasattr(args, "checkpoint") else False  # run/demo: --resume is the report's
     values = (args.backend, args.workers, args.address, checkpoint, resume)
     for flag, given in (("--backend", 1), ("--workers", 2), ("--address", 3), ("--resume", 5)):
         try:

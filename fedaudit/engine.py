@@ -238,15 +238,17 @@ def _worker_init(parent_pid: int) -> None:
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
     _watch_parent(parent_pid)
-    _limit_threads()
-    os.environ[_IN_WORKER_ENV] = "1"
+    _become_worker()
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
 
 
-def _limit_threads() -> None:
-    """One BLAS/OpenMP/torch thread per worker (workers already run in parallel)."""
+def _become_worker() -> None:
+    """What every engine worker (pool process or Ray task) does first: one BLAS/OpenMP/torch
+    thread (workers already run in parallel), and mark the process so that nested engine calls
+    default to ``serial``."""
+    os.environ[_IN_WORKER_ENV] = "1"
     for var in _THREAD_VARS:
         os.environ.setdefault(var, "1")
     try:
@@ -330,12 +332,9 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     An exception raised by ``fn`` propagates out of the iterator after pending tasks are cancelled;
     results already yielded are unaffected. Closing the iterator early also cancels pending tasks.
     """
-    backend, workers, address = _resolve(backend, workers, address)
-    check_choice("backend", backend, BACKENDS)
+    backend, workers, address = check_run_options(backend, workers, address)
     if not callable(fn):
         raise FedAuditError(f"fn must be callable, got {type(fn).__name__}")
-    workers = _check_workers(workers)
-    address = _check_address(address, backend)
     advance = progress if progress is not None else (lambda n: None)
     if backend == "serial":
         return _run_serial(fn, tasks, advance)
@@ -464,15 +463,14 @@ class _SharedPool:
         if shared:
             with self.lock:
                 self.busy = False
-                if failed and self.pool is pool:
+                if not failed:
+                    return  # kept for the next call
+                if self.pool is pool:
                     self.pool, self.key = None, None
-            if not failed:
-                return
         if failed:
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
-
 
     def close(self) -> None:
         """Shut the kept pool down (at interpreter exit: before the modules its clean-up needs are
@@ -514,9 +512,8 @@ def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
 
 
 def _ray_task(fn, task):
-    """What a Ray worker runs: one BLAS/OpenMP/torch thread (as in the process pool), then ``fn``."""
-    _limit_threads()
-    os.environ[_IN_WORKER_ENV] = "1"
+    """What a Ray worker runs: set up as a pool worker is (:func:`_become_worker`), then ``fn``."""
+    _become_worker()
     return fn(task)
 
 
