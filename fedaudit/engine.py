@@ -86,7 +86,7 @@ from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
 __all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
-           "default_workers", "default_backend", "engine_defaults", "shutdown"]
+           "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -339,12 +339,18 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     if backend == "serial":
         return _run_serial(fn, tasks, advance)
     if backend == "ray":
-        try:
-            import ray
-        except ImportError:
-            raise FedAuditError(f"backend='ray' needs Ray, which is not installed: {_RAY_HINT}") from None
-        return _run_ray(ray, fn, tasks, workers, address, advance)
+        return _run_ray(require_ray(), fn, tasks, workers, address, advance)
     return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or a :class:`~fedaudit.errors.FedAuditError` saying how to install it
+    (so a run asking for Ray fails once, before any task, with one clear line)."""
+    try:
+        import ray
+    except ImportError:
+        raise FedAuditError(f"backend='ray' needs Ray, which is not installed: {_RAY_HINT}") from None
+    return ray
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fedaudit import json as fjson
-from fedaudit.engine import default_backend, default_workers, engine_defaults, run_tasks
+from fedaudit.engine import default_backend, default_workers, engine_defaults, require_ray, run_tasks
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec, Progress, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
@@ -159,11 +159,7 @@ def _engine_settings(plan: Plan, engine: Mapping[str, Any] | None) -> dict[str, 
     with engine_defaults(options["backend"], options["workers"], options["address"]):
         backend = default_backend()
     if backend == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise FedAuditError("engine: backend 'ray' needs Ray, which is not installed: pip install "
-                                "'fedaudit[ray]'") from None
+        require_ray()
     return options
 
 
