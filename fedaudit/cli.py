@@ -28,8 +28,10 @@ from fedaudit.errors import FedAuditError
 
 __all__ = ["main"]
 
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: a long line (a path, a summary) is left for the terminal to wrap, never broken by a
+# newline, so a printed path can be copied or grepped whole; tables still fit the width.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 #: seconds between progress lines when stderr is not a terminal (``--progress-every``)

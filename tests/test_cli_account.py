@@ -164,3 +164,13 @@ def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("fedaudit: error:") and needle in err and len(err.splitlines()) == 1, err
+
+
+def test_a_long_output_path_is_printed_on_one_line(tmp_path, capsys):
+    # rich breaks lines at the console width (80 without a terminal); a path must survive whole
+    deep = tmp_path / ("d" * 70) / ("e" * 70)
+    deep.mkdir(parents=True)
+    path = deep / "out.json"
+    assert main(["account", "compose", "--epsilon", "0.5", "--uses", "20", "--delta", "1e-6", "--json",
+                 str(path)]) == 0
+    assert f"json: {path}\n" in capsys.readouterr().out
