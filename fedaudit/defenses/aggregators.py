@@ -2,9 +2,10 @@
 
 Every rule subclasses :class:`~fedaudit.defenses.base.Aggregator`: it accepts numpy arrays and
 torch tensors (same type, dtype and device come back; integer/bool inputs come back as float64;
-every rule is ``torch_native``: a tensor is aggregated with torch operations on its device —
-bit-identical to numpy for Mean, CWTM, CWMed, Meamed, Krum and Bulyan, within a few ulps of the
-data's scale for GM, Multi-Krum, MDA and CC, whose row combinations run in BLAS),
+every rule is ``torch_native``: a tensor is aggregated with torch operations on its device, a
+CPU tensor's Gram matrix and subset means by the compiled kernels on its own memory —
+bit-identical to numpy for Mean, CWTM, CWMed, Meamed, Krum, Multi-Krum, MDA and Bulyan, within a
+few ulps of the data's scale for GM and CC, whose row combinations run in BLAS),
 never mutates its input, drops non-finite rows as Byzantine up to its tolerance (see
 :mod:`fedaudit.defenses.base`: f, or ⌈n/2⌉ − 1 for rules without f and rules built with f = 0)
 and is stateless: the same input gives the same output on every call.
@@ -41,6 +42,7 @@ from fedaudit.kernels import (
     mean_rows,
     pairwise_sqdist,
     screened_mean_rows,
+    subset_means,
     to_float64,
     weiszfeld,
 )
@@ -238,10 +240,8 @@ class MultiKrum(Aggregator):
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         m = n - f if self.m is None else min(self.m, n - f)
-        chosen = krum_order(pairwise_sqdist(X), f, X)[:m]
-        w = np.zeros(n)
-        w[chosen] = 1.0 / m
-        return lincomb(w, X)
+        chosen = np.sort(krum_order(pairwise_sqdist(X), f, X)[:m])
+        return subset_means(X, chosen[None, :])[0]
 
 
 class MDA(Aggregator):
@@ -293,9 +293,7 @@ class MDA(Aggregator):
             i = int(np.lexsort((spread, diam))[0])
             if (diam[i], spread[i]) < best_key:
                 best, best_key = a + i, (float(diam[i]), float(spread[i]))
-        w = np.full(n, 1.0 / (n - f))
-        w[removed[best]] = 0.0
-        return lincomb(w, X)
+        return subset_means(X, np.setdiff1d(np.arange(n), removed[best])[None, :])[0]
 
 
 def _removal_sets(n: int, f: int) -> np.ndarray:

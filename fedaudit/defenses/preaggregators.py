@@ -2,8 +2,8 @@
 
 Each subclasses :class:`~fedaudit.defenses.base.PreAggregator` (numpy/torch in, same type out,
 input never mutated, non-finite rows dropped as Byzantine first; every pre-aggregator is
-``torch_native``: a tensor is transformed with torch operations on its device; NNM's mixing
-matmul rounds within a few ulps of numpy's). ``output_f(n, f)`` tells a composition how many
+``torch_native``: a tensor is transformed on its device — by torch operations, or on a CPU
+tensor's own memory by the compiled kernels where numpy uses them, so NNM gives numpy's bits). ``output_f(n, f)`` tells a composition how many
 Byzantine rows can remain among the outputs.
 
 Pre-aggregators that do not need f themselves (:class:`Bucketing`, :class:`Clipping`) still
@@ -21,7 +21,7 @@ import numpy as np
 
 from fedaudit.arrays import is_torch
 from fedaudit.defenses.base import NearestNeighbourMixing, PreAggregator, RobustnessClass
-from fedaudit.kernels import lincomb, mean_rows, pairwise_sqdist, row_norms
+from fedaudit.kernels import lincomb, mean_rows, pairwise_sqdist, row_norms, subset_means
 from fedaudit.validation import check_int, check_positive
 from fedaudit.rng import as_generator
 
@@ -107,8 +107,10 @@ class NNM(PreAggregator):
     y_i = (1/(n−f)) Σ_{j ∈ N_i} x_j, N_i the n − f nearest neighbours of x_i in Euclidean
     distance, x_i itself included (ties: lower index first). If F is (f, κ)-robust, F ∘ NNM is
     (f, 8f/(n−f)·(κ + 1))-robust. Implementation: squared distances from the float64 Gram
-    matrix, then Y = A X with the (n, n) selection matrix A_ij = 1/(n−f) for j ∈ N_i (one
-    matmul).
+    matrix (:func:`fedaudit.kernels.gram`, one pass), then every y_i as the float64 sum of its
+    n − f neighbours, nearest first, divided by n − f and rounded once to X's dtype
+    (:func:`fedaudit.kernels.subset_means`, one pass; the same bits for a numpy array and a CPU
+    tensor).
     """
 
     name = "nnm"
@@ -128,10 +130,7 @@ class NNM(PreAggregator):
             return np.broadcast_to(mean.astype(X.dtype), (n, d)).copy()
         D = pairwise_sqdist(X)
         np.fill_diagonal(D, -1.0)  # x_i is its own nearest neighbour
-        idx = np.argsort(D, axis=1, kind="stable")[:, :n - f]
-        A = np.zeros((n, n))  # cast to X.dtype by lincomb
-        A[np.arange(n)[:, None], idx] = 1.0 / (n - f)
-        return lincomb(A, X)
+        return subset_means(X, np.argsort(D, axis=1, kind="stable")[:, :n - f])
 
 
 class Bucketing(PreAggregator):

@@ -60,7 +60,7 @@ from fedaudit.arrays import is_torch
 
 __all__ = [
     "MAX_THREADS", "max_threads", "by_columns", "sum_rows", "mean_rows", "lincomb", "cw_median", "cw_trimmed_mean",
-    "cw_window_mean", "NonFiniteInput", "screened_mean_rows", "gram",
+    "cw_window_mean", "NonFiniteInput", "screened_mean_rows", "gram", "subset_means",
     "sort_columns", "batcher_pairs", "to_float64", "host", "like",
     "Geometry", "row_norms", "sqdist_from_gram", "pairwise_sqdist", "centered_gram", "krum_scores",
     "krum_order", "gram_distances", "weiszfeld",
@@ -297,6 +297,53 @@ def lincomb(w: Any, X: Any) -> Any:
     return np.asarray(w, dtype=X.dtype) @ X
 
 
+#: Columns per block of the compiled row means (the float64 sums of a block stay in L1) and per
+#: task when their columns are split over threads.
+_MIX_WIDTH = 2048
+_MIX_TASK = 1 << 16
+
+
+def subset_means(X: Any, rows: np.ndarray) -> Any:
+    """Y_r = (1/m) Σ_t x_{rows[r, t]} for every row r of the (q, m) index array ``rows`` (NNM's
+    mixing, Multi-Krum's and MDA's averages): the m rows added in float64 in the given order,
+    divided by m and rounded once to X's dtype (float16/bfloat16 via float32; other non-float
+    dtypes give float64): a (q, d) array or tensor of X's type and device. Never a difference of sums, so a huge row left out cannot cancel digits.
+
+    numpy arrays and CPU tensors: one pass by the compiled :func:`fedaudit.kernels.products.mix_range`
+    (a column whose float64 sum overflowed is summed again on values scaled by
+    2^(−⌈log2 m⌉−1), exactly), columns split over threads (each column by the same code, so the
+    bits do not depend on the threads); a float32/float64 CPU tensor is read without a copy and the
+    result is a tensor on numpy-allocated memory. Tensors on other devices: :func:`sum_rows` of the
+    chosen rows there (the same order and rounding)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    q, m = rows.shape
+    A = _cpu_array(X)
+    if A is None:
+        import torch
+
+        out = torch.empty((q, X.shape[1]), dtype=X.dtype, device=X.device)
+        for r in range(q):
+            out[r] = sum_rows(X[like(rows[r], X)]) / m
+        return out
+    from fedaudit.kernels.products import mix_range
+
+    d = A.shape[1]
+    Y = np.empty((q, d), dtype=A.dtype)
+    shrink = m.bit_length() + 1
+    down, up = math.ldexp(1.0, -shrink), math.ldexp(1.0, shrink)
+
+    def task(a: int) -> Callable[[], None]:
+        return lambda: mix_range(A, rows, a, min(d, a + _MIX_TASK), _MIX_WIDTH, down, up, Y)
+
+    _run([task(a) for a in range(0, d, _MIX_TASK)], A.size >= _PARALLEL)
+    if not is_torch(X):
+        return Y.astype(np.float16) if X.dtype == np.float16 else Y
+    import torch
+
+    Yt = torch.from_numpy(Y)
+    return Yt.to(X.dtype) if X.dtype in (torch.float16, torch.bfloat16) else Yt
+
+
 #: numpy inputs with at most this many rows (and float16/32/64 values) take the compiled
 #: selection kernel (:mod:`fedaudit.kernels.selection`); more rows, or other dtypes, ``np.sort``
 #: (one thread, 2·10^6 float32 values, CPU ms, trimmed mean kernel vs np.sort: n = 21: 2.8 vs 9.7;
@@ -502,31 +549,72 @@ def _fast_ok(G: np.ndarray) -> bool:
     return top == 0.0 or _GRAM_LOW <= top <= _GRAM_HIGH
 
 
-def gram(X: Any, center: Any = None) -> np.ndarray:
-    """float64 Gram matrix of x_i − c: c = row mean (None) or the given (d,) point.
+#: Columns per block of the compiled Gram product (n float64 rows of a block stay in the L2 cache)
+#: and per task when its columns are split over threads (a fixed split: the partial Gram matrices
+#: are added in column order, so the bits do not depend on the number of threads).
+_GRAM_WIDTH = 1024
+_GRAM_TASK = 1 << 16
 
-    One pass over X in column chunks: each chunk is cast to float64, centred and multiplied
-    (a syrk, multi-threaded by BLAS when n is large enough), so float32 inputs accumulate in
-    float64 and memory stays bounded. A torch X is processed on its device; the (n, n) result
-    is a numpy array either way.
-    """
-    n, d = X.shape
+
+def _cpu_array(X: Any) -> np.ndarray | None:
+    """X as a C-contiguous float32/float64 numpy array, sharing X's memory when X is one already
+    or a contiguous CPU tensor of those dtypes (``Tensor.numpy()`` is a view); float16/bfloat16
+    are widened to float32 and other dtypes to float64 (exact). None for a tensor on another
+    device."""
     if is_torch(X):
+        import torch
+
+        if X.device.type != "cpu":
+            return None
+        if X.dtype not in (torch.float32, torch.float64):
+            X = X.to(torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else torch.float64)
+        return np.ascontiguousarray(X.detach().numpy())
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float32 if X.dtype == np.float16 else np.float64)
+    return np.ascontiguousarray(X)
+
+
+def gram(X: Any, center: Any = None) -> np.ndarray:
+    """float64 Gram matrix G_ij = Σ_k (x_ik − c_k)(x_jk − c_k), c = the row mean (1/n) Σ_i x_i
+    (None) or the given (d,) point.
+
+    numpy arrays and CPU tensors: one pass over X by the compiled product of
+    :mod:`fedaudit.kernels.products` (column blocks cast to float64 and centred in cache, the
+    lower triangle by 3 × 3 tiles of row pairs: the flops of a symmetric product; products of
+    float32 values exact, sums in float64), over fixed ranges of _GRAM_TASK columns that run on
+    up to :func:`max_threads` threads and are added in column order, so the result has the same
+    bits for any number of threads and for a numpy array and a CPU tensor of the same values.
+    Tensors on other devices: torch operations there (:func:`_gram_torch`). The (n, n) result is
+    a numpy array either way.
+    """
+    A = _cpu_array(X)
+    if A is None:
         return _gram_torch(X, center)
-    step = max(8, _CHUNK // n // 8 * 8)  # whole cache lines per row keep the syrk fast
-    G = np.zeros((n, n))
-    buf = np.empty((n, min(step, d)))
-    inv_n = np.full(n, 1.0 / n)
-    for j in range(0, d, step):
-        xb = X[:, j:j + step]
-        b = buf[:, :xb.shape[1]]
-        np.copyto(b, xb)  # cast to float64
-        b -= (inv_n @ b) if center is None else center[j:j + step]
-        G += b @ b.T
-    return G
+    from fedaudit.kernels.products import TILE, gram_range
+
+    n, d = A.shape
+    m = -(-n // TILE) * TILE
+    c = np.zeros(0) if center is None else np.ascontiguousarray(_cpu_array(center), dtype=np.float64)
+
+    def task(a: int) -> Callable[[], np.ndarray]:
+        def run() -> np.ndarray:
+            part = np.zeros((m, m))
+            gram_range(A, c, center is None, a, min(d, a + _GRAM_TASK), _GRAM_WIDTH, part)
+            return part
+        return run
+
+    parts = _run([task(a) for a in range(0, d, _GRAM_TASK)], A.size >= _PARALLEL)
+    L = parts[0]
+    for part in parts[1:]:
+        L += part
+    L = L[:n, :n]
+    return np.tril(L) + np.tril(L, -1).T
 
 
 def _gram_torch(X: Any, center: Any) -> np.ndarray:
+    """:func:`gram` of a tensor on an accelerator, with torch operations there: column chunks
+    cast to float64 into a reused buffer, centred (the row mean as a matvec) and accumulated by
+    ``addmm``."""
     import torch
 
     n, d = X.shape
