@@ -2,9 +2,11 @@
 
 * No host copy: inside the call, ``Tensor.numpy`` and ``Tensor.__array__`` raise for any tensor
   whose last dimension is d (rows of the data or a d-vector; the (n, n) Gram matrix and (n,)
-  norms may move; d ≠ n here), and the result is a tensor of the input's dtype and device.
-* The same result as the numpy path on the same rows: bit for bit for the coordinate-wise rules
-  (row sums in numpy's order), within a few ulps of the input's scale for the others — on random
+  norms may move; d ≠ n here) — except the compiled kernels' zero-copy view of a CPU tensor,
+  checked to be a view — and the result is a tensor of the input's dtype and device.
+* The same result as the numpy path on the same rows: bit for bit for the coordinate-wise and
+  selection rules (row sums in numpy's order; the compiled kernels on a CPU tensor's memory),
+  within a few ulps of the input's scale for the others — on random
   and adversarial inputs (hypothesis: rows of ±1e308, ±max, float32 max, ±inf, NaN, subnormals),
   float32 and float64; the same AggregatorBreakdown (rule, n, nonfinite, tolerated) and the same
   FedAuditError messages (empty and malformed shapes, complex/sparse tensors) as numpy.
@@ -38,7 +40,10 @@ NATIVE = {
     "bucketing+meamed": {"s": 2}, "gm": {}, "multikrum": {}, "mda": {}, "cc": {"tau": 0.5, "iters": 3},
     "nnm+cwtm": {}, "nnm+gm": {}, "nnm+krum": {},
 }
-EXACT = {"mean", "cwtm", "cwmed", "meamed"}  # bit-identical to numpy
+#: bit-identical to numpy: row sums in numpy's order, and on CPU tensors the compiled kernels
+#: (selection, Gram, subset means) read the tensor's memory
+EXACT = {"mean", "cwtm", "cwmed", "meamed", "krum", "bulyan", "multikrum", "mda", "nnm+cwtm", "nnm+krum",
+         "bucketing+cwtm", "bucketing+meamed"}
 
 
 def build(spec: str, f: int):
@@ -374,15 +379,42 @@ def test_extreme_magnitudes_take_the_overflow_free_geometry_on_device(spec):
         assert bool(torch.isfinite(out).all())
 
 
-def test_the_sorting_network_sorts_like_torch_sort():
-    """Batcher's network cut to n (CPU tensors, 2 ≤ n ≤ 128) against torch.sort, with ties and
-    signed zeros, for every n up to 130 (the last ones take torch.sort)."""
-    from fedaudit.kernels import batcher_pairs, sort_columns
+def test_batcher_pairs_sort_every_column():
+    """Batcher's network cut to n (the comparators of the selection kernel), applied with numpy
+    min/max, sorts like np.sort, with ties and signed zeros, for every n up to 130."""
+    from fedaudit.kernels import batcher_pairs
 
-    g = torch.Generator().manual_seed(0)
+    rng = np.random.default_rng(0)
     for n in range(1, 131):
-        X = torch.randint(-3, 4, (n, 37), generator=g).to(torch.float64) * 0.5
-        X[:, :5] = torch.randn(n, 5, generator=g, dtype=torch.float64)
-        np.testing.assert_array_equal(sort_columns(X).numpy(), torch.sort(X, dim=0).values.numpy())
+        X = rng.integers(-3, 4, (n, 37)) * 0.5
+        X[:, :5] = rng.normal(size=(n, 5))
+        S = X.copy()
+        for a, b in batcher_pairs(n):
+            S[a], S[b] = np.minimum(S[a], S[b]), np.maximum(S[a], S[b])
+        np.testing.assert_array_equal(S, np.sort(X, axis=0))
         assert all(a < b < n for a, b in batcher_pairs(n))
     assert len(batcher_pairs(8)) == 19 and len(batcher_pairs(16)) == 63  # Batcher's counts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", ["cwtm", "cwmed", "meamed", "bulyan"])
+def test_cpu_tensors_take_the_selection_kernel_without_a_copy(spec, dtype):
+    """A CPU tensor's coordinate-wise rule reads the tensor's memory in the compiled kernel
+    (``torch.sort`` is never called): numpy's bits, a fresh result that does not alias the input,
+    the input unchanged; rows past the kernel's 160 take torch.sort and still match numpy."""
+    f, d = 3, 333
+    n = 4 * f + 5
+    X = data(2, n, d).astype(np.float32 if dtype == torch.float32 else np.float64)
+    T = torch.from_numpy(X.copy())
+    rule = make_aggregator(spec, f)
+    sort = torch.sort
+    torch.sort = None  # any call raises
+    try:
+        out = rule(T)
+    finally:
+        torch.sort = sort
+    np.testing.assert_array_equal(out.numpy(), rule(X))
+    assert out.dtype == dtype and not np.shares_memory(out.numpy(), T.numpy())
+    np.testing.assert_array_equal(T.numpy(), X)
+    big = data(3, 161, 40).astype(X.dtype)  # more rows than the kernel takes: torch.sort / np.sort
+    np.testing.assert_array_equal(rule(torch.from_numpy(big)).numpy(), rule(big))

@@ -3,22 +3,27 @@
 Column-wise reductions (sums, means, medians) run on cache-sized column blocks; inputs of at
 least 2^22 elements spread the blocks over up to :func:`max_threads` threads. Each column is
 computed by the same code whatever the split, so results are bit-identical for any number of
-threads. Sums over rows of float32 inputs are accumulated in float64; linear combinations of
-rows use BLAS in the input dtype.
+threads. Sums over rows of float32 inputs are accumulated in float64; means of chosen rows
+(:func:`subset_means`) too, by a compiled kernel; other linear combinations of rows use BLAS in
+the input dtype.
 
 Order statistics. :func:`cw_trimmed_mean`, :func:`cw_median` and :func:`cw_window_mean` on
-numpy input (n ≤ 160 rows, float16/32/64) run the compiled selection kernel of
+numpy input and CPU tensors (n ≤ 160 rows, float16/32/64) run the compiled selection kernel of
 :mod:`fedaudit.kernels.selection` (numba, cached on disk): each column is read once, sorted in
 the L1 cache by a comparator network, and its statistic summed in sorted order, bit-identical
 to an ``np.sort`` of the column; it checks every value as it reads it and raises
-:class:`NonFiniteInput` for NaN/±inf (the rules then drop those rows and call again). Torch
-tensors, more rows or other dtypes take ``sort_columns`` / ``np.sort``.
+:class:`NonFiniteInput` for NaN/±inf (the rules then drop those rows and call again). Tensors on
+other devices, more rows or other dtypes take ``sort_columns`` (``np.sort`` / ``torch.sort``).
 
 Distances. Squared distances come from one Gram matrix, ‖x_i − x_j‖² = G_ii + G_jj − 2 G_ij,
-accumulated in float64 (also for float32 input) over column chunks of rows centred by their
-mean; no (n, n, d) intermediate is ever formed. When the centred norms dwarf the
-nearest-neighbour distances (an outlier drags the mean away, so the subtraction would cancel),
-the Gram matrix is recomputed once, centred on the most central row.
+accumulated in float64 (also for float32 input: products of float32 values are exact there) by
+the compiled symmetric product of :mod:`fedaudit.kernels.products` over column blocks of rows
+centred by their mean; no (n, n, d) intermediate is ever formed. Safety rule for the centring
+(:func:`_ill_conditioned`): the relative error of D_ij is ≈ 1e-16 · G_ii / D_ij, so when the
+median centred squared norm exceeds 10^6 times the median nearest-neighbour squared distance (an
+outlier drags the mean away, so the subtraction would cancel), the Gram matrix is recomputed
+once, centred on the row of smallest median distance. The centring is always applied to the rows
+before the products, never folded in afterwards (G − n·m mᵀ-style corrections cancel).
 
 Extreme magnitudes. Squared distances of finite rows can exceed float64's range (a row of
 1e308, one coordinate of 1e306, float32 max next to unit rows) or underflow (subnormal data).
@@ -33,12 +38,15 @@ sum overflows.
 
 Torch tensors. The kernels that touch the (n, d) data (:func:`by_columns`, :func:`sum_rows`,
 :func:`mean_rows`, :func:`lincomb`, :func:`cw_median`, :func:`cw_trimmed_mean`,
-:func:`cw_window_mean`, :func:`sort_columns`, :func:`gram`,
-:func:`row_norms`, :func:`to_float64`) also accept a floating torch tensor and then compute with
-torch operations on the tensor's own device and dtype (sums accumulated in float64, as for numpy),
-returning a torch tensor there, the overflow-free :class:`Geometry` included. Only (n, n) and
-(n,) quantities (Gram matrices, norms, scores) move to the host, where the same numpy decision
-code runs for both backends; the (n, d) data never does.
+:func:`cw_window_mean`, :func:`sort_columns`, :func:`gram`, :func:`subset_means`,
+:func:`row_norms`, :func:`to_float64`) also accept a floating torch tensor and return a torch
+tensor. On a CPU tensor the compiled kernels (selection, Gram, subset means) read the tensor's own
+memory (``Tensor.numpy()`` is a view for a contiguous float32/float64 tensor: no copy) and give
+numpy's bits; everything else, and every kernel on another device, computes with torch
+operations on the tensor's device and dtype (sums accumulated in float64, as for numpy), the
+overflow-free :class:`Geometry` included. Only (n, n) and (n,) quantities (Gram matrices, norms,
+scores) move to the host, where the same numpy decision code runs for both backends; the (n, d)
+data of an accelerator never does.
 
 Krum. :func:`krum_scores` and :func:`krum_order` are the one Krum scoring and its one tie-break
 rule (used by Krum, Multi-Krum, Bulyan, the Fang attack and the robustness search).
@@ -111,22 +119,11 @@ def to_float64(v: Any) -> Any:
     return np.asarray(v).astype(np.float64, copy=False)
 
 
-#: CPU tensors with 2 … this many rows are sorted by a sorting network (measured on 2 cores,
-#: float32: n = 21, d = 10^6 in 66 ms against torch.sort's 319 ms; n = 100: 112 ms against 229;
-#: n = 128: 220 against 300); other tensors (more rows, accelerators) by torch.sort.
-_NETWORK_ROWS = 128
-#: Elements per column block of the sorting network (a block is sorted in place, in cache).
-_NETWORK_BLOCK = 1 << 21
-
-
 def sort_columns(X: Any) -> Any:
     """Every column of X sorted increasingly (a new array or tensor; finite values)."""
     if is_torch(X):
         import torch
 
-        n = X.shape[0]
-        if X.device.type == "cpu" and 2 <= n <= _NETWORK_ROWS:
-            return _network_sort(X)
         return torch.sort(X, dim=0).values
     return np.sort(X, axis=0)
 
@@ -150,27 +147,6 @@ def batcher_pairs(n: int) -> tuple[tuple[int, int], ...]:
             k //= 2
         p *= 2
     return tuple(pairs)
-
-
-def _network_sort(X: Any) -> Any:
-    """Columns of a CPU tensor sorted by :func:`batcher_pairs`: per cache-sized column block,
-    every comparator is one elementwise min and max of two row slices (exact: the sorted values
-    are those of ``torch.sort``)."""
-    import torch
-
-    n, d = X.shape
-    out = X.clone()
-    pairs = batcher_pairs(n)
-    width = max(1, _NETWORK_BLOCK // n)
-    tmp = torch.empty(min(width, d), dtype=X.dtype, device=X.device)
-    for s in range(0, d, width):
-        B = out[:, s:s + width]
-        t = tmp[:B.shape[1]]
-        for a, b in pairs:
-            torch.minimum(B[a], B[b], out=t)
-            torch.maximum(B[a], B[b], out=B[b])
-            B[a].copy_(t)
-    return out
 
 
 def max_threads() -> int:
@@ -306,7 +282,7 @@ _MIX_TASK = 1 << 16
 def subset_means(X: Any, rows: np.ndarray) -> Any:
     """Y_r = (1/m) Σ_t x_{rows[r, t]} for every row r of the (q, m) index array ``rows`` (NNM's
     mixing, Multi-Krum's and MDA's averages): the m rows added in float64 in the given order,
-    divided by m and rounded once to X's dtype (float16/bfloat16 via float32; other non-float
+    multiplied by the float64 1/m and rounded once to X's dtype (float16/bfloat16 via float32; other non-float
     dtypes give float64): a (q, d) array or tensor of X's type and device. Never a difference of sums, so a huge row left out cannot cancel digits.
 
     numpy arrays and CPU tensors: one pass by the compiled :func:`fedaudit.kernels.products.mix_range`
@@ -323,7 +299,7 @@ def subset_means(X: Any, rows: np.ndarray) -> Any:
 
         out = torch.empty((q, X.shape[1]), dtype=X.dtype, device=X.device)
         for r in range(q):
-            out[r] = sum_rows(X[like(rows[r], X)]) / m
+            out[r] = sum_rows(X[like(rows[r], X)]) * (1.0 / m)
         return out
     from fedaudit.kernels.products import mix_range
 
@@ -382,6 +358,25 @@ def _selects(X: np.ndarray) -> bool:
     return X.dtype in (np.float16, np.float32, np.float64) and X.shape[0] <= _SELECT_ROWS
 
 
+def _selection_input(X: Any) -> np.ndarray | None:
+    """The numpy array the compiled selection kernel reads for X — X itself, or a CPU tensor's own
+    memory (:func:`_cpu_array`: no copy for float32/float64) — or None when X takes the
+    ``sort_columns`` path (more than _SELECT_ROWS rows, other numpy dtypes, tensors on other
+    devices)."""
+    A = _cpu_array(X) if is_torch(X) else X
+    return A if A is not None and _selects(A) else None
+
+
+def _on(out: np.ndarray, X: Any) -> Any:
+    """The (d,) float64 numpy result ``out`` of a column statistic as X's kind: a CPU tensor (on
+    ``out``'s memory) when X is a tensor."""
+    if not is_torch(X):
+        return out
+    import torch
+
+    return torch.from_numpy(out)
+
+
 class NonFiniteInput(ArithmeticError):
     """X holds NaN or ±inf where a kernel needs finite values (raised by the column statistics
     on numpy input, which check every value as they read it: a caller that has not screened
@@ -434,22 +429,24 @@ def cw_trimmed_mean(X: Any, f: int) -> Any:
     (this, :func:`cw_median`, :func:`cw_window_mean`) raise :class:`NonFiniteInput` for NaN or
     ±inf values."""
     n = X.shape[0]
-    if not is_torch(X) and _selects(X):
+    A = _selection_input(X)
+    if A is not None:
         from fedaudit.kernels.selection import TRIM
 
-        return _select(X, TRIM, f)
+        return _on(_select(A, TRIM, f), X)
     _screen(X)
     return by_columns(X, lambda B: sum_rows(sort_columns(B)[f:n - f]) / (n - 2 * f))
 
 
 def cw_median(X: Any) -> Any:
     """Coordinate-wise median in float64 (mean of the two middle values for even n)."""
-    if is_torch(X):
-        return by_columns(X, _cw_median_torch)
-    if _selects(X):
+    A = _selection_input(X)
+    if A is not None:
         from fedaudit.kernels.selection import MEDIAN
 
-        return _select(X, MEDIAN, 0)
+        return _on(_select(A, MEDIAN, 0), X)
+    if is_torch(X):
+        return by_columns(X, _cw_median_torch)
     _screen(X)
     return by_columns(X, _cw_median_block)
 
@@ -457,10 +454,11 @@ def cw_median(X: Any) -> Any:
 def cw_window_mean(X: Any, k: int) -> Any:
     """Per column, the mean of the k values closest to the median (ties keep the lower values;
     Meamed, Bulyan's last step; 1 ≤ k ≤ n)."""
-    if not is_torch(X) and _selects(X):
+    A = _selection_input(X)
+    if A is not None:
         from fedaudit.kernels.selection import WINDOW
 
-        return _select(X, WINDOW, k)
+        return _on(_select(A, WINDOW, k), X)
     _screen(X)
     return by_columns(X, lambda B: _mean_closest_to_median(sort_columns(B), k))
 
