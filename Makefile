@@ -29,8 +29,12 @@ browser:
 	    exit 1; \
 	  fi; }
 
+# The suite runs on one pytest-xdist worker per core (at most 4); the Ray tests share one worker
+# (tests/conftest.py). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -100,3 +100,18 @@ def _stop_ray_at_the_end():
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+
+
+#: Modules that start Ray themselves: a cluster with ``ray start --head``, or Flower's simulation
+#: (which ends with ``ray.shutdown()``, stopping the session's Ray too).
+_RAY_MODULES = {"test_engine_ray_cluster.py", "test_flower_simulation.py", "test_flower_ldp.py",
+                "test_claim_kinds_flower.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs ``-n`` workers with ``--dist loadgroup``), every test
+    that uses Ray goes to one worker, in collection order: one shared local Ray per run instead of
+    one per worker, and the tests that stop or replace Ray never race the ones that use it."""
+    for item in items:
+        if "ray_local" in item.fixturenames or item.path.name in _RAY_MODULES:
+            item.add_marker(pytest.mark.xdist_group("ray"))
