@@ -63,8 +63,9 @@ def exact_mean(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def sequential_mean(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The documented order: float64 sum of the rows as given, times the float64 1/m, rounded to
-    X's dtype."""
+    """The documented order: float64 sum of the rows in increasing index, times the float64 1/m,
+    rounded to X's dtype."""
+    rows = np.sort(rows)
     acc = X[rows[0]].astype(np.float64)
     for r in rows[1:]:
         acc = acc + X[r]
@@ -81,8 +82,9 @@ def test_subset_means_do_not_cancel_and_rescale_overflowing_sums():
     X[7, :5] = [1.5e308, -1.7e308, 1.7e308, 1e-310, -0.0]
     X[8, :5] = [1.5e308, -1.7e308, 1.7e308, 5e-324, -0.0]
     X[0, :5] = [1.5e308, -1.7e308, 1.7e308, 0.0, -0.0]
-    rows = np.array([[0, 1, 2, 3], [8, 7, 0, 1], [5, 6, 7, 8]])
+    rows = np.array([[0, 1, 2, 3], [8, 7, 0, 1], [5, 6, 7, 8], [1, 0, 7, 8]])  # rows 1 and 3: one set
     Y = K.subset_means(X, rows)
+    np.testing.assert_array_equal(Y[1], Y[3])
     eps = np.finfo(np.float64).eps
     for y, r in zip(Y, rows):  # float64 rounding relative to the terms' magnitudes, nothing more
         assert np.all(np.abs(y - exact_mean(X, r)) <= 4 * eps * np.abs(X[r] * 0.25).sum(axis=0) + 1e-323)
@@ -104,8 +106,8 @@ SPECIAL = [3.0e38, -3.4e38, 1e-45, -1e-40, 0.0, 1.0, -2.5, 1e20]
     st.lists(st.permutations(list(range(n))), min_size=1, max_size=3),
     st.integers(1, n))))
 def test_subset_means_of_float32_extremes_are_the_exact_mean_rounded(case):
-    """float32 rows at ±max, subnormal and mixed magnitudes: every mean is the float64 sum of
-    the chosen rows in the given order times 1/m, rounded to float32 (never ±inf: float64 sums
+    """float32 rows at ±max, subnormal and mixed magnitudes, sets drawn in any order (repeats
+    included): every mean is the float64 sum of the chosen rows in index order times 1/m, rounded to float32 (never ±inf: float64 sums
     of float32 values cannot overflow), within one float32 ulp of the exact mean."""
     values, perms, m = case
     X = np.array(values, dtype=np.float32)

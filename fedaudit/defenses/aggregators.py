@@ -240,8 +240,7 @@ class MultiKrum(Aggregator):
     def _aggregate(self, X: np.ndarray, f: int) -> np.ndarray:
         n = X.shape[0]
         m = n - f if self.m is None else min(self.m, n - f)
-        chosen = np.sort(krum_order(pairwise_sqdist(X), f, X)[:m])
-        return subset_means(X, chosen[None, :])[0]
+        return subset_means(X, krum_order(pairwise_sqdist(X), f, X)[None, :m])[0]
 
 
 class MDA(Aggregator):

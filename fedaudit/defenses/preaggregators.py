@@ -108,9 +108,9 @@ class NNM(PreAggregator):
     distance, x_i itself included (ties: lower index first). If F is (f, κ)-robust, F ∘ NNM is
     (f, 8f/(n−f)·(κ + 1))-robust. Implementation: squared distances from the float64 Gram
     matrix (:func:`fedaudit.kernels.gram`, one pass), then every y_i as the float64 sum of its
-    n − f neighbours, nearest first, divided by n − f and rounded once to X's dtype
-    (:func:`fedaudit.kernels.subset_means`, one pass; the same bits for a numpy array and a CPU
-    tensor).
+    n − f neighbours (in index order; rows with the same neighbourhood share one sum) times
+    1/(n − f), rounded once to X's dtype (:func:`fedaudit.kernels.subset_means`, one pass; the
+    same bits for a numpy array and a CPU tensor).
     """
 
     name = "nnm"

@@ -280,10 +280,12 @@ _MIX_TASK = 1 << 16
 
 
 def subset_means(X: Any, rows: np.ndarray) -> Any:
-    """Y_r = (1/m) Σ_t x_{rows[r, t]} for every row r of the (q, m) index array ``rows`` (NNM's
-    mixing, Multi-Krum's and MDA's averages): the m rows added in float64 in the given order,
-    multiplied by the float64 1/m and rounded once to X's dtype (float16/bfloat16 via float32; other non-float
-    dtypes give float64): a (q, d) array or tensor of X's type and device. Never a difference of sums, so a huge row left out cannot cancel digits.
+    """Y_r = (1/m) Σ_{j ∈ S_r} x_j for the index sets S_r = rows[r] of the (q, m) array ``rows``
+    (NNM's mixing, Multi-Krum's and MDA's averages): the m rows added in float64 in increasing
+    index, multiplied by the float64 1/m and rounded once to X's dtype (float16/bfloat16 via
+    float32; other non-float dtypes give float64): a (q, d) array or tensor of X's type and
+    device. Never a difference of sums, so a huge row left out cannot cancel digits; equal sets
+    give equal rows (each distinct set is summed once).
 
     numpy arrays and CPU tensors: one pass by the compiled :func:`fedaudit.kernels.products.mix_range`
     (a column whose float64 sum overflowed is summed again on values scaled by
@@ -291,15 +293,16 @@ def subset_means(X: Any, rows: np.ndarray) -> Any:
     bits do not depend on the threads); a float32/float64 CPU tensor is read without a copy and the
     result is a tensor on numpy-allocated memory. Tensors on other devices: :func:`sum_rows` of the
     chosen rows there (the same order and rounding)."""
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    q, m = rows.shape
+    sets, target = np.unique(np.sort(np.asarray(rows, dtype=np.int64), axis=1), axis=0, return_inverse=True)
+    target = np.ascontiguousarray(target.reshape(-1), dtype=np.int64)
+    q, m = target.size, sets.shape[1]
     A = _cpu_array(X)
     if A is None:
         import torch
 
         out = torch.empty((q, X.shape[1]), dtype=X.dtype, device=X.device)
-        for r in range(q):
-            out[r] = sum_rows(X[like(rows[r], X)]) * (1.0 / m)
+        for r, S in enumerate(sets):
+            out[like(np.flatnonzero(target == r), X)] = (sum_rows(X[like(S, X)]) * (1.0 / m)).to(X.dtype)
         return out
     from fedaudit.kernels.products import mix_range
 
@@ -309,7 +312,7 @@ def subset_means(X: Any, rows: np.ndarray) -> Any:
     down, up = math.ldexp(1.0, -shrink), math.ldexp(1.0, shrink)
 
     def task(a: int) -> Callable[[], None]:
-        return lambda: mix_range(A, rows, a, min(d, a + _MIX_TASK), _MIX_WIDTH, down, up, Y)
+        return lambda: mix_range(A, sets, target, a, min(d, a + _MIX_TASK), _MIX_WIDTH, down, up, Y)
 
     _run([task(a) for a in range(0, d, _MIX_TASK)], A.size >= _PARALLEL)
     if not is_torch(X):

@@ -15,10 +15,12 @@ threads (they release the GIL).
   the thread that runs it. ``reassoc`` and ``contract`` are the only fast-math flags (lanes and
   fused multiply-adds): NaN and ±inf propagate as in IEEE arithmetic, so an overflowed Gram
   matrix is seen as such.
-* :func:`mix_range` writes Y[r, k] = (Σ_{j ∈ rows r} x_jk) · (1/m) for the columns of [lo, hi):
-  the m chosen rows of output row r added in float64 in the order given (four rows per sweep of
-  the float64 accumulators, still one after the other), multiplied by the float64 1/m (a
-  division costs 3× the whole sum here) and rounded to Y's dtype. A column whose sum overflowed (float64 values near the largest finite one)
+* :func:`mix_range` writes Y[t, k] = (Σ_{j ∈ rows r} x_jk) · (1/m), r = target[t], for the
+  columns of [lo, hi): the m chosen rows added in float64 in the order given (four rows per sweep
+  of the float64 accumulators, still one after the other), multiplied by the float64 1/m (a
+  division costs a third of the whole sum here) and rounded to Y's dtype; each distinct subset is
+  summed once, however many output rows take its mean (NNM's honest rows often share one
+  neighbourhood). A column whose sum overflowed (float64 values near the largest finite one)
   is summed again on the values scaled by ``down`` = 2^−s and the mean scaled back by ``up`` =
   2^s (exact powers of two). No difference of sums is ever formed (a 1e30 row outside a
   neighbourhood cannot cancel honest digits).
@@ -128,13 +130,14 @@ def gram_range(X, center, mean, lo, hi, width, G):
 
 
 @njit(nogil=True, cache=True)
-def mix_range(X, rows, lo, hi, width, down, up, Y):
-    """Y[r, lo:hi] = (Σ_t X[rows[r, t], lo:hi]) · (1/m), m = rows.shape[1], summed in float64 in
-    the order of rows[r], rounded once to Y's dtype; an overflowed column sum is redone on the
-    values scaled by ``down`` and scaled back by ``up``.
+def mix_range(X, rows, target, lo, hi, width, down, up, Y):
+    """Y[t, lo:hi] = (Σ_u X[rows[r, u], lo:hi]) · (1/m) for every output row t with target[t] = r
+    (m = rows.shape[1]), summed in float64 in the order of rows[r], rounded once to Y's dtype;
+    an overflowed column sum is redone on the values scaled by ``down`` and scaled back by
+    ``up``.
 
-    X: (n, d) C-contiguous float32/float64; rows: (q, m) int64 row indices; Y: (q, d) of X's
-    dtype, C-contiguous."""
+    X: (n, d) C-contiguous float32/float64; rows: (q, m) int64 row indices; target: (p,) int64
+    in [0, q); Y: (p, d) of X's dtype, C-contiguous."""
     q, m = rows.shape
     acc = np.empty(width)
     inv = 1.0 / m
@@ -158,16 +161,18 @@ def mix_range(X, rows, lo, hi, width, down, up, Y):
                 for k in range(w):
                     acc[k] += src[k]
                 t += 1
-            dst = Y[r, s:s + w]
             bad = False
             for k in range(w):
-                v = acc[k]
-                dst[k] = v * inv
-                bad |= v - v != 0.0  # NaN exactly when the sum overflowed (the inputs are finite)
-            if bad:
-                for k in range(w):
-                    if acc[k] - acc[k] != 0.0:
-                        v = 0.0
-                        for t in range(m):
-                            v += np.float64(X[rows[r, t], s + k]) * down
-                        dst[k] = v * inv * up
+                bad |= acc[k] - acc[k] != 0.0  # NaN exactly when the sum overflowed (finite inputs)
+            for p in range(target.shape[0]):
+                if target[p] == r:
+                    dst = Y[p, s:s + w]
+                    for k in range(w):
+                        dst[k] = acc[k] * inv
+                    if bad:
+                        for k in range(w):
+                            if acc[k] - acc[k] != 0.0:
+                                v = 0.0
+                                for t in range(m):
+                                    v += np.float64(X[rows[r, t], s + k]) * down
+                                dst[k] = v * inv * up
