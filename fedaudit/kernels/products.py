@@ -100,17 +100,13 @@ def gram_range(X, center, mean, lo, hi, width, G):
     for s in range(lo, hi, width):
         w = min(width, hi - s)
         if mean:
-            for i in range(n):
+            for i in range(n):  # cast, and the column sums in row order
                 src = X[i, s:s + w]
                 dst = buf[i]
                 for k in range(w):
-                    dst[k] = np.float64(src[k])
-            for k in range(w):
-                cm[k] = buf[0, k]
-            for i in range(1, n):
-                row = buf[i]
-                for k in range(w):
-                    cm[k] += row[k]
+                    v = np.float64(src[k])
+                    dst[k] = v
+                    cm[k] = v if i == 0 else cm[k] + v
             for k in range(w):
                 cm[k] /= n
             for i in range(n):
