@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedaudit.audit.bounds import expected_epsilon_lower_bound
-from fedaudit.audit.sparse_upload import audit_upload, packet_row, upload_sampler
+from fedaudit.audit.sparse_upload import UploadSampler, audit_upload, packet_row
 from fedaudit.errors import FedAuditError
 
 DIM, M = 8, 2
@@ -46,7 +46,7 @@ def rr_report(eps: float):
 
 
 def run(report, epsilon, samples=4000, seed=0):
-    sampler = upload_sampler(toy_update, (P0, P1), report)
+    sampler = UploadSampler(toy_update, (P0, P1), report, config={"toy": [P0, P1]})
     return audit_upload(sampler, upload="toy", epsilon=epsilon, dim=DIM, m=M, bytes_sparse=M * 12,
                         bytes_dense=DIM * 4, neighbour={"record": "toy"}, samples=samples, confidence=0.95, seed=seed)
 
@@ -59,7 +59,7 @@ def test_packet_row_layout():
 
 
 def test_sampler_draws_the_chosen_dataset_with_the_pipeline_rates():
-    sampler = upload_sampler(toy_update, (P0, P1), plain_report)
+    sampler = UploadSampler(toy_update, (P0, P1), plain_report, config={"toy": [P0, P1]})
     rng = np.random.default_rng(1)
     n = 4000
     for x, p in ((np.zeros(1), P0), (np.ones(1), P1)):

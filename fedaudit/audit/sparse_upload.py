@@ -19,20 +19,34 @@ record leaks, not whether the stated ε holds: that ε is a guarantee over ANY t
 clamped domain. :func:`worst_pair` builds the input pair of largest privacy loss from the
 mechanism's construction and :func:`audit_worst_pair` certifies a bound on it (the audit of the
 stated ε); ``audit_sparse_upload("private")`` reports both.
+
+Both audits certify on the engine (:func:`fedaudit.engine.run_chunks` through
+:func:`~fedaudit.audit.audit_ldp`: ``backend``, ``workers``, ``address``, ``checkpoint``,
+``resume``). Their samplers are top-level objects (:class:`UploadSampler`, :class:`ReducedReports`)
+that travel to the workers; each certification block is drawn from its own child of the audit's
+``SeedSequence`` (block i ← child i), so the bounds are bit-identical on ``serial``, ``process``
+(1 or N workers) and ``ray``. A sampler's qualified name carries the SHA-256 of its configuration
+(:func:`fedaudit.engine.config_digest`), which the audit's checkpoint key records: a checkpoint
+of another configuration is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from fedaudit.audit.ldp import LDPAudit, audit_ldp
-from fedaudit.audit.sampling import ProgressFn, Sampler
+from fedaudit.audit.sampling import ProgressFn
+from fedaudit.engine import check_run_options, config_digest
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import clip_l2
@@ -40,8 +54,9 @@ from fedaudit.mechanisms.gated import MAX_LOG_PROB_M, GatedPrivateUpload
 from fedaudit.rng import derive_seed
 from fedaudit.validation import check_choice, check_int, check_real
 
-__all__ = ["SparseUploadAudit", "UPLOADS", "PAIRS", "audit_sparse_upload", "neighbouring_datasets", "upload_sampler",
-           "packet_row", "audit_upload", "WorstPair", "WorstPairAudit", "worst_pair", "audit_worst_pair"]
+__all__ = ["SparseUploadAudit", "UPLOADS", "PAIRS", "audit_sparse_upload", "neighbouring_datasets", "UploadSampler",
+           "packet_row", "audit_upload", "WorstPair", "WorstPairAudit", "worst_pair", "audit_worst_pair",
+           "ReducedReports", "WORST_SUFFIX"]
 
 #: the audited uploads: the plain top-m gated upload and its private variant ("gated-private")
 UPLOADS = ("plain", "private")
@@ -66,22 +81,56 @@ def packet_row(indices: np.ndarray, values: np.ndarray, gate_stats: np.ndarray, 
     return row
 
 
-def upload_sampler(local_update: Callable[[Any, np.random.Generator], Any], datasets: tuple[Any, Any],
-                   report: Callable[[Any, np.random.Generator], np.ndarray]) -> Sampler:
+class UploadSampler:
     """The black-box sampler of the pipeline: ``sampler(x, size, rng)`` draws ``size`` reports
-    ``report(local_update(D_x, r_i), r_i')`` with x ∈ {0, 1} choosing the dataset and one child
-    generator per draw (so the draws do not depend on how the audit blocks them)."""
+    ``report(local_update(D_x, rng=r_i), r_i)`` with x ∈ {0, 1} choosing the dataset and one child
+    generator r_i per draw (so the draws do not depend on how the audit blocks them).
 
-    def sampler(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-        data = datasets[int(x[0] > 0.5)]
-        seeds = rng.integers(0, 2**63, size=size)
+    A top-level object, so it travels to the engine's workers (``local_update`` and ``report``
+    must pickle: top-level functions or ``functools.partial`` of them). ``config`` (JSON data)
+    describes everything the draws depend on; the qualified name ``UploadSampler[sha256=…]``
+    carries its :func:`~fedaudit.engine.config_digest`, which :func:`~fedaudit.audit.audit_ldp`'s
+    checkpoint key records (it names a black-box sampler by its qualified name)."""
+
+    def __init__(self, local_update: Callable[..., Any], datasets: tuple[Any, Any],
+                 report: Callable[[Any, np.random.Generator], np.ndarray], *, config: Any):
+        if not callable(local_update) or not callable(report):
+            raise FedAuditError("local_update and report must be callables")
+        if len(datasets) != 2:
+            raise FedAuditError(f"datasets must be the pair (D0, D1), got {len(datasets)} datasets")
+        self.local_update, self.datasets, self.report = local_update, tuple(datasets), report
+        self.config = jsonable(config)
+        self.__qualname__ = f"{type(self).__qualname__}[sha256={config_digest(self.config, 0)}]"
+
+    def __call__(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        data = self.datasets[int(x[0] > 0.5)]
         rows = []
-        for s in seeds:
+        for s in rng.integers(0, 2**63, size=size):
             r = np.random.default_rng(int(s))
-            rows.append(np.asarray(report(local_update(data, r), r), dtype=np.float64).ravel())
+            rows.append(np.asarray(self.report(self.local_update(data, rng=r), r), dtype=np.float64).ravel())
         return np.stack(rows)
 
-    return sampler
+
+def _wire_report(wire: Any, update: Any, rng: np.random.Generator) -> np.ndarray:
+    """The plain upload's report: the update through ``wire`` (a
+    :class:`~fedaudit.mechanisms.gated.GatedSparseUpload`) to its bytes and back, as :func:`packet_row`."""
+    packet = wire.decode(wire.encode(update))
+    return packet_row(packet.indices, packet.values, packet.gate_stats, wire.dim)
+
+
+def _private_report(mechanism: GatedPrivateUpload, update: Any, rng: np.random.Generator) -> np.ndarray:
+    """The private upload's report: one draw of ``mechanism`` on the row [θ̃, log α] of the update."""
+    return mechanism.sample(np.concatenate([update.weights, update.log_alpha]), 1, rng)[0]
+
+
+def _array_digest(*arrays: np.ndarray) -> str:
+    """SHA-256 of the float64 bytes of ``arrays`` (with their shapes)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -132,20 +181,33 @@ class SparseUploadAudit:
                 f"per client per round ({self.bytes_ratio:.1%}); {self.runtime_s:.1f} s")
 
 
-def audit_upload(sampler: Sampler, *, upload: str, epsilon: float | None, dim: int, m: int, bytes_sparse: int,
-                 bytes_dense: int, neighbour: dict[str, Any], samples: int, confidence: float, seed: int | None,
-                 test: str = "black-box", progress: ProgressFn | None = None) -> SparseUploadAudit:
-    """Certify a lower bound on the ε of the pipeline ``sampler`` (:func:`upload_sampler`) with
+#: ``chunk`` of the pipeline's audit: audit_ldp rounds it up to one seeded block per step and per engine
+#: task (a draw is a local training run of milliseconds, so one block is seconds of work)
+_ONE_BLOCK = 1
+
+
+def audit_upload(sampler: UploadSampler, *, upload: str, epsilon: float | None, dim: int, m: int,
+                 bytes_sparse: int, bytes_dense: int, neighbour: dict[str, Any], samples: int, confidence: float,
+                 seed: int | None, test: str = "black-box", progress: ProgressFn | None = None,
+                 backend: str | None = None, workers: int | None = None, address: str | None = None,
+                 checkpoint: Any = None, resume: bool = False) -> SparseUploadAudit:
+    """Certify a lower bound on the ε of the pipeline ``sampler`` (:class:`UploadSampler`) with
     :func:`~fedaudit.audit.audit_ldp` in black-box mode on the indicator pair (0, 1).
 
     ``epsilon`` is the stated ε of a private upload (None for the plain upload: the bound is
     reported and nothing is claimed; the LDP game then runs against a nominal claim that only
-    its verdict fields would read, which are reset).
+    its verdict fields would read, which are reset). ``backend`` … ``resume``: the engine
+    keywords of the certification (:func:`~fedaudit.audit.audit_ldp`), one seeded block per task;
+    the result is the same on every backend.
     """
+    if not isinstance(sampler, UploadSampler):
+        raise FedAuditError(f"sampler must be an UploadSampler, got {type(sampler).__name__}")
     t0 = time.perf_counter()
     nominal = 1.0 if epsilon is None else epsilon
     res: LDPAudit = audit_ldp(sampler, X0, X1, epsilon=nominal, delta=0.0, samples=samples,
-                              confidence=confidence, test=test, seed=seed, progress=progress)
+                              confidence=confidence, test=test, seed=seed, progress=progress, chunk=_ONE_BLOCK,
+                              backend=backend, workers=workers, address=address, checkpoint=checkpoint,
+                              resume=resume)
     if epsilon is None:
         res = replace(res, epsilon_claimed=None, violation=False, tightness=None,
                       notes=[n for n in res.notes if "claimed" not in n])
@@ -316,7 +378,8 @@ class WorstPairAudit:
 
 def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | None = None, samples: int = 100_000,
                      confidence: float = 0.95, test: str = "auto", seed: int | None = 0,
-                     progress: ProgressFn | None = None) -> WorstPairAudit:
+                     progress: ProgressFn | None = None, backend: str | None = None, workers: int | None = None,
+                     address: str | None = None, checkpoint: Any = None, resume: bool = False) -> WorstPairAudit:
     """Certify a lower bound on the LDP ε of ``mechanism`` on its :func:`worst_pair` with
     :func:`~fedaudit.audit.audit_ldp` (``samples`` reports per input, certified at ``confidence``),
     against ``claimed_epsilon`` (default the ε it runs at; a smaller claim is a mis-stated upload).
@@ -332,6 +395,9 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
     feasible sample can certify is ≈ ε_v + ε_g = ε/2. Run at 4ε, stated ε: refuted from 10 000
     draws (likelihood ratio, m = 3: ε_lb 1.50-1.74 on 4 seeds); black box at m = 6, from 100 000
     (ε_lb 1.58; 0.66 on the raw reports).
+
+    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: where the certification
+    chunks run (:func:`~fedaudit.audit.audit_ldp`); the result is the same on every backend.
     """
     pair = worst_pair(mechanism)
     claim = mechanism.epsilon if claimed_epsilon is None else check_real("claimed_epsilon", claimed_epsilon, low=0.0,
@@ -343,9 +409,10 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
         raise FedAuditError(f"test='likelihood-ratio' needs m <= {MAX_LOG_PROB_M} (log_prob sums m! orders), "
                             f"got m={mechanism.m}; use test='black-box'")
     t0 = time.perf_counter()
-    source = mechanism if test == "likelihood-ratio" else _reduced_sampler(mechanism, pair)
+    source = mechanism if test == "likelihood-ratio" else ReducedReports(mechanism, pair)
     res = audit_ldp(source, pair.x0, pair.x1, epsilon=claim, samples=samples, confidence=confidence, test=test,
-                    seed=seed, progress=progress)
+                    seed=seed, progress=progress, backend=backend, workers=workers, address=address,
+                    checkpoint=checkpoint, resume=resume)
     return WorstPairAudit(epsilon_lower=res.epsilon_lower, epsilon_claimed=claim, violation=res.violation,
                           epsilon_pair=pair.epsilon_pair, pair_exact=pair.pair_exact,
                           tightness=res.epsilon_lower / pair.epsilon_pair, mode=test, samples=res.samples,
@@ -353,21 +420,42 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
                           runtime_s=time.perf_counter() - t0, pair=pair, ldp=res.to_dict())
 
 
-def _reduced_sampler(mechanism: GatedPrivateUpload, pair: WorstPair) -> Sampler:
+class ReducedReports:
     """The black-box sampler of :func:`audit_worst_pair`: reports of ``mechanism`` reduced to
-    (Σ_S clamp(v)/c, Σ_S sign(u0)·clamp(g)/a, |S ∩ S0|), rows (n, 3)."""
-    p, c, a = mechanism.params_dim, mechanism.clip, mechanism.gate_clip
-    sign = np.sign(pair.x0[p:])
-    support = np.asarray(pair.support)
+    (Σ_S clamp(v)/c, Σ_S sign(u0)·clamp(g)/a, |S ∩ S0|), rows (n, 3). A top-level object (it
+    travels to the engine's workers) whose qualified name carries the
+    :func:`~fedaudit.engine.config_digest` of the mechanism (``config``), which the
+    audit's checkpoint key records."""
 
-    def sampler(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-        r = mechanism.sample(x, size, rng)
+    def __init__(self, mechanism: GatedPrivateUpload, pair: WorstPair):
+        self.mechanism = mechanism
+        p = mechanism.params_dim
+        self.sign = np.sign(pair.x0[p:])
+        self.support = np.asarray(pair.support)
+        self.config = mechanism.to_dict()  # the pair is worst_pair(mechanism); the audit's key hashes x0, x1
+        self.__qualname__ = f"{type(self).__qualname__}[sha256={config_digest(self.config, 0)}]"
+
+    def __call__(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        mech = self.mechanism
+        p, c, a = mech.params_dim, mech.clip, mech.gate_clip
+        r = mech.sample(x, size, rng)
         sent = r[:, :p]
         values = (np.clip(r[:, p:2 * p], -c, c) * sent).sum(axis=1) / c
-        gates = (np.clip(r[:, 2 * p:], -a, a) * sent * sign).sum(axis=1) / a
-        return np.stack([values, gates, sent[:, support].sum(axis=1)], axis=1)
+        gates = (np.clip(r[:, 2 * p:], -a, a) * sent * self.sign).sum(axis=1) / a
+        return np.stack([values, gates, sent[:, self.support].sum(axis=1)], axis=1)
 
-    return sampler
+
+#: the suffix of the worst pair's checkpoint when both pairs are audited (FILE: the data pair)
+WORST_SUFFIX = ".worst"
+
+
+def _checkpoint_files(checkpoint: Any, pair: str) -> dict[str, str | None]:
+    """The checkpoint file of each audited pair ("data", "worst"; None: not run or no checkpoint)."""
+    if checkpoint is None:
+        return {"data": None, "worst": None}
+    path = os.fspath(checkpoint)
+    return {"data": path if pair != "worst" else None,
+            "worst": None if pair == "data" else path if pair == "worst" else path + WORST_SUFFIX}
 
 
 @contextlib.contextmanager
@@ -386,7 +474,9 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
                         epsilon: float = 1.0, claimed_epsilon: float | None = None, records: int = 20,
                         local_steps: int = 5, samples: int = 4000,
                         confidence: float = 0.95, seed: int | None = 0, pair: str | None = None,
-                        worst_samples: int = 100_000, progress: ProgressFn | None = None) -> SparseUploadAudit:
+                        worst_samples: int = 100_000, progress: ProgressFn | None = None, backend: str | None = None,
+                        workers: int | None = None, address: str | None = None, checkpoint: Any = None,
+                        resume: bool = False) -> SparseUploadAudit:
     """Certify a lower bound on the ε of one E-FLoPS client's upload for one of its records.
 
     The client holds D0 or D1 (:func:`neighbouring_datasets`, m = ⌊ρ·|θ|⌋ true non-zeros) and a
@@ -409,6 +499,17 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     from ``worst_samples`` draws per input: the audit of the stated ε) or "both" (the private
     upload's default: the main fields are the data-level audit — what one record leaks — and
     ``worst`` the worst-pair audit). ``progress`` counts the draws of both.
+
+    ``backend``, ``workers``, ``address``: where the certification chunks of both audits run
+    (:func:`fedaudit.engine.run_chunks`, through :func:`~fedaudit.audit.audit_ldp`; one seeded
+    block of uploads per task on the data pair); the result is the same on every backend.
+    ``checkpoint=FILE`` records the data pair's certified chunks in FILE and the worst pair's in
+    FILE + :data:`WORST_SUFFIX` (in FILE itself when ``pair="worst"``); ``resume`` continues them.
+    Each is keyed by every parameter (a checkpoint of another configuration is refused), and an
+    existing file without ``resume`` is refused before any audit runs.
+
+    One draw is one local training run (a sequential chain of ``local_steps`` steps); the
+    independent draws are what the engine spreads.
     """
     from fedaudit.fl.eflops import EFLoPS, EFLoPSState, local_update
     from fedaudit.fl.gates import GatedModel, HardConcrete
@@ -430,6 +531,14 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     worst_samples = check_int("worst_samples", worst_samples, low=100, high=10**9, high_name="10^9")
     records = check_int("records", records, low=2, high=100_000)
     local_steps = check_int("local_steps", local_steps, low=1, high=1000)
+    check_run_options(backend, workers, address, checkpoint, resume)
+    files = _checkpoint_files(checkpoint, pair)
+    if not resume:
+        for path in files.values():
+            if path is not None and Path(path).exists():
+                raise FedAuditError(f"checkpoint {path} already exists: pass resume=True (--resume) to continue it, "
+                                    f"or remove it to start again")
+    engine = dict(backend=backend, workers=workers, address=address, resume=resume)
     root = 0 if seed is None else seed
     data0, data1, info = neighbouring_datasets(dim, records, m, np.random.default_rng(derive_seed(root, "data")))
     method = EFLoPS(density=density, temperature=temperature, anneal=None, local_steps=local_steps)
@@ -438,28 +547,22 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     state = EFLoPSState(method, model, "mse", np.zeros(dim),
                         HardConcrete.log_alpha_for(method.init_density) + 0.01 * jitter, 0.0, temperature)
     wire = GatedSparseUpload(dim, m)
-
-    def step(data, rng):
-        return local_update(state, data, rng=rng)
-
     if upload == "plain":
-        def report(update, rng):
-            packet = wire.decode(wire.encode(update))
-            return packet_row(packet.indices, packet.values, packet.gate_stats, dim)
-        claim, sent = (None if claimed_epsilon is None else stated), wire.packet_bytes()
+        report: Callable[[Any, np.random.Generator], np.ndarray] = partial(_wire_report, wire)
+        claim, sent, report_config = (None if claimed_epsilon is None else stated), wire.packet_bytes(), wire.params()
     else:
         private = GatedPrivateUpload(dim, m, epsilon)
-
-        def report(update, rng):
-            return private.sample(np.concatenate([update.weights, update.log_alpha]), 1, rng)[0]
+        report = partial(_private_report, private)
         # its report carries the Laplace grid values exactly: float64 values and gates on the wire
         claim, sent = stated, GatedSparseUpload(dim, m, value_dtype="float64").packet_bytes()
+        report_config = private.to_dict()
     neighbour = {**info, "broadcast": "θ̃ = 0, P(z ≠ 0) = 1/2 (+ N(0, 0.01²) jitter on log α), λ = 0",
                  "local_steps": local_steps, "temperature": temperature}
     worst = None
     if pair != "data":
         worst = audit_worst_pair(private, claimed_epsilon=stated, samples=worst_samples, confidence=confidence,
-                                 seed=derive_seed(root, "pair=worst"), progress=progress)
+                                 seed=derive_seed(root, "pair=worst"), progress=progress,
+                                 checkpoint=files["worst"], **engine)
     if pair == "worst":
         return SparseUploadAudit(upload=upload, epsilon_lower=worst.epsilon_lower, epsilon_claimed=stated,
                                  violation=worst.violation, max_certifiable=worst.max_certifiable,
@@ -467,8 +570,13 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
                                  bytes_sparse=sent, bytes_dense=wire.dense_bytes(),
                                  neighbour={"pair": "worst", **worst.pair.to_dict()}, runtime_s=worst.runtime_s,
                                  ldp=worst.ldp, pair="worst", worst=worst)
+    config = {"pipeline": "fedaudit.fl.eflops:local_update -> upload", "upload": upload, "report": report_config,
+              "method": asdict(method), "loss": state.loss, "lam": state.lam, "temperature": state.temperature,
+              "broadcast": _array_digest(state.weights, state.log_alpha),
+              "datasets": _array_digest(*data0, *data1)}
+    sampler = UploadSampler(partial(local_update, state), (data0, data1), report, config=config)
     with _torch_threads(1):
-        res = audit_upload(upload_sampler(step, (data0, data1), report), upload=upload, epsilon=claim, dim=dim, m=m,
-                           bytes_sparse=sent, bytes_dense=wire.dense_bytes(), neighbour=neighbour, samples=samples,
-                           confidence=confidence, seed=seed, progress=progress)
+        res = audit_upload(sampler, upload=upload, epsilon=claim, dim=dim, m=m, bytes_sparse=sent,
+                           bytes_dense=wire.dense_bytes(), neighbour=neighbour, samples=samples,
+                           confidence=confidence, seed=seed, progress=progress, checkpoint=files["data"], **engine)
     return res if worst is None else replace(res, worst=worst, runtime_s=res.runtime_s + worst.runtime_s)
