@@ -268,3 +268,34 @@ def test_a_subclass_that_overrides_the_core_is_screened_first():
     rest = np.delete(X, 2, axis=0)
     np.testing.assert_allclose(SortedTrim(2)(X), np.sort(rest, axis=0)[1:-1].mean(axis=0), rtol=1e-15)
     assert CWTM(2)._screens() and not SortedTrim(2)._screens()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([7, 8, 9, 15, 16, 17, 24, 25, 31, 32, 33, 48, 49]), st.integers(1, 70),
+       st.sampled_from([np.float32, np.float64]), st.data())
+def test_group_sorts_across_group_boundaries(n, d, dtype, draw):
+    """The in-register sorts of aligned 16-row groups (8 for a short last group) and their pads
+    (the dtype's largest value): rows around every group size, the largest and smallest finite
+    values (ties with the pads), ±0 and subnormals, against the np.sort references bit for bit."""
+    big = float(np.finfo(dtype).max)
+    pool = [0.0, -0.0, 1.0, -1.0, 2.0, big, -big, big / 2, float(np.finfo(dtype).smallest_subnormal)]
+    X = np.array(draw.draw(st.lists(st.sampled_from(pool), min_size=n * d, max_size=n * d)),
+                 dtype=dtype).reshape(n, d)
+    np.testing.assert_array_equal(K.cw_median(X), ref_median(X))
+    f = draw.draw(st.integers(1, (n - 1) // 2))
+    np.testing.assert_array_equal(K.cw_trimmed_mean(X, f), ref_trim(X, f))
+
+
+@pytest.mark.parametrize("n", [5, 9, 16, 21, 40])
+def test_a_non_finite_value_in_any_group_is_found(n):
+    """Every row of every group (the 16-row groups and a short last one) is screened: a NaN or
+    ±inf in any single row and column makes the kernel report the block."""
+    X = np.random.default_rng(n).normal(size=(n, 130)).astype(np.float32)
+    out = np.empty(130)
+    pairs = K._select_network(n, 0, (n - 1) // 2)
+    for i in range(n):
+        for bad in (np.nan, np.inf, -np.inf):
+            Y = X.copy()
+            Y[i, 129 - i] = bad
+            assert cw_select(Y, pairs, 0, 130, 0, (n - 1) // 2, 64, 1.0, 1.0, out)
+    assert not cw_select(X, pairs, 0, 130, 0, (n - 1) // 2, 64, 1.0, 1.0, out)
