@@ -117,3 +117,23 @@ def test_subset_means_of_float32_extremes_are_the_exact_mean_rounded(case):
         np.testing.assert_array_equal(y, sequential_mean(X, r))
         ref = exact_mean(X, r)
         assert np.all(np.abs(y - ref) <= np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64) + 1.5e-45)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_gram_raises_for_non_finite_values_so_rules_skip_the_screen(bad):
+    """The Gram pass checks every value it casts: NaN/±inf anywhere (the last column of the last
+    task too) raise NonFiniteInput, centred or not, numpy or CPU tensor; so Krum, NNM and a
+    composition starting with NNM skip the separate finiteness screen (and still drop the row)."""
+    from fedaudit.defenses import make_aggregator
+
+    X = np.random.default_rng(3).normal(size=(7, K._GRAM_TASK + 5)).astype(np.float32)
+    X[6, -1] = bad
+    for center in (None, np.zeros(X.shape[1])):
+        with pytest.raises(K.NonFiniteInput):
+            K.gram(X, center)
+        with pytest.raises(K.NonFiniteInput):
+            K.gram(torch.from_numpy(X), center)
+    for spec in ("krum", "multikrum", "nnm+cwtm", "nnm+krum"):
+        rule = make_aggregator(spec, 2)
+        assert rule._screens()
+        np.testing.assert_array_equal(rule(X), make_aggregator(spec, 1)(X[:6]))

@@ -201,6 +201,7 @@ class Krum(Aggregator):
 
     name = "krum"
     torch_native = True
+    screens_nonfinite = True  # the Gram pass raises NonFiniteInput
     robustness = KrumSelection()
 
     def min_n(self, f: int) -> int:
@@ -221,6 +222,7 @@ class MultiKrum(Aggregator):
 
     name = "multikrum"
     torch_native = True
+    screens_nonfinite = True  # the Gram pass raises NonFiniteInput
 
     def __init__(self, f: int = 0, m: int | None = None):
         super().__init__(f)
@@ -382,6 +384,7 @@ class Bulyan(Aggregator):
 
     name = "bulyan"
     torch_native = True
+    screens_nonfinite = True  # the Gram pass raises NonFiniteInput
 
     def min_n(self, f: int) -> int:
         return 4 * f + 3

@@ -328,6 +328,11 @@ class Composed(Aggregator):
         self.needs_f = any(s.needs_f for s in stages)
         self.torch_native = all(s.torch_native for s in stages)
 
+    def _screens(self) -> bool:
+        """Whether the first stage screens its input: it sees the rows as received, so a NaN/±inf
+        raises there before any other stage runs (later stages get its finite output)."""
+        return self.stages[0]._screens()
+
     @property
     def robustness(self) -> RobustnessClass:  # type: ignore[override]
         """The last stage's class, mapped through the pre-aggregators from last to first."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from fedaudit.arrays import is_torch
 from fedaudit.defenses.base import NearestNeighbourMixing, PreAggregator, RobustnessClass
-from fedaudit.kernels import lincomb, mean_rows, pairwise_sqdist, row_norms, subset_means
+from fedaudit.kernels import lincomb, mean_rows, pairwise_sqdist, row_norms, screened_mean_rows, subset_means
 from fedaudit.validation import check_int, check_positive
 from fedaudit.rng import as_generator
 
@@ -115,6 +115,7 @@ class NNM(PreAggregator):
 
     name = "nnm"
     torch_native = True
+    screens_nonfinite = True  # the Gram pass (f = 0: the screened mean) raises NonFiniteInput
 
     @classmethod
     def robustness_after(cls, inner: RobustnessClass) -> RobustnessClass:
@@ -124,10 +125,9 @@ class NNM(PreAggregator):
     def _transform(self, X: np.ndarray, f: int) -> np.ndarray:
         n, d = X.shape
         if f == 0:
-            mean = mean_rows(X)
             if is_torch(X):
-                return mean.to(X.dtype).expand(n, d).clone()
-            return np.broadcast_to(mean.astype(X.dtype), (n, d)).copy()
+                return mean_rows(X).to(X.dtype).expand(n, d).clone()
+            return np.broadcast_to(screened_mean_rows(X).astype(X.dtype), (n, d)).copy()
         D = pairwise_sqdist(X)
         np.fill_diagonal(D, -1.0)  # x_i is its own nearest neighbour
         return subset_means(X, np.argsort(D, axis=1, kind="stable")[:, :n - f])

@@ -584,8 +584,9 @@ def gram(X: Any, center: Any = None) -> np.ndarray:
     lower triangle by 3 × 3 tiles of row pairs: the flops of a symmetric product; products of
     float32 values exact, sums in float64), over fixed ranges of _GRAM_TASK columns that run on
     up to :func:`max_threads` threads and are added in column order, so the result has the same
-    bits for any number of threads and for a numpy array and a CPU tensor of the same values.
-    Tensors on other devices: torch operations there (:func:`_gram_torch`). The (n, n) result is
+    bits for any number of threads and for a numpy array and a CPU tensor of the same values; it
+    raises :class:`NonFiniteInput` for NaN/±inf values (the direct pass doubles as the finiteness
+    screen of Krum, Multi-Krum, Bulyan and NNM). Tensors on other devices: torch operations there (:func:`_gram_torch`). The (n, n) result is
     a numpy array either way.
     """
     A = _cpu_array(X)
@@ -597,14 +598,15 @@ def gram(X: Any, center: Any = None) -> np.ndarray:
     m = -(-n // TILE) * TILE
     c = np.zeros(0) if center is None else np.ascontiguousarray(_cpu_array(center), dtype=np.float64)
 
-    def task(a: int) -> Callable[[], np.ndarray]:
-        def run() -> np.ndarray:
+    def task(a: int) -> Callable[[], np.ndarray | None]:
+        def run() -> np.ndarray | None:
             part = np.zeros((m, m))
-            gram_range(A, c, center is None, a, min(d, a + _GRAM_TASK), _GRAM_WIDTH, part)
-            return part
+            return None if gram_range(A, c, center is None, a, min(d, a + _GRAM_TASK), _GRAM_WIDTH, part) else part
         return run
 
     parts = _run([task(a) for a in range(0, d, _GRAM_TASK)], A.size >= _PARALLEL)
+    if any(p is None for p in parts):
+        raise NonFiniteInput("gram: the rows hold NaN or ±inf")
     L = parts[0]
     for part in parts[1:]:
         L += part

@@ -9,7 +9,8 @@ threads (they release the GIL).
   columns of [lo, hi): a block is cast to float64 and centred into a scratch buffer (c the given
   centre, or the block's column means (1/n) Σ_i x_ik, added in row order), then every 3 × 3 tile
   of row pairs is multiplied with nine float64 accumulators (each block row loaded once per tile,
-  so a tile does 9 multiply-adds per 6 loads). The products of float32 values are exact in
+  so a tile does 9 multiply-adds per 6 loads); it checks every value as it casts it and stops
+  at a NaN or ±inf (the rules then drop those rows and call again). The products of float32 values are exact in
   float64; the sums carry float64 rounding only. The accumulation order is fixed by the compiled
   code and by (lo, hi, width): the same column range gives the same bits on every call, whatever
   the thread that runs it. ``reassoc`` and ``contract`` are the only fast-math flags (lanes and
@@ -80,9 +81,13 @@ def _tile(a0, a1, a2, b0, b1, b2, w, out):
 
 @njit(nogil=True, cache=True)
 def _centre(src, c, dst, w):
-    """dst[:w] = float64(src[:w]) − c[:w]."""
+    """dst[:w] = float64(src[:w]) − c[:w]; whether src[:w] holds NaN or ±inf."""
+    bad = False
     for k in range(w):
-        dst[k] = np.float64(src[k]) - c[k]
+        v = np.float64(src[k])
+        dst[k] = v - c[k]
+        bad |= v - v != 0.0  # v − v is NaN exactly for NaN and ±inf
+    return bad
 
 
 @njit(nogil=True, cache=True)
@@ -91,7 +96,8 @@ def gram_range(X, center, mean, lo, hi, width, G):
 
     X: (n, d) C-contiguous float32/float64; center: (d,) float64, used when ``mean`` is False
     (True: c_k is the column mean (1/n) Σ_i x_ik); G: (m, m) float64, m ≥ n a multiple of
-    :data:`TILE` (rows n … m−1 add zeros)."""
+    :data:`TILE` (rows n … m−1 add zeros). Returns False, or True as soon as a block holds NaN or
+    ±inf (G is then incomplete: the caller drops the non-finite rows and starts again)."""
     n = X.shape[0]
     m = G.shape[0]
     buf = np.zeros((m, width))
@@ -100,6 +106,7 @@ def gram_range(X, center, mean, lo, hi, width, G):
     for s in range(lo, hi, width):
         w = min(width, hi - s)
         if mean:
+            bad = False
             for i in range(n):  # cast, and the column sums in row order
                 src = X[i, s:s + w]
                 dst = buf[i]
@@ -107,6 +114,9 @@ def gram_range(X, center, mean, lo, hi, width, G):
                     v = np.float64(src[k])
                     dst[k] = v
                     cm[k] = v if i == 0 else cm[k] + v
+                    bad |= v - v != 0.0
+            if bad:
+                return True
             for k in range(w):
                 cm[k] /= n
             for i in range(n):
@@ -115,14 +125,18 @@ def gram_range(X, center, mean, lo, hi, width, G):
                     row[k] -= cm[k]
         else:
             c = center[s:s + w]
+            bad = False
             for i in range(n):
-                _centre(X[i, s:s + w], c, buf[i], w)
+                bad |= _centre(X[i, s:s + w], c, buf[i], w)
+            if bad:
+                return True
         for i in range(0, m, TILE):
             for j in range(0, i + 1, TILE):
                 _tile(buf[i], buf[i + 1], buf[i + 2], buf[j], buf[j + 1], buf[j + 2], w, out)
                 for p in range(TILE):
                     for q in range(TILE):
                         G[i + p, j + q] += out[TILE * p + q]
+    return False
 
 
 @njit(nogil=True, cache=True)
