@@ -170,3 +170,24 @@ def test_the_private_claim_passes_and_the_plain_violation_is_an_expected_one(tmp
 def test_bad_sparse_upload_claims_are_refused_when_the_plan_is_loaded(overrides, pattern):
     with pytest.raises(FedAuditError, match=r"^claim 'up' \(#1\): " + pattern):
         load_plan(plan({**UP, **overrides}))
+
+
+
+def test_the_plan_engine_keys_reach_both_audits(monkeypatch):
+    """backend/workers of the claim go to both audit_sparse_upload calls; that they give the serial
+    bits is tests/test_sparse_engine.py's."""
+    from fedaudit.audit import sparse_upload
+
+    seen, real = [], sparse_upload.audit_sparse_upload
+
+    def recording(upload, **kw):
+        seen.append((upload, kw.get("backend"), kw.get("workers")))
+        return real(upload, **kw)
+
+    monkeypatch.setattr(sparse_upload, "audit_sparse_upload", recording)
+    tiny = {"id": "tiny", "kind": "sparse-upload", "dim": 8, "density": 0.25, "records": 4, "local_steps": 1,
+            "samples": 100, "worst_samples": 100, "backend": "serial", "workers": 3}
+    (claim,) = run_plan(plan(tiny)).claims
+    assert claim.error is None and seen == [("plain", "serial", 3), ("private", "serial", 3)]
+    with pytest.raises(FedAuditError, match=r"key 'backend' must be one of"):
+        load_plan(plan({**UP, "backend": "gpu"}))

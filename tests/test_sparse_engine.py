@@ -83,7 +83,7 @@ def test_the_checkpoint_key_is_the_samplers_configuration(tmp_path):
 def test_a_checkpoint_of_another_client_configuration_is_refused(tmp_path):
     """Through audit_sparse_upload: another temperature, the same selected event (checked)."""
     ckpt = tmp_path / "plain.ckpt"
-    small = dict(dim=32, density=0.1, records=10, local_steps=3, samples=100, seed=1, backend="serial")
+    small = dict(dim=8, density=0.25, records=4, local_steps=1, samples=100, seed=1, backend="serial")
     first = audit_sparse_upload("plain", checkpoint=ckpt, **small)
     other = audit_sparse_upload("plain", **small, temperature=0.02)
     assert other.ldp["event"] == first.ldp["event"]  # only the configuration tells them apart

@@ -19,7 +19,8 @@ per input): the stated ε is a guarantee over any two inputs of the clamped doma
 moves the inputs only slightly, so the data-level bound (reported next to it, not deciding) says
 what one record leaks, not whether ε holds. The evidence carries both bounds, the worst pair's
 exact ε and the tightness ε_lb/ε_pair; below ½ of the stated ε the summary says how little the
-PASS shows.
+PASS shows. The audits' certification chunks run on the engine (plan keys ``backend``, ``workers``;
+default the plan's ``[engine]``), with the same evidence on every backend.
 
 :func:`train_sparse` trains one sparse method (E-FLoPS, Fed-HT, FedAvg + magnitude pruning) on the
 planted scarce regression or the federated 8×8 digits and reports the test metric, support
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
-from fedaudit.experiments.keys import Key
+from fedaudit.experiments.keys import Key, engine_keys
 from fedaudit.json import jsonable
 
 __all__ = ["SparseUpload", "SparseTraining", "train_sparse", "SPARSE_METHODS", "SPARSE_DATASETS",
@@ -107,6 +108,10 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     step 1/L on the synthetic data, L = max_i λ_max(X_iᵀX_i/n_i) (the smoothness of the clients'
     least-squares losses). Data, initialisation and training
     seeds derive from ``seed`` (:func:`fedaudit.rng.derive_seed`). ``progress(k)``: k more rounds done.
+
+    One run is a sequential chain of rounds (each starts from the previous round's global model),
+    so, like DP-SGD training, it stays in this process and takes no engine keywords; ``fedaudit
+    sparse`` trains one such run per call, so it has no independent parts to spread.
     """
     import numpy as np
     import torch
@@ -199,6 +204,7 @@ class SparseUpload(ClaimKind):
             "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
             "max_bytes_ratio": Key("float", None, low=0, high=1, open_low=True,
                                    help="optional: the gated packet must be at most this share of the dense upload"),
+            **engine_keys("the audits' certification chunks (the uploads drawn on the data and the worst pair)"),
         }
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
@@ -224,7 +230,8 @@ class SparseUpload(ClaimKind):
         plain_stated = p["plain_claimed_epsilon"]
         common = dict(dim=p["dim"], density=p["density"], temperature=p["temperature"], epsilon=p["epsilon"],
                       records=p["records"], local_steps=p["local_steps"], samples=p["samples"],
-                      confidence=p["confidence"], progress=progress)
+                      confidence=p["confidence"], progress=progress,
+                      **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         plain = audit_sparse_upload("plain", seed=derive_seed(spec.seed, "upload=plain"),
                                     claimed_epsilon=plain_stated, **common)
         private = audit_sparse_upload("private", seed=derive_seed(spec.seed, "upload=private"),
