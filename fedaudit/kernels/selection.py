@@ -49,6 +49,25 @@ WINDOW = 2
 
 
 @njit(nogil=True, cache=True)
+def _sum_rows(S, a, b, w, out):
+    """out[j] = S[a, j] + S[a+1, j] + … + S[b−1, j] in float64, added in that order (b > a),
+    four rows per pass over out."""
+    for j in range(w):
+        out[j] = S[a, j]
+    i = a + 1
+    while i + 4 <= b:
+        r0, r1, r2, r3 = S[i], S[i + 1], S[i + 2], S[i + 3]
+        for j in range(w):
+            out[j] = (((out[j] + r0[j]) + r1[j]) + r2[j]) + r3[j]
+        i += 4
+    while i < b:
+        r0 = S[i]
+        for j in range(w):
+            out[j] += r0[j]
+        i += 1
+
+
+@njit(nogil=True, cache=True)
 def _statistic(S, w, mode, k, out, two_med, acc):
     """The statistic of each of the first w sorted columns of S (n, ≥ w) into out[:w] (float64);
     for WINDOW, 2μ into two_med[:w]. ``acc`` (≥ w, float64) is scratch."""
@@ -72,11 +91,7 @@ def _statistic(S, w, mode, k, out, two_med, acc):
                 two_med[j] = np.float64(S[h - 1, j]) + S[h, j]
         if k > g:
             # rows g … k−1 are in every window; the others enter by the window's move P_t
-            for j in range(w):
-                out[j] = S[g, j]
-            for i in range(g + 1, k):
-                for j in range(w):
-                    out[j] += S[i, j]
+            _sum_rows(S, g, k, w, out)
             for t in range(g):
                 for j in range(w):
                     move = np.float64(S[t, j]) + S[t + k, j] < two_med[j]
@@ -109,11 +124,7 @@ def _statistic(S, w, mode, k, out, two_med, acc):
     # TRIM, and WINDOW with k = n (the window is the whole column: its mean, in sorted order)
     lo = k if mode == TRIM else 0
     hi = n - k if mode == TRIM else n
-    for j in range(w):
-        out[j] = S[lo, j]
-    for i in range(lo + 1, hi):
-        for j in range(w):
-            out[j] += S[i, j]
+    _sum_rows(S, lo, hi, w, out)
     m = hi - lo
     for j in range(w):
         out[j] /= m
