@@ -57,14 +57,14 @@ def min_rows(spec: str, f: int) -> int:
 @contextlib.contextmanager
 def no_host_copy(d: int):
     """Tensor.numpy / __array__ raise for tensors whose last dimension is d while the block runs,
-    except where the compiled kernels read a CPU tensor's memory (``kernels._cpu_array``; that
+    except where the compiled kernels read a CPU tensor's memory (``kernels.cpu_array``; that
     call is checked to be a view of the tensor, not a copy)."""
     numpy, array = torch.Tensor.numpy, torch.Tensor.__array__
 
     def guard(orig):
         def call(self, *a, **k):
             if self.dim() and self.shape[-1] == d:
-                if sys._getframe(1).f_code is not kernels._cpu_array.__code__:
+                if sys._getframe(1).f_code is not kernels.cpu_array.__code__:
                     raise AssertionError(f"host copy of a tensor of shape {tuple(self.shape)}")
                 view = orig(self, *a, **k)
                 assert self.device.type == "cpu" and view.ctypes.data == self.data_ptr()

@@ -64,7 +64,7 @@ import numpy as np
 
 from fedaudit.arrays import as_array, is_torch, to_like, torch_input
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
-from fedaudit.kernels import NonFiniteInput
+from fedaudit.kernels import NonFiniteInput, cpu_array
 from fedaudit.validation import check_int
 from fedaudit.rng import as_generator
 
@@ -113,10 +113,16 @@ class NearestNeighbourMixing(RobustnessClass):
 
 def _clamp_finite(out: Any, name: str) -> Any:
     """Clamp ±inf produced by rounding (a convex combination of values at ±max of the dtype)
-    to ±max; a NaN from finite inputs would be a bug in the rule and raises."""
+    to ±max; a NaN from finite inputs would be a bug in the rule and raises. A float32/float64
+    CPU tensor is checked by numpy on its memory: torch's parallel reductions wait for every
+    intra-op thread, which costs milliseconds on a busy machine."""
     if is_torch(out):
         import torch
 
+        if out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) and out.is_contiguous():
+            view = cpu_array(out)
+            checked = _clamp_finite(view, name)
+            return out if checked is view else torch.from_numpy(checked)
         if bool(torch.isfinite(out.sum())) or bool(torch.isfinite(out).all()):  # finite sum ⇒ all finite
             return out
         if bool(torch.isnan(out).any()):
@@ -147,11 +153,26 @@ def _finite_rows(T: Any) -> Any:
         return finite
     import torch
 
+    if T.device.type == "cpu":  # numpy's single-threaded pass on the tensor's memory (see _clamp_finite)
+        return torch.from_numpy(_finite_rows(cpu_array(T)))
     finite = torch.isfinite(T.sum(dim=1))
     suspect = torch.nonzero(~finite).flatten()
     if suspect.numel():
         finite[suspect] = torch.isfinite(T[suspect]).all(dim=1)
     return finite
+
+
+def _cast(out: Any, dtype: Any) -> Any:
+    """The tensor ``out`` in ``dtype``. A CPU result cast to float32/float64 is converted by numpy
+    on its memory into a numpy-allocated buffer (numpy asks for huge pages on large buffers;
+    torch's CPU allocator faults in every 4 KiB page of a fresh result)."""
+    import torch
+
+    if out.dtype == dtype:
+        return out
+    if out.device.type == "cpu" and dtype in (torch.float32, torch.float64):
+        return torch.from_numpy(cpu_array(out).astype(np.float32 if dtype == torch.float32 else np.float64))
+    return out.to(dtype)
 
 
 class _Rule(ABC):
@@ -262,8 +283,8 @@ class _Rule(ABC):
         self._check_n(n)
         T, f = self._drop_nonfinite(T, _finite_rows(T))
         gen = None if rng is None else as_generator(rng)
-        out = _clamp_finite(core(T, f, gen).to(T.dtype), self.name)
-        return _clamp_finite(out.to(out_dtype), self.name)
+        out = _clamp_finite(_cast(core(T, f, gen), T.dtype), self.name)
+        return _clamp_finite(_cast(out, out_dtype), self.name)
 
     def params(self) -> dict[str, Any]:
         return {"f": self.f}

@@ -69,7 +69,7 @@ from fedaudit.arrays import is_torch
 __all__ = [
     "MAX_THREADS", "max_threads", "by_columns", "sum_rows", "mean_rows", "lincomb", "cw_median", "cw_trimmed_mean",
     "cw_window_mean", "NonFiniteInput", "screened_mean_rows", "gram", "subset_means",
-    "sort_columns", "batcher_pairs", "to_float64", "host", "like",
+    "sort_columns", "batcher_pairs", "to_float64", "host", "like", "cpu_array",
     "Geometry", "row_norms", "sqdist_from_gram", "pairwise_sqdist", "centered_gram", "krum_scores",
     "krum_order", "gram_distances", "weiszfeld",
 ]
@@ -296,7 +296,7 @@ def subset_means(X: Any, rows: np.ndarray) -> Any:
     sets, target = np.unique(np.sort(np.asarray(rows, dtype=np.int64), axis=1), axis=0, return_inverse=True)
     target = np.ascontiguousarray(target.reshape(-1), dtype=np.int64)
     q, m = target.size, sets.shape[1]
-    A = _cpu_array(X)
+    A = cpu_array(X)
     if A is None:
         import torch
 
@@ -363,10 +363,10 @@ def _selects(X: np.ndarray) -> bool:
 
 def _selection_input(X: Any) -> np.ndarray | None:
     """The numpy array the compiled selection kernel reads for X — X itself, or a CPU tensor's own
-    memory (:func:`_cpu_array`: no copy for float32/float64) — or None when X takes the
+    memory (:func:`cpu_array`: no copy for float32/float64) — or None when X takes the
     ``sort_columns`` path (more than _SELECT_ROWS rows, other numpy dtypes, tensors on other
     devices)."""
-    A = _cpu_array(X) if is_torch(X) else X
+    A = cpu_array(X) if is_torch(X) else X
     return A if A is not None and _selects(A) else None
 
 
@@ -559,7 +559,7 @@ _GRAM_WIDTH = 512
 _GRAM_TASK = 1 << 16
 
 
-def _cpu_array(X: Any) -> np.ndarray | None:
+def cpu_array(X: Any) -> np.ndarray | None:
     """X as a C-contiguous float32/float64 numpy array, sharing X's memory when X is one already
     or a contiguous CPU tensor of those dtypes (``Tensor.numpy()`` is a view); float16/bfloat16
     are widened to float32 and other dtypes to float64 (exact). None for a tensor on another
@@ -591,14 +591,14 @@ def gram(X: Any, center: Any = None) -> np.ndarray:
     screen of Krum, Multi-Krum, Bulyan and NNM). Tensors on other devices: torch operations there (:func:`_gram_torch`). The (n, n) result is
     a numpy array either way.
     """
-    A = _cpu_array(X)
+    A = cpu_array(X)
     if A is None:
         return _gram_torch(X, center)
     from fedaudit.kernels.products import TILE, gram_range
 
     n, d = A.shape
     m = -(-n // TILE) * TILE
-    c = np.zeros(0) if center is None else np.ascontiguousarray(_cpu_array(center), dtype=np.float64)
+    c = np.zeros(0) if center is None else np.ascontiguousarray(cpu_array(center), dtype=np.float64)
 
     def task(a: int) -> Callable[[], np.ndarray | None]:
         def run() -> np.ndarray | None:
