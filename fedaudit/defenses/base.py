@@ -6,9 +6,12 @@ arrays and torch tensors and return the same type and device; they never mutate 
 ``f`` is the number of Byzantine inputs the rule is configured to tolerate.
 
 Torch tensors. A rule with ``torch_native = True`` (every registered rule and pre-aggregator,
-and compositions made only of them) aggregates a torch tensor with torch
-operations on its own device: the (n, d) data is never copied to the host (only (n, n) Gram and
-(n,) norm quantities are, for the decisions), float32/float64 tensors compute in their dtype
+and compositions made only of them) aggregates a torch tensor on its own device: with torch
+operations there, except that a CPU tensor's memory is read in place by the compiled kernels
+(selection, Gram, subset means) and by numpy's finiteness screen and clamp check
+(:func:`fedaudit.kernels.cpu_array`: a view, no copy). The (n, d) data of an accelerator is never
+copied to the host (only (n, n) Gram and (n,) norm quantities are, for the decisions);
+float32/float64 tensors compute in their dtype
 (sums accumulated in float64, in numpy's order), float16/bfloat16 in float32, and the result is
 a tensor of the input's dtype and device. Validation, non-finite rows, tolerance, breakdowns and
 the clamping of the result are the same as for numpy. Any other rule (``torch_native = False``,
