@@ -9,8 +9,9 @@ machine shared with other jobs the wall time of a multi-threaded call is inflate
 for a core, and the CPU time is the figure that does not depend on the load; the load average
 is printed with the table. ``--jit`` also times, in fresh subprocesses, the first call of the
 compiled selection kernel with an empty numba cache (compilation) and with the cache the first
-run wrote (loading). Usage:
-``python benchmarks/aggregator_floor.py [--repeat 5] [--quick] [--large] [--jit] [--json FILE]``.
+run wrote (loading). ``--select-bytes B`` sizes the selection kernel's column blocks for this run
+(``fedaudit.kernels._SELECT_BYTES``: B bytes of n · width values; default the library's). Usage:
+``python benchmarks/aggregator_floor.py [--repeat 5] [--quick] [--large] [--jit] [--select-bytes B] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -104,10 +105,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="d = 10^5 (a smoke run)")
     ap.add_argument("--large", action="store_true", help="also n = 100, f = 20, d = 10^5")
     ap.add_argument("--jit", action="store_true", help="time the kernel's compilation and cache load")
+    ap.add_argument("--select-bytes", type=int, default=None,
+                    help="bytes per column block of the selection kernel (default: the library's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.select_bytes is not None:
+        import fedaudit.kernels as kernels
+
+        if args.select_bytes < 64:
+            ap.error("--select-bytes must be at least 64")
+        kernels._SELECT_BYTES = args.select_bytes
     settings = [(21, 5, 10**5 if args.quick else 10**6)] + ([(100, 20, 10**5)] if args.large else [])
-    out: dict[str, Any] = {"numpy": np.__version__, "settings": [run(n, f, d, args.repeat) for n, f, d in settings]}
+    out: dict[str, Any] = {"numpy": np.__version__, "select_bytes": args.select_bytes, "settings": [run(n, f, d, args.repeat) for n, f, d in settings]}
     if args.jit:
         out["jit"] = jit_cost()
     if args.json:
