@@ -86,8 +86,8 @@ class UploadSampler:
     ``report(local_update(D_x, rng=r_i), r_i)`` with x ∈ {0, 1} choosing the dataset and one child
     generator r_i per draw (so the draws do not depend on how the audit blocks them).
 
-    A top-level object, so it travels to the engine's workers (``local_update`` and ``report``
-    must pickle: top-level functions or ``functools.partial`` of them). ``config`` (JSON data)
+    A top-level object, so it travels to the engine's workers (``local_update``, ``report`` and
+    the datasets travel with it, by cloudpickle as the engine ships tasks). ``config`` (JSON data)
     describes everything the draws depend on; the qualified name ``UploadSampler[sha256=…]``
     carries its :func:`~fedaudit.engine.config_digest`, which :func:`~fedaudit.audit.audit_ldp`'s
     checkpoint key records (it names a black-box sampler by its qualified name)."""
