@@ -26,15 +26,22 @@ def numbers(d):
     return [numbers(v) for v in d] if isinstance(d, list) else d
 
 
-def audits(**engine):
-    """The plain upload's data pair and the private upload's data and (black-box) worst pairs."""
-    return (numbers(audit_sparse_upload("plain", **engine, **PLAIN).to_dict()),
-            numbers(audit_sparse_upload("private", **engine, **PRIVATE).to_dict()))
+def audits(checkpoints=None, **engine):
+    """The plain upload's data pair and the private upload's data and (black-box) worst pairs
+    (``checkpoints``: a directory for plain.ckpt, private.ckpt and private.ckpt.worst)."""
+    files = {u: None if checkpoints is None else checkpoints / f"{u}.ckpt" for u in ("plain", "private")}
+    return (numbers(audit_sparse_upload("plain", checkpoint=files["plain"], **engine, **PLAIN).to_dict()),
+            numbers(audit_sparse_upload("private", checkpoint=files["private"], **engine, **PRIVATE).to_dict()))
 
 
 @pytest.fixture(scope="module")
-def serial():
-    plain, private = audits(backend="serial")
+def checkpoints(tmp_path_factory):
+    return tmp_path_factory.mktemp("sparse-checkpoints")
+
+
+@pytest.fixture(scope="module")
+def serial(checkpoints):
+    plain, private = audits(checkpoints, backend="serial")
     assert plain["epsilon_lower"] > 0.2  # the equality is about a bound that says something
     assert private["worst"]["mode"] == "black-box" and private["worst"]["ldp"]["certification_samples"] > 0
     # two certification chunks per audit (one seeded block per input): the pool runs both
@@ -91,10 +98,9 @@ def test_a_checkpoint_of_another_client_configuration_is_refused(tmp_path):
         audit_sparse_upload("plain", checkpoint=ckpt, resume=True, **small, temperature=0.02)
 
 
-def test_resume_of_finished_checkpoints_redraws_only_the_selection(tmp_path, monkeypatch):
-    ckpt = tmp_path / "private.ckpt"
-    first = audit_sparse_upload("private", checkpoint=ckpt, backend="serial", **PRIVATE)
-    assert ckpt.exists() and (tmp_path / "private.ckpt.worst").exists()
+def test_resume_of_finished_checkpoints_redraws_only_the_selection(serial, checkpoints, monkeypatch):
+    ckpt = checkpoints / "private.ckpt"
+    assert ckpt.exists() and (checkpoints / "private.ckpt.worst").exists()
     drawn = {"data": 0, "worst": 0}
 
     def counting(cls, which):
@@ -104,10 +110,10 @@ def test_resume_of_finished_checkpoints_redraws_only_the_selection(tmp_path, mon
 
     counting(UploadSampler, "data")
     counting(sparse_upload.ReducedReports, "worst")
-    again = audit_sparse_upload("private", checkpoint=ckpt, resume=True, backend="serial", **PRIVATE)
-    assert numbers(again.to_dict()) == numbers(first.to_dict())
+    again = numbers(audit_sparse_upload("private", checkpoint=ckpt, resume=True, backend="serial", **PRIVATE).to_dict())
+    assert again == serial[1]
     # per input: the width probe's 2 draws and the selection split, never the certification split
-    data, worst = first.ldp, first.worst.ldp
+    data, worst = again["ldp"], again["worst"]["ldp"]
     assert drawn == {"data": 2 + 2 * data["selection_samples"], "worst": 2 + 2 * worst["selection_samples"]}
     assert data["certification_samples"] > 0 and worst["certification_samples"] > 0
 
