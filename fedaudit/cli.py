@@ -648,17 +648,21 @@ def cmd_audit_sparse_upload(args: argparse.Namespace) -> int:
     if pairs.get("plain", "data") != "data":
         raise FedAuditError(f"--pair {args.pair} applies to the private upload only (the plain upload has no stated "
                             f"ε over all inputs): use --upload private, or --pair data")
+    engine = _engine_flags(args)
+    checkpoint = engine.pop("checkpoint")
     total = sum(2 * (args.samples * (p != "worst") + args.worst_samples * (p != "data")) for p in pairs.values())
     results = []
     with progress_bar(total, "uploads drawn", args.quiet, args.progress_every) as advance:
         for upload in uploads:
+            # --upload both: the plain upload's chunks in FILE, the private upload's in FILE.private
+            ckpt = f"{checkpoint}.private" if checkpoint and upload == "private" and len(uploads) > 1 else checkpoint
             results.append(audit_sparse_upload(upload, dim=args.dim, density=args.density,
                                                temperature=args.temperature, epsilon=args.epsilon,
                                                claimed_epsilon=args.plain_epsilon if upload == "plain" else None,
                                                records=args.records, local_steps=args.local_steps,
                                                samples=args.samples, confidence=args.confidence, seed=args.seed,
                                                pair=pairs[upload], worst_samples=args.worst_samples,
-                                               progress=advance))
+                                               progress=advance, checkpoint=ckpt, **engine))
     for res in results:
         out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
     _write_data(args.json, {"audits": [r.to_dict() for r in results]})
@@ -1167,6 +1171,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audits as JSON here (checked before the audit runs)")
+    _engine_options(p, "the certification chunks",
+                    checkpoint="certification chunk (--upload both: the private upload's in FILE.private; with "
+                               "--pair both, the worst pair's in FILE[.private].worst)")
     p.set_defaults(func=cmd_audit_sparse_upload)
 
     p = sub.add_parser("sparse", parents=[progress],

@@ -114,3 +114,25 @@ def test_audit_sparse_upload_private_worst_pair_certifies_within_the_stated_epsi
     worst = audit["worst"]
     # a real (non-zero) certified bound from the worst pair, never above the pair's exact ε or the stated ε
     assert 0.05 < worst["epsilon_lower"] <= worst["epsilon_pair"] <= 1.0 and not worst["violation"]
+
+
+def _without_times(data):
+    """``data`` without its wall-clock fields (``runtime_s``, ``sampling_s``)."""
+    if isinstance(data, dict):
+        return {k: _without_times(v) for k, v in data.items() if not k.endswith("_s")}
+    return [_without_times(v) for v in data] if isinstance(data, list) else data
+
+
+def test_audit_sparse_upload_checkpoints_each_upload_and_resumes_to_the_same_bounds(tmp_path, capsys):
+    ckpt, first, again = tmp_path / "c.jsonl", tmp_path / "a.json", tmp_path / "b.json"
+    argv = ["audit", "sparse-upload", "--pair", "data", "--samples", "100", "--local-steps", "1", "--quiet",
+            "--checkpoint", str(ckpt)]
+    assert main([*argv, "--json", str(first)]) == 0
+    assert ckpt.exists() and (tmp_path / "c.jsonl.private").exists()  # one file per upload
+    assert main([*argv, "--json", str(again)]) == 2  # never overwritten without --resume
+    assert "already exists" in capsys.readouterr().err
+    assert main([*argv, "--resume", "--json", str(again)]) == 0
+    runs = [_without_times(json.loads(p.read_text())["audits"]) for p in (first, again)]
+    assert runs[0] == runs[1] and len(runs[0]) == 2  # every count and bound, resumed from the checkpoints
+    assert main([*argv[:-2], "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
