@@ -144,7 +144,7 @@ def test_a_claim_that_the_plain_upload_is_1dp_fails_through_fedaudit_run(tmp_pat
 
 def test_the_private_claim_passes_and_the_plain_violation_is_an_expected_one(tmp_path):
     out = tmp_path / "pass"
-    plan_file = _toml(tmp_path / "pass.toml", {**UP, "id": "private-1dp"},
+    plan_file = _toml(tmp_path / "pass.toml", {**UP, "id": "private-1dp", "samples": 100},
                       {**PLAIN_1DP, "id": "plain-not-1dp", "expect": "violation"})
     assert main(["run", str(plan_file), "--out", str(out), "--quiet"]) == 0
     rep, claims = _claims(out)
