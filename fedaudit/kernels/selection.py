@@ -145,13 +145,13 @@ _ROW = tuple(np.uint64(t * _STRIDE) for t in range(32))
 _MAX_WIDTH = 384
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _cx(x, y):
     """One comparator: (x if x < y else y, y if x < y else x), a permutation of (x, y)."""
     return min(y, x), max(x, y)
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _net8(x0, x1, x2, x3, x4, x5, x6, x7):
     """Batcher's network for 8 values (19 comparators; the first three levels of batcher_pairs)."""
     x0, x1 = _cx(x0, x1); x2, x3 = _cx(x2, x3); x4, x5 = _cx(x4, x5); x6, x7 = _cx(x6, x7)  # noqa: E702
