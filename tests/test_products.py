@@ -107,8 +107,9 @@ SPECIAL = [3.0e38, -3.4e38, 1e-45, -1e-40, 0.0, 1.0, -2.5, 1e20]
     st.integers(1, n))))
 def test_subset_means_of_float32_extremes_are_the_exact_mean_rounded(case):
     """float32 rows at ±max, subnormal and mixed magnitudes, sets drawn in any order (repeats
-    included): every mean is the float64 sum of the chosen rows in index order times 1/m, rounded to float32 (never ±inf: float64 sums
-    of float32 values cannot overflow), within one float32 ulp of the exact mean."""
+    included): every mean is the float64 sum of the chosen rows in index order times 1/m,
+    rounded to float32 (never ±inf: float64 sums of float32 values cannot overflow), within one
+    float32 ulp of the exact mean."""
     values, perms, m = case
     X = np.array(values, dtype=np.float32)
     rows = np.array([p[:m] for p in perms], dtype=np.int64)

@@ -3,8 +3,8 @@
 Each subclasses :class:`~fedaudit.defenses.base.PreAggregator` (numpy/torch in, same type out,
 input never mutated, non-finite rows dropped as Byzantine first; every pre-aggregator is
 ``torch_native``: a tensor is transformed on its device — by torch operations, or on a CPU
-tensor's own memory by the compiled kernels where numpy uses them, so NNM gives numpy's bits). ``output_f(n, f)`` tells a composition how many
-Byzantine rows can remain among the outputs.
+tensor's own memory by the compiled kernels where numpy uses them, so NNM gives numpy's bits).
+``output_f(n, f)`` tells a composition how many Byzantine rows can remain among the outputs.
 
 Pre-aggregators that do not need f themselves (:class:`Bucketing`, :class:`Clipping`) still
 take ``f``: ``compose`` hands each stage min(stage.f, f) and passes that stage's ``output_f``

@@ -588,8 +588,8 @@ def gram(X: Any, center: Any = None) -> np.ndarray:
     up to :func:`max_threads` threads and are added in column order, so the result has the same
     bits for any number of threads and for a numpy array and a CPU tensor of the same values; it
     raises :class:`NonFiniteInput` for NaN/±inf values (the direct pass doubles as the finiteness
-    screen of Krum, Multi-Krum, Bulyan and NNM). Tensors on other devices: torch operations there (:func:`_gram_torch`). The (n, n) result is
-    a numpy array either way.
+    screen of Krum, Multi-Krum, Bulyan and NNM). Tensors on other devices: torch operations there
+    (:func:`_gram_torch`). The (n, n) result is a numpy array either way.
     """
     A = cpu_array(X)
     if A is None:

@@ -10,12 +10,12 @@ threads (they release the GIL).
   centre, or the block's column means (1/n) Σ_i x_ik, added in row order), then every 3 × 3 tile
   of row pairs is multiplied with nine float64 accumulators (each block row loaded once per tile,
   so a tile does 9 multiply-adds per 6 loads); it checks every value as it casts it and stops
-  at a NaN or ±inf (the rules then drop those rows and call again). The products of float32 values are exact in
-  float64; the sums carry float64 rounding only. The accumulation order is fixed by the compiled
-  code and by (lo, hi, width): the same column range gives the same bits on every call, whatever
-  the thread that runs it. ``reassoc`` and ``contract`` are the only fast-math flags (lanes and
-  fused multiply-adds): NaN and ±inf propagate as in IEEE arithmetic, so an overflowed Gram
-  matrix is seen as such.
+  at a NaN or ±inf (the rules then drop those rows and call again). The products of float32
+  values are exact in float64; the sums carry float64 rounding only. The accumulation order is
+  fixed by the compiled code (its vector width is the CPU's) and by (lo, hi, width): the same
+  column range gives the same bits on every call, whatever the thread that runs it.
+  ``reassoc`` and ``contract`` are the only fast-math flags (lanes and fused multiply-adds): NaN
+  and ±inf propagate as in IEEE arithmetic, so an overflowed Gram matrix is seen as such.
 * :func:`mix_range` writes Y[t, k] = (Σ_{j ∈ rows r} x_jk) · (1/m), r = target[t], for the
   columns of [lo, hi): the m chosen rows added in float64 in the order given (four rows per sweep
   of the float64 accumulators, still one after the other), multiplied by the float64 1/m (a
