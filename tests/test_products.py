@@ -138,3 +138,25 @@ def test_gram_raises_for_non_finite_values_so_rules_skip_the_screen(bad):
         rule = make_aggregator(spec, 2)
         assert rule._screens()
         np.testing.assert_array_equal(rule(X), make_aggregator(spec, 1)(X[:6]))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.integers(1, 7).flatmap(lambda n: st.lists(
+    st.lists(st.sampled_from(SPECIAL) | st.floats(-1e6, 1e6, width=32), min_size=23, max_size=23),
+    min_size=n, max_size=n)), st.booleans())
+def test_gram_of_float32_extremes_is_exact_to_float64_rounding(values, centred):
+    """float32 rows at ±max, subnormal and mixed magnitudes (the products are exact in float64):
+    each G_ij is within the float64 rounding of its d terms of the fsum reference, about the
+    origin or the row mean; symmetric; the CPU tensor gives the same bits."""
+    X = np.array(values, dtype=np.float32)
+    c = np.zeros(X.shape[1])
+    if centred:  # the documented mean: float64 column sums in row order, divided by n
+        for row in X:
+            c = c + row
+        c = c / X.shape[0]
+    G = K.gram(X, None if centred else c)
+    Y = X.astype(np.float64) - c
+    bound = 2 * X.shape[1] * np.finfo(np.float64).eps * (np.abs(Y) @ np.abs(Y).T)
+    assert np.all(np.abs(G - exact_gram(X, c)) <= bound + 1e-300)
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_array_equal(K.gram(torch.from_numpy(X), None if centred else c), G)
