@@ -48,6 +48,27 @@ def test_a_black_box_closure_sampler_runs_on_the_process_pool():
         == stable(audit_ldp(sampler, np.ones(2), -np.ones(2), backend="serial", **kw))
 
 
+#: the sizes drawn by :func:`counted_laplace` in this process (a worker has its own list)
+DRAWN_HERE: list[int] = []
+
+
+def counted_laplace(x, size, rng):
+    DRAWN_HERE.append(size)
+    return x[None, :] + rng.laplace(size=(size, x.shape[0]))
+
+
+def test_the_train_and_select_draws_run_on_the_workers_too():
+    # an expensive sampler (a training run per report) needs every split on the engine, not only
+    # the certification: here the calling process draws only the two reports of the width probe
+    kw = dict(epsilon=2.0, samples=60_000, seed=4, chunk=2_000)  # 3 train, 3 select chunks per input
+    DRAWN_HERE.clear()
+    on_pool = audit_ldp(counted_laplace, np.ones(2), -np.ones(2), backend="process", workers=2, **kw)
+    assert DRAWN_HERE == [2]
+    DRAWN_HERE.clear()
+    here = audit_ldp(counted_laplace, np.ones(2), -np.ones(2), backend="serial", **kw)
+    assert stable(here) == stable(on_pool) and sum(DRAWN_HERE) == 2 + 2 * 60_000
+
+
 def test_progress_counts_every_report_on_the_engine():
     seen = []
     r = audit_ldp(Laplace(2, 1.0), [1.0, 0], [0, 1.0], samples=50_000, seed=2, chunk=9000, progress=seen.append)

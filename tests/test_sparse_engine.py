@@ -80,7 +80,8 @@ def test_the_checkpoint_key_is_the_samplers_configuration(tmp_path):
     ckpt = tmp_path / "toy.ckpt"
     first = _toy({"p": [0.2, 0.6]}, checkpoint=ckpt)
     header = json.loads(ckpt.read_text().splitlines()[0])
-    assert header["key"]["mechanism"].startswith("fedaudit.audit.sparse_upload:UploadSampler[sha256=")
+    assert header["key"]["mechanism"] == {"sampler": "fedaudit.audit.sparse_upload:UploadSampler",
+                                          "config": {"p": [0.2, 0.6]}}
     with pytest.raises(FedAuditError, match="refused"):
         _toy({"p": [0.2, 0.7]}, checkpoint=ckpt, resume=True)
     again = _toy({"p": [0.2, 0.6]}, checkpoint=ckpt, resume=True)

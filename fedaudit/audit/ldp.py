@@ -26,10 +26,12 @@ Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ 
 bounded (selection scores and a capped training set live in memory; certification keeps
 counters only) and results do not depend on ``chunk``.
 
-The certification stage — the bulk of the draws — runs on the engine
-(:func:`fedaudit.engine.run_chunks`): its seeded blocks are grouped into chunks of
-``chunk`` reports (default 2^20), each chunk draws its blocks and returns its hit count, and the
-counts are summed in chunk order. Block i of a stream is still drawn from the i-th child of its
+Every split runs on the engine (:func:`fedaudit.engine.run_chunks`): its seeded blocks are
+grouped into chunks of ``chunk`` reports (default 2^20); a training chunk returns its reports
+(only the blocks that reach the stored training cap are drawn), a selection chunk the scores of
+every fitted statistic, a certification chunk — the bulk of the draws — its hit count, and the
+results are reduced in chunk order (so an expensive sampler, e.g. one training run per report,
+is drawn on the workers in every split). Block i of a stream is still drawn from the i-th child of its
 ``SeedSequence``, so ε_lb, the counts and every other number are bit-identical on ``serial``,
 ``process`` (any ``workers``) and ``ray``, and identical to the in-process audit. With
 ``checkpoint`` the finished chunks' counts are recorded as they complete; ``resume`` redoes the
@@ -50,7 +52,7 @@ import numpy as np
 from fedaudit.attacks.inference import LikelihoodRatio, Statistic, fit_black_box
 from fedaudit.audit.bounds import MAX_SAMPLES, gdp_mu_estimate, max_certifiable_epsilon
 from fedaudit.audit.distinguishers import BLACK_BOX_FAMILIES, TESTS, has_log_prob, parse_test, select_event
-from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes, stream
+from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes
 from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
@@ -196,15 +198,17 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         blocks; default one block per step and 2^20 reports per chunk); the result does not
         depend on it.
     progress : called with the number of reports drawn after each step or chunk.
-    backend, workers, address : where the certification chunks run
-        (:func:`fedaudit.engine.run_chunks`): ``"process"``, ``"serial"`` (in this process) or
+    backend, workers, address : where the chunks of every split run (train, select and
+        certification; :func:`fedaudit.engine.run_chunks`): ``"process"``, ``"serial"`` (in this process) or
         ``"ray"``; the result is the same on each. None (default):
         :func:`fedaudit.engine.default_backend`, i.e. ``"process"`` with one worker per core
         unless an :func:`~fedaudit.engine.engine_defaults` block or ``FEDAUDIT_BACKEND`` says
         otherwise; an audit with a single certification chunk (≤ 2^20 reports per input) runs
         in this process.
     checkpoint, resume : a file recording finished certification chunks, and whether to continue
-        it (a checkpoint of another configuration is refused).
+        it (a checkpoint of another configuration is refused; a black-box sampler is identified
+        by its qualified name, and by its ``config`` attribute when it has one, so give a
+        configurable sampler object a ``config`` describing everything its draws depend on).
     """
     if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise FedAuditError(f"seed must be a non-negative integer or None, got seed={seed!r} (a stream of a larger "
@@ -256,23 +260,41 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     n_cert = samples - n_sel
     halves = {name: seq.spawn(2) for name, seq in (("train", train_seq), ("select", select_seq), ("cert", cert_seq))}
     inputs = ((0, x0), (1, x1))
+    target = mechanism if source.mechanism is None else source.mechanism
+    per_chunk = chunk_blocks if chunk is not None else max(1, CERT_CHUNK // block)
+    engine = dict(backend=backend, workers=workers, address=address)
 
-    def draws(name: str, w: int, x: np.ndarray, total: int):
-        return stream(source, x, total, block, halves[name][w], chunk_blocks, f"x{w}", progress)
-
-    def collect(total: int, cap_rows: int) -> list[np.ndarray]:
-        out = []
+    def split(name: str, total: int, use: Any, cap: int | None = None) -> tuple[list, list[int]]:
+        """The engine tasks of one split (both inputs) and the input of each. Block i of input w
+        is drawn from child i of the split's stream for w, as in :func:`stream`; with ``cap``,
+        the blocks after the first ``cap`` rows of an input are not drawn (counted as drawn)."""
+        tasks, owner = [], []
         for w, x in inputs:
-            rows, kept = [], 0
-            for part in draws("train", w, x, total):
-                if kept < cap_rows:
-                    rows.append(part[: cap_rows - kept])
-                    kept += len(rows[-1])
-            out.append(np.concatenate(rows))
-        return out
+            sizes = block_sizes(total, block)
+            seqs = halves[name][w].spawn(len(sizes))
+            if cap is not None:
+                need = min(len(sizes), int(np.searchsorted(np.cumsum(sizes), cap)) + 1)
+                if progress is not None and need < len(sizes):
+                    progress(int(sum(sizes[need:])))
+                sizes, seqs = sizes[:need], seqs[:need]
+            for start in range(0, len(sizes), per_chunk):
+                tasks.append((target, width, x, f"x{w}", sizes[start:start + per_chunk],
+                              seqs[start:start + per_chunk], chunk_blocks, use))
+                owner.append(w)
+        return tasks, owner
+
+    def run(fn: Any, tasks: list, **kw: Any) -> list:
+        return run_chunks(fn, tasks, progress=progress, units=[sum(t[4]) for t in tasks], **engine, **kw)
 
     # ---- 2. distinguishers: fit on the train split, choose one event on the select split
-    train0, train1 = collect(n_train, max(1000, _TRAIN_BYTES // (8 * width)))
+    cap_rows = max(1000, _TRAIN_BYTES // (8 * width))
+    tasks, owner = split("train", n_train, None, cap=cap_rows)
+    drawn: list[list[np.ndarray]] = [[], []]
+    for w, (rows, seconds) in zip(owner, run(_sample_chunk, tasks)):
+        drawn[w].append(rows)
+        source.seconds += seconds
+    train0, train1 = (np.concatenate(rows)[:cap_rows] for rows in drawn)
+    del drawn
     has_lr = source.mechanism is not None and has_log_prob(source.mechanism, train0[:1], x0)
     use_lr, families = parse_test(test, has_lr)
     stats: list[Statistic] = [LikelihoodRatio(source.mechanism, x0, x1)] if use_lr else []
@@ -286,10 +308,11 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     scores: list[list[list[np.ndarray]]] = [[[] for _ in stats] for _ in range(2)]
     if lr_train is not None:
         scores[0][0], scores[1][0] = lr_train
-    for w, x in inputs:
-        for part in draws("select", w, x, n_select):
-            for i, st in enumerate(stats):
-                scores[w][i].append(st(part))
+    tasks, owner = split("select", n_select, tuple(stats))
+    for w, (part_scores, seconds) in zip(owner, run(_sample_chunk, tasks)):
+        for i, sc in enumerate(part_scores):
+            scores[w][i].append(sc)
+        source.seconds += seconds
     events = [select_event(st, np.concatenate(scores[0][i]), np.concatenate(scores[1][i]), n_cert, delta_claim,
                            alpha) for i, st in enumerate(stats)]
     del scores
@@ -297,21 +320,10 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     chosen = events[0]
 
     # ---- 3. certification: count the chosen event on fresh draws (engine chunks), bound by ScoreAuditor
-    per_chunk = chunk_blocks if chunk is not None else max(1, CERT_CHUNK // block)
-    tasks, owner = [], []
-    target = mechanism if source.mechanism is None else source.mechanism
-    for w, x in inputs:
-        sizes = block_sizes(n_cert, block)
-        seqs = halves["cert"][w].spawn(len(sizes))  # block i <- child i, as in stream()
-        for start in range(0, len(sizes), per_chunk):
-            tasks.append((target, width, x, f"x{w}", sizes[start:start + per_chunk], seqs[start:start + per_chunk],
-                          chunk_blocks, chosen))
-            owner.append(w)
+    tasks, owner = split("cert", n_cert, chosen)
     key = None if checkpoint is None else _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test,
                                                           selection_fraction, delta_claim, chunk, chosen)
-    counted = run_chunks(_count_chunk, tasks, backend=backend, workers=workers, address=address,
-                         checkpoint=checkpoint, resume=resume, key=key, progress=progress,
-                         units=[sum(t[4]) for t in tasks])
+    counted = run(_count_chunk, tasks, checkpoint=checkpoint, resume=resume, key=key)
     hits = [0, 0]
     for w, (h, _, seconds) in zip(owner, counted):  # chunk order: a fixed reduction
         hits[w] += h
@@ -366,32 +378,57 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     )
 
 
-def _count_chunk(task) -> list:
-    """One certification chunk: draw its seeded blocks (``step`` at a time, as the in-process
-    stream does) and count the chosen event's hits. Returns ``[hits, reports, seconds]``."""
-    target, width, x, which, sizes, seqs, step, event = task
+def _chunk_parts(task) -> tuple[ReportSource, Any]:
+    """The reports of one engine chunk of a split, as the in-process stream draws them: its seeded
+    blocks ``step`` at a time (block i from ``seqs[i]``); returns (source, iterator of arrays)."""
+    target, width, x, which, sizes, seqs, step, _ = task
     source = ReportSource(target)
     source.width = width
-    hits = 0
-    for start in range(0, len(sizes), step):
-        parts = [source.draw(x, n, np.random.default_rng(q), which)
-                 for n, q in zip(sizes[start:start + step], seqs[start:start + step])]
-        part = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        hits += int(np.count_nonzero(event.hits(event.statistic(part))))
-    return [hits, int(sum(sizes)), source.seconds]
+
+    def parts():
+        for start in range(0, len(sizes), step):
+            drawn = [source.draw(x, n, np.random.default_rng(q), which)
+                     for n, q in zip(sizes[start:start + step], seqs[start:start + step])]
+            yield drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
+
+    return source, parts()
+
+
+def _sample_chunk(task) -> list:
+    """One chunk of the train split (``use`` None: returns ``[reports, seconds]``) or of the select
+    split (``use`` the statistics: returns ``[one score array per statistic, seconds]``)."""
+    stats = task[-1]
+    source, parts = _chunk_parts(task)
+    if stats is None:
+        return [np.concatenate(list(parts)), source.seconds]
+    scored = [[st(part) for st in stats] for part in parts]
+    return [[np.concatenate([row[i] for row in scored]) for i in range(len(stats))], source.seconds]
+
+
+def _count_chunk(task) -> list:
+    """One certification chunk: the chosen event's hits among its reports. Returns
+    ``[hits, reports, seconds]``."""
+    event = task[-1]
+    source, parts = _chunk_parts(task)
+    hits = sum(int(np.count_nonzero(event.hits(event.statistic(part)))) for part in parts)
+    return [hits, int(sum(task[4])), source.seconds]
 
 
 def _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test, selection_fraction, delta, chunk,
                     chosen) -> dict[str, Any]:
     """The configuration an audit's checkpoint belongs to: the mechanism (its ``to_dict``, or a
-    sampler's qualified name), SHA-256 of x0 and x1, every parameter, the root stream and the
-    chosen event (a changed selection never reuses old counts)."""
+    sampler's qualified name and, when it has one, its ``config`` attribute: JSON data describing
+    everything its draws depend on), SHA-256 of x0 and x1, every parameter, the root stream and
+    the chosen event (a changed selection never reuses old counts)."""
     import hashlib
 
     if isinstance(mechanism, Mechanism):
         target: Any = mechanism.to_dict()
     else:
         target = f"{getattr(mechanism, '__module__', '?')}:{getattr(mechanism, '__qualname__', type(mechanism).__name__)}"
+        config = getattr(mechanism, "config", None)
+        if config is not None:
+            target = {"sampler": target, "config": jsonable(config)}
     return {"run": "fedaudit.audit.ldp:certification", "mechanism": target,
             "x0": hashlib.sha256(x0.tobytes()).hexdigest(), "x1": hashlib.sha256(x1.tobytes()).hexdigest(),
             "samples": samples, "confidence": confidence, "test": test, "selection_fraction": selection_fraction,

@@ -20,14 +20,14 @@ clamped domain. :func:`worst_pair` builds the input pair of largest privacy loss
 mechanism's construction and :func:`audit_worst_pair` certifies a bound on it (the audit of the
 stated ε); ``audit_sparse_upload("private")`` reports both.
 
-Both audits certify on the engine (:func:`fedaudit.engine.run_chunks` through
+Both audits draw on the engine (:func:`fedaudit.engine.run_chunks` through
 :func:`~fedaudit.audit.audit_ldp`: ``backend``, ``workers``, ``address``, ``checkpoint``,
-``resume``). Their samplers are top-level objects (:class:`UploadSampler`, :class:`ReducedReports`)
-that travel to the workers; each certification block is drawn from its own child of the audit's
-``SeedSequence`` (block i ← child i), so the bounds are bit-identical on ``serial``, ``process``
-(1 or N workers) and ``ray``. A sampler's qualified name carries the SHA-256 of its configuration
-(:func:`fedaudit.engine.config_digest`), which the audit's checkpoint key records: a checkpoint
-of another configuration is refused.
+``resume``): the training, selection and certification draws alike. Their samplers are top-level
+objects (:class:`UploadSampler`, :class:`ReducedReports`) that travel to the workers; each block
+is drawn from its own child of the audit's ``SeedSequence`` (block i ← child i), so the bounds are
+bit-identical on ``serial``, ``process`` (1 or N workers) and ``ray``. A sampler's ``config``
+(everything its draws depend on) is part of the audit's checkpoint key: a checkpoint of another
+configuration is refused.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 
 from fedaudit.audit.ldp import LDPAudit, audit_ldp
 from fedaudit.audit.sampling import ProgressFn
-from fedaudit.engine import check_run_options, config_digest
+from fedaudit.engine import check_run_options
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import clip_l2
@@ -88,9 +88,8 @@ class UploadSampler:
 
     A top-level object, so it travels to the engine's workers (``local_update``, ``report`` and
     the datasets travel with it, by cloudpickle as the engine ships tasks). ``config`` (JSON data)
-    describes everything the draws depend on; the qualified name ``UploadSampler[sha256=…]``
-    carries its :func:`~fedaudit.engine.config_digest`, which :func:`~fedaudit.audit.audit_ldp`'s
-    checkpoint key records (it names a black-box sampler by its qualified name)."""
+    describes everything the draws depend on; :func:`~fedaudit.audit.audit_ldp`'s checkpoint key
+    records it, so a checkpoint of another configuration is refused."""
 
     def __init__(self, local_update: Callable[..., Any], datasets: tuple[Any, Any],
                  report: Callable[[Any, np.random.Generator], np.ndarray], *, config: Any):
@@ -100,7 +99,6 @@ class UploadSampler:
             raise FedAuditError(f"datasets must be the pair (D0, D1), got {len(datasets)} datasets")
         self.local_update, self.datasets, self.report = local_update, tuple(datasets), report
         self.config = jsonable(config)
-        self.__qualname__ = f"{type(self).__qualname__}[sha256={config_digest(self.config, 0)}]"
 
     def __call__(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
         data = self.datasets[int(x[0] > 0.5)]
@@ -423,9 +421,8 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
 class ReducedReports:
     """The black-box sampler of :func:`audit_worst_pair`: reports of ``mechanism`` reduced to
     (Σ_S clamp(v)/c, Σ_S sign(u0)·clamp(g)/a, |S ∩ S0|), rows (n, 3). A top-level object (it
-    travels to the engine's workers) whose qualified name carries the
-    :func:`~fedaudit.engine.config_digest` of the mechanism (``config``), which the
-    audit's checkpoint key records."""
+    travels to the engine's workers) whose ``config`` (the mechanism's ``to_dict``) the audit's
+    checkpoint key records."""
 
     def __init__(self, mechanism: GatedPrivateUpload, pair: WorstPair):
         self.mechanism = mechanism
@@ -433,7 +430,6 @@ class ReducedReports:
         self.sign = np.sign(pair.x0[p:])
         self.support = np.asarray(pair.support)
         self.config = mechanism.to_dict()  # the pair is worst_pair(mechanism); the audit's key hashes x0, x1
-        self.__qualname__ = f"{type(self).__qualname__}[sha256={config_digest(self.config, 0)}]"
 
     def __call__(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
         mech = self.mechanism
