@@ -151,6 +151,13 @@ def test_extreme_values_bit_for_bit(n, d, dtype, draw):
     if f:
         np.testing.assert_array_equal(K.cw_trimmed_mean(X, f), ref_trim(X, f))
     k = draw.draw(st.integers(1, n))
+    assert_window_bits(X, k)
+
+
+def assert_window_bits(X: np.ndarray, k: int) -> None:
+    """cw_window_mean(X, k) equals :func:`seq_window` per column, bit for bit; a column whose sum
+    or 2μ overflowed is redone on its values scaled by 2^-s (s = bit_length(n) + 1)."""
+    n, d = X.shape
     got = K.cw_window_mean(X, k)
     assert np.isfinite(got).all()
     s = n.bit_length() + 1
@@ -158,7 +165,6 @@ def test_extreme_values_bit_for_bit(n, d, dtype, draw):
         col = X[:, j:j + 1]
         want = numpy_window(col, k)[0]
         if not (math.isfinite(want) and (k == n or np.isfinite(two_med(col[:, 0])))):
-            # the sum or 2μ overflowed: the column is redone on its values scaled by 2^-s
             want = math.ldexp(seq_window(np.ldexp(col[:, 0].astype(np.float64), -s), k), s)
         assert got[j] == want
 
@@ -271,12 +277,13 @@ def test_a_subclass_that_overrides_the_core_is_screened_first():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from([7, 8, 9, 15, 16, 17, 24, 25, 31, 32, 33, 48, 49]), st.integers(1, 70),
+@given(st.sampled_from([7, 8, 9, 15, 16, 17, 20, 24, 25, 31, 32, 33, 48, 49]), st.integers(1, 70),
        st.sampled_from([np.float32, np.float64]), st.data())
 def test_group_sorts_across_group_boundaries(n, d, dtype, draw):
-    """The in-register sorts of aligned 16-row groups (8 for a short last group) and their pads
-    (the dtype's largest value): rows around every group size, the largest and smallest finite
-    values (ties with the pads), ±0 and subnormals, against the np.sort references bit for bit."""
+    """The in-register sorts of aligned 16-row groups (8 for a short last group), the 24- and
+    32-row merges and their pads (the dtype's largest value): rows around every group size, the
+    largest and smallest finite values (ties with the pads), ±0 and subnormals, against the
+    np.sort references bit for bit."""
     big = float(np.finfo(dtype).max)
     pool = [0.0, -0.0, 1.0, -1.0, 2.0, big, -big, big / 2, float(np.finfo(dtype).smallest_subnormal)]
     X = np.array(draw.draw(st.lists(st.sampled_from(pool), min_size=n * d, max_size=n * d)),
@@ -284,6 +291,7 @@ def test_group_sorts_across_group_boundaries(n, d, dtype, draw):
     np.testing.assert_array_equal(K.cw_median(X), ref_median(X))
     f = draw.draw(st.integers(1, (n - 1) // 2))
     np.testing.assert_array_equal(K.cw_trimmed_mean(X, f), ref_trim(X, f))
+    assert_window_bits(X, draw.draw(st.integers(1, n)))
 
 
 @pytest.mark.parametrize("n", [5, 9, 16, 21, 40])

@@ -7,14 +7,16 @@ comparator (a, b) is an elementwise min/max of rows a and b, vectorised over the
 the rule's statistic is read off the sorted rows while they are still in cache. The network is
 Batcher's odd–even merge sort cut to n inputs (:func:`fedaudit.kernels.batcher_pairs`), pruned
 to the comparators that feed the output positions the rule reads. Its first four levels sort
-each aligned group of 16 rows, and from n = 32 on the fifth merges them into groups of 32; these
-run in registers (:func:`_sort16`, :func:`_sort8` for a last group of at most 8 rows,
-:func:`_merge32`; missing rows are padded with the dtype's largest finite value, which stays at
-the top of its group and is never read), each row loaded and stored once per group pass, and the
-16-row sorts check every value on the way (x − x is NaN exactly for NaN and ±inf). The remaining
-comparators run row pair by row pair. The outputs are exactly the order statistics ``np.sort`` returns (a
-sorting network's comparators only ever exchange values), and each statistic adds them in
-float64 in the order the numpy reference does, so the results are bit-identical to it.
+each aligned group of 16 rows, and from n = 32 on the fifth merges them into groups of 32 (for
+17 … 24 rows, when the pruned network has at least 32 comparators left, a 24-row merge
+finishes the sort); these run in registers (:func:`_sort16`, :func:`_sort8` for a last group
+of at most 8 rows, :func:`_merge32`, :func:`_merge24`; missing rows are padded with the dtype's
+largest finite value, which stays at the top of its group and is never read), each row loaded
+and stored once per group pass, and the 16-row sorts check every value on the way (x − x is
+NaN exactly for NaN and ±inf). The remaining comparators run row pair by row pair. The outputs
+are exactly the order statistics ``np.sort`` returns (a sorting network's comparators only
+ever exchange values), and each statistic adds them in float64 in the order the numpy
+reference does, so the results are bit-identical to it.
 
 Statistics (S_1 ≤ … ≤ S_n one sorted column):
 
@@ -193,7 +195,8 @@ def _sort16(B, i0, w):
         x4 = B[b + _ROW[4]]; x5 = B[b + _ROW[5]]; x6 = B[b + _ROW[6]]; x7 = B[b + _ROW[7]]  # noqa: E702
         x8 = B[b + _ROW[8]]; x9 = B[b + _ROW[9]]; x10 = B[b + _ROW[10]]; x11 = B[b + _ROW[11]]  # noqa: E702
         x12 = B[b + _ROW[12]]; x13 = B[b + _ROW[13]]; x14 = B[b + _ROW[14]]; x15 = B[b + _ROW[15]]  # noqa: E702
-        bad += ((((x0 - x0) + (x1 - x1)) + ((x2 - x2) + (x3 - x3))) + (((x4 - x4) + (x5 - x5)) + ((x6 - x6) + (x7 - x7)))
+        bad += ((((x0 - x0) + (x1 - x1)) + ((x2 - x2) + (x3 - x3)))
+                + (((x4 - x4) + (x5 - x5)) + ((x6 - x6) + (x7 - x7)))
                 + (((x8 - x8) + (x9 - x9)) + ((x10 - x10) + (x11 - x11)))
                 + (((x12 - x12) + (x13 - x13)) + ((x14 - x14) + (x15 - x15)))) != 0.0
         x0, x1, x2, x3, x4, x5, x6, x7 = _net8(x0, x1, x2, x3, x4, x5, x6, x7)
@@ -230,19 +233,27 @@ def _merge32(B, i0, w):
         x0, x16 = _cx(x0, x16); x1, x17 = _cx(x1, x17); x2, x18 = _cx(x2, x18); x3, x19 = _cx(x3, x19)  # noqa: E702
         x4, x20 = _cx(x4, x20); x5, x21 = _cx(x5, x21); x6, x22 = _cx(x6, x22); x7, x23 = _cx(x7, x23)  # noqa: E702
         x8, x24 = _cx(x8, x24); x9, x25 = _cx(x9, x25); x10, x26 = _cx(x10, x26); x11, x27 = _cx(x11, x27)  # noqa: E702
-        x12, x28 = _cx(x12, x28); x13, x29 = _cx(x13, x29); x14, x30 = _cx(x14, x30); x15, x31 = _cx(x15, x31)  # noqa: E702
+        x12, x28 = _cx(x12, x28); x13, x29 = _cx(x13, x29); x14, x30 = _cx(x14, x30)  # noqa: E702
+        x15, x31 = _cx(x15, x31)  # noqa: E702
         x8, x16 = _cx(x8, x16); x9, x17 = _cx(x9, x17); x10, x18 = _cx(x10, x18); x11, x19 = _cx(x11, x19)  # noqa: E702
-        x12, x20 = _cx(x12, x20); x13, x21 = _cx(x13, x21); x14, x22 = _cx(x14, x22); x15, x23 = _cx(x15, x23)  # noqa: E702
+        x12, x20 = _cx(x12, x20); x13, x21 = _cx(x13, x21); x14, x22 = _cx(x14, x22)  # noqa: E702
+        x15, x23 = _cx(x15, x23)  # noqa: E702
         x4, x8 = _cx(x4, x8); x5, x9 = _cx(x5, x9); x6, x10 = _cx(x6, x10); x7, x11 = _cx(x7, x11)  # noqa: E702
-        x12, x16 = _cx(x12, x16); x13, x17 = _cx(x13, x17); x14, x18 = _cx(x14, x18); x15, x19 = _cx(x15, x19)  # noqa: E702
-        x20, x24 = _cx(x20, x24); x21, x25 = _cx(x21, x25); x22, x26 = _cx(x22, x26); x23, x27 = _cx(x23, x27)  # noqa: E702
+        x12, x16 = _cx(x12, x16); x13, x17 = _cx(x13, x17); x14, x18 = _cx(x14, x18)  # noqa: E702
+        x15, x19 = _cx(x15, x19)  # noqa: E702
+        x20, x24 = _cx(x20, x24); x21, x25 = _cx(x21, x25); x22, x26 = _cx(x22, x26)  # noqa: E702
+        x23, x27 = _cx(x23, x27)  # noqa: E702
         x2, x4 = _cx(x2, x4); x3, x5 = _cx(x3, x5); x6, x8 = _cx(x6, x8); x7, x9 = _cx(x7, x9)  # noqa: E702
-        x10, x12 = _cx(x10, x12); x11, x13 = _cx(x11, x13); x14, x16 = _cx(x14, x16); x15, x17 = _cx(x15, x17)  # noqa: E702
-        x18, x20 = _cx(x18, x20); x19, x21 = _cx(x19, x21); x22, x24 = _cx(x22, x24); x23, x25 = _cx(x23, x25)  # noqa: E702
+        x10, x12 = _cx(x10, x12); x11, x13 = _cx(x11, x13); x14, x16 = _cx(x14, x16)  # noqa: E702
+        x15, x17 = _cx(x15, x17)  # noqa: E702
+        x18, x20 = _cx(x18, x20); x19, x21 = _cx(x19, x21); x22, x24 = _cx(x22, x24)  # noqa: E702
+        x23, x25 = _cx(x23, x25)  # noqa: E702
         x26, x28 = _cx(x26, x28); x27, x29 = _cx(x27, x29); x1, x2 = _cx(x1, x2); x3, x4 = _cx(x3, x4)  # noqa: E702
         x5, x6 = _cx(x5, x6); x7, x8 = _cx(x7, x8); x9, x10 = _cx(x9, x10); x11, x12 = _cx(x11, x12)  # noqa: E702
-        x13, x14 = _cx(x13, x14); x15, x16 = _cx(x15, x16); x17, x18 = _cx(x17, x18); x19, x20 = _cx(x19, x20)  # noqa: E702
-        x21, x22 = _cx(x21, x22); x23, x24 = _cx(x23, x24); x25, x26 = _cx(x25, x26); x27, x28 = _cx(x27, x28)  # noqa: E702
+        x13, x14 = _cx(x13, x14); x15, x16 = _cx(x15, x16); x17, x18 = _cx(x17, x18)  # noqa: E702
+        x19, x20 = _cx(x19, x20)  # noqa: E702
+        x21, x22 = _cx(x21, x22); x23, x24 = _cx(x23, x24); x25, x26 = _cx(x25, x26)  # noqa: E702
+        x27, x28 = _cx(x27, x28)  # noqa: E702
         x29, x30 = _cx(x29, x30)  # noqa: E702
         B[b] = x0; B[b + _ROW[1]] = x1; B[b + _ROW[2]] = x2; B[b + _ROW[3]] = x3  # noqa: E702
         B[b + _ROW[4]] = x4; B[b + _ROW[5]] = x5; B[b + _ROW[6]] = x6; B[b + _ROW[7]] = x7  # noqa: E702
@@ -252,6 +263,43 @@ def _merge32(B, i0, w):
         B[b + _ROW[20]] = x20; B[b + _ROW[21]] = x21; B[b + _ROW[22]] = x22; B[b + _ROW[23]] = x23  # noqa: E702
         B[b + _ROW[24]] = x24; B[b + _ROW[25]] = x25; B[b + _ROW[26]] = x26; B[b + _ROW[27]] = x27  # noqa: E702
         B[b + _ROW[28]] = x28; B[b + _ROW[29]] = x29; B[b + _ROW[30]] = x30; B[b + _ROW[31]] = x31  # noqa: E702
+
+
+@njit(nogil=True, cache=True)
+def _merge24(B, i0, w):
+    """Merge the sorted row groups i0 … i0+15 and i0+16 … i0+23 of the block buffer in registers
+    (the fifth level of batcher_pairs (24): 45 comparators)."""
+    base = np.uint64(i0) * _ROW[1]
+    for j in range(w):
+        b = base + np.uint64(j)
+        x0 = B[b]; x1 = B[b + _ROW[1]]; x2 = B[b + _ROW[2]]; x3 = B[b + _ROW[3]]  # noqa: E702
+        x4 = B[b + _ROW[4]]; x5 = B[b + _ROW[5]]; x6 = B[b + _ROW[6]]; x7 = B[b + _ROW[7]]  # noqa: E702
+        x8 = B[b + _ROW[8]]; x9 = B[b + _ROW[9]]; x10 = B[b + _ROW[10]]; x11 = B[b + _ROW[11]]  # noqa: E702
+        x12 = B[b + _ROW[12]]; x13 = B[b + _ROW[13]]; x14 = B[b + _ROW[14]]; x15 = B[b + _ROW[15]]  # noqa: E702
+        x16 = B[b + _ROW[16]]; x17 = B[b + _ROW[17]]; x18 = B[b + _ROW[18]]; x19 = B[b + _ROW[19]]  # noqa: E702
+        x20 = B[b + _ROW[20]]; x21 = B[b + _ROW[21]]; x22 = B[b + _ROW[22]]; x23 = B[b + _ROW[23]]  # noqa: E702
+        x0, x16 = _cx(x0, x16); x1, x17 = _cx(x1, x17); x2, x18 = _cx(x2, x18); x3, x19 = _cx(x3, x19)  # noqa: E702
+        x4, x20 = _cx(x4, x20); x5, x21 = _cx(x5, x21); x6, x22 = _cx(x6, x22); x7, x23 = _cx(x7, x23)  # noqa: E702
+        x8, x16 = _cx(x8, x16); x9, x17 = _cx(x9, x17); x10, x18 = _cx(x10, x18); x11, x19 = _cx(x11, x19)  # noqa: E702
+        x12, x20 = _cx(x12, x20); x13, x21 = _cx(x13, x21); x14, x22 = _cx(x14, x22)  # noqa: E702
+        x15, x23 = _cx(x15, x23)  # noqa: E702
+        x4, x8 = _cx(x4, x8); x5, x9 = _cx(x5, x9); x6, x10 = _cx(x6, x10); x7, x11 = _cx(x7, x11)  # noqa: E702
+        x12, x16 = _cx(x12, x16); x13, x17 = _cx(x13, x17); x14, x18 = _cx(x14, x18)  # noqa: E702
+        x15, x19 = _cx(x15, x19)  # noqa: E702
+        x2, x4 = _cx(x2, x4); x3, x5 = _cx(x3, x5); x6, x8 = _cx(x6, x8); x7, x9 = _cx(x7, x9)  # noqa: E702
+        x10, x12 = _cx(x10, x12); x11, x13 = _cx(x11, x13); x14, x16 = _cx(x14, x16)  # noqa: E702
+        x15, x17 = _cx(x15, x17)  # noqa: E702
+        x18, x20 = _cx(x18, x20); x19, x21 = _cx(x19, x21); x1, x2 = _cx(x1, x2); x3, x4 = _cx(x3, x4)  # noqa: E702
+        x5, x6 = _cx(x5, x6); x7, x8 = _cx(x7, x8); x9, x10 = _cx(x9, x10); x11, x12 = _cx(x11, x12)  # noqa: E702
+        x13, x14 = _cx(x13, x14); x15, x16 = _cx(x15, x16); x17, x18 = _cx(x17, x18)  # noqa: E702
+        x19, x20 = _cx(x19, x20)  # noqa: E702
+        x21, x22 = _cx(x21, x22)  # noqa: E702
+        B[b] = x0; B[b + _ROW[1]] = x1; B[b + _ROW[2]] = x2; B[b + _ROW[3]] = x3  # noqa: E702
+        B[b + _ROW[4]] = x4; B[b + _ROW[5]] = x5; B[b + _ROW[6]] = x6; B[b + _ROW[7]] = x7  # noqa: E702
+        B[b + _ROW[8]] = x8; B[b + _ROW[9]] = x9; B[b + _ROW[10]] = x10; B[b + _ROW[11]] = x11  # noqa: E702
+        B[b + _ROW[12]] = x12; B[b + _ROW[13]] = x13; B[b + _ROW[14]] = x14; B[b + _ROW[15]] = x15  # noqa: E702
+        B[b + _ROW[16]] = x16; B[b + _ROW[17]] = x17; B[b + _ROW[18]] = x18; B[b + _ROW[19]] = x19  # noqa: E702
+        B[b + _ROW[20]] = x20; B[b + _ROW[21]] = x21; B[b + _ROW[22]] = x22; B[b + _ROW[23]] = x23  # noqa: E702
 
 
 @njit(nogil=True, cache=True)
@@ -274,10 +322,10 @@ def cw_select(X, pairs, lo, hi, mode, k, width, down, up, out):
 
     X: (n, d) C-contiguous float32 or float64; pairs: (c, 2) int64 comparators (a < b) of
     :func:`fedaudit.kernels.batcher_pairs` (n) pruned to the positions the statistic reads, in
-    order; width: columns per block (rounded down to a multiple of 64 from 64 on, at most _MAX_WIDTH); down, up: 2^−s and 2^s for the
-    rescaled recomputation of an overflowed column; out: (d,) float64. Returns False, or True as
-    soon as a block holds a NaN or ±inf (out is then incomplete: the caller drops the
-    non-finite rows and starts again)."""
+    order; width: columns per block (rounded down to a multiple of 64 from 64 on, at most
+    _MAX_WIDTH); down, up: 2^−s and 2^s for the rescaled recomputation of an overflowed column;
+    out: (d,) float64. Returns False, or True as soon as a block holds a NaN or ±inf (out is
+    then incomplete: the caller drops the non-finite rows and starts again)."""
     n = X.shape[0]
     G = 32 if n >= 32 else 16  # rows per group sorted in registers (_merge32 pays from 32 rows on)
     npad = (n + G - 1) // G * G
@@ -289,6 +337,11 @@ def cw_select(X, pairs, lo, hi, mode, k, width, down, up, out):
     p0 = 0  # the leading comparators within aligned groups of G: done by the group sorts
     while p0 < pairs.shape[0] and pairs[p0, 0] // G == pairs[p0, 1] // G:
         p0 += 1
+    # 17 … 24 rows: the in-register merge (45 comparators) finishes the sort; it pays when it
+    # replaces at least 32 remaining row-pair comparators (measured break-even ≈ 30 at n = 21)
+    merge24 = 16 < n <= 24 and pairs.shape[0] - p0 >= 32
+    if merge24:
+        p0 = pairs.shape[0]
     w_max = max(1, min(width if width < 64 else width // 64 * 64, _MAX_WIDTH))  # whole vector loops
     two_med = np.empty(w_max)
     acc = np.empty(w_max)
@@ -306,11 +359,13 @@ def cw_select(X, pairs, lo, hi, mode, k, width, down, up, out):
         bad = 0
         for i0 in range(0, n, 16):
             bad += _sort16(B, i0, w) if n - i0 > 8 else _sort8(B, i0, w)
-        if G == 32:
-            for i0 in range(0, n - 16, 32):
-                _merge32(B, i0, w)
         if bad:
             return True
+        if merge24:
+            _merge24(B, 0, w)
+        elif G == 32:
+            for i0 in range(0, n - 16, 32):
+                _merge32(B, i0, w)
         _sort_rows(S, w, pairs, p0)
         o = out[s:s + w]
         _statistic(S, w, mode, k, o, two_med, acc)
