@@ -279,11 +279,10 @@ def test_a_subclass_that_overrides_the_core_is_screened_first():
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([7, 8, 9, 15, 16, 17, 20, 24, 25, 31, 32, 33, 48, 49]), st.integers(1, 70),
        st.sampled_from([np.float32, np.float64]), st.data())
-def test_group_sorts_across_group_boundaries(n, d, dtype, draw):
-    """The in-register sorts of aligned 16-row groups (8 for a short last group), the 24- and
-    32-row merges and their pads (the dtype's largest value): rows around every group size, the
-    largest and smallest finite values (ties with the pads), ±0 and subnormals, against the
-    np.sort references bit for bit."""
+def test_row_counts_around_the_merge_levels(n, d, dtype, draw):
+    """Row counts around the sizes of Batcher's merge levels (8, 16, 24, 32, 48), the dtype's
+    largest and smallest finite values (many ties, sums that overflow), ±0 and subnormals: the
+    three statistics against the np.sort references bit for bit."""
     big = float(np.finfo(dtype).max)
     pool = [0.0, -0.0, 1.0, -1.0, 2.0, big, -big, big / 2, float(np.finfo(dtype).smallest_subnormal)]
     X = np.array(draw.draw(st.lists(st.sampled_from(pool), min_size=n * d, max_size=n * d)),
@@ -295,9 +294,9 @@ def test_group_sorts_across_group_boundaries(n, d, dtype, draw):
 
 
 @pytest.mark.parametrize("n", [5, 9, 16, 21, 40])
-def test_a_non_finite_value_in_any_group_is_found(n):
-    """Every row of every group (the 16-row groups and a short last one) is screened: a NaN or
-    ±inf in any single row and column makes the kernel report the block."""
+def test_a_non_finite_value_in_any_row_is_found(n):
+    """Every value is screened: a NaN or ±inf in any single row (and column) makes the kernel
+    report the block; the same data without it does not."""
     X = np.random.default_rng(n).normal(size=(n, 130)).astype(np.float32)
     out = np.empty(130)
     pairs = K._select_network(n, 0, (n - 1) // 2)
