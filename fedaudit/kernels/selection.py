@@ -1,7 +1,7 @@
 """Compiled column-wise order statistics: the selection kernel of CWTM, CWMed, Meamed and Bulyan.
 
 One pass over the (n, d) input, column block by column block: a block of w columns (n·w values,
-sized to stay in the L1 cache) is copied once, every column of it is sorted by a comparator
+sized by the caller to stay in cache) is copied once, every column of it is sorted by a comparator
 network applied to whole rows of the block (each comparator (a, b) is an elementwise min/max of
 rows a and b, vectorised over the w columns), and the rule's statistic is read off the sorted
 rows while they are still in cache. The network is Batcher's odd–even merge sort cut to n
