@@ -4,6 +4,7 @@ Statistical assertions use fixed seeds, so every outcome is deterministic; the c
 each threshold is safe for a correct implementation (not just for the seed at hand).
 """
 
+import hashlib
 import json
 import math
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from fedaudit.audit.bounds import epsilon_lower_bound
 from fedaudit.audit import pair_search
+import fedaudit.audit.ldp as ldp_mod
 from fedaudit.audit.ldp import audit_ldp, audit_ldp_streams
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
@@ -555,3 +557,64 @@ def test_torch_reports_and_scores_are_accepted_at_the_boundary():
            ScoreAuditor(s_in, s_out).epsilon_lower()
     with pytest.raises(FedAuditError, match="scores_in must hold real numbers, got complex"):
         ScoreAuditor(torch.zeros(20, dtype=torch.complex64), s_out)
+
+
+def test_the_training_cap_draws_whole_blocks_up_to_the_cap_and_counts_the_rest(monkeypatch):
+    # cap_rows = 1000 (its floor) and blocks of 256 rows: the train split (1500 per input) draws
+    # 4 blocks (1024 rows), fits on exactly 1000, and reports the 476 undrawn rows to progress
+    monkeypatch.setattr(ldp_mod, "_TRAIN_BYTES", 0)
+    monkeypatch.setattr(ldp_mod, "block_rows", lambda width: 256)
+    fitted, drawn, seen = [], [], []
+    fit = ldp_mod.fit_black_box
+    monkeypatch.setattr(ldp_mod, "fit_black_box",
+                        lambda t0, t1, **kw: (fitted.append((len(t0), len(t1))), fit(t0, t1, **kw))[1])
+
+    def sampler(x, size, rng):
+        drawn.append(size)
+        return x[None, :] + rng.laplace(size=(size, 2))
+
+    r = audit_ldp(sampler, np.ones(2), -np.ones(2), epsilon=2.0, samples=30_000, seed=0, backend="serial",
+                  progress=seen.append, test="column")
+    assert fitted == [(1000, 1000)]
+    assert sum(seen) == 2 * r.samples
+    assert sum(drawn) == 2 + 2 * (1024 + 1500 + r.certification_samples)
+
+
+def test_every_split_and_input_draws_from_its_documented_child_stream():
+    # streams.spawn(4) = (probe, train, select, certify); split s, input w, block i <- key (s, w, i)
+    keys = []
+
+    def sampler(x, size, rng):
+        keys.append((int(x[0] < 0), rng.bit_generator.seed_seq.spawn_key))
+        return x[None, :] + rng.laplace(size=(size, 1))
+
+    audit_ldp(sampler, [1.0], [-1.0], epsilon=2.0, samples=5000, seed=0, backend="serial", test="column")
+    blocks = sorted(k for k in keys if len(k[1]) == 3)
+    assert blocks == sorted((w, (s, w, 0)) for s in (1, 2, 3) for w in (0, 1))
+
+
+def test_the_checkpoint_key_records_both_inputs_and_the_chunk(tmp_path):
+    ck = tmp_path / "a.ckpt"
+    x0, x1 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    audit_ldp(Laplace(2, 1.0), x0, x1, samples=5000, seed=4, chunk=2000, checkpoint=ck, backend="serial")
+    key = json.loads(ck.read_text().splitlines()[0])["key"]
+    assert key["x0"] == hashlib.sha256(x0.tobytes()).hexdigest()
+    assert key["x1"] == hashlib.sha256(x1.tobytes()).hexdigest()
+    assert key["chunk"] == 2000 and key["samples"] == 5000
+
+
+def test_the_likelihood_ratio_selects_on_each_inputs_own_training_draws(monkeypatch):
+    # Laplace at ε = 2 on the pair (1, −1): the LR scores average KL(P0‖P1) = 1 + e^−2 ≈ 1.14 on
+    # x0's reports and −1.14 on x1's; each input's pool (train + select, 1000 + 1000) must be its own
+    pools = {}
+    select = ldp_mod.select_event
+
+    def spy(st, s0, s1, *args):
+        pools[st.name] = (s0, s1)
+        return select(st, s0, s1, *args)
+
+    monkeypatch.setattr(ldp_mod, "select_event", spy)
+    audit_ldp(Laplace(1, 2.0), [1.0], [-1.0], samples=5000, seed=0, test="likelihood-ratio", backend="serial")
+    (s0, s1), = pools.values()
+    assert len(s0) == len(s1) == 2000
+    assert np.mean(s0) > 0.5 and np.mean(s1) < -0.5

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from fedaudit.audit import sparse_upload
-from fedaudit.audit.sparse_upload import UploadSampler, audit_sparse_upload, audit_upload
+from fedaudit.audit.sparse_upload import ReducedReports, UploadSampler, audit_sparse_upload, audit_upload, worst_pair
 from fedaudit.errors import FedAuditError
+from fedaudit.mechanisms.gated import GatedPrivateUpload
 
 TIMINGS = ("runtime_s", "sampling_s")
 #: a small client whose plain upload leaks (measured ε_lb 0.47 from 100 draws, 0.4 s)
@@ -130,3 +131,83 @@ def test_an_existing_checkpoint_without_resume_is_refused_before_any_audit(tmp_p
         audit_sparse_upload("plain", resume=True, **PLAIN)
     with pytest.raises(FedAuditError, match="backend must be one of"):
         audit_sparse_upload("plain", backend="gpu", **PLAIN)
+
+
+SMALL = dict(dim=8, density=0.25, records=4, local_steps=1, samples=100, worst_samples=200, seed=1, backend="serial")
+
+
+class Stop(Exception):
+    pass
+
+
+def _update(p, rng):
+    return rng.random() < p
+
+
+def _report(update, rng):
+    return np.array([float(update), rng.random()])
+
+
+def test_upload_sampler_draws_do_not_depend_on_how_they_are_blocked():
+    s = UploadSampler(_update, (0.2, 0.6), _report, config={})
+    big = s(np.ones(1), 40, np.random.default_rng(7))
+    np.testing.assert_array_equal(big[:10], s(np.ones(1), 10, np.random.default_rng(7)))
+
+
+def test_reduced_reports_are_the_three_statistics_of_the_pair():
+    mech = GatedPrivateUpload(8, 2, 1.0)
+    pair = worst_pair(mech)
+    got = ReducedReports(mech, pair)(pair.x1, 200, np.random.default_rng(3))
+    r = mech.sample(pair.x1, 200, np.random.default_rng(3))
+    p, c, a = mech.params_dim, mech.clip, mech.gate_clip
+    sign = np.sign(pair.x0[p:])
+    for row, out in zip(r, got):
+        S = np.flatnonzero(row[:p])
+        assert out[0] == pytest.approx(sum(np.clip(row[p + j], -c, c) / c for j in S))
+        assert out[1] == pytest.approx(sum(sign[j] * np.clip(row[2 * p + j], -a, a) / a for j in S))
+        assert out[2] == len(set(S) & set(pair.support))
+    assert len(np.unique(got[:, 2])) > 1 and np.any(got[:, 1] < 0)  # the draws exercise both reductions
+
+
+def test_pair_worst_checkpoints_in_file_itself(tmp_path):
+    ck = tmp_path / "w.ckpt"
+    audit_sparse_upload("private", pair="worst", checkpoint=ck, **SMALL)
+    assert ck.exists() and not (tmp_path / "w.ckpt.worst").exists()
+
+
+def test_progress_counts_the_draws_of_both_pairs():
+    seen = []
+    audit_sparse_upload("private", progress=seen.append, **SMALL)
+    assert sum(seen) == 2 * (SMALL["samples"] + SMALL["worst_samples"])
+
+
+def test_audit_upload_forwards_every_engine_keyword(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake(*args, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(sparse_upload, "audit_ldp", fake)
+    s = UploadSampler(_update, (0.2, 0.6), _report, config={})
+    ck = tmp_path / "c.ckpt"
+    with pytest.raises(Stop):
+        audit_upload(s, upload="toy", epsilon=None, dim=1, m=1, bytes_sparse=1, bytes_dense=1, neighbour={},
+                     samples=400, confidence=0.95, seed=0, backend="ray", workers=3, address="auto",
+                     checkpoint=ck, resume=True)
+    assert {k: seen[k] for k in ("backend", "workers", "address", "checkpoint", "resume")} == \
+        dict(backend="ray", workers=3, address="auto", checkpoint=ck, resume=True)
+
+
+def test_the_client_configuration_records_the_datasets(monkeypatch):
+    configs = []
+
+    def fake(sampler, **kw):
+        configs.append(sampler.config)
+        raise Stop
+
+    monkeypatch.setattr(sparse_upload, "audit_upload", fake)
+    for records in (4, 5):
+        with pytest.raises(Stop):
+            audit_sparse_upload("plain", **{**SMALL, "records": records, "worst_samples": 100})
+    assert "datasets" in configs[0] and configs[0] != configs[1]
