@@ -1076,7 +1076,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draws per input per candidate pair with --pair search (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
-    _engine_options(p, "the candidate audits and the certification chunks", checkpoint="certification chunk")
+    _engine_options(p, "the candidate audits and the audit's draws", checkpoint="certification chunk")
     p.set_defaults(func=cmd_audit_ldp)
 
     p = audit.add_parser("scores", help="certify a lower bound on ε from attack scores of runs with and without "
@@ -1171,7 +1171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the audits as JSON here (checked before the audit runs)")
-    _engine_options(p, "the certification chunks",
+    _engine_options(p, "the audits' draws",
                     checkpoint="certification chunk (--upload both: the private upload's in FILE.private; with "
                                "--pair both, the worst pair's in FILE[.private].worst)")
     p.set_defaults(func=cmd_audit_sparse_upload)

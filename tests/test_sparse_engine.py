@@ -140,16 +140,12 @@ class Stop(Exception):
     pass
 
 
-def _update(p, rng):
-    return rng.random() < p
-
-
 def _report(update, rng):
     return np.array([float(update), rng.random()])
 
 
 def test_upload_sampler_draws_do_not_depend_on_how_they_are_blocked():
-    s = UploadSampler(_update, (0.2, 0.6), _report, config={})
+    s = UploadSampler(_toy_update, (0.2, 0.6), _report, config={})
     big = s(np.ones(1), 40, np.random.default_rng(7))
     np.testing.assert_array_equal(big[:10], s(np.ones(1), 10, np.random.default_rng(7)))
 
@@ -189,7 +185,7 @@ def test_audit_upload_forwards_every_engine_keyword(monkeypatch, tmp_path):
         raise Stop
 
     monkeypatch.setattr(sparse_upload, "audit_ldp", fake)
-    s = UploadSampler(_update, (0.2, 0.6), _report, config={})
+    s = UploadSampler(_toy_update, (0.2, 0.6), _report, config={})
     ck = tmp_path / "c.ckpt"
     with pytest.raises(Stop):
         audit_upload(s, upload="toy", epsilon=None, dim=1, m=1, bytes_sparse=1, bytes_dense=1, neighbour={},

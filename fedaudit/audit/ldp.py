@@ -52,7 +52,7 @@ import numpy as np
 from fedaudit.attacks.inference import LikelihoodRatio, Statistic, fit_black_box
 from fedaudit.audit.bounds import MAX_SAMPLES, gdp_mu_estimate, max_certifiable_epsilon
 from fedaudit.audit.distinguishers import BLACK_BOX_FAMILIES, TESTS, has_log_prob, parse_test, select_event
-from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes
+from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes, draw_blocks
 from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
@@ -266,7 +266,8 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
 
     def split(name: str, total: int, use: Any, cap: int | None = None) -> tuple[list, list[int]]:
         """The engine tasks of one split (both inputs) and the input of each. Block i of input w
-        is drawn from child i of the split's stream for w, as in :func:`stream`; with ``cap``,
+        is drawn from child i of the split's stream for w, as in
+        :func:`~fedaudit.audit.sampling.stream`; with ``cap``,
         the blocks after the first ``cap`` rows of an input are not drawn (counted as drawn)."""
         tasks, owner = [], []
         for w, x in inputs:
@@ -379,19 +380,12 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
 
 
 def _chunk_parts(task) -> tuple[ReportSource, Any]:
-    """The reports of one engine chunk of a split, as the in-process stream draws them: its seeded
-    blocks ``step`` at a time (block i from ``seqs[i]``); returns (source, iterator of arrays)."""
+    """The reports of one engine chunk of a split: its seeded blocks ``step`` at a time (block i
+    from ``seqs[i]``, :func:`~fedaudit.audit.sampling.draw_blocks`); returns (source, iterator)."""
     target, width, x, which, sizes, seqs, step, _ = task
     source = ReportSource(target)
     source.width = width
-
-    def parts():
-        for start in range(0, len(sizes), step):
-            drawn = [source.draw(x, n, np.random.default_rng(q), which)
-                     for n, q in zip(sizes[start:start + step], seqs[start:start + step])]
-            yield drawn[0] if len(drawn) == 1 else np.concatenate(drawn)
-
-    return source, parts()
+    return source, draw_blocks(source, x, sizes, seqs, step, which)
 
 
 def _sample_chunk(task) -> list:

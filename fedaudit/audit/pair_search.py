@@ -198,7 +198,7 @@ def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None,
     = (search, certify), so the certification shares no stream with anything the search saw.
 
     ``backend``, ``workers``, ``address``: where the search's candidate audits and the
-    certification chunks run (:func:`fedaudit.engine.run_chunks`; None: the engine's default);
+    certified audit's draws run (:func:`fedaudit.engine.run_chunks`; None: the engine's default);
     the result is bit-identical on each. ``checkpoint``, ``resume``: a file recording the
     certification's finished chunks (as :func:`fedaudit.audit.ldp.audit_ldp`); the search never
     writes to it — it is deterministic and cheap, so a resumed run recomputes it, finds the same

@@ -19,7 +19,7 @@ from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
 
-__all__ = ["Sampler", "ProgressFn", "ReportSource", "block_rows", "block_sizes", "stream"]
+__all__ = ["Sampler", "ProgressFn", "ReportSource", "block_rows", "block_sizes", "draw_blocks", "stream"]
 
 #: a black-box randomizer: ``sampler(x, size, rng) -> (size, ...)`` array of reports
 Sampler = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
@@ -97,16 +97,22 @@ def block_sizes(total: int, block: int) -> list[int]:
     return sizes
 
 
+def draw_blocks(source: ReportSource, x: np.ndarray, sizes: list[int], seqs: list[np.random.SeedSequence],
+                step: int, which: str) -> Iterator[np.ndarray]:
+    """Yield the seeded blocks of ``x`` (block i: ``sizes[i]`` reports from ``seqs[i]``) as arrays
+    of ``step`` whole blocks."""
+    for start in range(0, len(sizes), step):
+        parts = [source.draw(x, n, np.random.default_rng(q), which)
+                 for n, q in zip(sizes[start:start + step], seqs[start:start + step])]
+        yield parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def stream(source: ReportSource, x: np.ndarray, total: int, block: int, seq: np.random.SeedSequence,
            chunk_blocks: int, which: str, progress: ProgressFn | None = None) -> Iterator[np.ndarray]:
     """Yield ``total`` reports of ``x`` as arrays of ``chunk_blocks`` whole seeded blocks; block i
     is drawn from ``seq.spawn(...)[i]``."""
     sizes = block_sizes(total, block)
-    children = seq.spawn(len(sizes))
-    for start in range(0, len(sizes), chunk_blocks):
-        parts = [source.draw(x, n, np.random.default_rng(c), which)
-                 for n, c in zip(sizes[start:start + chunk_blocks], children[start:start + chunk_blocks])]
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    for out in draw_blocks(source, x, sizes, seq.spawn(len(sizes)), chunk_blocks, which):
         if progress is not None:
             progress(len(out))
         yield out

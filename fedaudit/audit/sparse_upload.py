@@ -195,7 +195,7 @@ def audit_upload(sampler: UploadSampler, *, upload: str, epsilon: float | None, 
     ``epsilon`` is the stated ε of a private upload (None for the plain upload: the bound is
     reported and nothing is claimed; the LDP game then runs against a nominal claim that only
     its verdict fields would read, which are reset). ``backend`` … ``resume``: the engine
-    keywords of the certification (:func:`~fedaudit.audit.audit_ldp`), one seeded block per task;
+    keywords of the audit's draws (:func:`~fedaudit.audit.audit_ldp`), one seeded block per task;
     the result is the same on every backend.
     """
     if not isinstance(sampler, UploadSampler):
@@ -394,8 +394,9 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
     draws (likelihood ratio, m = 3: ε_lb 1.50-1.74 on 4 seeds); black box at m = 6, from 100 000
     (ε_lb 1.58; 0.66 on the raw reports).
 
-    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: where the certification
-    chunks run (:func:`~fedaudit.audit.audit_ldp`); the result is the same on every backend.
+    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: where the audit's draws
+    run and its certification checkpoint (:func:`~fedaudit.audit.audit_ldp`); the result is the
+    same on every backend.
     """
     pair = worst_pair(mechanism)
     claim = mechanism.epsilon if claimed_epsilon is None else check_real("claimed_epsilon", claimed_epsilon, low=0.0,
@@ -496,7 +497,7 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     upload's default: the main fields are the data-level audit — what one record leaks — and
     ``worst`` the worst-pair audit). ``progress`` counts the draws of both.
 
-    ``backend``, ``workers``, ``address``: where the certification chunks of both audits run
+    ``backend``, ``workers``, ``address``: where the draws of both audits run
     (:func:`fedaudit.engine.run_chunks`, through :func:`~fedaudit.audit.audit_ldp`; one seeded
     block of uploads per task on the data pair); the result is the same on every backend.
     ``checkpoint=FILE`` records the data pair's certified chunks in FILE and the worst pair's in

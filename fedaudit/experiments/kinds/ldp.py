@@ -196,7 +196,7 @@ class LDP(ClaimKind):
             "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
                                   help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
                                        "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
-            **engine_keys("the certification chunks (and with pair = 'search' the candidate audits)"),
+            **engine_keys("the audit's draws (and with pair = 'search' the candidate audits)"),
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:

@@ -19,7 +19,7 @@ per input): the stated ε is a guarantee over any two inputs of the clamped doma
 moves the inputs only slightly, so the data-level bound (reported next to it, not deciding) says
 what one record leaks, not whether ε holds. The evidence carries both bounds, the worst pair's
 exact ε and the tightness ε_lb/ε_pair; below ½ of the stated ε the summary says how little the
-PASS shows. The audits' certification chunks run on the engine (plan keys ``backend``, ``workers``;
+PASS shows. The audits' draws run on the engine (plan keys ``backend``, ``workers``;
 default the plan's ``[engine]``), with the same evidence on every backend.
 
 :func:`train_sparse` trains one sparse method (E-FLoPS, Fed-HT, FedAvg + magnitude pruning) on the
@@ -204,7 +204,7 @@ class SparseUpload(ClaimKind):
             "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
             "max_bytes_ratio": Key("float", None, low=0, high=1, open_low=True,
                                    help="optional: the gated packet must be at most this share of the dense upload"),
-            **engine_keys("the audits' certification chunks (the uploads drawn on the data and the worst pair)"),
+            **engine_keys("the audits' draws (the uploads drawn on the data and the worst pair)"),
         }
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
