@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shlex
 import sys
 import threading
@@ -832,14 +831,30 @@ def cmd_account_shuffle(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``fedaudit verify``: schema, digest, every rendering's SHA-256 and the signature. Exit 0
-    only when the report is intact and verified (signed: valid under the key; unsigned: no key
-    set); 1 otherwise, including a signed report checked without the key; 2 when unreadable."""
-    from fedaudit.reports.integrity import signing_key, verify_report
+    when the report is intact and verified (signed: valid under the key; unsigned: no key given,
+    printed as "integrity only"); 1 otherwise, including a signed report checked without the key
+    and, with ``--require-signature``, an unsigned one; 2 when unreadable. Nothing in the folder is
+    imported or run: this command never puts the folder or the working directory on ``sys.path``."""
+    from fedaudit.reports.integrity import read_key_file, signing_key, verify_report
     from fedaudit.reports.terminal import print_verify
 
-    res = verify_report(args.report)  # unreadable or missing: FedAuditError, exit 2
-    print_verify(out, res, str(args.report), key_set=signing_key() is not None)
-    return 0 if res.ok else 1
+    key = read_key_file(args.key_file) if args.key_file is not None else signing_key()
+    res = verify_report(args.report, key=key)  # unreadable or missing: FedAuditError, exit 2
+    print_verify(out, res, str(args.report), key_set=key is not None, require_signature=args.require_signature)
+    return 0 if res.ok and (res.authenticated or not args.require_signature) else 1
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    """``fedaudit sign DIR --key-file F``: verify the report, then seal it with an HMAC-SHA256
+    under the key in F (a separate step after the run: no plugin of the run sees the key)."""
+    from fedaudit.reports.integrity import read_key_file, sign_report
+
+    key = read_key_file(args.key_file)
+    outcome, res = sign_report(args.report, key, force=args.force)
+    out.print(f"{outcome}: {args.report} (HMAC-SHA256; content digest {res.content_digest}); check it with: "
+              f"fedaudit verify {args.report} --key-file {args.key_file} --require-signature",
+              highlight=False, markup=False, soft_wrap=True)
+    return 0
 
 
 class _PlanProgress:
@@ -1268,19 +1283,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_account_shuffle)
 
     p = sub.add_parser("verify", help="check a report's schema, digest, renderings (SHA-256 each) and signature "
-                                      "(FEDAUDIT_REPORT_KEY; a signed report without the key exits 1)")
+                                      "(key from --key-file or FEDAUDIT_REPORT_KEY; a signed report without the key "
+                                      "exits 1; an unsigned one is 'integrity only')")
     p.add_argument("report", help="report.json, or a report directory holding one (renderings are looked up "
-                                  "beside it)")
+                                  "beside it); read as data only, nothing in it is imported or run")
+    p.add_argument("--key-file", default=None,
+                   help="file holding the HMAC key (one trailing newline is ignored); overrides FEDAUDIT_REPORT_KEY")
+    p.add_argument("--require-signature", action="store_true",
+                   help="exit 1 unless the report carries a valid signature under the key (an unsigned report "
+                        "proves only that its files agree with each other, not who wrote them)")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("sign", help="sign a written report with the HMAC key in --key-file, as a step after the run "
+                                    "(so that no plugin of the run can read the key); refuses a report that is "
+                                    "not intact")
+    p.add_argument("report", help="report directory (or its report.json)")
+    p.add_argument("--key-file", required=True,
+                   help="file holding the HMAC key (one trailing newline is ignored), e.g. made by: "
+                        "python3 -c \"import secrets; print(secrets.token_hex(32))\" > report.key")
+    p.add_argument("--force", action="store_true", help="replace a signature made under another key")
+    p.set_defaults(func=cmd_sign)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
-    args = build_parser().parse_args(argv)
-    cwd = os.getcwd()  # "package.module:attr" names find user modules next to the command, as `python -m` does
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+    args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
     try:
         return int(args.func(args))
     except FedAuditError as exc:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -36,10 +38,20 @@ def did_you_mean(word: str, choices: Any) -> str:
 
 
 def load_reference(reference: str, *, what: str = "object") -> Any:
-    """Import ``"package.module:attr"`` (``attr`` may be dotted) and return the attribute."""
+    """Import ``"package.module:attr"`` (``attr`` may be dotted) and return the attribute.
+
+    This is the one place where fedaudit runs code a user named: the ``module:attr`` references of
+    a plan (``fedaudit run``) and of the CLI's component flags. The module is looked up on
+    ``sys.path`` and then in the working directory, which is *appended* to ``sys.path`` here (and
+    kept, so spawned workers find the module too): a file in the working directory never shadows
+    an installed package, and commands that load no reference (``verify``, rendering) never put
+    the working directory on ``sys.path`` at all (a report folder is data, never code)."""
     module_name, sep, attr = reference.partition(":")
     if not sep or not module_name or not attr:
         raise FedAuditError(f"{what} reference {reference!r} must look like 'package.module:attr'")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

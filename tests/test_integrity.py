@@ -25,7 +25,7 @@ from fedaudit.reports.model import package_checkout
 
 REPO = Path(fedaudit.__file__).resolve().parents[1]
 KEY = "correct horse battery staple"
-NOT_CHECKED = f"signed, signature not checked (set {KEY_ENV})"
+NOT_CHECKED = f"signed, signature not checked (set {KEY_ENV} or pass --key-file)"
 
 
 @pytest.fixture(autouse=True)
@@ -206,11 +206,127 @@ def test_forged_signed_report_with_recomputed_digest_is_not_intact_without_key(t
         assert verify_report(out).signature == "invalid"
 
 
-def test_unsigned_report_without_key_is_intact(tmp_path):
+def test_unsigned_report_without_key_is_intact_but_not_authenticated(tmp_path, capsys):
     out = tmp_path / "r"
     write_report(_report(), out)
     res = verify_report(out)
-    assert res.ok and res.signature == "absent"
+    assert res.ok and res.signature == "absent" and not res.authenticated
+    assert res.to_dict()["authenticated"] is False
+    assert main(["verify", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "integrity only: authenticity not established" in printed
+    assert "intact" not in printed.replace("intact and signed", "")  # never a plain "intact"
+    assert main(["verify", str(out), "--require-signature"]) == 1
+    assert "--require-signature: NOT accepted" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ signing as its own step
+def _key_file(tmp_path: Path, key: str = KEY, name: str = "report.key") -> Path:
+    path = tmp_path / name
+    path.write_text(key + "\n", encoding="utf-8")  # as `echo` or print() leaves it
+    return path
+
+
+def test_sign_after_the_run_without_the_key_in_the_environment(tmp_path, capsys):
+    out = tmp_path / "r"
+    write_report(_report(), out)  # the run: no key anywhere in its environment
+    before = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert before["signature"] is None and "unsigned" in (out / "report.md").read_text(encoding="utf-8")
+    key_file = _key_file(tmp_path)
+    assert main(["sign", str(out), "--key-file", str(key_file)]) == 0
+    assert capsys.readouterr().out.startswith("signed: ")
+    after = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    # the same report under the same key as a run with FEDAUDIT_REPORT_KEY would have sealed it
+    import hmac
+    assert after["signature"] == hmac.new(KEY.encode(), canonical_json_bytes(after), hashlib.sha256).hexdigest()
+    for key in ("claims", "title", "overall", "counts"):
+        assert after[key] == before[key]
+    assert "signed (HMAC-SHA256)" in (out / "report.md").read_text(encoding="utf-8")  # renderings say so
+    res = verify_report(out, key=KEY.encode())
+    assert res.authenticated and res.content_digest == after["manifest"]["artifacts"]["rendered_from"]
+    assert main(["verify", str(out), "--key-file", str(key_file), "--require-signature"]) == 0
+    assert "intact and signed" in capsys.readouterr().out
+    # signing again is a no-op; a wrong key is refused (the report keeps its signature) unless --force
+    assert main(["sign", str(out), "--key-file", str(key_file)]) == 0
+    assert capsys.readouterr().out.startswith("already signed: ")
+    other = _key_file(tmp_path, "another key", "other.key")
+    assert main(["verify", str(out), "--key-file", str(other)]) == 1
+    assert main(["sign", str(out), "--key-file", str(other)]) == 2
+    assert "signed under another key" in capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["signature"] == after["signature"]
+    assert main(["sign", str(out), "--key-file", str(other), "--force"]) == 0
+    assert verify_report(out, key=b"another key").authenticated and not verify_report(out, key=KEY.encode()).ok
+
+
+def test_sign_refuses_a_report_that_is_not_intact(tmp_path, capsys):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    data["claims"][1]["verdict"] = "PASS"  # a forger's edit, digest recomputed
+    _rewrite(out / "report.json", _reseal(data))
+    key_file = _key_file(tmp_path)
+    assert main(["sign", str(out), "--key-file", str(key_file)]) == 2
+    assert "refusing to sign" in capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["signature"] is None
+    write_report(_report(), out, force=True)
+    (out / "report.html").write_text("<p>all claims PASS</p>", encoding="utf-8")  # an edited rendering
+    assert main(["sign", str(out), "--key-file", str(key_file)]) == 2
+    assert "report.html" in capsys.readouterr().err
+
+
+def test_key_file_errors_are_one_line(tmp_path, capsys):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n", encoding="utf-8")
+    big = tmp_path / "big.key"
+    big.write_bytes(b"k" * (1 << 17))
+    for path, words in ((empty, "is empty"), (big, "larger than"), (tmp_path / "none.key", "cannot read")):
+        for argv in (["sign", str(out), "--key-file", str(path)], ["verify", str(out), "--key-file", str(path)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and words in err and "--key-file" in err
+
+
+# ------------------------------------------------------------------------------ a report folder is data
+def _planted_folder(tmp_path: Path) -> Path:
+    """A report folder that also holds modules named like libraries fedaudit imports: importing any
+    of them leaves a marker file (and fakes a library)."""
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    for name in ("jsonschema", "hmac", "rich", "numpy", "fedaudit_plugin"):
+        (out / f"{name}.py").write_text(f"open({str(out / ('PWNED-' + name))!r}, 'w').write('x')\n",
+                                        encoding="utf-8")
+    return out
+
+
+def test_verify_from_inside_an_untrusted_folder_imports_nothing_from_it(tmp_path):
+    out = _planted_folder(tmp_path)
+    exe = Path(sys.executable).with_name("fedaudit")  # the console script, as a user runs it
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-P", "-c", "from fedaudit.cli import main; "
+                                                                       "raise SystemExit(main())"]
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    env["PYTHONPATH"] = str(REPO)
+    for argv in (["verify", "."], ["verify", "report.json", "--require-signature"]):
+        proc = subprocess.run(cmd + argv, cwd=out, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode in (0, 1), proc.stderr
+        assert "integrity only" in proc.stdout or "NOT accepted" in proc.stdout, proc.stdout
+        assert not list(out.glob("PWNED-*")), proc.stdout + proc.stderr
+
+
+def test_a_plugin_reference_finds_the_working_directory_but_never_shadows_a_library(tmp_path, monkeypatch):
+    from fedaudit.registry import load_reference
+
+    (tmp_path / "my_rule_module.py").write_text("def make(f):\n    return ('mine', f)\n", encoding="utf-8")
+    (tmp_path / "jsonschema.py").write_text("raise ImportError('planted')\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    for name in ("jsonschema", "my_rule_module"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert load_reference("my_rule_module:make")(2) == ("mine", 2)  # run's documented lookup
+    assert sys.path[-1] == str(tmp_path)  # appended: installed packages come first
+    import jsonschema
+    assert Path(jsonschema.__file__).parent != tmp_path
 
 
 # ------------------------------------------------------------------------------ duplicate keys

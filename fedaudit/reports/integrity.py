@@ -3,10 +3,16 @@
 * **digest** — SHA-256 (hex) of the canonical JSON (:func:`~fedaudit.reports.canonical.canonical_json_bytes`:
   the report object without ``digest``/``signature``, sorted keys, no whitespace, UTF-8). It detects
   accidental or casual edits; anyone can recompute it, so it proves nothing against a deliberate forger.
-* **signature** — HMAC-SHA256 (hex) of the same bytes under the secret in ``FEDAUDIT_REPORT_KEY``
-  (RFC 2104). Only a holder of the key can produce it. When a key is set, :func:`verify_report`
-  requires a valid signature (an unsigned report then fails: its signature could have been stripped).
-  A signed report checked *without* the key is not verified either: the digest alone can be forged.
+* **signature** — HMAC-SHA256 (hex) of the same bytes under a secret key (RFC 2104): the key in
+  ``FEDAUDIT_REPORT_KEY`` when ``fedaudit run`` writes the report, or a key file given to
+  ``fedaudit sign DIR --key-file F`` as a separate step after the run (:func:`sign_report`, so that
+  no plugin loaded by the run can read the key). Only a holder of the key can produce it, and every
+  holder can: HMAC proves the report came from someone with the key, not which of them. When a key
+  is given, :func:`verify_report` requires a valid signature (an unsigned report then fails: its
+  signature could have been stripped). A signed report checked *without* the key is not verified
+  either: the digest alone can be forged. An unsigned report checked without a key is *intact*
+  (its files agree with each other) but not *authentic*: anyone could have written it
+  (:attr:`VerifyResult.authenticated`).
 * **artifact hashes** — ``manifest.artifacts`` holds the SHA-256 of every rendering written beside
   report.json (HTML with its embedded figures, Markdown), so digest and signature cover them too;
   the renderings show the *content digest* (the canonical JSON with that table null), which the
@@ -29,8 +35,8 @@ from fedaudit.errors import FedAuditError
 from fedaudit.reports.canonical import canonical_json_bytes, digest, sign
 from fedaudit.reports.model import Report
 
-__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "load_schema", "schema_errors",
-           "validate_report_dict", "VerifyResult", "verify_report"]
+__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "read_key_file", "load_schema", "schema_errors",
+           "validate_report_dict", "VerifyResult", "verify_report", "sign_report"]
 
 #: environment variable holding the HMAC key (its UTF-8 bytes are the key)
 KEY_ENV = "FEDAUDIT_REPORT_KEY"
@@ -40,6 +46,28 @@ def signing_key() -> bytes | None:
     """The HMAC key from ``FEDAUDIT_REPORT_KEY`` as bytes, or None when unset or empty."""
     value = os.environ.get(KEY_ENV)
     return value.encode("utf-8") if value else None
+
+
+#: a key file larger than this is not a key (64 KiB)
+_MAX_KEY_BYTES = 1 << 16
+
+
+def read_key_file(path: str | os.PathLike) -> bytes:
+    """The HMAC key stored in the file ``path`` (``--key-file``): its bytes, less one trailing
+    newline (``\\n`` or ``\\r\\n``, as ``echo`` or an editor leaves it). An unreadable, empty or
+    larger than 64 KiB file is a :class:`FedAuditError`."""
+    try:
+        with open(path, "rb") as fh:
+            key = fh.read(_MAX_KEY_BYTES + 1)
+    except OSError as exc:
+        raise FedAuditError(f"--key-file {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(key) > _MAX_KEY_BYTES:
+        raise FedAuditError(f"--key-file {path}: larger than {_MAX_KEY_BYTES} bytes; a key file holds one key")
+    key = key.removesuffix(b"\n").removesuffix(b"\r")
+    if not key:
+        raise FedAuditError(f"--key-file {path}: the file is empty; it must hold the key (e.g. 32 random bytes "
+                            f"in hex: python3 -c \"import secrets; print(secrets.token_hex(32))\" > {path})")
+    return key
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,7 +122,9 @@ class VerifyResult:
     not in its artifact table). ``ok`` — the report is intact *and verified* — requires a valid
     schema and digest, every artifact "ok", and a valid signature, or no signature and no key.
     A signed report checked without the key is **not** ok: whoever edits it can recompute the
-    digest, so only the signature proves anything, and it was not checked."""
+    digest, so only the signature proves anything, and it was not checked. An ``ok`` report is
+    :attr:`authenticated` only with a valid signature: an unsigned one is *integrity only* (its
+    files agree with each other; who wrote them is not established)."""
 
     ok: bool
     schema_ok: bool
@@ -109,11 +139,18 @@ class VerifyResult:
         """True when every rendering matches its recorded hash (and none is unlisted)."""
         return all(v == "ok" for v in self.artifacts.values())
 
+    @property
+    def authenticated(self) -> bool:
+        """True when the report is intact and its HMAC signature is valid under the key given: it
+        was written (or signed) by a holder of that key. False for an unsigned report."""
+        return self.ok and self.signature == "valid"
+
     def to_dict(self) -> dict[str, Any]:
         """The outcome as strict-JSON data (``artifacts_ok`` included)."""
         return fjson.jsonable({"ok": self.ok, "schema_ok": self.schema_ok, "digest_ok": self.digest_ok,
                                "signature": self.signature, "problems": list(self.problems),
                                "artifacts": dict(self.artifacts), "artifacts_ok": self.artifacts_ok,
+                               "authenticated": self.authenticated,
                                "content_digest": self.content_digest})
 
 
@@ -155,11 +192,12 @@ def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, 
     return status, problems
 
 
-def verify_report(path: str | os.PathLike) -> VerifyResult:
+def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> VerifyResult:
     """Check a written ``report.json`` (or a directory holding one): schema, digest, the SHA-256
-    of every rendering in its artifact table and, when ``FEDAUDIT_REPORT_KEY`` is set, the HMAC
-    signature. An unreadable or missing file raises :class:`FedAuditError`; a file that is not
-    strict JSON (NaN/Infinity tokens, a duplicated key) is reported as not intact."""
+    of every rendering in its artifact table and, when a key is given (``key``, else
+    ``FEDAUDIT_REPORT_KEY``), the HMAC signature. An unreadable or missing file raises
+    :class:`FedAuditError`; a file that is not strict JSON (NaN/Infinity tokens, a duplicated key)
+    is reported as not intact. Nothing is imported or executed from the report's folder."""
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
@@ -167,7 +205,7 @@ def verify_report(path: str | os.PathLike) -> VerifyResult:
         raw = path.read_bytes()
     except OSError as exc:
         raise FedAuditError(f"cannot read report {path}: {exc.strerror or exc}") from None
-    key = signing_key()
+    key = signing_key() if key is None else key
     try:
         data = fjson.loads(raw, what="report.json")
     except FedAuditError as exc:
@@ -208,16 +246,52 @@ def verify_report(path: str | os.PathLike) -> VerifyResult:
         status = "absent"
         sig_ok = key is None
         if key is not None:
-            problems.append(f"signature: the report is unsigned but {KEY_ENV} is set")
+            problems.append("signature: the report is unsigned but a key was given")
     elif key is None:
         status, sig_ok = UNCHECKED, False
-        problems.append(f"signature: signed, signature not checked (set {KEY_ENV})")
+        problems.append(f"signature: signed, signature not checked (set {KEY_ENV} or pass --key-file)")
     else:
         sig_ok = isinstance(sig, str) and hmac.compare_digest(sig, sign(canonical, key))
         status = "valid" if sig_ok else "invalid"
         if not sig_ok:
-            problems.append(f"signature: HMAC-SHA256 does not match under the key in {KEY_ENV} "
-                            f"(wrong key, or the report was modified)")
+            problems.append("signature: HMAC-SHA256 does not match under the key given "
+                            "(wrong key, or the report was modified)")
     ok = schema_ok and digest_ok and sig_ok and not artifact_problems
     return VerifyResult(ok=ok, schema_ok=schema_ok, digest_ok=digest_ok, signature=status, problems=problems,
                         artifacts=artifacts, content_digest=content)
+
+
+def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False) -> tuple[str, VerifyResult]:
+    """Sign a written report in place with the HMAC key ``key`` (``fedaudit sign DIR --key-file F``).
+
+    Signing is a separate step after the run so that the key never has to be in the environment
+    of ``fedaudit run``, where every plugin the plan names runs. The report is verified first
+    (schema, digest, every rendering's SHA-256): a report that is not intact is refused, so a
+    signature never vouches for an edited file. Its renderings are then written again (they say
+    "signed") and the report is sealed under ``key`` (:func:`fedaudit.reports.io.write_sealed_report`);
+    the content digest, and so every claim and number, is unchanged (checked). Returns
+    ``("signed" | "already signed", VerifyResult of the signed report)``. A report signed under
+    another key is refused unless ``force``."""
+    from fedaudit.reports.io import FILENAMES, write_sealed_report
+
+    folder = Path(path)
+    folder = folder.parent if folder.name == "report.json" and not folder.is_dir() else folder
+    before = verify_report(folder, key=key)
+    if before.authenticated:
+        return "already signed", before
+    problems = [p for p in before.problems if not p.startswith("signature:")]
+    if not (before.schema_ok and before.digest_ok and before.artifacts_ok) or problems:
+        raise FedAuditError(f"refusing to sign {folder}: the report is not intact ("
+                            + "; ".join(problems or before.problems) + ")")
+    if before.signature == "invalid" and not force:
+        raise FedAuditError(f"refusing to sign {folder}: it is signed under another key (or that signature was "
+                            f"forged); pass --force to replace the signature")
+    data = fjson.loads((folder / "report.json").read_bytes(), what="report.json")
+    files = (data["manifest"].get("artifacts") or {}).get("files") or {}
+    formats = ["json"] + [fmt for fmt, name in FILENAMES.items() if fmt != "json" and name in files]
+    write_sealed_report(Report.from_dict(data), folder, force=True, formats=formats, key=key)
+    after = verify_report(folder, key=key)
+    if not after.authenticated or after.content_digest != before.content_digest:
+        raise FedAuditError(f"signing {folder} changed its content (digest {before.content_digest} -> "
+                            f"{after.content_digest}); the report was left signed but should be regenerated")
+    return "signed", after

@@ -91,14 +91,15 @@ def write_report(report: Report, out_dir: str | os.PathLike, *, force: bool = Fa
 
 
 def write_sealed_report(report: Report, out_dir: str | os.PathLike, *, force: bool = False,
-                        formats: Iterable[str] = FORMATS) -> tuple[Report, dict[str, Path]]:
+                        formats: Iterable[str] = FORMATS, key: bytes | None = None) -> tuple[Report, dict[str, Path]]:
     """Seal, validate and write ``report`` into ``out_dir`` as report.json / report.html / report.md.
 
     Returns the sealed report as written (``report`` itself is frozen and stays unsealed) and
     ``{format: path}`` for the files written. With ``force`` an existing report directory
     is reused: the report files are replaced, stale report files of formats not written are removed,
     other files are left alone. ``report.manifest.artifacts`` is (re)computed here, and the
-    report is sealed with it (see the module docstring).
+    report is sealed with it (see the module docstring), signed under ``key`` when one is given,
+    else under ``FEDAUDIT_REPORT_KEY`` when that is set.
     """
     formats = tuple(dict.fromkeys(formats))
     unknown = [f for f in formats if f not in FORMATS]
@@ -110,7 +111,7 @@ def write_sealed_report(report: Report, out_dir: str | os.PathLike, *, force: bo
     if out.is_dir() and any(out.iterdir()) and not force:
         raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite")
 
-    key = signing_key()
+    key = signing_key() if key is None else key
     report = dataclasses.replace(report, manifest=dataclasses.replace(report.manifest, artifacts=None)).seal(key)
     validate_report_dict(report.to_dict())
     view = report.rendering_view()

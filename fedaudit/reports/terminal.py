@@ -231,8 +231,11 @@ def print_stress(console: Console, config: Any, res: Any, missed: Mapping[tuple[
                       f"{config.target_accuracy:g}[/]")
 
 
-def print_verify(console: Console, res: Any, report: str, *, key_set: bool) -> None:
-    """``fedaudit verify``: a ``VerifyResult`` (``key_set``: a signing key is configured)."""
+def print_verify(console: Console, res: Any, report: str, *, key_set: bool, require_signature: bool = False) -> None:
+    """``fedaudit verify``: a ``VerifyResult`` (``key_set``: a key was given). The last line says
+    which guarantee holds: "intact and signed" (a holder of the HMAC key wrote or signed it),
+    "integrity only: authenticity not established" (unsigned: the files agree with each other,
+    nothing says who wrote them), or why it is not verified."""
     from fedaudit.reports.integrity import KEY_ENV, UNCHECKED
 
     mark = lambda ok: "[green]✓[/]" if ok else "[bold red]✗[/]"
@@ -242,11 +245,12 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool) -> N
     table.add_column("result")
     table.add_row("schema", mark(res.schema_ok), "valid" if res.schema_ok else "invalid")
     table.add_row("digest (SHA-256)", mark(res.digest_ok), "matches the content" if res.digest_ok else "mismatch")
-    sig_ok = res.signature == "valid" or (res.signature == "absent" and not key_set)
-    note = {UNCHECKED: f"signed, signature not checked (set {KEY_ENV})",
-            "absent": "absent (unsigned report)"}.get(res.signature, res.signature)
-    table.add_row("signature (HMAC-SHA256)", mark(sig_ok) if res.signature != UNCHECKED else "[bold yellow]?[/]",
-                  escape(note))
+    note = {UNCHECKED: f"signed, signature not checked (set {KEY_ENV} or pass --key-file)",
+            "absent": "absent (unsigned report: authorship not established)"}.get(res.signature, res.signature)
+    sig_mark = {"valid": mark(True), "invalid": mark(False)}.get(
+        res.signature, "[bold red]✗[/]" if res.signature == "absent" and (key_set or require_signature)
+        else "[bold yellow]?[/]")
+    table.add_row("signature (HMAC-SHA256)", sig_mark, escape(note))
     for name, state in res.artifacts.items():
         table.add_row(escape(name), mark(state == "ok"),
                       {"ok": "matches its recorded SHA-256"}.get(state, state))
@@ -257,10 +261,18 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool) -> N
         console.print(f"[red]•[/] {escape(problem)}", highlight=False, soft_wrap=True)
     if res.content_digest and res.artifacts:
         console.print(f"renderings show content digest {res.content_digest}", highlight=False, soft_wrap=True)
-    if res.ok:
-        console.print("[bold green]intact[/]")
+    if res.authenticated:
+        console.print("[bold green]intact and signed[/]: the HMAC-SHA256 is valid under the key given, so a holder "
+                      "of that key wrote or signed this report (every holder of the key could have)",
+                      highlight=False, soft_wrap=True)
+    elif res.ok:
+        console.print("[bold yellow]integrity only: authenticity not established[/] (unsigned report: its files "
+                      "agree with each other, but anyone could have written them; sign it with fedaudit sign)"
+                      + (" — --require-signature: NOT accepted" if require_signature else ""),
+                      highlight=False, soft_wrap=True)
     elif res.signature == UNCHECKED and len(res.problems) == 1:
-        console.print(f"[bold yellow]NOT verified: signed, signature not checked (set {KEY_ENV})[/]")
+        console.print(f"[bold yellow]NOT verified: signed, signature not checked (set {KEY_ENV} or pass "
+                      f"--key-file)[/]", highlight=False, soft_wrap=True)
     else:
         console.print("[bold red]NOT intact[/]")
 
