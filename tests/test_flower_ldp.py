@@ -527,14 +527,9 @@ def _sim_train(msg: Message, context: Context) -> Message:
                                "metrics": MetricRecord({"num-examples": 1})}), reply_to=msg)
 
 
-@pytest.mark.slow
-def test_real_simulation_keeps_each_nodes_account_across_ray_actors(monkeypatch):
-    """Ray actors hold pickled copies of the mod and serve different nodes: the budget must follow the node.
-
-    Slow (a Ray instance of its own): in the fast suite, the shared simulation of
-    tests/test_flower_simulation.py fails on the same bugs — a budget kept in the mod object or reports
-    seeded by node id — through test_ldp_run_is_the_numpy_recomputation_of_the_seeded_reports and
-    test_a_strategy_with_its_own_ldp_mod_and_decoder (ten nodes on two actors)."""
+def _simulate(mod, mech, monkeypatch, rounds: int = 5):
+    """One real Flower simulation (Ray) of SIM_NODES nodes running ``mod``: (refused per round, reports per round,
+    the server's decoder, wall seconds)."""
     # Flower's Ray backend rewrites os.environ["PYTHONPATH"] (flower_facts §3): monkeypatch restores it afterwards
     if "PYTHONPATH" in os.environ:
         monkeypatch.setenv("PYTHONPATH", os.environ["PYTHONPATH"])
@@ -544,9 +539,8 @@ def test_real_simulation_keeps_each_nodes_account_across_ray_actors(monkeypatch)
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    mech = make_mechanism("laplace", SIM_D, 1.0)
     client_app = ClientApp()
-    client_app.train(mods=[ldp_mod(mech, budget=3.0, simulation_seed=4)])(_sim_train)
+    client_app.train(mods=[mod])(_sim_train)
     decoder, out = ldp_decoder(mech, ledger=Ledger()), {"refused": {}, "reports": {}}
     server_app = ServerApp()
 
@@ -555,7 +549,7 @@ def test_real_simulation_keeps_each_nodes_account_across_ray_actors(monkeypatch)
         deadline = time.monotonic() + 60
         while len(grid.get_node_ids()) < SIM_NODES and time.monotonic() < deadline:
             time.sleep(0.1)  # nodes register after the ServerApp starts (flower_facts §3)
-        for r in range(1, 6):
+        for r in range(1, rounds + 1):
             msgs = [Message(RecordDict({"arrays": ArrayRecord({"x": Array(np.zeros(SIM_D))}),
                                         "config": ConfigRecord({"server-round": r})}),
                             dst_node_id=node, message_type=MessageType.TRAIN) for node in sorted(grid.get_node_ids())]
@@ -571,12 +565,41 @@ def test_real_simulation_keeps_each_nodes_account_across_ray_actors(monkeypatch)
                    backend_config={"init_args": {"num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR",
                                                  "log_to_driver": False},
                                    "client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
-    wall = time.perf_counter() - t0
-    assert out["refused"] == {1: 0, 2: 0, 3: 0, 4: SIM_NODES, 5: SIM_NODES}, out["refused"]
+    return out["refused"], out["reports"], decoder, time.perf_counter() - t0
+
+
+@pytest.mark.slow
+def test_real_simulation_keeps_each_nodes_account_across_ray_actors(monkeypatch):
+    """Ray actors hold pickled copies of the mod and serve different nodes: the budget must follow the node.
+
+    Slow (a Ray instance of its own): in the fast suite, the shared simulation of
+    tests/test_flower_simulation.py fails on the same bugs — a budget kept in the mod object or reports
+    seeded by node id — through test_ldp_run_is_the_numpy_recomputation_of_the_seeded_reports and
+    test_a_strategy_with_its_own_ldp_mod_and_decoder (ten nodes on two actors)."""
+    mech = make_mechanism("laplace", SIM_D, 1.0)
+    refused, reports, decoder, wall = _simulate(ldp_mod(mech, budget=3.0, simulation_seed=4), mech, monkeypatch)
+    assert refused == {1: 0, 2: 0, 3: 0, 4: SIM_NODES, 5: SIM_NODES}, refused
     for r in (1, 2, 3):  # seeded by (seed, partition id, round) through Ray, never by the random node ids
         expected = [mech.encode(_sim_step(p, r)[None, :], derive_generator(4, f"flower-ldp;partition={p};round={r}"))[0]
                     for p in range(SIM_NODES)]
-        assert all(np.array_equal(a, b) for a, b in zip(out["reports"][r], expected))
+        assert all(np.array_equal(a, b) for a, b in zip(reports[r], expected))
     assert [x.partitions for x in decoder.rounds] == [tuple(range(SIM_NODES))] * 3
     assert {decoder.ledger.spent(p).epsilon for p in range(SIM_NODES)} == {3.0}
     assert wall < 90, f"the simulation took {wall:.0f} s"
+
+
+@pytest.mark.slow
+def test_two_real_simulations_sharing_a_ledger_file_refuse_the_second_run(monkeypatch, tmp_path):
+    """Issue #22: two separate Flower runs (two run_simulation calls, each with a fresh state for every node) with
+    one ledger file on disk, written by the Ray actors' processes: the second run is refused outright. The
+    message-level twin in the fast suite is
+    test_two_runs_sharing_a_ledger_file_refuse_on_the_second_once_the_budget_is_spent."""
+    mech, path = make_mechanism("laplace", SIM_D, 1.0), tmp_path / "ldp-ledger.json"
+    first, _, decoder, _ = _simulate(ldp_mod(mech, budget=3.0, ledger_path=path), mech, monkeypatch, rounds=4)
+    assert first == {1: 0, 2: 0, 3: 0, 4: SIM_NODES}, first
+    second, _, later, _ = _simulate(ldp_mod(mech, budget=3.0, ledger_path=path), mech, monkeypatch, rounds=2)
+    assert second == {1: SIM_NODES, 2: SIM_NODES}, second
+    assert later.rounds == ()
+    entries = LedgerFile(path).entries()
+    assert sorted((e.partition, e.round) for e in entries) == [(p, r) for p in range(SIM_NODES) for r in (1, 2, 3)]
+    assert len({e.run for e in entries}) == 1
