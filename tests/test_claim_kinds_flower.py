@@ -68,6 +68,8 @@ def test_with_a_mechanism_every_run_gets_its_own_ldp_mod_decoder_and_ledger():
     decoders = [s.decoder for s in specs]
     assert all(isinstance(d, LDPDecoder) and d.budget == 12.0 for d in decoders)
     assert len({id(d.ledger) for d in decoders}) == 3 and all(len(s.client_mods) == 1 for s in specs)
+    # a claim is a simulation: its reports opt in to the claim's seed explicitly, so the report repeats
+    assert {s.client_mods[0].simulation_seed for s in specs} == {3}
     assert decoders[0].mechanism.dim == 650 and decoders[0].mechanism.epsilon == 4.0
     assert decoders[0].budget_delta == pytest.approx(5 * 1e-5)  # rounds · delta by default
 

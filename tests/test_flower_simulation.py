@@ -43,7 +43,7 @@ SPECS = [
     StrategySpec("nnm+cwtm", f=2, client_attack="nonfinite"),
     StrategySpec("mean", f=3, client_attack="labelflip"),
     StrategySpec("mean", f=2, client_attack="signflip", client_attack_params={"scale": 4.0}),
-    StrategySpec("mean", label="mean/ldp", client_mods=(ldp_mod(MECH, seed=SEED, scope=STRATEGY_KEY, **BUDGET),),
+    StrategySpec("mean", label="mean/ldp", client_mods=(ldp_mod(MECH, simulation_seed=SEED, scope=STRATEGY_KEY, **BUDGET),),
                  decoder=DECODER),
 ]
 

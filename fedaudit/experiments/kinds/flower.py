@@ -19,7 +19,9 @@ the server decodes it, and with ``budget`` each client is refused (a Flower erro
 failure) once one more report would take its basic composition past (``budget``,
 ``budget_delta``). The server's ledger records every report; the claim then also needs every
 client's spent ε ≤ ``budget``, and the evidence gives the ε spent per client, the refused rounds and
-the bits sent. Needs ``pip install 'fedaudit[flower]'``.
+the bits sent. A claim is a simulation: its ``ldp_mod`` opts in to ``simulation_seed`` = the claim's
+seed, so the reports (and the report) repeat bit for bit; a deployed ``ldp_mod`` never takes a seed.
+Needs ``pip install 'fedaudit[flower]'``.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ class Flower(ClaimKind):
 
         mech = self._mechanism(p)
         budget = {"budget": p["budget"], "budget_delta": self._budget_delta(p, mech)} if p["budget"] else {}
-        return {"client_mods": (ldp_mod(mech, scope=STRATEGY_KEY, seed=seed, **budget),),
+        return {"client_mods": (ldp_mod(mech, scope=STRATEGY_KEY, simulation_seed=seed, **budget),),
                 "decoder": ldp_decoder(mech, ledger=Ledger(), **budget)}
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:

@@ -8,8 +8,10 @@ certified black-box lower bounds on the pair ±u, ‖u‖ = C — from ``real_ca
 per input, and from ``samples`` draws per input of its vectorised equivalent, which every one of those
 real calls matched bit for bit (the substitution that makes 10⁷ draws feasible: the real mod runs at
 ≈ 10³ calls per second). The claim fails when the exact ε or a certified bound exceeds the claimed ε;
-the evidence then carries the σ and the ``sensitivity`` setting that would deliver the claim. Flower's
-formula with ``sensitivity = clipping_norm`` calibrates for half the LDP sensitivity, so its documented
+the evidence then carries the σ and the ``sensitivity`` setting that would deliver the claim. The mod is
+only as private as the ``sensitivity`` it is given: local DP needs ``sensitivity = 2·clipping_norm``
+(which Flower's documentation does not state; it passes ``sensitivity`` as a value of its own), and with
+``sensitivity = clipping_norm`` Flower's formula calibrates for half the LDP sensitivity, so that
 configuration fails: ship it with ``expect = "violation"``.
 """
 

@@ -12,7 +12,8 @@ in ``partitions`` (a seeded, fixed set — never Flower node ids, which are rand
   x_sent the arrays the server sent and x the trained ones, u = x − x_sent becomes
   u′ = attack([u], 1, rng)[0], and the reply carries x_sent + u′. The attack sees this client's
   update only (it is called with one honest row), unlike the omniscient attacks that
-  :class:`~.strategy.RobustStrategy` applies at the server.
+  :class:`~.strategy.RobustStrategy` applies at the server. An omniscient attack (ALIE, MinMax, …,
+  ``Optimal``) is refused here: on one row it degenerates (ALIE's μ ± zσ is the client's own update).
 
 Mod order: Flower wraps ``mods[0]`` outermost, so a Byzantine mod meant to act *before* a
 privacy mod (e.g. ``LocalDpMod``) must come *after* it in the list.
@@ -46,20 +47,37 @@ CLIENT_ATTACKS = (LABEL_FLIP, "signflip", "ipm", "gaussian", "nonfinite")
 LABEL_FLIP_KEY = "fedaudit-label-flip"
 
 
+def _refuse_omniscient(name: str) -> None:
+    """A FedAuditError for an attack that is not in :data:`CLIENT_ATTACKS` (it needs the other clients' updates)."""
+    if name not in CLIENT_ATTACKS:
+        raise FedAuditError(f"attack {name!r} is omniscient (it needs the other clients' updates of the round) and "
+                            f"cannot run in a client mod, which sees only its own update; client attacks: "
+                            f"{', '.join(CLIENT_ATTACKS)}; run omniscient attacks at the server "
+                            "(RobustStrategy(attack=...), StrategySpec(attack=...))")
+
+
 def byzantine_mod(attack: Any, partitions: Iterable[int], *, seed: int = 0, when: str | None = None,
                   arrays_key: str = "arrays", config_key: str = "config") -> Callable[..., Any]:
     """A client mod that makes the clients of ``partitions`` Byzantine (see the module docstring).
 
-    ``attack``: ``"labelflip"``, an attack name of :data:`fedaudit.attacks.ATTACKS` or an attack
-    callable ``attack(honest (1, d), 1, rng) -> (1, d)``. The attack's generator is
-    ``derive_generator(seed, "flower-client-attack;partition=<p>;round=<r>")`` with r the train
+    ``attack``: ``"labelflip"``, the name or instance of an attack of :data:`CLIENT_ATTACKS`, or a
+    callable of your own ``attack(honest (1, d), 1, rng) -> (1, d)``. An omniscient attack (any other
+    fedaudit attack: ALIE, MinMax, Mimic, Fang, ``Optimal(...)``, …, by name or as an instance) is a
+    FedAuditError: it needs every honest update of the round, which a client never sees. The attack's
+    generator is ``derive_generator(seed, "flower-client-attack;partition=<p>;round=<r>")`` with r the train
     config's ``"server-round"``. With ``when``, the mod acts only in runs whose train config has
     ``STRATEGY_KEY == when`` (several strategies can then share one ClientApp).
     """
+    from fedaudit.attacks.byzantine import Attack
+
     if isinstance(attack, str) and attack != LABEL_FLIP:
         from fedaudit.attacks.registry import make_attack
 
-        attack = make_attack(attack)
+        built = make_attack(attack)  # an unknown name is reported as such first
+        _refuse_omniscient(built.name if isinstance(built, Attack) else attack)
+        attack = built
+    elif isinstance(attack, Attack):
+        _refuse_omniscient(attack.name)
     if not (attack == LABEL_FLIP or callable(attack)):
         raise FedAuditError(f"attack must be 'labelflip', an attack name or a callable attack(honest, f, rng), "
                             f"got {type(attack).__name__}")

@@ -11,9 +11,13 @@ through untouched) it
 2. with a budget: refuses the client when one more use would exceed it (below), *before* training;
 3. calls ``call_next`` (the client trains) and forms the update u = x_reply − x_sent ∈ ℝ^d, the
    arrays flattened in key order as float64 (:func:`~.records.flatten`);
-4. encodes one report y = ``mechanism.encode(u[None, :], rng)`` with
-   rng = ``derive_generator(seed, "flower-ldp;partition=<p>;round=<r>")`` — never a Flower node id,
-   which is random in every run;
+4. encodes one report y = ``mechanism.encode(u[None, :], rng)``. By default rng is seeded with 128
+   fresh bits of OS entropy (``secrets.randbits``) for every report: nothing in the app code, the
+   node config or the messages determines it, so a server that knows every configuration value
+   cannot recompute the noise and read u back. Only with the explicit opt-in ``simulation_seed``
+   (simulations and audits, never deployments) is rng = ``derive_generator(simulation_seed,
+   "flower-ldp;partition=<p>;round=<r>")`` — never a Flower node id, which is random in every run —
+   so that a simulation repeats bit for bit;
 5. replaces the reply's ArrayRecord (same record key) by ``{REPORT_KEY: y}``, a float64 array of
    shape (``mechanism.report_width``,) laid out as ``mechanism.report_layout`` says, and adds to the
    reply's MetricRecord ``"partition-id"`` = p, ``"bits"`` = ``mechanism.bits_per_report``,
@@ -33,17 +37,25 @@ NaN row, which fedaudit's rules treat as Byzantine, and is listed in the round's
 
 **Ledger** — two ledgers, on purpose:
 
-- *the client enforces* (refusal): its uses are kept in ``context.state[STATE_KEY]`` (the rounds it
-  reported in; ``STATE_KEY:<value>`` per value of the ``scope`` config key), which Flower persists
-  per node across rounds — the simulation engine stores each node's Context in the driver and
-  hands it to whichever Ray actor runs the node, and a deployed SuperNode keeps it for the run.
-  A Python ``Ledger`` inside the mod would not do: Ray actors hold pickled copies and are reused
-  by different nodes. Local DP also means the client does not trust the server to stop it, and
-  stock FedAvg sends the same config to every node, so the server could not send per-client
-  budgets anyway. The client's account is the snapshot of ``ledger`` taken when the mod is built
-  (uses before this run, keyed by partition id) plus the uses in its state, composed by
-  ``Ledger`` (``method``: basic, advanced or pld); it runs round r only if
-  ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``;
+- *the client enforces* (refusal). Its account is the snapshot of ``ledger`` taken when the mod is
+  built (uses before, keyed by partition id) plus its own uses, composed by ``Ledger``
+  (``method``: basic, advanced or pld); it runs round r only if
+  ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``. Its own uses live
+
+  * in a **persistent ledger file** on the node (:class:`~.ledger_file.LedgerFile`), named by
+    ``ledger_path`` or the node config key ``ldp-ledger-path``: every report of every run is
+    charged there, under a file lock and written atomically, *before* it leaves the node, so a
+    second ``flwr run`` of the app finds the budget already spent and is refused. This is the
+    deployed client's account;
+  * otherwise in ``context.state[STATE_KEY]`` (the rounds it reported in; ``STATE_KEY:<value>``
+    per value of the ``scope`` config key), which Flower keeps per node for **one run** — the
+    simulation engine stores each node's Context in the driver and hands it to whichever Ray
+    actor runs the node, a deployed SuperNode keeps it for the run, and a new run starts empty
+    (the mod warns once when a budget has no persistent ledger). A Python ``Ledger`` inside the mod
+    would not do: Ray actors hold pickled copies and are reused by different nodes.
+
+  Local DP also means the client does not trust the server to stop it, and stock FedAvg sends the
+  same config to every node, so the server could not send per-client budgets anyway;
 - *the server records* (the authoritative account of what was released): the decoder charges
   ``ledger.record(p, mechanism, round=r)`` for every report it receives — the ServerApp runs in the
   caller's process, so that Ledger is the caller's own object. Given a budget too, a report from a
@@ -51,7 +63,8 @@ NaN row, which fedaudit's rules treat as Byzantine, and is listed in the round's
   budget: the run's privacy claim no longer holds).
 
 A refused client replies with a Flower error ``Error(code=REFUSED_CODE, reason=...)`` and does not
-train. Every Flower strategy, stock FedAvg included, aggregates only replies without an error, so a
+train (when the persistent ledger refuses only under its lock, after training — another process charged
+the partition meanwhile — the report is withheld the same way). Every Flower strategy, stock FedAvg included, aggregates only replies without an error, so a
 refused client never contributes; :func:`is_refusal` tells a refusal from a failure (RobustStrategy
 counts both in its diagnostics' ``errors`` and lists the reasons).
 """
@@ -60,6 +73,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -68,7 +84,9 @@ import numpy as np
 from fedaudit.accounting.composition import METHODS
 from fedaudit.accounting.ledger import Ledger, LedgerEntry
 from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import make_guarantee
 from fedaudit.integrations.flower._flwr import require_flwr
+from fedaudit.integrations.flower.ledger_file import NODE_CONFIG_KEY, LedgerFile, LedgerRecord
 from fedaudit.integrations.flower.records import flatten
 from fedaudit.integrations.flower.strategy import PARTITION_KEY
 from fedaudit.json import jsonable
@@ -144,55 +162,105 @@ class LDPMod:
     """The client mod of :func:`ldp_mod` (a picklable callable, as Ray needs)."""
 
     def __init__(self, mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
-                 budget_delta: float = 0.0, method: str = "basic", scope: str | None = None, seed: int = 0):
+                 budget_delta: float = 0.0, method: str = "basic", scope: str | None = None,
+                 ledger_path: str | os.PathLike | None = None, simulation_seed: int | None = None):
         self.mechanism = _check_mechanism(mechanism)
         self._fingerprint = _fingerprint(self.mechanism)
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise FedAuditError(f"scope must be None or the name of a train-config key, got scope={scope!r}")
+        if scope is not None and ledger_path is not None:
+            raise FedAuditError(f"scope={scope!r} and ledger_path cannot be combined: scope lets a train-config value "
+                                "(chosen by the server) open a fresh account, a persistent ledger is one account per "
+                                "partition")
         self.scope = scope
         self.budget, self.budget_delta, self.method = _check_budget(budget, budget_delta, method)
         if ledger is not None and not isinstance(ledger, Ledger):
             raise FedAuditError(f"ledger must be None or a fedaudit.accounting.Ledger, got {type(ledger).__name__}")
         #: uses before this run, frozen when the mod is built (the same in-process and in Ray actors)
         self.prior: tuple[LedgerEntry, ...] = () if ledger is None else ledger.entries()
-        self.seed = check_int("seed", seed, low=0)
+        self.ledger_file = None if ledger_path is None else LedgerFile(ledger_path)
+        self.simulation_seed = None if simulation_seed is None else check_int("simulation_seed", simulation_seed,
+                                                                              low=0)
+        self._warned = False
 
     def __repr__(self) -> str:
         budget = "" if self.budget is None else (f", budget={self.budget:g}, budget_delta={self.budget_delta:g}, "
                                                  f"method={self.method!r}")
         scope = "" if self.scope is None else f", scope={self.scope!r}"
-        return f"LDPMod({self.mechanism!r}{budget}{scope}, seed={self.seed})"
+        path = "" if self.ledger_file is None else f", ledger_path={str(self.ledger_file.path)!r}"
+        seed = "" if self.simulation_seed is None else f", simulation_seed={self.simulation_seed}"
+        return f"LDPMod({self.mechanism!r}{budget}{scope}{path}{seed})"
 
-    def _account(self, partition: int, context: Context, state_key: str) -> Ledger:
-        """The client's ledger: its entries in the prior ledger, then one use of the mechanism per round
-        recorded in ``context.state[state_key]``."""
+    def _generator(self, partition: int, server_round: int) -> np.random.Generator:
+        """The report's randomness: fresh OS entropy (128 bits from ``secrets``) per report, or, with
+        ``simulation_seed``, ``derive_generator(simulation_seed, "flower-ldp;partition=<p>;round=<r>")``."""
+        if self.simulation_seed is None:
+            return np.random.default_rng(secrets.randbits(128))
+        return derive_generator(self.simulation_seed, f"flower-ldp;partition={partition};round={server_round}")
+
+    def _ledger_file(self, context: Context) -> LedgerFile | None:
+        """The persistent account: ``ledger_path``, else the node config's ``ldp-ledger-path``, else None."""
+        configured = context.node_config.get(NODE_CONFIG_KEY)
+        if configured is None:
+            return self.ledger_file
+        node = LedgerFile(configured, what=f"node config {NODE_CONFIG_KEY!r}")
+        if self.ledger_file is not None and node.path != self.ledger_file.path:
+            raise FedAuditError(f"ldp_mod(ledger_path={str(self.ledger_file.path)!r}) and node config "
+                                f"{NODE_CONFIG_KEY}={str(node.path)!r} name different ledgers; set one of them")
+        if self.scope is not None:
+            raise FedAuditError(f"ldp_mod(scope={self.scope!r}) cannot run on a node with a persistent ledger "
+                                f"({NODE_CONFIG_KEY}): scope lets the server's config open fresh accounts")
+        return node
+
+    def _account(self, partition: int, context: Context, state_key: str,
+                 records: tuple[LedgerRecord, ...] | None) -> Ledger:
+        """The client's ledger: its entries in the prior ledger, then one use per report of this run
+        (``context.state[state_key]``) or, with a persistent ledger, per record of the ledger file (every run)."""
         ledger = Ledger()
         for entry in self.prior:
             if entry.client == partition:
                 ledger.record(partition, entry.use, round=entry.round)
-        if state_key in context.state:
+        if records is not None:
+            for rec in records:
+                use = self.mechanism if rec.mechanism == self._fingerprint else make_guarantee(rec.epsilon, rec.delta)
+                ledger.record(partition, use, round=rec.round)
+        elif state_key in context.state:
             for r in context.state[state_key]["rounds"]:
                 ledger.record(partition, self.mechanism, round=int(r))
         return ledger
 
-    def _refusal(self, msg: Message, partition: int, server_round: int, ledger: Ledger) -> Message | None:
+    def _admits(self, ledger: Ledger, partition: int) -> bool:
+        return self.budget is None or ledger.can_run(partition, self.mechanism, self.budget,
+                                                     delta=self.budget_delta, method=self.method)
+
+    def _refusal(self, msg: Message, partition: int, server_round: int, ledger: Ledger,
+                 where: str = "") -> Message | None:
         """The refusal reply when one more use would exceed the budget, else None."""
-        if ledger.can_run(partition, self.mechanism, self.budget, delta=self.budget_delta, method=self.method):
+        if self._admits(ledger, partition):
             return None
         spent = ledger.spent(partition, method=self.method, delta=self.budget_delta)
         return Message(Error(code=REFUSED_CODE, reason=(
             f"fedaudit ldp_mod: partition {partition} refused in round {server_round}: one more report at "
             f"ε={self.mechanism.epsilon:g}, δ={self.mechanism.delta:g} would exceed its budget ε={self.budget:g} "
             f"at δ={self.budget_delta:g} ({self.method} composition; spent ε={spent.epsilon:g}, "
-            f"δ={spent.delta:g} over {spent.count} uses)")), reply_to=msg)
+            f"δ={spent.delta:g} over {spent.count} uses{where})")), reply_to=msg)
+
+    def _warn_per_run(self) -> None:
+        if self.budget is None or self.simulation_seed is not None or self._warned:
+            return
+        self._warned = True
+        warnings.warn(f"ldp_mod's budget ε={self.budget:g} lasts one run only (context.state is per run, so "
+                      f"submitting the app again spends it again); give the node a persistent ledger with "
+                      f"ldp_mod(..., ledger_path=...) or node config {NODE_CONFIG_KEY}", UserWarning, stacklevel=3)
 
     def __call__(self, msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
             return call_next(msg, context)
         partition = _partition_id(context)
         server_round = check_int("server-round", _config_value(
-            msg, "server-round", "ldp_mod seeds each report by (seed, partition id, round) and needs it (FedAvg-based "
-            "strategies send it)"), low=0)
+            msg, "server-round", "ldp_mod keys each report and its ledger entry by (partition id, round) and needs "
+            "it (FedAvg-based strategies send it)"), low=0)
+        book = self._ledger_file(context)
         state_key = STATE_KEY
         if self.scope is not None:
             value = _config_value(msg, self.scope, f"ldp_mod(scope={self.scope!r}) keeps one account per value of it")
@@ -202,8 +270,13 @@ class LDPMod:
         if layout.dim != self.mechanism.dim:
             raise FedAuditError(f"mechanism dim={self.mechanism.dim} must equal the model's d={layout.dim} "
                                 f"parameters ({layout.summary()})")
-        if self.budget is not None:
-            refusal = self._refusal(msg, partition, server_round, self._account(partition, context, state_key))
+        where = "" if book is None else f" recorded in {book.path}"
+        if book is None:
+            self._warn_per_run()
+        if self.budget is not None:  # refuse before training
+            records = None if book is None else book.entries(partition)
+            refusal = self._refusal(msg, partition, server_round,
+                                    self._account(partition, context, state_key, records), where)
             if refusal is not None:
                 return refusal
         out = call_next(msg, context)
@@ -214,43 +287,71 @@ class LDPMod:
         if new_layout.keys != layout.keys or new_layout.shapes != layout.shapes:
             raise FedAuditError(f"the client replied arrays {new_layout.summary()}, which do not match the sent "
                                 f"model's {layout.summary()}")
-        rng = derive_generator(self.seed, f"flower-ldp;partition={partition};round={server_round}")
-        report = self.mechanism.encode((x_new - x_sent)[None, :], rng)[0]
-        out.content[key] = ArrayRecord({REPORT_KEY: Array(np.ascontiguousarray(report, dtype=np.float64))})
         metrics = out.content.metric_records
         if len(metrics) > 1:
             raise FedAuditError(f"ldp_mod needs at most one MetricRecord in the client's reply, found {len(metrics)}")
-        mkey, record = next(iter(metrics.items())) if metrics else ("metrics", MetricRecord())
-        record[PARTITION_KEY] = partition
-        record["bits"] = int(self.mechanism.bits_per_report)
-        record["ldp-epsilon"] = float(self.mechanism.epsilon)
-        record["ldp-delta"] = float(self.mechanism.delta)
-        record["ldp-round"] = server_round
-        record["ldp-mechanism"] = self._fingerprint
-        out.content[mkey] = record
-        rounds = list(context.state[state_key]["rounds"]) if state_key in context.state else []
-        context.state[state_key] = ConfigRecord({"rounds": rounds + [server_round]})
+        if book is not None:  # charge before the report leaves the node (write-ahead), re-checked under the lock
+            record = LedgerRecord(partition=partition, run=int(context.run_id), round=server_round,
+                                  mechanism=self._fingerprint, name=self.mechanism.name,
+                                  epsilon=float(self.mechanism.epsilon), delta=float(self.mechanism.delta))
+            charged, before = book.charge(record, lambda recs: self._admits(
+                self._account(partition, context, state_key, recs), partition))
+            if not charged:
+                return self._refusal(msg, partition, server_round,
+                                     self._account(partition, context, state_key, before), where)
+        report = self.mechanism.encode((x_new - x_sent)[None, :], self._generator(partition, server_round))[0]
+        out.content[key] = ArrayRecord({REPORT_KEY: Array(np.ascontiguousarray(report, dtype=np.float64))})
+        mkey, record_m = next(iter(metrics.items())) if metrics else ("metrics", MetricRecord())
+        record_m[PARTITION_KEY] = partition
+        record_m["bits"] = int(self.mechanism.bits_per_report)
+        record_m["ldp-epsilon"] = float(self.mechanism.epsilon)
+        record_m["ldp-delta"] = float(self.mechanism.delta)
+        record_m["ldp-round"] = server_round
+        record_m["ldp-mechanism"] = self._fingerprint
+        out.content[mkey] = record_m
+        if book is None:
+            rounds = list(context.state[state_key]["rounds"]) if state_key in context.state else []
+            context.state[state_key] = ConfigRecord({"rounds": rounds + [server_round]})
         return out
 
 
+_SEED_REMOVED = ("ldp_mod(seed=...) was removed: a seed in app code lets the server recompute every report's "
+                 "randomness and read the update back. Deployments draw each report from fresh OS entropy (the "
+                 "default); for a reproducible simulation or audit pass simulation_seed=... instead")
+
+
 def ldp_mod(mechanism: Mechanism, *, ledger: Ledger | None = None, budget: float | None = None,
-            budget_delta: float = 0.0, method: str = "basic", scope: str | None = None, seed: int = 0) -> LDPMod:
+            budget_delta: float = 0.0, method: str = "basic", scope: str | None = None,
+            ledger_path: str | os.PathLike | None = None, simulation_seed: int | None = None,
+            seed: Any = None) -> LDPMod:
     """A Flower client mod that sends ``mechanism``'s report of the client's update instead of the update.
 
     ``mechanism`` is any fedaudit :class:`~fedaudit.mechanisms.Mechanism` with a claimed guarantee and
     ``dim`` = the model's parameter count (``make_mechanism("sstq", d, 1.0)``, PrivUnitG, vqSGD,
     Laplace, Gaussian, …). ``budget`` (ε > 0, or None for no limit) at δ = ``budget_delta`` under
     ``method`` composition is each client's total; ``ledger`` holds uses made before this run
-    (read once, now). ``scope`` (None: one account per client for the whole run) names a train-config
-    key whose value gets its own account — e.g. the experiment label when several strategies run one
-    after another in one simulation, as :func:`~.simulation.run_flower` does, and should each spend
-    the budget as if alone (reports are seeded by (seed, partition, round) only, so scoped experiments
-    draw the same randomness, as separate runs with one seed would). ``seed`` is the root of every
-    report's randomness. See the module
-    docstring for the wire layout, the refusal and why the client keeps its account in ``context.state``.
+    (read once, now).
+
+    Where the account lives: with ``ledger_path`` (an absolute path on the node) or the node config
+    key ``ldp-ledger-path``, in that :class:`~.ledger_file.LedgerFile`, across runs; otherwise in
+    ``context.state``, which lasts one run (the mod warns once: the budget is then spent again by
+    every new run). ``scope`` (None: one account per client for the whole run) names a train-config
+    key whose value gets its own in-run account — e.g. the experiment label when several strategies
+    run one after another in one simulation, as :func:`~.simulation.run_flower` does; it cannot be
+    combined with a persistent ledger (the server chooses config values).
+
+    Randomness: by default each report draws from a generator seeded with 128 fresh bits of OS
+    entropy (``secrets``), so nobody — the server included, knowing every configuration value — can
+    recompute it. ``simulation_seed`` is for simulations and audits only: reports then come from
+    ``derive_generator(simulation_seed, "flower-ldp;partition=<p>;round=<r>")`` and repeat bit for
+    bit, which is exactly what lets anyone who knows the seed strip the noise; never ship it in a
+    deployed app. (``seed=`` was removed for that reason and is an error.) See the module docstring
+    for the wire layout, the refusal and the two ledgers.
     """
+    if seed is not None:
+        raise FedAuditError(_SEED_REMOVED)
     return LDPMod(mechanism, ledger=ledger, budget=budget, budget_delta=budget_delta, method=method, scope=scope,
-                  seed=seed)
+                  ledger_path=ledger_path, simulation_seed=simulation_seed)
 
 
 @dataclass(frozen=True)

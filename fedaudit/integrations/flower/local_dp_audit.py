@@ -19,8 +19,10 @@ exact privacy curve of N(0, σ² I) at sensitivity Δ is (Balle & Wang 2018, Thm
 
 the true ε at δ is its inverse (:func:`~fedaudit.mechanisms.gaussian.gaussian_pair_epsilon` at μ = Δ/σ),
 and the smallest σ that delivers the claimed (ε, δ) is
-:func:`~fedaudit.mechanisms.gaussian.analytic_gaussian_sigma` (ε, δ, Δ). With ``sensitivity = C`` Flower
-calibrates for Δ = C, half the LDP sensitivity.
+:func:`~fedaudit.mechanisms.gaussian.analytic_gaussian_sigma` (ε, δ, Δ). The mod is only as private as the ``sensitivity`` the user passes:
+Flower's documentation takes it as a value of its own ("the sensitivity of the client model") and does
+not state that local DP needs ``sensitivity = 2·clipping_norm``. With ``sensitivity = C`` Flower
+calibrates for Δ = C, half the LDP sensitivity (true ε 1.61 at a claimed ε = 1, δ = 10⁻⁵).
 
 **Black box** (:func:`audit_local_dp_mod`). :class:`LocalDpModSampler` calls Flower's own mod, one train
 Message per draw: the server's parameters ``old`` fixed, the client's reply ``old + x``, the report the
