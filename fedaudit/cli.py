@@ -891,8 +891,9 @@ class _PlanProgress:
     def claim_finished(self, spec, claim, resumed: bool = False) -> None:
         if self.beat is not None:
             self.beat.end()
-        colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}[claim.verdict]
-        line = (f"[{colour}]{claim.verdict:<12}[/] [{spec.index}/{self.n}] {escape(spec.id)} "
+        from fedaudit.reports.terminal import verdict_markup
+
+        line = (f"{verdict_markup(claim.label, claim.tone, 12)} [{spec.index}/{self.n}] {escape(spec.id)} "
                 f"({spec.kind}, {claim.runtime_s:.1f} s{', from its checkpoint' if resumed else ''})")
         if self.bar is not None and resumed:
             self.bar.advance(self.overall, 1)

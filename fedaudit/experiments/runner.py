@@ -127,7 +127,7 @@ def _run_kind(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str
         evidence["parameters"] = {k: v for k, v in spec.params.items() if v is not None}
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict(spec.expect, found),
                  evidence=trim(evidence), summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
-                 runtime_s=time.perf_counter() - t0)
+                 runtime_s=time.perf_counter() - t0, caveats=list(found.caveats), guarantee=kind.guarantee)
 
 
 def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str | None) -> Claim:
@@ -137,7 +137,7 @@ def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str 
     try:
         claim = _run_kind(kind, spec, progress, workdir)
     except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
-        claim = _error_claim(spec, exc)
+        claim = _error_claim(spec, exc, kind)
     return dataclasses.replace(claim, runtime_s=time.perf_counter() - t0)
 
 
@@ -168,13 +168,13 @@ def _runs_alone(kind: ClaimKind, spec: ClaimSpec) -> bool:
     return bool(kind.runs_alone) or spec.params.get("backend") in ("process", "ray")
 
 
-def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
+def _error_claim(spec: ClaimSpec, exc: BaseException, kind: ClaimKind | None = None) -> Claim:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     message = f"{type(exc).__name__}: {exc}"
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict="INCONCLUSIVE",
                  evidence={"parameters": dict(spec.params)}, summary=f"the audit could not run: {message}",
-                 seed=spec.seed, error=message + where)
+                 seed=spec.seed, error=message + where, guarantee=getattr(kind, "guarantee", None))
 
 
 class Checkpoints:
@@ -357,7 +357,7 @@ def _run_parallel(batch, options, workdir, finish, hooks) -> None:
                 (spec, kind, where), (claim, units) = next(results)
             except Exception as exc:  # the pool failed, not a claim (a claim's error comes back as a claim)
                 for spec, where in pending.values():
-                    finish(spec, _error_claim(spec, exc), where)
+                    finish(spec, _error_claim(spec, exc, claim_kind(spec.kind)), where)
                 return
             del pending[spec.id]
             hooks.claim_started(spec, work_units(spec), kind.unit)

@@ -214,6 +214,7 @@ class Accounting(ClaimKind):
     """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition; the claim holds when the composed ε at target_delta is at most max_epsilon."""
 
     name = "accounting"
+    guarantee = "privacy"
     unit = "compositions"
     figures = ("epsilon_vs_steps",)
 
