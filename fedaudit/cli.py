@@ -1,7 +1,8 @@
 """``fedaudit`` command line: a thin shell over the Python API.
 
-Exit codes: 0 every claim holds, 1 a claim failed, 2 bad input (one line on stderr), 130
-interrupted. Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
+Exit codes (:data:`EXIT_CODES`, printed by ``fedaudit --help``): 0 every claim holds, 1 a claim
+failed, 2 bad input (one line on stderr), 130 interrupted, 143 terminated (SIGTERM is handled as
+Ctrl-C). Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
 every few seconds (``--progress-every``) so logs of long runs show that work is going on.
 Output paths (``--out``, ``--json``, ``--plot``) are checked before any work starts.
 """
@@ -12,6 +13,7 @@ import argparse
 import contextlib
 import os
 import shlex
+import signal
 import sys
 import threading
 import time
@@ -32,6 +34,40 @@ __all__ = ["main"]
 # newline, so a printed path can be copied or grepped whole; tables still fit the width.
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
+
+
+#: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130 and 143 mean the same
+#: for every command (:data:`COMMON_EXIT_CODES`). The ``--help`` epilog and docs/running.md show
+#: this table; tests/test_exit_codes.py checks each row.
+EXIT_CODES: tuple[tuple[str, str, str], ...] = (
+    ("run, demo", "every claim met its expectation", "some claim did not (FAIL or INCONCLUSIVE)"),
+    ("audit ldp", "no violation certified", "certified ε lower bound above the claimed ε (violation)"),
+    ("audit robustness", "ν̂ within the published bound (or no bound)",
+     "ν̂ above the published bound, or unbounded (not robust)"),
+    ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
+    ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
+    ("stress", "the grid ran", "with --target-accuracy: some cell never reached it"),
+    ("verify", "intact and verified", "not intact; signed but checked without the key"),
+    ("mechanisms, list, aggregators, sparse, audit scores, audit variance, account …", "done", "—"),
+)
+
+#: exit codes with one meaning for every command
+COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
+        "(verify: the path is unreadable or not a report folder)"),
+    (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
+    (143, "terminated (SIGTERM), handled as Ctrl-C: one line on stderr, checkpoints kept, lock released"),
+)
+
+
+def exit_code_table() -> str:
+    """:data:`EXIT_CODES` and :data:`COMMON_EXIT_CODES` as the plain-text table of ``--help``."""
+    lines = ["exit codes:"]
+    for commands, zero, one in EXIT_CODES:
+        lines += [f"  {commands}", f"      0  {zero}"] + ([f"      1  {one}"] if one != "—" else [])
+    lines.append("  every command")
+    lines += [f"    {code:>3}  {meaning}" for code, meaning in COMMON_EXIT_CODES]
+    return "\n".join(lines)
 
 
 #: seconds between progress lines when stderr is not a terminal (``--progress-every``)
@@ -509,7 +545,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
                                progress=advance, **engine)
     print_robustness(out, res)
     _write_json(args.json, res)
-    return 1 if res.violation else 0
+    return 1 if res.violation or res.unbounded else 0  # "unbounded" is not robust, like a violation
 
 
 def _number_list(flag: str, text: str, kind: type) -> list:
@@ -943,7 +979,8 @@ PLAN_REFERENCE = "docs/plans.md"
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
                "tree (generated from the schema), or print it with `python -m fedaudit.experiments.plan_reference`. "
                "The shipped example plan: fedaudit/plans/demo.toml. Exit codes: 0 every claim met its "
-               "expectation, 1 some claim did not, 2 bad input, 130 interrupted (rerun with --resume).")
+               "expectation, 1 some claim did not, 2 bad input, 130 interrupted and 143 terminated (SIGTERM; "
+               "rerun with --resume); every command's: fedaudit --help.")
 
 
 def _progress_options() -> argparse.ArgumentParser:
@@ -981,9 +1018,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
     from fedaudit.experiments.kinds.ldp import PAIRS
 
-    parser = _Parser(prog="fedaudit",
-                     description="Audit the privacy and Byzantine robustness of federated learning. Exit codes: "
-                                 "0 every claim holds, 1 a claim failed, 2 bad input, 130 interrupted.")
+    parser = _Parser(prog="fedaudit", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Audit the privacy and Byzantine robustness of federated learning.",
+                     epilog=exit_code_table())
     parser.add_argument("--version", action="version", version=f"fedaudit {fedaudit.__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -1276,24 +1313,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises ``KeyboardInterrupt``, so that both
+    stop a command the same way: context managers unwind (the report directory's lock is
+    released, finished claims stay checkpointed, the worker pool is shut down and its semaphores
+    unlinked) and the command exits with one line on stderr — 143 (128 + SIGTERM) instead of 130."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the command runs, SIGTERM raises :class:`Terminated` (main thread only; the previous
+    handler is restored afterwards, so ``main()`` called from a program leaves it as it was)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
+    """Run the command line; returns the exit code (:data:`EXIT_CODES`: 0 holds, 1 failed, 2 bad
+    input, 130 interrupted, 143 terminated)."""
     args = build_parser().parse_args(argv)
     cwd = os.getcwd()  # "package.module:attr" names find user modules next to the command, as `python -m` does
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        return int(args.func(args))
+        with _sigterm_as_interrupt():
+            return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         hint = {"run": " (finished claims are checkpointed: rerun with --resume)",
                 "demo": " (finished claims are checkpointed: rerun with --resume)",
                 "stress": " (finished cells are kept: rerun the same command to continue)"}.get(
             getattr(args, "command", ""), "")
-        err.print(f"fedaudit: interrupted{hint}", highlight=False, markup=False, soft_wrap=True)
-        return 130
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        err.print(f"fedaudit: {what}{hint}", highlight=False, markup=False, soft_wrap=True)
+        return 143 if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":  # pragma: no cover
