@@ -447,6 +447,8 @@ def test_html_renders_in_headless_chromium(written, tmp_path):
     r, g, b = (img[..., i].astype(int) for i in range(3))
     assert ((r > 150) & (g < 90) & (b < 90)).sum() > 200
     assert ((g > 100) & (r < 80) & (b < 110)).sum() > 200
+    # …and the detected expected violation in the violation colour (#7d3c98), not green (issue #22)
+    assert ((r > 100) & (r < 160) & (g < 90) & (b > 130)).sum() > 200
 
 
 # ------------------------------------------------------------------------------ CLI
