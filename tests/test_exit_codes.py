@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from fedaudit.cli import COMMON_EXIT_CODES, EXIT_CODES, build_parser, exit_code_table, main
+from test_runner_resume import _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,11 +134,8 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path):
     cmd = [sys.executable, "-m", "fedaudit.cli", "run", str(tmp_path / "plan.toml"), "--out", str(out),
            "--backend", "process", "--workers", "2", "--quiet"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (out / ".checkpoint" / "fast.json").exists():  # the fast claim is done, the slow one runs
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
+    try:  # the fast claim is done, the slow one runs
+        _wait_for(lambda: (out / ".checkpoint" / "fast.json").exists(), 120, "the first checkpoint", proc)
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
