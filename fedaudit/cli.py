@@ -1137,7 +1137,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True, metavar="AUDIT",
                                                                          parser_class=_Parser)
-    p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below")
+    p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below (exit 1: above the "
+                                            "published bound, or unbounded)")
     p.add_argument("--aggregator", default="nnm+cwtm",
                    help="registry spec, e.g. cwtm, krum, nnm+cwtm, or a stage package.module:attr (default nnm+cwtm)")
     _agg_param_option(p)
