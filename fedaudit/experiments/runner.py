@@ -196,16 +196,20 @@ class _ProgressPoller:
 
     def __init__(self, hooks: Any, specs: Mapping[str, tuple[ClaimSpec, int, str]], lock: threading.Lock):
         self.hooks, self.specs, self.lock = hooks, dict(specs), lock
-        self.dir = tempfile.mkdtemp(prefix="fedaudit-progress-")
+        method = getattr(type(hooks), "claims_running", None)
+        # nobody listens: no thread, no files (PlanProgress's own hook does nothing)
+        self.active = callable(getattr(hooks, "claims_running", None)) and method is not PlanProgress.claims_running
+        self.dir = tempfile.mkdtemp(prefix="fedaudit-progress-") if self.active else None
         self.done: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fedaudit-claims-progress", daemon=True)
 
-    def path(self, claim_id: str) -> str:
-        return os.path.join(self.dir, f"{claim_id}.units")
+    def path(self, claim_id: str) -> str | None:
+        """The progress file of ``claim_id`` (None when nobody listens)."""
+        return None if self.dir is None else os.path.join(self.dir, f"{claim_id}.units")
 
     def start(self) -> "_ProgressPoller":
-        if callable(getattr(self.hooks, "claims_running", None)):
+        if self.active:
             self._thread.start()
         return self
 
@@ -240,7 +244,8 @@ class _ProgressPoller:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _engine_settings(plan: Plan, engine: Mapping[str, Any] | None) -> dict[str, Any]:
