@@ -47,7 +47,9 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
     ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
     ("stress", "the grid ran", "with --target-accuracy: some cell never reached it"),
-    ("verify", "intact and verified", "not intact; signed but checked without the key"),
+    ("verify", "intact and verified", "not intact; signed but checked without the key; unsigned with "
+                                      "--require-signature"),
+    ("sign", "signed (the report was intact)", "—"),
     ("mechanisms, list, aggregators, sparse, audit scores, audit variance, account …", "done", "—"),
 )
 
@@ -1403,8 +1405,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (:data:`EXIT_CODES`: 0 holds, 1 failed, 2 bad
-    input, 130 interrupted, 143 terminated)."""
+    """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)
     cwd = os.getcwd()  # "package.module:attr" names find user modules next to the command, as `python -m` does
     if cwd not in sys.path and "" not in sys.path:
