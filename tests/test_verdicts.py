@@ -154,3 +154,33 @@ def test_min_pair_power_counts_the_certified_lower_bound(monkeypatch):
     c = _run({**VQ, "min_pair_power": 1.0})  # 0.994 < 1: still not enough
     assert c.verdict == "INCONCLUSIVE" and "proven power 0.99 < 1" in c.summary
     assert c.guarantee == "privacy"
+
+
+# ------------------------------------------------------------------------------ caveats of the kinds
+def test_a_robustness_claim_says_its_published_bound_was_not_re_verified():
+    c = _run({"id": "rob", "kind": "robustness", "aggregator": "cwtm", "n": 7, "f": 1, "trials": 4,
+              "attacks": ["alie"], "search_evals": 0})
+    assert c.verdict == "PASS" and c.guarantee == "robustness"
+    (caveat,) = c.caveats
+    assert caveat.startswith(f"the published bound κ = {c.evidence['nu_bound']:.4g} (")
+    assert "was not re-verified against the paper" in caveat
+
+
+def _canary_audit(one_run: float, gdp: float, canaries: int = 1000):
+    from types import SimpleNamespace as NS
+
+    return NS(accountant=NS(epsilon=2.0, method="prv"), one_run=NS(epsilon=one_run), one_run_fdp=NS(epsilon=one_run),
+              gdp=NS(epsilon=gdp, confidence=0.95), violation=False, canaries=canaries, canaries_in=canaries // 2,
+              noise_multiplier=1.0, claimed_noise_multiplier=1.0, seconds=1.0, to_dict=lambda: {})
+
+
+def test_a_canary_audit_says_its_gdp_value_is_an_estimate_not_a_bound():
+    from fedaudit.experiments.kinds.dpsgd import audit_evidence
+
+    common = dict(count_name="steps", count=10, delta=1e-5, confidence=0.95, curve=([10], [2.0]), expect="pass",
+                  what="DP-SGD", extra={})
+    found = audit_evidence(_canary_audit(0.4, 2.7), claimed_epsilon=3.0, **common)
+    assert found.caveats == ("the GDP ε 2.700 is an estimate, not a bound: the verdict rests on the certified "
+                             "one-run bounds",)
+    few = audit_evidence(_canary_audit(0.4, 2.7, canaries=10), claimed_epsilon=3.0, **common)
+    assert len(few.caveats) == 2 and few.caveats[1].startswith("with 10 canaries the Steinke bound cannot exceed ε = ")
