@@ -540,6 +540,7 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
 def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.audit.robustness import audit_robustness, progress_units
     from fedaudit.defenses.registry import make_aggregator
+    from fedaudit.experiments.kinds.robustness import robustness_caveats
     from fedaudit.reports.terminal import print_robustness
 
     check_output_file("--json", args.json)
@@ -554,7 +555,7 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
         res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
                                attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
                                progress=advance, **engine)
-    print_robustness(out, res)
+    print_robustness(out, res, robustness_caveats(res))
     _write_json(args.json, res)
     return 1 if res.violation or res.unbounded else 0  # "unbounded" is not robust, like a violation
 

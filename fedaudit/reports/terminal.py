@@ -143,8 +143,9 @@ def _fmt(v: float | None) -> str:
     return "—" if v is None else ("unbounded" if v == float("inf") else f"{v:.4g}")
 
 
-def print_robustness(console: Console, res: Any) -> None:
-    """``fedaudit audit robustness``: a ``RobustnessAudit`` and its worst configurations."""
+def print_robustness(console: Console, res: Any, caveats: Sequence[str] = ()) -> None:
+    """``fedaudit audit robustness``: a ``RobustnessAudit``, the ``caveats`` of its verdict (a
+    published bound that was not re-verified) and its worst configurations."""
     verdict = "[bold red]VIOLATION of the published bound[/]" if res.violation else (
         "[bold yellow]unbounded (not robust)[/]" if res.unbounded else "[bold green]within the published bound[/]"
         if res.nu_bound is not None else "no published bound")
@@ -161,6 +162,8 @@ def print_robustness(console: Console, res: Any) -> None:
                  ("trials / runtime", f"{res.trials} / {res.runtime_s:.2f} s")):
         table.add_row(escape(k), v)
     console.print(table)
+    for caveat in caveats:
+        console.print(f"[yellow]caveat:[/] {escape(caveat)}", highlight=False, soft_wrap=True)
     top = Table(title="worst configurations")
     top.add_column("configuration")
     top.add_column("ν̂", justify="right")
