@@ -1,7 +1,8 @@
 """``fedaudit`` command line: a thin shell over the Python API.
 
-Exit codes: 0 every claim holds, 1 a claim failed, 2 bad input (one line on stderr), 130
-interrupted. Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
+Exit codes (:data:`EXIT_CODES`, printed by ``fedaudit --help``): 0 every claim holds, 1 a claim
+failed, 2 bad input (one line on stderr), 130 interrupted, 143 terminated (SIGTERM is handled as
+Ctrl-C). Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
 every few seconds (``--progress-every``) so logs of long runs show that work is going on.
 Output paths (``--out``, ``--json``, ``--plot``) are checked before any work starts.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
+import signal
 import sys
 import threading
 import time
@@ -33,6 +35,42 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
+#: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130 and 143 mean the same
+#: for every command (:data:`COMMON_EXIT_CODES`). The ``--help`` epilog and docs/running.md show
+#: this table; tests/test_exit_codes.py checks each row.
+EXIT_CODES: tuple[tuple[str, str, str], ...] = (
+    ("run, demo", "every claim met its expectation", "some claim did not (FAIL or INCONCLUSIVE)"),
+    ("audit ldp", "no violation certified", "certified ε lower bound above the claimed ε (violation)"),
+    ("audit robustness", "ν̂ within the published bound (or no bound)",
+     "ν̂ above the published bound, or unbounded (not robust)"),
+    ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
+    ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
+    ("stress", "the grid ran", "with --target-accuracy: some cell never reached it"),
+    ("verify", "intact and verified", "not intact; signed but checked without the key; unsigned with "
+                                      "--require-signature"),
+    ("sign", "signed (the report was intact)", "—"),
+    ("mechanisms, list, aggregators, sparse, audit scores, audit variance, account …", "done", "—"),
+)
+
+#: exit codes with one meaning for every command
+COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
+        "(verify: the path is unreadable or not a report folder)"),
+    (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
+    (143, "terminated (SIGTERM), handled as Ctrl-C: one line on stderr, checkpoints kept, lock released"),
+)
+
+
+def exit_code_table() -> str:
+    """:data:`EXIT_CODES` and :data:`COMMON_EXIT_CODES` as the plain-text table of ``--help``."""
+    lines = ["exit codes:"]
+    for commands, zero, one in EXIT_CODES:
+        lines += [f"  {commands}", f"      0  {zero}"] + ([f"      1  {one}"] if one != "—" else [])
+    lines.append("  every command")
+    lines += [f"    {code:>3}  {meaning}" for code, meaning in COMMON_EXIT_CODES]
+    return "\n".join(lines)
+
+
 #: seconds between progress lines when stderr is not a terminal (``--progress-every``)
 PROGRESS_EVERY = 5.0
 
@@ -45,20 +83,26 @@ class _Heartbeat:
     ``every <= 0`` prints nothing.
     """
 
-    def __init__(self, every: float):
+    def __init__(self, every: float, source: Callable[[], str | None] | None = None):
         self.every = float(every)
         self.label: str | None = None
         self.total, self.unit, self.done, self.t0 = 0, "", 0, time.monotonic()
+        #: when set (and returning a line), what the thread prints instead of :meth:`line`
+        self.source = source
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the printing thread (once; ``every <= 0`` never prints)."""
+        if self._thread is None and self.every > 0:
+            self._thread = threading.Thread(target=self._loop, name="fedaudit-progress", daemon=True)
+            self._thread.start()
 
     def begin(self, label: str, total: int, unit: str) -> None:
         """Start reporting a task of ``total`` ``unit``."""
         self.total, self.unit, self.done, self.t0 = int(total), unit, 0, time.monotonic()
         self.label = label
-        if self._thread is None and self.every > 0:
-            self._thread = threading.Thread(target=self._loop, name="fedaudit-progress", daemon=True)
-            self._thread.start()
+        self.start()
 
     def advance(self, n: int) -> None:
         """``n`` more units are done."""
@@ -85,8 +129,11 @@ class _Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            if self.label is not None:
-                err.print(self.line(), highlight=False, markup=False, soft_wrap=True)
+            text = self.source() if self.source is not None else None
+            if text is None and self.label is not None:
+                text = self.line()
+            if text is not None:
+                err.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -492,6 +539,7 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
 def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.audit.robustness import audit_robustness, progress_units
     from fedaudit.defenses.registry import make_aggregator
+    from fedaudit.experiments.kinds.robustness import robustness_caveats
     from fedaudit.reports.terminal import print_robustness
 
     check_output_file("--json", args.json)
@@ -506,9 +554,9 @@ def cmd_audit_robustness(args: argparse.Namespace) -> int:
         res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
                                attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
                                progress=advance, **engine)
-    print_robustness(out, res)
+    print_robustness(out, res, robustness_caveats(res))
     _write_json(args.json, res)
-    return 1 if res.violation else 0
+    return 1 if res.violation or res.unbounded else 0  # "unbounded" is not robust, like a violation
 
 
 def _number_list(flag: str, text: str, kind: type) -> list:
@@ -859,8 +907,11 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 class _PlanProgress:
     """Progress of a plan run on stderr (the hooks of ``fedaudit.experiments.runner.PlanProgress``):
-    rich bars on a terminal; otherwise a line every ``every`` seconds while a claim runs and one
-    per finished claim; nothing when quiet."""
+    rich bars on a terminal, one per running claim, moving while it runs (parallel claims too,
+    from ``claims_running``); otherwise a line every ``every`` seconds — per claim for claims run
+    one at a time, and once claims run in parallel the plan's heartbeat
+    ``[00:40] 2 running (ldp-sstq 40%, robust-cwtm 10%), 5/12 finished`` — and one line per
+    finished claim; nothing when quiet."""
 
     def __init__(self, n_claims: int, quiet: bool, every: float | None = None, header: str | None = None):
         self.n, self.quiet, self.header = n_claims, quiet, header
@@ -869,6 +920,13 @@ class _PlanProgress:
             console=err, transient=True)
         self.beat = None if quiet or self.bar is not None else _Heartbeat(PROGRESS_EVERY if every is None else every)
         self.task = None
+        self.tasks: dict[str, Any] = {}  # claim id -> its bar
+        self.lock = threading.RLock()
+        self.t0 = time.monotonic()
+        self.finished = 0
+        #: {claim id: (spec, units done, units expected)} once claims run in parallel, else None
+        self.running: dict[str, tuple[Any, int, int]] | None = None
+        self.current: str | None = None  # the claim that advance() counts for
 
     def __enter__(self):
         if self.bar is not None:
@@ -884,41 +942,85 @@ class _PlanProgress:
         return False
 
     def plan_started(self, plan) -> None:
+        self.t0 = time.monotonic()
         if self.header and not self.quiet:  # after every check of the plan and the directory
             err.print(self.header, highlight=False, soft_wrap=True)
 
+    def heartbeat_line(self) -> str | None:
+        """The plan's heartbeat once claims run in parallel: elapsed time, the claims running (with
+        their share done) and how many have finished; None before."""
+        with self.lock:
+            if self.running is None:
+                return None
+            seconds = int(time.monotonic() - self.t0)
+            names = [spec.id + (f" {min(100, 100 * units // total)}%" if total > 0 else "")
+                     for spec, units, total in self.running.values()]
+            clock = f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+                f"{seconds // 60:02d}:{seconds % 60:02d}"
+            return (f"[{clock}] {len(names)} running" + (f" ({', '.join(names)})" if names else "")
+                    + f", {self.finished}/{self.n} finished")
+
+    def _bar_for(self, spec, total: int, unit: str) -> Any:
+        if spec.id not in self.tasks:
+            self.tasks[spec.id] = self.bar.add_task(
+                f"  [{spec.index}/{self.n}] {escape(spec.id)} ({spec.kind}, {unit})", total=total)
+        return self.tasks[spec.id]
+
+    def claims_running(self, running) -> None:
+        with self.lock:
+            if self.running is None and self.beat is not None:
+                self.beat.source = self.heartbeat_line
+                self.beat.start()
+            self.running = {cid: (spec, units, total) for cid, (spec, units, total, _) in running.items()}
+            if self.bar is not None:
+                for spec, units, total, unit in running.values():
+                    self.bar.update(self._bar_for(spec, total, unit), completed=units)
+
     def claim_started(self, spec, total: int, unit: str) -> None:
-        if self.bar is not None:
-            self.task = self.bar.add_task(f"  [{spec.index}/{self.n}] {escape(spec.id)} ({spec.kind}, {unit})",
-                                          total=total)
-        if self.beat is not None:
-            self.beat.begin(f"[{spec.index}/{self.n}] {spec.id}", total, unit)
+        with self.lock:
+            if self.bar is not None:
+                self.task = self._bar_for(spec, total, unit)
+                self.bar.update(self.task, completed=0, total=total)
+            if self.beat is not None:
+                self.beat.begin(f"[{spec.index}/{self.n}] {spec.id}", total, unit)
+            if self.running is not None:
+                self.running[spec.id] = (spec, 0, total)
+            self.current = spec.id
 
     def advance(self, n: int) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.advance(self.task, n)
-        if self.beat is not None:
-            self.beat.advance(n)
+        with self.lock:
+            if self.bar is not None and self.task is not None:
+                self.bar.advance(self.task, n)
+            if self.beat is not None:
+                self.beat.advance(n)
+            if self.running is not None and self.current in self.running:
+                spec, units, total = self.running[self.current]
+                self.running[self.current] = (spec, units + n, total)
 
     def claim_resumed(self, spec, claim) -> None:
         self.claim_finished(spec, claim, resumed=True)
 
     def claim_finished(self, spec, claim, resumed: bool = False) -> None:
-        if self.beat is not None:
-            self.beat.end()
-        colour = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}[claim.verdict]
-        line = (f"[{colour}]{claim.verdict:<12}[/] [{spec.index}/{self.n}] {escape(spec.id)} "
-                f"({spec.kind}, {claim.runtime_s:.1f} s{', from its checkpoint' if resumed else ''})")
-        if self.bar is not None and resumed:
-            self.bar.advance(self.overall, 1)
-            self.bar.console.print(line, highlight=False)
-        elif self.bar is not None:
-            self.bar.remove_task(self.task)
-            self.task = None
-            self.bar.advance(self.overall, 1)
-            self.bar.console.print(line, highlight=False)
-        elif not self.quiet:
-            err.print(line, highlight=False, soft_wrap=True)
+        from fedaudit.reports.terminal import verdict_markup
+
+        with self.lock:
+            self.finished += 1
+            self.current = None
+            if self.running is not None:
+                self.running.pop(spec.id, None)
+            if self.beat is not None:
+                self.beat.end()
+            line = (f"{verdict_markup(claim.label, claim.tone, 12)} [{spec.index}/{self.n}] {escape(spec.id)} "
+                    f"({spec.kind}, {claim.runtime_s:.1f} s{', from its checkpoint' if resumed else ''})")
+            if self.bar is not None:
+                task = self.tasks.pop(spec.id, None)
+                if task is not None:
+                    self.bar.remove_task(task)
+                self.task = None
+                self.bar.advance(self.overall, 1)
+                self.bar.console.print(line, highlight=False)
+            elif not self.quiet:
+                err.print(line, highlight=False, soft_wrap=True)
 
 
 def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
@@ -957,7 +1059,8 @@ PLAN_REFERENCE = "docs/plans.md"
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
                "tree (generated from the schema), or print it with `python -m fedaudit.experiments.plan_reference`. "
                "The shipped example plan: fedaudit/plans/demo.toml. Exit codes: 0 every claim met its "
-               "expectation, 1 some claim did not, 2 bad input, 130 interrupted (rerun with --resume).")
+               "expectation, 1 some claim did not, 2 bad input, 130 interrupted and 143 terminated (SIGTERM; "
+               "rerun with --resume); every command's: fedaudit --help.")
 
 
 def _progress_options() -> argparse.ArgumentParser:
@@ -995,9 +1098,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
     from fedaudit.experiments.kinds.ldp import PAIRS
 
-    parser = _Parser(prog="fedaudit",
-                     description="Audit the privacy and Byzantine robustness of federated learning. Exit codes: "
-                                 "0 every claim holds, 1 a claim failed, 2 bad input, 130 interrupted.")
+    parser = _Parser(prog="fedaudit", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Audit the privacy and Byzantine robustness of federated learning.",
+                     epilog=exit_code_table())
     parser.add_argument("--version", action="version", version=f"fedaudit {fedaudit.__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -1052,7 +1155,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True, metavar="AUDIT",
                                                                          parser_class=_Parser)
-    p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below")
+    p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below (exit 1: above the "
+                                            "published bound, or unbounded)")
     p.add_argument("--aggregator", default="nnm+cwtm",
                    help="registry spec, e.g. cwtm, krum, nnm+cwtm, or a stage package.module:attr (default nnm+cwtm)")
     _agg_param_option(p)
@@ -1306,21 +1410,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises ``KeyboardInterrupt``, so that both
+    stop a command the same way: context managers unwind (the report directory's lock is
+    released, finished claims stay checkpointed, the worker pool is shut down and its semaphores
+    unlinked) and the command exits with one line on stderr — 143 (128 + SIGTERM) instead of 130."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the command runs, SIGTERM raises :class:`Terminated` (main thread only; the previous
+    handler is restored afterwards, so ``main()`` called from a program leaves it as it was)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
     try:
-        return int(args.func(args))
+        with _sigterm_as_interrupt():
+            return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         hint = {"run": " (finished claims are checkpointed: rerun with --resume)",
                 "demo": " (finished claims are checkpointed: rerun with --resume)",
                 "stress": " (finished cells are kept: rerun the same command to continue)"}.get(
             getattr(args, "command", ""), "")
-        err.print(f"fedaudit: interrupted{hint}", highlight=False, markup=False, soft_wrap=True)
-        return 130
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        err.print(f"fedaudit: {what}{hint}", highlight=False, markup=False, soft_wrap=True)
+        return 143 if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

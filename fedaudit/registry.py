@@ -249,6 +249,29 @@ class Registry(Generic[T]):
         self.check_keywords(name, keywords, supplied=self._positional(name, len(args)))
         return self.factory(name)(*args, **keywords)
 
+    def call(self, name: str, args: tuple = (), keywords: dict[str, Any] | None = None, *,
+             receives: str | None = None) -> T:
+        """``factory(*args, **keywords)`` for ``name``, where a factory that raises anything but a
+        :class:`FedAuditError` (a user's factory that rejects a keyword it is given, a bad value)
+        becomes one FedAuditError naming the factory, what it was called with and the fix:
+        ``receives`` says what this family's factories are given (see :meth:`check_keywords`: a
+        keyword is passed only when the signature names it, every one with ``**keywords``)."""
+        keywords = dict(keywords or {})
+        factory = self.factory(name)
+        try:
+            return factory(*args, **keywords)
+        except FedAuditError:
+            raise
+        except Exception as exc:  # a user's component: one line, not a traceback
+            shown = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in keywords.items())])
+            what = receives or "its positional arguments and the keywords its signature names"
+            fix = ("name in its signature only the keywords it takes, or accept and ignore the others"
+                   if isinstance(exc, TypeError) else "fix the value it rejects, or the factory")
+            message = str(exc).splitlines()[0] if str(exc) else ""
+            raise FedAuditError(f"{self.kind} factory {name!r} failed when called as {name}({shown}): "
+                                f"{type(exc).__name__}: {message}; a {self.kind} factory receives {what} "
+                                f"(all of them with **keywords): {fix}") from None
+
     def _positional(self, name: str, count: int) -> tuple[str, ...]:
         """The names the first ``count`` positional arguments bind to (``skip`` included)."""
         try:

@@ -240,6 +240,9 @@ def test_a_mechanism_without_its_own_pld_is_charged_its_claims_dominating_pair()
     assert exact - 1e-6 <= ev["epsilon"] <= exact + 50 * 1e-4 and "dominating pair" in ev["per_round"]["pld"]
     sketch, _ = run(mechanism="sstq-sketch", dim=16, epsilon=1.0, method="pld")
     assert "is kept as published and is NOT LDP" in sketch.summary
+    # …and it is a caveat next to the verdict (issue #22): a budget met by a claim that does not hold
+    assert len(sketch.caveats) == 1 and "is kept as published and is NOT LDP" in sketch.caveats[0]
+    assert claim.caveats == [] and sketch.guarantee == "privacy"
 
 
 def test_the_privacy_blanket_for_k_ary_randomized_response():

@@ -156,3 +156,14 @@ def test_pair_search_finds_a_planted_violation_in_a_black_box(sampler_dir):
                "--search-samples", "500", "--pair", "search", "--quiet", pythonpath=sampler_dir)
     assert proc.returncode == 1, proc.stderr
     assert "pair (searched)" in proc.stdout and "VIOLATION" in proc.stdout
+
+
+def test_audit_ldp_prints_its_notes_as_caveats(capsys):
+    """A weak pair's note (vqSGD's antipodal pair carries 35% of the claim) is printed under the
+    verdict, not only written to --json (issue #22)."""
+    code = main(["audit", "ldp", "--mechanism", "vqsgd", "--dim", "16", "--epsilon", "1", "--samples", "5000",
+                 "--seed", "0", "--quiet"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and "no violation" in out
+    assert ("caveat: this pair carries 35% of the claim (its exact ε 0.346 of the claimed 1): a PASS here says "
+            "little; try --pair search") in out

@@ -250,8 +250,8 @@ def test_low_power_pair_says_so():
     assert r.epsilon_exact == pytest.approx(exact, rel=1e-12) and exact == pytest.approx(0.3457, abs=1e-4)
     assert r.pair_power == pytest.approx(exact / 1.0, rel=1e-12) and r.pair_power < LOW_PAIR_POWER
     assert not r.violation
-    assert r.notes == ["this pair's exact ε is 0.346, 35% of the claimed 1: a PASS here says little; "
-                       "try --pair search"]
+    assert r.notes == ["this pair carries 35% of the claim (its exact ε 0.346 of the claimed 1): a PASS here says "
+                       "little; try --pair search"]
     d = json.loads(json.dumps(r.to_dict(), allow_nan=False))
     assert d["pair_power"] == pytest.approx(exact) and d["notes"] == r.notes
 

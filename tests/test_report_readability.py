@@ -389,8 +389,10 @@ def test_pair_power_in_summary_and_min_pair_power_verdicts(monkeypatch):
     c = run_one(VQ)
     power = c.evidence["epsilon_exact"] / 1.0
     assert 0.2 < power < 0.5 and c.evidence["pair_power"] == pytest.approx(power)
-    assert f"is {power:.2f} of the claimed 1 — a PASS says little; use pair = 'search'" in c.summary
-    assert c.summary.count("says little") == 1  # the audit's own note on it is not repeated
+    assert f"is {power:.2f} of the claimed 1" in c.summary and "says little" not in c.summary
+    # the weak pair is a caveat next to the verdict, said once (the audit's own note is not repeated)
+    assert c.caveats == [f"this pair carries {power:.0%} of the claim (its exact ε {power:.3g} of the claimed 1): "
+                         "a PASS here says little; use pair = 'search'"]
     assert c.verdict == "PASS"
     assert run_one({**VQ, "min_pair_power": 0.2}).verdict == "PASS"
     weak = run_one({**VQ, "min_pair_power": 0.9})
@@ -415,7 +417,7 @@ def test_pair_power_in_summary_and_min_pair_power_verdicts(monkeypatch):
     unknown = run_one({**VQ, "min_pair_power": 0.1, "curve": False})
     assert unknown.verdict == "INCONCLUSIVE" and "exact ε is unknown" in unknown.summary
     assert unknown.evidence["notes"] == ["the pair was chosen by hand."]
-    assert "the pair was chosen by hand." in unknown.summary
+    assert "the pair was chosen by hand" in unknown.caveats and "exact ε is unknown" in unknown.caveats[0]
     # …but a certified violation stays decisive even when the pair's exact ε is unknown
     caught = run_one({**sketch, "curve": False})
     assert caught.evidence["epsilon_exact"] is None and caught.evidence["violation"] and caught.verdict == "PASS"

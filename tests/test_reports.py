@@ -353,8 +353,9 @@ def test_html_structure(written):
                 assert value.startswith("#"), value
     assert "url(" not in text and "@import" not in text
     assert 'http-equiv="Content-Security-Policy"' in text
-    for verdict in ("PASS", "FAIL", "INCONCLUSIVE"):
-        assert f'class="badge {verdict}"' in text
+    for tone, label in (("pass", "PASS"), ("fail", "FAIL"), ("inconclusive", "INCONCLUSIVE"),
+                        ("violation", "VIOLATION DETECTED (as expected)")):
+        assert f'class="badge {tone}">{label}</span>' in text
     assert "ν̂ = 7.3 exceeds" in text and "sstq-sketch-not-ldp" in text
     assert "per_configuration.nonfinite" in text and "∞" in text  # flattened evidence, specials shown
     assert render_html(read_report(written["json"]).rendering_view()) == text  # the rendering is a function of the JSON
@@ -367,7 +368,8 @@ def test_markdown(written):
     assert md.index("| # | claim") < md.index("### 1.")
     for title in ("The published SSTQ sketch is not ε-LDP", "Krum meets its published (f, ν) bound"):
         assert title in md
-    assert "❌ **FAIL**" in md and "⚠️ **INCONCLUSIVE**" in md and "**Overall:** ❌ **FAIL** — 5 claim(s)" in md
+    assert "❌ **FAIL**" in md and "⚠️ **INCONCLUSIVE**" in md and "🚨 **VIOLATION DETECTED (as expected)**" in md
+    assert "**Overall:** ❌ **1 claim(s) did not meet their expectation** — 5 claim(s): 2 PASS, 1 VIOLATION" in md
     assert "![" not in md and "data:image" not in md
     assert "- `per_configuration.alie`: 7.3" in md
     assert "report.html" in md and render_markdown(read_report(written["json"]).rendering_view()) == md
@@ -445,6 +447,8 @@ def test_html_renders_in_headless_chromium(written, tmp_path):
     r, g, b = (img[..., i].astype(int) for i in range(3))
     assert ((r > 150) & (g < 90) & (b < 90)).sum() > 200
     assert ((g > 100) & (r < 80) & (b < 110)).sum() > 200
+    # …and the detected expected violation in the violation colour (#7d3c98), not green (issue #22)
+    assert ((r > 100) & (r < 160) & (g < 90) & (b > 130)).sum() > 200
 
 
 # ------------------------------------------------------------------------------ CLI

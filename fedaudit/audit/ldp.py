@@ -134,7 +134,8 @@ def audit_notes(eps_exact: float | None, eps_claim: float | None, power: float |
         if power < LOW_PAIR_POWER and not violation:
             hint = ("the search found no stronger pair; a PASS here says little" if searched
                     else "a PASS here says little; try --pair search")
-            out.append(f"this pair's exact ε is {eps_exact:.3g}, {power:.0%} of the claimed {eps_claim:g}: {hint}")
+            out.append(f"this pair carries {power:.0%} of the claim (its exact ε {eps_exact:.3g} of the claimed "
+                       f"{eps_claim:g}): {hint}")
         elif power > 1.0 + 1e-9:
             out.append(f"this pair's exact ε is {eps_exact:.3g}, above the claimed {eps_claim:g}: "
                        f"the mechanism does not meet the claim"

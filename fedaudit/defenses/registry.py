@@ -103,7 +103,8 @@ def _build(name: str, registry: Registry, f: int, kw: dict[str, Any]) -> Any:
     if missing:
         raise FedAuditError(f"{name} needs the keyword(s) {', '.join(missing)} "
                             f"(e.g. make_aggregator('{name}+cwtm', f, {missing[0]}=...))")
-    rule = registry.factory(name)(f=f, **mine)
+    rule = registry.call(name, (), {"f": f, **mine},
+                         receives="f and the keywords of make_aggregator(spec, f, **keywords) its signature names")
     want = Aggregator if registry is AGGREGATORS else PreAggregator
     if not isinstance(rule, want):
         raise FedAuditError(f"{registry.kind} {name!r} must build a fedaudit.defenses.{want.__name__}, "

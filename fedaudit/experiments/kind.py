@@ -10,6 +10,8 @@ A claim kind is a :class:`ClaimKind` subclass registered in
 * ``default_title(params, expect)`` — the report's line when the plan gives no ``title``;
 * ``work_units(params)`` and ``unit`` — how much progress ``run`` reports, and in what;
 * ``figures`` — the plot types (:data:`fedaudit.reports.model.PLOT_TYPES`) its evidence carries;
+* ``guarantee`` — what its claims audit (``"privacy"``, ``"robustness"``, ``"utility"``), so a
+  report says separately whether any privacy claim failed;
 * ``run(spec, rng, progress) -> Evidence`` — the experiment.
 
 Verdicts. ``run`` returns what the verdict is decided from, not the verdict: whether the claim
@@ -75,6 +77,8 @@ class Evidence:
     whatever ``expect`` says). ``evidence`` is JSON data; ``plots`` are plot specifications
     (:data:`fedaudit.reports.model.PLOT_TYPES`). Unless ``states_parameters``, the runner
     appends the plan's parameters that are set to the evidence, after the results.
+    ``caveats`` are the sentences that decide how much the verdict means (a weak pair, a published
+    bound not re-verified, an estimate that is not a bound); reports show them next to the verdict.
     """
 
     holds: bool
@@ -84,13 +88,14 @@ class Evidence:
     plots: tuple[Mapping[str, Any], ...] = ()
     inconclusive: bool = False
     states_parameters: bool = False
+    caveats: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         from fedaudit.json import jsonable
 
         return jsonable({"holds": self.holds, "violated": self.violated, "inconclusive": self.inconclusive,
                          "evidence": dict(self.evidence), "summary": self.summary, "plots": list(self.plots),
-                         "states_parameters": self.states_parameters})
+                         "states_parameters": self.states_parameters, "caveats": list(self.caveats)})
 
 
 def verdict(expect: str, evidence: Evidence) -> str:
@@ -113,6 +118,8 @@ class ClaimKind:
     unit: str = "steps"
     #: plot types the evidence carries
     figures: tuple[str, ...] = ()
+    #: what the kind's claims audit: "privacy", "robustness", "utility" (None: unknown)
+    guarantee: str | None = None
     #: True for a kind that starts its own Ray simulation or process pool: the runner runs its
     #: claims in the driver process, one at a time, never as a task of the parallel batch
     runs_alone: bool = False

@@ -259,7 +259,12 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
     if unknown:
         raise unknown_keys(where, unknown, list(COMMON_KEYS) + list(schema), f"for kind {name!r}")
     params = check_keys(where, {k: raw[k] for k in schema if k in raw}, schema)
-    kind.cross_check(where, params, common["expect"])
+    try:
+        kind.cross_check(where, params, common["expect"])
+    except FedAuditError:
+        raise
+    except Exception as exc:  # a user's kind or component raised while the plan was checked: one line, exit 2
+        raise FedAuditError(f"{where}: checking kind {name!r} failed: {type(exc).__name__}: {exc}") from None
     seed = common["seed"] if common["seed"] is not None else claim_seed(plan_seed, rid)
     title = common["title"] or kind.default_title(params, common["expect"])
     return ClaimSpec(index=index, id=rid, kind=name, title=title, expect=common["expect"], seed=seed,

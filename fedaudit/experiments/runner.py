@@ -37,8 +37,11 @@ report lists the claims in plan order. A claim's result is the same either way: 
 function of the plan and its id only, and every audit is bit-identical on every backend. A
 claim whose kind ``runs_alone`` (the Flower simulation starts its own Ray) or whose own
 ``backend`` key is ``process`` or ``ray`` runs in this process after the parallel ones. While
-claims run in parallel the progress hooks hear of each claim when it has finished
-(``claim_started``, ``advance`` by the units it reported, ``claim_finished``), not unit by unit.
+claims run in parallel the progress hooks hear of each claim's verdict when it has finished
+(``claim_started``, ``advance`` by the units it reported, ``claim_finished``) and, meanwhile,
+which claims a worker is running and how many units each has done (``claims_running``, about
+every :data:`POLL_S` seconds, from small progress files the workers rewrite in a temporary
+directory; on a remote Ray cluster, whose workers do not share it, only the finished claims).
 An error inside a parallel claim is the same INCONCLUSIVE claim as in a serial run; a worker
 that dies (killed, out of memory) makes the claims still running INCONCLUSIVE with that error,
 never a crashed run, and a resume retries them.
@@ -49,6 +52,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -74,6 +79,10 @@ CHECKPOINT_DIR = ".checkpoint"
 WORK_DIR = ".work"
 #: version of the checkpoint file layout
 CHECKPOINT_FORMAT = 1
+#: seconds between two looks at the parallel claims' progress files (``claims_running``)
+POLL_S = 0.5
+#: a parallel claim's worker rewrites its progress file at most this often (seconds)
+PROGRESS_WRITE_S = 0.25
 
 
 class PlanProgress:
@@ -94,6 +103,12 @@ class PlanProgress:
 
     def claim_resumed(self, spec: ClaimSpec, claim: Claim) -> None:
         """A claim's verdict was loaded from its checkpoint instead of being computed."""
+
+    def claims_running(self, running: Mapping[str, tuple[ClaimSpec, int, int, str]]) -> None:
+        """While claims run in parallel, about every :data:`POLL_S` seconds: ``{claim id: (spec,
+        units done, units expected, unit)}`` of the claims a worker has started and not yet finished
+        (optional, like ``claim_resumed``; called from a helper thread, never at the same time as
+        another hook)."""
 
 
 def work_units(spec: ClaimSpec) -> int:
@@ -127,7 +142,7 @@ def _run_kind(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str
         evidence["parameters"] = {k: v for k, v in spec.params.items() if v is not None}
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict(spec.expect, found),
                  evidence=trim(evidence), summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
-                 runtime_s=time.perf_counter() - t0)
+                 runtime_s=time.perf_counter() - t0, caveats=list(found.caveats), guarantee=kind.guarantee)
 
 
 def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str | None) -> Claim:
@@ -137,19 +152,100 @@ def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str 
     try:
         claim = _run_kind(kind, spec, progress, workdir)
     except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
-        claim = _error_claim(spec, exc)
+        claim = _error_claim(spec, exc, kind)
     return dataclasses.replace(claim, runtime_s=time.perf_counter() - t0)
 
 
-def _claim_task(task: tuple[ClaimSpec, ClaimKind, str | None]) -> tuple[Claim, int]:
-    """One claim of the parallel batch, in an engine worker: ``(claim, units it reported)``."""
-    spec, kind, workdir = task
-    units = [0]
+def _write_progress(path: str | None, units: int) -> None:
+    """Record a running claim's units in its progress file (temporary file + rename: a reader
+    sees the old count or the new one; a failed write only loses a progress line)."""
+    if path is None:
+        return
+    try:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.write(str(units))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _claim_task(task: tuple[ClaimSpec, ClaimKind, str | None, str | None]) -> tuple[Claim, int]:
+    """One claim of the parallel batch, in an engine worker: ``(claim, units it reported)``. When
+    the driver gave a progress file, the worker writes it when the claim starts and then at most
+    every :data:`PROGRESS_WRITE_S` seconds, so the driver sees which claims run and how far
+    they are (:meth:`PlanProgress.claims_running`)."""
+    spec, kind, workdir, progress_file = task
+    units, last = [0], [time.monotonic()]
+    _write_progress(progress_file, 0)
 
     def count(n: int) -> None:
         units[0] += n
+        now = time.monotonic()
+        if progress_file is not None and now - last[0] >= PROGRESS_WRITE_S:
+            last[0] = now
+            _write_progress(progress_file, units[0])
 
     return _guarded(kind, spec, count, workdir), units[0]
+
+
+class _ProgressPoller:
+    """The driver's side of the progress files: a helper thread that reads them every
+    :data:`POLL_S` seconds and calls ``hooks.claims_running`` with the claims started and not
+    yet finished (under ``lock``, which the driver also holds while it finishes a claim)."""
+
+    def __init__(self, hooks: Any, specs: Mapping[str, tuple[ClaimSpec, int, str]], lock: threading.Lock):
+        self.hooks, self.specs, self.lock = hooks, dict(specs), lock
+        method = getattr(type(hooks), "claims_running", None)
+        # nobody listens: no thread, no files (PlanProgress's own hook does nothing)
+        self.active = callable(getattr(hooks, "claims_running", None)) and method is not PlanProgress.claims_running
+        self.dir = tempfile.mkdtemp(prefix="fedaudit-progress-") if self.active else None
+        self.done: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fedaudit-claims-progress", daemon=True)
+
+    def path(self, claim_id: str) -> str | None:
+        """The progress file of ``claim_id`` (None when nobody listens)."""
+        return None if self.dir is None else os.path.join(self.dir, f"{claim_id}.units")
+
+    def start(self) -> "_ProgressPoller":
+        if self.active:
+            self._thread.start()
+        return self
+
+    def finished(self, claim_id: str) -> None:
+        """Called under the lock when the driver has the claim's result."""
+        self.done.add(claim_id)
+
+    def poll(self) -> None:
+        """One look at the progress files: ``claims_running`` of the claims running now."""
+        running = {}
+        for claim_id, (spec, total, unit) in self.specs.items():
+            if claim_id in self.done:
+                continue
+            try:
+                with open(self.path(claim_id), encoding="ascii") as fh:
+                    units = int(fh.read() or 0)
+            except (OSError, ValueError):
+                continue  # not started yet (or a write in flight)
+            running[claim_id] = (spec, units, total, unit)
+        with self.lock:
+            running = {k: v for k, v in running.items() if k not in self.done}
+            self.hooks.claims_running(running)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(POLL_S):
+            try:
+                self.poll()
+            except Exception:  # a progress display must never stop the run
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _engine_settings(plan: Plan, engine: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -168,13 +264,13 @@ def _runs_alone(kind: ClaimKind, spec: ClaimSpec) -> bool:
     return bool(kind.runs_alone) or spec.params.get("backend") in ("process", "ray")
 
 
-def _error_claim(spec: ClaimSpec, exc: BaseException) -> Claim:
+def _error_claim(spec: ClaimSpec, exc: BaseException, kind: ClaimKind | None = None) -> Claim:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     message = f"{type(exc).__name__}: {exc}"
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict="INCONCLUSIVE",
                  evidence={"parameters": dict(spec.params)}, summary=f"the audit could not run: {message}",
-                 seed=spec.seed, error=message + where)
+                 seed=spec.seed, error=message + where, guarantee=getattr(kind, "guarantee", None))
 
 
 class Checkpoints:
@@ -344,26 +440,35 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
 
 def _run_parallel(batch, options, workdir, finish, hooks) -> None:
     """Run ``batch`` (``(spec, kind)`` pairs) as engine tasks, finishing each claim as it completes;
-    if the pool itself fails (a worker died), the claims without a result become error claims."""
-    tasks = [(spec, kind, workdir(spec)) for spec, kind in batch]
+    if the pool itself fails (a worker died), the claims without a result become error claims.
+    While they run, the workers' progress files feed ``hooks.claims_running`` (:class:`_ProgressPoller`)."""
+    lock = threading.Lock()
+    poller = _ProgressPoller(hooks, {spec.id: (spec, work_units(spec), kind.unit) for spec, kind in batch}, lock)
+    tasks = [(spec, kind, workdir(spec), poller.path(spec.id)) for spec, kind in batch]
     workers = options["workers"]
     if workers is None and default_backend() == "process":
         workers = min(default_workers(), len(tasks))
-    pending = {spec.id: (spec, where) for spec, _, where in tasks}
+    pending = {spec.id: (spec, where) for spec, _, where, _ in tasks}
     results = run_tasks(_claim_task, tasks, workers=workers)
+    poller.start()
     try:
         while pending:
             try:
-                (spec, kind, where), (claim, units) = next(results)
+                (spec, kind, where, _), (claim, units) = next(results)
             except Exception as exc:  # the pool failed, not a claim (a claim's error comes back as a claim)
-                for spec, where in pending.values():
-                    finish(spec, _error_claim(spec, exc), where)
+                with lock:
+                    for spec, where in pending.values():
+                        poller.finished(spec.id)
+                        finish(spec, _error_claim(spec, exc, claim_kind(spec.kind)), where)
                 return
             del pending[spec.id]
-            hooks.claim_started(spec, work_units(spec), kind.unit)
-            hooks.advance(units)
-            finish(spec, claim, where)
+            with lock:
+                poller.finished(spec.id)
+                hooks.claim_started(spec, work_units(spec), kind.unit)
+                hooks.advance(units)
+                finish(spec, claim, where)
     finally:
+        poller.close()
         results.close()
 
 

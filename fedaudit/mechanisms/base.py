@@ -10,7 +10,9 @@ non-private variant): for all inputs x, x' in the input domain and every event S
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -112,6 +114,19 @@ def pow2_floor(x: float) -> float:
     return math.ldexp(1.0, math.frexp(x)[1] - 1)
 
 
+def _checked_pair_hook(hook: Any) -> Any:
+    """``epsilon_for_pair`` around a mechanism's own ``hook(self, x0, x1)``: x0 and x1 checked as
+    finite float64 vectors of length ``dim``, the result a ``float`` or None."""
+
+    @functools.wraps(hook)
+    def epsilon_for_pair(self: "Mechanism", x0: Any, x1: Any) -> float | None:
+        out = hook(self, check_vector("x0", x0, dim=self.dim), check_vector("x1", x1, dim=self.dim))
+        return None if out is None else float(out)
+
+    epsilon_for_pair.__pair_hook__ = hook
+    return epsilon_for_pair
+
+
 class Mechanism(ABC):
     """Abstract local randomizer.
 
@@ -119,7 +134,32 @@ class Mechanism(ABC):
     where the output law is tractable, ``_log_prob``; they set ``dim``, ``guarantee`` (the
     claimed :class:`~fedaudit.guarantees.PureLDP` / :class:`~fedaudit.guarantees.ApproxLDP`,
     or None), ``bits_per_report``, ``report_width`` and ``report_layout``.
+
+    A mechanism whose pair loss is tractable implements the public hook
+    :meth:`epsilon_for_pair` ``(x0, x1) -> float | None`` itself: the audits call it for the
+    exact ε of the audited pair (the pair power, the tightness and the pair search's ties). The
+    override receives validated float64 vectors of length ``dim`` and may return any real or
+    None; a subclass's definition is wrapped when the class is created, so callers always get
+    the inputs checked and a ``float`` (or None) back, and ``super().epsilon_for_pair(x0, x1)``
+    works. ``_epsilon_for_pair``, the hook's former private name, still works as a deprecated
+    alias: a subclass that defines it (and not ``epsilon_for_pair``) gets it as its hook, with a
+    ``DeprecationWarning`` when the class is defined outside fedaudit.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("epsilon_for_pair")
+        legacy = cls.__dict__.get("_epsilon_for_pair")
+        if own is None and legacy is not None:
+            if not cls.__module__.startswith("fedaudit."):
+                warnings.warn(f"{cls.__module__}.{cls.__qualname__} defines _epsilon_for_pair, the former name of "
+                              f"the hook: define epsilon_for_pair(self, x0, x1) instead", DeprecationWarning,
+                              stacklevel=2)
+            own = legacy
+        if own is not None and not hasattr(own, "__pair_hook__"):
+            cls.epsilon_for_pair = _checked_pair_hook(own)
+            if legacy is None:
+                cls._epsilon_for_pair = own  # the deprecated alias: super()._epsilon_for_pair still reaches it
 
     #: registry / CLI name
     name: str = "mechanism"
@@ -174,7 +214,7 @@ class Mechanism(ABC):
         x = check_vector("x", x, dim=self.dim)
         return self._log_prob(reports, x)
 
-    def epsilon_for_pair(self, x0: Any, x1: Any) -> float | None:
+    def epsilon_for_pair(self, x0: Any, x1: Any) -> float | None:  # wrapped below: inputs checked, float out
         """The exact worst-case privacy loss of the pair (x0, x1) (white box), or None.
 
         Pure DP (``delta == 0``): ``ε(x0, x1) = ess sup_r |log p(r|x0) − log p(r|x1)|`` over every
@@ -189,10 +229,7 @@ class Mechanism(ABC):
         exact value for this pair (the subclass documents when). ``ε(x0, x1) ≤ epsilon`` is the
         claimed guarantee restricted to one pair.
         """
-        x0 = check_vector("x0", x0, dim=self.dim)
-        x1 = check_vector("x1", x1, dim=self.dim)
-        out = self._epsilon_for_pair(x0, x1)
-        return None if out is None else float(out)
+        return None  # no tractable exact value: the subclass overrides this hook
 
     def privacy_loss(self, reports: Any, x0: Any, x1: Any) -> np.ndarray:
         """Privacy loss ``log p(r|x0) − log p(r|x1)`` of each report (n,) — the statistic of the
@@ -206,6 +243,7 @@ class Mechanism(ABC):
 
     # ------------------------------------------------------------ hooks
     def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+        """Deprecated alias of :meth:`epsilon_for_pair` (the hook's former private name)."""
         return None
 
     def _privacy_loss(self, reports: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
@@ -253,6 +291,9 @@ def check_epsilon(epsilon: Any, *, allow_none: bool = False) -> float | None:
             return None
         raise FedAuditError("epsilon must be a finite real number in (0, inf), got epsilon=None")
     return check_positive("epsilon", epsilon)
+
+
+Mechanism.epsilon_for_pair = _checked_pair_hook(Mechanism.__dict__["epsilon_for_pair"])
 
 
 class GridMechanism(Mechanism):

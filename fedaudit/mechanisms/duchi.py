@@ -116,7 +116,7 @@ class Duchi(Mechanism):
         return (log2 + _log_mix(w, self._log_pi, self._log_1mpi),
                 log2 + _log_mix(w, self._log_1mpi, self._log_pi))
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """max over the non-null sign cells (sign<z, x0>, sign<z, x1>) of |log f_x0 − log f_x1|.
 
         f_x is constant on each open half-sphere {±<z, x> > 0} (the great circle <z, x> = 0 is

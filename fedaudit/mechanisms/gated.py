@@ -586,7 +586,7 @@ class GatedPrivateUpload(Mechanism):
         out[valid] = np.where(off.any(axis=1), -np.inf, lp)
         return out
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
         p, m = self.params_dim, self.m
         if m > MAX_LOG_PROB_M or math.comb(p, m) > MAX_PAIR_SETS:
             return None

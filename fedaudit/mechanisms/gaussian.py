@@ -229,7 +229,7 @@ class Gaussian(GridMechanism):
         return {"dim": self.dim, "epsilon": self.epsilon, "delta": self.delta, "clip": self.clip}
 
     # ----------------------------------------------------------------- pair
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """The pair's ε(δ) at the mechanism's own δ: ``gaussian_pair_epsilon(mu, delta)``, the
         smallest ε with ``delta_pair(ε) <= delta``, where ``mu = |k0 − k1|_2 · grid / sigma`` on the
         grid-rounded clipped inputs ``k_i = rint(clip_l2(x_i)/grid)``.

@@ -81,7 +81,7 @@ class Laplace(GridMechanism):
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "clip": self.clip}
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """``|k0 − k1|_1 / t`` on the rounded grid points ``k_i = rint(clip_l2(x_i)/grid)``.
 
         The loss of a report r = m·grid is ``sum_j (|m_j − k1_j| − |m_j − k0_j|)/t``; by the

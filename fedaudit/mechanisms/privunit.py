@@ -184,7 +184,7 @@ class PrivUnitG(Mechanism):
         base = -0.5 * np.einsum("ij,ij->i", u, u) - 0.5 * self.dim * _LOG_2PI - self.dim * math.log(scale)
         return base + self._log_mix(u @ U[0], w)
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """ess sup over u in R^d of |log mix_0(<u, U0>) − log mix_1(<u, U1>)| (the Gaussian base
         factor cancels), U_i the directions of :func:`signed_directions` (e_1 at x = 0).
 

@@ -176,7 +176,7 @@ class SSTQSketch(Mechanism):
         """The norm-column test of ``log_prob`` (relative tolerance 1e-12)."""
         return np.abs(n0 - n1) <= 1e-12 * np.maximum(n0, n1)
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
         """Exact sup over (S, N, y) of |log p(r|x0) − log p(r|x1)|.
 
         **Infinite** if some k-subset S has ‖x0_S‖ ≠ ‖x1_S‖ (by log_prob's 1e-12 relative test):

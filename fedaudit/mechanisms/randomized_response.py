@@ -125,7 +125,7 @@ class RandomizedResponse(Mechanism):
         out[np.arange(o.shape[0]), o] = (1.0 - self.p_other) / self._gap
         return out
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """0 for the same category, else log(p/q) = ε (attained at o = c0; every other output
         has ratio 1 or q/p)."""
         c0 = int(_categories(x0[None, :], self.k, "x0")[0])

@@ -103,12 +103,21 @@ def _gated_private(dim: int, epsilon: float, *, k: int | None = None, clip: floa
                               gate_clip=gate_clip, select_share=select_share, gate_share=gate_share)
 
 
+#: what ``make_mechanism`` passes a mechanism factory (the docs and its error messages say this)
+FACTORY_RECEIVES = ("(dim, epsilon) positionally and, of k, levels, clip, delta and rotate, the keywords its "
+                    "signature names")
+
+
 def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None = None, levels: int = 4,
                    clip: float = 1.0, delta: float = 1e-5, rotate: bool = True) -> Mechanism:
     """Build a mechanism by registry name or ``"module:attr"`` reference.
 
-    The common keywords are passed to the factory only when it takes them (``k`` is ignored for
-    ``laplace``; a factory with ``**keywords`` gets all of them). ``k`` defaults to
+    The factory is called as ``factory(dim, epsilon, **keywords)``: the common keywords ``k``,
+    ``levels``, ``clip``, ``delta`` and ``rotate`` are passed only when its signature names them
+    (``k`` is ignored for ``laplace``; a factory with ``**keywords`` gets all five). A factory that
+    raises anything but a FedAuditError is one FedAuditError naming it, the call and the fix
+    (:meth:`~fedaudit.registry.Registry.call`), so a plan that names it fails validation with
+    one line (exit 2). ``k`` defaults to
     max(1, dim // 16); for ``rr``, ``dim`` is the number of categories. Use
     ``MECHANISMS.build(name, dim, epsilon, **keywords)`` to reject keywords a mechanism does not take.
     """
@@ -117,4 +126,4 @@ def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None 
     if accepted is not None:
         keywords = {key: v for key, v in keywords.items() if key in accepted}
     MECHANISMS.check_keywords(name, keywords)  # a user factory's required keyword beyond these: say so
-    return MECHANISMS.factory(name)(dim, epsilon, **keywords)
+    return MECHANISMS.call(name, (dim, epsilon), keywords, receives=FACTORY_RECEIVES)

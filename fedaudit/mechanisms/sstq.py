@@ -257,7 +257,7 @@ class SSTQ(Mechanism):
     #: largest |supp(x0) ∪ supp(x1)| for which rotate=True enumerates the public sign patterns
     max_enumerated_support = 16
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float | None:
         """sup over (signs, S, o) of |Σ_{j∈S} log P(o_j|y0_j) − log P(o_j|y1_j)|, y_i = R_s clip(x_i).
 
         Given the public seed the k outputs are independent, so for fixed signs the sup over

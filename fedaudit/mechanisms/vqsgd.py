@@ -148,7 +148,7 @@ class VQSGD(Mechanism):
             return log_w
         return np.logaddexp(self._log_q, self._log_gap + log_w)  # log(q + (p − q)·w)
 
-    def _epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
+    def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """max over the 2d outputs o of |log P[o|x0] − log P[o|x1]|, P[o|x] = q + (p − q)·w_x(o)
         (exact enumeration of the finite output set; ``inf`` without privacy when a vertex has
         weight 0 under exactly one input, vertices impossible under both skipped)."""

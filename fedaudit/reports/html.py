@@ -1,8 +1,9 @@
 """Self-contained HTML rendering of a :class:`~fedaudit.reports.model.Report`.
 
 One file, no network: inline CSS, figures as ``data:image/png;base64`` images, no scripts, and a
-Content-Security-Policy that forbids loading anything else. Layout: the overall verdict and a
-summary table of every claim first, then one section per claim (verdict, expectation, summary,
+Content-Security-Policy that forbids loading anything else. Layout: the overall verdict (its
+words, colour and per-guarantee lines from the report model) and a summary table of every claim
+with its caveats first, then one section per claim (verdict, expectation, summary,
 evidence table, figures), then the manifest and integrity fields.
 """
 
@@ -24,7 +25,7 @@ _EXPECT_TEXT = {
 }
 
 _CSS = """
-:root { --pass:#1e8449; --fail:#c0392b; --inc:#b9770e; --ink:#1c2833; --muted:#5d6d7e; --line:#d5d8dc; }
+:root { --pass:#1e8449; --violation:#7d3c98; --fail:#c0392b; --inc:#b9770e; --ink:#1c2833; --muted:#5d6d7e; --line:#d5d8dc; }
 * { box-sizing: border-box; }
 body { margin: 0; padding: 24px 32px 48px; font: 15px/1.5 "DejaVu Sans", "Liberation Sans", Arial, sans-serif;
        color: var(--ink); background: #ffffff; max-width: 1100px; }
@@ -44,14 +45,23 @@ table.evidence td:first-child, table.manifest td:first-child { font-family: "Dej
 table.evidence td:last-child { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; word-break: break-word; }
 .badge { display: inline-block; min-width: 92px; padding: 2px 10px; border-radius: 12px; color: #fff;
          font-weight: 700; font-size: 13px; text-align: center; letter-spacing: .03em; }
-.badge.PASS { background: var(--pass); }
-.badge.FAIL { background: var(--fail); }
-.badge.INCONCLUSIVE { background: var(--inc); }
+.badge.pass { background: var(--pass); }
+.badge.violation { background: var(--violation); }
+.badge.fail { background: var(--fail); }
+.badge.inconclusive { background: var(--inc); }
 section.claim { border: 1px solid var(--line); border-left: 8px solid var(--muted); border-radius: 6px;
                 padding: 16px 20px; margin: 22px 0; }
-section.claim.PASS { border-left-color: var(--pass); }
-section.claim.FAIL { border-left-color: var(--fail); }
-section.claim.INCONCLUSIVE { border-left-color: var(--inc); }
+section.claim.pass { border-left-color: var(--pass); }
+section.claim.violation { border-left-color: var(--violation); }
+section.claim.fail { border-left-color: var(--fail); }
+section.claim.inconclusive { border-left-color: var(--inc); }
+ul.caveats { margin: 6px 0 10px; padding: 6px 12px 6px 28px; background: #fef5e7; border: 1px solid #f8c471;
+             border-radius: 4px; font-size: 14px; }
+td .caveat { color: #7e5109; font-size: 12px; margin-top: 4px; }
+ul.guarantees { margin: 6px 0 0; padding-left: 20px; }
+ul.guarantees li.pass { color: var(--pass); }
+ul.guarantees li.violation { color: var(--violation); font-weight: 700; }
+ul.guarantees li.fail { color: var(--fail); font-weight: 700; }
 .meta { margin: 0 0 8px; color: var(--muted); font-size: 14px; }
 .meta code { color: var(--ink); }
 .claim-summary { margin: 8px 0; }
@@ -81,8 +91,16 @@ def claim_anchor(claim_id: str, index: int) -> str:
     return f"claim-{index + 1}-{slug}"
 
 
-def _badge(verdict: str) -> str:
-    return f'<span class="badge {_e(verdict)}">{_e(verdict)}</span>'
+def _badge(label: str, tone: str) -> str:
+    """A verdict badge: ``label`` (:attr:`Claim.label`) in the colour of ``tone`` (:attr:`Claim.tone`)."""
+    return f'<span class="badge {_e(tone)}">{_e(label)}</span>'
+
+
+def _caveats(claim: Claim) -> str:
+    """The claim's caveats as a list next to its verdict (empty when it has none)."""
+    if not claim.caveats:
+        return ""
+    return '<ul class="caveats">' + "".join(f"<li>caveat: {_e(c)}</li>" for c in claim.caveats) + "</ul>"
 
 
 def _runtime(seconds: float) -> str:
@@ -113,8 +131,9 @@ def _evidence_table(rows: list[tuple[str, str]]) -> str:
 
 
 def _claim_section(claim: Claim, index: int) -> str:
-    parts = [f'<section class="claim {_e(claim.verdict)}" id="{claim_anchor(claim.id, index)}">',
-             f"<h2>{index + 1}. {_e(claim.title)} {_badge(claim.verdict)}</h2>"]
+    parts = [f'<section class="claim {_e(claim.tone)}" id="{claim_anchor(claim.id, index)}">',
+             f"<h2>{index + 1}. {_e(claim.title)} {_badge(claim.label, claim.tone)}</h2>"]
+    parts.append(_caveats(claim))
     meta = [f"id <code>{_e(claim.id)}</code>", f"kind <b>{_e(claim.kind)}</b>",
             f"expectation <b>{_e(claim.expect)}</b> ({_e(_EXPECT_TEXT.get(claim.expect, claim.expect))})",
             f"seed {_e('—' if claim.seed is None else claim.seed)}", f"runtime {_e(_runtime(claim.runtime_s))}"]
@@ -144,16 +163,18 @@ def _claim_section(claim: Claim, index: int) -> str:
 
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML document (UTF-8 text)."""
-    counts = report.counts
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_e(report.title)} — {_e(report.overall)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>"]
+           f"<title>{_e(report.title)} — {_e(report.overall_label)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>"]
     m = report.manifest
     out.append("<header>")
     out.append(f"<h1>{_e(report.title)}</h1>")
-    out.append(f'<p class="overall">Overall verdict {_badge(report.overall)} — {len(report.claims)} claim(s): '
-               f'{counts["PASS"]} PASS, {counts["FAIL"]} FAIL, {counts["INCONCLUSIVE"]} INCONCLUSIVE</p>')
+    out.append(f'<p class="overall">Overall: {_badge(report.overall_label, report.overall_tone)} — '
+               f'{_e(report.counts_line())}</p>')
+    if report.claims:
+        out.append('<ul class="guarantees">' + "".join(f'<li class="{_e(tone)}">{_e(text)}</li>'
+                                                       for tone, text in report.guarantee_lines()) + "</ul>")
     out.append(f'<p class="muted">fedaudit {_e(m.fedaudit)} · started {_e(m.started)} · finished {_e(m.finished)}'
                + (f" · commit <code>{_e(m.git_commit[:12])}</code>" if m.git_commit else "") + "</p>")
     out.append("</header>")
@@ -164,7 +185,9 @@ def render_html(report: Report) -> str:
     for i, c in enumerate(report.claims):
         out.append(f'<tr><td class="num">{i + 1}</td><td><a href="#{claim_anchor(c.id, i)}">{_e(c.title)}</a>'
                    f'<br><code class="muted">{_e(c.id)}</code></td><td>{_e(c.kind)}</td><td>{_e(c.expect)}</td>'
-                   f'<td>{_badge(c.verdict)}</td><td class="num">{_e(_runtime(c.runtime_s))}</td></tr>')
+                   f'<td>{_badge(c.label, c.tone)}'
+                   + "".join(f'<div class="caveat">caveat: {_e(v)}</div>' for v in c.caveats)
+                   + f'</td><td class="num">{_e(_runtime(c.runtime_s))}</td></tr>')
     if not report.claims:
         out.append('<tr><td colspan="6" class="muted">This report holds no claims.</td></tr>')
     out.append("</tbody></table></section>")

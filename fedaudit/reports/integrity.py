@@ -200,6 +200,8 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
     is reported as not intact. Nothing is imported or executed from the report's folder."""
     path = Path(path)
     if path.is_dir():
+        if not (path / "report.json").is_file():
+            raise FedAuditError(f"{path} is not a report folder: it holds no report.json")
         path = path / "report.json"
     try:
         raw = path.read_bytes()
@@ -210,6 +212,8 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
         data = fjson.loads(raw, what="report.json")
     except FedAuditError as exc:
         return VerifyResult(False, False, False, "invalid" if key else UNCHECKED, [str(exc)])
+    if not isinstance(data, dict) or not {"schema_version", "manifest", "claims"} & set(data):
+        raise FedAuditError(f"{path} is not a fedaudit report (no schema_version, manifest or claims)")
 
     problems = schema_errors(data)
     schema_ok = not problems

@@ -1,6 +1,7 @@
 """Markdown rendering of a :class:`~fedaudit.reports.model.Report`, for pull requests and tickets.
 
-GitHub-flavoured: a verdict summary table, then per claim its verdict, expectation, summary and
+GitHub-flavoured: the overall verdict and per-guarantee lines, a verdict summary table (with each
+claim's caveats next to its verdict), then per claim its verdict, caveats, expectation, summary and
 evidence as bullets (nested fields as dotted keys, long lists shortened). Figures are not embedded;
 each claim names its figures, which are in ``report.html``.
 
@@ -22,7 +23,8 @@ from fedaudit.reports.plots import describe
 
 __all__ = ["render_markdown"]
 
-_ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "⚠️"}
+#: the icon of each verdict tone (:data:`fedaudit.reports.model.TONES`)
+_ICON = {"pass": "✅", "violation": "🚨", "fail": "❌", "inconclusive": "⚠️"}
 
 
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|])")
@@ -53,8 +55,9 @@ def _inline(text: object, *, in_table: bool = False) -> str:
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
-def _verdict(v: str) -> str:
-    return f"{_ICON.get(v, '')} **{v}**".strip()
+def _verdict(label: str, tone: str) -> str:
+    """A verdict as Markdown: the tone's icon and the label (:attr:`Claim.label`) in bold."""
+    return f"{_ICON[tone]} **{label}**"
 
 
 def _runtime(seconds: float) -> str:
@@ -63,7 +66,8 @@ def _runtime(seconds: float) -> str:
 
 
 def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:
-    lines = [f"### {index}. {_cell(claim.title)} — {_verdict(claim.verdict)}", ""]
+    lines = [f"### {index}. {_cell(claim.title)} — {_verdict(claim.label, claim.tone)}", ""]
+    lines += [f"> ⚠️ **Caveat:** {_cell(c)}" for c in claim.caveats] + ([""] if claim.caveats else [])
     seed = "—" if claim.seed is None else str(claim.seed)
     lines.append(f"id {_inline(claim.id)} · kind **{_text(claim.kind)}** · expectation **{_text(claim.expect)}** · "
                  f"seed {seed} · runtime {_runtime(claim.runtime_s)}")
@@ -90,14 +94,17 @@ def render_markdown(report: Report, *, max_rows: int = 40) -> str:
     """The report as GitHub-flavoured Markdown (no images; figures are referenced). Pass
     :meth:`Report.rendering_view` (as ``write_report`` does) for the file whose hash is recorded:
     the digest shown is then the content digest, and the signature is only said to be present."""
-    c, m = report.counts, report.manifest
+    m = report.manifest
     lines = [f"# {_cell(report.title)}", "",
-             f"**Overall:** {_verdict(report.overall)} — {len(report.claims)} claim(s): "
-             f"{c['PASS']} PASS, {c['FAIL']} FAIL, {c['INCONCLUSIVE']} INCONCLUSIVE", ""]
+             f"**Overall:** {_verdict(report.overall_label, report.overall_tone)} — {_cell(report.counts_line())}",
+             ""]
+    if report.claims:
+        lines += [f"- {_ICON[tone]} {_cell(text)}" for tone, text in report.guarantee_lines()] + [""]
     lines += ["| # | claim | kind | expectation | verdict | runtime |", "|---:|---|---|---|---|---:|"]
     for i, claim in enumerate(report.claims, 1):
         lines.append(f"| {i} | {_cell(claim.title)} ({_inline(claim.id, in_table=True)}) | {_cell(claim.kind)} | {_cell(claim.expect)} | "
-                     f"{_verdict(claim.verdict)} | {_runtime(claim.runtime_s)} |")
+                     f"{_verdict(claim.label, claim.tone)}"
+                     + "".join(f"<br>⚠️ caveat: {_cell(v)}" for v in claim.caveats) + f" | {_runtime(claim.runtime_s)} |")
     if not report.claims:
         lines.append("| — | no claims | | | | |")
     lines += ["", "## Claims", ""]

@@ -2,7 +2,17 @@
 
 A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — non-finite floats
 become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedaudit.json`) — and
-is described by ``schema.json`` (``schema_version`` "1.2": 1.2 added the ``epsilon_vs_steps`` plot).
+is described by ``schema.json`` (``schema_version`` "1.3": 1.2 added the ``epsilon_vs_steps`` plot,
+1.3 a claim's optional ``caveats`` and ``guarantee``).
+
+Verdicts as a reviewer reads them. The verdict (PASS/FAIL/INCONCLUSIVE) says whether the outcome
+met the plan's *expectation*; it is not whether the audited system is safe. A claim that expects
+a violation and finds it is a PASS of the plan but bad news about the system, so every rendering
+shows it as "VIOLATION DETECTED (as expected)" in the violation colour, never as a green PASS.
+That reading is decided here, once — :attr:`Claim.label`, :attr:`Claim.tone` (the colour class:
+``pass``, ``violation``, ``fail``, ``inconclusive``), :attr:`Claim.caveats`,
+:attr:`Report.overall_label`, :attr:`Report.overall_tone` and :meth:`Report.guarantee_lines` —
+and the HTML, Markdown and terminal renderers only map tones to their colours.
 
 Integrity: ``canonical_json()`` is the UTF-8 encoding of the report dictionary *without* its
 ``digest`` and ``signature`` keys, with sorted keys and no whitespace (floats in Python's
@@ -38,7 +48,7 @@ from fedaudit.reports import canonical
 from fedaudit.version import __version__
 
 __all__ = [
-    "Verdict", "Expect", "VERDICTS", "EXPECTS", "PLOT_TYPES", "SCHEMA_VERSION",
+    "Verdict", "Expect", "VERDICTS", "EXPECTS", "TONES", "PLOT_TYPES", "SCHEMA_VERSION",
     "Claim", "Manifest", "Report", "utc_now", "check_plot_spec", "flatten_evidence", "format_value",
 ]
 
@@ -47,7 +57,16 @@ Expect = Literal["pass", "violation"]
 
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
 EXPECTS: tuple[str, ...] = ("pass", "violation")
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
+
+#: the colour classes of a verdict as a reviewer reads it (:attr:`Claim.tone`): the guarantee
+#: held as expected, a violation was detected (expected or not, bad news about the system), the
+#: outcome contradicted the expectation, the evidence decides neither
+TONES: tuple[str, ...] = ("pass", "violation", "fail", "inconclusive")
+
+#: :attr:`Claim.label` of each (expect, verdict)
+_LABELS = {("pass", "PASS"): "PASS", ("violation", "PASS"): "VIOLATION DETECTED (as expected)",
+           ("pass", "FAIL"): "FAIL", ("violation", "FAIL"): "FAIL (expected violation NOT detected)"}
 
 #: plot type -> the keys its specification must carry (see ``schema.json`` for their types)
 PLOT_TYPES: dict[str, tuple[str, ...]] = {
@@ -107,6 +126,13 @@ class Claim:
     contradicted it and ``"INCONCLUSIVE"`` when the evidence decides neither way (or the audit
     errored; then ``error`` says why). ``evidence`` is JSON data (CIs as ``[low, high]``);
     ``plots`` are specifications with data (see ``PLOT_TYPES``), never images.
+
+    ``caveats`` are the sentences that decide how much the verdict means (a weak input pair, a
+    published bound that was not re-verified, an estimate that is not a bound); every rendering
+    shows them next to the verdict. ``guarantee`` names what the claim audits (``"privacy"``,
+    ``"robustness"``, ``"utility"``; None when unknown), so a report can say separately whether
+    any privacy claim failed. Both are left out of ``to_dict`` when empty, so reports written
+    before they existed keep their digests.
     """
 
     id: str
@@ -120,6 +146,8 @@ class Claim:
     runtime_s: float = 0.0
     seed: int | None = None
     error: str | None = None
+    caveats: list[str] = field(default_factory=list)
+    guarantee: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id.strip():
@@ -146,20 +174,52 @@ class Claim:
             object.__setattr__(self, "runtime_s", float(self.runtime_s))
         except (TypeError, ValueError):
             raise FedAuditError(f"{where}: runtime_s must be a number, got {self.runtime_s!r}") from None
+        if isinstance(self.caveats, str) or not all(isinstance(c, str) and c for c in self.caveats):
+            raise FedAuditError(f"{where}: caveats must be a list of non-empty strings, got {self.caveats!r}")
+        object.__setattr__(self, "caveats", list(self.caveats))
+        if self.guarantee is not None and (not isinstance(self.guarantee, str) or not _KIND_RE.match(self.guarantee)):
+            raise FedAuditError(f"{where}: guarantee must be a word such as 'privacy' or None, got {self.guarantee!r}")
 
     @property
     def met(self) -> bool:
         """True when the verdict is PASS (the outcome met the expectation)."""
         return self.verdict == "PASS"
 
+    @property
+    def violation_detected(self) -> bool:
+        """True when the audit found the system breaking its guarantee: an expected violation
+        that was detected (PASS) or a guarantee expected to hold that did not (FAIL)."""
+        return (self.expect, self.verdict) in (("violation", "PASS"), ("pass", "FAIL"))
+
+    @property
+    def label(self) -> str:
+        """The verdict as every rendering prints it: "PASS", "VIOLATION DETECTED (as expected)",
+        "FAIL", "FAIL (expected violation NOT detected)" or "INCONCLUSIVE"."""
+        return _LABELS.get((self.expect, self.verdict), self.verdict)
+
+    @property
+    def tone(self) -> str:
+        """The colour class of :attr:`label` (one of :data:`TONES`): ``violation`` for a detected
+        expected violation — never ``pass``, whose colour says the system is fine."""
+        if self.verdict == "INCONCLUSIVE":
+            return "inconclusive"
+        if self.verdict == "FAIL":
+            return "fail"
+        return "violation" if self.expect == "violation" else "pass"
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "id": self.id, "kind": self.kind, "title": self.title, "expect": self.expect,
             "verdict": self.verdict, "summary": self.summary,
             "evidence": fjson.jsonable(dict(self.evidence), f"[{self.id}].evidence"),
             "plots": fjson.jsonable(list(self.plots), f"[{self.id}].plots"),
             "runtime_s": fjson.jsonable(self.runtime_s), "seed": self.seed, "error": self.error,
         }
+        if self.caveats:
+            d["caveats"] = list(self.caveats)
+        if self.guarantee is not None:
+            d["guarantee"] = self.guarantee
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Claim":
@@ -169,7 +229,8 @@ class Claim:
                        verdict=d["verdict"], evidence=dict(d["evidence"]), summary=d.get("summary", ""),
                        plots=[dict(p) for p in d.get("plots", [])],
                        runtime_s=fjson.from_special(runtime),
-                       seed=d.get("seed"), error=d.get("error"))
+                       seed=d.get("seed"), error=d.get("error"), caveats=list(d.get("caveats", [])),
+                       guarantee=d.get("guarantee"))
         except (KeyError, TypeError) as exc:
             raise FedAuditError(f"claim {d.get('id', '?') if isinstance(d, Mapping) else '?'!r} is malformed: "
                                 f"{type(exc).__name__} {exc}") from None
@@ -331,6 +392,67 @@ class Report:
         if self.claims and counts["PASS"] == len(self.claims):
             return "PASS"
         return "INCONCLUSIVE"
+
+    @property
+    def overall_label(self) -> str:
+        """The overall line's verdict in words: "all expectations met", "N claim(s) did not meet
+        their expectation", "N claim(s) inconclusive" or "no claims"."""
+        counts = self.counts
+        if counts["FAIL"]:
+            return f"{counts['FAIL']} claim(s) did not meet their expectation"
+        if self.overall == "PASS":
+            return "all expectations met"
+        return f"{counts['INCONCLUSIVE']} claim(s) inconclusive" if self.claims else "no claims"
+
+    @property
+    def overall_tone(self) -> str:
+        """The colour class of the overall line (:data:`TONES`): ``pass`` only when every
+        expectation was met and no claim detected a violation; all expectations met with
+        violations detected (as expected) is ``violation``, never green."""
+        if self.overall == "FAIL":
+            return "fail"
+        if self.overall == "INCONCLUSIVE":
+            return "inconclusive"
+        return "violation" if any(c.violation_detected for c in self.claims) else "pass"
+
+    def counts_line(self) -> str:
+        """The claims counted by :attr:`Claim.label`: "5 claim(s): 2 PASS, 1 VIOLATION DETECTED
+        (as expected), 1 FAIL, 1 INCONCLUSIVE" (labels with no claim left out, FAIL always shown)."""
+        tally: dict[str, int] = {}
+        for c in self.claims:
+            key = "FAIL" if c.verdict == "FAIL" else c.label
+            tally[key] = tally.get(key, 0) + 1
+        order = ["PASS", _LABELS[("violation", "PASS")], "FAIL", "INCONCLUSIVE"]
+        parts = [f"{tally.get(k, 0)} {k}" for k in order if tally.get(k) or k == "FAIL"]
+        return f"{len(self.claims)} claim(s): " + ", ".join(parts)
+
+    def guarantee_lines(self) -> list[tuple[str, str]]:
+        """``(tone, sentence)`` per audited guarantee (privacy first), saying whether any claim
+        of it failed, i.e. detected a violation, expected or not: "privacy: 3 of 4 claim(s)
+        FAILED — a violation was detected (expected by the plan): a, b, c". Claims without a
+        ``guarantee`` are counted under "guarantee"."""
+        groups: dict[str, list[Claim]] = {}
+        for c in self.claims:
+            groups.setdefault(c.guarantee or "guarantee", []).append(c)
+        order = sorted(groups, key=lambda g: (g != "privacy", g == "guarantee", g))
+        lines = []
+        for name in order:
+            claims = groups[name]
+            broken = [c for c in claims if c.violation_detected]
+            if not broken:
+                lines.append(("pass", f"{name}: no {name} claim failed ({len(claims)} audited)"))
+                continue
+            expected = [c.id for c in broken if c.expect == "violation"]
+            unexpected = [c.id for c in broken if c.expect != "violation"]
+            why = []
+            if expected:
+                why.append(f"expected by the plan: {', '.join(expected)}")
+            if unexpected:
+                why.append(f"NOT expected: {', '.join(unexpected)}")
+            lines.append(("violation" if not unexpected else "fail",
+                          f"{name}: {len(broken)} of {len(claims)} {name} claim(s) FAILED — a violation was "
+                          f"detected ({'; '.join(why)})"))
+        return lines
 
     def claim(self, claim_id: str) -> Claim:
         for c in self.claims:

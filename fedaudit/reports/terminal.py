@@ -15,9 +15,16 @@ from rich.table import Table
 
 __all__ = ["print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
            "print_aggregators", "print_robustness", "print_stress", "print_verify", "print_plan_report",
-           "print_account"]
+           "print_account", "TONE_STYLE", "verdict_markup"]
 
-_COLOUR = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
+#: the rich style of each verdict tone (:data:`fedaudit.reports.model.TONES`)
+TONE_STYLE = {"pass": "green", "violation": "bold magenta", "fail": "bold red", "inconclusive": "yellow"}
+
+
+def verdict_markup(label: str, tone: str, width: int = 0) -> str:
+    """``label`` (:attr:`Claim.label`, :attr:`Report.overall_label`) in the style of its tone,
+    padded to ``width``."""
+    return f"[{TONE_STYLE[tone]}]{escape(label):<{width}}[/]"
 
 
 def print_registry(console: Console, what: str, entries: Iterable[tuple[str, str]]) -> None:
@@ -71,7 +78,8 @@ def print_variance(console: Console, curve: Any) -> None:
 
 
 def print_ldp_audit(console: Console, res: Any, name: str) -> None:
-    """``fedaudit audit ldp``: an ``LDPAudit`` as a two-column table."""
+    """``fedaudit audit ldp``: an ``LDPAudit`` as a two-column table, then its notes (``LDPAudit.notes``:
+    a weak pair, a claim beyond what the samples can certify) as caveats."""
     verdict = "[bold red]VIOLATION[/]" if res.violation else "[bold green]no violation[/]"
     table = Table(title=f"LDP audit of {name}", show_header=False)
     table.add_column("field", style="bold")
@@ -97,6 +105,8 @@ def print_ldp_audit(console: Console, res: Any, name: str) -> None:
     for k, v in rows:
         table.add_row(escape(k), v if k == "verdict" else escape(v))
     console.print(table)
+    for note in getattr(res, "notes", None) or ():  # what the verdict does and does not show, under it
+        console.print(f"[yellow]caveat:[/] {escape(str(note))}", highlight=False, soft_wrap=True)
 
 
 def print_account(console: Console, title: str, rows: Sequence[tuple[str, float, float, str]],
@@ -133,8 +143,9 @@ def _fmt(v: float | None) -> str:
     return "—" if v is None else ("unbounded" if v == float("inf") else f"{v:.4g}")
 
 
-def print_robustness(console: Console, res: Any) -> None:
-    """``fedaudit audit robustness``: a ``RobustnessAudit`` and its worst configurations."""
+def print_robustness(console: Console, res: Any, caveats: Sequence[str] = ()) -> None:
+    """``fedaudit audit robustness``: a ``RobustnessAudit``, the ``caveats`` of its verdict (a
+    published bound that was not re-verified) and its worst configurations."""
     verdict = "[bold red]VIOLATION of the published bound[/]" if res.violation else (
         "[bold yellow]unbounded (not robust)[/]" if res.unbounded else "[bold green]within the published bound[/]"
         if res.nu_bound is not None else "no published bound")
@@ -151,6 +162,8 @@ def print_robustness(console: Console, res: Any) -> None:
                  ("trials / runtime", f"{res.trials} / {res.runtime_s:.2f} s")):
         table.add_row(escape(k), v)
     console.print(table)
+    for caveat in caveats:
+        console.print(f"[yellow]caveat:[/] {escape(caveat)}", highlight=False, soft_wrap=True)
     top = Table(title="worst configurations")
     top.add_column("configuration")
     top.add_column("ν̂", justify="right")
@@ -282,29 +295,32 @@ def _short(text: str, limit: int = 140) -> str:
 
 
 def print_plan_report(console: Console, report: Any, paths: Mapping[str, Any], *, print_html: bool = False) -> None:
-    """``fedaudit run`` / ``demo``: one row per claim (with its summary when the terminal is at
-    least 150 columns wide, else a note per claim that did not pass), the overall verdict and
-    where the report files are."""
+    """``fedaudit run`` / ``demo``: one row per claim (verdict as :attr:`Claim.label` in its
+    tone's colour, with its summary when the terminal is at least 150 columns wide, else a note
+    per claim that did not pass), then every claim's caveats, the overall line (all
+    expectations met or not), one line per guarantee saying whether any of its claims failed,
+    and where the report files are."""
     wide = console.width >= 150  # room for the summaries inside the table
     table = Table(title=escape(report.title))
     for col in ("#", "claim", "kind", "expect", "verdict", "time") + (("summary",) if wide else ()):
         table.add_column(col, justify="right" if col in ("#", "time") else "left",
-                         no_wrap=col != "summary", overflow="fold")
+                         no_wrap=col not in ("summary", "verdict"), overflow="fold")
     notes = []
     for i, c in enumerate(report.claims, 1):
         summary = c.summary if c.error is None else f"error: {c.error}"
-        row = [str(i), escape(c.id), escape(c.kind), c.expect, f"[{_COLOUR[c.verdict]}]{c.verdict}[/]",
+        row = [str(i), escape(c.id), escape(c.kind), c.expect, verdict_markup(c.label, c.tone),
                f"{c.runtime_s:.1f} s"]
         table.add_row(*row, *((escape(_short(summary)),) if wide else ()))
         if not wide and c.verdict != "PASS":
-            notes.append(f"[{_COLOUR[c.verdict]}]{c.verdict}[/] {escape(c.id)}: {escape(summary)}")
+            notes.append(f"{verdict_markup(c.label, c.tone)} {escape(c.id)}: {escape(summary)}")
+        notes += [f"[yellow]caveat[/] {escape(c.id)}: {escape(v)}" for v in c.caveats]
     console.print(table)
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
-    counts = report.counts
-    console.print(f"[{_COLOUR[report.overall]}]{report.overall}[/]: {counts['PASS']}/{len(report.claims)} claim(s) "
-                  f"met their expectation ({counts['FAIL']} FAIL, {counts['INCONCLUSIVE']} INCONCLUSIVE)",
-                  highlight=False)
+    console.print(f"Overall: {verdict_markup(report.overall_label, report.overall_tone)} — "
+                  f"{escape(report.counts_line())}", highlight=False, soft_wrap=True)
+    for tone, text in report.guarantee_lines() if report.claims else ():
+        console.print(verdict_markup(text, tone), highlight=False, soft_wrap=True)
     if print_html:
         console.print(f"report: {escape(str(paths['html'].resolve()))}", highlight=False, soft_wrap=True)
     else:

@@ -90,7 +90,7 @@ class LeakedNormSSTQ(SSTQ):
     def _privacy_loss(self, reports, x0, x1):
         return self._log_prob(reports, x0) - self._log_prob(reports, x1)
 
-    def _epsilon_for_pair(self, x0, x1):
+    def epsilon_for_pair(self, x0, x1):
         n0, n1 = (np.linalg.norm(clip_l2(v[None, :], self.clip)) for v in (x0, x1))
         return math.inf if not np.isclose(n0, n1, rtol=1e-12, atol=0.0) else None
 
@@ -143,7 +143,7 @@ class CleartextIndicesSSTQ(SSTQ):
     def _privacy_loss(self, reports, x0, x1):
         return self._log_prob(reports, x0) - self._log_prob(reports, x1)
 
-    def _epsilon_for_pair(self, x0, x1):
+    def epsilon_for_pair(self, x0, x1):
         return None
 
 

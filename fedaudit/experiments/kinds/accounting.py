@@ -214,6 +214,7 @@ class Accounting(ClaimKind):
     """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition; the claim holds when the composed ε at target_delta is at most max_epsilon."""
 
     name = "accounting"
+    guarantee = "privacy"
     unit = "compositions"
     figures = ("epsilon_vs_steps",)
 
@@ -356,9 +357,11 @@ class Accounting(ClaimKind):
         if p["participation"] == "tail":
             notes.append(f"{count} of {p['rounds']} rounds charged: P[Bin({p['rounds']}, {p['sampling']:g}) > {count}]"
                          f" = {tail:.3g} is added to δ")
+        caveats = []
         if getattr(mech, "as_published", False):
-            notes.append(f"{p['mechanism']!r} is kept as published and is NOT LDP (see the ldp kind): this accounts "
-                         f"its stated claim, which an audit refutes")
+            caveats.append(f"{p['mechanism']!r} is kept as published and is NOT LDP (see the ldp kind): this accounts "
+                           f"its stated claim, which an audit refutes")
+            notes.append(caveats[-1])
         if "note" in round_info:
             notes.append(f"shuffling certifies no amplification: {round_info['note']}")
         ref_text = ", ".join(f"{m} {fmt_number(r['epsilon'], '.4g')}" for m, r in references.items())
@@ -386,4 +389,5 @@ class Accounting(ClaimKind):
                 "steps": xs, "epsilon": ys, "epsilon_claimed": p["max_epsilon"], "delta": delta,
                 "x_label": "rounds", "accountant": METHOD_NAMES[method],
                 "references": {METHOD_NAMES[m]: v for m, v in refs_curve.items()}}
-        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary=summary, plots=(plot,))
+        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary=summary, plots=(plot,),
+                        caveats=tuple(caveats))

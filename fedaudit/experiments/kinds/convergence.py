@@ -105,6 +105,7 @@ class Convergence(ClaimKind):
     """
 
     name = "convergence"
+    guarantee = "utility"
     unit = "rounds"
     figures = ("curves",)
 

@@ -88,7 +88,13 @@ def audit_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: fl
     }
     plot = audit_plot(res, count_name=count_name, count=count, claimed_epsilon=claimed_epsilon, delta=delta,
                       confidence=confidence, curve=curve)
-    return Evidence(holds=holds, violated=refuted, evidence=evidence, summary="; ".join(parts), plots=(plot,))
+    caveats = [f"the GDP ε {fmt_number(res.gdp.epsilon, '.3f')} is an estimate, not a bound: the verdict rests on "
+               f"the certified one-run bounds"]
+    if claimed_epsilon > cap and not refuted:
+        caveats.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g}, below the claimed "
+                       f"{claimed_epsilon:g}: only the accountant could have shown a violation")
+    return Evidence(holds=holds, violated=refuted, evidence=evidence, summary="; ".join(parts), plots=(plot,),
+                    caveats=tuple(caveats))
 
 
 def audit_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float | None, delta: float,
@@ -171,6 +177,7 @@ class DPSGD(ClaimKind):
     """Train with Opacus DP-SGD once with canaries; the accountant must be within the claimed (ε, δ) and the audit must not refute it."""
 
     name = "dpsgd"
+    guarantee = "privacy"
     unit = "steps"
     figures = ("epsilon_vs_steps",)
 

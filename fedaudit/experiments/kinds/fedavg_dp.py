@@ -26,6 +26,7 @@ class FedAvgDP(ClaimKind):
     """Train DP-FedAvg once with canary clients; the client-level accountant must be within the claimed (ε, δ) and the audit must not refute it."""
 
     name = "fedavg-dp"
+    guarantee = "privacy"
     unit = "rounds"
     figures = ("epsilon_vs_steps",)
 

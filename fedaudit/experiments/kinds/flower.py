@@ -52,6 +52,7 @@ class Flower(ClaimKind):
     """A rule's accuracy in a real Flower simulation under attack, next to its attack-free run and FedAvg's."""
 
     name = "flower"
+    guarantee = "robustness"
     unit = "rounds"
     figures = ("curves",)
     runs_alone = True  # it starts its own Ray simulation: never inside a parallel claim worker

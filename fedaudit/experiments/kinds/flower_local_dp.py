@@ -29,6 +29,7 @@ class FlowerLocalDp(ClaimKind):
     """Audit Flower's ``LocalDpMod(clipping_norm, sensitivity, epsilon, delta)`` against its configured (ε, δ)-LDP: the exact ε of its calibration under local DP (any two clipped updates, L2 sensitivity 2·clipping_norm) and certified black-box lower bounds from Flower's own mod and from its bit-identical vectorised equivalent; it fails when any of them exceeds the claimed ε (needs ``pip install 'fedaudit[flower]'``)."""
 
     name = "flower-local-dp"
+    guarantee = "privacy"
     unit = "samples"
     figures = ()
 

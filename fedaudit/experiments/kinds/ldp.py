@@ -3,9 +3,11 @@
 The certified lower bound ε_lb (at ``confidence``) against the claimed ε: a violation is
 ε_lb > ε_claimed (certified: P[false alarm] ≤ 1 − confidence); "holds" means no violation was
 detected by this audit — an audit can only refute an LDP claim, never prove it. The *pair power*
-ε_exact(pair)/ε_claimed bounds what the pair can show (:func:`pair_power`). With
-``min_pair_power`` set, a run that certified no violation on a pair of lower (or unknown) power
-is INCONCLUSIVE whatever ``expect`` says: the absence of a violation on such a pair is evidence
+ε_exact(pair)/ε_claimed bounds what the pair can show (:func:`pair_power`); the *proven power*
+max(ε_lb/ε_claimed, pair power) is what the audit showed the pair can test (the certified lower
+bound counts: a certified ε ≥ 0.994 against a claim of 1 proves power 0.994 even when the pair's
+exact ε is unknown). With ``min_pair_power`` set, a run that certified no violation with a lower
+proven power is INCONCLUSIVE whatever ``expect`` says: the absence of a violation on such a pair is evidence
 neither for nor against the claim. A certified violation is decisive at any power. The evidence
 lists the mechanism's own parameters (``Mechanism.params()``) and states the claimed ε (and δ,
 for approximate-DP mechanisms only) once.
@@ -23,7 +25,7 @@ from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, show
 from fedaudit.json import finite_or_none
 
-__all__ = ["LDP", "PAIRS", "SEARCH_CANDIDATES", "input_pair", "pair_label", "categorical", "audit_pair", "pair_power",
+__all__ = ["LDP", "PAIRS", "SEARCH_CANDIDATES", "input_pair", "pair_label", "categorical", "audit_pair", "pair_power", "ldp_caveats",
            "build_mechanism"]
 
 #: the fixed input pairs (``one-hot`` is forced for categorical mechanisms such as rr)
@@ -132,22 +134,38 @@ def pair_power(res: Any, claimed_epsilon: float) -> float | None:
     return finite_or_none(float(exact) / float(claimed_epsilon))
 
 
-def _power_sentence(power: float | None, exact: float | None, eps: float, searched: bool) -> str:
-    """The summary's sentence on pair power; below ``fedaudit.audit.ldp.LOW_PAIR_POWER`` it adds
-    that a PASS says little."""
-    from fedaudit.audit.ldp import LOW_PAIR_POWER
-
+def _power_sentence(power: float | None, exact: float | None, eps: float) -> str:
+    """The summary's sentence on pair power (its caveat, when it is weak, is :func:`ldp_caveats`)."""
     if power is None:
         return "the pair's exact ε is unknown, so how much of the claim it tests is unknown"
-    text = f"this pair's exact ε {fmt_number(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
-    if power < LOW_PAIR_POWER:
-        text += " — a PASS says little" + ("" if searched else "; use pair = 'search'")
-    return text
+    return f"this pair's exact ε {fmt_number(exact, '.3g')} is {power:.2f} of the claimed {eps:g}"
+
+
+def ldp_caveats(res: Any, power: float | None, eps: float, searched: bool) -> list[str]:
+    """The caveats of an LDP audit that certified no violation (none for a certified violation,
+    which is decisive): a pair that carries less than ``LOW_PAIR_POWER`` of the claim ("this
+    pair carries 35% of the claim: a PASS here says little"), a pair whose exact ε is unknown,
+    and the audit's other notes (a claim beyond what the samples can certify, an exact ε above
+    the claim that the samples did not certify)."""
+    from fedaudit.audit.ldp import LOW_PAIR_POWER
+
+    if res.violation:
+        return []
+    out = []
+    if power is None:
+        out.append("the pair's exact ε is unknown, so how much of the claim this pair can test is unknown: "
+                   "a PASS here may say little")
+    elif power < LOW_PAIR_POWER:
+        out.append(f"this pair carries {power:.0%} of the claim (its exact ε {fmt_number(res.epsilon_exact, '.3g')} "
+                   f"of the claimed {eps:g}): a PASS here says little"
+                   + ("; the search found no stronger pair" if searched else "; use pair = 'search'"))
+    out += [str(n).rstrip(".") for n in (getattr(res, "notes", None) or []) if "says little" not in str(n)]
+    return out
 
 
 #: LDPAudit fields the ldp evidence already shows under its own names (left out of ``audit``)
 _SHOWN = frozenset({"epsilon_lower", "epsilon_claimed", "delta_claimed", "violation", "epsilon_exact", "test",
-                    "samples", "seed", "confidence", "max_certifiable", "mechanism", "pair_power", "notes"})
+                    "samples", "seed", "confidence", "max_certifiable", "mechanism", "pair_power", "notes", "proven_power"})
 
 
 def _mechanism_params(mech: Any) -> dict[str, Any]:
@@ -166,6 +184,7 @@ class LDP(ClaimKind):
     """Certify a lower bound on ε (pair given or searched); optionally at N/16 and N/4 as well."""
 
     name = "ldp"
+    guarantee = "privacy"
     unit = "samples"
     figures = ("epsilon_vs_samples", "privacy_region")
 
@@ -194,8 +213,9 @@ class LDP(ClaimKind):
             "test": Key("str", "auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ..."),
             "curve": Key("bool", True, help="also certify at samples/16 and samples/4 (epsilon_vs_samples plot)"),
             "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
-                                  help="least pair power (the pair's exact ε / the claimed ε) for a 'no violation' "
-                                       "result to count; below it (or unknown) the verdict is INCONCLUSIVE"),
+                                  help="least proven pair power — max(certified ε lower bound, the pair's exact ε) / "
+                                       "the claimed ε — for a 'no violation' result to count; below it the verdict "
+                                       "is INCONCLUSIVE"),
             **engine_keys("the audit's draws (and with pair = 'search' the candidate audits)"),
         }
 
@@ -260,8 +280,10 @@ class LDP(ClaimKind):
 
         violated = bool(res.violation)
         power = pair_power(res, eps)
+        # what the audit proved of the pair: its certified ε_lb / ε at least, its exact ε / ε when known
+        proven = max(res.epsilon_lower / eps if eps and math.isfinite(res.epsilon_lower) else 0.0, power or 0.0)
         notes = [str(n) for n in (getattr(res, "notes", None) or [])]
-        weak = p["min_pair_power"] is not None and not violated and (power is None or power < p["min_pair_power"])
+        weak = p["min_pair_power"] is not None and not violated and proven < p["min_pair_power"]
         conf = f"{res.confidence:.0%}"
         if violated:
             exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {fmt_number(res.epsilon_exact, '.3g')}"
@@ -270,17 +292,14 @@ class LDP(ClaimKind):
         else:
             summary = (f"no violation detected: certified ε ≥ {res.epsilon_lower:.3f} at {conf} is within the "
                        f"claimed ε = {eps:g} ({pair_name}, {res.test}, max certifiable {res.max_certifiable:.2f}); "
-                       + _power_sentence(power, res.epsilon_exact, eps, p["pair"] == "search"))
+                       + _power_sentence(power, res.epsilon_exact, eps))
         if weak:
             need = p["min_pair_power"]
-            summary += (f" — INCONCLUSIVE: min_pair_power {need:g} not met "
-                        + ("(the pair's exact ε is unknown)" if power is None else f"({power:.2f} < {need:g})"))
+            summary += (f" — INCONCLUSIVE: min_pair_power {need:g} not met (proven power {proven:.2f} < {need:g}"
+                        + ("; the pair's exact ε is unknown)" if power is None else ")"))
         if spec.expect == "violation":
             summary += " — expected a violation" + (", detected" if violated else ", NOT detected")
-        # the audit's own notes, less the one the pair-power sentence above already says
-        fresh = [n for n in notes if not ("says little" in n and "says little" in summary)]
-        if fresh:
-            summary += ". Notes: " + "; ".join(n.rstrip(".") for n in fresh) + "."
+        caveats = ldp_caveats(res, power, eps, p["pair"] == "search")
         mechanism = {"name": p["mechanism"], **_mechanism_params(mech)}
         evidence: dict[str, Any] = {"mechanism": mechanism, "epsilon_claimed": eps}
         if delta or p["claimed_delta"] is not None:  # δ only where the guarantee has one
@@ -291,7 +310,8 @@ class LDP(ClaimKind):
             "pair": pair_name, "distinguisher": res.test, "samples": res.samples, "confidence": res.confidence,
             **({"search_samples": p["search_samples"]} if p["pair"] == "search" else {}),
             "epsilon_lower": res.epsilon_lower, "epsilon_exact": res.epsilon_exact,
-            "pair_power": power, **({"min_pair_power": p["min_pair_power"]} if p["min_pair_power"] is not None else {}),
+            "pair_power": power, "proven_power": proven,
+            **({"min_pair_power": p["min_pair_power"]} if p["min_pair_power"] is not None else {}),
             "violation": violated, "max_certifiable": res.max_certifiable,
             **({"notes": notes} if notes else {}),
             "curve": curve,
@@ -307,4 +327,4 @@ class LDP(ClaimKind):
              "tpr_lower": ev["tpr_lower"], "fpr_upper": ev["fpr_upper"], "epsilon_lower": res.epsilon_lower},
         )
         return Evidence(holds=not violated, violated=violated, evidence=evidence, summary=summary, plots=plots,
-                        inconclusive=weak, states_parameters=True)
+                        inconclusive=weak, states_parameters=True, caveats=tuple(caveats))

@@ -20,7 +20,7 @@ from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 from fedaudit.json import finite_or_none
 
-__all__ = ["Robustness", "worst_configuration"]
+__all__ = ["Robustness", "worst_configuration", "robustness_caveats"]
 
 
 def worst_configuration(res: Any) -> dict[str, Any]:
@@ -59,10 +59,22 @@ def worst_configuration(res: Any) -> dict[str, Any]:
     return out
 
 
+def robustness_caveats(res: Any) -> list[str]:
+    """The caveat of a robustness audit measured against a published bound that was not
+    re-verified (:class:`~fedaudit.defenses.kappa.KappaBound` ``verified=False``): staying within
+    it is only as good as the recorded formula."""
+    bound = getattr(res, "bound", None) or {}
+    if res.nu_bound is None or bound.get("verified", True):
+        return []
+    return [f"the published bound κ = {fmt_number(res.nu_bound)} ({bound.get('formula', 'formula not recorded')}) "
+            f"was not re-verified against the paper: being within it is only as good as the recorded formula"]
+
+
 class Robustness(ClaimKind):
     """ν̂ of the rule (a certified lower bound on its κ) against max_nu and the published bound."""
 
     name = "robustness"
+    guarantee = "robustness"
     unit = "configurations"
     figures = ("nu_vs_bound",)
 
@@ -137,4 +149,5 @@ class Robustness(ClaimKind):
         plots = ({"type": "nu_vs_bound", "title": f"ν̂ per configuration — {rule_name}; worst: {worst['text']}",
                   "configurations": top, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower, "nu_empirical": nu,
                   "nu_max": p["max_nu"]},)
-        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots)
+        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots,
+                        caveats=tuple(robustness_caveats(res)))

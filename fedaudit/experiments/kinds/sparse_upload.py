@@ -179,6 +179,7 @@ class SparseUpload(ClaimKind):
     """Audit one client's gated sparse upload: the private variant's certified ε lower bound on its worst input pair must stay within its stated ε (its bound on neighbouring local datasets is reported), and the plain upload's bound on neighbouring datasets within ``plain_claimed_epsilon`` when the plan states one (else it is reported next to it, with the bytes per client per round against dense FedAvg)."""
 
     name = "sparse-upload"
+    guarantee = "privacy"
     unit = "uploads"
     figures = ()
 

@@ -91,6 +91,7 @@ class Stress(ClaimKind):
     removes it); by default a temporary directory removed when the claim ends."""
 
     name = "stress"
+    guarantee = "robustness"
     unit = "cells"
     figures = ("heatmap", "curves")
 

@@ -51,6 +51,7 @@ class Variance(ClaimKind):
     """MSE of SSTQ against d/k (private and not) next to vqSGD and PrivUnitG; check the bounds."""
 
     name = "variance"
+    guarantee = "utility"
     unit = "reports"
     figures = ("mse_vs_dk",)
 
