@@ -169,7 +169,7 @@ class LDPMod:
         ledger = Ledger()
         for entry in self.prior:
             if entry.client == partition:
-                ledger.record(partition, entry.use, round=entry.round)
+                ledger.record(partition, entry.use, round=entry.round, relation=entry.relation)
         if state_key in context.state:
             for r in context.state[state_key]["rounds"]:
                 ledger.record(partition, self.mechanism, round=int(r))
