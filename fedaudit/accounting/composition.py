@@ -20,8 +20,12 @@ Three methods, from loosest to tightest:
   A guarantee (or a float ε) enters as its dominating PLD (ε_l with probability
   (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l); a mechanism or a noise
   specification enters as its own PLD (:func:`fedaudit.accounting.pld.pld_of`), which is tighter
-  (e.g. k-ary randomized response, Gaussian noise). The loss values are rounded up to multiples of
-  ``discretization``, so the result is an upper bound at most ``k · discretization`` above the exact ε.
+  (e.g. k-ary randomized response, Gaussian noise). Every such PLD is symmetric, so the uses may
+  meet their pairs in any mix of directions: an asymmetric
+  :class:`~fedaudit.accounting.pld.PmfPair` enters as its dominating pair
+  (:func:`~fedaudit.accounting.pld.dominating_pair`). The loss values are rounded up to multiples of
+  ``discretization``, so the result is an upper bound at most ``k · discretization`` above the exact ε
+  of the composed PLDs.
 
 Basic and advanced compose the (ε_l, δ_l) *claims*: a mechanism enters through its guarantee, and
 an entry without one (a :class:`~fedaudit.accounting.pld.GaussianPLD`, say) needs ``"pld"``.
