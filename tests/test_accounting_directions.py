@@ -111,6 +111,13 @@ def test_a_pair_that_is_already_symmetric_is_composed_tightly():
         assert worst - 1e-9 <= got <= worst + k * DISC + 1e-9
 
 
+def test_a_pair_with_disjoint_supports_composes_to_infinity():
+    """Each report reveals the input: no finite ε at any δ < 1 (dp-accounting used to raise IndexError
+    when self-composing a PLD without finite losses)."""
+    for k in (1, 2):
+        assert compose([PmfPair((0.0, 1.0), (1.0, 0.0))] * k, "pld", 0.3).epsilon == math.inf
+
+
 def test_dominating_pair_keeps_infinite_loss_in_both_directions():
     """An output only P produces (and one only Q produces) stays infinite loss, in both directions."""
     hat_p, hat_q = dominating_pair((0.5, 0.3, 0.2, 0.0), (0.4, 0.4, 0.0, 0.2))

@@ -152,6 +152,8 @@ def _pld(items: list[Any], delta: float, discretization: float) -> float:
             keys.append(pld_key(item))
     parts = []
     for key, count in Counter(keys).items():
+        if key[0] == "pmf" and not any(a > 0 and b > 0 for a, b in zip(key[1], key[2])):
+            return math.inf  # disjoint supports: one report reveals the input (δ(ε) = 1 for every ε)
         one = build_pld(key, discretization)
         parts.append(one.self_compose(count) if count > 1 else one)
     if not parts:
