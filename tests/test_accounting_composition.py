@@ -226,7 +226,7 @@ def test_ledger_to_dict():
     ledger.record(7, ApproxLDP(1.0, 1e-6))
     assert json.loads(json.dumps(ledger.to_dict(), allow_nan=False)) == {"entries": [
         {"client": 7, "guarantee": {"type": "approx-ldp", "epsilon": 1.0, "delta": 1e-6}, "round": None,
-         "mechanism": None}]}
+         "mechanism": None, "relation": "replace-one"}]}
 
 
 @pytest.mark.parametrize("call, match", [

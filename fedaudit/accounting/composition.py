@@ -20,8 +20,12 @@ Three methods, from loosest to tightest:
   A guarantee (or a float ε) enters as its dominating PLD (ε_l with probability
   (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l); a mechanism or a noise
   specification enters as its own PLD (:func:`fedaudit.accounting.pld.pld_of`), which is tighter
-  (e.g. k-ary randomized response, Gaussian noise). The loss values are rounded up to multiples of
-  ``discretization``, so the result is an upper bound at most ``k · discretization`` above the exact ε.
+  (e.g. k-ary randomized response, Gaussian noise). Every such PLD is symmetric, so the uses may
+  meet their pairs in any mix of directions: an asymmetric
+  :class:`~fedaudit.accounting.pld.PmfPair` enters as its dominating pair
+  (:func:`~fedaudit.accounting.pld.dominating_pair`). The loss values are rounded up to multiples of
+  ``discretization``, so the result is an upper bound at most ``k · discretization`` above the exact ε
+  of the composed PLDs.
 
 Basic and advanced compose the (ε_l, δ_l) *claims*: a mechanism enters through its guarantee, and
 an entry without one (a :class:`~fedaudit.accounting.pld.GaussianPLD`, say) needs ``"pld"``.
@@ -148,6 +152,8 @@ def _pld(items: list[Any], delta: float, discretization: float) -> float:
             keys.append(pld_key(item))
     parts = []
     for key, count in Counter(keys).items():
+        if key[0] == "pmf" and not any(a > 0 and b > 0 for a, b in zip(key[1], key[2])):
+            return math.inf  # disjoint supports: one report reveals the input (δ(ε) = 1 for every ε)
         one = build_pld(key, discretization)
         parts.append(one.self_compose(count) if count > 1 else one)
     if not parts:

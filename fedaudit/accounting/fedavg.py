@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedaudit.accounting.dpsgd import DPSGD_METHODS, epsilon_dpsgd, noise_multiplier_for
+from fedaudit.accounting.dpsgd import (DPSGD_METHODS, PLD_DISCRETIZATION, PRV_EPS_ERROR, epsilon_dpsgd,
+                                      noise_multiplier_for)
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability
 
@@ -70,24 +71,31 @@ def _check(sample_rate, rounds, delta, method):
 
 
 def epsilon_dpfedavg(noise_multiplier: float, sample_rate: float, rounds: int, delta: float,
-                     method: str = "pld") -> DPFedAvgAccount:
+                     method: str = "pld", *, pld_discretization: float = PLD_DISCRETIZATION,
+                     prv_eps_error: float = PRV_EPS_ERROR) -> DPFedAvgAccount:
     """Client-level ε at ``delta`` of ``rounds`` DP-FedAvg rounds with noise multiplier z > 0 and
     client sampling rate q ∈ (0, 1]: the ``rounds``-fold composition of the Poisson-subsampled
     Gaussian P = (1−q)·N(0, z²) + q·N(1, z²) vs Q = N(0, z²) (and the reverse), by ``method``
-    ("pld", "rdp" or "prv", see :mod:`fedaudit.accounting.dpsgd`). ``inf`` = no finite ε at δ."""
+    ("pld", "rdp" or "prv") at the accuracy settings ``pld_discretization`` and ``prv_eps_error``
+    (:func:`~fedaudit.accounting.dpsgd.epsilon_dpsgd`, whose module docstring gives the signed
+    error of each per regime). ``inf`` = no finite ε at δ."""
     z = check_positive("noise_multiplier", noise_multiplier)
     q, rounds, delta, method = _check(sample_rate, rounds, delta, method)
-    account = epsilon_dpsgd(z, q, rounds, delta, method)
+    account = epsilon_dpsgd(z, q, rounds, delta, method, pld_discretization=pld_discretization,
+                            prv_eps_error=prv_eps_error)
     extra = {k: v for k, v in account.parameters.items() if k not in ("noise_multiplier", "sample_rate", "steps")}
     return DPFedAvgAccount(epsilon=account.epsilon, delta=delta, method=method, noise_multiplier=z, sample_rate=q,
                            rounds=rounds, parameters=extra)
 
 
 def noise_multiplier_for_dpfedavg(target_epsilon: float, sample_rate: float, rounds: int, delta: float,
-                                  method: str = "pld", *, tol: float = 1e-3) -> float:
+                                  method: str = "pld", *, tol: float = 1e-3,
+                                  pld_discretization: float = PLD_DISCRETIZATION,
+                                  prv_eps_error: float = PRV_EPS_ERROR) -> float:
     """The smallest z (to relative ``tol``) whose client-level ε after ``rounds`` rounds at rate q is
     at most ``target_epsilon`` (:func:`~fedaudit.accounting.dpsgd.noise_multiplier_for` on the same
-    event)."""
+    event, at the same accuracy settings)."""
     target = check_positive("target_epsilon", target_epsilon)
     q, rounds, delta, method = _check(sample_rate, rounds, delta, method)
-    return noise_multiplier_for(target, q, rounds, delta, method, tol=tol)
+    return noise_multiplier_for(target, q, rounds, delta, method, tol=tol, pld_discretization=pld_discretization,
+                                prv_eps_error=prv_eps_error)

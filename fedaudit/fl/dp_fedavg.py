@@ -162,10 +162,14 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
     with z = 0 the values are ``inf`` (no privacy). ``ledger`` (a
     :class:`~fedaudit.accounting.Ledger`) is charged, for every sampled client (id = its index;
     fixed-update clients are ``"fixed-j"``) and round, that round's Gaussian mechanism given its
-    participation, ``GaussianPLD(sigma=z, sensitivity=1)`` (the sum moves by ≤ C when one client
-    is added or removed, the noise is zC): ``ledger.spent(i, method="pld", delta=...)`` is then the
-    exact ε of the rounds client i took part in, N(0, 1) vs N(√k/z, 1) after k rounds — its spend
-    given the (data-independent) sampling, without the amplification the accountant credits.
+    participation, ``GaussianPLD(sigma=z, sensitivity=1)`` under the ``"add-remove"`` relation
+    (the sum moves by ≤ C when one client is added or removed, the noise is zC):
+    ``ledger.spent(i, method="pld", delta=...)`` is then the exact ε of the rounds client i took
+    part in, N(0, 1) vs N(√k/z, 1) after k rounds — its spend given the (data-independent)
+    sampling, without the amplification the accountant credits. A ledger that also holds
+    replace-one (local DP) entries of that client refuses to add them up unless asked for
+    ``relation="replace-one"``, which counts each round at sensitivity 2
+    (:mod:`fedaudit.accounting.ledger`).
 
     Returns a :class:`~fedaudit.fl.training.Trace` (optimizer ``"dp-fedavg"``) whose ``extras``
     hold per round ``sampled_clients`` (the sampled honest client ids), ``sampled_fixed`` (the
@@ -252,9 +256,9 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
         extras["nonfinite"].append(stats["nonfinite"])
         if ledger is not None:
             for i in ids:
-                ledger.record(int(i), charge, round=k)
+                ledger.record(int(i), charge, round=k, relation="add-remove")
             for j in fixed:
-                ledger.record(f"fixed-{int(j)}", charge, round=k)
+                ledger.record(f"fixed-{int(j)}", charge, round=k, relation="add-remove")
         out = np.asarray(state.output(), dtype=np.float64)
         if not np.isfinite(out).all():
             diverged = True

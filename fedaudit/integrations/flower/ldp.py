@@ -219,7 +219,7 @@ class LDPMod:
         ledger = Ledger()
         for entry in self.prior:
             if entry.client == partition:
-                ledger.record(partition, entry.use, round=entry.round)
+                ledger.record(partition, entry.use, round=entry.round, relation=entry.relation)
         if records is not None:
             for rec in records:
                 use = self.mechanism if rec.mechanism == self._fingerprint else make_guarantee(rec.epsilon, rec.delta)
