@@ -190,7 +190,8 @@ def test_error_replies_are_counted_and_the_rest_aggregated(data):
     np.testing.assert_array_equal(_vec(arrays), g + make_aggregator("mean", 0)(models[:8] - g))
     d = strategy.diagnostics[-1]
     assert d["errors"] == 2 and metrics["errors"] == 2 and d["error_reasons"] == ["client crashed"] * 2
-    assert strategy.aggregate_train(2, [_error(3)]) == (None, None)
+    arrays, metrics = strategy.aggregate_train(2, [_error(3)])  # nothing to aggregate: the model is kept
+    assert arrays is None and metrics["errors"] == 1 and metrics["clients"] == 0
     assert strategy.diagnostics[-1]["errors"] == 1 and strategy.diagnostics[-1]["clients"] == 0
 
 
@@ -251,20 +252,8 @@ def test_bad_input_names_the_parameter(kwargs, match):
 
 
 def test_bad_replies_name_the_problem(data):
+    # malformed replies are Byzantine rows, not errors (tests/test_flower_malformed.py); misuse still raises
     g, models = data
-    strategy = RobustStrategy("mean")
-    strategy._global = flatten(_record(g))
-    no_pid = Message(RecordDict({"arrays": _record(models[0]), "metrics": MetricRecord({"num-examples": 1})}),
-                     metadata=_metadata(9, reply_to="x"))
-    with pytest.raises(FedAuditError, match="partition-id"):
-        strategy.aggregate_train(1, [no_pid])
-    with pytest.raises(FedAuditError, match="same 'partition-id'"):
-        strategy.aggregate_train(1, [_reply(models[0], 1, 5), _reply(models[1], 1, 6)])
-    other = Message(RecordDict({"arrays": ArrayRecord({"W": Array(np.zeros(3))}),
-                                "metrics": MetricRecord({"num-examples": 1, "partition-id": 0})}),
-                    metadata=_metadata(9, reply_to="x"))
-    with pytest.raises(FedAuditError, match="do not match the global model"):
-        strategy.aggregate_train(1, [other])
     with pytest.raises(FedAuditError, match="before configure_train"):
         RobustStrategy("mean").aggregate_train(1, [_reply(models[0], 0, 5)])
     with pytest.raises(FedAuditError, match="need more than f"):

@@ -18,7 +18,7 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
-from fedaudit.integrations.flower.records import Layout, flatten, unflatten
+from fedaudit.integrations.flower.records import Layout, as_held, flatten, unflatten
 from fedaudit.integrations.flower.strategy import PARTITION_KEY, RobustAggregation, partition_id, wait_for_clients
 
 require_flwr()
@@ -82,7 +82,9 @@ class LegacyRobustStrategy(RobustAggregation, LegacyFedAvg):
                 raise FedAuditError(f"round {server_round}: partition {pids[i]} returned parameters "
                                     f"{lay.summary()}, which do not match the global model's {layout.summary()}")
             np.subtract(x, g, out=rows[i])
-        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons)
+        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons, held=lambda x: as_held(x, layout))
+        if new is None:  # the rule broke down: the global model is kept
+            return None, metrics
         return ndarrays_to_parameters(unflatten(new, layout).to_numpy_ndarrays()), metrics
 
     def _partition_id(self, res: FitRes) -> int:
