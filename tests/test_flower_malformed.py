@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import Array, ArrayRecord, Message, MessageType, Metadata, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Error, Message, MessageType, Metadata, MetricRecord, RecordDict
 
 from fedaudit.defenses import make_aggregator
 from fedaudit.errors import FedAuditError
@@ -222,3 +222,31 @@ def test_as_held_casts_each_slice_to_its_dtype():
     out = as_held(np.array([1e300, 0.1, 3.0, 7.0]), layout)
     assert out[0] == np.inf and out[1] == np.float64(np.float32(0.1)) and out[2:].tolist() == [3.0, 7.0]
     assert np.isnan(as_held(np.array([0.0, 0.0, 300.0, 1.0]), layout)[2:]).all()  # outside int8: not wrapped
+
+
+def test_a_report_past_the_server_budget_is_excluded_and_counted_with_bits_and_epsilon_in_the_metrics():
+    from test_flower_ldp import OLD, Client, _context, _train
+
+    from fedaudit.accounting import Ledger
+    from fedaudit.integrations.flower.ldp import REFUSED_CODE, ldp_decoder, ldp_mod
+    from fedaudit.mechanisms import make_mechanism
+
+    mech = make_mechanism("laplace", 15, 1.0)
+    ledger = Ledger()
+    for r in (1, 2, 3):
+        ledger.record(2, mech, round=r)  # partition 2 has spent its budget of 3 before this run
+    decoder = ldp_decoder(mech, ledger=ledger, budget=3.0)
+    strategy = RobustStrategy("mean", decoder=decoder)
+    strategy._global = flatten(ArrayRecord({k: Array(v) for k, v in OLD.items()}))
+    mod = ldp_mod(mech)  # no budget on the clients: partition 2 does not refuse
+    replies = [mod(_train(4), _context(p), Client()) for p in range(4)]
+    replies.append(Message(Error(code=REFUSED_CODE, reason="budget spent"), metadata=_metadata(500)))
+    arrays, metrics = strategy.aggregate_train(4, replies)
+    assert arrays is not None and metrics["clients"] == 3 and metrics["malformed"] == 1
+    assert "past its budget" in strategy.diagnostics[-1]["malformed_replies"][0]["reason"]
+    assert metrics["refusals"] == 1 and metrics["errors"] == 1
+    assert metrics["ldp-over-budget"] == 1 and metrics["ldp-reports"] == 3
+    assert metrics["ldp-bits"] == 3 * mech.bits_per_report
+    assert metrics["ldp-epsilon-spent"] == 3.0 and ledger.spent(2).epsilon == 3.0  # excluded, not charged
+    assert ledger.spent(0).epsilon == 1.0
+    assert strategy.diagnostics[-1]["decoder"]["ldp-over-budget"] == 1
