@@ -250,3 +250,25 @@ def test_a_report_past_the_server_budget_is_excluded_and_counted_with_bits_and_e
     assert metrics["ldp-epsilon-spent"] == 3.0 and ledger.spent(2).epsilon == 3.0  # excluded, not charged
     assert ledger.spent(0).epsilon == 1.0
     assert strategy.diagnostics[-1]["decoder"]["ldp-over-budget"] == 1
+
+
+def test_the_start_up_summary_says_the_model_is_not_weighted_by_num_examples():
+    import logging
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    seen = Lines()
+    logging.getLogger("flwr").addHandler(seen)
+    try:
+        RobustStrategy("nnm+cwtm", f=2).summary()
+    finally:
+        logging.getLogger("flwr").removeHandler(seen)
+    text = "\n".join(seen.lines)
+    assert "fedaudit rule 'nnm+cwtm' (f=2) over update rows, unweighted: 'num-examples' is not used" in text
+    assert "Weighted by" not in text and "Client metrics weighted by: 'num-examples'" in text

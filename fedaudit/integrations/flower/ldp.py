@@ -46,9 +46,12 @@ NaN row, which fedaudit's rules treat as Byzantine, and is listed in the round's
   ``Ledger.can_run(p, mechanism, budget, delta=budget_delta, method=method)``;
 - *the server records* (the authoritative account of what was released): the decoder charges
   ``ledger.record(p, mechanism, round=r)`` for every report it receives — the ServerApp runs in the
-  caller's process, so that Ledger is the caller's own object. Given a budget too, a report from a
-  client already past it raises :class:`~fedaudit.errors.FedAuditError` (the client ignored its
-  budget: the run's privacy claim no longer holds).
+  caller's process in :func:`~.simulation.run_flower`, so that Ledger is the caller's own object
+  (under ``flwr run`` the ServerApp must write it out). Given a budget too, a report from a client
+  already past it is excluded by :class:`~.strategy.RobustStrategy` through
+  :meth:`LDPDecoder.screen` — dropped as a Byzantine row, not charged, counted in
+  :meth:`LDPDecoder.metrics` — instead of ending the run; the decoder called directly raises
+  :class:`~fedaudit.errors.FedAuditError` on it (the client ignored its budget).
 
 A refused client replies with a Flower error ``Error(code=REFUSED_CODE, reason=...)`` and does not
 train. Every Flower strategy, stock FedAvg included, aggregates only replies without an error, so a
