@@ -3,19 +3,27 @@
 Each round of :class:`RobustStrategy` (a subclass of Flower's ``FedAvg``, so sampling, the
 train/evaluate configs and ``start(...)`` are Flower's own):
 
-1. error replies are split off and counted (``diagnostics[r]["errors"]``), never dropped silently;
-2. the valid replies are sorted by the ``"partition-id"`` each client reports in its MetricRecord
+1. error replies are split off and counted (``diagnostics[r]["errors"]``, refusals of an LDP budget
+   also as ``refusals``), never dropped silently;
+2. every other reply is screened (:meth:`RobustStrategy.screen`) before anything reaches Flower's
+   aggregation helpers: a malformed reply (wrong arrays, other metric keys, a non-finite metric,
+   a missing, negative, NaN, fractional or duplicated ``"partition-id"``, …) is a Byzantine row —
+   dropped, counted (``malformed``) and named with its reason (``malformed_replies``);
+3. the valid replies are sorted by the ``"partition-id"`` each client reports in its MetricRecord
    (reply arrival order and Flower node ids change from run to run; partition ids do not);
-3. reply i becomes the update row u_i = x_i − x_global (:func:`~.records.flatten`, key order);
-4. an optional ``decoder(rows, replies) -> rows`` maps the rows (e.g. LDP reports to estimates);
+4. reply i becomes the update row u_i = x_i − x_global, x_i cast to the model's dtypes first
+   (:func:`~.records.as_held`: the rule sees values as the model holds them, so float64 1e300 sent
+   to a float32 model is an ``inf`` row), flattened in key order;
+5. an optional ``decoder(rows, replies) -> rows`` maps the rows (e.g. LDP reports to estimates);
    with a decoder, replies may carry another layout than the model (a report): ``rows`` is then
    None and the decoder returns the (n, d) update rows from the replies alone;
-5. attack-in-the-loop: the rows of the Byzantine positions B (``choose_byzantine`` or a fixed set of
+6. attack-in-the-loop: the rows of the Byzantine positions B (``choose_byzantine`` or a fixed set of
    partition ids) are replaced with ``attack(U_honest, |B|, rng)``;
-6. the rule F (``make_aggregator(spec, f)`` or a callable) aggregates the n rows;
-7. the new global model is x_global + F(u_1, …, u_n).
+7. the rule F (``make_aggregator(spec, f)`` or a callable) aggregates the n rows (a fedaudit rule
+   also gets one NaN row per malformed reply, so it runs with f − m on the rest);
+8. the new global model is x_global + F(u_1, …, u_n), cast to the model's dtypes and required finite.
 
-Threat model of step 5: the attacker is *omniscient* — it sees every honest update of the round
+Threat model of step 6: the attacker is *omniscient* — it sees every honest update of the round
 before choosing its own, as in ALIE (Baruch et al., NeurIPS 2019), IPM (Xie et al., UAI 2019) and
 MinMax (Shejwalkar & Houmansadr, NDSS 2021). A real Flower client cannot see the others'
 updates, so these attacks are applied at the server, just before aggregation; attacks that need
@@ -103,16 +111,20 @@ def wait_for_clients(num_clients: int | None, kwargs: dict[str, Any], keys: tupl
 
 
 class RobustAggregation:
-    """Steps 2 and 5–7 of the module docstring, shared by :class:`RobustStrategy` (Message API) and
+    """Steps 3 and 6–8 of the module docstring, shared by :class:`RobustStrategy` (Message API) and
     :class:`~.legacy.LegacyRobustStrategy` (``flwr.server.strategy``): ``aggregate_rows`` turns one
     round's update rows, sorted by partition id, into the new global model and its diagnostics.
 
     ``diagnostics`` holds one dict per round: ``round``, ``clients`` (valid replies), ``errors``
     (error replies or failures) and their ``error_reasons`` and ``error_codes`` (Flower error codes
-    of the Message API; empty for the legacy API), ``partitions`` (sorted),
-    ``byzantine`` (partition ids), ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule
-    received them; fedaudit rules treat them as Byzantine), ``dist_to_honest_mean`` =
-    ‖F(U) − mean of the honest rows‖₂ (None when no honest row is known), ``aggregate_norm``.
+    of the Message API; empty for the legacy API), ``refusals`` (error replies with ldp's
+    ``REFUSED_CODE``), ``malformed`` and ``malformed_replies`` (dicts ``node``, ``partition`` as
+    claimed, ``reason``; Message API only), ``partitions`` (sorted), ``byzantine`` (partition ids),
+    ``nonfinite_rows`` (rows with a NaN or ±inf entry as the rule received them, malformed ones
+    included; fedaudit rules treat them as Byzantine), ``breakdown`` (None, or the
+    :class:`~fedaudit.errors.AggregatorBreakdown` message of a skipped round),
+    ``dist_to_honest_mean`` = ‖F(U) − mean of the honest finite rows‖₂ (None when no such row is
+    known), ``aggregate_norm``, and with a decoder that has ``metrics`` its ``decoder`` figures.
 
     Parameters
     ----------
@@ -214,7 +226,7 @@ class RobustAggregation:
         """(x_global + F(U) as the model holds it, round metrics) for the (n, d) update rows U of
         partitions ``pids`` (sorted), or (None, metrics) when the rule broke down (the global model is kept).
 
-        The Byzantine rows are replaced by the attack first (module docstring, step 5). Each of the
+        The Byzantine rows are replaced by the attack first (module docstring, step 6). Each of the
         m ``malformed`` replies (dicts ``node``, ``partition``, ``reason``, already dropped by the
         caller) is a Byzantine row: a fedaudit rule gets m NaN rows after the n valid ones, so it drops
         them and runs with f − m on the rest (:mod:`fedaudit.defenses.base`); a callable rule gets
@@ -332,7 +344,7 @@ class RobustStrategy(RobustAggregation, FedAvg):
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Steps 1–7 of the module docstring; returns (new global arrays, round metrics).
+        """Steps 1–8 of the module docstring; returns (new global arrays, round metrics).
 
         Every reply is screened (:meth:`screen`) before anything reaches Flower's helpers; a
         malformed one is a Byzantine row (dropped, counted in ``malformed``, named with its reason
