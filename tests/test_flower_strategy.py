@@ -251,7 +251,7 @@ def test_bad_input_names_the_parameter(kwargs, match):
         RobustStrategy(kwargs.pop("aggregator"), **kwargs)
 
 
-def test_bad_replies_name_the_problem(data):
+def test_misuse_of_the_strategy_still_raises(data):
     # malformed replies are Byzantine rows, not errors (tests/test_flower_malformed.py); misuse still raises
     g, models = data
     with pytest.raises(FedAuditError, match="before configure_train"):
@@ -352,7 +352,7 @@ def _fit_res(vec: np.ndarray, pid: int):
 
 
 def test_legacy_strategy_aggregates_exactly_like_the_message_api_one(data):
-    from flwr.common import parameters_to_ndarrays
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
     from fedaudit.integrations.flower.legacy import LegacyRobustStrategy
 
@@ -369,7 +369,20 @@ def test_legacy_strategy_aggregates_exactly_like_the_message_api_one(data):
     assert d["errors"] == 1 and d["error_reasons"] == ["RuntimeError('boom')"] and metrics["errors"] == 1
     assert d["byzantine"] == choose_byzantine(N, 2, 4, 3).tolist()
     assert legacy.aggregate_fit(4, [], [RuntimeError("x")]) == (None, {})
-    with pytest.raises(FedAuditError, match="no 'partition-id'"):
-        bad = _fit_res(models[0], 0)
-        bad[1].metrics.clear()
-        legacy.aggregate_fit(5, [bad], [])
+    # malformed fit results are Byzantine rows here too: no partition id, a duplicated one, other shapes
+    no_pid, other_shape = _fit_res(models[0], 0), _fit_res(models[1], 1)
+    no_pid[1].metrics.clear()
+    other_shape[1].parameters = ndarrays_to_parameters([models[1][:5]])
+    results = [no_pid, other_shape, _fit_res(models[2], 3)] + [_fit_res(models[p], p) for p in range(2, N)]
+    legacy = LegacyRobustStrategy("cwtm", f=4)
+    legacy._global = flatten(_record(g))
+    params, metrics = legacy.aggregate_fit(5, results, [])
+    d = legacy.diagnostics[-1]
+    assert d["malformed"] == 4 and metrics["malformed"] == 4 and d["partitions"] == [2, 4, 5, 6, 7, 8, 9]
+    reasons = " | ".join(m["reason"] for m in d["malformed_replies"])
+    assert "no 'partition-id'" in reasons and "do not match the global model's" in reasons
+    assert "2 replies claim partition-id=3" in reasons
+    keep = [2, 4, 5, 6, 7, 8, 9]
+    expected = make_aggregator("cwtm", 0)((models - g)[keep])
+    got = np.concatenate([a.ravel() for a in parameters_to_ndarrays(params)])
+    np.testing.assert_array_equal(got, g + expected)

@@ -83,8 +83,11 @@ def choose_byzantine(n: int, f: int, seed: int, server_round: int) -> np.ndarray
 
 def partition_id(value: Any, where: str) -> int:
     """A reported ``"partition-id"`` as an int ≥ 0, else FedAuditError naming ``where`` (the reply)."""
-    if (isinstance(value, (list, bool, str)) or not np.isfinite(float(value)) or float(value) != int(value)
-            or int(value) < 0):
+    try:
+        number = None if isinstance(value, (list, bool, str)) else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not np.isfinite(number) or not number.is_integer() or number < 0:
         raise FedAuditError(f"{PARTITION_KEY!r} must be an integer >= 0, got {value!r} from {where}")
     return int(value)
 
@@ -325,8 +328,10 @@ class RobustStrategy(RobustAggregation, FedAvg):
     def summary(self) -> None:
         """Flower's start-up summary, saying how this strategy aggregates (FedAvg's says 'Weighted by')."""
         log(INFO, "\t├──> Sampling:")
-        log(INFO, "\t│\t├──Fraction: train (%.2f) | evaluate ( %.2f)", self.fraction_train, self.fraction_evaluate)
-        log(INFO, "\t│\t├──Minimum nodes: train (%d) | evaluate (%d)", self.min_train_nodes, self.min_evaluate_nodes)
+        log(INFO, "\t│\t├──Fraction: train (%.2f) | evaluate ( %.2f)", self.fraction_train,
+            self.fraction_evaluate)
+        log(INFO, "\t│\t├──Minimum nodes: train (%d) | evaluate (%d)", self.min_train_nodes,
+            self.min_evaluate_nodes)
         log(INFO, "\t│\t└──Minimum available nodes: %d", self.min_available_nodes)
         log(INFO, "\t├──> Aggregation: fedaudit rule %r (f=%d) over update rows, unweighted: '%s' is not used",
             self.aggregator_name, self.f, self.weighted_by_key)
@@ -369,14 +374,9 @@ class RobustStrategy(RobustAggregation, FedAvg):
                                   "reason": outcome})
             else:
                 kept.append((msg, *outcome))
-        counts = collections.Counter(pid for _, pid, _ in kept)
-        for msg, pid, _ in [k for k in kept if counts[k[1]] > 1]:
-            malformed.append({"node": int(msg.metadata.src_node_id), "partition": pid,
-                              "reason": f"{counts[pid]} replies claim {PARTITION_KEY}={pid}"})
-        kept = sorted((k for k in kept if counts[k[1]] == 1), key=lambda k: k[1])
-        for m in malformed:
-            log(WARNING, "\t> round %s: malformed reply from node %d dropped as a Byzantine row: %s",
-                server_round, m["node"], m["reason"])
+        kept, duplicates = drop_duplicates(kept, lambda msg: int(msg.metadata.src_node_id))
+        malformed += duplicates
+        log_malformed(server_round, malformed)
         if not kept:
             return None, MetricRecord(self.record_empty_round(server_round, reasons, codes, malformed=malformed))
         valid = [msg for msg, _, _ in kept]
@@ -457,6 +457,24 @@ class RobustStrategy(RobustAggregation, FedAvg):
             raise FedAuditError(f"round {server_round}: decoder returned shape {out.shape}, expected "
                                 f"{shape} (one update row per reply, in the model's layout)")
         return out
+
+
+def drop_duplicates(kept: list[tuple[Any, int, Any]], node: Callable[[Any], Any]
+                    ) -> tuple[list[tuple[Any, int, Any]], list[dict[str, Any]]]:
+    """(the (reply, partition id, row) triples whose id no other reply claims, sorted by id; a malformed
+    entry for each of the others). The server cannot tell the honest claimant of a duplicated id
+    from an impostor, so every claimant is dropped."""
+    counts = collections.Counter(pid for _, pid, _ in kept)
+    malformed = [{"node": node(reply), "partition": pid,
+                  "reason": f"{counts[pid]} replies claim {PARTITION_KEY}={pid}"}
+                 for reply, pid, _ in kept if counts[pid] > 1]
+    return sorted((k for k in kept if counts[k[1]] == 1), key=lambda k: k[1]), malformed
+
+
+def log_malformed(server_round: int, malformed: Sequence[dict[str, Any]]) -> None:
+    for m in malformed:
+        log(WARNING, "\t> round %s: malformed reply from node %s dropped as a Byzantine row: %s",
+            server_round, m["node"], m["reason"])
 
 
 def _signature(record: Any) -> frozenset:
