@@ -21,6 +21,8 @@ from fedaudit.fl.data import load_digits_dataset
 from fedaudit.fl.models import LogisticModel
 from fedaudit.fl.partition import partition
 from fedaudit.integrations.flower import choose_byzantine
+from flwr.app import Array  # noqa: E402
+
 from fedaudit.accounting.ledger import Ledger
 from fedaudit.attacks import ALIE
 from fedaudit.integrations.flower.ldp import REFUSED_CODE, ldp_decoder, ldp_mod
@@ -30,6 +32,30 @@ from fedaudit.mechanisms import make_mechanism
 from fedaudit.rng import derive_generator, derive_seed
 
 CLIENTS, ROUNDS, SEED, STEPS, LR = 10, 5, 0, 20, 0.5
+MALFORMED_PARTITION = 3
+
+
+def _malformed_mod(msg, context, call_next):
+    """Partition 3 sends a malformed reply, of another kind each round: a wrong-shaped W (round 1), an
+    extra metric key (2), partition 0's id (3: a duplicate), a NaN partition id (4), no array b (5)."""
+    from flwr.app import ArrayRecord, MetricRecord
+
+    out = call_next(msg, context)
+    if int(context.node_config["partition-id"]) != MALFORMED_PARTITION:
+        return out
+    r = int(msg.content["config"]["server-round"])
+    arrays, metrics = out.content["arrays"], out.content["metrics"]
+    if r == 1:
+        out.content["arrays"] = ArrayRecord({"W": Array(arrays["W"].numpy().T.copy()), "b": arrays["b"]})
+    elif r == 2:
+        out.content["metrics"] = MetricRecord({**dict(metrics), "extra": 1.0})
+    elif r in (3, 4):
+        out.content["metrics"] = MetricRecord({**dict(metrics), "partition-id": 0 if r == 3 else float("nan")})
+    else:
+        out.content["arrays"] = ArrayRecord({"W": arrays["W"]})
+    return out
+
+
 ALIE30 = {"z": 30}
 MECH = make_mechanism("gaussian", 64 * 10 + 10, 4.0, clip=2.0)
 BUDGET = {"budget": 3 * 4.0, "budget_delta": 1e-4}  # three reports per client, then refused
@@ -45,6 +71,7 @@ SPECS = [
     StrategySpec("mean", f=2, client_attack="signflip", client_attack_params={"scale": 4.0}),
     StrategySpec("mean", label="mean/ldp", client_mods=(ldp_mod(MECH, simulation_seed=SEED, scope=STRATEGY_KEY, **BUDGET),),
                  decoder=DECODER),
+    StrategySpec("nnm+cwtm", f=2, label="nnm+cwtm/malformed", client_mods=(_malformed_mod,)),
 ]
 
 
@@ -65,11 +92,25 @@ def run():
         if backend.pool:
             backend.pool.terminate_all_actors()
 
+    import logging
+
+    class Seen(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    seen = Seen()
+    logging.getLogger("flwr").addHandler(seen)
     with pytest.MonkeyPatch.context() as mp:
         if shared:
             mp.setattr(RayBackend, "terminate", stop_the_actors_only)
         out = run_flower(clients=CLIENTS, rounds=ROUNDS, strategies=SPECS, seed=SEED, local_steps=STEPS, lr=LR,
                          num_cpus=2, progress=ticks.append)
+    logging.getLogger("flwr").removeHandler(seen)
+    assert not [m for m in seen.messages if "DEPRECATED" in m]  # Flower's deprecation notice kept out
     assert sum(ticks) == ROUNDS * len(SPECS)
     assert os.environ.get("PYTHONPATH") == pythonpath  # Flower's Ray backend rewrites it; run_flower restores it
     assert ray is None or ray.is_initialized() == shared
@@ -130,6 +171,8 @@ def test_every_strategy_ran_every_round_with_no_client_error(run):
         if o.name == "mean/ldp":
             continue  # refusals: test_a_strategy_with_its_own_ldp_mod_and_decoder
         assert o.errors == 0, o.diagnostics
+        if o.name == "nnm+cwtm/malformed":
+            continue  # test_a_malformed_client_is_a_byzantine_row_every_round_and_the_run_completes
         assert all(d["clients"] == CLIENTS and d["partitions"] == list(range(CLIENTS)) for d in o.diagnostics)
     assert run.wall_time_s > 0 and run.info["flwr"] >= "1.42"
 
@@ -182,6 +225,29 @@ def test_client_side_nonfinite_rows_are_counted_and_dropped(run):
     assert all(d["nonfinite_rows"] == 2 and tuple(d["byzantine"]) == parts for d in o.diagnostics)
     assert np.isfinite(o.final_model).all() and o.final_accuracy > 0.9
     assert all(d["nonfinite_rows"] == 0 for d in run["mean/none"].diagnostics)
+
+
+def test_a_malformed_client_is_a_byzantine_row_every_round_and_the_run_completes(run):
+    """Partition 3 replies malformed in every round (five kinds, :func:`_malformed_mod`); each used to end
+    the run in round 1. Now each is dropped, counted and named, and the rule (f = 2) gets it as a NaN row:
+    the run equals the numpy recomputation with the rule on the remaining rows plus one NaN row per
+    malformed reply (round 3: partition 0 and the impostor both claim id 0, so both are dropped)."""
+    o = run["nnm+cwtm/malformed"]
+    assert [d["malformed"] for d in o.diagnostics] == [1, 1, 2, 1, 1]
+    assert all(d["clients"] == CLIENTS - d["malformed"] and d["breakdown"] is None for d in o.diagnostics)
+    reasons = [[m["reason"] for m in d["malformed_replies"]] for d in o.diagnostics]
+    assert "array 'W' is float64[64, 10]" in reasons[0][0] and "extra ['extra']" in reasons[1][0]
+    assert reasons[2] == ["2 replies claim partition-id=0"] * 2 and "not finite" in reasons[3][0]
+    assert "are not the global model's ['W', 'b']" in reasons[4][0]
+
+    def aggregate(r: int, U: np.ndarray) -> np.ndarray:
+        drop = [0, MALFORMED_PARTITION] if r == 3 else [MALFORMED_PARTITION]
+        rows = np.vstack([np.delete(U, drop, axis=0), np.full((len(drop), U.shape[1]), np.nan)])
+        return make_aggregator("nnm+cwtm", 2)(rows, rng=derive_generator(SEED, f"flower-rule;round={r}"))
+
+    acc, x = _numpy_run(aggregate)
+    assert list(o.accuracy) == acc
+    np.testing.assert_allclose(o.final_model, x, rtol=1e-12, atol=1e-12)
 
 
 def test_client_side_model_and_data_poisoning_change_the_run(run):

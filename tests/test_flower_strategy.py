@@ -190,7 +190,8 @@ def test_error_replies_are_counted_and_the_rest_aggregated(data):
     np.testing.assert_array_equal(_vec(arrays), g + make_aggregator("mean", 0)(models[:8] - g))
     d = strategy.diagnostics[-1]
     assert d["errors"] == 2 and metrics["errors"] == 2 and d["error_reasons"] == ["client crashed"] * 2
-    assert strategy.aggregate_train(2, [_error(3)]) == (None, None)
+    arrays, metrics = strategy.aggregate_train(2, [_error(3)])  # nothing to aggregate: the model is kept
+    assert arrays is None and metrics["errors"] == 1 and metrics["clients"] == 0
     assert strategy.diagnostics[-1]["errors"] == 1 and strategy.diagnostics[-1]["clients"] == 0
 
 
@@ -250,21 +251,9 @@ def test_bad_input_names_the_parameter(kwargs, match):
         RobustStrategy(kwargs.pop("aggregator"), **kwargs)
 
 
-def test_bad_replies_name_the_problem(data):
+def test_misuse_of_the_strategy_still_raises(data):
+    # malformed replies are Byzantine rows, not errors (tests/test_flower_malformed.py); misuse still raises
     g, models = data
-    strategy = RobustStrategy("mean")
-    strategy._global = flatten(_record(g))
-    no_pid = Message(RecordDict({"arrays": _record(models[0]), "metrics": MetricRecord({"num-examples": 1})}),
-                     metadata=_metadata(9, reply_to="x"))
-    with pytest.raises(FedAuditError, match="partition-id"):
-        strategy.aggregate_train(1, [no_pid])
-    with pytest.raises(FedAuditError, match="same 'partition-id'"):
-        strategy.aggregate_train(1, [_reply(models[0], 1, 5), _reply(models[1], 1, 6)])
-    other = Message(RecordDict({"arrays": ArrayRecord({"W": Array(np.zeros(3))}),
-                                "metrics": MetricRecord({"num-examples": 1, "partition-id": 0})}),
-                    metadata=_metadata(9, reply_to="x"))
-    with pytest.raises(FedAuditError, match="do not match the global model"):
-        strategy.aggregate_train(1, [other])
     with pytest.raises(FedAuditError, match="before configure_train"):
         RobustStrategy("mean").aggregate_train(1, [_reply(models[0], 0, 5)])
     with pytest.raises(FedAuditError, match="need more than f"):
@@ -363,7 +352,7 @@ def _fit_res(vec: np.ndarray, pid: int):
 
 
 def test_legacy_strategy_aggregates_exactly_like_the_message_api_one(data):
-    from flwr.common import parameters_to_ndarrays
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
     from fedaudit.integrations.flower.legacy import LegacyRobustStrategy
 
@@ -380,7 +369,20 @@ def test_legacy_strategy_aggregates_exactly_like_the_message_api_one(data):
     assert d["errors"] == 1 and d["error_reasons"] == ["RuntimeError('boom')"] and metrics["errors"] == 1
     assert d["byzantine"] == choose_byzantine(N, 2, 4, 3).tolist()
     assert legacy.aggregate_fit(4, [], [RuntimeError("x")]) == (None, {})
-    with pytest.raises(FedAuditError, match="no 'partition-id'"):
-        bad = _fit_res(models[0], 0)
-        bad[1].metrics.clear()
-        legacy.aggregate_fit(5, [bad], [])
+    # malformed fit results are Byzantine rows here too: no partition id, a duplicated one, other shapes
+    no_pid, other_shape = _fit_res(models[0], 0), _fit_res(models[1], 1)
+    no_pid[1].metrics.clear()
+    other_shape[1].parameters = ndarrays_to_parameters([models[1][:5]])
+    results = [no_pid, other_shape, _fit_res(models[2], 3)] + [_fit_res(models[p], p) for p in range(2, N)]
+    legacy = LegacyRobustStrategy("cwtm", f=4)
+    legacy._global = flatten(_record(g))
+    params, metrics = legacy.aggregate_fit(5, results, [])
+    d = legacy.diagnostics[-1]
+    assert d["malformed"] == 4 and metrics["malformed"] == 4 and d["partitions"] == [2, 4, 5, 6, 7, 8, 9]
+    reasons = " | ".join(m["reason"] for m in d["malformed_replies"])
+    assert "no 'partition-id'" in reasons and "do not match the global model's" in reasons
+    assert "2 replies claim partition-id=3" in reasons
+    keep = [2, 4, 5, 6, 7, 8, 9]
+    expected = make_aggregator("cwtm", 0)((models - g)[keep])
+    got = np.concatenate([a.ravel() for a in parameters_to_ndarrays(params)])
+    np.testing.assert_array_equal(got, g + expected)

@@ -58,9 +58,12 @@ NaN row, which fedaudit's rules treat as Byzantine, and is listed in the round's
   same config to every node, so the server could not send per-client budgets anyway;
 - *the server records* (the authoritative account of what was released): the decoder charges
   ``ledger.record(p, mechanism, round=r)`` for every report it receives — the ServerApp runs in the
-  caller's process, so that Ledger is the caller's own object. Given a budget too, a report from a
-  client already past it raises :class:`~fedaudit.errors.FedAuditError` (the client ignored its
-  budget: the run's privacy claim no longer holds).
+  caller's process in :func:`~.simulation.run_flower`, so that Ledger is the caller's own object
+  (under ``flwr run`` the ServerApp must write it out). Given a budget too, a report from a client
+  already past it is excluded by :class:`~.strategy.RobustStrategy` through
+  :meth:`LDPDecoder.screen` — dropped as a Byzantine row, not charged, counted in
+  :meth:`LDPDecoder.metrics` — instead of ending the run; the decoder called directly raises
+  :class:`~fedaudit.errors.FedAuditError` on it (the client ignored its budget).
 
 A refused client replies with a Flower error ``Error(code=REFUSED_CODE, reason=...)`` and does not
 train (when the persistent ledger refuses only under its lock, after training — another process charged
@@ -399,6 +402,7 @@ class LDPDecoder:
         self.ledger = ledger
         self._fingerprint = _fingerprint(self.mechanism)
         self._rounds: list[LDPRound] = []
+        self._over_budget: dict[int, list[int]] = {}
 
     @property
     def rounds(self) -> tuple[LDPRound, ...]:
@@ -432,6 +436,39 @@ class LDPDecoder:
             raise FedAuditError(f"{where}: the report has shape {report.shape}, expected "
                                 f"({self.mechanism.report_width},) ({self.mechanism.report_layout})")
         return report.astype(np.float64, copy=False), partition, check_int("ldp-round", metrics["ldp-round"], low=0)
+
+    def screen(self, msg: Message) -> str | None:
+        """Why :class:`~.strategy.RobustStrategy` must drop this reply before decoding (None: keep it):
+        no LDP metrics, another mechanism's fingerprint, a report of the wrong shape, or — with a
+        budget — a partition already past it. A report past the budget is excluded and counted
+        (``metrics(r)["ldp-over-budget"]``), not charged: the server does not use it."""
+        try:
+            _, partition, server_round = self._read(msg)
+        except FedAuditError as err:
+            return str(err)
+        if self.budget is not None and not self.ledger.can_run(partition, self.mechanism, self.budget,
+                                                               delta=self.budget_delta, method=self.method):
+            self._over_budget.setdefault(server_round, []).append(partition)
+            return (f"partition {partition} sent a report past its budget ε={self.budget:g} at "
+                    f"δ={self.budget_delta:g} ({self.method}) in round {server_round}: excluded")
+        return None
+
+    def metrics(self, server_round: int) -> dict[str, float | int]:
+        """Round ``server_round``'s LDP figures for Flower's aggregated metrics: ``ldp-bits`` (total bits
+        of the reports decoded), ``ldp-reports``, ``ldp-over-budget`` (reports excluded past the budget)
+        and ``ldp-epsilon-spent`` = max over partitions p of ε spent by p so far (``ledger.spent`` under
+        ``method`` at δ = ``budget_delta``; without a ledger, the decoded reports composed the same way)."""
+        done = [r for r in self._rounds if r.round == server_round]
+        ledger = self.ledger
+        if ledger is None:
+            ledger = Ledger()
+            for r in self._rounds:
+                for p in r.partitions:
+                    ledger.record(p, self.mechanism, round=r.round)
+        spent = [ledger.spent(p, method=self.method, delta=self.budget_delta).epsilon for p in ledger.clients()]
+        return {"ldp-bits": sum(r.total_bits for r in done), "ldp-reports": sum(len(r.partitions) for r in done),
+                "ldp-over-budget": len(self._over_budget.get(server_round, ())),
+                "ldp-epsilon-spent": float(max(spent, default=0.0))}
 
     def __call__(self, rows: Any, replies: Iterable[Message]) -> np.ndarray:
         replies = list(replies)

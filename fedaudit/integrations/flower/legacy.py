@@ -6,8 +6,11 @@ aggregation of :class:`~.strategy.RobustAggregation`: the fit results are sorted
 ``"partition-id"`` each client returns in its fit metrics, turned into update rows
 u_i = x_i − x_global (the parameter list flattened in order), attacked (attack-in-the-loop, same
 threat model as :class:`~.strategy.RobustStrategy`), aggregated by the fedaudit rule F, and the new
-global model is x_global + F(U). Failures are counted in the diagnostics (with their reasons) and the
-valid results are aggregated. There is no decoder hook here: LDP mods use the Message API.
+global model is x_global + F(U) as the model holds it. Failures are counted in the diagnostics (with
+their reasons) and the valid results are aggregated; a malformed fit result (no integer
+``partition-id`` ≥ 0, a duplicated one, parameters of other shapes or unreadable) is a Byzantine
+row, dropped and named in the diagnostics' ``malformed_replies``, as in the Message API. There is no
+decoder hook here: LDP mods use the Message API.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
-from fedaudit.integrations.flower.records import Layout, flatten, unflatten
-from fedaudit.integrations.flower.strategy import PARTITION_KEY, RobustAggregation, partition_id, wait_for_clients
+from fedaudit.integrations.flower.records import Layout, as_held, flatten, unflatten
+from fedaudit.integrations.flower.strategy import (PARTITION_KEY, RobustAggregation, drop_duplicates, log_malformed,
+                                                   partition_id, wait_for_clients)
 
 require_flwr()
 
@@ -34,6 +38,12 @@ __all__ = ["LegacyRobustStrategy"]
 
 def _flatten_list(ndarrays: list[np.ndarray]) -> tuple[np.ndarray, Layout]:
     return flatten(ArrayRecord(ndarrays))
+
+
+def _node(proxy: Any) -> str | None:
+    """The client proxy's id (the legacy API's name for a node), None when there is no proxy."""
+    cid = getattr(proxy, "cid", None)
+    return None if cid is None else str(cid)
 
 
 class LegacyRobustStrategy(RobustAggregation, LegacyFedAvg):
@@ -71,23 +81,42 @@ class LegacyRobustStrategy(RobustAggregation, LegacyFedAvg):
             raise FedAuditError("aggregate_fit was called before configure_fit: the round's global parameters "
                                 "are unknown")
         g, layout = self._global
-        fits = [res for _, res in results]
-        pids = np.array([self._partition_id(res) for res in fits], dtype=np.int64)
-        order = self.sort_order(pids, server_round)
-        pids, fits = pids[order], [fits[i] for i in order]
-        rows = np.empty((len(fits), layout.dim))
-        for i, res in enumerate(fits):
-            x, lay = _flatten_list(parameters_to_ndarrays(res.parameters))
-            if lay.shapes != layout.shapes:
-                raise FedAuditError(f"round {server_round}: partition {pids[i]} returned parameters "
-                                    f"{lay.summary()}, which do not match the global model's {layout.summary()}")
-            np.subtract(x, g, out=rows[i])
-        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons)
+        kept, malformed = [], []
+        for proxy, res in results:
+            outcome = self._screen(res, layout)
+            if isinstance(outcome, str):
+                pid = res.metrics.get(PARTITION_KEY) if isinstance(res.metrics, dict) else None
+                malformed.append({"node": _node(proxy), "partition": pid if isinstance(pid, int) else None,
+                                  "reason": outcome})
+            else:
+                kept.append((proxy, *outcome))
+        kept, duplicates = drop_duplicates(kept, _node)
+        malformed += duplicates
+        log_malformed(server_round, malformed)
+        if not kept:
+            self.record_empty_round(server_round, reasons, malformed=malformed)
+            return None, {}
+        pids = np.array([pid for _, pid, _ in kept], dtype=np.int64)
+        rows = np.stack([x for _, _, x in kept]) - g
+        new, metrics = self.aggregate_rows(server_round, g, rows, pids, reasons, malformed=malformed,
+                                           held=lambda x: as_held(x, layout))
+        if new is None:  # the rule broke down: the global model is kept
+            return None, metrics
         return ndarrays_to_parameters(unflatten(new, layout).to_numpy_ndarrays()), metrics
 
-    def _partition_id(self, res: FitRes) -> int:
+    def _screen(self, res: FitRes, layout: Layout) -> str | tuple[int, np.ndarray]:
+        """(partition id, the returned parameters as the model holds them) or why the fit result is
+        malformed: no integer ``partition-id`` ≥ 0 in its metrics, or parameters that cannot be read
+        or are not the global model's shapes of a real dtype (a Byzantine row, as in the Message API)."""
         if PARTITION_KEY not in res.metrics:
-            raise FedAuditError(f"a fit result has no {PARTITION_KEY!r} in its metrics (keys: "
-                                f"{sorted(res.metrics)}); LegacyRobustStrategy orders and attacks clients by the "
-                                "partition id they report")
-        return partition_id(res.metrics[PARTITION_KEY], "a fit result")
+            return f"no {PARTITION_KEY!r} in its fit metrics (keys: {sorted(res.metrics)})"
+        try:
+            pid = partition_id(res.metrics[PARTITION_KEY], "a fit result")
+            x, lay = _flatten_list(parameters_to_ndarrays(res.parameters))
+        except FedAuditError as err:
+            return str(err)
+        except Exception as err:  # the client controls the bytes: any decoding failure is its
+            return f"parameters cannot be read: {type(err).__name__}"
+        if lay.shapes != layout.shapes:
+            return f"returned parameters {lay.summary()}, which do not match the global model's {layout.summary()}"
+        return pid, as_held(x, layout)

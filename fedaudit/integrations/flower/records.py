@@ -20,7 +20,7 @@ require_flwr()
 
 from flwr.app import Array, ArrayRecord  # noqa: E402
 
-__all__ = ["Layout", "flatten", "unflatten"]
+__all__ = ["Layout", "flatten", "unflatten", "as_held"]
 
 _KINDS = "fiub"  # float, signed and unsigned integer, bool
 
@@ -75,6 +75,31 @@ def flatten(array_record: Any) -> tuple[np.ndarray, Layout]:
     layout = Layout(keys=keys, shapes=tuple(tuple(int(n) for n in a.shape) for a in arrays),
                     dtypes=tuple(a.dtype.name for a in arrays))
     return np.concatenate([a.ravel().astype(np.float64) for a in arrays]), layout
+
+
+def as_held(vector: Any, layout: Layout) -> np.ndarray:
+    """The float64 vector (d,) of ``vector``'s values as the model of ``layout`` holds them.
+
+    Slice k is cast to ``layout.dtypes[k]`` and back: float64 → float32 rounds to nearest, so a
+    finite 1e300 becomes ``inf`` (the overflow is the value the model would store, not a warning);
+    for an integer or bool array a slice holding NaN/±inf or a value outside the dtype's range
+    (which numpy's cast would wrap silently) becomes NaN entries, a non-finite row that fedaudit's
+    rules treat as Byzantine. ``unflatten(vector, layout)`` stores exactly ``as_held(vector, layout)``.
+    """
+    x = np.asarray(vector, dtype=np.float64)
+    out = np.empty_like(x)
+    for dtype, off, size in zip(layout.dtypes, layout.offsets, layout.sizes):
+        part, dt = x[off:off + size], np.dtype(dtype)
+        if dt.kind == "f":
+            with np.errstate(over="ignore", invalid="ignore"):
+                out[off:off + size] = part.astype(dt).astype(np.float64)
+            continue
+        lo, hi = (0, 1) if dt.kind == "b" else (np.iinfo(dt).min, np.iinfo(dt).max)
+        if np.isfinite(part).all() and part.min(initial=lo) >= lo and part.max(initial=hi) <= hi:
+            out[off:off + size] = part.astype(dt).astype(np.float64)
+        else:
+            out[off:off + size] = np.nan
+    return out
 
 
 def unflatten(vector: Any, layout: Layout) -> Any:
