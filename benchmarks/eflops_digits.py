@@ -1,7 +1,15 @@
 """E-FLoPS against Fed-HT, FedIter-HT and FedAvg+prune with a small CNN at 97.5 % sparsity on digits.
 
 ``python benchmarks/eflops_digits.py [--seeds 3] [--rounds 100] [--clients 10] [--density 0.025] [--methods eflops,...]
-[--scheme iid|dirichlet --beta 1.0] [--upload gated|dense] [--mnist PATH] [--no-tune] [--json FILE]``
+[--scheme iid|dirichlet --beta 1.0] [--upload gated|dense] [--mnist PATH] [--no-tune] [--json FILE]``;
+``--fair`` runs the fair protocol of issue #22 instead (the README's figures): E-FLoPS and Fed-HT,
+each through the top-m upload (E-FLoPS: the gated upload; Fed-HT: each client sends H_m of its
+local model) and dense, each tuned over the same grid — optimizer {SGD (lr 0.05), Adam (lr
+0.005)} × level warm-up {none, E-FLoPS's 0.95 → ρ over 60 % of the rounds} (one step size per
+optimizer, the same for both methods) — by validation accuracy on one tuning split, then test
+accuracy over ``--seeds`` seeds with paired 95 % intervals for every comparison
+(:data:`FAIR_COMPARISONS`), MACs and bytes per client per round. E-FLoPS keeps
+:meth:`~fedaudit.fl.eflops.EFLoPS.for_networks`'s gates from 0.95, η_λ and T = 10⁻⁴.
 
 Data: scikit-learn's 8×8 digits (:func:`fedaudit.fl.sparse_data.load_digits_federated`, the offline
 stand-in for MNIST; ``--mnist PATH`` uses MNIST from local files instead), 25 % test, 10 % of the

@@ -285,7 +285,7 @@ def test_bad_hyperparameters_name_the_parameter_and_range(kwargs, name, text):
 
 def test_bad_training_input(problem):
     clients, _, _ = problem
-    with pytest.raises(FedAuditError, match=r"density must be in .*\[0.005, 1\).*m=0"):
+    with pytest.raises(FedAuditError, match=r"density must be in \[1/dim, 1\) = \[0.005, 1\).*density=0.004 with dim=200"):
         train_eflops(linear(200), clients, method=EFLoPS(0.004), rounds=1)
     with pytest.raises(FedAuditError, match=r"rounds must be an integer in \[1, inf\)"):
         train_eflops(linear(200), clients, method=EFLoPS(0.1), rounds=0)

@@ -345,3 +345,39 @@ def test_gram_spectrum_of_the_benchmark_clients_is_about_300_not_46():
         assert spec.shape == (10,) and 250 < spec.min() and spec.max() < 330
     with pytest.raises(FedAuditError, match="at least 1"):
         gram_spectrum([])
+
+
+def test_synthetic_benchmark_fair_protocol_pairs_seeds_with_t_intervals(tmp_path):
+    """``--fair``: every arm tuned over the same 8-configuration grid (optimizer × lr × warm-up) on
+    the validation rows, the comparisons paired by seed with the Student-t interval of scipy."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from scipy import stats
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "eflops_synthetic.py"
+    spec = importlib.util.spec_from_file_location("eflops_synthetic_fair", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    d = bench.paired([0.5, 0.7, None, 0.4], [0.1, 0.2, 0.3, 0.6])
+    diffs = np.array([0.4, 0.5, -0.2])
+    half = stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3)
+    assert d["n"] == 3 and d["mean"] == pytest.approx(diffs.mean())
+    assert d["ci95"] == pytest.approx([diffs.mean() - half, diffs.mean() + half]) and not d["significant"]
+    assert len(bench.fair_grid(bench.FAIR_LRS["fed_ht"])) == len(bench.fair_grid(bench.FAIR_LRS["eflops"])) == 8
+    out_file = tmp_path / "fair.json"
+    bench.main(["--fair", "--arms", "eflops/top-m,fed_ht/top-m", "--seeds", "2", "--tune-seeds", "1", "--rounds", "2",
+                "--d", "60", "--support", "3", "--samples", "40", "--clients", "3", "--sweep", "40",
+                "--sweep-seeds", "2", "--json", str(out_file)])
+    out = json.loads(out_file.read_text())
+    assert set(out["arms"]) == {"eflops/top-m", "fed_ht/top-m"}
+    for arm in out["arms"].values():
+        assert len(arm["tuning"]) == 8 and len(arm["r2_per_seed"]) == 2
+        assert {row["config"]["optimizer"] for row in arm["tuning"]} == {"sgd", "adam"}
+        assert {row["config"]["warmup"] for row in arm["tuning"]} == {False, True}
+    assert out["arms"]["fed_ht/top-m"]["bytes_per_client_round"] == 16 + 3 * 6    # FedIter-HT's packet of m = 3
+    (cmp,) = out["comparisons"]
+    assert (cmp["a"], cmp["b"]) == ("eflops/top-m", "fed_ht/top-m") and cmp["r2"]["n"] <= 2
+    assert out["sweep"][0]["ratio"] == pytest.approx(40 / 60) and "difference" in out["sweep"][0]
+    assert out["setup"]["gram_lambda_max"]["max"] > 0 and out["setup"]["diverged_r2"] == -1.0
