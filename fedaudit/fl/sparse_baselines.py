@@ -12,7 +12,11 @@ arXiv:2101.00052; journal version Algorithms 15(9):319, 2022). Round t, from the
                                               FedIter-HT only:  θ^i_{k+1} ← H_τ(θ^i_{k+1})
     server:  θ_{t+1} = H_τ(Σ_{i∈S_t} p_i θ^i_K / Σ_{i∈S_t} p_i)
 
-(Distributed IHT is Fed-HT with K = 1.) FedAvg+prune runs the same loop without any thresholding
+(Distributed IHT is Fed-HT with K = 1.) The same schedule options as E-FLoPS, so that a
+comparison gives every method the same tuning space: Adam local steps (``local_optimizer``), the
+level warm-up (H_τ becomes H_{τ_t} with τ_t = max(τ, ⌊ρ_t·|θ|⌋), ρ_t of
+:func:`fedaudit.fl.eflops.level_at`) and the top-m upload (``upload="top-m"``: a client sends
+H_τ(θ^i_K)). A metric below :data:`DIVERGED_R2` (or not finite) marks a diverged run (:func:`is_diverged`). FedAvg+prune runs the same loop without any thresholding
 and returns H_m(θ_T), the trained dense model pruned to its m largest-magnitude weights, without
 fine-tuning (the post-hoc pruning baseline of the E-FLoPS paper).
 
