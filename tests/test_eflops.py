@@ -285,7 +285,7 @@ def test_bad_hyperparameters_name_the_parameter_and_range(kwargs, name, text):
 
 def test_bad_training_input(problem):
     clients, _, _ = problem
-    with pytest.raises(FedAuditError, match=r"density must be in .*\[0.005, 1\).*m=0"):
+    with pytest.raises(FedAuditError, match=r"density must be in \[1/dim, 1\) = \[0.005, 1\).*density=0.004 with dim=200"):
         train_eflops(linear(200), clients, method=EFLoPS(0.004), rounds=1)
     with pytest.raises(FedAuditError, match=r"rounds must be an integer in \[1, inf\)"):
         train_eflops(linear(200), clients, method=EFLoPS(0.1), rounds=0)
@@ -329,14 +329,107 @@ def test_byzantine_clients_dense_and_sparse(problem):
         train_eflops(linear(200), clients, method=method, rounds=1, byzantine=1)
 
 
-def test_private_upload_in_the_loop(problem):
+def _spy(base):
+    """A subclass of the private upload ``base`` that records what train_eflops encodes and packs."""
+
+    class Spy(base):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.inputs, self.reports, self.packets = [], [], []
+
+        def encode(self, X, rng=None):
+            out = super().encode(X, rng)
+            self.inputs.append(np.array(X))
+            self.reports.append(out)
+            return out
+
+        def to_packet(self, report):
+            packet = super().to_packet(report)
+            self.packets.append(packet)
+            return packet
+
+    return Spy
+
+
+def _check_laplace_values_reach_the_server(up):
+    """The values of every report on its sent set S are clamp(θ̃)_S plus the values mechanism's
+    discrete Laplace noise (sd √2·b, b its scale): the sample sd of the residuals lies within ±50 %
+    of √2·b (≥ 5 standard errors at the ≥ 100 residuals here, Laplace kurtosis 6); the server's
+    packets carry exactly those noisy values."""
+    p = up.params_dim
+    residuals = []
+    for X, R in zip(up.inputs, up.reports):
+        sent = R[:, :p] == 1.0
+        assert (sent.sum(axis=1) == up.m).all()
+        theta = np.clip(X[:, :p], -up.clip, up.clip)
+        residuals.append((R[:, p:2 * p] - theta)[sent])
+    residuals = np.concatenate(residuals)
+    assert residuals.size >= 100
+    sd, expected = residuals.std(), math.sqrt(2.0) * up.values_mechanism.scale
+    assert 0.5 * expected <= sd <= 1.5 * expected, (sd, expected)
+    packed = np.concatenate([pk.values for pk in up.packets])
+    sent_values = np.concatenate([R[:, p:2 * p][R[:, :p] == 1.0] for R in up.reports])
+    np.testing.assert_array_equal(packed, sent_values)
+
+
+def test_private_upload_in_the_loop_adds_its_noise_and_charges_a_ledger(problem):
+    """issue #22: the in-loop test now fails on a private upload that adds no noise (checked below on
+    such an upload), and every report is charged to a ledger: R rounds cost R·ε, not ε."""
+    from fedaudit.accounting import Ledger
     from fedaudit.mechanisms.gated import GatedPrivateUpload
 
     clients, _, _ = problem
-    private = GatedPrivateUpload(200, 10, epsilon=2.0)
-    run = train_eflops(linear(200), clients, method=EFLoPS(0.05, local_steps=2), rounds=2, rng=0, upload=private)
+    private = _spy(GatedPrivateUpload)(200, 10, epsilon=2.0)
+    ledger = Ledger()
+    run = train_eflops(linear(200), clients, method=EFLoPS(0.05, local_steps=2), rounds=2, rng=0, upload=private,
+                       ledger=ledger)
     assert run.history["bytes"] == [5 * math.ceil(private.bits_per_report / 8)] * 2
     assert np.isfinite(run.weights).all() and run.mask.sum() == 10
+    _check_laplace_values_reach_the_server(private)
+    # the ledger: 5 clients × 2 rounds, each report pure 2-LDP, basic composition 4.0 per client
+    assert [(e.client, e.round) for e in ledger.entries()] == [(i, t) for t in range(2) for i in range(5)]
+    for i in range(5):
+        assert ledger.spent(i).epsilon == pytest.approx(4.0) and ledger.spent(i).count == 2
+    assert run.info["epsilon_spent"] == pytest.approx(4.0) and run.info["ledger"] is ledger
+    json.dumps(run.to_dict(), allow_nan=False)
+    # Poisson participation: each client is charged only for the rounds it took part in
+    fresh = train_eflops(linear(200), clients, method=EFLoPS(0.05, local_steps=1, participation=0.5), rounds=4,
+                         rng=1, upload=GatedPrivateUpload(200, 10, epsilon=0.5))
+    spent = [fresh.info["ledger"].spent(i).epsilon for i in range(5)]
+    assert sum(spent) == pytest.approx(0.5 * sum(fresh.history["clients"]))
+    assert fresh.info["epsilon_spent"] == pytest.approx(max(spent))
+    with pytest.raises(FedAuditError, match="ledger must be None unless upload is an ε-LDP GatedPrivateUpload"):
+        train_eflops(linear(200), clients, method=EFLoPS(0.05), rounds=1, ledger=Ledger())
+
+    class NoNoise(GatedPrivateUpload):  # the upload the old in-loop test let through: no noise on the values
+        def _encode(self, X, rng):
+            out = super()._encode(X, rng)
+            p = self.params_dim
+            sent = out[:, :p] == 1.0
+            out[:, p:2 * p] = np.where(sent, np.clip(X[:, :p], -self.clip, self.clip), 0.0)
+            return out
+
+    silent = _spy(NoNoise)(200, 10, epsilon=2.0)
+    train_eflops(linear(200), clients, method=EFLoPS(0.05, local_steps=2), rounds=2, rng=0, upload=silent)
+    with pytest.raises(AssertionError):
+        _check_laplace_values_reach_the_server(silent)
+
+
+def test_one_formula_for_m_everywhere():
+    """issue #22: EFLoPS.m used the binary float floor, m_for_density the decimal one; at ρ = 0.29,
+    |θ| = 100 they gave 28 and 29. Now E-FLoPS, Fed-HT and the upload all keep m_for_density's m."""
+    from fedaudit.fl.sparse_baselines import train_fed_ht
+    from fedaudit.mechanisms.gated import m_for_density
+
+    for rho, dim, m in ((0.29, 100, 29), (0.57, 100, 57), (0.05, 1000, 50), (0.025, 38282, 957)):
+        assert EFLoPS(rho).m(dim) == m_for_density(rho, dim) == m
+    X = np.random.default_rng(0).standard_normal((20, 100))
+    clients = [(X[:10], X[:10, 0]), (X[10:], X[10:, 0])]
+    ef = train_eflops(linear(100), clients, method=EFLoPS(0.29, local_steps=1), rounds=1, rng=0)
+    ht = train_fed_ht(linear(100), clients, rounds=1, density=0.29, local_steps=1, lr=0.01, rng=0)
+    assert ef.m == ht.m == int(ef.mask.sum()) == int(ht.mask.sum()) == 29
+    with pytest.raises(FedAuditError, match="density must be in \\[1/dim, 1\\)"):
+        EFLoPS(0.001).m(100)
 
 
 # ----------------------------------------------------------------------------- training through the gated upload (issue #12)

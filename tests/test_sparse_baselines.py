@@ -241,3 +241,143 @@ def test_byzantine_clients_break_the_mean_but_not_nnm_cwtm(easy):
     assert attacked.params["byzantine"] == 1 and "IPM" in attacked.params["attack"]
     with pytest.raises(FedAuditError, match="attack must be given when byzantine > 0"):
         train_fed_ht(zero_linear(100), easy, byzantine=1, **kw)
+
+
+# ----------------------------------------------------------------------------- issue #22
+
+
+def _unequal_clients():
+    """Three clients of 1, 2 and 5 rows (d = 6): their n_i-weighted mean differs from the plain mean."""
+    r = np.random.default_rng(3)
+    sizes = (1, 2, 5)
+    return [(r.standard_normal((n, 6)), r.standard_normal(n)) for n in sizes]
+
+
+def test_fed_ht_weights_clients_by_n_i_on_unequal_sizes():
+    """One round of Fed-HT by hand: θ_i = θ_0 − γ∇f_i(θ_0) − γ∇f_i(θ_i^1) (K = 2 steps of
+    f_i = ½·mean(Xθ − y)²), then H_τ(Σ_i n_i θ_i / Σ n_i) with n = (1, 2, 5), τ = ⌊0.5·6⌋ = 3."""
+    clients = _unequal_clients()
+    gamma, K = 0.1, 2
+    run = train_fed_ht(zero_linear(6), clients, rounds=1, density=0.5, local_steps=K, lr=gamma, rng=0)
+    locals_ = []
+    for X, y in clients:
+        theta = np.zeros(6)
+        for _ in range(K):
+            theta = theta - gamma * X.T @ (X @ theta - y) / len(y)
+        locals_.append(theta)
+    n = np.array([1.0, 2.0, 5.0])
+    expected = hard_threshold((n / n.sum()) @ np.array(locals_), 3)
+    np.testing.assert_allclose(run.weights, expected, rtol=1e-12, atol=1e-14)
+    unweighted = hard_threshold(np.mean(locals_, axis=0), 3)
+    assert not np.allclose(run.weights, unweighted, atol=1e-3)  # the sizes matter here
+    fedavg = train_fedavg_prune(zero_linear(6), clients, rounds=1, density=0.5, local_steps=K, lr=gamma, rng=0)
+    np.testing.assert_allclose(fedavg.weights, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_level_warmup_adam_and_top_m_upload_for_the_baselines():
+    """The schedule options E-FLoPS has, given to Fed-HT (issue #22): the threshold keeps
+    τ_t = max(m, ⌊ρ_t·|θ|⌋) with ρ_t E-FLoPS's warm-up level; Adam local steps; the top-m upload."""
+    from fedaudit.fl.eflops import level_at
+    from fedaudit.mechanisms.gated import m_for_density
+
+    clients = _unequal_clients()
+    X = np.random.default_rng(1).standard_normal((40, 100))
+    big = [(X[:20], X[:20, :5].sum(1)), (X[20:], X[20:, :5].sum(1))]
+    run = train_fed_ht(zero_linear(100), big, rounds=10, density=0.05, lr=0.01, init_density=0.95,
+                       target_warmup=0.6)
+    levels = [level_at(t, 10, 0.05, 0.95, 0.6) for t in range(10)]
+    expected = [max(5, m_for_density(v, 100)) / 100 for v in levels]
+    assert run.history["density"] == pytest.approx(expected)          # 0.95, 0.80, … down to 0.05 from round 7
+    assert expected[0] == 0.95 and expected[6:] == [0.05] * 4 and run.mask.sum() == 5
+    cold = train_fed_ht(zero_linear(100), big, rounds=10, density=0.05, lr=0.01)
+    assert cold.history["density"] == [0.05] * 10
+    # Adam: one local step from θ_0 = 0 moves every coordinate with a non-zero gradient by exactly lr
+    adam = train_fedavg_prune(zero_linear(6), clients[:1], rounds=1, density=0.5, local_steps=1, lr=0.1,
+                              local_optimizer="adam")
+    Xc, yc = clients[0]
+    g = Xc.T @ (Xc @ np.zeros(6) - yc) / len(yc)
+    np.testing.assert_allclose(np.sort(np.abs(adam.weights))[3:], 0.1, rtol=1e-6)
+    np.testing.assert_array_equal(np.sign(adam.weights[adam.mask]), -np.sign(g[adam.mask]))
+    # top-m upload: each client sends H_m(θ_i) (min(4·|θ|, 16 + m·(2 + 4)) bytes, FedIter-HT's packet), the
+    # server averages the sparse vectors
+    top = train_fed_ht(zero_linear(6), clients, rounds=1, density=0.5, local_steps=1, lr=0.1, upload="top-m")
+    locals_ = [hard_threshold(-0.1 * Xi.T @ (-yi) / len(yi), 3) for Xi, yi in clients]
+    n = np.array([1.0, 2.0, 5.0])
+    np.testing.assert_allclose(top.weights, hard_threshold((n / n.sum()) @ np.array(locals_), 3), rtol=1e-12)
+    assert top.history["bytes"] == [3 * min(4 * 6, 16 + 3 * 6)] and top.params["upload"] == "top-m"
+    assert upload_bytes("fediter-ht", 100, 5) == 16 + 5 * 6 < 4 * 100
+    with pytest.raises(FedAuditError, match="upload must be 'dense' for fedavg-prune"):
+        train_fedavg_prune(zero_linear(6), clients, rounds=1, density=0.5, upload="top-m")
+    with pytest.raises(FedAuditError, match="local_optimizer"):
+        train_fed_ht(zero_linear(6), clients, rounds=1, density=0.5, local_optimizer="rmsprop")
+    with pytest.raises(FedAuditError, match="target_warmup"):
+        train_fed_ht(zero_linear(6), clients, rounds=1, density=0.5, target_warmup=1.0)
+
+
+def test_an_exploding_run_is_flagged_diverged_not_averaged():
+    """issue #22: Fed-HT above its stable step explodes to a finite R² of order −10⁸; it is flagged."""
+    from fedaudit.fl.sparse_baselines import DIVERGED_R2, is_diverged
+    from fedaudit.fl.sparse_data import gram_spectrum
+
+    data = scarce_regression(d=200, support=10, samples=60, clients=3, val_samples=0, test_samples=200, rng=0)
+    L = gram_spectrum(data).max()
+    run = train_fed_ht(zero_linear(200), data, rounds=4, density=0.05, local_steps=5, lr=4.0 / L, rng=0)
+    r2 = evaluate(zero_linear(200), run.weights, data.X_test, data.y_test, "regression")
+    assert np.isfinite(r2) and r2 < -1e3 and is_diverged(r2, "regression")
+    stable = train_fed_ht(zero_linear(200), data, rounds=4, density=0.05, local_steps=5, lr=0.5 / L, rng=0)
+    ok = evaluate(zero_linear(200), stable.weights, data.X_test, data.y_test, "regression")
+    assert ok > DIVERGED_R2 and not is_diverged(ok, "regression")
+    assert is_diverged(None, "classification") and is_diverged(float("nan"), "regression")
+    assert not is_diverged(0.1, "classification") and DIVERGED_R2 == -1.0
+
+
+def test_gram_spectrum_of_the_benchmark_clients_is_about_300_not_46():
+    """The smoothness the benchmark's step sizes must respect: λ_max(X_iᵀX_i/n_i), equal to the
+    largest eigenvalue by eigvalsh, is 250–330 on the default scarce regression (the covariate shift
+    ‖μ_i‖² ≈ 250 dominates), so SGD on a dense model is stable only below 2/λ_max ≈ 0.0063."""
+    from fedaudit.fl.sparse_data import gram_spectrum
+
+    for seed in range(3):
+        data = scarce_regression(rng=seed)
+        spec = gram_spectrum(data)
+        exact = [np.linalg.eigvalsh(X @ X.T / len(X)).max() for X, _ in data.clients]  # XXᵀ: same non-zero spectrum
+        np.testing.assert_allclose(spec, exact, rtol=1e-9)
+        assert spec.shape == (10,) and 250 < spec.min() and spec.max() < 330
+    with pytest.raises(FedAuditError, match="at least 1"):
+        gram_spectrum([])
+
+
+def test_synthetic_benchmark_fair_protocol_pairs_seeds_with_t_intervals(tmp_path):
+    """``--fair``: every arm tuned over the same 8-configuration grid (optimizer × lr × warm-up) on
+    the validation rows, the comparisons paired by seed with the Student-t interval of scipy."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from scipy import stats
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "eflops_synthetic.py"
+    spec = importlib.util.spec_from_file_location("eflops_synthetic_fair", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    d = bench.paired([0.5, 0.7, None, 0.4], [0.1, 0.2, 0.3, 0.6])
+    diffs = np.array([0.4, 0.5, -0.2])
+    half = stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3)
+    assert d["n"] == 3 and d["mean"] == pytest.approx(diffs.mean())
+    assert d["ci95"] == pytest.approx([diffs.mean() - half, diffs.mean() + half]) and not d["significant"]
+    assert len(bench.fair_grid(bench.FAIR_LRS["fed_ht"])) == len(bench.fair_grid(bench.FAIR_LRS["eflops"])) == 8
+    out_file = tmp_path / "fair.json"
+    bench.main(["--fair", "--arms", "eflops/top-m,fed_ht/top-m", "--seeds", "2", "--tune-seeds", "1", "--rounds", "2",
+                "--d", "60", "--support", "3", "--samples", "40", "--clients", "3", "--sweep", "40",
+                "--sweep-seeds", "2", "--json", str(out_file)])
+    out = json.loads(out_file.read_text())
+    assert set(out["arms"]) == {"eflops/top-m", "fed_ht/top-m"}
+    for arm in out["arms"].values():
+        assert len(arm["tuning"]) == 8 and len(arm["r2_per_seed"]) == 2
+        assert {row["config"]["optimizer"] for row in arm["tuning"]} == {"sgd", "adam"}
+        assert {row["config"]["warmup"] for row in arm["tuning"]} == {False, True}
+    assert out["arms"]["fed_ht/top-m"]["bytes_per_client_round"] == 16 + 3 * 6    # FedIter-HT's packet of m = 3
+    (cmp,) = out["comparisons"]
+    assert (cmp["a"], cmp["b"]) == ("eflops/top-m", "fed_ht/top-m") and cmp["r2"]["n"] <= 2
+    assert out["sweep"][0]["ratio"] == pytest.approx(40 / 60) and "difference" in out["sweep"][0]
+    assert out["setup"]["gram_lambda_max"]["max"] > 0 and out["setup"]["diverged_r2"] == -1.0

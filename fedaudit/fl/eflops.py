@@ -45,12 +45,12 @@ from fedaudit.errors import FedAuditError
 from fedaudit.fl.gated_training import ErrorFeedback, data_free_gates
 from fedaudit.fl.gates import GATE_MODES, GatedModel, HardConcrete
 from fedaudit.json import jsonable
-from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload
+from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload, m_for_density
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = ["HardConcrete", "GatedModel", "EFLoPS", "EFLoPSState", "SparseRun", "ClientUpdate", "local_update",
-           "train_eflops", "top_m_mask", "REGULARIZERS", "ANNEALING", "SAMPLING", "LOSSES",
+           "train_eflops", "top_m_mask", "level_at", "REGULARIZERS", "ANNEALING", "SAMPLING", "LOSSES",
            "LOCAL_OPTIMIZERS"]
 
 REGULARIZERS = ("entropy", "kl")
@@ -58,6 +58,19 @@ ANNEALING = (None, "linear", "cosine")
 SAMPLING = ("poisson", "fixed")
 LOSSES = ("auto", "mse", "cross_entropy")
 LOCAL_OPTIMIZERS = ("sgd", "adam")
+
+
+def level_at(t: int, rounds: int, density: float, init_density: float, warmup: float) -> float:
+    """The density level of round t ∈ [0, rounds) under a level warm-up: ρ when ``warmup`` = 0 or
+    ``init_density`` ≤ ρ, else ρ_t = s₀ + (ρ − s₀)·t/(warmup·rounds) with s₀ = ``init_density``
+    until t ≥ warmup·rounds, and ρ after. E-FLoPS's constraint level (:meth:`EFLoPS.target_at`)
+    and the hard-threshold budget of Fed-HT / FedIter-HT under the same warm-up
+    (:mod:`fedaudit.fl.sparse_baselines`) both follow it."""
+    start = max(density, init_density)
+    if warmup == 0.0 or start == density:
+        return density
+    s = t / (warmup * rounds)
+    return density if s >= 1.0 else start + (density - start) * s
 
 
 def top_m_mask(scores: Any, m: int) -> np.ndarray:
@@ -159,22 +172,16 @@ class EFLoPS:
         return self.temperature * 0.5 * (1.0 + math.cos(math.pi * s))
 
     def target_at(self, t: int, rounds: int) -> float:
-        """The constraint level ρ_t of round t: ρ (``target_warmup`` = 0), else it moves linearly from
-        max(ρ, init_density) to ρ over the first ``target_warmup``·rounds rounds (the weights learn
-        before the multiplier closes gates; Gallego-Posada et al. also move the level towards ρ)."""
-        start = max(self.density, self.init_density)
-        if self.target_warmup == 0.0 or start == self.density:
-            return self.density
-        s = t / (self.target_warmup * rounds)
-        return self.density if s >= 1.0 else start + (self.density - start) * s
+        """The constraint level ρ_t of round t (:func:`level_at` with this method's ρ,
+        ``init_density`` and ``target_warmup``; the weights learn before the multiplier closes
+        gates; Gallego-Posada et al. also move the level towards ρ)."""
+        return level_at(t, rounds, self.density, self.init_density, self.target_warmup)
 
     def m(self, dim: int) -> int:
-        """m = ⌊ρ·|θ|⌋, the size of the final support; a FedAuditError if it is 0."""
-        m = int(math.floor(self.density * dim))
-        if m < 1:
-            raise FedAuditError(f"density must be in [1/|θ|, 1) = [{1.0 / dim:g}, 1) so that m = ⌊ρ·|θ|⌋ ≥ 1 "
-                                f"for |θ|={dim}, got density={self.density:g} (m=0)")
-        return m
+        """m = ⌊ρ·|θ|⌋, the size of the final support, by
+        :func:`~fedaudit.mechanisms.gated.m_for_density` (ρ read as its shortest decimal, the
+        one formula every sparse method and the upload use); a FedAuditError if it is 0."""
+        return m_for_density(self.density, dim)
 
 
 @dataclass(frozen=True, eq=False)
@@ -389,7 +396,8 @@ def _mean_entropy(log_alpha: np.ndarray, sizes: np.ndarray) -> float:
 
 def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: int, rng: RngLike = 0,
                  upload: Any = None, aggregator: Any = None, byzantine: int = 0, attack: Any = None,
-                 loss: str = "auto", threads: int = 1, progress: Callable[[int], None] | None = None) -> SparseRun:
+                 loss: str = "auto", threads: int = 1, progress: Callable[[int], None] | None = None,
+                 ledger: Any = None) -> SparseRun:
     """Train the torch ``model`` (its parameters are θ̃₀; it is never modified) with E-FLoPS on
     ``clients`` — a sequence of (X_i, y_i) local datasets — for ``rounds`` rounds.
 
@@ -409,7 +417,12 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
     * ``upload`` a :class:`~fedaudit.mechanisms.gated.GatedPrivateUpload` (ε-LDP): the rows
       [θ̃_i, log α_i] go through its ``encode`` (noisy top-m indices, Laplace values and gates),
       each report becomes a packet (``to_packet``) and a ``GatedSparseUpload(|θ|, m,
-      value_dtype="float64")`` aggregates them; bytes per client ⌈bits_per_report/8⌉;
+      value_dtype="float64")`` aggregates them; bytes per client ⌈bits_per_report/8⌉. Every report
+      is charged to ``ledger`` (a :class:`~fedaudit.accounting.Ledger`; a fresh one when None):
+      ``ledger.record(i, upload, round=t)`` for each participating client i in round t, so after
+      R rounds client i has spent R_i·ε (basic composition of pure ε-LDP, R_i its rounds), not the
+      ε of one report; ``info["epsilon_spent"]`` is max_i of that composed ε and
+      ``info["ledger"]`` the ledger;
     * ``aggregator`` (any fedaudit rule, (k, 2|θ|) → (2|θ|,)): applied to the rows
       [θ̃_i, log α_i] (unweighted); with ``upload``, to the rows ``upload.reconstruct(packet,
       previous)``.
@@ -443,6 +456,17 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
     byzantine = check_int("byzantine", byzantine, low=0)
     if byzantine and attack is None:
         raise FedAuditError(f"attack must be given when byzantine > 0, got byzantine={byzantine} and attack=None")
+    private = upload is not None and hasattr(upload, "to_packet")
+    if ledger is not None and not private:
+        raise FedAuditError("ledger must be None unless upload is an ε-LDP GatedPrivateUpload (only its reports "
+                            f"spend privacy), got upload={upload!r}")
+    if private:
+        from fedaudit.accounting.ledger import Ledger
+
+        if ledger is None:
+            ledger = Ledger()
+        elif not isinstance(ledger, Ledger):
+            raise FedAuditError(f"ledger must be None or a fedaudit.accounting.Ledger, got {type(ledger).__name__}")
     memory = None
     if isinstance(upload, GatedSparseUpload):
         if byzantine and upload.dense_rounds:
@@ -474,6 +498,9 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
             ids = _participants(method, len(data), sample_rng)
             streams = round_ss[t].spawn(len(data))
             updates = [_local(state, *data[i], np.random.default_rng(streams[i])) for i in ids]
+            if private:  # one ε-LDP report per participating client and round
+                for i in ids:
+                    ledger.record(int(i), upload, round=t)
             if updates:
                 weights, log_alpha, sent = _aggregate(state, updates, sizes[ids], upload, aggregator, attack,
                                                       byzantine, np.random.default_rng(agg_ss[t]), ids=ids,
@@ -512,7 +539,11 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
                      log_alpha=gm.expand(np.array(state.log_alpha, dtype=np.float64)),
                      seed_entropy=root.entropy,
                      info={"expected_density": hist["density"][-1], "dense_bytes_per_client": dense_bytes,
-                           "dim": gm.dim, "n_gates": gm.n_gates})
+                           "dim": gm.dim, "n_gates": gm.n_gates,
+                           **({} if not private else {
+                               "ledger": ledger,
+                               "epsilon_spent": max((ledger.spent(c).epsilon for c in ledger.clients()),
+                                                    default=0.0)})})
 
 
 def _combine(rows: np.ndarray, n: np.ndarray, aggregator: Any, dim: int,

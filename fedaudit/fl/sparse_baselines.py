@@ -12,7 +12,11 @@ arXiv:2101.00052; journal version Algorithms 15(9):319, 2022). Round t, from the
                                               FedIter-HT only:  θ^i_{k+1} ← H_τ(θ^i_{k+1})
     server:  θ_{t+1} = H_τ(Σ_{i∈S_t} p_i θ^i_K / Σ_{i∈S_t} p_i)
 
-(Distributed IHT is Fed-HT with K = 1.) FedAvg+prune runs the same loop without any thresholding
+(Distributed IHT is Fed-HT with K = 1.) The same schedule options as E-FLoPS, so that a
+comparison gives every method the same tuning space: Adam local steps (``local_optimizer``), the
+level warm-up (H_τ becomes H_{τ_t} with τ_t = max(τ, ⌊ρ_t·|θ|⌋), ρ_t of
+:func:`fedaudit.fl.eflops.level_at`) and the top-m upload (``upload="top-m"``: a client sends
+H_τ(θ^i_K)). A metric below :data:`DIVERGED_R2` (or not finite) marks a diverged run (:func:`is_diverged`). FedAvg+prune runs the same loop without any thresholding
 and returns H_m(θ_T), the trained dense model pruned to its m largest-magnitude weights, without
 fine-tuning (the post-hoc pruning baseline of the E-FLoPS paper).
 
@@ -40,20 +44,23 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.fl.eflops import EFLoPS, SparseRun, train_eflops
+from fedaudit.fl.eflops import LOCAL_OPTIMIZERS, EFLoPS, SparseRun, level_at, train_eflops
 from fedaudit.fl.registry import SPARSE_METHODS
 from fedaudit.fl.gates import GatedModel
 from fedaudit.fl.sparse_data import FederatedData, r2_score
 from fedaudit.mechanisms.gated import HEADER_BYTES, m_for_density, top_m_indices
 from fedaudit.rng import RngLike, as_seed_sequence
-from fedaudit.validation import check_choice, check_int, check_positive, check_probability
+from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real
 
 __all__ = ["hard_threshold", "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "predict", "evaluate",
-           "upload_bytes", "inference_macs", "BASELINES"]
+           "upload_bytes", "inference_macs", "BASELINES", "UPLOADS", "DIVERGED_R2", "is_diverged"]
 
 #: method name -> (local thresholding, thresholding after averaging)
 _VARIANTS = {"fed-ht": (False, True), "fediter-ht": (True, True), "fedavg-prune": (False, False)}
 BASELINES = tuple(_VARIANTS)
+#: what a baseline's client uploads: its dense local model, or its top m = ⌊ρ·|θ|⌋ coordinates by
+#: magnitude (H_m(θ^i_K), sent as indices + values like FedIter-HT's packet) — the seed's top-m upload
+UPLOADS = ("dense", "top-m")
 
 
 def hard_threshold(v: Any, tau: int) -> np.ndarray:
@@ -142,7 +149,8 @@ def _participants(q: float, sampling: str, n: int, rng: np.random.Generator) -> 
 def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float, local_steps: int, lr: float,
            batch_size: int | None, participation: float, sampling: str, task: str | None, aggregator: Any,
            byzantine: int, attack: Any, rng: RngLike, threads: int,
-           progress: Callable[[int], None] | None) -> SparseRun:
+           progress: Callable[[int], None] | None, local_optimizer: str = "sgd", init_density: float = 0.5,
+           target_warmup: float = 0.0, upload: str = "dense") -> SparseRun:
     import torch
 
     local_ht, server_ht = _VARIANTS[method]
@@ -155,6 +163,12 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
     byzantine = check_int("byzantine", byzantine, low=0)
     if byzantine and attack is None:
         raise FedAuditError(f"attack must be given when byzantine > 0, got byzantine={byzantine} and attack=None")
+    local_optimizer = check_choice("local_optimizer", local_optimizer, LOCAL_OPTIMIZERS)
+    init_density = check_probability("init_density", init_density)
+    target_warmup = check_real("target_warmup", target_warmup, low=0.0, high=1.0, open_high=True)
+    upload = check_choice("upload", upload, UPLOADS)
+    if upload == "top-m" and method == "fedavg-prune":
+        raise FedAuditError("upload must be 'dense' for fedavg-prune (it prunes only after training), got 'top-m'")
     pairs, data_task = _client_arrays(clients)
     if task is None:
         task = data_task or ("classification" if np.asarray(pairs[0][1]).dtype.kind in "iu" else "regression")
@@ -172,29 +186,31 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
     pick = np.random.default_rng(sample_ss)
     batch_rng = np.random.default_rng(batch_ss)
     agg_rng = np.random.default_rng(agg_ss)
-    per_client = upload_bytes(method, p, tau)
+    per_client = upload_bytes("fediter-ht" if upload == "top-m" else method, p, tau)
 
-    def threshold_t(v: Any) -> Any:
-        keep = torch.as_tensor(top_m_indices(np.abs(v.detach().double().numpy()), tau))
+    def threshold_t(v: Any, k: int) -> Any:
+        keep = torch.as_tensor(top_m_indices(np.abs(v.detach().double().numpy()), k))
         out = torch.zeros_like(v)
         out[keep] = v[keep]
         return out
 
-    def local(theta0: Any, X: Any, y: Any) -> Any:
-        theta = theta0.clone()
+    def local(theta0: Any, X: Any, y: Any, k: int) -> Any:
+        theta = theta0.clone().requires_grad_(True)
+        opt = torch.optim.SGD([theta], lr=lr) if local_optimizer == "sgd" else torch.optim.Adam([theta], lr=lr)
         for _ in range(local_steps):
             if batch_size is not None and batch_size < X.shape[0]:
                 idx = torch.as_tensor(batch_rng.choice(X.shape[0], size=batch_size, replace=False))
                 Xb, yb = X[idx], y[idx]
             else:
                 Xb, yb = X, y
-            theta.requires_grad_(True)
-            (g,) = torch.autograd.grad(loss_fn(gm.forward(theta, Xb), yb), theta)
-            with torch.no_grad():
-                theta = theta - lr * g
-                if local_ht:
-                    theta = threshold_t(theta)
-        return theta.detach()
+            opt.zero_grad()
+            loss_fn(gm.forward(theta, Xb), yb).backward()
+            opt.step()
+            if local_ht:
+                with torch.no_grad():
+                    theta.copy_(threshold_t(theta, k))
+        theta = theta.detach()
+        return threshold_t(theta, tau) if upload == "top-m" else theta
 
     def global_loss(theta: Any) -> float:
         with torch.no_grad():
@@ -209,8 +225,10 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
     try:
         for t in range(rounds):
             ids = _participants(q, sampling, len(data), pick)
+            k = tau if target_warmup == 0.0 else max(tau, m_for_density(level_at(t, rounds, density, init_density,
+                                                                                  target_warmup), p))
             if ids.size:
-                rows = torch.stack([local(theta, *data[i]) for i in ids])
+                rows = torch.stack([local(theta, *data[i], k) for i in ids])
                 if not torch.isfinite(rows).all():
                     raise FedAuditError(f"{method} diverged in round {t + 1} (non-finite local model); "
                                         f"lower lr={lr:g}")
@@ -232,7 +250,7 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
                         raise FedAuditError(f"aggregator must return a finite vector of length {p}, "
                                             f"got shape {out.shape}")
                     avg = torch.as_tensor(out, dtype=gm.dtype)
-                theta = threshold_t(avg) if server_ht else avg
+                theta = threshold_t(avg, k) if server_ht else avg
             loss = global_loss(theta)
             if not math.isfinite(loss):
                 raise FedAuditError(f"{method} diverged in round {t + 1} (training loss {loss}); lower lr={lr:g}")
@@ -251,7 +269,9 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
     params = {"density": float(density), "rounds": rounds, "local_steps": local_steps, "lr": lr,
               "batch_size": batch_size, "participation": q, "sampling": sampling, "task": task,
               "clients": len(data), "aggregator": None if aggregator is None else repr(aggregator),
-              "byzantine": byzantine, "attack": None if attack is None else repr(attack)}
+              "byzantine": byzantine, "attack": None if attack is None else repr(attack),
+              "local_optimizer": local_optimizer, "init_density": init_density, "target_warmup": target_warmup,
+              "upload": upload}
     return SparseRun(method=method, weights=np.where(mask, final, 0.0), mask=mask, m=tau,
                      target_density=float(density), history=hist, params=params,
                      seconds=time.perf_counter() - start, seed_entropy=root.entropy,
@@ -266,7 +286,16 @@ _COMMON = """``model`` is a torch ``nn.Module`` (its parameters are θ_0; it is 
     ``byzantine`` f extra clients send ``attack(rows, f, rng)`` (a dense attack of
     :mod:`fedaudit.attacks.byzantine` on the honest local models; weight: the mean honest n_i);
     ``rng`` seeds participation and minibatches (same rng → same bits); ``threads`` torch CPU
-    threads; ``progress(t)`` after round t. Returns a :class:`~fedaudit.fl.eflops.SparseRun`
+    threads; ``progress(t)`` after round t. ``local_optimizer`` "sgd" (θ ← θ − γ∇f_i) or "adam"
+    (torch.optim.Adam at step size γ, its state reset every round, as E-FLoPS's clients);
+    ``target_warmup`` w ∈ [0, 1) with ``init_density`` s₀: the level warm-up E-FLoPS's
+    constraint uses (:func:`~fedaudit.fl.eflops.level_at`), here for the threshold: round t
+    keeps τ_t = max(m, ⌊ρ_t·|θ|⌋) coordinates, ρ_t moving linearly from s₀ to ρ over the first
+    w·rounds rounds (w = 0: τ_t = m throughout; FedAvg+prune never thresholds, so it ignores it);
+    ``upload`` "dense" (the local model, |θ|·4 bytes) or "top-m" (each client sends
+    H_m(θ^i_K), its m largest-magnitude coordinates, as FedIter-HT's packet; the server averages
+    the sparse vectors, zeros where a client sent nothing; not for FedAvg+prune).
+    Returns a :class:`~fedaudit.fl.eflops.SparseRun`
     (θ̂ with exactly m = ⌊ρ·|θ|⌋ mask entries, per-round loss, density of the global model,
     clients and bytes uploaded)."""
 
@@ -283,11 +312,14 @@ def _doc(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def train_fed_ht(model: Any, clients: Any, *, rounds: int, density: float, local_steps: int = 5, lr: float = 0.01,
                  batch_size: int | None = None, participation: float = 1.0, sampling: str = "poisson",
                  task: str | None = None, aggregator: Any = None, byzantine: int = 0, attack: Any = None,
-                 rng: RngLike = 0, threads: int = 1, progress: Callable[[int], None] | None = None) -> SparseRun:
+                 rng: RngLike = 0, threads: int = 1, progress: Callable[[int], None] | None = None,
+                 local_optimizer: str = "sgd", init_density: float = 0.5, target_warmup: float = 0.0,
+                 upload: str = "dense") -> SparseRun:
     return _train("fed-ht", model, clients, rounds=rounds, density=density, local_steps=local_steps, lr=lr,
                   batch_size=batch_size, participation=participation, sampling=sampling, task=task,
                   aggregator=aggregator, byzantine=byzantine, attack=attack, rng=rng, threads=threads,
-                  progress=progress)
+                  progress=progress, local_optimizer=local_optimizer, init_density=init_density,
+                  target_warmup=target_warmup, upload=upload)
 
 
 @_doc("""FedIter-HT (Tong et al. 2021): as :func:`train_fed_ht`, and every local step is followed by
@@ -296,11 +328,13 @@ def train_fediter_ht(model: Any, clients: Any, *, rounds: int, density: float, l
                      lr: float = 0.01, batch_size: int | None = None, participation: float = 1.0,
                      sampling: str = "poisson", task: str | None = None, aggregator: Any = None, byzantine: int = 0,
                      attack: Any = None, rng: RngLike = 0, threads: int = 1,
-                     progress: Callable[[int], None] | None = None) -> SparseRun:
+                     progress: Callable[[int], None] | None = None, local_optimizer: str = "sgd",
+                     init_density: float = 0.5, target_warmup: float = 0.0, upload: str = "dense") -> SparseRun:
     return _train("fediter-ht", model, clients, rounds=rounds, density=density, local_steps=local_steps, lr=lr,
                   batch_size=batch_size, participation=participation, sampling=sampling, task=task,
                   aggregator=aggregator, byzantine=byzantine, attack=attack, rng=rng, threads=threads,
-                  progress=progress)
+                  progress=progress, local_optimizer=local_optimizer, init_density=init_density,
+                  target_warmup=target_warmup, upload=upload)
 
 
 @_doc("""FedAvg (McMahan et al. 2017) for ``rounds`` rounds, then magnitude pruning θ̂ = H_m(θ_T),
@@ -309,11 +343,13 @@ def train_fedavg_prune(model: Any, clients: Any, *, rounds: int, density: float,
                        lr: float = 0.01, batch_size: int | None = None, participation: float = 1.0,
                        sampling: str = "poisson", task: str | None = None, aggregator: Any = None,
                        byzantine: int = 0, attack: Any = None, rng: RngLike = 0, threads: int = 1,
-                       progress: Callable[[int], None] | None = None) -> SparseRun:
+                       progress: Callable[[int], None] | None = None, local_optimizer: str = "sgd",
+                       init_density: float = 0.5, target_warmup: float = 0.0, upload: str = "dense") -> SparseRun:
     return _train("fedavg-prune", model, clients, rounds=rounds, density=density, local_steps=local_steps, lr=lr,
                   batch_size=batch_size, participation=participation, sampling=sampling, task=task,
                   aggregator=aggregator, byzantine=byzantine, attack=attack, rng=rng, threads=threads,
-                  progress=progress)
+                  progress=progress, local_optimizer=local_optimizer, init_density=init_density,
+                  target_warmup=target_warmup, upload=upload)
 
 
 def _eflops(model: Any, clients: Any, *, rounds: int, density: float, rng: RngLike = 0, upload: Any = None,
@@ -354,6 +390,22 @@ def evaluate(model: Any, theta: Any, X: Any, y: Any, task: str) -> float:
     if task == "regression":
         return r2_score(y, out)
     return float(np.mean(np.argmax(out, axis=1) == np.asarray(y)))
+
+
+#: a regression score below this R² marks a run as diverged (:func:`is_diverged`)
+DIVERGED_R2 = -1.0
+
+
+def is_diverged(score: Any, task: str) -> bool:
+    """Whether a run whose test (or validation) metric is ``score`` diverged: a non-finite score
+    (or None: training stopped on non-finite weights), or for regression R² < ``DIVERGED_R2`` = −1,
+    i.e. a residual sum of squares more than twice that of predicting the mean (a run that exploded
+    to a finite R² of −3·10⁸ is reported as diverged, not averaged in). Accuracy is bounded, so a
+    classification score is flagged only when it is not finite."""
+    task = check_choice("task", task, ("regression", "classification"))
+    if score is None or not math.isfinite(float(score)):
+        return True
+    return task == "regression" and float(score) < DIVERGED_R2
 
 
 def inference_macs(model: Any, mask: Any, input_shape: tuple[int, ...]) -> tuple[int, int]:

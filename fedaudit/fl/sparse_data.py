@@ -37,7 +37,7 @@ from fedaudit.rng import RngLike, as_generator
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = ["FederatedData", "scarce_regression", "federate", "load_digits_federated", "load_mnist_federated",
-           "load_gene_csv", "ORIENTATIONS", "r2_score", "support_recovery"]
+           "load_gene_csv", "ORIENTATIONS", "r2_score", "support_recovery", "gram_spectrum"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,6 +136,24 @@ def support_recovery(theta: Any, support: Any) -> float:
     if S.min() < 0 or S.max() >= theta.size:
         raise FedAuditError(f"support indices must lie in [0, {theta.size - 1}] (the length of theta)")
     return float(np.count_nonzero(theta[S])) / S.size
+
+
+def gram_spectrum(clients: Any) -> np.ndarray:
+    """λ_max(X_iᵀX_i/n_i) for every client i (float64, one per client): the smoothness constant of
+    client i's ½·mean-squared-error loss, so local gradient descent on it is stable only for step
+    sizes γ < 2/λ_max. ``clients`` is a :class:`FederatedData` or a sequence of (X_i, y_i) pairs.
+    With covariate shift μ_i the rank-one term μ_iμ_iᵀ dominates: for :func:`scarce_regression`'s
+    defaults (d = 1000, h = 0.5, n_i = 30) λ_max ≈ ‖μ_i‖² + (√(d/n_i) + 1)² ≈ 250 + 46."""
+    pairs = clients.clients if isinstance(clients, FederatedData) else clients
+    out = []
+    for i, pair in enumerate(pairs):
+        X = np.asarray(pair[0], dtype=np.float64)
+        if X.ndim != 2 or X.shape[0] < 1:
+            raise FedAuditError(f"clients[{i}]: X must be a matrix with at least 1 row, got shape {X.shape}")
+        out.append(float(np.linalg.norm(X, 2) ** 2 / X.shape[0]))
+    if not out:
+        raise FedAuditError("clients must hold at least 1 (X, y) pair, got 0")
+    return np.array(out)
 
 
 # ----------------------------------------------------------------------------- planted regression
