@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import os
 import random
 import shutil
 import subprocess
@@ -130,7 +131,7 @@ def main() -> int:
             try:
                 rc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
                                      *args.tests], cwd=work, capture_output=True, timeout=args.timeout,
-                                    env={**__import__("os").environ, "PYTHONPATH": str(work)}).returncode
+                                    env={**os.environ, "PYTHONPATH": str(work)}).returncode
             except subprocess.TimeoutExpired:
                 rc = -1
             target.write_text(source, encoding="utf-8")
