@@ -732,12 +732,13 @@ def test_mda_accepts_exactly_max_subsets_subsets():
 
 
 def test_mda_ties_go_to_the_lexicographically_first_removal_set_across_chunks():
-    # two clusters of 12 on a line (at 0 and at 1), f = 4: removing 4 rows of either cluster gives the
-    # same diameter (1) and spread; the first such removal set in lexicographic order is rows 0-3 (cluster
-    # 0), so the mean is 12/20. C(24, 4) = 10626 subsets are searched in several chunks.
-    X = np.repeat(np.array([[0.0, 0.0], [1.0, 0.0]]), 12, axis=0)
-    np.testing.assert_allclose(MDA(4, max_subsets=None)(X), [0.6, 0.0], rtol=1e-12)
-    np.testing.assert_allclose(MDA(4, max_subsets=None)(X[::-1].copy()), [0.4, 0.0], rtol=1e-12)
+    # two clusters of 14 on a line (at 0 and at 1), f = 3: removing 3 rows of either cluster gives the
+    # same diameter (1) and spread; the first such removal set in lexicographic order is rows 0-2 (cluster
+    # 0), so the mean is 14/25. The C(28, 3) = 3276 subsets are searched in two chunks (2674 + 602), and
+    # the second holds ties of cluster 1 only: a later tie must not replace an earlier one.
+    X = np.repeat(np.array([[0.0, 0.0], [1.0, 0.0]]), 14, axis=0)
+    np.testing.assert_allclose(MDA(3, max_subsets=None)(X), [14 / 25, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(MDA(3, max_subsets=None)(X[::-1].copy()), [11 / 25, 0.0], rtol=1e-12)
 
 
 def test_centered_clipping_with_one_iteration_is_one_clipped_step():
