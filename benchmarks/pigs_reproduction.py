@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/pigs_reproduction.py [--quick] [--mnist PATH] [--rounds N] [--jobs 2]
                                            [--json FILE] [--plot FILE] [--ablation] [--seed 0]
+                                           [--backend serial|process|ray]
 
 Setting (the seed's main table; the authors' long run): 20 honest clients, f = 1 Byzantine,
 Dirichlet β = 5, μ = 1e-2, multinomial logistic regression, NNM + CWTM (declared f = true f),
@@ -42,7 +43,6 @@ import math
 import platform
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -115,24 +115,22 @@ def _direct_minimum(fed_spec: dict[str, Any]) -> float:
         return float(res.fun)
 
 
-def _run_jobs(jobs: list[dict[str, Any]], n_workers: int, verbose: bool = True) -> dict[str, dict[str, Any]]:
+def _run_jobs(jobs: list[dict[str, Any]], n_workers: int, verbose: bool = True,
+              backend: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every job on :func:`fedaudit.engine.run_tasks` (each job carries its seed, so the results are
+    the same on any backend and worker count; the engine's workers die with this process)."""
+    from fedaudit.engine import run_tasks
+
+    if backend is None:
+        backend = "serial" if n_workers <= 1 else "process"
     results: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
-    if n_workers <= 1:
-        for job in jobs:
-            r = _task(job)
-            results[r["label"]] = r
-            if verbose:
-                print(f"  done {r['label']:<28} {r['total_time_s']:7.1f}s  (elapsed {time.perf_counter() - t0:.0f}s)",
-                      file=sys.stderr, flush=True)
-        return results
-    with ProcessPoolExecutor(max_workers=n_workers) as ex:
-        for r in ex.map(_task, jobs):
-            results[r["label"]] = r
-            if verbose:
-                print(f"  done {r['label']:<28} {r['total_time_s']:7.1f}s  (elapsed {time.perf_counter() - t0:.0f}s)",
-                      file=sys.stderr, flush=True)
-    return results
+    for _, r in run_tasks(_task, jobs, workers=n_workers, backend=backend):
+        results[r["label"]] = r
+        if verbose:
+            print(f"  done {r['label']:<28} {r['total_time_s']:7.1f}s  (elapsed {time.perf_counter() - t0:.0f}s)",
+                  file=sys.stderr, flush=True)
+    return {job["label"]: results[job["label"]] for job in jobs}  # submission order, whatever the completion order
 
 
 def _summarise(trace: dict[str, Any], loss_star: float, shared_plateau: float | None = None) -> dict[str, Any]:
@@ -219,7 +217,7 @@ def main_experiment(args) -> dict[str, Any]:
              for lab, k, p in refs]
     print(f"running {len(jobs)} runs × {R} rounds on {args.jobs} worker(s) …", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    results = _run_jobs(jobs, args.jobs)
+    results = _run_jobs(jobs, args.jobs, backend=args.backend)
     direct = _direct_minimum(fed_spec)
     elapsed = time.perf_counter() - t0
     ref_min = min(min(float(v) for v in results[lab]["loss"]) for lab, _, _ in refs)
@@ -395,7 +393,7 @@ def ablation(args) -> list[dict[str, Any]]:
             jobs.append({"label": lab, "kind": "pigs", "params": {"eta": eta}, "fed": spec, "rounds": R,
                          "seed": args.seed})
     print(f"\nablation: {len(jobs)} PIGS runs × {R} rounds on {args.jobs} worker(s) …", file=sys.stderr, flush=True)
-    results = _run_jobs(jobs, args.jobs, verbose=False)
+    results = _run_jobs(jobs, args.jobs, verbose=False, backend=args.backend)
     stars = {}
     for scheme, beta in (("dirichlet", 1.0), ("iid", None)):
         spec = {"mnist": args.mnist, "seed": args.seed, "n_honest": 20, "f": 0, "scheme": scheme, "beta": beta,
@@ -445,7 +443,9 @@ def main() -> None:
     ap.add_argument("--f", type=int, default=1)
     ap.add_argument("--mu", type=float, default=1e-2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (engine)")
+    ap.add_argument("--backend", default=None, choices=("serial", "process", "ray"),
+                    help="fedaudit.engine backend (default: serial for --jobs 1, else process)")
     ap.add_argument("--json", default=None, metavar="FILE")
     ap.add_argument("--plot", default=None, metavar="FILE", help="loss-curve figure (PNG)")
     ap.add_argument("--curves", action="store_true", help="include the loss curves in the JSON")

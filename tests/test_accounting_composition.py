@@ -248,3 +248,26 @@ def test_ledger_bad_input_names_the_parameter(call, match):
     ledger.record("a", 0.1)
     with pytest.raises(FedAuditError, match=match):
         call(ledger)
+
+
+# --------------------------------------------------------------------------- edges of the advanced and PLD methods
+def test_advanced_never_returns_less_than_one_use_at_a_tiny_delta():
+    # one ε-DP use is (ε', δ)-DP only for δ ≥ δ_1(ε') > 0; at δ = 1e-15 that is ε itself (up to 1e-15)
+    for eps in (0.5, 2.0, 8.0):
+        got = compose([eps], "advanced", 1e-15).epsilon
+        assert eps - 1e-12 <= got <= eps
+    assert compose([2.0, 2.0, 2.0], "advanced", 1e-300).epsilon == pytest.approx(6.0, rel=1e-12)
+
+
+def test_pld_of_perfectly_private_reports_is_zero_and_of_others_not():
+    assert compose([0.0, 0.0], "pld", 1e-6).epsilon == 0.0
+    assert compose([1.0], "pld", 1e-6).epsilon == pytest.approx(1.0, abs=1e-3)
+    assert compose([1.0, 0.0], "pld", 1e-6).epsilon == pytest.approx(1.0, abs=1e-3)
+
+
+def test_pld_composes_every_distinct_entry():
+    # three (and five) distinct PLDs are composed pairwise; none may be dropped
+    two = compose([1.0, 0.5], "pld", 1e-6).epsilon
+    three = compose([1.0, 0.5, 0.25], "pld", 1e-6).epsilon
+    five = compose([1.0, 0.5, 0.25, 0.125, 0.0625], "pld", 1e-6).epsilon
+    assert two + 0.2 < three <= 1.75 + 1e-3 and three + 0.15 < five <= 1.9375 + 1e-3

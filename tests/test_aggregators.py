@@ -719,3 +719,30 @@ def test_registry_did_you_mean_module_attr_and_user_rules(tmp_path, monkeypatch)
         AGGREGATORS.unregister("first-row-test")
         PREAGGREGATORS.unregister("halve-test")
     assert "first-row-test" not in AGGREGATORS.names()
+
+
+# ------------------------------------------------------------------------------------------
+# limits and tie-breaks that only show at their edges
+# ------------------------------------------------------------------------------------------
+def test_mda_accepts_exactly_max_subsets_subsets():
+    X = np.random.default_rng(3).normal(size=(7, 3))
+    np.testing.assert_allclose(MDA(2, max_subsets=math.comb(7, 2))(X), tb_mda(X.tolist(), 2), rtol=1e-12)
+    with pytest.raises(FedAuditError, match="max_subsets"):
+        MDA(2, max_subsets=math.comb(7, 2) - 1)(X)
+
+
+def test_mda_ties_go_to_the_lexicographically_first_removal_set_across_chunks():
+    # two clusters of 14 on a line (at 0 and at 1), f = 3: removing 3 rows of either cluster gives the
+    # same diameter (1) and spread; the first such removal set in lexicographic order is rows 0-2 (cluster
+    # 0), so the mean is 14/25. The C(28, 3) = 3276 subsets are searched in two chunks (2674 + 602), and
+    # the second holds ties of cluster 1 only: a later tie must not replace an earlier one.
+    X = np.repeat(np.array([[0.0, 0.0], [1.0, 0.0]]), 14, axis=0)
+    np.testing.assert_allclose(MDA(3, max_subsets=None)(X), [14 / 25, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(MDA(3, max_subsets=None)(X[::-1].copy()), [11 / 25, 0.0], rtol=1e-12)
+
+
+def test_centered_clipping_with_one_iteration_is_one_clipped_step():
+    X = np.random.default_rng(4).normal(size=(6, 3)) * np.array([[1.0], [1.0], [1.0], [5.0], [9.0], [0.1]])
+    v0 = np.median(X, axis=0)
+    step = [(x - v0) * min(1.0, 0.8 / np.linalg.norm(x - v0)) for x in X]
+    np.testing.assert_allclose(CenteredClipping(tau=0.8, iters=1)(X), v0 + np.mean(step, axis=0), rtol=1e-10)

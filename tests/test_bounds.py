@@ -189,3 +189,121 @@ def test_epsilon_bound_coverage_by_simulation(p, n):
     alpha = 0.05
     ok = float(np.mean(epsilon_lower_bound(tp, n, fp, n, alpha=alpha) <= math.log(p / q) + 1e-12))
     assert _covers(ok, alpha), (ok, Z_COV)
+
+
+# --------------------------------------------------------------------------- mean bound and threshold events
+from fedaudit.audit.bounds import (  # noqa: E402
+    MAX_SAMPLES,
+    best_threshold_epsilon,
+    expected_epsilon_lower_bound,
+    threshold_event_epsilon,
+    threshold_event_rates,
+)
+from fedaudit.errors import FedAuditError  # noqa: E402
+
+
+def _brute_mean(tpr, fpr, n, delta=0.0, alpha=0.05):
+    """E[ε_lb(TP, n, FP, n)] summed over the whole (n + 1)² grid of counts."""
+    k = np.arange(n + 1)
+    w = np.outer(stats.binom.pmf(k, n, tpr), stats.binom.pmf(k, n, fpr))
+    return float(np.sum(w * epsilon_lower_bound(k[:, None], n, k[None, :], n, delta=delta, alpha=alpha)))
+
+
+@pytest.mark.parametrize("tpr, fpr, n, delta", [(0.7, 0.1, 40, None), (0.9, 0.3, 25, 0.02), (0.5, 0.5, 30, None),
+                                                (1.0, 0.0, 12, None), (0.6, 0.05, 60, 0.1)])
+def test_mean_bound_is_the_mean_over_every_pair_of_counts(tpr, fpr, n, delta):
+    kw = {} if delta is None else {"delta": delta}  # None: the documented default δ = 0
+    assert expected_epsilon_lower_bound(tpr, fpr, n, **kw) == pytest.approx(_brute_mean(tpr, fpr, n, delta or 0.0),
+                                                                              rel=1e-9, abs=1e-12)
+
+
+def test_max_samples_is_the_documented_limit():
+    assert MAX_SAMPLES == 10**12 and float(MAX_SAMPLES) < 2.0**53
+
+
+def _rr(eps):
+    p = math.exp(eps) / (1 + math.exp(eps))
+    return [p, 1 - p], [1 - p, p], p
+
+
+def test_best_threshold_of_binary_randomized_response():
+    p0, p1, p = _rr(1.0)
+    n = 500
+    plug = best_threshold_epsilon(p0, p1, n, method="plug-in")
+    assert (plug.threshold, plug.positive_input, plug.events, plug.n) == (pytest.approx(1.0), "x0", 4, n)
+    assert (plug.tpr, plug.fpr) == (pytest.approx(p), pytest.approx(1 - p))
+    assert plug.epsilon == pytest.approx(float(epsilon_lower_bound(p * n, n, (1 - p) * n, n)), rel=1e-12)
+    mean = best_threshold_epsilon(p0, p1, n)
+    assert mean.method == "expected" and (mean.tpr, mean.fpr) == (pytest.approx(p), pytest.approx(1 - p))
+    assert mean.epsilon == pytest.approx(expected_epsilon_lower_bound(p, 1 - p, n), rel=1e-12)
+    assert 0 < mean.epsilon < 1.0 and mean.to_dict()["positive_input"] == "x0"
+    strict = best_threshold_epsilon(p0, p1, n, delta=0.05, alpha=0.01, method="plug-in")
+    assert strict.epsilon == pytest.approx(float(epsilon_lower_bound(p * n, n, (1 - p) * n, n, delta=0.05,
+                                                                     alpha=0.01)), rel=1e-12)
+
+
+def test_best_threshold_picks_the_strongest_level_and_merges_ties():
+    # losses log(p0/p1): outcome 0 and 1 tie at log 4, outcome 2 at log(0.1/0.6), outcome 3 is impossible
+    p0, p1 = [0.4, 0.4, 0.2, 0.0], [0.1, 0.1, 0.8, 0.0]
+    for method in ("plug-in", "expected"):
+        b = best_threshold_epsilon(p0, p1, 2000, method=method)
+        assert b.events == 4  # two levels × two directions; the impossible outcome is no level
+        assert (b.threshold, b.positive_input) == (pytest.approx(math.log(4)), "x0")
+        assert (b.tpr, b.fpr) == (pytest.approx(0.8), pytest.approx(0.2))
+    # the {L ≤ t} events (positive x1) win when the most negative loss is the largest in size
+    b = best_threshold_epsilon([0.1, 0.9], [0.5, 0.5], 2000, method="plug-in")
+    assert (b.positive_input, b.tpr, b.fpr) == ("x1", pytest.approx(0.5), pytest.approx(0.1))
+    assert b.threshold == pytest.approx(-math.log(5))
+
+
+def test_best_threshold_rates_never_exceed_one():
+    p0 = np.full(10, 0.1)  # sums to 1 only up to rounding: the suffix sums can round above 1
+    p1 = np.array([0.3] + [0.7 / 9] * 9)
+    b = best_threshold_epsilon(p0, p1, 100, method="plug-in")
+    assert 0 <= b.tpr <= 1 and 0 <= b.fpr <= 1
+    every = best_threshold_epsilon(p0, p1, 100, method="plug-in")
+    assert every == b
+
+
+@pytest.mark.parametrize("p0, p1, what", [([0.5, 0.6], [0.5, 0.5], "p0"), ([0.5, 0.5], [0.2, 0.2], "p1"),
+                                          ([1.0], [0.5, 0.5], "same length"), ([], [], "non-empty")])
+def test_best_threshold_rejects_non_distributions(p0, p1, what):
+    with pytest.raises(FedAuditError, match=what):
+        best_threshold_epsilon(p0, p1, 10)
+
+
+def test_best_threshold_rejects_an_unknown_method():
+    with pytest.raises(FedAuditError, match="method"):
+        best_threshold_epsilon([0.5, 0.5], [0.5, 0.5], 10, method="exact")
+
+
+def _near(t, offset):
+    """Two outcomes; the first has privacy loss t + offset exactly (up to rounding), the second ≪ t."""
+    b = 1e-5
+    a = b * math.exp(t + offset)
+    return [a, 1 - a], [b, 1 - b]
+
+
+@pytest.mark.parametrize("t", [0.5, 10.0])
+def test_threshold_event_tolerance_is_relative_to_the_threshold(t):
+    p0, p1 = _near(t, -5e-9 * max(1.0, t))  # 5 tolerances (1e-9·max(1, |t|)) below t: off the threshold
+    assert threshold_event_rates(p0, p1, threshold=t, upper=True, positive=0) == (0.0, 0.0)
+    p0, p1 = _near(t, -0.5e-9 * max(1.0, t))  # half the tolerance below t: on the threshold
+    assert threshold_event_rates(p0, p1, threshold=t, upper=True, positive=0) == (pytest.approx(p0[0]),
+                                                                                   pytest.approx(p1[0]))
+    assert threshold_event_rates(p0, p1, threshold=t, upper=True, positive=0, tolerance=0.0) == (0.0, 0.0)
+
+
+def test_threshold_event_directions_and_positive_input():
+    p0, p1 = [0.6, 0.3, 0.1], [0.1, 0.3, 0.6]  # losses log 6, 0, −log 6
+    assert threshold_event_rates(p0, p1, threshold=0.0, upper=True, positive=0) == (pytest.approx(0.9),
+                                                                                     pytest.approx(0.4))
+    assert threshold_event_rates(p0, p1, threshold=0.0, upper=True, positive=1) == (pytest.approx(0.4),
+                                                                                     pytest.approx(0.9))
+    assert threshold_event_rates(p0, p1, threshold=0.0, upper=False, positive=1) == (pytest.approx(0.9),
+                                                                                      pytest.approx(0.4))
+    assert threshold_event_rates(p0, p1, threshold=-math.inf, upper=True, positive=0) == (pytest.approx(1.0),
+                                                                                          pytest.approx(1.0))
+    for kw in ({"delta": 0.0}, {"delta": 0.01, "alpha": 0.1}):
+        got = threshold_event_epsilon(p0, p1, 300, threshold=math.log(6), upper=True, positive=0, **kw)
+        assert got == pytest.approx(expected_epsilon_lower_bound(0.6, 0.1, 300, **kw), rel=1e-12) and got > 0

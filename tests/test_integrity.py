@@ -479,3 +479,103 @@ def test_installed_copy_records_the_version_only(tmp_path):
     where, version, commit, dirty = json.loads(proc.stdout.strip().splitlines()[-1])
     assert Path(where).resolve().is_relative_to(site.resolve())
     assert (version, commit, dirty) == (fedaudit.__version__, None, None)
+
+
+# ------------------------------------------------------------------------------ what the problems say
+def test_a_bad_signature_is_reported_as_a_signature_problem_and_a_good_one_is_not(tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    monkeypatch.setenv(KEY_ENV, KEY)
+    write_report(_report(), out, formats=("json",))
+    res = verify_report(out)
+    assert res.ok and res.signature == "valid" and not [p for p in res.problems if p.startswith("signature")]
+    monkeypatch.setenv(KEY_ENV, "a wrong key")
+    res = verify_report(out)
+    assert not res.ok and res.signature == "invalid" and res.digest_ok
+    (problem,) = [p for p in res.problems if p.startswith("signature")]
+    assert "HMAC-SHA256 does not match" in problem and KEY_ENV in problem
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    data["signature"] = 12345  # not even a string
+    _rewrite(out / "report.json", data)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    res = verify_report(out)
+    assert not res.ok and res.signature == "invalid"
+
+
+def test_an_unsigned_report_checked_with_a_key_says_it_is_unsigned(tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    assert not [p for p in verify_report(out).problems if p.startswith("signature")]
+    monkeypatch.setenv(KEY_ENV, KEY)
+    res = verify_report(out)
+    assert res.signature == "absent" and res.digest_ok
+    assert any(p.startswith("signature") and "unsigned" in p for p in res.problems)
+
+
+def test_stored_verdicts_must_follow_from_the_claims(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert data["overall"] == "FAIL"
+    for field, value in (("overall", "PASS"), ("counts", {**data["counts"], "PASS": data["counts"]["PASS"] + 1})):
+        forged = json.loads(json.dumps(data))
+        forged[field] = value
+        _rewrite(out / "report.json", _reseal(forged))
+        res = verify_report(out)
+        assert not res.ok and res.digest_ok and not res.schema_ok
+        assert any(p.startswith("model: stored overall") for p in res.problems), field
+
+
+def _schema_message_of_length(length: int, folder: Path) -> dict:
+    """A report whose only schema violation is a message of exactly ``length`` characters."""
+    import jsonschema
+
+    from fedaudit.reports.integrity import load_schema
+
+    data = json.loads(write_report(_report(), folder, formats=("json",))["json"].read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(load_schema())(load_schema())
+    for k in range(1, 400):
+        data["claims"][0]["title"] = ["x" * k]  # "['xx…x'] is not of type 'string'": k + a constant
+        messages = [e.message for e in validator.iter_errors(data)]
+        if len(messages) == 1 and len(messages[0]) == length:
+            return data
+    raise AssertionError(f"no title gives a schema message of {length} characters: {messages}")
+
+
+def test_schema_messages_are_cut_at_200_characters(tmp_path):
+    from fedaudit.reports.integrity import schema_errors
+
+    for length in (199, 200, 201, 260):
+        (line,) = schema_errors(_schema_message_of_length(length, tmp_path / str(length)))
+        message = line.split(": ", 2)[2]
+        if length <= 200:
+            assert not message.endswith("...") and len(message) == length
+        else:
+            assert message.endswith("...") and len(message) == 200
+
+
+def test_a_report_off_its_schema_is_refused_naming_five_problems_and_how_many_more(tmp_path):
+    from fedaudit.reports.integrity import schema_errors, validate_report_dict
+
+    data = json.loads(write_report(_report(), tmp_path, formats=("json",))["json"].read_text(encoding="utf-8"))
+    for claim in data["claims"]:
+        claim.update(id=1, kind=2, title=3, expect=4)
+    total = len(schema_errors(data, limit=1000))
+    assert total >= 7
+    with pytest.raises(FedAuditError) as info:
+        validate_report_dict(data)
+    text = str(info.value)
+    assert text.startswith("report does not match its schema: ") and f"and {total - 5} more violation(s)" in text
+    assert text.count("; ") == 5
+    assert len(schema_errors(data)) == min(total, 20) + (total > 20)
+
+
+@pytest.mark.parametrize("entry", [{"bytes": 3}, {"sha256": 5}, "0" * 64])
+def test_a_malformed_artifact_entry_is_named_not_crashed_on(tmp_path, entry):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    data["manifest"]["artifacts"]["files"]["report.html"] = entry
+    _rewrite(out / "report.json", _reseal(data))
+    res = verify_report(out)
+    assert not res.ok and res.artifacts["report.html"] == "changed" and res.artifacts["report.md"] == "ok"
+    assert "artifact report.html: malformed entry in the artifact table" in res.problems

@@ -366,3 +366,51 @@ def test_cli_json_path_checked_before_reading_scores(tmp_path, capsys):
     code = main(["audit", "scores", str(tmp_path / "missing.npy"), str(tmp_path / "missing.npy"), "--delta", "0",
                  "--json", str(tmp_path / "no" / "r.json")])
     assert code == 2 and "--json" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- result fields and tallies
+def test_result_fields_follow_from_the_certified_counts():
+    rng = np.random.default_rng(5)
+    res = ScoreAuditor(rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 300)).epsilon_lower(
+        selection=BonferroniSelection(thresholds=[0.5, 1.0, 1.5]))
+    assert (res.tpr, res.fpr) == (res.tp / res.n_in, res.fp / res.n_out)
+    assert 0 < res.tpr < 1 and 0 < res.fpr < 1 and (res.n_in, res.n_out) == (400, 300)
+    assert res.epsilon_lower == pytest.approx(float(epsilon_lower_bound(res.tp, 400, res.fp, 300,
+                                                                        alpha=res.alpha_per_test)), rel=1e-12)
+
+
+def test_from_counts_accepts_values_seen_zero_times():
+    values, counts_in, counts_out = [0.0, 1.0, 2.0, 3.0], [10, 0, 20, 30], [30, 0, 20, 10]
+    with_zero = ScoreAuditor.from_counts(values, counts_in, values, counts_out)
+    without = ScoreAuditor.from_counts([0.0, 2.0, 3.0], [10, 20, 30], [0.0, 2.0, 3.0], [30, 20, 10])
+    sel = BonferroniSelection(thresholds=[1.5, 2.5])
+    assert with_zero.sizes == without.sizes == (60, 60)
+    assert with_zero.epsilon_lower(selection=sel) == without.epsilon_lower(selection=sel)
+    with pytest.raises(FedAuditError, match="non-negative integers"):
+        ScoreAuditor.from_counts(values, [10, -1, 20, 30], values, counts_out)
+
+
+def _gdp_brute(scores_in, scores_out, confidence):
+    """The largest μ_t over every distinct score and both orientations, each event at α/(2·#scores)."""
+    from fedaudit.audit.gdp import gdp_mu_lower
+
+    t = np.unique(np.concatenate([scores_in, scores_out]))
+    a_test = (1 - confidence) / (2 * t.size)
+    best = 0.0
+    for ge in (True, False):
+        tp = np.array([(scores_in >= x).sum() if ge else (scores_in <= x).sum() for x in t])
+        fp = np.array([(scores_out >= x).sum() if ge else (scores_out <= x).sum() for x in t])
+        best = max(best, float(np.max(gdp_mu_lower(tp, scores_in.size, fp, scores_out.size, alpha=a_test))))
+    return best
+
+
+def test_gdp_estimate_is_the_best_event_and_never_in_without_signal():
+    rng = np.random.default_rng(6)
+    scores_in, scores_out = rng.normal(0.6, 1.0, 300).round(1), rng.normal(0.0, 1.0, 300).round(1)
+    est = ScoreAuditor(scores_in, scores_out).gdp(delta=1e-5)
+    assert 0 < est.mu < 1 and est.threshold is not None
+    assert est.mu == pytest.approx(_gdp_brute(scores_in, scores_out, 0.95), rel=1e-12)
+    same = np.arange(20.0)
+    flat = ScoreAuditor(same, same).gdp(delta=1e-5)  # no event beats "never in"
+    assert (flat.mu, flat.threshold, flat.orientation, flat.fp, flat.fn) == (0.0, None, None, 0, 20)
+    assert flat.epsilon == 0.0
