@@ -58,7 +58,8 @@ def parse_test(test: str, has_lr: bool) -> tuple[bool, tuple[str, ...]]:
     for n in names:
         if n == "auto":
             use_lr = use_lr or has_lr
-            fams += BLACK_BOX_FAMILIES
+            # a fitted estimate of the privacy loss adds nothing where the exact one is known
+            fams += [f for f in BLACK_BOX_FAMILIES if not (has_lr and f in ESTIMATED_LR)]
         elif n in ("likelihood-ratio", "lr"):
             if not has_lr:
                 raise FedAuditError("test='likelihood-ratio' needs a Mechanism with a tractable log_prob")
