@@ -132,6 +132,10 @@ def FrequencyTest(t0: np.ndarray, t1: np.ndarray, *, max_distinct_fraction: floa
     return Statistic("frequency", fn, "frequency")
 
 
+#: the naive-Bayes score of a cell only one input produced (often enough): exp(−ONE_SIDED) = 0
+ONE_SIDED = 1e4
+
+
 def _column_cells(v0: np.ndarray, v1: np.ndarray, discrete: int, bins: int) -> tuple[np.ndarray, bool]:
     """The cells of one column: its distinct training values when there are at most ``discrete``
     (returns (values, True)), else the inner edges of ``bins`` pooled quantile bins (edges, False)."""
@@ -143,28 +147,33 @@ def _column_cells(v0: np.ndarray, v1: np.ndarray, discrete: int, bins: int) -> t
 
 
 def _monotone(ell: np.ndarray, var: np.ndarray, level: float) -> np.ndarray:
-    """The weighted isotonic fit of the binned log-ratios ``ell`` (weights 1/``var``, direction by
-    rank correlation) when it is compatible with them (Σ (ℓ − ℓ_iso)²/var ≤ the χ²_{K−1}
+    """The weighted isotonic fit of the binned log-ratios ``ell`` (weights 1/``var``, increasing or
+    decreasing, whichever fits better) when it is compatible with them (Σ (ℓ − ℓ_iso)²/var ≤ the χ²_{K−1}
     quantile at ``level``), else ``ell`` unchanged. Additive log-concave noise has a monotone
     likelihood ratio per coordinate; pooling the bins of a plateau keeps the largest of its noisy
     estimates from overstating the ratio."""
     from scipy.stats import chi2
     from sklearn.isotonic import IsotonicRegression
 
-    fit = IsotonicRegression(increasing="auto").fit(np.arange(len(ell)), ell, sample_weight=1.0 / var)
-    iso = fit.predict(np.arange(len(ell)))
-    return iso if float(np.sum((ell - iso) ** 2 / var)) <= chi2.isf(level, len(ell) - 1) else ell
+    x = np.arange(len(ell))
+    fits = [IsotonicRegression(increasing=up).fit(x, ell, sample_weight=1.0 / var).predict(x) for up in (True, False)]
+    misfit = [float(np.sum((ell - iso) ** 2 / var)) for iso in fits]
+    best = int(np.argmin(misfit))
+    return fits[best] if misfit[best] <= chi2.isf(level, len(ell) - 1) else ell
 
 
 def NaiveBayes(t0: np.ndarray, t1: np.ndarray, *, max_columns: int = 256, discrete: int = 64, bins: int = 64,
-               level: float = 1e-3) -> Statistic | None:
+               level: float = 1e-3, one_sided: int = 20, per_bin: int = 256) -> Statistic | None:
     """Per-coordinate log-likelihood-ratio estimate s(r) = Σ_{j ∈ J} ℓ̂_j(cell_j(r_j)).
 
     Each column j is cut into cells: its distinct training values when there are at most
     ``discrete`` (a report value never seen in training scores 0), else ``bins`` quantile bins of
     the pooled training column. With c0, c1 the training counts of a cell among n0, n1 rows,
     ℓ̂_j = log((c0 + ½)/(n0 + K/2)) − log((c1 + ½)/(n1 + K/2)) for K cells (add-½ smoothing: a
-    cell only one input produced gets a large finite score). J holds the columns (at most
+    cell only one input produced gets a large finite score; one it produced at least
+    ``one_sided`` times gets ±:data:`ONE_SIDED`, an infinite loss for every practical purpose, so a
+    report no other input produced is not scored as if the other input could produce it at a
+    rate ~1/n0 the training size cannot resolve). J holds the columns (at most
     ``max_columns``, those with the largest standardized mean difference when there are more)
     whose histograms differ by a G-test at ``level`` (G = 2 Σ c log(c/E) > χ²_{K−1} quantile), so
     columns that carry no signal do not add estimation noise. The bins of a continuous column are
@@ -178,6 +187,7 @@ def NaiveBayes(t0: np.ndarray, t1: np.ndarray, *, max_columns: int = 256, discre
     cols = _top_columns(t0, t1, max_columns) if t0.shape[1] > max_columns else np.arange(t0.shape[1])
     n0, n1 = len(t0), len(t1)
     parts = []
+    bins = int(np.clip((n0 + n1) // per_bin, 8, bins))
     for j in cols:
         cells, exact = _column_cells(t0[:, j], t1[:, j], discrete, bins)
         k = len(cells) if exact else len(cells) + 1
@@ -196,6 +206,9 @@ def NaiveBayes(t0: np.ndarray, t1: np.ndarray, *, max_columns: int = 256, discre
         ell = np.log((c0 + 0.5) / (n0 + 0.5 * k)) - np.log((c1 + 0.5) / (n1 + 0.5 * k))
         if not exact:
             ell = _monotone(ell, 1.0 / (c0 + 0.5) + 1.0 / (c1 + 0.5), level)
+        else:
+            ell = np.where((c1 == 0) & (c0 >= one_sided), ONE_SIDED,
+                           np.where((c0 == 0) & (c1 >= one_sided), -ONE_SIDED, ell))
         parts.append((int(j), cells, exact, ell))
     if not parts:
         return None

@@ -230,6 +230,7 @@ def product_family() -> list[FamilyMember]:
     out.append(FamilyMember("Gaussian d=8, σ=2", GaussianProduct(2.0, x0=x0), x0, x1, 50.0))
     rr("RR d=8 ε=1 + flag p=1e-3 (x0 only)", [1.0] * 8, rare=(1e-3, 0.0))
     rr("RR d=8 ε=1 + flag 2e-2 vs 2e-5", [1.0] * 8, rare=(2e-2, 2e-5))
+    rr("RR d=8 ε=0.25 + flag p=1e-2 (x0 only)", [0.25] * 8, rare=(1e-2, 0.0))
     x0, x1 = np.zeros(8), np.ones(8)
     out.append(FamilyMember("4-RR d=8 ε=1 + flag p=1e-3", KRRProduct(8, 4, 1.0, x0=x0, rare=(1e-3, 0.0)), x0, x1, 50.0))
     return out
