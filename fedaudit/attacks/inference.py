@@ -163,7 +163,8 @@ def _monotone(ell: np.ndarray, var: np.ndarray, level: float) -> np.ndarray:
 
 
 def NaiveBayes(t0: np.ndarray, t1: np.ndarray, *, max_columns: int = 256, discrete: int = 64, bins: int = 64,
-               level: float = 1e-3, one_sided: int = 20, per_bin: int = 256) -> Statistic | None:
+               level: float = 1e-3, one_sided: int = 20, per_bin: int = 256,
+               min_rows: int = 1000) -> Statistic | None:
     """Per-coordinate log-likelihood-ratio estimate s(r) = Σ_{j ∈ J} ℓ̂_j(cell_j(r_j)).
 
     Each column j is cut into cells: its distinct training values when there are at most
@@ -178,14 +179,18 @@ def NaiveBayes(t0: np.ndarray, t1: np.ndarray, *, max_columns: int = 256, discre
     whose histograms differ by a G-test at ``level`` (G = 2 Σ c log(c/E) > χ²_{K−1} quantile), so
     columns that carry no signal do not add estimation noise. The bins of a continuous column are
     ordered, and their ℓ̂ are replaced by an isotonic fit when one is compatible with them
-    (:func:`_monotone`). None when no column qualifies.
+    (:func:`_monotone`); K = clip(pooled rows/``per_bin``, 8, ``bins``) bins, so a bin holds
+    ≥ ``per_bin`` training rows. None when no column qualifies or either input has fewer than
+    ``min_rows`` training rows (too few to estimate a histogram per coordinate).
     When the coordinates are independent given the input, s estimates the privacy loss of the
     binned report; the fit draws no randomness.
     """
     from scipy.stats import chi2
 
-    cols = _top_columns(t0, t1, max_columns) if t0.shape[1] > max_columns else np.arange(t0.shape[1])
     n0, n1 = len(t0), len(t1)
+    if min(n0, n1) < min_rows:
+        return None
+    cols = _top_columns(t0, t1, max_columns) if t0.shape[1] > max_columns else np.arange(t0.shape[1])
     parts = []
     bins = int(np.clip((n0 + n1) // per_bin, 8, bins))
     for j in cols:
