@@ -21,7 +21,7 @@ from fedaudit.audit.scores import candidate_thresholds, pessimistic_projection
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
 
-__all__ = ["Event", "BLACK_BOX_FAMILIES", "TESTS", "parse_test", "has_log_prob", "select_event", "weighted_rates"]
+__all__ = ["Event", "BLACK_BOX_FAMILIES", "ESTIMATED_LR", "TESTS", "parse_test", "has_log_prob", "select_event", "weighted_rates"]
 
 BLACK_BOX_FAMILIES = ("column", "projection", "classifier", "frequency", "naive-bayes")
 TESTS = ("auto", "likelihood-ratio", "black-box") + BLACK_BOX_FAMILIES
@@ -85,7 +85,11 @@ def select_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, d
     """The event of ``stat`` with the best projected bound at ``n_cert`` certification draws per
     input, over thresholds (:func:`~fedaudit.audit.scores.candidate_thresholds`), orientation and
     positive input. The exact likelihood ratio is scored from importance-weighted rates
-    (:func:`weighted_rates`); fitted statistics at the pessimistic Clopper–Pearson ends of their
+    (:func:`weighted_rates`); a fitted estimate of it (:data:`ESTIMATED_LR`: the naive-Bayes
+    family) from the same weighted rates with s in place of L, each clamped into the
+    Clopper–Pearson interval (α/2) of the event's counted hits on this sample (the weights
+    extrapolate to events too rare to count; the counts overrule them where they can); other
+    fitted statistics at the pessimistic Clopper–Pearson ends of their
     counted rates (:func:`~fedaudit.audit.scores.pessimistic_projection`), which keeps noisy
     few-count tail thresholds from winning by chance. Ties go to the first in the order
     (≥, x0), (≥, x1), (≤, x0), (≤, x1), then to the first candidate threshold scored."""

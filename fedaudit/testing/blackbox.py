@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from fedaudit.errors import FedAuditError
+
 __all__ = ["RRProduct", "KRRProduct", "LaplaceProduct", "GaussianProduct", "product_family", "FamilyMember"]
 
 
@@ -108,7 +110,7 @@ class RRProduct(_Member):
         unit = eps.min()
         steps = np.rint(eps / unit).astype(int)
         if not np.allclose(steps * unit, eps, rtol=1e-12):
-            raise ValueError("RRProduct reference needs ε_j that are integer multiples of the smallest")
+            raise FedAuditError("RRProduct.pmfs needs every ε_j to be an integer multiple of the smallest")
         cells = []
         for e, s, a, b in zip(eps, steps, x0, x1):
             if a == b:
