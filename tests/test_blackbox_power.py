@@ -170,3 +170,17 @@ def test_family_references_are_exact_pmfs():
     j = np.arange(9)
     assert p0.size == 17 and not p0[1::2].any() and not p1[1::2].any()  # levels (2j − 8)·ε: every other index
     assert np.allclose(p0[::2], stats.binom.pmf(j, 8, keep)) and np.allclose(p1[::2], stats.binom.pmf(j, 8, 1 - keep))
+
+
+def test_naive_bayes_audit_is_identical_on_process_workers():
+    """The fitted naive-Bayes statistic travels to the workers of the select and certify splits:
+    every number but the timings is the same as in this process."""
+    x0, x1 = np.ones(4), np.zeros(4)
+    sampler = RRProduct(np.full(4, 0.5), x0=x0)
+    kw = dict(epsilon=2.0, samples=40_000, seed=3, test="black-box", chunk=4096)
+    serial = audit_ldp(sampler, x0, x1, backend="serial", **kw)
+    pooled = audit_ldp(sampler, x0, x1, backend="process", workers=2, **kw)
+    assert serial.test == "naive-bayes"
+    drop = ("runtime_s", "sampling_s")
+    assert {k: v for k, v in pooled.to_dict().items() if k not in drop} == \
+        {k: v for k, v in serial.to_dict().items() if k not in drop}
