@@ -16,15 +16,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedaudit.attacks.inference import Statistic
-from fedaudit.audit.bounds import cp_lower, epsilon_lower_bound
+from fedaudit.audit.bounds import cp_lower, cp_upper, epsilon_lower_bound
 from fedaudit.audit.scores import candidate_thresholds, pessimistic_projection
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
 
-__all__ = ["Event", "BLACK_BOX_FAMILIES", "TESTS", "parse_test", "has_log_prob", "select_event", "weighted_rates"]
+__all__ = ["Event", "BLACK_BOX_FAMILIES", "ESTIMATED_LR", "TESTS", "parse_test", "has_log_prob", "select_event", "weighted_rates"]
 
-BLACK_BOX_FAMILIES = ("column", "projection", "classifier", "frequency")
+BLACK_BOX_FAMILIES = ("column", "projection", "classifier", "frequency", "naive-bayes")
 TESTS = ("auto", "likelihood-ratio", "black-box") + BLACK_BOX_FAMILIES
+
+#: fitted families whose score estimates the privacy loss log p(r|x0) − log p(r|x1): their events
+#: are scored from importance-weighted rates (clamped to the counts' Clopper–Pearson intervals)
+ESTIMATED_LR = ("naive-bayes",)
 
 #: geometric tail levels of the threshold grid of continuous scores (see candidate_thresholds)
 _TAIL_POINTS = 120
@@ -54,7 +58,8 @@ def parse_test(test: str, has_lr: bool) -> tuple[bool, tuple[str, ...]]:
     for n in names:
         if n == "auto":
             use_lr = use_lr or has_lr
-            fams += BLACK_BOX_FAMILIES
+            # a fitted estimate of the privacy loss adds nothing where the exact one is known
+            fams += [f for f in BLACK_BOX_FAMILIES if not (has_lr and f in ESTIMATED_LR)]
         elif n in ("likelihood-ratio", "lr"):
             if not has_lr:
                 raise FedAuditError("test='likelihood-ratio' needs a Mechanism with a tractable log_prob")
@@ -80,7 +85,11 @@ def select_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, d
     """The event of ``stat`` with the best projected bound at ``n_cert`` certification draws per
     input, over thresholds (:func:`~fedaudit.audit.scores.candidate_thresholds`), orientation and
     positive input. The exact likelihood ratio is scored from importance-weighted rates
-    (:func:`weighted_rates`); fitted statistics at the pessimistic Clopper–Pearson ends of their
+    (:func:`weighted_rates`); a fitted estimate of it (:data:`ESTIMATED_LR`: the naive-Bayes
+    family) from the same weighted rates with s in place of L, each clamped into the
+    Clopper–Pearson interval (α/2) of the event's counted hits on this sample (the weights
+    extrapolate to events too rare to count; the counts overrule them where they can); other
+    fitted statistics at the pessimistic Clopper–Pearson ends of their
     counted rates (:func:`~fedaudit.audit.scores.pessimistic_projection`), which keeps noisy
     few-count tail thresholds from winning by chance. Ties go to the first in the order
     (≥, x0), (≥, x1), (≤, x0), (≤, x1), then to the first candidate threshold scored."""
@@ -93,6 +102,11 @@ def select_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, d
     ge1 = n1 - np.searchsorted(b, t, side="left")
     le0 = np.searchsorted(a, t, side="right")
     le1 = np.searchsorted(b, t, side="right")
+    if stat.family in ESTIMATED_LR:
+        rates = weighted_rates(s0, s1, t, alpha)
+        counts = ((ge0, n0), (ge1, n1), (le0, n0), (le1, n1))
+        rates = [np.clip(r, cp_lower(k, n, alpha / 2), cp_upper(k, n, alpha / 2)) for r, (k, n) in zip(rates, counts)]
+        return _best_rate_event(stat, t, rates, n_cert, delta, alpha)
     best = None
     for upper, c0, c1 in ((True, ge0, ge1), (False, le0, le1)):
         for positive, tp, fp in ((0, c0, c1), (1, c1, c0)):
@@ -144,7 +158,13 @@ def _best_lr_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, t: np.ndarra
                    delta: float, alpha: float) -> Event:
     """The event whose estimated rates (:func:`weighted_rates`) certify the most at n_cert:
     the bound of the certification split evaluated at those rates (expected counts)."""
-    ge0, ge1, le0, le1 = weighted_rates(s0, s1, t, alpha)
+    return _best_rate_event(stat, t, weighted_rates(s0, s1, t, alpha), n_cert, delta, alpha)
+
+
+def _best_rate_event(stat: Statistic, t: np.ndarray, rates, n_cert: int, delta: float, alpha: float) -> Event:
+    """The event whose rates (ge0, ge1, le0, le1) at thresholds ``t`` certify the most at n_cert
+    (expected counts)."""
+    ge0, ge1, le0, le1 = rates
     best = None
     for upper, r0, r1 in ((True, ge0, ge1), (False, le0, le1)):
         for positive, tpr, fpr in ((0, r0, r1), (1, r1, r0)):

@@ -17,12 +17,23 @@ stated confidence family-wise with no multiplicity loss:
    kept. The exact likelihood ratio L (white box) needs no training, so it also selects on the
    training draws, and both rates of its events come from all pooled hits by importance
    weighting, so an event that is rare under one input is not undervalued; fitted statistics
-   are scored at the pessimistic Clopper–Pearson ends of their counted rates;
+   are scored at the pessimistic Clopper–Pearson ends of their counted rates, except the
+   naive-Bayes family (:func:`fedaudit.attacks.inference.NaiveBayes`), a fitted estimate
+   s = Σ_j ℓ̂_j(r_j) of the privacy loss — exact in form for products of per-coordinate
+   randomizers. Its rates are importance-weighted as for L (weights 1/(π0 + π1·e^{−s}) and
+   1/(π0·e^{s} + π1) of every pooled select-split hit), each clamped into the Clopper–Pearson
+   interval (α/2) of the event's counted hits, so a score that overstates L cannot promote an
+   event beyond what its counts allow;
 3. **certification** — fresh draws; exactly one event is evaluated: the hit counts (the event
    indicators are a sufficient statistic) go to :class:`fedaudit.audit.scores.ScoreAuditor`,
    which certifies that one pre-registered event at level 1 − α.
 
-Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ α. Memory stays
+Since the event is fixed before the certification draws, P[ε_lb > ε_true] ≤ α: nothing is
+selected on the certification split, so no union bound over the candidate statistics,
+thresholds, orientations and positive inputs is needed (selection may use any estimate, even a
+wrong one; a bad choice costs power, never soundness). The splits: n_sel =
+min(2·10^5, max(⌊selection_fraction·N⌉, min(2000, N/2))) per input, half train, half select,
+certification N − n_sel. Memory stays
 bounded (selection scores and a capped training set live in memory; certification keeps
 counters only) and results do not depend on ``chunk``.
 
@@ -190,9 +201,10 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     epsilon, delta : the claimed guarantee; default the mechanism's own (δ = 0 for samplers).
     samples : draws per input in total (selection + certification), in [100, 10^12].
     confidence : 1 − α for the certified bound.
-    test : "auto" (likelihood ratio when ``log_prob`` exists, plus every black-box family),
-        "likelihood-ratio", "black-box", or any of "column", "projection", "classifier",
-        "frequency" (comma-separated).
+    test : "auto" (likelihood ratio when ``log_prob`` exists, plus every black-box family but
+        "naive-bayes", the fitted estimate of that likelihood ratio; without ``log_prob`` every
+        black-box family), "likelihood-ratio", "black-box", or any of "column", "projection",
+        "classifier", "frequency", "naive-bayes" (comma-separated).
     seed : root of all randomness (``SeedSequence(seed)``).
     selection_fraction : share of ``samples`` used to train and select (capped at 2·10^5).
     chunk : reports per processing step and per certification chunk (rounded to whole seeded
