@@ -78,6 +78,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,7 +86,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
-__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
+__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "WorkerError", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
            "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown"]
 
 T = TypeVar("T")
@@ -425,12 +426,34 @@ def _cloudpickle():
     return cloudpickle
 
 
-def _call_pickled(payload: bytes) -> Any:
-    """What a pool worker runs: unpickle ``(fn, task)`` (a cloudpickle payload) and apply."""
+class _LoadError(Exception):
+    """Raised in a pool worker that cannot unpickle its task (e.g. the function's module does
+    not import there); the driver turns it into one :class:`FedAuditError` line."""
+
+
+class WorkerError(FedAuditError):
+    """A process-pool worker could not start or died while the run was going (killed by the
+    out-of-memory killer, a crash in native code, an import that fails in a fresh interpreter).
+    The message is one line: what happened and what to do. :func:`iter_chunks` adds how to resume
+    when a checkpoint holds finished chunks."""
+
+
+def _call_pickled(payload: bytes) -> bytes:
+    """What a pool worker runs: unpickle ``(fn, task)`` (a cloudpickle payload), apply, and
+    return the result pickled (plain pickle, or cloudpickle for what plain pickle cannot name,
+    such as an instance of a class the caller defined in ``__main__``, which the worker knows
+    only by value)."""
     import pickle
 
-    fn, task = pickle.loads(payload)
-    return fn(task)
+    try:
+        fn, task = pickle.loads(payload)
+    except Exception as exc:
+        raise _LoadError(f"{type(exc).__name__}: {exc}") from None
+    result = fn(task)
+    try:
+        return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return _cloudpickle().dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class _SharedPool:
@@ -490,29 +513,142 @@ class _SharedPool:
 _POOL = _SharedPool()
 
 
+class _EngineWorker(SpawnProcess):
+    """A ``spawn`` process that never runs the caller's main module.
+
+    The stdlib ``spawn`` start method re-runs the parent's ``__main__`` in every child (as
+    ``__mp_main__``: from its path for a script, by name for ``python -m``), so that functions
+    defined there unpickle by reference. That is what makes a script without an
+    ``if __name__ == "__main__":`` guard start its audit again in each worker (Python's
+    "bootstrapping phase" RuntimeError), and ``python - < file`` fail (there is no file
+    ``<stdin>`` to run). The engine never needs it: ``fn`` and its task travel by cloudpickle,
+    which sends everything defined in ``__main__`` by value. So the preparation data of these
+    processes (:func:`_preparation_data`) carries no main module; everything else (``sys.path``,
+    the working directory, ``sys.argv``) is passed as by ``spawn``.
+    """
+
+
+class _EngineContext(SpawnContext):
+    """The ``spawn`` context whose processes are :class:`_EngineWorker`."""
+
+    Process = _EngineWorker
+
+
+def _preparation_data(original: Callable[[str], dict], name: str) -> dict:
+    """``multiprocessing.spawn.get_preparation_data`` for every process; for an
+    :class:`_EngineWorker` (recognised by its name, ``_EngineWorker-<n>``) without the two keys
+    that make the child run the parent's main module."""
+    data = original(name)
+    if name.startswith(_EngineWorker.__name__ + "-"):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+def _install_preparation_hook() -> None:
+    """Wrap ``multiprocessing.spawn.get_preparation_data`` (once per process) with
+    :func:`_preparation_data`: unchanged for every process but the engine's workers, whichever
+    thread starts them (the spawn ``Popen`` looks the function up in that module at each start)."""
+    from multiprocessing import spawn
+
+    if not isinstance(spawn.get_preparation_data, functools.partial):
+        spawn.get_preparation_data = functools.partial(_preparation_data, spawn.get_preparation_data)
+
+
 def _new_pool(workers: int):
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+    _install_preparation_hook()
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_EngineContext(),
                                initializer=_worker_init, initargs=(os.getpid(),))
 
 
+_SERIAL_HINT = "or run with backend='serial' (FEDAUDIT_BACKEND=serial) to compute in this process"
+
+
+def _death_message(pool: Any, completed: int) -> str:
+    """One line on why the pool broke: the first worker found dead, how, and what to do.
+
+    ``completed``: tasks of this run that had finished. A worker killed by a signal other than
+    the SIGTERM with which the pool stops its other workers is the cause; SIGKILL is what the
+    out-of-memory killer sends. A worker that exited with a status before any task finished
+    could not start."""
+    import signal
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    deadline = time.monotonic() + 2.0
+    dead = None
+    while dead is None and time.monotonic() < deadline:
+        codes = [(p.pid, p.exitcode) for p in procs]
+        dead = next(((pid, c) for pid, c in codes if c is not None and c != -signal.SIGTERM), None)
+        if dead is None and all(c is not None for _, c in codes):
+            break
+        if dead is None:
+            time.sleep(0.02)
+    if dead is None:
+        return (f"backend='process': a worker process ended unexpectedly (the pool stopped); {_SERIAL_HINT}")
+    pid, code = dead
+    if code == -signal.SIGKILL:
+        return (f"backend='process': worker process {pid} was killed by SIGKILL, most often the out-of-memory "
+                f"killer: run with fewer workers (workers=N, --workers N) or smaller chunks, {_SERIAL_HINT}")
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (f"backend='process': worker process {pid} was killed by {name} (a crash in native code or "
+                f"an outside kill); {_SERIAL_HINT} to see the error")
+    if completed == 0:
+        return (f"backend='process': worker process {pid} could not start (it exited with status {code}; its "
+                f"error is printed above): check that `{os.path.basename(sys.executable)} -c \"import fedaudit\"` "
+                f"works from this directory, {_SERIAL_HINT}")
+    return (f"backend='process': worker process {pid} exited with status {code} while running a task (its error "
+            f"is printed above); {_SERIAL_HINT} to see the error")
+
+
 def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
+    import pickle
     from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
     dumps_ = _cloudpickle().dumps
+
+    def submit(task):
+        try:
+            payload = dumps_((fn, task), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise FedAuditError(f"backend='process': cannot send the task to a worker process "
+                                f"({type(exc).__name__}: {exc}); {_SERIAL_HINT}") from None
+        future = pool.submit(_call_pickled, payload)
+        in_flight[0] += 1
+        return future
+
+    def result_of(future):
+        in_flight[0] -= 1
+        try:
+            return pickle.loads(future.result())
+        except _LoadError as exc:
+            raise WorkerError(f"backend='process': a worker process cannot load the task's function or data "
+                              f"({exc}): define it in the script itself or in a module importable from "
+                              f"this directory (sys.path), {_SERIAL_HINT}") from None
+
     pool, shared = _POOL.acquire(workers)
     failed = True
+    completed, in_flight = [0], [0]
+
+    def count(n: int) -> None:
+        completed[0] += n
+        advance(n)
+
     try:
-        yield from _bounded(tasks, workers, lambda task: pool.submit(_call_pickled, dumps_((fn, task))),
-                            lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
-                            lambda future: future.result(), lambda future: future.cancel(), advance)
+        yield from _bounded(tasks, workers, submit, lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
+                            result_of, lambda future: future.cancel(), count)
         failed = False
-    except BrokenProcessPool as exc:
-        raise FedAuditError(f"backend='process': a worker process died ({exc}); the run stopped "
-                            f"(with a checkpoint, resume it)") from None
+    except GeneratorExit:  # closed early: the pool is clean unless a task still runs (e.g. zip() over iter_chunks)
+        failed = in_flight[0] > 0
+        raise
+    except BrokenProcessPool:
+        raise WorkerError(_death_message(pool, completed[0])) from None
     finally:
         _POOL.release(pool, shared, failed)
 
@@ -594,6 +730,7 @@ class _Checkpoint:
         self.path = Path(path)
         self.digest = config_digest(key, n)
         self.finished: dict[int, Any] = {}
+        self.records = 0  # finished chunks in the file: reloaded and recorded by this run
         if self.path.is_dir():
             raise FedAuditError(f"checkpoint {self.path} is a directory, expected a file")
         if self.path.exists():
@@ -606,6 +743,7 @@ class _Checkpoint:
             except BaseException:
                 self.file.close()
                 raise
+            self.records = len(self.finished)
             self.file.truncate(valid)  # cut a torn last record before appending
             self.file.seek(valid)
         else:
@@ -681,6 +819,7 @@ class _Checkpoint:
         self.file.write(line.encode("utf-8"))
         self.file.flush()
         os.fsync(self.file.fileno())
+        self.records += 1
         return stored
 
     def close(self) -> None:
@@ -817,13 +956,20 @@ def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> I
                 backend = "serial"  # one chunk: no pool to start, the same function on the same chunk
             if backend == "process":
                 workers = min(default_workers() if workers is None else workers, len(todo))
-            for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,
-                                            backend=backend, address=address):
-                waiting[i] = result if store is None else store.record(i, result)
-                advance(units[i])
-                while nxt in waiting:
-                    yield waiting.pop(nxt)
-                    nxt += 1
+            try:
+                for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,
+                                                backend=backend, address=address):
+                    waiting[i] = result if store is None else store.record(i, result)
+                    advance(units[i])
+                    while nxt in waiting:
+                        yield waiting.pop(nxt)
+                        nxt += 1
+            except WorkerError as exc:
+                if store is None or not store.records:
+                    raise
+                raise WorkerError(f"{exc}; the {store.records} finished chunks are saved in checkpoint "
+                                  f"{store.path}: run the same call with resume=True (--resume) to continue "
+                                  f"from them") from None
     finally:
         if store is not None:
             store.close()
