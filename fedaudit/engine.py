@@ -47,15 +47,28 @@ runs with one BLAS/OpenMP and one torch thread, as on a worker, so that it gives
 The process pool, and a Ray instance or connection the engine opened, are kept for later calls
 until :func:`shutdown` (which also runs at exit).
 
-Process backend. ``ProcessPoolExecutor`` with the ``spawn`` start method on every platform: the
-workers are fresh interpreters (no inherited locks, BLAS or torch thread pools), which is the
-portable, 'spawn'-safe pattern. ``fn`` and each task travel as one cloudpickle payload (the
-cloudpickle that scikit-learn's joblib ships, or a standalone one): a top-level function of an
-importable module goes by reference, a lambda or closure (a fitted distinguisher, a black-box
-sampler) by value; a script that calls :func:`run_tasks` at import time must sit behind
-``if __name__ == "__main__":``. Each worker limits its BLAS/OpenMP/torch thread pools to one
-thread so that ``workers`` processes do not oversubscribe the cores. At most ``2 × workers`` tasks
-are in flight, so long task lists do not pile up pickled inputs in memory.
+Process backend. ``ProcessPoolExecutor`` with ``spawn`` workers on every platform: fresh
+interpreters (no inherited locks, BLAS or torch thread pools). **The workers never run the
+caller's main module.** The stdlib ``spawn`` start method re-runs the parent's ``__main__`` in
+every child, which starts an unguarded script's audit again in each worker (Python's
+"bootstrapping phase" RuntimeError) and cannot work for ``python - < file``; the engine's workers
+(:class:`_EngineWorker`) are started without it, so a plain script without
+``if __name__ == "__main__":``, ``python -c``, ``python - < file``, ``python -m`` and a Jupyter
+kernel all run on the default backend. Nothing is lost: ``fn`` and each task travel as one
+cloudpickle payload (the cloudpickle that scikit-learn's joblib ships, or a standalone one), in
+which a top-level function of an importable module goes by reference and everything defined in
+``__main__`` (a script's or a notebook's functions, lambdas, closures, classes: a fitted
+distinguisher, a black-box sampler, a user's rule) goes by value; a result the worker can only
+name by value (an instance of such a class) comes back by value too. Each worker limits its
+BLAS/OpenMP/torch thread pools to one thread so that ``workers`` processes do not oversubscribe
+the cores. At most ``2 × workers`` tasks are in flight, so long task lists do not pile up pickled
+inputs in memory.
+
+A worker that cannot start or dies stops the run with one :class:`WorkerError` line naming what
+happened and what to do: killed by SIGKILL (most often the out-of-memory killer: fewer workers),
+killed by another signal (a crash in native code), exited before any task finished (it could not
+start: its error is printed above), or a task's function that does not import in a fresh
+interpreter. :func:`iter_chunks` adds how to resume only when its checkpoint holds finished chunks.
 
 Workers die with their parent. If the parent is killed (SIGKILL, OOM killer) its workers would
 otherwise live on, blocked on a queue nobody feeds. Each worker therefore asks the kernel for
@@ -551,7 +564,7 @@ def _install_preparation_hook() -> None:
     thread starts them (the spawn ``Popen`` looks the function up in that module at each start)."""
     from multiprocessing import spawn
 
-    if not isinstance(spawn.get_preparation_data, functools.partial):
+    if getattr(spawn.get_preparation_data, "func", None) is not _preparation_data:
         spawn.get_preparation_data = functools.partial(_preparation_data, spawn.get_preparation_data)
 
 
@@ -967,9 +980,9 @@ def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> I
             except WorkerError as exc:
                 if store is None or not store.records:
                     raise
-                raise WorkerError(f"{exc}; the {store.records} finished chunks are saved in checkpoint "
-                                  f"{store.path}: run the same call with resume=True (--resume) to continue "
-                                  f"from them") from None
+                done = f"{store.records} finished chunk" + ("s are" if store.records != 1 else " is")
+                raise WorkerError(f"{exc}; the {done} saved in checkpoint {store.path}: run the same call with "
+                                  f"resume=True (--resume) to continue from there") from None
     finally:
         if store is not None:
             store.close()
