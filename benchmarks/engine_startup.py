@@ -12,7 +12,10 @@ pool of ``--workers`` processes (the engine's initializer: parent watchdog, one 
 * ``throughput`` — ``--tasks`` tiny tasks through a warm pool, at most 2 × workers in flight as
   the engine keeps them, each sent as a cloudpickle payload ``(fn, task)``; the old path returns
   the result as it is, the new one pickles it in the worker (plain pickle, cloudpickle for what
-  only the worker knows by value) and unpickles it in the driver;
+  only the worker knows by value) and unpickles it in the driver. Tasks per second, and the
+  driver's CPU microseconds per task; ``call+decode`` times the part that differs alone, in this
+  process (the worker function and the driver's decoding of one tiny result), which other jobs
+  on the machine move far less;
 * ``audit_ldp`` — the tutorial's black-box audit (its ``mymod`` sampler, 200 000 samples,
   defaults otherwise) on a cold pool, end to end, as ``python audit_mine.py`` runs it; only the
   start method differs (the worker function is today's on both).
@@ -85,24 +88,35 @@ def start_up(path: str, workers: int) -> float:
         pool.shutdown(wait=True)
 
 
-def throughput(path: str, workers: int, tasks: int) -> float:
-    """Tasks per second through a warm pool (the engine's bounded window)."""
+def throughput(path: str, workers: int, tasks: int) -> tuple[float, float]:
+    """Tasks per second through a warm pool (the engine's bounded window), and the driver's CPU
+    microseconds per task (less moved by other jobs on the machine than the wall time)."""
     factory, call, decode = PATHS[path]
     dumps = engine._cloudpickle().dumps
     pool = factory(workers)
     try:
         for f in [pool.submit(call, dumps((abs, -1))) for _ in range(4 * workers)]:  # warm every worker
             decode(f.result())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         done = 0
         for _, result in engine._bounded(range(tasks), workers, lambda t: pool.submit(call, dumps((abs, -t))),
                                          lambda hs: wait(hs, return_when=FIRST_COMPLETED)[0],
                                          lambda f: decode(f.result()), lambda f: f.cancel(), lambda n: None):
             done += result >= 0
         assert done == tasks
-        return tasks / (time.perf_counter() - t0)
+        return tasks / (time.perf_counter() - t0), 1e6 * (time.process_time() - c0) / tasks
     finally:
         pool.shutdown(wait=True)
+
+
+def call_cost(path: str, number: int = 20_000) -> float:
+    """Microseconds per call of the path's worker function plus the driver's decoding of its
+    result, in this process, on a tiny task: the part of the per-task cost that differs."""
+    import timeit
+
+    _, call, decode = PATHS[path]
+    payload = engine._cloudpickle().dumps((abs, -5))
+    return 1e6 * min(timeit.repeat(lambda: decode(call(payload)), number=number, repeat=5)) / number
 
 
 def audit(path: str, workers: int) -> tuple[float, float]:
@@ -126,16 +140,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}   workers={args.workers}", flush=True)
-    figures: dict[str, dict[str, list[float]]] = {"start-up s": {}, "throughput tasks/s": {}, "audit_ldp s": {}}
+    figures: dict[str, dict[str, list[float]]] = {"start-up s": {}, "throughput tasks/s": {},
+                                                  "driver CPU us/task": {}, "call+decode us": {}, "audit_ldp s": {}}
     eps = {}
-    for _ in range(args.repeats):
-        for path in ("old", "new"):  # alternate, so that a change of load hits both
+    for r in range(args.repeats):
+        for path in (("old", "new") if r % 2 == 0 else ("new", "old")):  # alternate, so that load hits both
             figures["start-up s"].setdefault(path, []).append(start_up(path, args.workers))
-            figures["throughput tasks/s"].setdefault(path, []).append(throughput(path, args.workers, args.tasks))
+            rate, cpu = throughput(path, args.workers, args.tasks)
+            figures["throughput tasks/s"].setdefault(path, []).append(rate)
+            figures["driver CPU us/task"].setdefault(path, []).append(cpu)
+            figures["call+decode us"].setdefault(path, []).append(call_cost(path))
             seconds, eps[path] = audit(path, args.workers)
             figures["audit_ldp s"].setdefault(path, []).append(seconds)
     assert eps["old"] == eps["new"], eps  # the same bits on both paths

@@ -352,9 +352,28 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     advance = progress if progress is not None else (lambda n: None)
     if backend == "serial":
         return _run_serial(fn, tasks, advance)
+    from fedaudit.registry import user_registrations
+
+    registrations = user_registrations()
+    if registrations:  # a worker never runs the caller's main module: its registrations go with fn
+        fn = _Registered(fn, registrations)
     if backend == "ray":
         return _run_ray(require_ray(), fn, tasks, workers, address, advance)
     return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
+
+
+class _Registered:
+    """``fn`` run in a worker after the caller's registrations
+    (:func:`fedaudit.registry.user_registrations`) are registered there too."""
+
+    def __init__(self, fn: Callable[[Any], Any], registrations: list) -> None:
+        self.fn, self.registrations = fn, registrations
+
+    def __call__(self, task: Any) -> Any:
+        from fedaudit.registry import replay_registrations
+
+        replay_registrations(self.registrations)
+        return self.fn(task)
 
 
 def require_ray() -> Any:
@@ -576,7 +595,8 @@ def _new_pool(workers: int):
                                initializer=_worker_init, initargs=(os.getpid(),))
 
 
-_SERIAL_HINT = "or run with backend='serial' (FEDAUDIT_BACKEND=serial) to compute in this process"
+_SERIAL_HINT = "or with backend='serial' (FEDAUDIT_BACKEND=serial), which computes in this process"
+_SEE_ERROR = "run with backend='serial' (FEDAUDIT_BACKEND=serial) to see the error in this process"
 
 
 def _death_message(pool: Any, completed: int) -> str:
@@ -599,24 +619,26 @@ def _death_message(pool: Any, completed: int) -> str:
         if dead is None:
             time.sleep(0.02)
     if dead is None:
-        return (f"backend='process': a worker process ended unexpectedly (the pool stopped); {_SERIAL_HINT}")
+        return f"backend='process': a worker process died (the pool stopped); {_SEE_ERROR}"
     pid, code = dead
     if code == -signal.SIGKILL:
-        return (f"backend='process': worker process {pid} was killed by SIGKILL, most often the out-of-memory "
-                f"killer: run with fewer workers (workers=N, --workers N) or smaller chunks, {_SERIAL_HINT}")
+        return (f"backend='process': a worker process died: process {pid} was killed by SIGKILL, most often the "
+                f"out-of-memory killer: run with fewer workers (workers=N, --workers N) or smaller chunks, "
+                f"{_SERIAL_HINT}")
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return (f"backend='process': worker process {pid} was killed by {name} (a crash in native code or "
-                f"an outside kill); {_SERIAL_HINT} to see the error")
+        return (f"backend='process': a worker process died: process {pid} was killed by {name} (a crash in "
+                f"native code, or killed from outside); {_SEE_ERROR}")
     if completed == 0:
-        return (f"backend='process': worker process {pid} could not start (it exited with status {code}; its "
-                f"error is printed above): check that `{os.path.basename(sys.executable)} -c \"import fedaudit\"` "
-                f"works from this directory, {_SERIAL_HINT}")
-    return (f"backend='process': worker process {pid} exited with status {code} while running a task (its error "
-            f"is printed above); {_SERIAL_HINT} to see the error")
+        return (f"backend='process': a worker process could not start: process {pid} exited with status {code} "
+                f"before any task finished (its error is printed above): check that "
+                f"`{os.path.basename(sys.executable)} -c \"import fedaudit\"` works from this directory, "
+                f"{_SERIAL_HINT}")
+    return (f"backend='process': a worker process died: process {pid} exited with status {code} while running "
+            f"a task (its error is printed above); {_SEE_ERROR}")
 
 
 def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
@@ -631,7 +653,7 @@ def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
             payload = dumps_((fn, task), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise FedAuditError(f"backend='process': cannot send the task to a worker process "
-                                f"({type(exc).__name__}: {exc}); {_SERIAL_HINT}") from None
+                                f"({type(exc).__name__}: {exc}): pass picklable data, {_SERIAL_HINT}") from None
         future = pool.submit(_call_pickled, payload)
         in_flight[0] += 1
         return future

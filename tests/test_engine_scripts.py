@@ -21,6 +21,7 @@ import pytest
 from fedaudit import engine
 from fedaudit.engine import WorkerError, run_chunks
 from fedaudit.errors import FedAuditError
+from fedaudit.registry import user_registrations
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -49,8 +50,9 @@ AUDIT = textwrap.dedent('''
 ''')
 
 #: the other heavy entry points, from an unguarded script: a rule of __main__ holding a lambda,
-#: the variance measurement and curve (the accountant curves run on the same engine calls but
-#: import torch and dp-accounting in each worker: seconds)
+#: the variance measurement and curve, a plan whose claims (parallel, in workers) use a mechanism
+#: registered by the script (the accountant curves run on the same engine calls but import torch
+#: and dp-accounting in each worker: seconds)
 ENTRY_POINTS = textwrap.dedent('''
     import json
 
@@ -60,6 +62,8 @@ ENTRY_POINTS = textwrap.dedent('''
     from fedaudit.audit import audit_robustness
     from fedaudit.audit.variance import measure_mse, variance_vs_dk
     from fedaudit.defenses.base import Aggregator
+    from fedaudit.experiments.runner import run_plan
+    from fedaudit.mechanisms import RandomizedResponse, register_mechanism
     from fedaudit.mechanisms import Laplace
 
 
@@ -78,8 +82,20 @@ ENTRY_POINTS = textwrap.dedent('''
                            attacks="signflip", search=0, search_evals=4)
     mse = measure_mse(Laplace(dim=4, epsilon=1.0, clip=1.0), np.full(4, 0.5), samples=3000, chunk=1000)
     curve = variance_vs_dk(8, [2, 4], 2.0, samples=400)
+
+
+    def my_rr(dim, epsilon):  # registered here: the claims' workers must know it too
+        """Randomized response, as a user's own mechanism."""
+        return RandomizedResponse(dim, epsilon)
+
+
+    register_mechanism("my-rr", my_rr, replace=True)
+    plan = run_plan({"plan": {"title": "mine", "seed": 0},
+                     "claim": [{"id": f"rr{i}", "kind": "ldp", "mechanism": "my-rr", "dim": 4, "epsilon": 1.0,
+                                "pair": "antipodal", "samples": 4000} for i in range(2)]})
     print("RESULT", json.dumps({"robustness": rob.nu_empirical, "mse": mse.mse,
-                                "curve": [r.mse for r in (*curve.sstq, curve.vqsgd, curve.privunitg)]}))
+                                "curve": [r.mse for r in (*curve.sstq, curve.vqsgd, curve.privunitg)],
+                                "plan": [[c.verdict, c.error, c.evidence.get("epsilon_lower")] for c in plan.claims]}))
     if engine.default_backend() == "process":
         print("WORKERS", len(engine._POOL.pool._processes))
 ''')
@@ -268,3 +284,26 @@ def test_a_caller_that_stops_after_the_last_result_keeps_the_shared_pool():
         assert engine._POOL.pool is pool
     finally:
         engine.shutdown()
+
+
+def test_the_callers_registrations_reach_the_workers():
+    # a mechanism registered by the caller, its factory known only by value (as one of __main__):
+    # a worker, which never runs the caller's main module, resolves its name all the same
+    from fedaudit.mechanisms import MECHANISMS, register_mechanism
+
+    namespace: dict = {"__name__": "fedaudit_test_by_value"}
+    exec("def factory(dim, epsilon):\n    from fedaudit.mechanisms import Laplace\n"
+         "    return Laplace(dim, epsilon, 1.0)\n", namespace)
+    register_mechanism("by-value-laplace", namespace["factory"])
+    try:
+        out = run_chunks(_make_named_mechanism, ["by-value-laplace", "laplace"], backend="process", workers=2)
+    finally:
+        MECHANISMS.unregister("by-value-laplace")
+    assert out == ["Laplace", "Laplace"]
+    assert all(e.name != "by-value-laplace" for _, _, entries in user_registrations() for e in entries)
+
+
+def _make_named_mechanism(name):
+    from fedaudit.mechanisms import make_mechanism
+
+    return type(make_mechanism(name, 4, 1.0)).__name__
