@@ -355,11 +355,21 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     from fedaudit.registry import user_registrations
 
     registrations = user_registrations()
-    if registrations:  # a worker never runs the caller's main module: its registrations go with fn
-        fn = _Registered(fn, registrations)
+    if registrations and _picklable(registrations):  # a worker never runs the caller's main module:
+        fn = _Registered(fn, registrations)           # its registrations go with fn
     if backend == "ray":
         return _run_ray(require_ray(), fn, tasks, workers, address, advance)
     return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
+
+
+def _picklable(obj: Any) -> bool:
+    """Whether cloudpickle can send ``obj`` (a registration that cannot travel, e.g. a factory
+    holding a lock, is left behind rather than failing every task that does not use it)."""
+    try:
+        _cloudpickle().dumps(obj)
+    except Exception:
+        return False
+    return True
 
 
 class _Registered:

@@ -59,15 +59,24 @@ def load_reference(reference: str, *, what: str = "object") -> Any:
     return obj
 
 
-#: every registry by ``kind``: (the module that made it, the registry)
-_REGISTRIES: dict[str, tuple[str, "Registry[Any]"]] = {}
+#: every registry by (the module that made it, its ``kind``)
+_REGISTRIES: dict[tuple[str, str], "Registry[Any]"] = {}
 
 
 def user_registrations() -> list[tuple[str, str, list[Entry[Any]]]]:
     """``(module, kind, entries)`` for every registry holding registrations of factories defined
     outside fedaudit (a script's, a notebook's, a user module's), in registration order; empty
-    when there are none. What the engine sends to its workers (module docstring)."""
-    return [(module, kind, list(reg._user.values())) for kind, (module, reg) in _REGISTRIES.items() if reg._user]
+    when there are none. Only registries that are globals of their module are listed (a worker
+    makes them by importing it). What the engine sends to its workers (module docstring)."""
+    return [(module, kind, list(reg._user.values())) for (module, kind), reg in list(_REGISTRIES.items())
+            if reg._user and _module_level(reg, module)]
+
+
+def _module_level(reg: "Registry[Any]", module: str) -> bool:
+    """Whether ``reg`` is a global of ``module`` (so importing the module makes it again in a
+    worker); a registry made inside a function exists in this process only."""
+    namespace = getattr(sys.modules.get(module), "__dict__", {})
+    return any(value is reg for value in list(namespace.values()))
 
 
 def replay_registrations(registrations: list[tuple[str, str, list[Entry[Any]]]]) -> None:
@@ -76,8 +85,8 @@ def replay_registrations(registrations: list[tuple[str, str, list[Entry[Any]]]])
     replacing what the name held."""
     for module, kind, entries in registrations:
         importlib.import_module(module)
-        reg = _REGISTRIES[kind][1]
-        for e in entries:
+        reg = _REGISTRIES.get((module, kind))
+        for e in entries if reg is not None else ():
             current = reg._entries.get(e.name)
             if current is None or current.factory is not e.factory:
                 reg.register(e.name, e.factory, summary=e.summary, replace=True, aliases=e.aliases)
@@ -114,7 +123,7 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}  # alias key -> canonical name
         self._user: dict[str, Entry[T]] = {}  # registrations of factories defined outside fedaudit
-        _REGISTRIES[kind] = (sys._getframe(1).f_globals.get("__name__", ""), self)
+        _REGISTRIES[(sys._getframe(1).f_globals.get("__name__", ""), kind)] = self
 
     # -- registration -------------------------------------------------------------------------
     def register(self, name: str, factory: Callable[..., T] | None = None, *, summary: str | None = None,

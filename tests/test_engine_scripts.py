@@ -307,3 +307,13 @@ def _make_named_mechanism(name):
     from fedaudit.mechanisms import make_mechanism
 
     return type(make_mechanism(name, 4, 1.0)).__name__
+
+
+def test_a_registry_made_inside_a_function_is_not_sent_to_workers():
+    # a worker could not make it again (only importing a module makes its global registries)
+    from fedaudit.registry import Registry
+
+    local = Registry("local gadget")
+    local.register("thing", lambda: 1)
+    assert all(kind != "local gadget" for _, kind, _ in user_registrations())
+    assert run_chunks(abs, [-1, -2], backend="process", workers=2) == [1, 2]
