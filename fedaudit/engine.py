@@ -59,7 +59,9 @@ cloudpickle payload (the cloudpickle that scikit-learn's joblib ships, or a stan
 which a top-level function of an importable module goes by reference and everything defined in
 ``__main__`` (a script's or a notebook's functions, lambdas, closures, classes: a fitted
 distinguisher, a black-box sampler, a user's rule) goes by value; a result the worker can only
-name by value (an instance of such a class) comes back by value too. Each worker limits its
+name by value (an instance of such a class) comes back by value too, and the caller's own
+registrations (``register_mechanism`` and the like, :func:`fedaudit.registry.user_registrations`)
+are sent with the tasks and registered again in the worker. Each worker limits its
 BLAS/OpenMP/torch thread pools to one thread so that ``workers`` processes do not oversubscribe
 the cores. At most ``2 × workers`` tasks are in flight, so long task lists do not pile up pickled
 inputs in memory.
