@@ -47,15 +47,30 @@ runs with one BLAS/OpenMP and one torch thread, as on a worker, so that it gives
 The process pool, and a Ray instance or connection the engine opened, are kept for later calls
 until :func:`shutdown` (which also runs at exit).
 
-Process backend. ``ProcessPoolExecutor`` with the ``spawn`` start method on every platform: the
-workers are fresh interpreters (no inherited locks, BLAS or torch thread pools), which is the
-portable, 'spawn'-safe pattern. ``fn`` and each task travel as one cloudpickle payload (the
-cloudpickle that scikit-learn's joblib ships, or a standalone one): a top-level function of an
-importable module goes by reference, a lambda or closure (a fitted distinguisher, a black-box
-sampler) by value; a script that calls :func:`run_tasks` at import time must sit behind
-``if __name__ == "__main__":``. Each worker limits its BLAS/OpenMP/torch thread pools to one
-thread so that ``workers`` processes do not oversubscribe the cores. At most ``2 × workers`` tasks
-are in flight, so long task lists do not pile up pickled inputs in memory.
+Process backend. ``ProcessPoolExecutor`` with ``spawn`` workers on every platform: fresh
+interpreters (no inherited locks, BLAS or torch thread pools). **The workers never run the
+caller's main module.** The stdlib ``spawn`` start method re-runs the parent's ``__main__`` in
+every child, which starts an unguarded script's audit again in each worker (Python's
+"bootstrapping phase" RuntimeError) and cannot work for ``python - < file``; the engine's workers
+(:class:`_EngineWorker`) are started without it, so a plain script without
+``if __name__ == "__main__":``, ``python -c``, ``python - < file``, ``python -m`` and a Jupyter
+kernel all run on the default backend. Nothing is lost: ``fn`` and each task travel as one
+cloudpickle payload (the cloudpickle that scikit-learn's joblib ships, or a standalone one), in
+which a top-level function of an importable module goes by reference and everything defined in
+``__main__`` (a script's or a notebook's functions, lambdas, closures, classes: a fitted
+distinguisher, a black-box sampler, a user's rule) goes by value; a result the worker can only
+name by value (an instance of such a class) comes back by value too, and the caller's own
+registrations (``register_mechanism`` and the like, :func:`fedaudit.registry.user_registrations`)
+are sent with the tasks and registered again in the worker. Each worker limits its
+BLAS/OpenMP/torch thread pools to one thread so that ``workers`` processes do not oversubscribe
+the cores. At most ``2 × workers`` tasks are in flight, so long task lists do not pile up pickled
+inputs in memory.
+
+A worker that cannot start or dies stops the run with one :class:`WorkerError` line naming what
+happened and what to do: killed by SIGKILL (most often the out-of-memory killer: fewer workers),
+killed by another signal (a crash in native code), exited before any task finished (it could not
+start: its error is printed above), or a task's function that does not import in a fresh
+interpreter. :func:`iter_chunks` adds how to resume only when its checkpoint holds finished chunks.
 
 Workers die with their parent. If the parent is killed (SIGKILL, OOM killer) its workers would
 otherwise live on, blocked on a queue nobody feeds. Each worker therefore asks the kernel for
@@ -78,6 +93,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,7 +101,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
-__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
+__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "WorkerError", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
            "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown"]
 
 T = TypeVar("T")
@@ -338,9 +354,38 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     advance = progress if progress is not None else (lambda n: None)
     if backend == "serial":
         return _run_serial(fn, tasks, advance)
+    from fedaudit.registry import user_registrations
+
+    registrations = user_registrations()
+    if registrations and _picklable(registrations):  # a worker never runs the caller's main module:
+        fn = _Registered(fn, registrations)           # its registrations go with fn
     if backend == "ray":
         return _run_ray(require_ray(), fn, tasks, workers, address, advance)
     return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
+
+
+def _picklable(obj: Any) -> bool:
+    """Whether cloudpickle can send ``obj`` (a registration that cannot travel, e.g. a factory
+    holding a lock, is left behind rather than failing every task that does not use it)."""
+    try:
+        _cloudpickle().dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+class _Registered:
+    """``fn`` run in a worker after the caller's registrations
+    (:func:`fedaudit.registry.user_registrations`) are registered there too."""
+
+    def __init__(self, fn: Callable[[Any], Any], registrations: list) -> None:
+        self.fn, self.registrations = fn, registrations
+
+    def __call__(self, task: Any) -> Any:
+        from fedaudit.registry import replay_registrations
+
+        replay_registrations(self.registrations)
+        return self.fn(task)
 
 
 def require_ray() -> Any:
@@ -425,12 +470,34 @@ def _cloudpickle():
     return cloudpickle
 
 
-def _call_pickled(payload: bytes) -> Any:
-    """What a pool worker runs: unpickle ``(fn, task)`` (a cloudpickle payload) and apply."""
+class _LoadError(Exception):
+    """Raised in a pool worker that cannot unpickle its task (e.g. the function's module does
+    not import there); the driver turns it into one :class:`FedAuditError` line."""
+
+
+class WorkerError(FedAuditError):
+    """A process-pool worker could not start or died while the run was going (killed by the
+    out-of-memory killer, a crash in native code, an import that fails in a fresh interpreter).
+    The message is one line: what happened and what to do. :func:`iter_chunks` adds how to resume
+    when a checkpoint holds finished chunks."""
+
+
+def _call_pickled(payload: bytes) -> bytes:
+    """What a pool worker runs: unpickle ``(fn, task)`` (a cloudpickle payload), apply, and
+    return the result pickled (plain pickle, or cloudpickle for what plain pickle cannot name,
+    such as an instance of a class the caller defined in ``__main__``, which the worker knows
+    only by value)."""
     import pickle
 
-    fn, task = pickle.loads(payload)
-    return fn(task)
+    try:
+        fn, task = pickle.loads(payload)
+    except Exception as exc:
+        raise _LoadError(f"{type(exc).__name__}: {exc}") from None
+    result = fn(task)
+    try:
+        return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return _cloudpickle().dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class _SharedPool:
@@ -490,29 +557,145 @@ class _SharedPool:
 _POOL = _SharedPool()
 
 
+class _EngineWorker(SpawnProcess):
+    """A ``spawn`` process that never runs the caller's main module.
+
+    The stdlib ``spawn`` start method re-runs the parent's ``__main__`` in every child (as
+    ``__mp_main__``: from its path for a script, by name for ``python -m``), so that functions
+    defined there unpickle by reference. That is what makes a script without an
+    ``if __name__ == "__main__":`` guard start its audit again in each worker (Python's
+    "bootstrapping phase" RuntimeError), and ``python - < file`` fail (there is no file
+    ``<stdin>`` to run). The engine never needs it: ``fn`` and its task travel by cloudpickle,
+    which sends everything defined in ``__main__`` by value. So the preparation data of these
+    processes (:func:`_preparation_data`) carries no main module; everything else (``sys.path``,
+    the working directory, ``sys.argv``) is passed as by ``spawn``.
+    """
+
+
+class _EngineContext(SpawnContext):
+    """The ``spawn`` context whose processes are :class:`_EngineWorker`."""
+
+    Process = _EngineWorker
+
+
+def _preparation_data(original: Callable[[str], dict], name: str) -> dict:
+    """``multiprocessing.spawn.get_preparation_data`` for every process; for an
+    :class:`_EngineWorker` (recognised by its name, ``_EngineWorker-<n>``) without the two keys
+    that make the child run the parent's main module."""
+    data = original(name)
+    if name.startswith(_EngineWorker.__name__ + "-"):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+def _install_preparation_hook() -> None:
+    """Wrap ``multiprocessing.spawn.get_preparation_data`` (once per process) with
+    :func:`_preparation_data`: unchanged for every process but the engine's workers, whichever
+    thread starts them (the spawn ``Popen`` looks the function up in that module at each start)."""
+    from multiprocessing import spawn
+
+    if getattr(spawn.get_preparation_data, "func", None) is not _preparation_data:
+        spawn.get_preparation_data = functools.partial(_preparation_data, spawn.get_preparation_data)
+
+
 def _new_pool(workers: int):
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+    _install_preparation_hook()
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_EngineContext(),
                                initializer=_worker_init, initargs=(os.getpid(),))
 
 
+_SERIAL_HINT = "or with backend='serial' (FEDAUDIT_BACKEND=serial), which computes in this process"
+_SEE_ERROR = "run with backend='serial' (FEDAUDIT_BACKEND=serial) to see the error in this process"
+
+
+def _death_message(pool: Any, completed: int) -> str:
+    """One line on why the pool broke: the first worker found dead, how, and what to do.
+
+    ``completed``: tasks of this run that had finished. A worker killed by a signal other than
+    the SIGTERM with which the pool stops its other workers is the cause; SIGKILL is what the
+    out-of-memory killer sends. A worker that exited with a status before any task finished
+    could not start."""
+    import signal
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    deadline = time.monotonic() + 2.0
+    dead = None
+    while dead is None and time.monotonic() < deadline:
+        codes = [(p.pid, p.exitcode) for p in procs]
+        dead = next(((pid, c) for pid, c in codes if c is not None and c != -signal.SIGTERM), None)
+        if dead is None and all(c is not None for _, c in codes):
+            break
+        if dead is None:
+            time.sleep(0.02)
+    if dead is None:
+        return f"backend='process': a worker process died (the pool stopped); {_SEE_ERROR}"
+    pid, code = dead
+    if code == -signal.SIGKILL:
+        return (f"backend='process': a worker process died: process {pid} was killed by SIGKILL, most often the "
+                f"out-of-memory killer: run with fewer workers (workers=N, --workers N) or smaller chunks, "
+                f"{_SERIAL_HINT}")
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (f"backend='process': a worker process died: process {pid} was killed by {name} (a crash in "
+                f"native code, or killed from outside); {_SEE_ERROR}")
+    if completed == 0:
+        return (f"backend='process': a worker process could not start: process {pid} exited with status {code} "
+                f"before any task finished (its error is printed above): check that "
+                f"`{os.path.basename(sys.executable)} -c \"import fedaudit\"` works from this directory, "
+                f"{_SERIAL_HINT}")
+    return (f"backend='process': a worker process died: process {pid} exited with status {code} while running "
+            f"a task (its error is printed above); {_SEE_ERROR}")
+
+
 def _run_process(fn, tasks, workers, advance) -> Iterator[tuple[Any, Any]]:
+    import pickle
     from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
     dumps_ = _cloudpickle().dumps
+
+    def submit(task):
+        try:
+            payload = dumps_((fn, task), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise FedAuditError(f"backend='process': cannot send the task to a worker process "
+                                f"({type(exc).__name__}: {exc}): pass picklable data, {_SERIAL_HINT}") from None
+        future = pool.submit(_call_pickled, payload)
+        in_flight[0] += 1
+        return future
+
+    def result_of(future):
+        in_flight[0] -= 1
+        try:
+            return pickle.loads(future.result())
+        except _LoadError as exc:
+            raise WorkerError(f"backend='process': a worker process cannot load the task's function or data "
+                              f"({exc}): define it in the script itself or in a module importable from "
+                              f"this directory (sys.path), {_SERIAL_HINT}") from None
+
     pool, shared = _POOL.acquire(workers)
     failed = True
+    completed, in_flight = [0], [0]
+
+    def count(n: int) -> None:
+        completed[0] += n
+        advance(n)
+
     try:
-        yield from _bounded(tasks, workers, lambda task: pool.submit(_call_pickled, dumps_((fn, task))),
-                            lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
-                            lambda future: future.result(), lambda future: future.cancel(), advance)
+        yield from _bounded(tasks, workers, submit, lambda handles: wait(handles, return_when=FIRST_COMPLETED)[0],
+                            result_of, lambda future: future.cancel(), count)
         failed = False
-    except BrokenProcessPool as exc:
-        raise FedAuditError(f"backend='process': a worker process died ({exc}); the run stopped "
-                            f"(with a checkpoint, resume it)") from None
+    except GeneratorExit:  # closed early: the pool is clean unless a task still runs (e.g. zip() over iter_chunks)
+        failed = in_flight[0] > 0
+        raise
+    except BrokenProcessPool:
+        raise WorkerError(_death_message(pool, completed[0])) from None
     finally:
         _POOL.release(pool, shared, failed)
 
@@ -594,6 +777,7 @@ class _Checkpoint:
         self.path = Path(path)
         self.digest = config_digest(key, n)
         self.finished: dict[int, Any] = {}
+        self.records = 0  # finished chunks in the file: reloaded and recorded by this run
         if self.path.is_dir():
             raise FedAuditError(f"checkpoint {self.path} is a directory, expected a file")
         if self.path.exists():
@@ -606,6 +790,7 @@ class _Checkpoint:
             except BaseException:
                 self.file.close()
                 raise
+            self.records = len(self.finished)
             self.file.truncate(valid)  # cut a torn last record before appending
             self.file.seek(valid)
         else:
@@ -681,6 +866,7 @@ class _Checkpoint:
         self.file.write(line.encode("utf-8"))
         self.file.flush()
         os.fsync(self.file.fileno())
+        self.records += 1
         return stored
 
     def close(self) -> None:
@@ -817,13 +1003,20 @@ def _in_order(fn, chunks, units, store, advance, backend, workers, address) -> I
                 backend = "serial"  # one chunk: no pool to start, the same function on the same chunk
             if backend == "process":
                 workers = min(default_workers() if workers is None else workers, len(todo))
-            for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,
-                                            backend=backend, address=address):
-                waiting[i] = result if store is None else store.record(i, result)
-                advance(units[i])
-                while nxt in waiting:
-                    yield waiting.pop(nxt)
-                    nxt += 1
+            try:
+                for (i, _), result in run_tasks(functools.partial(_apply_indexed, fn), todo, workers=workers,
+                                                backend=backend, address=address):
+                    waiting[i] = result if store is None else store.record(i, result)
+                    advance(units[i])
+                    while nxt in waiting:
+                        yield waiting.pop(nxt)
+                        nxt += 1
+            except WorkerError as exc:
+                if store is None or not store.records:
+                    raise
+                done = f"{store.records} finished chunk" + ("s are" if store.records != 1 else " is")
+                raise WorkerError(f"{exc}; the {done} saved in checkpoint {store.path}: run the same call with "
+                                  f"resume=True (--resume) to continue from there") from None
     finally:
         if store is not None:
             store.close()

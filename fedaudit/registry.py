@@ -12,6 +12,13 @@ optimizers, partitions, datasets and claim kinds — is one :class:`Registry`. A
 
 Users add their own entries with :meth:`Registry.register` (or the ``register_*`` helper of the
 family, e.g. :func:`fedaudit.mechanisms.register_mechanism`).
+
+The caller's registrations reach engine workers. A worker is a fresh interpreter that never runs
+the caller's main module (:mod:`fedaudit.engine`), so a factory registered by a script would be
+unknown there. Each registry therefore remembers the registrations of factories defined outside
+fedaudit; :func:`user_registrations` lists them and the engine sends them with every task to a
+process or Ray worker, where :func:`replay_registrations` registers them again (factories defined
+in ``__main__`` travel by value, as the task's function does) before the task runs.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from fedaudit.errors import FedAuditError
 
-__all__ = ["Entry", "Registry", "did_you_mean", "load_reference"]
+__all__ = ["Entry", "Registry", "did_you_mean", "load_reference", "user_registrations", "replay_registrations"]
 
 T = TypeVar("T")
 
@@ -63,6 +70,39 @@ def load_reference(reference: str, *, what: str = "object") -> Any:
     return obj
 
 
+#: every registry by (the module that made it, its ``kind``)
+_REGISTRIES: dict[tuple[str, str], "Registry[Any]"] = {}
+
+
+def user_registrations() -> list[tuple[str, str, list[Entry[Any]]]]:
+    """``(module, kind, entries)`` for every registry holding registrations of factories defined
+    outside fedaudit (a script's, a notebook's, a user module's), in registration order; empty
+    when there are none. Only registries that are globals of their module are listed (a worker
+    makes them by importing it). What the engine sends to its workers (module docstring)."""
+    return [(module, kind, list(reg._user.values())) for (module, kind), reg in list(_REGISTRIES.items())
+            if reg._user and _module_level(reg, module)]
+
+
+def _module_level(reg: "Registry[Any]", module: str) -> bool:
+    """Whether ``reg`` is a global of ``module`` (so importing the module makes it again in a
+    worker); a registry made inside a function exists in this process only."""
+    namespace = getattr(sys.modules.get(module), "__dict__", {})
+    return any(value is reg for value in list(namespace.values()))
+
+
+def replay_registrations(registrations: list[tuple[str, str, list[Entry[Any]]]]) -> None:
+    """Register :func:`user_registrations` of another process in this one (an engine worker): each
+    registry's module is imported (its built-ins first), then each entry is registered again,
+    replacing what the name held."""
+    for module, kind, entries in registrations:
+        importlib.import_module(module)
+        reg = _REGISTRIES.get((module, kind))
+        for e in entries if reg is not None else ():
+            current = reg._entries.get(e.name)
+            if current is None or current.factory is not e.factory:
+                reg.register(e.name, e.factory, summary=e.summary, replace=True, aliases=e.aliases)
+
+
 def _summary(obj: Any) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().split("\n\n")[0].replace("\n", " ")
@@ -93,6 +133,8 @@ class Registry(Generic[T]):
         self.allow_plus = bool(allow_plus)
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}  # alias key -> canonical name
+        self._user: dict[str, Entry[T]] = {}  # registrations of factories defined outside fedaudit
+        _REGISTRIES[(sys._getframe(1).f_globals.get("__name__", ""), kind)] = self
 
     # -- registration -------------------------------------------------------------------------
     def register(self, name: str, factory: Callable[..., T] | None = None, *, summary: str | None = None,
@@ -126,6 +168,9 @@ class Registry(Generic[T]):
                                                 tuple(a for a in old.aliases if a != k))
         self._entries[key] = Entry(key, factory, _summary(factory) if summary is None else summary, alias_keys)
         self._aliases.update((a, key) for a in alias_keys)
+        module = getattr(factory, "__module__", None) or ""
+        if module != "fedaudit" and not module.startswith("fedaudit."):
+            self._user[key] = self._entries[key]
         return factory
 
     def _check_name(self, name: Any) -> str:
@@ -140,6 +185,8 @@ class Registry(Generic[T]):
         entry = self._entries.pop(self.canonical(name) if isinstance(name, str) else name, None)
         for a in entry.aliases if entry is not None else ():
             self._aliases.pop(a, None)
+        if entry is not None:
+            self._user.pop(entry.name, None)
 
     def canonical(self, name: str) -> str:
         """The registered name ``name`` (a name or an alias, any case) resolves to; a

@@ -5,6 +5,7 @@ Building the site itself needs the docs extra (`make docs`); these checks need o
 """
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -81,8 +82,11 @@ def test_sampler_tutorial_prints_what_the_page_shows(tmp_path):
     page = "tutorials/certify-ldp.md"
     (tmp_path / "mymod.py").write_text(_code_block(page, "mymod.py"), encoding="utf-8")
     (tmp_path / "audit_mine.py").write_text(_code_block(page, "audit_mine.py"), encoding="utf-8")
+    # as a user runs it: the default backend (process workers), not the suite's FEDAUDIT_BACKEND=serial
+    env = {k: v for k, v in os.environ.items() if k != "FEDAUDIT_BACKEND"}
+    env["FEDAUDIT_WORKERS"] = "2"
     proc = subprocess.run([sys.executable, "audit_mine.py"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     _same_text_and_numbers(proc.stdout.strip(), _shown_output(page, "python audit_mine.py").strip())
 
