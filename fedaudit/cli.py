@@ -895,7 +895,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_sign(args: argparse.Namespace) -> int:
     """``fedaudit sign DIR --key-file F``: verify the report, then seal it with an HMAC-SHA256
     under the key in F (a separate step after the run: no plugin of the run sees the key)."""
-    from fedaudit.reports.integrity import read_key_file, sign_report
+    from fedaudit.reports.integrity import read_key_file
+    from fedaudit.reports.io import sign_report
 
     key = read_key_file(args.key_file)
     outcome, res = sign_report(args.report, key, force=args.force)

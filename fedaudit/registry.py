@@ -171,6 +171,8 @@ class Registry(Generic[T]):
         module = getattr(factory, "__module__", None) or ""
         if module != "fedaudit" and not module.startswith("fedaudit."):
             self._user[key] = self._entries[key]
+        else:  # a built-in registered again (e.g. restored after a user's replacement): nothing to replay
+            self._user.pop(key, None)
         return factory
 
     def _check_name(self, name: Any) -> str:

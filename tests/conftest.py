@@ -1,5 +1,6 @@
 """Shared test configuration: deterministic hypothesis profile, derived tolerances."""
 
+import importlib.util
 import itertools
 import os
 import sys
@@ -52,6 +53,17 @@ def assert_unbiased(estimates: np.ndarray, truth: np.ndarray, n_assertions: int 
     ok = err <= z * se + 1e-12
     assert ok.all(), (f"bias beyond {z:.2f} SE at coords {np.flatnonzero(~ok)[:5]}: "
                       f"mean={mean[~ok][:5]}, truth={np.asarray(truth)[~ok][:5]}, se={se[~ok][:5]}")
+
+
+def load_benchmark(filename: str):
+    """Import ``benchmarks/FILENAME`` (not a package) as a module, for tests of a benchmark script."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / filename
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def brute_ratio(X: np.ndarray, z: np.ndarray, f: int) -> float:

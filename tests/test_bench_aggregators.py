@@ -3,22 +3,17 @@ numbers on the same rows, the ones it marks "differs" really differ, and a missi
 reported in the table instead of failing the benchmark."""
 
 import importlib.metadata
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "aggregators.py"
-    spec = importlib.util.spec_from_file_location("aggregators_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("aggregators.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,15 @@
 """benchmarks/pigs_reproduction.py runs its jobs on fedaudit.engine (seeded tasks, workers that die
 with their parent), not on a pool of its own, and gets the numbers a direct call gives."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import load_benchmark
 
 import fedaudit.engine
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "pigs_reproduction.py"
-    spec = importlib.util.spec_from_file_location("pigs_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("pigs_reproduction.py")
 
 
 def test_jobs_run_on_the_engine_in_submission_order_with_the_direct_results(bench, monkeypatch):

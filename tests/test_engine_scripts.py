@@ -128,9 +128,15 @@ def _serial(source: str) -> list[str]:
     import contextlib
     import io
 
-    out = io.StringIO()
-    with engine.engine_defaults(backend="serial"), contextlib.redirect_stdout(out):
-        exec(compile(source, "<user script>", "exec"), {"__name__": "user_script"})
+    from fedaudit.mechanisms import MECHANISMS
+
+    out, before = io.StringIO(), set(MECHANISMS.names())
+    try:
+        with engine.engine_defaults(backend="serial"), contextlib.redirect_stdout(out):
+            exec(compile(source, "<user script>", "exec"), {"__name__": "user_script"})
+    finally:  # the script's registrations ("my-rr") must not outlive it in this test process
+        for name in set(MECHANISMS.names()) - before:
+            MECHANISMS.unregister(name)
     return _lines(out.getvalue(), "RESULT")
 
 

@@ -13,7 +13,7 @@ It renders only: nothing in it runs an experiment.
 """
 
 from fedaudit.reports.integrity import KEY_ENV, VerifyResult, load_schema, schema_errors, signing_key, verify_report
-from fedaudit.reports.io import prepare_out_dir, read_report, write_report, write_sealed_report
+from fedaudit.reports.io import prepare_out_dir, read_report, sign_report, write_report, write_sealed_report
 from fedaudit.reports.model import (
     EXPECTS,
     PLOT_TYPES,
@@ -29,7 +29,7 @@ from fedaudit.reports.model import (
 
 __all__ = [
     "Claim", "Manifest", "Report", "Verdict", "Expect", "VERDICTS", "EXPECTS", "PLOT_TYPES",
-    "SCHEMA_VERSION", "utc_now", "write_report", "write_sealed_report", "read_report", "prepare_out_dir",
+    "SCHEMA_VERSION", "utc_now", "write_report", "write_sealed_report", "sign_report", "read_report", "prepare_out_dir",
     "verify_report", "VerifyResult", "signing_key", "KEY_ENV", "load_schema", "schema_errors",
     "render_html", "render_markdown",
 ]

@@ -5,7 +5,8 @@
   accidental or casual edits; anyone can recompute it, so it proves nothing against a deliberate forger.
 * **signature** — HMAC-SHA256 (hex) of the same bytes under a secret key (RFC 2104): the key in
   ``FEDAUDIT_REPORT_KEY`` when ``fedaudit run`` writes the report, or a key file given to
-  ``fedaudit sign DIR --key-file F`` as a separate step after the run (:func:`sign_report`, so that
+  ``fedaudit sign DIR --key-file F`` as a separate step after the run
+  (:func:`fedaudit.reports.io.sign_report`, so that
   no plugin loaded by the run can read the key). Only a holder of the key can produce it, and every
   holder can: HMAC proves the report came from someone with the key, not which of them. When a key
   is given, :func:`verify_report` requires a valid signature (an unsigned report then fails: its
@@ -36,7 +37,7 @@ from fedaudit.reports.canonical import canonical_json_bytes, digest, sign
 from fedaudit.reports.model import Report
 
 __all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "read_key_file", "load_schema", "schema_errors",
-           "validate_report_dict", "VerifyResult", "verify_report", "sign_report"]
+           "validate_report_dict", "VerifyResult", "verify_report"]
 
 #: environment variable holding the HMAC key (its UTF-8 bytes are the key)
 KEY_ENV = "FEDAUDIT_REPORT_KEY"
@@ -264,38 +265,3 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
     return VerifyResult(ok=ok, schema_ok=schema_ok, digest_ok=digest_ok, signature=status, problems=problems,
                         artifacts=artifacts, content_digest=content)
 
-
-def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False) -> tuple[str, VerifyResult]:
-    """Sign a written report in place with the HMAC key ``key`` (``fedaudit sign DIR --key-file F``).
-
-    Signing is a separate step after the run so that the key never has to be in the environment
-    of ``fedaudit run``, where every plugin the plan names runs. The report is verified first
-    (schema, digest, every rendering's SHA-256): a report that is not intact is refused, so a
-    signature never vouches for an edited file. Its renderings are then written again (they say
-    "signed") and the report is sealed under ``key`` (:func:`fedaudit.reports.io.write_sealed_report`);
-    the content digest, and so every claim and number, is unchanged (checked). Returns
-    ``("signed" | "already signed", VerifyResult of the signed report)``. A report signed under
-    another key is refused unless ``force``."""
-    from fedaudit.reports.io import FILENAMES, write_sealed_report
-
-    folder = Path(path)
-    folder = folder.parent if folder.name == "report.json" and not folder.is_dir() else folder
-    before = verify_report(folder, key=key)
-    if before.authenticated:
-        return "already signed", before
-    problems = [p for p in before.problems if not p.startswith("signature:")]
-    if not (before.schema_ok and before.digest_ok and before.artifacts_ok) or problems:
-        raise FedAuditError(f"refusing to sign {folder}: the report is not intact ("
-                            + "; ".join(problems or before.problems) + ")")
-    if before.signature == "invalid" and not force:
-        raise FedAuditError(f"refusing to sign {folder}: it is signed under another key (or that signature was "
-                            f"forged); pass --force to replace the signature")
-    data = fjson.loads((folder / "report.json").read_bytes(), what="report.json")
-    files = (data["manifest"].get("artifacts") or {}).get("files") or {}
-    formats = ["json"] + [fmt for fmt, name in FILENAMES.items() if fmt != "json" and name in files]
-    write_sealed_report(Report.from_dict(data), folder, force=True, formats=formats, key=key)
-    after = verify_report(folder, key=key)
-    if not after.authenticated or after.content_digest != before.content_digest:
-        raise FedAuditError(f"signing {folder} changed its content (digest {before.content_digest} -> "
-                            f"{after.content_digest}); the report was left signed but should be regenerated")
-    return "signed", after

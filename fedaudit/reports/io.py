@@ -31,10 +31,12 @@ from typing import Iterable
 
 from fedaudit.errors import FedAuditError
 from fedaudit.locking import create_directory
-from fedaudit.reports.integrity import signing_key, validate_report_dict
+from fedaudit import json as fjson
+from fedaudit.reports.integrity import VerifyResult, signing_key, validate_report_dict, verify_report
 from fedaudit.reports.model import Report
 
-__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "write_sealed_report", "read_report", "atomic_write"]
+__all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "write_sealed_report", "read_report", "atomic_write",
+           "sign_report"]
 
 FORMATS = ("json", "html", "md")
 FILENAMES = {"json": "report.json", "html": "report.html", "md": "report.md"}
@@ -161,3 +163,37 @@ def read_report(path: str | os.PathLike) -> Report:
     except (OSError, UnicodeDecodeError) as exc:
         raise FedAuditError(f"cannot read report {p}: {getattr(exc, 'strerror', None) or exc}") from None
     return Report.from_json(text)
+
+
+def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False) -> tuple[str, VerifyResult]:
+    """Sign a written report in place with the HMAC key ``key`` (``fedaudit sign DIR --key-file F``).
+
+    Signing is a separate step after the run so that the key never has to be in the environment
+    of ``fedaudit run``, where every plugin the plan names runs. The report is verified first
+    (schema, digest, every rendering's SHA-256): a report that is not intact is refused, so a
+    signature never vouches for an edited file. Its renderings are then written again (they say
+    "signed") and the report is sealed under ``key`` (:func:`fedaudit.reports.io.write_sealed_report`);
+    the content digest, and so every claim and number, is unchanged (checked). Returns
+    ``("signed" | "already signed", VerifyResult of the signed report)``. A report signed under
+    another key is refused unless ``force``."""
+    folder = Path(path)
+    folder = folder.parent if folder.name == "report.json" and not folder.is_dir() else folder
+    before = verify_report(folder, key=key)
+    if before.authenticated:
+        return "already signed", before
+    problems = [p for p in before.problems if not p.startswith("signature:")]
+    if not (before.schema_ok and before.digest_ok and before.artifacts_ok) or problems:
+        raise FedAuditError(f"refusing to sign {folder}: the report is not intact ("
+                            + "; ".join(problems or before.problems) + ")")
+    if before.signature == "invalid" and not force:
+        raise FedAuditError(f"refusing to sign {folder}: it is signed under another key (or that signature was "
+                            f"forged); pass --force to replace the signature")
+    data = fjson.loads((folder / "report.json").read_bytes(), what="report.json")
+    files = (data["manifest"].get("artifacts") or {}).get("files") or {}
+    formats = ["json"] + [fmt for fmt, name in FILENAMES.items() if fmt != "json" and name in files]
+    write_sealed_report(Report.from_dict(data), folder, force=True, formats=formats, key=key)
+    after = verify_report(folder, key=key)
+    if not after.authenticated or after.content_digest != before.content_digest:
+        raise FedAuditError(f"signing {folder} changed its content (digest {before.content_digest} -> "
+                            f"{after.content_digest}); the report was left signed but should be regenerated")
+    return "signed", after

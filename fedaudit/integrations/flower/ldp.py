@@ -90,7 +90,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import make_guarantee
 from fedaudit.integrations.flower._flwr import require_flwr
 from fedaudit.integrations.flower.ledger_file import NODE_CONFIG_KEY, LedgerFile, LedgerRecord
-from fedaudit.integrations.flower.records import flatten
+from fedaudit.integrations.flower.records import REFUSED_CODE, flatten
 from fedaudit.integrations.flower.strategy import PARTITION_KEY
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import Mechanism
@@ -106,8 +106,6 @@ __all__ = ["ldp_mod", "LDPMod", "ldp_decoder", "LDPDecoder", "LDPRound", "is_ref
 
 #: The key of the one array in an LDP reply's ArrayRecord: the report, float64 (report_width,).
 REPORT_KEY = "ldp-report"
-#: Flower ``Error.code`` of a client refused for the round (outside Flower's ErrorCode range 0–8).
-REFUSED_CODE = 1000
 #: The ``context.state`` record holding the rounds a client has reported in (its own ledger).
 STATE_KEY = "fedaudit-ldp"
 

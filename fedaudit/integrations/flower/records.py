@@ -20,7 +20,11 @@ require_flwr()
 
 from flwr.app import Array, ArrayRecord  # noqa: E402
 
-__all__ = ["Layout", "flatten", "unflatten", "as_held"]
+#: Flower ``Error.code`` of a client refused for the round by its LDP mod (outside Flower's
+#: ErrorCode range 0–8); the LDP mod sends it and the strategy counts it as a refusal.
+REFUSED_CODE = 1000
+
+__all__ = ["REFUSED_CODE", "Layout", "flatten", "unflatten", "as_held"]
 
 _KINDS = "fiub"  # float, signed and unsigned integer, bool
 

@@ -47,7 +47,7 @@ from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
-from fedaudit.integrations.flower.records import Layout, as_held, flatten, unflatten
+from fedaudit.integrations.flower.records import REFUSED_CODE, Layout, as_held, flatten, unflatten
 from fedaudit.rng import derive_generator
 from fedaudit.validation import check_int
 
@@ -201,8 +201,6 @@ class RobustAggregation:
     @staticmethod
     def _diag(server_round: int, pids: Any, error_reasons: Sequence[str], error_codes: Sequence[int],
               malformed: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        from fedaudit.integrations.flower.ldp import REFUSED_CODE  # ldp imports this module
-
         return {"round": int(server_round), "clients": len(pids), "errors": len(error_reasons),
                 "error_reasons": list(error_reasons), "error_codes": [int(c) for c in error_codes],
                 "refusals": sum(int(c) == REFUSED_CODE for c in error_codes),
