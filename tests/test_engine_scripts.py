@@ -8,7 +8,6 @@ Each form runs in a real subprocess on the engine's default backend (``FEDAUDIT_
 so ``process``; ``FEDAUDIT_WORKERS=2``) and must give the serial bits, on a pool of 2 workers."""
 
 import functools
-import json
 import os
 import signal
 import subprocess
