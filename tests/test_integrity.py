@@ -579,3 +579,66 @@ def test_a_malformed_artifact_entry_is_named_not_crashed_on(tmp_path, entry):
     res = verify_report(out)
     assert not res.ok and res.artifacts["report.html"] == "changed" and res.artifacts["report.md"] == "ok"
     assert "artifact report.html: malformed entry in the artifact table" in res.problems
+
+
+# ------------------------------------------------------------------------------ a hostile folder cannot hang verify
+def _verify_in_a_subprocess(folder: Path) -> subprocess.CompletedProcess:
+    """``fedaudit verify FOLDER`` with a deadline: a FIFO read would block forever, /dev/zero never ends."""
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-P", "-c", "from fedaudit.cli import main; raise SystemExit(main())",
+                           "verify", str(folder)], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_a_fifo_a_device_link_or_a_huge_file_as_rendering_is_refused_without_reading_it(tmp_path):
+    from fedaudit.reports.integrity import MAX_ARTIFACT_BYTES
+
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    (out / "report.html").unlink()
+    os.mkfifo(out / "report.html")  # before: verify blocked forever opening it
+    (out / "report.md").unlink()
+    (out / "report.md").symlink_to("/dev/zero")  # before: read_bytes() never returned (MemoryError)
+    proc = _verify_in_a_subprocess(out)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "artifact report.html: refused, not a regular file" in proc.stdout.replace("\n", " ")
+    assert "artifact report.md: refused" in proc.stdout and "NOT intact" in proc.stdout
+    (out / "report.md").unlink()
+    with open(out / "report.md", "wb") as fh:  # sparse: no disk used, more than the cap
+        fh.truncate(MAX_ARTIFACT_BYTES + 1)
+    res = verify_report(out)
+    assert res.artifacts == {"report.html": "changed", "report.md": "changed"} and not res.ok
+    assert any("more than the 256 MiB" in p for p in res.problems)
+
+
+def test_an_artifact_reached_through_a_linked_folder_or_a_nul_name_is_refused(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "page.html").write_text("x", encoding="utf-8")
+    (out / "sub").symlink_to(outside)
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    files = data["manifest"]["artifacts"]["files"]
+    files["sub/page.html"] = {"sha256": _sha(outside / "page.html"), "bytes": 1}
+    files["bad\x00name"] = {"sha256": "0" * 64, "bytes": 1}
+    files["report.md"]["sha256"] = "é" * 64  # non-ASCII: compared as bytes, never a TypeError
+    _rewrite(out / "report.json", _reseal(data))
+    res = verify_report(out)
+    assert res.artifacts["sub/page.html"] == "changed" and res.artifacts["bad\x00name"] == "changed"
+    assert res.artifacts["report.md"] == "changed" and not res.ok
+    assert any("not inside the report folder" in p for p in res.problems)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_a_report_json_that_is_a_fifo_or_a_device_is_one_line_exit_2(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.json").symlink_to("/dev/zero")
+    proc = _verify_in_a_subprocess(out / "report.json")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "refusing to read report" in proc.stderr
+    (out / "report.json").unlink()
+    os.mkfifo(out / "report.json")
+    proc = _verify_in_a_subprocess(out / "report.json")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a regular file" in proc.stderr

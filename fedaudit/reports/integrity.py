@@ -23,9 +23,11 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import hmac
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -155,6 +157,61 @@ class VerifyResult:
                                "content_digest": self.content_digest})
 
 
+#: the largest report.json and rendering ``verify`` reads (a report folder is untrusted input)
+MAX_REPORT_BYTES = 64 << 20
+MAX_ARTIFACT_BYTES = 256 << 20
+_CHUNK = 1 << 20
+
+
+class _NotRegular(OSError):
+    """A path that ``verify`` refuses to read: not a regular file, outside the folder, or too large."""
+
+
+def _open_regular(path: Path, limit: int, folder: Path | None = None) -> int:
+    """A read-only descriptor of ``path`` when it is a regular file of at most ``limit`` bytes (and,
+    with ``folder``, really inside it); else :class:`_NotRegular`. The open never follows a final
+    symlink and never blocks (a FIFO named ``report.html`` cannot hang ``verify``); the checks run
+    on the opened descriptor, so the file cannot be swapped between check and read."""
+    if folder is not None and not os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep):
+        raise _NotRegular(f"not inside the report folder (it resolves to {os.path.realpath(path)})")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise _NotRegular("a symbolic link, not a regular file") from None
+        raise exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _NotRegular("not a regular file (a FIFO, device or directory)")
+    if st.st_size > limit:
+        os.close(fd)
+        raise _NotRegular(f"{st.st_size} bytes, more than the {limit >> 20} MiB a report file may have")
+    return fd
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` through :func:`_open_regular` (at most ``limit``)."""
+    with os.fdopen(_open_regular(path, limit), "rb") as fh:
+        blob = fh.read(limit + 1)
+    if len(blob) > limit:  # it grew while read
+        raise _NotRegular(f"more than the {limit >> 20} MiB a report file may have")
+    return blob
+
+
+def _sha256_regular(path: Path, limit: int, folder: Path) -> str:
+    """SHA-256 (hex) of ``path``, streamed in 1 MiB blocks, through :func:`_open_regular`."""
+    h, seen = hashlib.sha256(), 0
+    with os.fdopen(_open_regular(path, limit, folder), "rb") as fh:
+        while block := fh.read(_CHUNK):
+            seen += len(block)
+            if seen > limit:
+                raise _NotRegular(f"more than the {limit >> 20} MiB a report file may have")
+            h.update(block)
+    return h.hexdigest()
+
+
 def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, str], list[str]]:
     """Re-hash every file of ``manifest.artifacts`` (relative to ``folder``); flag renderings
     present but not listed, and a ``rendered_from`` that is not the content digest."""
@@ -167,24 +224,28 @@ def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, 
         problems.append(f"artifacts: the renderings were made from content digest "
                         f"{str(table.get('rendered_from'))[:16]}… but this report's content hashes to {content[:16]}…")
     for name, entry in (files or {}).items():
-        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)) or ".." in Path(name).parts \
-                or Path(name).is_absolute():
+        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)) or "\x00" in name \
+                or ".." in Path(name).parts or Path(name).is_absolute():
             status[name] = "changed"
             problems.append(f"artifact {name}: malformed entry in the artifact table")
             continue
         path = folder / name
         try:
-            blob = path.read_bytes()
+            sha = _sha256_regular(path, MAX_ARTIFACT_BYTES, folder)
+        except _NotRegular as exc:
+            status[name] = "changed"
+            problems.append(f"artifact {name}: refused, {exc}")
+            continue
         except OSError as exc:
             status[name] = "missing"
             problems.append(f"artifact {name}: missing ({exc.strerror or exc})")
             continue
-        if hmac.compare_digest(digest(blob), entry["sha256"]):
+        if hmac.compare_digest(sha.encode(), entry["sha256"].encode("utf-8", "replace")):
             status[name] = "ok"
         else:
             status[name] = "changed"
             problems.append(f"artifact {name}: changed after the report was written (SHA-256 "
-                            f"{digest(blob)[:16]}…, recorded {entry['sha256'][:16]}…)")
+                            f"{sha[:16]}…, recorded {entry['sha256'][:16]}…)")
     for name in RENDERINGS:
         if name not in status and (folder / name).exists():
             status[name] = "unlisted"
@@ -205,7 +266,9 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
             raise FedAuditError(f"{path} is not a report folder: it holds no report.json")
         path = path / "report.json"
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path, MAX_REPORT_BYTES)
+    except _NotRegular as exc:
+        raise FedAuditError(f"refusing to read report {path}: {exc}") from None
     except OSError as exc:
         raise FedAuditError(f"cannot read report {path}: {exc.strerror or exc}") from None
     key = signing_key() if key is None else key
