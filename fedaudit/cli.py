@@ -20,19 +20,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.markup import escape
 
 import fedaudit
 from fedaudit.errors import FedAuditError
+from fedaudit.reports.terminal import SafeConsole, escape
 
 __all__ = ["main"]
 
 # soft_wrap: a long line (a path, a summary) is left for the terminal to wrap, never broken by a
 # newline, so a printed path can be copied or grepped whole; tables still fit the width.
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+out = SafeConsole(soft_wrap=True)
+err = SafeConsole(stderr=True, soft_wrap=True)
 
 
 #: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130 and 143 mean the same

@@ -642,3 +642,39 @@ def test_a_report_json_that_is_a_fifo_or_a_device_is_one_line_exit_2(tmp_path):
     os.mkfifo(out / "report.json")
     proc = _verify_in_a_subprocess(out / "report.json")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a regular file" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ foreign text cannot drive the terminal
+TERMINAL_CONTROL = "\x1b[2J\x1b[Hall ✓\x07\u202e"
+
+
+def test_control_characters_in_report_fields_are_printed_as_visible_escapes(tmp_path, capsys):
+    from fedaudit.reports.terminal import printable
+
+    assert printable(TERMINAL_CONTROL) == "\\x1b[2J\\x1b[Hall ✓\\x07\\u202e" and printable("tab\tok\nline") == "tab\tok\nline"
+    out = tmp_path / "r"
+    write_report(_report(title="report " + TERMINAL_CONTROL), out)
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    data["manifest"]["artifacts"]["files"][TERMINAL_CONTROL] = {"sha256": "0" * 64, "bytes": 1}
+    _rewrite(out / "report.json", data)
+    assert main(["verify", str(out)]) == 1
+    assert main(["verify", str(tmp_path / TERMINAL_CONTROL)]) == 2  # an error message quoting a foreign path
+    printed = capsys.readouterr()
+    for stream in (printed.out, printed.err):
+        assert not any(ch in stream for ch in "\x1b\x07\u202e"), stream
+    assert "\\x1b[2J\\x1b[Hall ✓" in printed.out and "\\x1b[2J" in printed.err
+
+
+def test_files_the_report_does_not_cover_are_listed_but_never_read(tmp_path, capsys):
+    out = _planted_folder(tmp_path)
+    (out / ".checkpoint").mkdir()  # the run's own folder is not listed
+    res = verify_report(out)
+    assert res.ok and res.unlisted == ["fedaudit_plugin.py", "hmac.py", "jsonschema.py", "numpy.py", "rich.py"]
+    assert res.to_dict()["unlisted"] == res.unlisted and not list(out.glob("PWNED-*"))
+    assert main(["verify", str(out)]) == 0
+    assert "not covered by the report (neither verified nor read): fedaudit_plugin.py, hmac.py" in \
+        capsys.readouterr().out
+    for i in range(30):
+        (out / f"extra{i:02d}.txt").write_text("x", encoding="utf-8")
+    listed = verify_report(out).unlisted
+    assert len(listed) == 21 and listed[-1] == "… and 15 more"

@@ -67,16 +67,13 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec, Progress, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
+from fedaudit.reports.integrity import CHECKPOINT_DIR, WORK_DIR
 from fedaudit.reports.model import Claim, Manifest, Report
 from fedaudit.version import __version__
 
 __all__ = ["PlanProgress", "Checkpoints", "run_claim", "work_units", "run_plan", "run_plan_to_dir",
            "CHECKPOINT_DIR", "WORK_DIR"]
 
-#: checkpoint directory inside a report directory
-CHECKPOINT_DIR = ".checkpoint"
-#: intermediate files of running claims (stress grids) inside a report directory
-WORK_DIR = ".work"
 #: version of the checkpoint file layout
 CHECKPOINT_FORMAT = 1
 #: seconds between two looks at the parallel claims' progress files (``claims_running``)

@@ -136,6 +136,7 @@ class VerifyResult:
     problems: list[str] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)
     content_digest: str | None = None
+    unlisted: list[str] = field(default_factory=list)
 
     @property
     def artifacts_ok(self) -> bool:
@@ -154,7 +155,7 @@ class VerifyResult:
                                "signature": self.signature, "problems": list(self.problems),
                                "artifacts": dict(self.artifacts), "artifacts_ok": self.artifacts_ok,
                                "authenticated": self.authenticated,
-                               "content_digest": self.content_digest})
+                               "content_digest": self.content_digest, "unlisted": list(self.unlisted)})
 
 
 #: the largest report.json and rendering ``verify`` reads (a report folder is untrusted input)
@@ -326,5 +327,28 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
                             "(wrong key, or the report was modified)")
     ok = schema_ok and digest_ok and sig_ok and not artifact_problems
     return VerifyResult(ok=ok, schema_ok=schema_ok, digest_ok=digest_ok, signature=status, problems=problems,
-                        artifacts=artifacts, content_digest=content)
+                        artifacts=artifacts, content_digest=content,
+                        unlisted=_unlisted(path.parent, {path.name, *artifacts}))
+
+
+#: checkpoint directory a run keeps inside its report directory (:mod:`fedaudit.experiments.runner`)
+CHECKPOINT_DIR = ".checkpoint"
+#: intermediate files of running claims (stress grids) inside a report directory
+WORK_DIR = ".work"
+#: at most this many names of files the report does not cover are listed
+_MAX_UNLISTED = 20
+
+
+def _unlisted(folder: Path, covered: set[str]) -> list[str]:
+    """Names in ``folder`` (top level, by name only: nothing is opened) that the report does not
+    cover: not report.json, not in its artifact table, not the run's checkpoint and work folders. Listed so
+    a reviewer sees what else the folder holds (a planted ``jsonschema.py``); they do not make the
+    report fail, and ``verify`` never reads or runs them. At most 20 names, then a count."""
+    try:
+        names = sorted(e.name for e in os.scandir(folder)
+                       if e.name not in covered and e.name not in (CHECKPOINT_DIR, WORK_DIR))
+    except OSError:
+        return []
+    more = len(names) - _MAX_UNLISTED
+    return names[:_MAX_UNLISTED] + ([f"… and {more} more"] if more > 0 else [])
 

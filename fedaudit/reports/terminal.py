@@ -7,15 +7,43 @@ reports); it reads the result's attributes and imports nothing that computes one
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-__all__ = ["print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
+__all__ = ["printable", "escape", "SafeConsole", "print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
            "print_aggregators", "print_robustness", "print_stress", "print_verify", "print_plan_report",
            "print_account", "TONE_STYLE", "verdict_markup"]
+
+#: characters that move the cursor, clear the screen, ring, or reorder text (C0 but tab and newline,
+#: DEL, C1, Unicode bidi overrides and isolates)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: Any) -> str:
+    """``str(text)`` with every terminal control character shown as a visible escape (``\\x1b``,
+    ``\\u202e``). Everything fedaudit prints that it did not write itself (plan titles, claim ids,
+    artifact names, report fields, error messages quoting them) passes through here, so an artifact
+    named ``ESC[2J…`` cannot redraw the screen with a fake table."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def escape(text: Any) -> str:
+    """:func:`printable` text with rich markup escaped: safe to embed in a markup string."""
+    return _markup_escape(printable(text))
+
+
+class SafeConsole(Console):
+    """A :class:`rich.console.Console` whose :meth:`print` passes every string argument through
+    :func:`printable` (fedaudit's own text has no control characters, so only foreign text changes);
+    table cells are made safe where they are built, with :func:`escape`."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: A003 - rich's name
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
 
 #: the rich style of each verdict tone (:data:`fedaudit.reports.model.TONES`)
 TONE_STYLE = {"pass": "green", "violation": "bold magenta", "fail": "bold red", "inconclusive": "yellow"}
@@ -274,6 +302,9 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
         console.print(f"[red]•[/] {escape(problem)}", highlight=False, soft_wrap=True)
     if res.content_digest and res.artifacts:
         console.print(f"renderings show content digest {res.content_digest}", highlight=False, soft_wrap=True)
+    if getattr(res, "unlisted", None):
+        console.print("[yellow]not covered by the report[/] (neither verified nor read): "
+                      + ", ".join(escape(n) for n in res.unlisted), highlight=False, soft_wrap=True)
     if res.authenticated:
         console.print("[bold green]intact and signed[/]: the HMAC-SHA256 is valid under the key given, so a holder "
                       "of that key wrote or signed this report (every holder of the key could have)",
