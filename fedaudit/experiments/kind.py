@@ -12,13 +12,24 @@ A claim kind is a :class:`ClaimKind` subclass registered in
 * ``figures`` — the plot types (:data:`fedaudit.reports.model.PLOT_TYPES`) its evidence carries;
 * ``guarantee`` — what its claims audit (``"privacy"``, ``"robustness"``, ``"utility"``), so a
   report says separately whether any privacy claim failed;
-* ``run(spec, rng, progress) -> Evidence`` — the experiment.
+* ``run(spec, rng, progress) -> Evidence`` — the experiment;
+* ``decide(evidence, expect) -> Decision`` — the decision re-derived from the evidence *as
+  recorded* (the JSON data of a report or checkpoint): a resumed run and ``fedaudit verify`` take
+  a claim's verdict from it, never from a stored verdict (:func:`derived_verdict`).
 
 Verdicts. ``run`` returns what the verdict is decided from, not the verdict: whether the claim
 *holds* and whether a violation was *detected*. With ``expect = "pass"`` the verdict is PASS
 when the claim holds, else FAIL; with ``expect = "violation"`` (a known-bad system kept as a
 regression case) it is PASS when the violation is detected, else FAIL. ``inconclusive`` marks
 evidence too weak to decide either way (:func:`verdict`).
+
+Re-derivation. ``decide`` reads only numbers the evidence records as scalars (never a list that
+:func:`trim` may omit) and states the rule once: ``run`` builds its :class:`Evidence` flags by
+calling it on its own evidence, and the runner checks that ``decide`` of the recorded (trimmed,
+JSON round-tripped) evidence gives the same decision, so the rule a reader can re-run is the
+rule that decided. A kind that does not implement ``decide`` (a user's kind written before it
+existed) cannot have its verdict re-derived: its checkpoints are re-run on resume and ``verify``
+says its verdict was not re-derived.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ from fedaudit.experiments.keys import Key
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Progress", "verdict", "trim", "fmt_number", "MAX_NUMBERS"]
+__all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
+           "fmt_number", "number", "flag", "MAX_NUMBERS", "EvidenceError"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
@@ -98,13 +110,47 @@ class Evidence:
                          "states_parameters": self.states_parameters, "caveats": list(self.caveats)})
 
 
-def verdict(expect: str, evidence: Evidence) -> str:
+@dataclass(frozen=True)
+class Decision:
+    """What a verdict is decided from (the three flags of :class:`Evidence`): the claim *holds*, a
+    violation was *detected*, the evidence is *inconclusive*."""
+
+    holds: bool
+    violated: bool
+    inconclusive: bool = False
+
+
+class EvidenceError(ValueError):
+    """Recorded evidence lacks a number ``decide`` needs, or holds one of the wrong type: the
+    verdict cannot be re-derived from it (a tampered or truncated record)."""
+
+
+def verdict(expect: str, evidence: "Evidence | Decision") -> str:
     """PASS / FAIL / INCONCLUSIVE of ``evidence`` under ``expect`` (see the module docstring)."""
     if evidence.inconclusive:
         return "INCONCLUSIVE"
     if expect == "violation":
         return "PASS" if evidence.violated else "FAIL"
     return "PASS" if evidence.holds else "FAIL"
+
+
+def derived_verdict(kind: "ClaimKind", expect: str, evidence: Mapping[str, Any]) -> str | None:
+    """The verdict ``kind.decide`` re-derives from recorded ``evidence`` under ``expect``; None
+    when the kind does not implement ``decide``. Raises :class:`EvidenceError` when the evidence
+    cannot decide (a number missing or of the wrong type)."""
+    if type(kind).decide is ClaimKind.decide:
+        return None
+    if not isinstance(evidence, Mapping):
+        raise EvidenceError(f"the evidence is {type(evidence).__name__}, not an object")
+    try:
+        decision = kind.decide(evidence, expect)
+    except EvidenceError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise EvidenceError(f"the evidence cannot decide the verdict ({type(exc).__name__}: {exc})") from None
+    if not isinstance(decision, Decision):
+        raise EvidenceError(f"{type(kind).__name__}.decide returned {type(decision).__name__}, not a Decision")
+    return verdict(expect, decision)
 
 
 class ClaimKind:
@@ -146,6 +192,37 @@ class ClaimKind:
         points that take an integer seed use ``spec.seed``); ``workdir``, when given, is a
         directory for intermediate files that a resumed run may reuse."""
         raise NotImplementedError
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """The decision re-derived from ``evidence`` as a report records it (JSON data: non-finite
+        floats may be the strings ``"inf"``/``"-inf"``/``"nan"``, see :func:`number`). Read only
+        scalars; raise :class:`EvidenceError` (or let a KeyError/TypeError escape) when a needed
+        number is missing or malformed. Not implemented in the base class: such a kind's verdicts
+        are not re-derived (see the module docstring)."""
+        raise NotImplementedError
+
+
+def number(evidence: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
+    """``evidence[key]`` as a float for :meth:`ClaimKind.decide`: an int or float, or the strings
+    ``"inf"``, ``"-inf"``, ``"nan"`` strict JSON stores non-finite floats as; None when
+    ``optional`` and the key is absent or null. Anything else (a bool, another string, a missing
+    key) is an :class:`EvidenceError` naming the key."""
+    value = evidence.get(key) if isinstance(evidence, Mapping) else None
+    if value is None and optional:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    raise EvidenceError(f"evidence {key!r} is {value!r}, not a number")
+
+
+def flag(evidence: Mapping[str, Any], key: str) -> bool:
+    """``evidence[key]`` when it is a bool (an :class:`EvidenceError` otherwise)."""
+    value = evidence.get(key) if isinstance(evidence, Mapping) else None
+    if not isinstance(value, bool):
+        raise EvidenceError(f"evidence {key!r} is {value!r}, not true/false")
+    return value
 
 
 def _count_numbers(value: Any) -> int:

@@ -64,7 +64,7 @@ import numpy as np
 from fedaudit import json as fjson
 from fedaudit.engine import default_backend, default_workers, engine_defaults, require_ray, run_tasks
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, ClaimSpec, Progress, trim, verdict
+from fedaudit.experiments.kind import ClaimKind, ClaimSpec, Progress, derived_verdict, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
 from fedaudit.reports.integrity import CHECKPOINT_DIR, WORK_DIR
@@ -137,8 +137,14 @@ def _run_kind(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str
     evidence = dict(found.evidence)
     if not found.states_parameters:
         evidence["parameters"] = {k: v for k, v in spec.params.items() if v is not None}
-    return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=verdict(spec.expect, found),
-                 evidence=trim(evidence), summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
+    evidence = trim(evidence)
+    decided = verdict(spec.expect, found)
+    recorded = derived_verdict(kind, spec.expect, fjson.loads(fjson.dumps(evidence), what="evidence"))
+    if recorded is not None and recorded != decided:  # the rule a reader re-runs must be the rule that decided
+        raise AssertionError(f"claim kind {spec.kind!r}: decide() of the recorded evidence gives {recorded}, "
+                             f"the run decided {decided}")
+    return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=decided,
+                 evidence=evidence, summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
                  runtime_s=time.perf_counter() - t0, caveats=list(found.caveats), guarantee=kind.guarantee)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, show
 from fedaudit.json import finite_or_none
 
@@ -115,6 +115,13 @@ def build_mechanism(p: Mapping[str, Any]) -> Any:
 
     return make_mechanism(p["mechanism"], p["dim"], p["epsilon"], k=p["k"], levels=p["levels"], clip=p["clip"],
                           delta=p["delta"], rotate=p["rotate"])
+
+
+def proven_power(epsilon_lower: float, claimed_epsilon: float, power: float | None) -> float:
+    """What an audit proved of its pair, as a fraction of the claim: its certified
+    ε_lb / ε_claimed at least, and the pair's exact ε / ε_claimed (``power``) when known."""
+    certified = epsilon_lower / claimed_epsilon if claimed_epsilon and math.isfinite(epsilon_lower) else 0.0
+    return max(certified, power or 0.0)
 
 
 def pair_power(res: Any, claimed_epsilon: float) -> float | None:
@@ -278,12 +285,14 @@ class LDP(ClaimKind):
         curve.append({"samples": res.samples, "epsilon_lower": res.epsilon_lower, "seed": spec.seed,
                       "violation": res.violation})
 
-        violated = bool(res.violation)
         power = pair_power(res, eps)
-        # what the audit proved of the pair: its certified ε_lb / ε at least, its exact ε / ε when known
-        proven = max(res.epsilon_lower / eps if eps and math.isfinite(res.epsilon_lower) else 0.0, power or 0.0)
+        proven = proven_power(res.epsilon_lower, eps, power)
+        decision = self.decide({"epsilon_claimed": eps, "epsilon_lower": res.epsilon_lower, "pair_power": power,
+                                "min_pair_power": p["min_pair_power"]}, spec.expect)
+        violated, weak = decision.violated, decision.inconclusive
+        if violated != bool(res.violation):
+            raise AssertionError(f"the LDP audit's violation flag {res.violation} disagrees with the kind's rule")
         notes = [str(n) for n in (getattr(res, "notes", None) or [])]
-        weak = p["min_pair_power"] is not None and not violated and proven < p["min_pair_power"]
         conf = f"{res.confidence:.0%}"
         if violated:
             exact = "" if res.epsilon_exact is None else f"; exact ε of the pair {fmt_number(res.epsilon_exact, '.3g')}"
@@ -326,5 +335,17 @@ class LDP(ClaimKind):
              "tpr": res.tpr, "fpr": res.fpr, "epsilon": eps, "delta": delta,
              "tpr_lower": ev["tpr_lower"], "fpr_upper": ev["fpr_upper"], "epsilon_lower": res.epsilon_lower},
         )
-        return Evidence(holds=not violated, violated=violated, evidence=evidence, summary=summary, plots=plots,
+        return Evidence(holds=decision.holds, violated=violated, evidence=evidence, summary=summary, plots=plots,
                         inconclusive=weak, states_parameters=True, caveats=tuple(caveats))
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """A violation is a certified lower bound above the claim, ``epsilon_lower > epsilon_claimed``;
+        without one the claim holds, but is INCONCLUSIVE when ``min_pair_power`` is set and the
+        power the audit proved of its pair (:func:`proven_power`) is below it."""
+        eps = number(evidence, "epsilon_claimed")
+        lower = number(evidence, "epsilon_lower")
+        violated = bool(lower > eps)
+        need = number(evidence, "min_pair_power", optional=True)
+        weak = need is not None and not violated and proven_power(lower, eps, number(evidence, "pair_power",
+                                                                                       optional=True)) < need
+        return Decision(holds=not violated, violated=violated, inconclusive=weak)
