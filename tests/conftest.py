@@ -91,6 +91,35 @@ class UnitCounter(PlanProgress):
         self.done[last] += n
 
 
+def recorded(claim) -> dict:
+    """A claim's evidence as report.json stores it (strict JSON round trip)."""
+    from fedaudit import json as fjson
+
+    return fjson.loads(fjson.dumps(claim.evidence), what="evidence")
+
+
+def check_rederived(claim, flips=(), missing=()) -> None:
+    """Its kind's ``decide`` re-derives the claim's verdict from its recorded evidence; each
+    ``(edit, verdict)`` of ``flips`` (an edit of one decisive number of the recorded evidence) moves
+    the re-derived verdict to ``verdict``; each edit of ``missing`` (a needed number removed or
+    malformed) leaves evidence that cannot decide (EvidenceError)."""
+    from fedaudit.experiments.kind import EvidenceError, derived_verdict
+    from fedaudit.experiments.kinds import claim_kind
+
+    kind = claim_kind(claim.kind)
+    assert claim.error is None, claim.error
+    assert derived_verdict(kind, claim.expect, recorded(claim)) == claim.verdict
+    for edit, verdict in flips:
+        evidence = recorded(claim)
+        edit(evidence)
+        assert verdict != claim.verdict and derived_verdict(kind, claim.expect, evidence) == verdict
+    for edit in missing:
+        evidence = recorded(claim)
+        edit(evidence)
+        with pytest.raises(EvidenceError):
+            derived_verdict(kind, claim.expect, evidence)
+
+
 @pytest.fixture
 def ray_local():
     """A local Ray instance (``ray.init(num_cpus=2)``) shared by every test of the session that asks

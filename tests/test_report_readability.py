@@ -123,10 +123,11 @@ def test_variance_slope_ci_in_the_evidence_is_the_independent_one(monkeypatch):
 
 # ------------------------------------------------------------------------------- robustness
 def _robustness_result(nu, bound, worst=None, **extra):
+    per = {"ipm / clustered": nu, "alie / gaussian": 0.1}  # the kind re-derives ν̂ from the recorded rows
     res = SimpleNamespace(aggregator="cwtm", n=7, f=1, nu_empirical=nu, nu_bound=bound, nu_lower=1 / 5,
                           violation=bound is not None and nu > bound, unbounded=False, reaches_lower_bound=True,
-                          worst_attack="ipm / clustered", per_configuration={"ipm / clustered": nu, "alie / gaussian": 0.1},
-                          to_dict=lambda: {"aggregator": "cwtm"}, **extra)
+                          worst_attack="ipm / clustered", per_configuration=per,
+                          to_dict=lambda: {"aggregator": "cwtm", "per_configuration": per}, **extra)
     if worst is not None:
         res.worst = worst
     return res

@@ -69,7 +69,7 @@ from fedaudit.validation import check_int
 from fedaudit.rng import as_seed_sequence
 
 __all__ = ["RobustnessAudit", "SearchBudget", "robustness_ratio", "replay", "audit_robustness", "progress_units",
-           "HONEST_SHAPES", "TRIAL_CHUNK"]
+           "exceeds_bound", "HONEST_SHAPES", "TRIAL_CHUNK"]
 
 HONEST_SHAPES = ("gaussian", "heavy-tailed", "clustered", "anisotropic")
 _UNBOUNDED = UNBOUNDED
@@ -119,6 +119,12 @@ class RobustnessAudit:
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(asdict(self))  # strict JSON (fedaudit.json): non-finite floats as "inf"/"-inf"/"nan"
+
+
+def exceeds_bound(nu: float, bound: float | None) -> bool:
+    """Whether ν̂ violates the published bound κ: ν̂ > κ·(1 + 1e-9) + 1e-12 (the slack absorbs the
+    rounding of ν̂ on a configuration that attains κ exactly); never when there is no bound."""
+    return bool(bound is not None and nu > bound * (1 + 1e-9) + 1e-12)
 
 
 def replay(config: dict[str, Any], aggregator: Aggregator) -> float:
@@ -385,7 +391,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
         nu_empirical=math.inf if unbounded else nu_hat,
         nu_bound=nu_bound,
         nu_lower=lower,
-        violation=bool(nu_bound is not None and nu_hat > nu_bound * (1 + 1e-9) + 1e-12),
+        violation=exceeds_bound(nu_hat, nu_bound),
         unbounded=unbounded,
         reaches_lower_bound=bool(nu_hat >= lower * (1 - 1e-3)),
         worst_attack=str(best["label"]),

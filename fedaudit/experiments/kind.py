@@ -23,11 +23,13 @@ when the claim holds, else FAIL; with ``expect = "violation"`` (a known-bad syst
 regression case) it is PASS when the violation is detected, else FAIL. ``inconclusive`` marks
 evidence too weak to decide either way (:func:`verdict`).
 
-Re-derivation. ``decide`` reads only numbers the evidence records as scalars (never a list that
-:func:`trim` may omit) and states the rule once: ``run`` builds its :class:`Evidence` flags by
-calling it on its own evidence, and the runner checks that ``decide`` of the recorded (trimmed,
-JSON round-tripped) evidence gives the same decision, so the rule a reader can re-run is the
-rule that decided. A kind that does not implement ``decide`` (a user's kind written before it
+Re-derivation. ``decide`` reads only numbers the evidence records as scalars, in objects or in
+rows (lists of objects: per cell, per check), never a list of numbers that :func:`trim` may omit
+(:func:`number`, :func:`flag`, :func:`mapping`, :func:`rows`); it re-derives from the primary
+numbers (a bound against its claim), not from a stored flag, and states the rule once: ``run``
+builds its :class:`Evidence` flags by calling it on its own evidence, and the runner checks that
+``decide`` of the recorded (trimmed, JSON round-tripped) evidence gives the same decision, so the
+rule a reader can re-run is the rule that decided. A kind that does not implement ``decide`` (a user's kind written before it
 existed) cannot have its verdict re-derived: its checkpoints are re-run on resume and ``verify``
 says its verdict was not re-derived.
 """
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
-           "fmt_number", "number", "flag", "MAX_NUMBERS", "EvidenceError"]
+           "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
@@ -196,19 +198,22 @@ class ClaimKind:
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The decision re-derived from ``evidence`` as a report records it (JSON data: non-finite
         floats may be the strings ``"inf"``/``"-inf"``/``"nan"``, see :func:`number`). Read only
-        scalars; raise :class:`EvidenceError` (or let a KeyError/TypeError escape) when a needed
+        scalars, objects and rows of objects; raise :class:`EvidenceError` (or let a KeyError/TypeError escape) when a needed
         number is missing or malformed. Not implemented in the base class: such a kind's verdicts
         are not re-derived (see the module docstring)."""
         raise NotImplementedError
 
 
-def number(evidence: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
+def number(evidence: Mapping[str, Any], key: str, *, optional: bool = False,
+           nullable: bool = False) -> float | None:
     """``evidence[key]`` as a float for :meth:`ClaimKind.decide`: an int or float, or the strings
     ``"inf"``, ``"-inf"``, ``"nan"`` strict JSON stores non-finite floats as; None when
-    ``optional`` and the key is absent or null. Anything else (a bool, another string, a missing
+    ``optional`` and the key is absent or null, or when ``nullable`` and the key is present and
+    null (a threshold the plan left unset, a run that diverged: the record states it, so a key
+    deleted from the record cannot pass for one). Anything else (a bool, another string, a missing
     key) is an :class:`EvidenceError` naming the key."""
     value = evidence.get(key) if isinstance(evidence, Mapping) else None
-    if value is None and optional:
+    if value is None and (optional or (nullable and isinstance(evidence, Mapping) and key in evidence)):
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -223,6 +228,31 @@ def flag(evidence: Mapping[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise EvidenceError(f"evidence {key!r} is {value!r}, not true/false")
     return value
+
+
+def mapping(evidence: Mapping[str, Any], key: str, *, nullable: bool = False) -> Mapping[str, Any] | None:
+    """``evidence[key]`` when it is an object (a per-optimizer table, the thresholds of a claim);
+    None when ``nullable`` and it is present and null. Anything else is an :class:`EvidenceError`."""
+    value = evidence.get(key) if isinstance(evidence, Mapping) else None
+    if value is None and nullable and isinstance(evidence, Mapping) and key in evidence:
+        return None
+    if not isinstance(value, Mapping):
+        raise EvidenceError(f"evidence {key!r} is {_short(value)}, not an object")
+    return value
+
+
+def rows(evidence: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """``evidence[key]`` when it is a list of objects (the rows a rule iterates: per cell, per
+    check); an :class:`EvidenceError` otherwise (a list of objects is never trimmed)."""
+    value = evidence.get(key) if isinstance(evidence, Mapping) else None
+    if not isinstance(value, list) or not all(isinstance(row, Mapping) for row in value):
+        raise EvidenceError(f"evidence {key!r} is {_short(value)}, not a list of objects")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _count_numbers(value: Any) -> int:

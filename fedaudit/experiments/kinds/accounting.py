@@ -44,7 +44,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 
 __all__ = ["Accounting", "participations", "curve_points", "curve_groups", "run_curve", "account_schedule",
@@ -347,7 +347,8 @@ class Accounting(ClaimKind):
         ys = [eps if r == p["rounds"] else v[0] for r, v in zip(xs, values)]
         refs_curve = {m: [v[j - len(names)] for v in values] for j, m in enumerate(names)}
 
-        holds = eps <= p["max_epsilon"]
+        decision = self.decide({"epsilon": eps, "max_epsilon": p["max_epsilon"]}, spec.expect)
+        holds = decision.holds
         total_delta = used + tail
         g = mech.guarantee
         notes = []
@@ -389,5 +390,12 @@ class Accounting(ClaimKind):
                 "steps": xs, "epsilon": ys, "epsilon_claimed": p["max_epsilon"], "delta": delta,
                 "x_label": "rounds", "accountant": METHOD_NAMES[method],
                 "references": {METHOD_NAMES[m]: v for m, v in refs_curve.items()}}
-        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary=summary, plots=(plot,),
+        return Evidence(holds=holds, violated=decision.violated, evidence=evidence, summary=summary, plots=(plot,),
                         caveats=tuple(caveats))
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """The budget holds when the composed ε is within it, ``epsilon <= max_epsilon`` (an ε of
+        ``"inf"``, a composition over its δ, exceeds every budget); otherwise it is violated. The
+        composition is deterministic, so the decision is never inconclusive."""
+        holds = bool(number(evidence, "epsilon") <= number(evidence, "max_epsilon"))
+        return Decision(holds=holds, violated=not holds)

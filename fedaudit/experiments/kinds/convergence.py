@@ -14,7 +14,7 @@ traces are bit-identical on every backend.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from fedaudit.experiments.components import (
     normalise_spec,
     optimizer_names,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, mapping, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, require_bound
 from fedaudit.json import finite_or_none
 
@@ -45,6 +45,34 @@ def _train_chunk(task: tuple) -> dict[str, Any]:
     return {"rounds": [int(r) for r in t.rounds], "loss": list(t.loss), "test_acc": list(t.test_acc),
             "diverged": bool(t.diverged), "runtime_s": float(t.wall_time[-1]) if t.wall_time else None,
             "info": t.info}
+
+
+#: a convergence claim's thresholds: (plan key, the per-optimizer field it bounds); a ``max_`` key
+#: bounds the field from above, a ``min_`` key from below; a table names optimizers, a number bounds every one
+THRESHOLDS = (("max_rounds", "rounds_to_target"), ("min_speedup", "speedup"), ("max_final_loss", "final_loss"),
+              ("min_final_accuracy", "final_accuracy"))
+
+
+def _bounds(thresholds: Mapping[str, Any], optimizers: list[str]) -> Iterator[tuple[str, str, str, Mapping, str]]:
+    """The checks of ``thresholds`` (every key of :data:`THRESHOLDS`, null when unset), in order:
+    ``(key, field, optimizer, table, name)`` with the bound at ``table[name]`` (the optimizer's
+    entry of a per-optimizer table, or the key itself of a bound on every optimizer)."""
+    for key, field in THRESHOLDS:
+        table = thresholds[key]
+        if table is None:
+            continue
+        if isinstance(table, Mapping):
+            for optimizer in table:
+                yield key, field, optimizer, table, optimizer
+        else:
+            for optimizer in optimizers:
+                yield key, field, optimizer, thresholds, key
+
+
+def _meets(key: str, value: float | None, bound: float) -> bool:
+    """A check of :data:`THRESHOLDS`: a value (None: not reached, or diverged) meets ``max_…`` when
+    it is at most the bound, ``min_…`` when it is at least the bound; None meets neither."""
+    return value is not None and (value <= bound if key.startswith("max_") else value >= bound)
 
 
 def _sentence(per: dict[str, dict[str, Any]], base: str, target: float | None, basis: str,
@@ -254,26 +282,11 @@ class Convergence(ClaimKind):
                 speed = r_base / r
             per[name]["speedup"] = speed
             per[name]["speedup_is_lower_bound"] = lower_bound
-        checks = []
-        for name, limit in (p["max_rounds"] or {}).items():
-            v = per[name]["rounds_to_target"]
-            checks.append({"check": f"max_rounds[{name}]", "bound": limit, "value": v,
-                           "holds": v is not None and v <= limit})
-        for name, limit in (p["min_speedup"] or {}).items():
-            v = per[name]["speedup"]
-            checks.append({"check": f"min_speedup[{name}]", "bound": limit, "value": v,
-                           "holds": v is not None and v >= limit})
-        if p["max_final_loss"] is not None:
-            for name in p["optimizers"]:
-                v = per[name]["final_loss"]
-                checks.append({"check": f"max_final_loss[{name}]", "bound": p["max_final_loss"], "value": v,
-                               "holds": v is not None and v <= p["max_final_loss"]})
-        if p["min_final_accuracy"] is not None:
-            for name in p["optimizers"]:
-                v = per[name]["final_accuracy"]
-                checks.append({"check": f"min_final_accuracy[{name}]", "bound": p["min_final_accuracy"], "value": v,
-                               "holds": v is not None and v >= p["min_final_accuracy"]})
-        holds = all(c["holds"] for c in checks)
+        thresholds = {key: p[key] for key, _ in THRESHOLDS}
+        checks = [{"check": f"{key}[{name}]", "bound": table[bound], "value": per[name][field],
+                   "holds": _meets(key, per[name][field], table[bound])}
+                  for key, field, name, table, bound in _bounds(thresholds, names)]
+        decision = self.decide({"per_optimizer": per, "thresholds": thresholds}, spec.expect)
         parts = [_sentence(per, base, target, basis, p)]
         failed = [c["check"] for c in checks if not c["holds"]]
         if checks:
@@ -281,7 +294,8 @@ class Convergence(ClaimKind):
         else:
             parts.append("no threshold declared (measurement only)")
         evidence = {
-            "checks": checks, "baseline": base, "target_loss": target, "target_basis": basis, "best_loss": best,
+            "checks": checks, "thresholds": thresholds, "baseline": base, "target_loss": target, "target_basis": basis,
+            "best_loss": best,
             "plateau_rule": {"window": p["plateau_window"], "tol": p["plateau_tol"],
                              "definition": "on a plateau at round k when |L(k) − L(k−w)| / |L(k−w)| ≤ τ; reached "
                                            "when on one at the last round, from the first round it stays on one"},
@@ -301,4 +315,19 @@ class Convergence(ClaimKind):
                   "title": f"honest loss L_H(x_k) — {p['aggregator']} under {p['attack']}, f={p['f']}",
                   "x_label": "round", "y_label": "honest loss", "log_y": True, "series": series,
                   "hlines": hlines, "markers": markers, "markers_label": "first round at or below L*"},)
-        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots)
+        return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
+                        plots=plots)
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """The claim holds when every threshold of ``thresholds`` is met by ``per_optimizer``: the
+        rounds to the target loss R_o ≤ ``max_rounds[o]``, the speedup over the baseline ≥
+        ``min_speedup[o]``, every final loss ≤ ``max_final_loss`` and every final accuracy ≥
+        ``min_final_accuracy`` — a run that never reached the target or diverged (null) meets none.
+        Otherwise it is violated (no thresholds: a measurement, which holds). The stored ``checks``
+        rows are not read: they are recomputed from the per-optimizer numbers."""
+        per, thresholds = mapping(evidence, "per_optimizer"), mapping(evidence, "thresholds")
+        holds = True
+        for key, field, name, table, bound in _bounds(thresholds, list(per)):
+            value = number(mapping(per, name), field, nullable=True)
+            holds = _meets(key, value, number(table, bound)) and holds
+        return Decision(holds=holds, violated=not holds)

@@ -16,7 +16,8 @@ from fedaudit.experiments.components import (
     flat_params,
     normalise_spec,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.kind import (ClaimKind, Decision, Evidence, EvidenceError, Progress, fmt_number, mapping,
+                                       number)
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 from fedaudit.json import finite_or_none
 
@@ -126,8 +127,9 @@ class Robustness(ClaimKind):
                                seed=spec.seed, search_evals=p["search_evals"], progress=progress,
                                **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         nu = res.nu_empirical
-        within_max = p["max_nu"] is None or nu <= p["max_nu"]
-        holds = within_max and not res.violation
+        decision = self.decide({"nu_empirical": nu, "nu_bound": res.nu_bound, "max_nu": p["max_nu"],
+                                "audit": {"per_configuration": res.per_configuration}}, spec.expect)
+        within_max = p["max_nu"] is None or nu <= p["max_nu"]  # the summary's words
         worst = worst_configuration(res)
         parts = [f"ν̂ = {fmt_number(nu)}, attained by {worst['where']}",
                  f"universal lower bound f/(n−2f) = {res.nu_lower:.4g}",
@@ -139,7 +141,7 @@ class Robustness(ClaimKind):
                 parts.append("note: max_nu is below the universal lower bound, no rule can meet it")
         evidence = {
             "nu_empirical": nu, **({"aggregator_params": params} if params else {}), "nu_bound": res.nu_bound,
-            "nu_lower": res.nu_lower, "bound_violation": res.violation, "unbounded": res.unbounded,
+            "nu_lower": res.nu_lower, "max_nu": p["max_nu"], "bound_violation": res.violation, "unbounded": res.unbounded,
             "reaches_lower_bound": res.reaches_lower_bound,
             "worst": {k: v for k, v in worst.items() if k not in ("text", "where")},
             "audit": res.to_dict(),
@@ -149,5 +151,24 @@ class Robustness(ClaimKind):
         plots = ({"type": "nu_vs_bound", "title": f"ν̂ per configuration — {rule_name}; worst: {worst['text']}",
                   "configurations": top, "nu_bound": res.nu_bound, "nu_lower": res.nu_lower, "nu_empirical": nu,
                   "nu_max": p["max_nu"]},)
-        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots,
-                        caveats=tuple(robustness_caveats(res)))
+        return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
+                        plots=plots, caveats=tuple(robustness_caveats(res)))
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """ν̂ is re-derived from the recorded rows, the largest ν of ``audit.per_configuration`` (0
+        when the rule broke down on every configuration), and must be the recorded
+        ``nu_empirical``. The claim holds when ν̂ ≤ ``max_nu`` (when set) and ν̂ does not exceed the
+        published bound ``nu_bound`` (when the rule has one;
+        :func:`~fedaudit.audit.robustness.exceeds_bound`); otherwise it is violated. The stored
+        ``bound_violation`` flag is not read."""
+        from fedaudit.audit.robustness import exceeds_bound
+
+        per = mapping(mapping(evidence, "audit"), "per_configuration")
+        nu = max((number(per, label) for label in per), default=0.0)
+        recorded = number(evidence, "nu_empirical")
+        if recorded != nu:
+            raise EvidenceError(f"evidence 'nu_empirical' is {recorded!r}, but the largest ν of "
+                                f"audit.per_configuration is {nu!r}")
+        cap = number(evidence, "max_nu", nullable=True)
+        holds = (cap is None or nu <= cap) and not exceeds_bound(nu, number(evidence, "nu_bound", nullable=True))
+        return Decision(holds=holds, violated=not holds)

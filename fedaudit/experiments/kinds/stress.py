@@ -20,7 +20,7 @@ from fedaudit.experiments.components import (
     optimizer_names,
     params_per_spec,
 )
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, mapping, number, rows
 from fedaudit.experiments.keys import Key, key_error
 
 __all__ = ["Stress", "stress_config_keywords", "stress_plots"]
@@ -34,13 +34,21 @@ def stress_config_keywords(p: Mapping[str, Any], seed: int) -> dict[str, Any]:
                 optimal_attack=p["optimal_attack"], aggregator_params=p.get("aggregator_params"))
 
 
-def _cell_ok(rec: Mapping[str, Any], p: Mapping[str, Any]) -> tuple[bool, list[str]]:
+def _cell_ok(rec: Mapping[str, Any], requirement: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    """Whether one cell meets the requirement, and why not: its final test accuracy reaches
+    ``min_accuracy`` and its final honest loss is at most ``max_loss`` (each when set, null when
+    not); a diverged cell (null accuracy or loss) meets neither. Reads a recorded row as well as
+    the run's (:func:`~fedaudit.experiments.kind.number`)."""
     why = []
-    acc, loss = rec.get("final_accuracy"), rec.get("final_loss")
-    if p["min_accuracy"] is not None and (acc is None or acc < p["min_accuracy"]):
-        why.append("diverged" if acc is None else f"accuracy {acc:.3f} < {p['min_accuracy']:g}")
-    if p["max_loss"] is not None and (loss is None or loss > p["max_loss"]):
-        why.append("loss diverged" if loss is None else f"loss {loss:.4g} > {p['max_loss']:g}")
+    least, most = number(requirement, "min_accuracy", nullable=True), number(requirement, "max_loss", nullable=True)
+    if least is not None:
+        acc = number(rec, "final_accuracy", nullable=True)
+        if acc is None or acc < least:
+            why.append("diverged" if acc is None else f"accuracy {acc:.3f} < {least:g}")
+    if most is not None:
+        loss = number(rec, "final_loss", nullable=True)
+        if loss is None or loss > most:
+            why.append("loss diverged" if loss is None else f"loss {loss:.4g} > {most:g}")
     return not why, why
 
 
@@ -166,13 +174,13 @@ class Stress(ClaimKind):
                 tempfile.TemporaryDirectory(prefix="fedaudit-stress-") as tmp:
             res = run_stress(config, tmp, workers=p["workers"], backend=p["backend"], progress=progress)
         s = res.summary
+        requirement = {"min_accuracy": p["min_accuracy"], "max_loss": p["max_loss"]}
         cells, failing = [], []
         for row in s["cells"]:
-            ok, why = _cell_ok(row, p)
+            ok, why = _cell_ok(row, requirement)
             cells.append({**row, "meets": ok, "why": why})
             if not ok:
                 failing.append({"key": row["key"], "why": why})
-        holds = not failing and bool(s["complete"])
         accs = [c["final_accuracy"] for c in cells]
         losses = [c["final_loss"] for c in cells]
         worst_acc = None if any(a is None for a in accs) else min(accs, default=None)
@@ -188,8 +196,8 @@ class Stress(ClaimKind):
                    + (f"; failing: {', '.join(f['key'] for f in failing[:3])}" + (" …" if len(failing) > 3 else "")
                       if failing else ""))
         evidence = {
-            "requirement": {"min_accuracy": p["min_accuracy"], "max_loss": p["max_loss"]},
-            "cells_meeting": len(cells) - len(failing), "cells": len(cells),
+            "requirement": requirement,
+            "cells_meeting": len(cells) - len(failing), "cells": len(cells), "cells_in_grid": s["n_cells"],
             "worst_accuracy": worst_acc, "worst_loss": worst_loss,
             "failing": failing,
             "per_cell": [{k: c[k] for k in ("key", "final_accuracy", "final_loss", "breakdown", "breakdown_reasons",
@@ -198,5 +206,18 @@ class Stress(ClaimKind):
             "worst_case": s["aggregators"],
             "config": s["config"], "runtime_s": res.runtime_s,
         }
-        return Evidence(holds=holds, violated=bool(failing), evidence=evidence, summary=summary,
+        decision = self.decide(evidence, spec.expect)
+        return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary=summary,
                         plots=tuple(stress_plots(config, res, p)))
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """Re-derived from the recorded ``per_cell`` rows: a violation is a cell that misses the
+        ``requirement`` (final accuracy below ``min_accuracy`` or final loss above ``max_loss``; a
+        diverged cell misses both, :func:`_cell_ok`); the claim holds when no cell misses it and
+        the grid is complete, one row for each of the ``cells_in_grid`` cells (an incomplete grid
+        with no failing cell is neither: FAIL under either ``expect``). The stored ``meets``,
+        ``failing`` and ``cells_meeting`` are not read."""
+        requirement, cells = mapping(evidence, "requirement"), rows(evidence, "per_cell")
+        violated = not all([_cell_ok(row, requirement)[0] for row in cells])
+        complete = len(cells) == number(evidence, "cells_in_grid")
+        return Decision(holds=complete and not violated, violated=violated)

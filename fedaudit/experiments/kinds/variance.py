@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, EvidenceError, Progress, mapping, number, rows
 from fedaudit.experiments.keys import Key, engine_keys, key_error, require_bound
 
 __all__ = ["Variance", "slope_ci", "rescaled_ci"]
@@ -39,6 +39,44 @@ def slope_ci(dk: list[float], results: list[Any], z: float) -> tuple[float, floa
     var_log = np.array([((r.ci_high - r.mse) / zz / r.mse) ** 2 if r.mse > 0 else 0.0 for r, zz in zip(results, z95)])
     half = z * float(np.sqrt(np.sum(c ** 2 * var_log)))
     return slope, slope - half, slope + half
+
+
+def _interval(value: Any, what: str) -> tuple[float, float]:
+    """A recorded ``[low, high]`` confidence interval as two floats (an EvidenceError otherwise)."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise EvidenceError(f"evidence {what!r} is {value!r}, not a [low, high] interval")
+    return number({what: value[0]}, what), number({what: value[1]}, what)
+
+
+def _bound_checks(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The checks of the bounds in ``evidence["bounds"]`` (null: unset), each with its bound, the
+    measured value, the CI it is decided on and ``holds``/``violated``:
+
+    * ``max_mse``: over the ks, the largest CI upper end ≤ bound holds; the largest CI lower end
+      > bound is a violation (some k's MSE is above the bound at the confidence);
+    * ``max_slope``: slope CI upper end ≤ bound holds, its lower end > bound is a violation;
+    * ``min_slope``: slope CI lower end ≥ bound holds, its upper end < bound is a violation.
+
+    It reads the per-k CIs (``per_k``) and the slope and its CI (``slope_private``,
+    ``slope_private_ci``), as the run has them or as a report records them."""
+    bounds = mapping(evidence, "bounds")
+    checks = []
+    most = number(bounds, "max_mse", nullable=True)
+    if most is not None:
+        per_k = rows(evidence, "per_k")
+        cis = [_interval(row.get("ci"), "per_k ci") for row in per_k]
+        lo, hi = max(lo for lo, _ in cis), max(hi for _, hi in cis)
+        checks.append({"check": "max_mse", "bound": bounds["max_mse"], "value": max(number(r, "mse") for r in per_k),
+                       "ci": [lo, hi], "holds": hi <= most, "violated": lo > most})
+    for key in ("max_slope", "min_slope"):
+        bound = number(bounds, key, nullable=True)
+        if bound is None:
+            continue
+        lo, hi = _interval(evidence.get("slope_private_ci"), "slope_private_ci")
+        holds, violated = (hi <= bound, lo > bound) if key == "max_slope" else (lo >= bound, hi < bound)
+        checks.append({"check": key, "bound": bounds[key], "value": number(evidence, "slope_private"),
+                       "ci": [lo, hi], "holds": holds, "violated": violated})
+    return checks
 
 
 def rescaled_ci(r: Any, z: float) -> tuple[float, float]:
@@ -107,36 +145,9 @@ class Variance(ClaimKind):
         cis = [rescaled_ci(r, z) for r in curve.sstq]
         cis0 = [rescaled_ci(r, z) for r in curve.sstq_nonprivate]
         slope, slope_lo, slope_hi = slope_ci(dk, list(curve.sstq), z) if len(dk) >= 2 else (math.nan,) * 3
-        checks, holds, violated = [], True, False
-        if p["max_mse"] is not None:
-            worst_hi = max(hi for _, hi in cis)
-            worst_lo = max(lo for lo, _ in cis)
-            ok, bad = worst_hi <= p["max_mse"], worst_lo > p["max_mse"]
-            checks.append({"check": "max_mse", "bound": p["max_mse"], "value": max(r.mse for r in curve.sstq),
-                           "ci": [worst_lo, worst_hi], "holds": ok, "violated": bad})
-            holds, violated = holds and ok, violated or bad
-        if p["max_slope"] is not None:
-            ok, bad = slope_hi <= p["max_slope"], slope_lo > p["max_slope"]
-            checks.append({"check": "max_slope", "bound": p["max_slope"], "value": slope,
-                           "ci": [slope_lo, slope_hi], "holds": ok, "violated": bad})
-            holds, violated = holds and ok, violated or bad
-        if p["min_slope"] is not None:
-            ok, bad = slope_lo >= p["min_slope"], slope_hi < p["min_slope"]
-            checks.append({"check": "min_slope", "bound": p["min_slope"], "value": slope,
-                           "ci": [slope_lo, slope_hi], "holds": ok, "violated": bad})
-            holds, violated = holds and ok, violated or bad
-        conf = f"{p['confidence']:.0%}"
-        parts = [f"private SSTQ slope of MSE on d/k {slope:+.3f} ({conf} CI [{slope_lo:+.3f}, {slope_hi:+.3f}])",
-                 f"MSE {min(r.mse for r in curve.sstq):.4g}–{max(r.mse for r in curve.sstq):.4g} "
-                 f"(PrivUnitG {curve.privunitg.mse:.4g}, vqSGD {curve.vqsgd.mse:.4g})"]
-        for c in checks:
-            state = "holds" if c["holds"] else ("VIOLATED" if c["violated"] else "not shown at " + conf)
-            parts.append(f"{c['check']} {c['bound']:g}: {state}")
-        if not checks:
-            parts.append("no bound declared (measurement only)")
         label_p, label_0 = f"SSTQ ε={curve.epsilon:g}", "SSTQ no privacy"
-        evidence = {
-            "checks": checks,
+        measured = {
+            "bounds": {k: p[k] for k in ("max_mse", "max_slope", "min_slope")},
             "slope_private": slope, "slope_private_ci": [slope_lo, slope_hi],
             "slope_nonprivate": curve.slope_nonprivate,
             "confidence": p["confidence"],
@@ -148,6 +159,18 @@ class Variance(ClaimKind):
             "samples": curve.samples,
             "curve": curve.to_dict(),
         }
+        checks = _bound_checks(measured)
+        decision = self.decide(measured, spec.expect)
+        evidence = {"checks": checks, **measured}
+        conf = f"{p['confidence']:.0%}"
+        parts = [f"private SSTQ slope of MSE on d/k {slope:+.3f} ({conf} CI [{slope_lo:+.3f}, {slope_hi:+.3f}])",
+                 f"MSE {min(r.mse for r in curve.sstq):.4g}–{max(r.mse for r in curve.sstq):.4g} "
+                 f"(PrivUnitG {curve.privunitg.mse:.4g}, vqSGD {curve.vqsgd.mse:.4g})"]
+        for c in checks:
+            state = "holds" if c["holds"] else ("VIOLATED" if c["violated"] else "not shown at " + conf)
+            parts.append(f"{c['check']} {c['bound']:g}: {state}")
+        if not checks:
+            parts.append("no bound declared (measurement only)")
         hlines = {f"vqSGD ε={curve.epsilon:g}": curve.vqsgd.mse, "vqSGD no privacy": curve.vqsgd_nonprivate.mse,
                   f"PrivUnitG ε={curve.epsilon:g} (optimal)": curve.privunitg.mse}
         if p["max_mse"] is not None:
@@ -160,4 +183,15 @@ class Variance(ClaimKind):
                                        "ci_high": [c[1] for c in cis0]}},
                   "hlines": hlines,
                   "slopes": {label_p: slope, label_0: curve.slope_nonprivate}},)
-        return Evidence(holds=holds, violated=violated, evidence=evidence, summary="; ".join(parts), plots=plots)
+        return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
+                        plots=plots)
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """Each bound set in ``bounds`` is checked on the recorded CIs (:func:`_bound_checks`): the
+        claim holds when every check's CI lies on the right side of its bound (``max_mse``: every
+        k's CI upper end ≤ the bound; ``max_slope``: the slope CI's upper end ≤ it; ``min_slope``:
+        its lower end ≥ it), and a violation is detected when one check's CI lies entirely on the
+        wrong side. A CI across a bound is neither (FAIL under either ``expect``). No bound: a
+        measurement, which holds. The stored ``checks`` rows are not read: they are recomputed."""
+        checks = _bound_checks(evidence)
+        return Decision(holds=all(c["holds"] for c in checks), violated=any(c["violated"] for c in checks))
