@@ -9,7 +9,7 @@ import json
 
 import jsonschema
 import pytest
-from conftest import UnitCounter
+from conftest import UnitCounter, check_rederived
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.plan import load_plan
@@ -51,6 +51,19 @@ def test_a_calibrated_run_passes_and_sigma_over_10_is_a_violation(sgd_report):
     # an accountant above the claim fails the claim although the audit refutes nothing
     assert over.evidence["accountant_epsilon"] > 1.0 and not over.evidence["accountant_violated"]
     assert over.verdict == "FAIL" and "ABOVE the claimed ε = 1" in over.summary
+
+
+def test_dpsgd_verdicts_rederive_from_the_accountant_and_the_certified_bounds(sgd_report):
+    """decide() of the recorded evidence gives each verdict; a certified bound above the accountant
+    or the claim, or an accountant above the claim, moves it; the stored flags decide nothing."""
+    ok, broken, over = sgd_report[0].claims
+    acc = ok.evidence["accountant_epsilon"]
+    check_rederived(ok, flips=[(lambda e: e.update(epsilon_one_run=acc * 1.01), "FAIL"),
+                               (lambda e: e.update(epsilon_one_run_fdp=acc * 1.01), "FAIL"),
+                               (lambda e: e.update(claimed_epsilon=acc * 0.99), "FAIL")],
+                    missing=[lambda e: e.pop("epsilon_one_run_fdp"), lambda e: e.update(accountant_epsilon=None)])
+    check_rederived(broken, flips=[(lambda e: e.update(epsilon_one_run=0.0, epsilon_one_run_fdp=0.0), "FAIL")])
+    check_rederived(over, flips=[(lambda e: e.update(claimed_epsilon=100.0, violation=True), "PASS")])
 
 
 def test_the_curve_is_the_accountant_at_every_point_and_the_figure_carries_the_bounds(sgd_report):
@@ -118,6 +131,9 @@ def test_fedavg_dp_calibrated_passes_and_under_calibrated_is_caught():
     assert xs == [1, 2, 3, 4, 5] and ys[-1] == acc
     assert ys[0] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 1, 1e-5).epsilon, rel=5e-3)
     assert ok.plots[0]["x_label"] == "rounds" and render_png(ok.plots[0]).startswith(b"\x89PNG")
+    check_rederived(ok, flips=[(lambda e: e.update(epsilon_one_run=acc * 1.01), "FAIL")],
+                    missing=[lambda e: e.pop("claimed_epsilon")])
+    check_rederived(weak, flips=[(lambda e: e.update(epsilon_one_run=0.0, epsilon_one_run_fdp=0.0), "FAIL")])
 
 
 @pytest.mark.parametrize("overrides, pattern", [

@@ -12,7 +12,7 @@ import math
 
 import jsonschema
 import pytest
-from conftest import UnitCounter
+from conftest import UnitCounter, check_rederived
 
 from fedaudit.audit.bounds import expected_epsilon_lower_bound
 from fedaudit.cli import main
@@ -72,6 +72,19 @@ def test_a_byte_budget_below_the_packet_fails_without_a_privacy_violation(report
     ev = tight.evidence
     assert (ev["epsilon_run"], ev["epsilon_stated"]) == (1.0, 0.5) and ev["audits"]["private"]["epsilon_claimed"] == 0.5
     assert "stated ε = 0.5 (run at ε = 1)" in tight.summary
+
+
+def test_sparse_upload_verdicts_rederive_from_the_bounds_and_the_bytes(report):
+    """decide() of the recorded evidence gives each verdict: the worst-pair bound against the stated
+    ε, a plain claim when one is stated, and the packet's share of the dense upload."""
+    ok, tight = report[0].claims
+    check_rederived(ok, flips=[(lambda e: e.update(epsilon_private_worst_lower=1.01), "FAIL"),
+                               (lambda e: e.update(epsilon_plain_stated=e["epsilon_plain_lower"] * 0.99), "FAIL"),
+                               (lambda e: e.update(max_bytes_ratio=0.2), "FAIL")],
+                    missing=[lambda e: e.pop("epsilon_stated"), lambda e: e.pop("epsilon_plain_stated")])
+    check_rederived(tight, flips=[(lambda e: e.update(bytes_private=51), "PASS"),  # 51/256 < 0.2
+                                  (lambda e: e.update(max_bytes_ratio=None), "PASS")],
+                    missing=[lambda e: e.pop("bytes_dense"), lambda e: e.update(bytes_private="70")])
 
 
 def test_a_private_upload_run_at_four_times_its_stated_epsilon_fails_on_the_worst_pair():

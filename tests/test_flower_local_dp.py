@@ -14,7 +14,7 @@ import math
 import jsonschema
 import numpy as np
 import pytest
-from conftest import UnitCounter
+from conftest import UnitCounter, check_rederived
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -199,6 +199,13 @@ def test_claim_kind_fails_flowers_configuration_and_passes_it_as_an_expected_vio
     assert not known.evidence["certified_violation"] and known.evidence["white_box_violation"]
     assert ok.verdict == "PASS" and not ok.evidence["violation"] and ok.evidence["epsilon_true"] <= 4.0
     assert "the claim needs" not in ok.summary
+    # decide() of the recorded evidence: the exact ε, then each certified bound, against the claim
+    check_rederived(bad, flips=[(lambda e: e.update(epsilon_claimed=8.0), "PASS")],
+                    missing=[lambda e: e.pop("epsilon_true"), lambda e: e.pop("epsilon_lower_vectorised")])
+    check_rederived(known, flips=[(lambda e: e.update(epsilon_true=3.9), "FAIL")])
+    check_rederived(ok, flips=[(lambda e: e.update(epsilon_lower_real=4.01), "FAIL"),
+                               (lambda e: e.update(epsilon_lower_vectorised=4.01), "FAIL"),
+                               (lambda e: e.update(epsilon_true=4.01), "FAIL")])
     jsonschema.validate(json.loads(json.dumps(rep.seal().to_dict())), load_schema())
 
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key
 
-__all__ = ["DPSGD", "cumulative", "audit_evidence", "audit_plot", "one_run_ceiling", "accountant_curve", "audit_keys"]
+__all__ = ["DPSGD", "cumulative", "audit_evidence", "canary_decision", "audit_plot", "one_run_ceiling",
+           "accountant_curve", "audit_keys"]
 
 
 def cumulative(progress: Progress) -> Callable[[int], None]:
@@ -47,17 +48,35 @@ def one_run_ceiling(canaries: int, delta: float, confidence: float) -> float:
     return one_run_epsilon(canaries, canaries, canaries, delta=delta, confidence=confidence)
 
 
+def canary_decision(evidence: Mapping[str, Any]) -> Decision:
+    """The decision of a DP-SGD or DP-FedAvg canary audit from its recorded numbers. With
+    ε_cert = max(``epsilon_one_run``, ``epsilon_one_run_fdp``) — the Steinke bound and its f-DP
+    refinement on the (ε, δ)-DP curve, both certified — a violation is ε_cert above the
+    accountant's ε (``accountant_epsilon``) or above the claim (``claimed_epsilon``); the claim
+    holds when ``accountant_epsilon <= claimed_epsilon`` and there is no violation. The GDP
+    estimate is never read, nor the stored ``violation``/``accountant_violated`` flags (they
+    follow from these numbers)."""
+    accountant = number(evidence, "accountant_epsilon")
+    claimed = number(evidence, "claimed_epsilon")
+    certified = max(number(evidence, "epsilon_one_run"), number(evidence, "epsilon_one_run_fdp"))
+    refuted = bool(certified > accountant or certified > claimed)
+    return Decision(holds=bool(accountant <= claimed) and not refuted, violated=refuted)
+
+
 def audit_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: float, delta: float,
                    confidence: float, curve: tuple[list[int], list[float]], expect: str, what: str,
-                   extra: Mapping[str, Any]) -> Evidence:
+                   extra: Mapping[str, Any],
+                   decide: Callable[[Mapping[str, Any], str], Decision] | None = None) -> Evidence:
     """The evidence, verdict inputs, summary and figure of a DP-SGD or DP-FedAvg canary audit
-    (``res`` a DPSGDAudit or DPFedAvgAudit; see the module docstring for the verdict)."""
+    (``res`` a DPSGDAudit or DPFedAvgAudit). ``decide`` (the kind's :meth:`~ClaimKind.decide`;
+    default :func:`canary_decision`) gives the verdict inputs."""
     acc = res.accountant
     bounds = {"one_run": res.one_run.epsilon, "one_run_fdp": res.one_run_fdp.epsilon}
-    certified = max(bounds.values())
-    within = acc.epsilon <= claimed_epsilon
-    refuted = bool(res.violation) or certified > claimed_epsilon
-    holds = within and not refuted
+    numbers = {"accountant_epsilon": acc.epsilon, "claimed_epsilon": claimed_epsilon,
+               "epsilon_one_run": bounds["one_run"], "epsilon_one_run_fdp": bounds["one_run_fdp"]}
+    decision = canary_decision(numbers) if decide is None else decide(numbers, expect)
+    within = acc.epsilon <= claimed_epsilon  # the summary's words; the verdict is the decision's
+    refuted = decision.violated
     cap = one_run_ceiling(res.canaries, delta, confidence)
     conf = f"{confidence:.0%}"
     parts = [f"accountant ε = {fmt_number(acc.epsilon, '.4g')} ({acc.method}) at δ = {delta:g} "
@@ -93,8 +112,8 @@ def audit_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: fl
     if claimed_epsilon > cap and not refuted:
         caveats.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g}, below the claimed "
                        f"{claimed_epsilon:g}: only the accountant could have shown a violation")
-    return Evidence(holds=holds, violated=refuted, evidence=evidence, summary="; ".join(parts), plots=(plot,),
-                    caveats=tuple(caveats))
+    return Evidence(holds=decision.holds, violated=refuted, evidence=evidence, summary="; ".join(parts),
+                    plots=(plot,), caveats=tuple(caveats))
 
 
 def audit_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float | None, delta: float,
@@ -223,4 +242,11 @@ class DPSGD(ClaimKind):
         what = f"{res.dataset}, {res.threat}, accuracy {res.accuracy:.3f}"
         return audit_evidence(res, count_name="steps", count=res.steps, claimed_epsilon=p["claimed_epsilon"],
                               delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
-                              what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds})
+                              what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds},
+                              decide=self.decide)
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """:func:`canary_decision`: the accountant's ε within the claimed ε and no certified one-run
+        bound, max(Steinke, f-DP), above the accountant's ε or the claimed ε; such a bound is a
+        detected violation."""
+        return canary_decision(evidence)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
-from fedaudit.experiments.kinds.dpsgd import accountant_curve, audit_evidence, audit_keys, cumulative
+from fedaudit.experiments.kinds.dpsgd import accountant_curve, audit_evidence, audit_keys, canary_decision, cumulative
 
 __all__ = ["FedAvgDP"]
 
@@ -72,4 +72,11 @@ class FedAvgDP(ClaimKind):
         what = f"{res.dataset}, {res.clients} clients, test accuracy {res.test_accuracy:.3f}"
         return audit_evidence(res, count_name="rounds", count=res.rounds, claimed_epsilon=p["claimed_epsilon"],
                               delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
-                              what=what, extra={"test_accuracy": res.test_accuracy, "clients": res.clients})
+                              what=what, extra={"test_accuracy": res.test_accuracy, "clients": res.clients},
+                              decide=self.decide)
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """The ``dpsgd`` kind's rule, :func:`~fedaudit.experiments.kinds.dpsgd.canary_decision`: the
+        client-level accountant's ε within the claimed ε and no certified one-run bound (Steinke or
+        f-DP) above the accountant's ε or the claimed ε; such a bound is a detected violation."""
+        return canary_decision(evidence)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import REQUIRED, Key
 
 __all__ = ["FlowerLocalDp"]
@@ -68,6 +68,11 @@ class FlowerLocalDp(ClaimKind):
                                  real_calls=p["real_calls"], samples=p["samples"], confidence=p["confidence"],
                                  seed=spec.seed, progress=progress)
         cal, real, vec = res.calibration, res.real, res.vectorised
+        decision = self.decide({"epsilon_claimed": cal.epsilon, "epsilon_true": cal.epsilon_true,
+                                "epsilon_lower_real": real.epsilon_lower,
+                                "epsilon_lower_vectorised": None if vec is None else vec.epsilon_lower}, spec.expect)
+        if decision.violated != bool(res.violation):
+            raise AssertionError(f"the LocalDpMod audit's violation flag {res.violation} disagrees with the kind's rule")
         c, conf = cal.clipping_norm, f"{res.confidence:.0%}"
 
         def above(flag: bool) -> str:
@@ -89,7 +94,7 @@ class FlowerLocalDp(ClaimKind):
             parts.append(f"the claim needs σ ≥ {cal.sigma_needed / c:.4g}·C, i.e. sensitivity = "
                          f"{cal.sensitivity_needed / c:.4f}·C in Flower's formula")
         if spec.expect == "violation":
-            parts.append("expected a violation, " + ("detected" if res.violation else "NOT detected"))
+            parts.append("expected a violation, " + ("detected" if decision.violated else "NOT detected"))
         evidence = {
             "epsilon_claimed": cal.epsilon, "delta_claimed": cal.delta, "epsilon_true": cal.epsilon_true,
             "delta_at_claimed_epsilon": cal.delta_at_epsilon,
@@ -107,5 +112,18 @@ class FlowerLocalDp(ClaimKind):
             "distinguisher": "projection on x0 − x1 (the likelihood ratio of the Gaussian shift)",
             "audits": {"real": real.to_dict(), "vectorised": None if vec is None else vec.to_dict()},
         }
-        return Evidence(holds=not res.violation, violated=res.violation, evidence=evidence,
+        return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence,
                         summary=f"LocalDpMod claimed ε = {cal.epsilon:g}, δ = {cal.delta:g}: " + "; ".join(parts))
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """A violation is the calibration's exact ε under local DP above the claim,
+        ``epsilon_true > epsilon_claimed``, or a certified lower bound above it —
+        ``epsilon_lower_real`` (Flower's own mod) or ``epsilon_lower_vectorised`` (its verified
+        equivalent; null when it did not match the mod and certified nothing); without one the
+        claim holds (an audit refutes, it never proves). The stored ``violation`` flags are not
+        read: they follow from these numbers."""
+        claimed = number(evidence, "epsilon_claimed")
+        vectorised = number(evidence, "epsilon_lower_vectorised", nullable=True)
+        violated = bool(number(evidence, "epsilon_true") > claimed or number(evidence, "epsilon_lower_real") > claimed
+                        or (vectorised is not None and vectorised > claimed))
+        return Decision(holds=not violated, violated=violated)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import Key, engine_keys
 from fedaudit.json import jsonable
 
@@ -239,8 +239,15 @@ class SparseUpload(ClaimKind):
                                       claimed_epsilon=stated, pair="both", worst_samples=p["worst_samples"], **common)
         worst = private.worst
         ratio = private.bytes_sparse / private.bytes_dense
-        bytes_ok = p["max_bytes_ratio"] is None or ratio <= p["max_bytes_ratio"]
-        violated = bool(worst.violation or plain.violation)
+        decision = self.decide({"epsilon_private_worst_lower": worst.epsilon_lower, "epsilon_stated": stated,
+                                "epsilon_plain_lower": plain.epsilon_lower, "epsilon_plain_stated": plain_stated,
+                                "bytes_private": private.bytes_sparse, "bytes_dense": private.bytes_dense,
+                                "max_bytes_ratio": p["max_bytes_ratio"]}, spec.expect)
+        violated = decision.violated
+        if violated != bool(worst.violation or plain.violation):
+            raise AssertionError(f"the upload audits' violation flags ({worst.violation}, {plain.violation}) disagree "
+                                 f"with the kind's rule")
+        bytes_ok = p["max_bytes_ratio"] is None or ratio <= p["max_bytes_ratio"]  # the summary's words
         conf = f"{private.confidence:.0%}"
         if plain_stated is None:
             plain_part = (f"plain upload: certified ε ≥ {plain.epsilon_lower:.3f} (no claim; at most "
@@ -287,5 +294,20 @@ class SparseUpload(ClaimKind):
             "neighbour": private.neighbour, "seconds": plain.runtime_s + private.runtime_s,
             "audits": {"plain": plain.to_dict(), "private": private.to_dict()},
         }
-        return Evidence(holds=not violated and bytes_ok, violated=violated, evidence=evidence,
-                        summary="; ".join(parts))
+        return Evidence(holds=decision.holds, violated=violated, evidence=evidence, summary="; ".join(parts))
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """A violation is a certified bound above a stated ε: the private upload's worst-pair bound
+        ``epsilon_private_worst_lower > epsilon_stated``, or the plain upload's
+        ``epsilon_plain_lower > epsilon_plain_stated`` when the plan states one (null: nothing is
+        claimed). The claim holds when there is no violation and, with ``max_bytes_ratio`` set, the
+        gated packet is at most that share of the dense upload, ``bytes_private / bytes_dense <=
+        max_bytes_ratio`` (a byte budget exceeded fails the claim without being a privacy
+        violation). The data-level bound of the private upload is reported, never read here, nor
+        are the stored ``violation`` flags."""
+        plain_stated = number(evidence, "epsilon_plain_stated", nullable=True)
+        violated = bool(number(evidence, "epsilon_private_worst_lower") > number(evidence, "epsilon_stated")
+                        or (plain_stated is not None and number(evidence, "epsilon_plain_lower") > plain_stated))
+        most = number(evidence, "max_bytes_ratio", nullable=True)
+        bytes_ok = most is None or number(evidence, "bytes_private") / number(evidence, "bytes_dense") <= most
+        return Decision(holds=not violated and bytes_ok, violated=violated)
