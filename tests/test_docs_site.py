@@ -58,17 +58,21 @@ def test_reference_page_documents_the_package(name):
 
 
 def test_the_claim_kind_example_of_the_reference_runs_in_a_plan():
-    from fedaudit.experiments.kinds import CLAIM_KINDS
+    from fedaudit.experiments.kind import derived_verdict
+    from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
     from fedaudit.experiments.runner import run_plan
 
     exec(compile(_code_block("reference/experiments.md", "latency.py"), "latency.py", "exec"), {})
     try:
+        kind = claim_kind("latency")
         report = run_plan({"plan": {"seed": 1}, "claim": [{"id": "lat", "kind": "latency", "max_ms": 200}]})
     finally:
         CLAIM_KINDS.unregister("latency")
     (claim,) = report.claims
     assert claim.error is None and claim.verdict == "PASS" and claim.title == "rounds finish within 200 ms"
     assert claim.evidence["parameters"] == {"rounds": 100, "max_ms": 200.0}
+    assert derived_verdict(kind, "pass", claim.evidence) == "PASS"  # its decide re-derives the verdict
+    assert derived_verdict(kind, "pass", {**claim.evidence, "max_ms": 1.0}) == "FAIL"
 
 
 def test_ci_plan_of_the_tutorial_is_valid(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import check_rederived
 
 pytest.importorskip("flwr")
 
@@ -286,6 +287,11 @@ def _check_flower_claim(report, run) -> None:
     assert ev["accuracy_clean"] - ev["accuracy_attacked"] == ev["accuracy_drop"] <= 0.03
     assert ev["client_errors"] == 0 and ev["attack_at"] == "server"
     assert "FedAvg under the same attack" in c.summary and "min_accuracy 0.9 met" in c.summary
+    assert (ev["min_accuracy"], ev["max_accuracy_drop"], ev["ldp"]) == (0.9, 0.03, None)
+    check_rederived(c, flips=[(lambda e: e.update(accuracy_attacked=0.89), "FAIL"),
+                              (lambda e: e.update(accuracy_clean=e["accuracy_attacked"] + 0.031), "FAIL"),
+                              (lambda e: e.update(client_errors=1), "FAIL")],
+                    missing=[lambda e: e.pop("max_accuracy_drop"), lambda e: e.pop("ldp")])
     jsonschema.validate(json.loads(json.dumps(report.seal().to_dict())), load_schema())
 
 

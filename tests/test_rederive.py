@@ -16,7 +16,7 @@ from conftest import check_rederived, recorded
 
 from fedaudit.experiments.kind import (ClaimKind, Decision, EvidenceError, derived_verdict, mapping, number,
                                        rows)
-from fedaudit.experiments.kinds import claim_kind
+from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.experiments.runner import run_plan
 
 LAPLACE = {"id": "lap", "kind": "ldp", "mechanism": "laplace", "dim": 2, "epsilon": 1.0, "samples": 4000,
@@ -98,6 +98,16 @@ def test_the_runner_refuses_a_run_whose_rule_disagrees_with_decide(monkeypatch):
 
 
 # ------------------------------------------------------------------ every built-in kind decides
+
+
+def test_every_builtin_kind_implements_decide_as_its_last_method():
+    """``decide`` is implemented by every built-in kind (so every verdict is re-derived) and is
+    declared last in its class, after ``run``."""
+    for name in CLAIM_KINDS.names():
+        cls = type(claim_kind(name))
+        assert cls.decide is not ClaimKind.decide, name
+        methods = [k for k, v in vars(cls).items() if callable(v) and not k.startswith("__")]
+        assert methods[-1] == "decide", (name, methods)
 
 
 def run_claims(*claims):
@@ -208,6 +218,27 @@ def test_variance_rederives_every_bound_from_the_recorded_intervals():
     above = recorded(claim)
     above["slope_private_ci"] = [0.1, 0.2]  # entirely above max_slope: a detected violation
     assert derived_verdict(kind, "violation", above) == "PASS" and derived_verdict(kind, "pass", above) == "FAIL"
+
+
+FLOWER = {"accuracy_attacked": 0.9, "accuracy_clean": 0.92, "min_accuracy": 0.85, "max_accuracy_drop": 0.03,
+          "client_errors": 0, "ldp": {"budget": 12.0, "spent_max": 12.0}}
+
+
+@pytest.mark.parametrize("edit, verdict", [
+    ({}, "PASS"), ({"accuracy_attacked": 0.8}, "FAIL"), ({"accuracy_clean": 0.95}, "FAIL"),
+    ({"client_errors": 1}, "FAIL"), ({"ldp": {"budget": 12.0, "spent_max": 12.5}}, "FAIL"),
+    ({"ldp": {"budget": None, "spent_max": 99.0}}, "PASS"), ({"ldp": None, "min_accuracy": None}, "PASS"),
+])
+def test_the_flower_rule_on_its_recorded_numbers(edit, verdict):
+    """The flower kind's rule (its simulation runs in tests/test_flower_simulation.py)."""
+    assert derived_verdict(claim_kind("flower"), "pass", {**FLOWER, **edit}) == verdict
+
+
+@pytest.mark.parametrize("drop", ["accuracy_clean", "min_accuracy", "client_errors", "ldp"])
+def test_the_flower_rule_needs_its_numbers(drop):
+    evidence = {k: v for k, v in FLOWER.items() if k != drop}
+    with pytest.raises(EvidenceError, match=drop):
+        derived_verdict(claim_kind("flower"), "pass", evidence)
 
 
 def test_objects_and_rows_are_read_strictly():

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fedaudit.experiments.components import check_aggregator, check_attacks, flat_params, normalise_spec
-from fedaudit.experiments.kind import ClaimKind, Evidence, Progress, fmt_number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, mapping, number
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import Key, key_error
 
@@ -217,11 +217,13 @@ class Flower(ClaimKind):
                    for o in res.outcomes}
         errors = sum(o.errors for o in res.outcomes) - sum(refused.values())
         acc, drop = attacked.final_accuracy, clean.final_accuracy - attacked.final_accuracy
-        ok_min = p["min_accuracy"] is None or acc >= p["min_accuracy"]
-        ok_drop = p["max_accuracy_drop"] is None or drop <= p["max_accuracy_drop"]
         ldp = self._ldp_evidence(p, specs, refused) if p["mechanism"] is not None else None
+        decision = self.decide({"accuracy_attacked": acc, "accuracy_clean": clean.final_accuracy,
+                                "min_accuracy": p["min_accuracy"], "max_accuracy_drop": p["max_accuracy_drop"],
+                                "client_errors": errors, "ldp": ldp}, spec.expect)
+        ok_min = p["min_accuracy"] is None or acc >= p["min_accuracy"]  # the summary's words
+        ok_drop = p["max_accuracy_drop"] is None or drop <= p["max_accuracy_drop"]
         ok_budget = ldp is None or p["budget"] is None or ldp["spent_max"] <= p["budget"]
-        holds = ok_min and ok_drop and ok_budget and errors == 0
         where = _attack_at(p) if p["attack"] != "none" else None
         parts = [f"{p['aggregator']} accuracy {acc:.3f}" + ("" if p["attack"] == "none" else
                                                              f" under {p['attack']} (f={p['f']}, at the {where})"),
@@ -252,6 +254,7 @@ class Flower(ClaimKind):
         evidence = {
             "accuracy_attacked": acc, "accuracy_clean": clean.final_accuracy, "accuracy_drop": drop,
             "accuracy_fedavg_attacked": None if fedavg is None else fedavg.final_accuracy,
+            "min_accuracy": p["min_accuracy"], "max_accuracy_drop": p["max_accuracy_drop"],
             "attack_at": where, "client_errors": errors, "refused": refused, "ldp": ldp,
             "wall_time_s": res.wall_time_s,
             "runs": {o.name: per_round(o) for o in res.outcomes},
@@ -262,7 +265,8 @@ class Flower(ClaimKind):
                                              f"f={p['f']} of {p['clients']} Flower clients",
                   "x_label": "round", "y_label": "test accuracy", "log_y": False, "series": series,
                   "hlines": {"min_accuracy": p["min_accuracy"]}},)
-        return Evidence(holds=holds, violated=not holds, evidence=evidence, summary="; ".join(parts), plots=plots)
+        return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
+                        plots=plots)
 
     def _ldp_evidence(self, p: Mapping[str, Any], specs: list[Any], refused: dict[str, int]) -> dict[str, Any]:
         """Per run: every client's ε spent by the server's ledger (basic composition), its reports, refusals, bits."""
@@ -280,3 +284,22 @@ class Flower(ClaimKind):
                 "bits_per_report": mech.bits_per_report, "budget": p["budget"],
                 "budget_delta": self._budget_delta(p, mech), "composition": "basic",
                 "spent_max": max(max(r["spent_epsilon"]) for r in runs.values()), "runs": runs}
+
+    def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
+        """The claim holds when the attacked accuracy A_att (``accuracy_attacked``) is at least
+        ``min_accuracy``, the drop ``accuracy_clean`` − A_att is at most ``max_accuracy_drop`` (each
+        when set, null when not), no client failed (``client_errors`` = 0; refused LDP reports are
+        not failures) and, with a budget (``ldp.budget``), the most ε any client spent
+        (``ldp.spent_max``, the ledger's basic composition) is within it; otherwise it is violated.
+        The per-client spent ε lists are not read: a report trims them beyond 512 clients."""
+        acc = number(evidence, "accuracy_attacked")
+        least, most_drop = number(evidence, "min_accuracy", nullable=True), number(evidence, "max_accuracy_drop",
+                                                                                   nullable=True)
+        holds = ((least is None or acc >= least)
+                 and (most_drop is None or number(evidence, "accuracy_clean") - acc <= most_drop)
+                 and number(evidence, "client_errors") == 0)
+        ldp = mapping(evidence, "ldp", nullable=True)
+        budget = None if ldp is None else number(ldp, "budget", nullable=True)
+        if budget is not None:
+            holds = holds and number(ldp, "spent_max") <= budget
+        return Decision(holds=bool(holds), violated=not holds)
