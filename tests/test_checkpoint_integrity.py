@@ -1,0 +1,365 @@
+"""Checkpoints are evidence, not verdicts (issue #23 §1).
+
+A plan run's checkpoints (``DIR/.checkpoint/``) and an engine checkpoint (``--checkpoint FILE``)
+are read back from disk, so they are untrusted: each record is authenticated by an HMAC chained to
+the run's header and to the records before it, under a secret the folder does not hold (the report
+signing key, else the user's fedaudit secret in the state directory). On resume a plan claim's
+verdict is re-derived from its evidence through its kind, never read; an engine record is checked
+against the shape its caller states. A tampered, inconsistent or unauthenticated checkpoint is one
+line naming the file and the record, exit 2, and no report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fedaudit.cli import main
+from fedaudit.errors import FedAuditError
+from fedaudit.experiments.runner import CHECKPOINT_DIR, run_plan_to_dir
+
+PLAN = """\
+[plan]
+title = "tamper test"
+seed = 5
+
+[engine]
+parallel_claims = false
+
+[[claim]]
+id = "bad"
+kind = "ldp"
+mechanism = "rr"
+dim = 4
+samples = 4000
+expect = "violation"
+
+[[claim]]
+id = "vq"
+kind = "ldp"
+mechanism = "vqsgd"
+dim = 8
+samples = 4000
+
+[[claim]]
+id = "rr"
+kind = "ldp"
+mechanism = "rr"
+dim = 4
+samples = 4000
+"""
+
+KEY = "k" * 32
+
+
+class _Killed(Exception):
+    """Stands for SIGKILL after the last claim and before the report."""
+
+
+def _killed_run(plan_file, out, monkeypatch):
+    """Run the plan into ``out`` through run_plan_to_dir, killed before the report is written:
+    every claim is checkpointed, no report exists."""
+    import fedaudit.reports.io as io
+
+    def killed(*args, **kwargs):
+        raise _Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(io, "write_sealed_report", killed)
+        with pytest.raises(_Killed):
+            run_plan_to_dir(plan_file, out)
+    assert not (out / "report.json").exists()
+
+
+def _resume(plan_file, out, capsys):
+    """``fedaudit run PLAN --out DIR --resume``: (exit code, stderr lines)."""
+    capsys.readouterr()
+    rc = main(["run", str(plan_file), "--out", str(out), "--resume", "--quiet"])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def _timeless(value):
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if not (k.endswith("_s") or "runtime" in k)}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+@pytest.fixture
+def plan_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("FEDAUDIT_REPORT_KEY", raising=False)
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN)
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The report of the plan run without interruption."""
+    tmp = tmp_path_factory.mktemp("ref")
+    (tmp / "plan.toml").write_text(PLAN)
+    old = {k: os.environ.get(k) for k in ("FEDAUDIT_STATE_DIR", "FEDAUDIT_REPORT_KEY")}
+    os.environ["FEDAUDIT_STATE_DIR"] = str(tmp / "state")
+    os.environ.pop("FEDAUDIT_REPORT_KEY", None)
+    try:
+        report, _ = run_plan_to_dir(tmp / "plan.toml", tmp / "out")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return report.to_dict()
+
+
+def _edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _refused(rc, lines, out, name):
+    assert rc == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("fedaudit: error: "), lines
+    assert name in lines[0], lines
+    assert not (out / "report.json").exists()
+
+
+# --------------------------------------------------------------------------- plan checkpoints
+def test_an_edited_verdict_is_refused_with_the_signing_key_set(plan_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDAUDIT_REPORT_KEY", KEY)
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    path = out / CHECKPOINT_DIR / "bad.json"
+    assert json.loads(path.read_text())["claim"]["verdict"] == "FAIL"
+    _edit(path, lambda d: d["claim"].update(verdict="PASS"))
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "bad.json")
+    assert "rerun without --resume" in lines[0]
+
+
+def test_one_digit_of_epsilon_lower_is_refused(plan_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    path = out / CHECKPOINT_DIR / "vq.json"
+    text = path.read_text()
+    value = json.loads(text)["claim"]["evidence"]["epsilon_lower"]
+    old = json.dumps(value)
+    new = old[:-1] + ("1" if old[-1] != "1" else "2")
+    assert text.count(f'"epsilon_lower": {old}') >= 1
+    path.write_text(text.replace(f'"epsilon_lower": {old}', f'"epsilon_lower": {new}', 1))
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "vq.json")
+
+
+def test_a_deleted_middle_checkpoint_is_refused(plan_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    (out / CHECKPOINT_DIR / "vq.json").unlink()  # claims finish in plan order here: vq is the second
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "rr.json")
+    assert (out / CHECKPOINT_DIR / "rr.json").is_file()  # refused, not destroyed
+
+
+def test_a_valid_resume_reproduces_the_uninterrupted_report(plan_file, tmp_path, monkeypatch, capsys, uninterrupted):
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    stored = {p.stem: json.loads(p.read_text()) for p in (out / CHECKPOINT_DIR).glob("[!_]*.json")}
+    assert set(stored) == {"bad", "vq", "rr"}
+    (out / CHECKPOINT_DIR / "rr.json").unlink()  # the last record: as if killed before it was written
+    rc, lines = _resume(plan_file, out, capsys)
+    assert rc == 1, lines  # "bad" FAILs: exit 1, a report
+    report = json.loads((out / "report.json").read_text())
+    assert [c["id"] for c in report["claims"]] == ["bad", "vq", "rr"]
+    for claim in report["claims"][:2]:  # loaded, not recomputed
+        assert claim["runtime_s"] == stored[claim["id"]]["claim"]["runtime_s"]
+    assert _timeless(report["claims"]) == _timeless(uninterrupted["claims"])
+    assert report["overall"] == uninterrupted["overall"]
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.html", "report.md"}
+
+
+def test_a_resume_with_the_key_reproduces_the_report_and_verifies(plan_file, tmp_path, monkeypatch, capsys,
+                                                                  uninterrupted):
+    from fedaudit.reports.integrity import verify_report
+
+    monkeypatch.setenv("FEDAUDIT_REPORT_KEY", KEY)
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    rc, lines = _resume(plan_file, out, capsys)
+    assert rc == 1, lines
+    report = json.loads((out / "report.json").read_text())
+    assert _timeless(report["claims"]) == _timeless(uninterrupted["claims"])
+    assert verify_report(out, key=KEY.encode()).ok
+
+
+def test_without_the_secret_the_checkpoints_cannot_be_authenticated(plan_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "other-user"))
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "_run.json")
+    assert "cannot be authenticated" in lines[0] and "without --resume" in lines[0]
+    assert (out / CHECKPOINT_DIR / "bad.json").is_file()
+
+
+def test_checkpoints_made_with_the_signing_key_need_it_to_resume(plan_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDAUDIT_REPORT_KEY", KEY)
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    monkeypatch.delenv("FEDAUDIT_REPORT_KEY")
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "FEDAUDIT_REPORT_KEY")
+    monkeypatch.setenv("FEDAUDIT_REPORT_KEY", "another key of 32 characters...")
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "_run.json")
+    assert "another key" in lines[0]
+
+
+# --------------------------------------------------------------------------- engine checkpoints
+LDP = ["audit", "ldp", "--mechanism", "rr", "--dim", "4", "--epsilon", "1", "--samples", "20000", "--seed", "3",
+       "--backend", "serial", "--quiet"]
+
+
+def _ldp(tmp_path, name, capsys, *extra):
+    """``fedaudit audit ldp ... --json NAME.json``: (exit code, stderr lines, the JSON or None)."""
+    out = tmp_path / f"{name}.json"
+    capsys.readouterr()
+    rc = main([*LDP, "--json", str(out), *extra])
+    lines = capsys.readouterr().err.strip().splitlines()
+    return rc, lines, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def _reseal(path: Path) -> None:
+    """Recompute every MAC of an engine checkpoint under this user's secret: what only someone
+    holding the secret could do; the records' contents must then still be checked."""
+    from fedaudit import chain
+
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    key = chain.derive_key(chain.user_secret(create=False), chain.ENGINE_PURPOSE, header["nonce"])
+    header["mac"] = chain.record_mac(key, "", {k: v for k, v in header.items() if k != "mac"})
+    prev, out = header["mac"], [json.dumps(header)]
+    for seq, line in enumerate(lines[1:], start=1):
+        rec = {k: v for k, v in json.loads(line).items() if k != "mac"}
+        rec.update(seq=seq, prev=prev)
+        rec["mac"] = prev = chain.record_mac(key, prev, rec)
+        out.append(json.dumps(rec))
+    path.write_text("\n".join(out) + "\n")
+
+
+def _set_record(path: Path, n: int, change) -> None:
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[n])
+    change(rec)
+    lines[n] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def test_engine_checkpoint_one_changed_count_is_refused(tmp_path, state, capsys):
+    ck = tmp_path / "rr.ckpt"
+    rc, lines, fresh = _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))
+    assert rc == 0, lines
+    assert _ldp(tmp_path, "again", capsys, "--checkpoint", str(ck), "--resume")[2]["epsilon_lower"] \
+        == fresh["epsilon_lower"]  # a valid resume
+    _set_record(ck, 1, lambda r: r["result"].__setitem__(0, r["result"][0] + 1))
+    before = ck.read_bytes()
+    rc, lines, data = _ldp(tmp_path, "tampered", capsys, "--checkpoint", str(ck), "--resume")
+    assert rc == 2 and data is None and len(lines) == 1, lines
+    assert str(ck) in lines[0] and "line 2" in lines[0] and "Traceback" not in lines[0]
+    assert ck.read_bytes() == before  # refused, not repaired or cut
+
+
+@pytest.mark.parametrize("value, match", [(-5, "hits"), ("many", "hits"), (10 ** 9, "hits"), (True, "hits")])
+def test_engine_checkpoint_records_are_validated_even_with_a_valid_mac(tmp_path, state, capsys, value, match):
+    ck = tmp_path / "rr.ckpt"
+    assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
+    _set_record(ck, 2, lambda r: r["result"].__setitem__(0, value))
+    _reseal(ck)
+    rc, lines, data = _ldp(tmp_path, "forged", capsys, "--checkpoint", str(ck), "--resume")
+    assert rc == 2 and data is None and len(lines) == 1, lines
+    assert str(ck) in lines[0] and "line 3" in lines[0] and match in lines[0]
+
+
+@pytest.mark.parametrize("reseal", [False, True])
+@pytest.mark.parametrize("result", ["a string", [1, 2], {"hits": 1}, None, [1, 2, 3, 4]])
+def test_engine_checkpoint_a_malformed_record_is_one_line(tmp_path, state, capsys, result, reseal):
+    ck = tmp_path / "rr.ckpt"
+    assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
+    _set_record(ck, 1, lambda r: r.update(result=result))
+    if reseal:
+        _reseal(ck)
+    rc, err, data = _ldp(tmp_path, "bad", capsys, "--checkpoint", str(ck), "--resume")
+    assert rc == 2 and data is None and len(err) == 1, err
+    assert str(ck) in err[0] and "line 2" in err[0] and "Traceback" not in err[0]
+
+
+def test_engine_checkpoint_without_the_secret_is_refused(tmp_path, state, capsys, monkeypatch):
+    ck = tmp_path / "rr.ckpt"
+    assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "elsewhere"))
+    rc, lines, data = _ldp(tmp_path, "other", capsys, "--checkpoint", str(ck), "--resume")
+    assert rc == 2 and data is None and len(lines) == 1, lines
+    assert str(ck) in lines[0] and "cannot be authenticated" in lines[0]
+
+
+def _chunk(task):
+    i, root = task
+    return [i, root * 10 + i]
+
+
+def _tasks(n=5, root=7):
+    return [(i, root) for i in range(n)]
+
+
+def test_engine_checkpoint_chain_a_deleted_middle_record_is_refused_a_deleted_last_one_reruns(tmp_path, state):
+    from fedaudit.engine import run_chunks
+
+    ck = tmp_path / "run.ckpt"
+    want = run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, key={"t": 1})
+    lines = ck.read_text().splitlines()
+    assert len(lines) == 6
+    ck.write_text("\n".join(lines[:-1]) + "\n")  # the last record lost: that chunk runs again
+    ran = []
+
+    def counted(task):
+        ran.append(task[0])
+        return _chunk(task)
+
+    assert run_chunks(counted, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1}) == want
+    assert len(ran) == 1 and len(ck.read_text().splitlines()) == 6
+    lines = ck.read_text().splitlines()
+    ck.write_text("\n".join(lines[:2] + lines[3:]) + "\n")  # a record from the middle
+    with pytest.raises(FedAuditError, match=r"run\.ckpt.*line 3"):
+        run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1})
+    ck.write_text("\n".join([lines[0], lines[2], lines[1], *lines[3:]]) + "\n")  # two records swapped
+    with pytest.raises(FedAuditError, match=r"run\.ckpt.*line 2"):
+        run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1})
+
+
+def test_engine_checkpoint_validate_hook_names_the_record(tmp_path, state):
+    from fedaudit.engine import run_chunks
+
+    ck = tmp_path / "run.ckpt"
+    run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, key={"t": 1})
+
+    def validate(result, task):
+        if result[1] != task[1] * 10 + task[0]:
+            raise ValueError(f"expected {task[1] * 10 + task[0]}, got {result[1]}")
+
+    assert run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1},
+                      validate=validate) == [[i, 70 + i] for i in range(5)]
+    _set_record(ck, 4, lambda r: r["result"].__setitem__(1, 0))
+    _reseal(ck)
+    with pytest.raises(FedAuditError, match=r"run\.ckpt: line 5 \(chunk 3\).*expected 73, got 0"):
+        run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1}, validate=validate)
