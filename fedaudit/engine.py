@@ -18,26 +18,41 @@ completion order, backend or worker count, so a reduction over the list (a sum o
 concatenation) is one fixed expression and the answer is bit-identical on ``serial``,
 ``process`` with 1 or N workers and ``ray``. It adds checkpoint/resume (below).
 
-Checkpoint file (``checkpoint=FILE``), JSON lines in strict JSON (:mod:`fedaudit.json`):
+Checkpoint file (``checkpoint=FILE``), JSON lines in strict JSON (:mod:`fedaudit.json`), a
+tamper-evident chain (:mod:`fedaudit.chain`):
 
-* line 1, the header ``{"format": "fedaudit-checkpoint", "version": 1, "digest": D, "chunks": n,
-  "key": K}``, written to a temporary file, fsynced and renamed into place (atomic); ``D`` is
-  :func:`config_digest` ``(K, n)``, the SHA-256 of the canonical JSON of the caller's ``key``
-  (a description of ``fn``, every parameter, the root seed) and the chunk count;
-* then one line ``{"chunk": i, "result": R}`` per finished chunk, appended as it completes with
-  one ``write`` followed by ``flush`` and ``fsync``. A record is stored and returned as
-  ``fedaudit.json.jsonable(result)`` (tuples become lists, numpy arrays lists, ±inf/nan the
-  strings ``"inf"``/``"-inf"``/``"nan"``), so with a checkpoint a fresh and a resumed run return
-  identical values; chunk functions should return JSON-native data (ints, floats, lists, dicts).
+* line 1, the header ``{"format": "fedaudit-checkpoint", "version": 2, "digest": D, "chunks": n,
+  "key": K, "nonce": N, "key_id": I, "mac": M}``, written to a temporary file, fsynced and renamed
+  into place (atomic); ``D`` is :func:`config_digest` ``(K, n)``, the SHA-256 of the canonical
+  JSON of the caller's ``key`` (a description of ``fn``, every parameter, the root seed) and the
+  chunk count; ``N`` a fresh random nonce; ``I`` names the user's checkpoint secret
+  (:func:`fedaudit.chain.key_id`) and ``M`` is the header's HMAC under the run's key
+  ``derive_key(secret, "engine-checkpoint", N)``;
+* then one line ``{"chunk": i, "result": R, "seq": s, "prev": P, "mac": M}`` per finished chunk
+  (``s`` = 1, 2, … in completion order, ``P`` the mac of the line before), appended as it
+  completes with one ``write`` followed by ``flush`` and ``fsync``. A record is stored and
+  returned as ``fedaudit.json.jsonable(result)`` (tuples become lists, numpy arrays lists,
+  ±inf/nan the strings ``"inf"``/``"-inf"``/``"nan"``), so with a checkpoint a fresh and a
+  resumed run return identical values; chunk functions should return JSON-native data (ints,
+  floats, lists, dicts).
+
+The secret is this user's (``checkpoint.key`` in :func:`fedaudit.chain.state_dir`, never beside
+the checkpoint), so whoever can write the checkpoint's folder cannot make a record the resumed run
+accepts: a changed count, a record from another run, two records swapped or one deleted before the
+last break the chain and are refused with one :class:`FedAuditError` naming the file and the
+line. A checkpoint is resumed by the user, on the machine, that wrote it (elsewhere: one line
+saying it cannot be authenticated there). Authenticated records are then checked by the caller's
+``validate`` hook (:func:`iter_chunks`), which states the shape and range of what it will sum.
 
 A process killed mid-append (SIGKILL) leaves at most a torn last line: on resume it is detected
-(it does not parse as a record), ignored and cut off before new records are appended. An invalid
-line before the last one, a record of a chunk out of range or a chunk recorded twice is
-corruption and a :class:`FedAuditError`. ``resume=True`` reloads the finished chunks and runs
-only the others; a header whose digest differs from this run's is refused (never mixed in);
-``resume=True`` without the file starts from the beginning; an existing file without
-``resume=True`` is refused (it would be overwritten). The file is held under an exclusive
-``flock`` while a run writes it (POSIX), so two runs never append to one checkpoint.
+(it does not parse), ignored and cut off before new records are appended; lost last records are
+simply computed again. An invalid line before the last one, a record of a chunk out of range or a
+chunk recorded twice is corruption and a :class:`FedAuditError`. ``resume=True`` reloads the
+finished chunks and runs only the others; a header whose digest differs from this run's is
+refused (never mixed in); ``resume=True`` without the file starts from the beginning; an
+existing file without ``resume=True`` is refused (it would be overwritten). The file is held
+under an exclusive ``flock`` while a run writes it (POSIX), so two runs never append to one
+checkpoint.
 
 Defaults. ``backend=None`` (every entry point's default) is resolved by :func:`default_backend`:
 an enclosing :func:`engine_defaults` block, else ``"serial"`` inside an engine worker (no nested
@@ -97,6 +112,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fedaudit import chain
 from fedaudit.errors import FedAuditError
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
@@ -112,7 +128,7 @@ BACKENDS: tuple[str, ...] = ("process", "serial", "ray")
 
 #: ``format`` field of a checkpoint header, and its version
 CHECKPOINT_FORMAT = "fedaudit-checkpoint"
-_CHECKPOINT_VERSION = 1
+_CHECKPOINT_VERSION = 2
 #: upper bound on ``workers``
 _MAX_WORKERS = 4096
 _RAY_HINT = "pip install fedaudit[ray] (in zsh: pip install 'fedaudit[ray]')"
@@ -771,12 +787,13 @@ def _apply_indexed(fn, task):
 
 
 class _Checkpoint:
-    """The append-only record of a chunked run (format in the module docstring)."""
+    """The append-only, chained record of a chunked run (format in the module docstring)."""
 
     def __init__(self, path: str | os.PathLike, key: Any, n: int, resume: bool):
         self.path = Path(path)
         self.digest = config_digest(key, n)
         self.finished: dict[int, Any] = {}
+        self.lines: dict[int, int] = {}  # chunk -> line number of its record (for the messages)
         self.records = 0  # finished chunks in the file: reloaded and recorded by this run
         if self.path.is_dir():
             raise FedAuditError(f"checkpoint {self.path} is a directory, expected a file")
@@ -794,8 +811,13 @@ class _Checkpoint:
             self.file.truncate(valid)  # cut a torn last record before appending
             self.file.seek(valid)
         else:
-            header = {"format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "digest": self.digest,
-                      "chunks": n, "key": key}
+            secret = chain.user_secret(create=True)
+            nonce = chain.new_nonce()
+            mac_key = chain.derive_key(secret, chain.ENGINE_PURPOSE, nonce)
+            header = chain.Chain.seal_header(mac_key, {
+                "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "digest": self.digest, "chunks": n,
+                "key": jsonable(key), "nonce": nonce, "key_id": chain.key_id(secret)})
+            self.chain = chain.Chain(mac_key, header)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
                 with open(tmp, "wb") as fh:
@@ -825,10 +847,12 @@ class _Checkpoint:
         return fh
 
     def _load(self, key: Any, n: int) -> int:
-        """Read the header and records into ``finished``; return the byte length of the valid part."""
+        """Read the header and records into ``finished``, authenticating each (the chain of the
+        module docstring); return the byte length of the valid part."""
         data = self.path.read_bytes()
         lines = data.split(b"\n")  # the piece after the last newline is b"" or a torn record
         what = f"checkpoint {self.path}"
+        start_over = "remove it to start again"
         try:
             header = loads(lines[0], what=what)
         except FedAuditError:
@@ -837,32 +861,53 @@ class _Checkpoint:
             raise FedAuditError(f"{what} is not a fedaudit checkpoint (no valid header line)")
         if header.get("version") != _CHECKPOINT_VERSION:
             raise FedAuditError(f"{what} has format version {header.get('version')!r}, this fedaudit reads "
-                                f"version {_CHECKPOINT_VERSION}")
+                                f"version {_CHECKPOINT_VERSION}; {start_over}")
         if header.get("digest") != self.digest:
             raise FedAuditError(f"{what} was written by a different configuration "
                                 f"({_differences(header.get('key'), header.get('chunks'), key, n)}); it is refused "
                                 f"rather than mixed in: remove it or choose another checkpoint file")
+        self.chain = _header_chain(header, what)
         valid = len(lines[0]) + 1
         complete = lines[1:-1]  # each was followed by a newline; lines[-1] is b"" or a torn tail (ignored)
         for j, line in enumerate(complete):
-            rec = _parse_record(line, what)
-            if rec is None:
+            where = f"{what}: line {j + 2}"
+            try:
+                rec = loads(line, what=where)
+            except FedAuditError:
                 if j == len(complete) - 1 and lines[-1] == b"":  # the last line, torn
                     break
-                raise FedAuditError(f"{what} is corrupt: line {j + 2} is not a valid record")
-            i, result = rec
+                raise FedAuditError(f"{where} is not a valid record (not JSON); {start_over}") from None
+            if not self.chain.follows(rec):
+                raise FedAuditError(f"{where} fails its authentication: the record was altered, or one before it "
+                                    f"is missing or out of place; {start_over}")
+            i = _parse_record(rec)
+            if i is None:
+                raise FedAuditError(f"{where} is not a valid record; {start_over}")
             if not 0 <= i < n:
-                raise FedAuditError(f"{what} is corrupt: chunk {i} is out of range [0, {n})")
+                raise FedAuditError(f"{where} records chunk {i}, out of range [0, {n}); {start_over}")
             if i in self.finished:
-                raise FedAuditError(f"{what} is corrupt: chunk {i} is recorded twice")
-            self.finished[i] = result
+                raise FedAuditError(f"{where} records chunk {i} a second time; {start_over}")
+            self.finished[i] = rec["result"]
+            self.lines[i] = j + 2
             valid += len(line) + 1
         return valid
 
+    def validate(self, check: Callable[[Any, Any], None], chunks: Sequence[Any]) -> None:
+        """Apply the caller's ``check(result, chunk)`` to every reloaded record; a record it
+        rejects (any exception but an interrupt) is one :class:`FedAuditError` naming the file, the
+        line and the chunk."""
+        for i in sorted(self.finished):
+            try:
+                check(self.finished[i], chunks[i])
+            except Exception as exc:
+                raise FedAuditError(f"checkpoint {self.path}: line {self.lines[i]} (chunk {i}) is not a valid "
+                                    f"result: {exc}; remove it to start again") from None
+
     def record(self, index: int, result: Any) -> Any:
-        """Append chunk ``index``'s result (one write, flush, fsync); return it as stored."""
+        """Append chunk ``index``'s result as the chain's next record (one write, flush, fsync);
+        return it as stored."""
         stored = jsonable(result, f"result of chunk {index}")
-        line = dumps({"chunk": index, "result": stored}, separators=(",", ":")) + "\n"
+        line = dumps(self.chain.seal({"chunk": index, "result": stored}), separators=(",", ":")) + "\n"
         self.file.write(line.encode("utf-8"))
         self.file.flush()
         os.fsync(self.file.fileno())
@@ -873,16 +918,30 @@ class _Checkpoint:
         self.file.close()
 
 
-def _parse_record(line: bytes, what: str) -> tuple[int, Any] | None:
-    """``(chunk, result)`` of one record line, None when it is not a valid record."""
-    try:
-        rec = loads(line, what=what)
-    except FedAuditError:
+def _header_chain(header: dict[str, Any], what: str) -> "chain.Chain":
+    """The chain of a header read back: this user's secret, the key of its nonce, its mac checked.
+    Each way it can fail is one :class:`FedAuditError` naming ``what``."""
+    nonce = header.get("nonce")
+    if not chain.is_nonce(nonce):
+        raise FedAuditError(f"{what}: its header has no valid nonce (altered?); remove it to start again")
+    secret = chain.user_secret(create=False)
+    if secret is None or chain.key_id(secret) != header.get("key_id"):
+        reason = (f"fedaudit's secret {chain.secret_path()} does not exist" if secret is None else
+                  f"it was written with another secret than {chain.secret_path()}")
+        raise FedAuditError(f"{what} cannot be authenticated on this machine by this user ({reason}; another "
+                            f"user, machine or {chain.STATE_ENV} wrote it): remove it to start again")
+    link = chain.Chain(chain.derive_key(secret, chain.ENGINE_PURPOSE, nonce), header)
+    if not link.header_ok():
+        raise FedAuditError(f"{what}: its header fails its authentication (altered); remove it to start again")
+    return link
+
+
+def _parse_record(rec: Any) -> int | None:
+    """The chunk index of an authenticated record, None when it is not a record."""
+    if not (isinstance(rec, dict) and set(rec) == {"chunk", "result", "seq", "prev", "mac"}
+            and type(rec["chunk"]) is int):
         return None
-    if not (isinstance(rec, dict) and set(rec) == {"chunk", "result"} and isinstance(rec["chunk"], int)
-            and not isinstance(rec["chunk"], bool)):
-        return None
-    return rec["chunk"], rec["result"]
+    return rec["chunk"]
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -914,7 +973,8 @@ def _differences(old_key: Any, old_n: Any, key: Any, n: int) -> str:
 def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str | None = None, workers: int | None = None,
                address: str | None = None, checkpoint: str | os.PathLike | None = None, resume: bool = False,
                key: Any = None, progress: Callable[[int], None] | None = None,
-               units: Sequence[int] | None = None) -> Iterator[Any]:
+               units: Sequence[int] | None = None, validate: Callable[[Any, T], None] | None = None
+               ) -> Iterator[Any]:
     """Results of ``fn`` on every chunk, yielded **in chunk order**: ``fn(c) for c in chunks``
     computed on ``backend``, optionally checkpointed so a killed run can resume. Each result is
     yielded as soon as every earlier chunk's is out, so a caller that folds them as they come holds
@@ -957,6 +1017,13 @@ def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str | Non
         Called with ``units[i]`` (default 1) when chunk i finishes or is reloaded.
     units:
         Work units per chunk for ``progress`` (e.g. samples per chunk).
+    validate:
+        With ``checkpoint``: ``validate(result, chunk)`` is called on every result reloaded from
+        the checkpoint (as stored: JSON data) with the chunk it belongs to, before anything runs,
+        and raises (any exception, with a message) when the result does not have the shape and
+        range ``fn`` gives (e.g. integer counts with 0 ≤ hits ≤ draws = the chunk's size). A
+        rejected record is one :class:`FedAuditError` naming the file, line and chunk. Records are
+        authenticated before this (module docstring); ``validate`` states what a caller will sum.
     """
     backend, workers, address = check_run_options(backend, workers, address, checkpoint, resume)
     if not callable(fn):
@@ -975,6 +1042,12 @@ def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str | Non
         if key is None:
             raise FedAuditError("checkpoint needs key= (a JSON description of the run: fn, parameters, root seed)")
         store = _Checkpoint(checkpoint, key, n, resume)
+        if validate is not None:
+            try:
+                store.validate(validate, chunks)
+            except BaseException:
+                store.close()
+                raise
     advance = progress if progress is not None else (lambda u: None)
     return _in_order(fn, chunks, units, store, advance, backend, workers, address)
 

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import FedAuditError
 
-__all__ = ["SPECIAL", "jsonable", "dumps", "loads", "write", "from_special", "finite_or_none"]
+__all__ = ["SPECIAL", "jsonable", "dumps", "loads", "write", "from_special", "finite_or_none", "is_numbers"]
 
 #: the strings that stand for non-finite floats, and the floats they stand for
 SPECIAL: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -138,3 +138,18 @@ def write(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> Path:
 def from_special(value: Any) -> Any:
     """Inverse of the convention for one value: ``"inf"``/``"-inf"``/``"nan"`` → float, else unchanged."""
     return SPECIAL[value] if isinstance(value, str) and value in SPECIAL else value
+
+
+def is_numbers(value: Any, shape: tuple[int | None, ...] = ()) -> bool:
+    """``value`` is JSON data of numbers with ``shape``: for ``()`` one number (an int or float,
+    not a bool, or one of the strings ``"inf"``/``"-inf"``/``"nan"``), else a list of
+    ``shape[0]`` (None: any number of) such values of shape ``shape[1:]``, all of one length where
+    the size is None. How a caller checks numbers read back from a file before it computes with them."""
+    if not shape:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)) or \
+            (isinstance(value, str) and value in SPECIAL)
+    if not isinstance(value, list) or (shape[0] is not None and len(value) != shape[0]):
+        return False
+    if len(shape) > 1 and shape[1] is None and value:  # rows of one (free) length
+        shape = (shape[0], len(value[0]) if isinstance(value[0], list) else -1, *shape[2:])
+    return all(is_numbers(v, shape[1:]) for v in value)

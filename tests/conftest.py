@@ -4,6 +4,7 @@ import importlib.util
 import itertools
 import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -22,6 +23,10 @@ for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_LOG_LEVEL", "ERROR"
 # helpers that a worker would not see); the backends are compared explicitly in tests/test_engine*.py
 # and the *_engine tests. `FEDAUDIT_BACKEND=process pytest` runs the whole suite on worker processes.
 os.environ.setdefault("FEDAUDIT_BACKEND", "serial")
+
+# Checkpoints are authenticated with the user's fedaudit secret (fedaudit.chain): the suite keeps
+# it in a directory of its own (inherited by the CLI subprocesses), never in ~/.local/state.
+os.environ.setdefault("FEDAUDIT_STATE_DIR", tempfile.mkdtemp(prefix="fedaudit-test-state-"))
 
 settings.register_profile(
     "ci",

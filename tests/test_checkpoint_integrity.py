@@ -19,6 +19,8 @@ import pytest
 
 from fedaudit.cli import main
 from fedaudit.errors import FedAuditError
+from fedaudit.experiments.keys import Key
+from fedaudit.experiments.kind import ClaimKind, Evidence
 from fedaudit.experiments.runner import CHECKPOINT_DIR, run_plan_to_dir
 
 PLAN = """\
@@ -59,9 +61,9 @@ class _Killed(Exception):
     """Stands for SIGKILL after the last claim and before the report."""
 
 
-def _killed_run(plan_file, out, monkeypatch):
-    """Run the plan into ``out`` through run_plan_to_dir, killed before the report is written:
-    every claim is checkpointed, no report exists."""
+def _killed_run(plan_file, out, monkeypatch, resume=False):
+    """Run (``resume``: resume) the plan into ``out`` through run_plan_to_dir, killed before the
+    report is written: every claim is checkpointed, no report exists."""
     import fedaudit.reports.io as io
 
     def killed(*args, **kwargs):
@@ -70,7 +72,7 @@ def _killed_run(plan_file, out, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(io, "write_sealed_report", killed)
         with pytest.raises(_Killed):
-            run_plan_to_dir(plan_file, out)
+            run_plan_to_dir(plan_file, out, resume=resume)
     assert not (out / "report.json").exists()
 
 
@@ -149,8 +151,10 @@ def test_one_digit_of_epsilon_lower_is_refused(plan_file, tmp_path, monkeypatch,
     path = out / CHECKPOINT_DIR / "vq.json"
     text = path.read_text()
     value = json.loads(text)["claim"]["evidence"]["epsilon_lower"]
-    old = json.dumps(value)
-    new = old[:-1] + ("1" if old[-1] != "1" else "2")
+    old = json.dumps(value)  # change its first decimal (the last one may parse to the same float)
+    point = old.index(".") + 1
+    new = old[:point] + ("1" if old[point] != "1" else "2") + old[point + 1:]
+    assert float(new) != value
     assert text.count(f'"epsilon_lower": {old}') >= 1
     path.write_text(text.replace(f'"epsilon_lower": {old}', f'"epsilon_lower": {new}', 1))
     rc, lines = _resume(plan_file, out, capsys)
@@ -217,7 +221,77 @@ def test_checkpoints_made_with_the_signing_key_need_it_to_resume(plan_file, tmp_
     monkeypatch.setenv("FEDAUDIT_REPORT_KEY", "another key of 32 characters...")
     rc, lines = _resume(plan_file, out, capsys)
     _refused(rc, lines, out, "_run.json")
-    assert "another key" in lines[0]
+    assert "another signing key" in lines[0]
+
+
+def _reseal_plan(out: Path) -> None:
+    """Recompute the MACs of a plan run's checkpoints (user-secret mode) in their seq order: what
+    only the holder of the secret could do; the records' contents must then still be checked."""
+    from fedaudit import chain
+
+    ckdir = out / CHECKPOINT_DIR
+    header = json.loads((ckdir / "_run.json").read_text())
+    key = chain.derive_key(chain.user_secret(create=False), chain.PLAN_PURPOSE, header["nonce"])
+    link = chain.Chain(key, header)
+    records = [(json.loads(p.read_text()), p) for p in ckdir.glob("[!_]*.json")]
+    assert records
+    for data, path in sorted(records, key=lambda r: r[0]["seq"]):
+        path.write_text(json.dumps(link.seal(data)))
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda c: c.update(verdict="PASS"), "records the verdict 'PASS', its evidence gives 'FAIL'"),
+    (lambda c: c["evidence"].pop("epsilon_lower"), "cannot be re-derived"),
+    (lambda c: c.update(expect="pass"), "does not match claim 'bad'"),
+    (lambda c: c.update(title="another claim"), "does not match claim 'bad'"),
+])
+def test_a_verdict_is_re_derived_from_the_evidence_never_read(plan_file, tmp_path, monkeypatch, capsys,
+                                                             change, match):
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    _edit(out / CHECKPOINT_DIR / "bad.json", lambda d: change(d["claim"]))
+    _reseal_plan(out)
+    rc, lines = _resume(plan_file, out, capsys)
+    _refused(rc, lines, out, "bad.json")
+    assert match in lines[0]
+
+
+class Plain(ClaimKind):
+    """A test kind without ``decide``: its verdicts cannot be re-derived."""
+
+    name = "plain"
+
+    def keys(self):
+        return {"marker": Key("str", None)}
+
+    def default_title(self, params, expect):
+        return "plain"
+
+    def run(self, spec, rng, progress, *, workdir=None):
+        with open(spec.params["marker"], "a") as fh:
+            fh.write(spec.id + "\n")
+        progress(1)
+        return Evidence(holds=True, violated=False, evidence={"x": float(rng.random())}, summary="ran")
+
+
+def test_a_kind_that_cannot_re_derive_its_verdict_is_run_again(plan_file, tmp_path, monkeypatch, capsys):
+    marker = tmp_path / "ran"
+    plan_file.write_text(PLAN + f"""
+[[claim]]
+id = "plain"
+kind = "test_checkpoint_integrity:Plain"
+marker = "{marker}"
+""")
+    out = tmp_path / "out"
+    _killed_run(plan_file, out, monkeypatch)
+    assert (out / CHECKPOINT_DIR / "plain.json").is_file() and marker.read_text() == "plain\n"
+    _killed_run(plan_file, out, monkeypatch, resume=True)  # a resume killed before its report: the chain stays whole
+    assert marker.read_text() == "plain\nplain\n"  # run again, not reused
+    rc, lines = _resume(plan_file, out, capsys)
+    assert rc == 1, lines
+    assert marker.read_text() == "plain\nplain\nplain\n"
+    report = json.loads((out / "report.json").read_text())
+    assert [c["verdict"] for c in report["claims"]] == ["FAIL", "PASS", "PASS", "PASS"]
 
 
 # --------------------------------------------------------------------------- engine checkpoints

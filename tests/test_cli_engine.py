@@ -48,15 +48,19 @@ def test_checkpoint_then_resume_reuses_the_finished_chunks(tmp_path):
     assert audit(tmp_path, "again", "--checkpoint", str(ckpt), "--resume") == fresh
     assert ckpt.read_bytes() == complete  # nothing redrawn: no record appended
 
-    # keep the header and one record, with its hit count raised by 1000: a resumed run that reused
-    # it shifts TP + FP by exactly 1000 and draws the five other chunks again (five new records)
+    # keep the header and two records: the resumed run draws the four other chunks again (four new
+    # records) and certifies the same bound
+    ckpt.write_bytes(b"\n".join(lines[:3]) + b"\n")
+    assert audit(tmp_path, "resumed", "--checkpoint", str(ckpt), "--resume") == fresh
+    assert len(ckpt.read_bytes().splitlines()) == 1 + N_CHUNKS
+
+    # one hit count raised by 1000 is not reused: the record fails its authentication (exit 2)
     record = json.loads(lines[1])
     record["result"][0] += 1000
     ckpt.write_bytes(lines[0] + b"\n" + json.dumps(record).encode() + b"\n")
-    resumed = audit(tmp_path, "resumed", "--checkpoint", str(ckpt), "--resume")
-    ev, ev0 = resumed["event"], fresh["event"]
-    assert ev["tp"] + ev["fp"] == ev0["tp"] + ev0["fp"] + 1000
-    assert len(ckpt.read_bytes().splitlines()) == 1 + N_CHUNKS
+    assert main([*BASE, "--seed", "0", "--json", str(tmp_path / "tampered.json"), "--checkpoint", str(ckpt),
+                 "--resume"]) == 2
+    assert not (tmp_path / "tampered.json").exists()
 
 
 def test_checkpoint_of_other_arguments_is_refused(tmp_path, capsys):

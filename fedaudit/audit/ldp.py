@@ -68,7 +68,7 @@ from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, Guarantee, epsilon_delta, make_guarantee
-from fedaudit.json import jsonable
+from fedaudit.json import dumps, jsonable
 from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence
 from fedaudit.validation import check_int, check_positive, check_probability, check_real, check_vector
@@ -337,7 +337,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     tasks, owner = split("cert", n_cert, chosen)
     key = None if checkpoint is None else _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test,
                                                           selection_fraction, delta_claim, chunk, chosen)
-    counted = run(_count_chunk, tasks, checkpoint=checkpoint, resume=resume, key=key)
+    counted = run(_count_chunk, tasks, checkpoint=checkpoint, resume=resume, key=key, validate=_check_count)
     hits = [0, 0]
     for w, (h, _, seconds) in zip(owner, counted):  # chunk order: a fixed reduction
         hits[w] += h
@@ -419,6 +419,22 @@ def _count_chunk(task) -> list:
     source, parts = _chunk_parts(task)
     hits = sum(int(np.count_nonzero(event.hits(event.statistic(part)))) for part in parts)
     return [hits, int(sum(task[4])), source.seconds]
+
+
+def _check_count(record: Any, task) -> None:
+    """A certification chunk's result as a checkpoint stores it (:func:`fedaudit.engine.iter_chunks`'s
+    ``validate``): ``[hits, reports, seconds]`` with ``reports`` the chunk's size, integer
+    ``0 ≤ hits ≤ reports`` and ``seconds ≥ 0`` — what the certification sums."""
+    size = int(sum(task[4]))
+    if not (isinstance(record, list) and len(record) == 3):
+        raise ValueError(f"expected [hits, reports, seconds], got {dumps(record)[:60]}")
+    hits, reports, seconds = record
+    if type(reports) is not int or reports != size:
+        raise ValueError(f"reports {dumps(reports)[:30]} is not the chunk's {size} draws")
+    if type(hits) is not int or not 0 <= hits <= size:
+        raise ValueError(f"hits {dumps(hits)[:30]} is not an integer in [0, {size}]")
+    if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+        raise ValueError(f"seconds {dumps(seconds)[:30]} is not a time")
 
 
 def _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test, selection_fraction, delta, chunk,

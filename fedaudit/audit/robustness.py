@@ -64,7 +64,7 @@ from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, Searc
                                               optimise_configuration, optimiser_checkpoint_files, robustness_ratio,
                                               tick)
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
-from fedaudit.json import jsonable
+from fedaudit.json import is_numbers, jsonable
 from fedaudit.validation import check_int
 from fedaudit.rng import as_seed_sequence
 
@@ -304,7 +304,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
              for start in range(0, trials, TRIAL_CHUNK)]
     key = None if checkpoint is None else _checkpoint_key(aggregator, spec, agg, n, f, d, trials, names, root, rule_seed)
     chunk_records = run_chunks(_trial_chunk, tasks, backend=backend, workers=workers, address=address,
-                               checkpoint=checkpoint, resume=resume, key=key,
+                               checkpoint=checkpoint, resume=resume, key=key, validate=_check_trials,
                                progress=None if progress is None else functools.partial(tick, progress),
                                units=[len(task[5]) for task in tasks])
     honest_idx = np.arange(n - f)
@@ -455,6 +455,31 @@ def _trial_chunk(task) -> list[dict[str, Any]]:
         records.append({"kind": "evaluated", "label": label, "nu": nu, "S": [int(i) for i in S], "method": method,
                         "shape": shape, "attack": attack_name, "optimal": optimal, "X": X if keep else None})
     return records
+
+
+def _check_trials(records: Any, task) -> None:
+    """A chunk's trial records as a checkpoint stores them (:func:`fedaudit.engine.iter_chunks`'s
+    ``validate``): one per trial of the chunk, each of the shape :func:`_trial_chunk` describes,
+    ``S`` indices of the n rows and ``X`` (when kept) n × d numbers."""
+    _, n, _, d, _, items = task
+    if not (isinstance(records, list) and len(records) == len(items)):
+        raise ValueError(f"expected a list of {len(items)} trial records")
+    for t, rec in enumerate(records):
+        kind = rec.get("kind") if isinstance(rec, dict) else None
+        if kind == "skipped":
+            continue
+        if kind == "breakdown":
+            ok = isinstance(rec.get("label"), str) and isinstance(rec.get("error"), dict)
+        elif kind == "evaluated":
+            S = rec.get("S")
+            ok = (isinstance(rec.get("label"), str) and is_numbers(rec.get("nu")) and isinstance(rec.get("method"), str)
+                  and isinstance(S, list) and all(type(i) is int and 0 <= i < n for i in S)
+                  and isinstance(rec.get("optimal"), bool)
+                  and (rec.get("X") is None or is_numbers(rec.get("X"), (n, d))))
+        else:
+            ok = False
+        if not ok:
+            raise ValueError(f"trial record {t + 1} of the chunk is malformed")
 
 
 def _checkpoint_key(aggregator, spec, agg, n, f, d, trials, names, root, rule_seed) -> dict[str, Any]:

@@ -104,7 +104,7 @@ from scipy.optimize import minimize
 from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.engine import run_chunks
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
-from fedaudit.json import dumps, jsonable
+from fedaudit.json import dumps, is_numbers, jsonable
 from fedaudit.kernels import krum_scores
 from fedaudit.validation import check_int, check_real
 
@@ -578,7 +578,7 @@ def optimise_configuration(agg: Callable, n: int, f: int, d: int, *, seeds: Sequ
         file = None if checkpoint is None else optimiser_checkpoint(checkpoint, j)
         results = run_chunks(_optimiser_chunk, [(ctx, kind, item, s) for (kind, item), s in zip(plan, parent)],
                              backend=backend, workers=workers, address=address, checkpoint=file, resume=resume,
-                             key=stage_key, units=units,
+                             key=stage_key, units=units, validate=_check_optimiser_result,
                              progress=None if progress is None else functools.partial(tick, progress))
         for res in results:
             out["evals"] += int(res["evals"])
@@ -672,6 +672,26 @@ def _certify(agg: Callable, n: int, f: int, d: int, rule_seed: int, Y: np.ndarra
         return -1.0, X, np.arange(n - f)
     nu, S = _ratio(X, z, f)
     return nu, X, S
+
+
+def _check_optimiser_result(result: Any, task) -> None:
+    """An optimiser chunk's result as a checkpoint stores it (:func:`fedaudit.engine.iter_chunks`'s
+    ``validate``): the fields :func:`_optimiser_chunk` returns for the chunk's kind, ``evals`` an
+    integer ≥ 0, each ``nu`` a number, each ``Y`` None or rows of numbers."""
+    kind = task[1]
+
+    def found(item: Any) -> bool:
+        return (isinstance(item, dict) and is_numbers(item.get("nu")) and isinstance(item.get("label"), str)
+                and (item.get("Y") is None or is_numbers(item.get("Y"), (None, None))))
+
+    ok = (isinstance(result, dict) and type(result.get("evals")) is int and result["evals"] >= 0
+          and result.get("stopped") in ("budget", "time limit", "unbounded"))
+    if ok and "found" in result:
+        ok = isinstance(result["found"], list) and all(found(item) for item in result["found"])
+    if ok and (kind != "clusters" or result.get("stopped") == "time limit"):
+        ok = found({"label": "", **result})
+    if not ok:
+        raise ValueError(f"not the result of an optimiser chunk of kind {kind!r}")
 
 
 def _optimiser_chunk(task) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from scipy import stats
 from fedaudit.audit.bounds import MAX_SAMPLES
 from fedaudit.engine import check_run_options, iter_chunks
 from fedaudit.errors import FedAuditError
+from fedaudit.json import is_numbers
 from fedaudit.validation import check_int, check_probability, check_vector
 from fedaudit.mechanisms.base import Mechanism, check_levels
 from fedaudit.rng import as_seed_sequence, chunk_plan
@@ -125,7 +126,8 @@ def _measure_all(mechanisms: Sequence[Mechanism], x: np.ndarray, samples: int,
             owner.append(j)
     key = None if checkpoint is None else _checkpoint_key(mechanisms, x, samples, chunk, streams)
     done = iter_chunks(_mse_chunk, tasks, backend=backend, workers=workers, address=address, checkpoint=checkpoint,
-                       resume=resume, key=key, progress=progress, units=[sum(t[2]) for t in tasks])
+                       resume=resume, key=key, progress=progress, units=[sum(t[2]) for t in tasks],
+                       validate=_check_block_sums)
     sums = [_BlockSums(m.dim) for m in mechanisms]
     for j, record in zip(owner, done):  # chunk order = block order within each measurement; folded as they come
         sums[j].add(record)
@@ -167,6 +169,20 @@ def _mse_chunk(task) -> list:
         coord_sum[b] = diff.sum(0)
         coord_sq[b] = np.einsum("ij,ij->j", diff, diff)
     return [err_sum, err_sq, coord_sum, coord_sq]
+
+
+def _check_block_sums(record: Any, task) -> None:
+    """A chunk's result as a checkpoint stores it (:func:`fedaudit.engine.iter_chunks`'s
+    ``validate``): the four sums of :func:`_mse_chunk`, one per block of the chunk (B numbers,
+    B numbers, B × d, B × d)."""
+    mechanism, _, sizes, _ = task
+    b, d = len(sizes), mechanism.dim
+    shapes = (("Σe", (b,)), ("Σe²", (b,)), ("Σ(x̂ − x)", (b, d)), ("Σ(x̂ − x)²", (b, d)))
+    if not (isinstance(record, list) and len(record) == len(shapes)):
+        raise ValueError("expected the four block sums [Σe, Σe², Σ(x̂ − x), Σ(x̂ − x)²]")
+    for (name, shape), value in zip(shapes, record):
+        if not is_numbers(value, shape):
+            raise ValueError(f"{name} is not {' × '.join(map(str, shape))} numbers")
 
 
 def _checkpoint_key(mechanisms, x, samples, chunk, streams) -> dict[str, Any]:

@@ -25,6 +25,23 @@ or another fedaudit version are refused. Claims that ended INCONCLUSIVE with an 
 checkpointed, so a resume retries them. Once the report is written, ``.checkpoint/`` and
 ``.work/`` are removed.
 
+Checkpoints are evidence, not verdicts. Whoever can write ``DIR`` could edit a checkpoint, and a
+resumed run signs what it reloads, so the checkpoints are a tamper-evident chain
+(:class:`Checkpoints`, :mod:`fedaudit.chain`): ``_run.json`` binds the plan's SHA-256, the
+version, the root seed, the start time and a fresh nonce; every claim's record carries ``seq``
+(the order claims finished), the MAC of the record before it and its own HMAC under a key derived
+from the nonce and a secret ``DIR`` does not hold — the report signing key when the run signs its
+report, else this user's fedaudit secret in the state directory (``FEDAUDIT_STATE_DIR``). On
+resume every MAC and the chain are checked (an edited record, one from another run, or one
+missing before the last is refused; a missing *last* record is what a kill leaves, and that claim
+runs again), the record must be the plan's claim (id, kind, expect, title, seed), and its verdict
+is re-derived from its evidence through its kind
+(:func:`~fedaudit.experiments.kind.derived_verdict`) and must be the verdict it records; a kind
+that cannot re-derive verdicts has its claim run again. A tampered, inconsistent or
+unauthenticated checkpoint is one :class:`FedAuditError` naming the file (CLI: exit 2), and no
+report is written. Checkpoints written under the signing key resume only with it; those written
+with the user's secret only by that user on that machine.
+
 Engine and parallel claims. The plan's ``[engine]`` table, with the ``engine=`` keywords of
 :func:`run_plan` in its place (:func:`fedaudit.experiments.plan.engine_options`), is applied with
 :func:`fedaudit.engine.engine_defaults` around every claim, so each audit that leaves its
@@ -61,10 +78,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fedaudit import chain
 from fedaudit import json as fjson
 from fedaudit.engine import default_backend, default_workers, engine_defaults, require_ray, run_tasks
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, ClaimSpec, Progress, derived_verdict, trim, verdict
+from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progress, derived_verdict, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
 from fedaudit.reports.integrity import CHECKPOINT_DIR, WORK_DIR
@@ -74,8 +92,8 @@ from fedaudit.version import __version__
 __all__ = ["PlanProgress", "Checkpoints", "run_claim", "work_units", "run_plan", "run_plan_to_dir",
            "CHECKPOINT_DIR", "WORK_DIR"]
 
-#: version of the checkpoint file layout
-CHECKPOINT_FORMAT = 1
+#: version of the checkpoint file layout (2: the chained, authenticated records)
+CHECKPOINT_FORMAT = 2
 #: seconds between two looks at the parallel claims' progress files (``claims_running``)
 POLL_S = 0.5
 #: a parallel claim's worker rewrites its progress file at most this often (seconds)
@@ -277,60 +295,145 @@ def _error_claim(spec: ClaimSpec, exc: BaseException, kind: ClaimKind | None = N
 
 
 class Checkpoints:
-    """The finished claims of one plan run in ``root/.checkpoint/`` (one JSON file per claim).
+    """The finished claims of one plan run in ``root/.checkpoint/`` (one JSON file per claim), a
+    tamper-evident chain (:mod:`fedaudit.chain`).
 
-    A checkpoint file holds ``{"format", "fedaudit", "plan_sha256", "claim_id", "run_started",
-    "claim"}`` where ``claim`` is ``Claim.to_dict()``; ``_run.json`` (claim ids cannot start with
-    ``_``) holds the same header for the run itself, written before the first claim, so even a run
-    killed inside its first claim (a stress grid half done in ``.work/``) can only be resumed with
-    its own plan. Files are written atomically (temporary file in the same directory, fsync,
-    rename, fsync of the directory).
+    ``_run.json`` (claim ids cannot start with ``_``) is the chain's header, written before the
+    first claim: ``{"format", "fedaudit", "plan_sha256", "seed", "run_started", "nonce", "secret",
+    "key_id", "mac"}``, so even a run killed inside its first claim (a stress grid half done in
+    ``.work/``) can only be resumed with its own plan. ``secret`` says what the run's MAC key
+    ``derive_key(secret, "plan-checkpoint", nonce)`` comes from: ``"report key"`` (``key``, the
+    key that signs the report) or ``"user secret"`` (this user's fedaudit secret, outside the
+    report directory). Each claim's file holds ``{"format", "fedaudit", "plan_sha256", "claim_id",
+    "run_started", "claim", "seq", "prev", "mac"}`` where ``claim`` is ``Claim.to_dict()`` and
+    ``seq`` numbers the records in the order claims finished. Files are written atomically
+    (temporary file in the same directory, fsync, rename, fsync of the directory).
+
+    :meth:`load` authenticates the header and every record in ``seq`` order, then re-derives each
+    claim's verdict from its evidence through its kind (:func:`~fedaudit.experiments.kind.derived_verdict`):
+    a claim is reused only when that gives the verdict it records; a kind that cannot re-derive
+    (no ``decide``) has its claim run again.
     """
 
     RUN_FILE = "_run.json"
+    #: ``secret`` of the header: what the run's MAC key is derived from
+    REPORT_KEY, USER_SECRET = "report key", "user secret"
 
-    def __init__(self, root: str | os.PathLike, plan: Plan):
+    def __init__(self, root: str | os.PathLike, plan: Plan, *, key: bytes | None = None):
+        """``key``: the report signing key of the run (the checkpoints of a new run are
+        authenticated with it), None for this user's secret (:func:`fedaudit.chain.user_secret`)."""
         self.root = Path(root)
         self.dir = self.root / CHECKPOINT_DIR
         self.plan = plan
+        self.key = key
+        self._chain: chain.Chain | None = None
+        self._recorded: set[str] = set()  # claim ids with a record in the chain
 
     def path(self, claim_id: str) -> Path:
         """The checkpoint file of ``claim_id`` (ids are ``[A-Za-z0-9_.-]``, safe as file names)."""
         return self.dir / f"{claim_id}.json"
 
     def load(self) -> tuple[dict[str, Claim], float | None]:
-        """``({claim id: Claim}, start time of the first run)`` of the checkpoints present.
+        """``({claim id: Claim}, start time of the run)`` of the checkpoints present that may be
+        reused; afterwards :meth:`save` continues their chain.
 
         Raises :class:`FedAuditError` for a checkpoint of another plan (SHA-256 differs), of
-        another fedaudit version or format, of a claim the plan does not have, or one that
-        cannot be read — the caller must not mix results of different plans.
+        another fedaudit version or format, of a claim the plan does not have, one that cannot be
+        read, records without their header, checkpoints that cannot be authenticated here (the
+        secret is missing or another one) and a tampered or inconsistent record: one that fails
+        its MAC, breaks the chain (a record before it is missing or out of place), differs from the
+        plan's claim or records a verdict its evidence does not give. The caller must not mix
+        results of different plans, nor write a report from such evidence.
         """
+        self._chain, self._recorded = None, set()
         if not self.dir.is_dir():
             return {}, None
-        ids = {spec.id: spec for spec in self.plan.claims}
-        found: dict[str, Claim] = {}
-        started: float | None = None
-        for path in sorted(self.dir.iterdir()):
+        records: list[tuple[int, Path, dict[str, Any]]] = []
+        header: dict[str, Any] | None = None
+        # the claims' files first: a checkpoint of another plan is named by its claim's file
+        for path in sorted(self.dir.iterdir(), key=lambda p: (p.name == self.RUN_FILE, p.name)):
             if path.name.startswith("."):  # a temporary file of an interrupted write
                 continue
             data = self._read(path)
             if path.name == self.RUN_FILE:
-                t = data.get("run_started")
-                if isinstance(t, (int, float)) and not isinstance(t, bool):
-                    started = t if started is None else min(started, t)
+                header = data
                 continue
-            where = f"checkpoint {path}"
+            seq = data.get("seq")
+            if type(seq) is not int or seq < 1:
+                raise FedAuditError(f"checkpoint {path} has no valid seq (altered?); {_START_OVER}")
+            records.append((seq, path, data))
+        if header is None:
+            if records:
+                raise FedAuditError(f"checkpoint {self.dir / self.RUN_FILE} is missing, so the checkpoints in "
+                                    f"{self.dir} cannot be authenticated; {_START_OVER}")
+            return {}, None
+        link = self._header_chain(header)
+        specs = {spec.id: spec for spec in self.plan.claims}
+        found: dict[str, Claim] = {}
+        for _, path, data in sorted(records, key=lambda r: r[0]):
+            if not link.follows(data):
+                raise FedAuditError(f"checkpoint {path} fails its authentication: the record was altered, or one "
+                                    f"written before it is missing or out of place; {_START_OVER}")
             claim_id = data.get("claim_id")
-            if claim_id not in ids or path.name != f"{claim_id}.json":
-                raise FedAuditError(f"{where} names claim {claim_id!r}, which is not in the plan")
-            claim = Claim.from_dict(data["claim"])
-            if claim.id != claim_id or claim.seed != ids[claim_id].seed:
-                raise FedAuditError(f"{where} does not match claim {claim_id!r} of the plan (id or seed differ)")
-            found[claim_id] = claim
-            t = data.get("run_started")
-            if isinstance(t, (int, float)) and not isinstance(t, bool):
-                started = t if started is None else min(started, t)
-        return found, started
+            if claim_id not in specs or path.name != f"{claim_id}.json" or claim_id in self._recorded:
+                raise FedAuditError(f"checkpoint {path} names claim {claim_id!r}, which is not in the plan")
+            self._recorded.add(claim_id)
+            claim = self._reusable(path, data, specs[claim_id])
+            if claim is not None:
+                found[claim_id] = claim
+        self._chain = link
+        started = header.get("run_started")
+        return found, (started if type(started) in (int, float) else None)
+
+    def _header_chain(self, header: dict[str, Any]) -> "chain.Chain":
+        """The chain of a ``_run.json`` read back: the secret it names, the key of its nonce, its
+        mac checked (each failure one :class:`FedAuditError` saying what to do)."""
+        where = f"checkpoint {self.dir / self.RUN_FILE}"
+        nonce, source = header.get("nonce"), header.get("secret")
+        if not chain.is_nonce(nonce) or source not in (self.REPORT_KEY, self.USER_SECRET):
+            raise FedAuditError(f"{where} has no valid nonce or secret (altered?); {_START_OVER}")
+        if source == self.REPORT_KEY:
+            secret = self.key
+            if secret is None:
+                raise FedAuditError(f"{where}: the run's checkpoints are authenticated with the report signing key "
+                                    f"(FEDAUDIT_REPORT_KEY): set it to resume, or {_START_OVER}")
+            other = "they were written under another signing key (FEDAUDIT_REPORT_KEY)"
+        else:
+            secret = chain.user_secret(create=False)
+            if secret is None:
+                raise FedAuditError(f"{where}: the checkpoints cannot be authenticated on this machine by this user "
+                                    f"(fedaudit's secret {chain.secret_path()} does not exist); {_START_OVER}")
+            other = (f"the checkpoints cannot be authenticated on this machine by this user: they were written with "
+                     f"another secret than {chain.secret_path()}")
+        if chain.key_id(secret) != header.get("key_id"):
+            raise FedAuditError(f"{where}: {other}; {_START_OVER}")
+        link = chain.Chain(chain.derive_key(secret, chain.PLAN_PURPOSE, nonce), header)
+        if not link.header_ok() or header.get("seed") != str(self.plan.seed):
+            raise FedAuditError(f"{where} fails its authentication (altered); {_START_OVER}")
+        return link
+
+    def _reusable(self, path: Path, data: dict[str, Any], spec: ClaimSpec) -> Claim | None:
+        """The authenticated checkpoint's claim when it may be reused: it is the plan's claim
+        (id, kind, expect, title, seed) and its verdict is the one its evidence gives through the
+        kind; None when the kind cannot re-derive verdicts (the claim is run again)."""
+        where = f"checkpoint {path}"
+        claim = Claim.from_dict(data["claim"]) if isinstance(data.get("claim"), dict) else None
+        if claim is None or (claim.id, claim.kind, claim.expect, claim.title, claim.seed) != \
+                (spec.id, spec.kind, spec.expect, spec.title, spec.seed):
+            raise FedAuditError(f"{where} does not match claim {spec.id!r} of the plan (id, kind, expect, title or "
+                                f"seed differ); {_START_OVER}")
+        kind = claim_kind(spec.kind)
+        try:
+            derived = derived_verdict(kind, spec.expect, claim.evidence)
+        except EvidenceError as exc:
+            raise FedAuditError(f"{where}: the verdict cannot be re-derived from its evidence ({exc}); "
+                                f"{_START_OVER}") from None
+        if derived is None:
+            return None
+        if derived != claim.verdict or claim.error is not None:
+            raise FedAuditError(f"{where} records the verdict {claim.verdict!r}, its evidence gives {derived!r}; "
+                                f"{_START_OVER}")
+        return claim
 
     def _read(self, path: Path) -> dict[str, Any]:
         """A checkpoint file's record, after checking its format, plan SHA-256 and version."""
@@ -338,43 +441,73 @@ class Checkpoints:
         try:
             data = fjson.loads(path.read_bytes(), what=where)
         except (OSError, FedAuditError) as exc:
-            raise FedAuditError(f"cannot read {where}: {exc}; rerun without --resume (and with --force) "
-                                f"to start over") from None
+            raise FedAuditError(f"cannot read {where}: {exc}; {_START_OVER}") from None
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-            raise FedAuditError(f"{where} has an unknown format; rerun without --resume (and with --force)")
+            raise FedAuditError(f"{where} has an unknown format; {_START_OVER}")
         if data.get("plan_sha256") != self.plan.sha256:
             raise FedAuditError(
                 f"{where} belongs to a different plan (sha256 {str(data.get('plan_sha256'))[:12]}, this plan "
-                f"{self.plan.sha256[:12]}); resume with the plan that started the run, or rerun without "
-                f"--resume (and with --force) to start over")
+                f"{self.plan.sha256[:12]}); resume with the plan that started the run, or {_START_OVER}")
         if data.get("fedaudit") != __version__:
             raise FedAuditError(f"{where} was written by fedaudit {data.get('fedaudit')}, this is "
-                                f"{__version__}; rerun without --resume (and with --force)")
+                                f"{__version__}; {_START_OVER}")
         return data
 
     def _write(self, path: Path, record: dict[str, Any]) -> Path:
         from fedaudit.reports.io import atomic_write, fsync_dir
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        header = {"format": CHECKPOINT_FORMAT, "fedaudit": __version__, "plan_sha256": self.plan.sha256}
-        atomic_write(path, fjson.dumps({**header, **record}, sort_keys=True))
+        atomic_write(path, fjson.dumps(record, sort_keys=True))
         fsync_dir(self.dir)
         return path
 
+    def _header(self) -> dict[str, Any]:
+        return {"format": CHECKPOINT_FORMAT, "fedaudit": __version__, "plan_sha256": self.plan.sha256}
+
     def begin(self, run_started: float) -> None:
-        """Record the run (plan SHA-256, version, start time) unless an earlier start is recorded."""
-        if not (self.dir / self.RUN_FILE).is_file():
-            self._write(self.dir / self.RUN_FILE, {"run_started": run_started})
+        """Start the chain of a new run (plan SHA-256, version, seed, start time, a fresh nonce),
+        discarding any earlier checkpoint files; a no-op after :meth:`load` found a run to continue."""
+        if self._chain is not None:
+            return
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self._recorded = set()
+        nonce = chain.new_nonce()
+        if self.key is not None:
+            secret, source = self.key, self.REPORT_KEY
+        else:
+            secret, source = chain.user_secret(create=True), self.USER_SECRET
+        key = chain.derive_key(secret, chain.PLAN_PURPOSE, nonce)
+        header = chain.Chain.seal_header(key, {**self._header(), "seed": str(self.plan.seed),
+                                               "run_started": run_started, "nonce": nonce, "secret": source,
+                                               "key_id": chain.key_id(secret)})
+        self._write(self.dir / self.RUN_FILE, header)
+        self._chain = chain.Chain(key, header)
 
     def save(self, claim: Claim, run_started: float) -> Path:
-        """Write the checkpoint of ``claim`` atomically; returns its path."""
-        return self._write(self.path(claim.id), {"claim_id": claim.id, "run_started": run_started,
-                                                 "claim": claim.to_dict()})
+        """Write the checkpoint of ``claim`` atomically as the chain's next record (starting the
+        chain if :meth:`begin` was not called); returns its path. A claim that already has a record
+        in the chain (one :meth:`load` did not reuse: its kind cannot re-derive verdicts) keeps it:
+        it is never reused, and replacing it would leave a gap in the chain."""
+        if self._chain is None:
+            self.begin(run_started)
+        path = self.path(claim.id)
+        if claim.id in self._recorded:
+            return path
+        record = self._chain.seal({**self._header(), "claim_id": claim.id, "run_started": run_started,
+                                   "claim": fjson.jsonable(claim.to_dict())})
+        self._write(path, record)
+        self._recorded.add(claim.id)
+        return path
 
     def clear(self) -> None:
         """Remove every checkpoint (and the claims' intermediate files)."""
         for name in (CHECKPOINT_DIR, WORK_DIR):
             shutil.rmtree(self.root / name, ignore_errors=True)
+        self._chain, self._recorded = None, set()
+
+
+#: the advice of every refused checkpoint
+_START_OVER = "rerun without --resume (and with --force) to start over"
 
 
 def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgress | None = None,
@@ -478,17 +611,25 @@ def _run_parallel(batch, options, workdir, finish, hooks) -> None:
 def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | os.PathLike, *,
                     force: bool = False, resume: bool = False, progress: PlanProgress | None = None,
                     command: str | None = None, formats: tuple[str, ...] | None = None,
-                    engine: Mapping[str, Any] | None = None) -> tuple[Report, dict[str, Path]]:
+                    engine: Mapping[str, Any] | None = None, key: bytes | None = None
+                    ) -> tuple[Report, dict[str, Path]]:
     """Run ``plan`` into the report directory ``out_dir``, checkpointing every claim; return the
     report and ``{format: path}`` of the files written.
 
     Everything that can be refused is refused before the first claim runs: an invalid plan or
     ``engine`` option (as in :func:`run_plan`), an ``out_dir`` that is a file or cannot be created
     or written, a directory locked by another run, a non-empty directory without ``force`` or
-    ``resume``, checkpoints of another plan. Without ``resume`` old checkpoints are discarded; with
+    ``resume``, checkpoints of another plan, checkpoints that cannot be authenticated here or were
+    tampered with (:class:`Checkpoints`). Without ``resume`` old checkpoints are discarded; with
     it they are reused (whatever the engine options of either run).
+
+    ``key`` signs the report (default :func:`fedaudit.reports.integrity.signing_key`, i.e.
+    ``FEDAUDIT_REPORT_KEY``; None there: unsigned) and, when there is one, authenticates the
+    checkpoints of a new run; without one they are authenticated with this user's fedaudit secret
+    (:mod:`fedaudit.chain`), kept outside ``out_dir``.
     """
     from fedaudit.locking import create_directory, directory_lock
+    from fedaudit.reports.integrity import signing_key
     from fedaudit.reports.io import write_sealed_report
 
     if not isinstance(plan, Plan):
@@ -501,13 +642,15 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
         if not (force or resume) and (others or has_checkpoints):
             raise FedAuditError(f"report directory {out} exists and is not empty; pass --force to overwrite "
                                 f"or --resume to continue an interrupted run")
-        checkpoints = Checkpoints(out, plan)
+        key = signing_key() if key is None else key
+        checkpoints = Checkpoints(out, plan, key=key)
         if resume:
             checkpoints.load()  # refuse foreign checkpoints before anything runs
         else:
             checkpoints.clear()
         report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume,
                           engine=engine)
-        report, paths = write_sealed_report(report, out, force=True, **({} if formats is None else {"formats": formats}))
+        report, paths = write_sealed_report(report, out, force=True, key=key,
+                                            **({} if formats is None else {"formats": formats}))
         checkpoints.clear()
     return report, paths
