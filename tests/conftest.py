@@ -1,8 +1,10 @@
 """Shared test configuration: deterministic hypothesis profile, derived tolerances."""
 
+import atexit
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 
@@ -26,7 +28,9 @@ os.environ.setdefault("FEDAUDIT_BACKEND", "serial")
 
 # Checkpoints are authenticated with the user's fedaudit secret (fedaudit.chain): the suite keeps
 # it in a directory of its own (inherited by the CLI subprocesses), never in ~/.local/state.
-os.environ.setdefault("FEDAUDIT_STATE_DIR", tempfile.mkdtemp(prefix="fedaudit-test-state-"))
+if not os.environ.get("FEDAUDIT_STATE_DIR"):
+    os.environ["FEDAUDIT_STATE_DIR"] = tempfile.mkdtemp(prefix="fedaudit-test-state-")
+    atexit.register(shutil.rmtree, os.environ["FEDAUDIT_STATE_DIR"], True)
 
 settings.register_profile(
     "ci",
@@ -161,3 +165,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "ray_local" in item.fixturenames or item.path.name in _RAY_MODULES:
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+def reseal_checkpoint(path) -> None:
+    """Recompute every MAC of the engine checkpoint ``path`` (its lines kept in order) under this
+    user's secret (:mod:`fedaudit.chain`): what only the holder of the secret can do. Tests that
+    edit a record to show that a resumed run reads it (and still checks its shape) reseal it."""
+    import json
+    from pathlib import Path
+
+    from fedaudit import chain
+
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0])
+    key = chain.derive_key(chain.user_secret(create=False), chain.ENGINE_PURPOSE, header["nonce"])
+    header = chain.Chain.seal_header(key, header)
+    link = chain.Chain(key, header)
+    records = [link.seal(json.loads(line)) for line in lines[1:]]
+    path.write_text("\n".join(json.dumps(r) for r in [header, *records]) + "\n", encoding="utf-8")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import reseal_checkpoint
 from fedaudit.cli import main
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import Key
@@ -308,24 +309,6 @@ def _ldp(tmp_path, name, capsys, *extra):
     return rc, lines, (json.loads(out.read_text()) if out.exists() else None)
 
 
-def _reseal(path: Path) -> None:
-    """Recompute every MAC of an engine checkpoint under this user's secret: what only someone
-    holding the secret could do; the records' contents must then still be checked."""
-    from fedaudit import chain
-
-    lines = path.read_text().splitlines()
-    header = json.loads(lines[0])
-    key = chain.derive_key(chain.user_secret(create=False), chain.ENGINE_PURPOSE, header["nonce"])
-    header["mac"] = chain.record_mac(key, "", {k: v for k, v in header.items() if k != "mac"})
-    prev, out = header["mac"], [json.dumps(header)]
-    for seq, line in enumerate(lines[1:], start=1):
-        rec = {k: v for k, v in json.loads(line).items() if k != "mac"}
-        rec.update(seq=seq, prev=prev)
-        rec["mac"] = prev = chain.record_mac(key, prev, rec)
-        out.append(json.dumps(rec))
-    path.write_text("\n".join(out) + "\n")
-
-
 def _set_record(path: Path, n: int, change) -> None:
     lines = path.read_text().splitlines()
     rec = json.loads(lines[n])
@@ -359,7 +342,7 @@ def test_engine_checkpoint_records_are_validated_even_with_a_valid_mac(tmp_path,
     ck = tmp_path / "rr.ckpt"
     assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
     _set_record(ck, 2, lambda r: r["result"].__setitem__(0, value))
-    _reseal(ck)
+    reseal_checkpoint(ck)
     rc, lines, data = _ldp(tmp_path, "forged", capsys, "--checkpoint", str(ck), "--resume")
     assert rc == 2 and data is None and len(lines) == 1, lines
     assert str(ck) in lines[0] and "line 3" in lines[0] and match in lines[0]
@@ -372,7 +355,7 @@ def test_engine_checkpoint_a_malformed_record_is_one_line(tmp_path, state, capsy
     assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
     _set_record(ck, 1, lambda r: r.update(result=result))
     if reseal:
-        _reseal(ck)
+        reseal_checkpoint(ck)
     rc, err, data = _ldp(tmp_path, "bad", capsys, "--checkpoint", str(ck), "--resume")
     assert rc == 2 and data is None and len(err) == 1, err
     assert str(ck) in err[0] and "line 2" in err[0] and "Traceback" not in err[0]
@@ -434,6 +417,6 @@ def test_engine_checkpoint_validate_hook_names_the_record(tmp_path, state):
     assert run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1},
                       validate=validate) == [[i, 70 + i] for i in range(5)]
     _set_record(ck, 4, lambda r: r["result"].__setitem__(1, 0))
-    _reseal(ck)
+    reseal_checkpoint(ck)
     with pytest.raises(FedAuditError, match=r"run\.ckpt: line 5 \(chunk 3\).*expected 73, got 0"):
         run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1}, validate=validate)

@@ -17,7 +17,7 @@ from fedaudit.experiments.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-PACKAGES = ("mechanisms", "defenses", "attacks", "audit", "fl", "experiments", "reports", "engine", "errors", "rng", "json")
+PACKAGES = ("mechanisms", "defenses", "attacks", "audit", "fl", "experiments", "reports", "engine", "chain", "errors", "rng", "json")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from conftest import reseal_checkpoint
 from fedaudit.audit import robustness
 from fedaudit.audit.robustness import TRIAL_CHUNK, audit_robustness
 from fedaudit.errors import FedAuditError
@@ -58,7 +59,8 @@ def test_checkpoint_then_resume_gives_the_same_result(serial, tmp_path):
 
 
 def test_resume_reads_the_recorded_trials(tmp_path):
-    """A resumed run takes the trials from the file: a tampered ν shows up in the result."""
+    """A resumed run takes the trials from the file: a changed ν (resealed with the user's secret)
+    shows up in the result."""
     ckpt = tmp_path / "trials.jsonl"
     small = dict(CALL, search=0, search_evals=0)
     audit_robustness("krum", checkpoint=ckpt, **small)
@@ -67,6 +69,7 @@ def test_resume_reads_the_recorded_trials(tmp_path):
     hit = next(r for r in rec["result"] if r["kind"] == "evaluated" and r["X"] is not None)
     hit["nu"] = 1e6
     ckpt.write_text("\n".join([lines[0], json.dumps(rec)] + lines[2:]) + "\n")
+    reseal_checkpoint(ckpt)  # unsealed, the changed record is refused (tests/test_checkpoint_integrity.py)
     res = audit_robustness("krum", checkpoint=ckpt, resume=True, **small)
     assert res.nu_empirical == 1e6 and res.worst_attack == hit["label"] == res.worst["label"]
 

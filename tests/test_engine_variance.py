@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import reseal_checkpoint
 from fedaudit.audit import variance
 from fedaudit.audit.variance import measure_mse, variance_vs_dk
 from fedaudit.errors import FedAuditError
@@ -90,7 +91,7 @@ def test_checkpoint_then_resume_gives_the_same_curve(tmp_path, small_tasks):
 
 
 def test_resumed_records_are_used_not_recomputed(tmp_path):
-    """A tampered block sum shows up in the answer: resume reads the records."""
+    """A changed block sum (resealed with the user's secret) shows up in the answer: resume reads the records."""
     ckpt = tmp_path / "mse.ckpt"
     m = Laplace(1, 1.0)
     res = measure_mse(m, [0.3], samples=1_000, seed=1, chunk=500, checkpoint=ckpt)
@@ -98,6 +99,7 @@ def test_resumed_records_are_used_not_recomputed(tmp_path):
     rec = json.loads(record)
     rec["result"][0][0] += 1_000.0  # Σe of block 0: a record is [Σe, Σe², Σ(x̂−x), Σ(x̂−x)²] by block
     ckpt.write_text(header + "\n" + json.dumps(rec) + "\n")
+    reseal_checkpoint(ckpt)  # unsealed, the changed record is refused (tests/test_checkpoint_integrity.py)
     again = measure_mse(m, [0.3], samples=1_000, seed=1, chunk=500, checkpoint=ckpt, resume=True)
     assert again.mse == pytest.approx(res.mse + 1.0, rel=1e-12)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from test_cli_engine import evidence
 
+from conftest import reseal_checkpoint
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kinds.ldp import audit_pair
@@ -115,10 +116,12 @@ def test_checkpoint_holds_the_certification_only_and_resume_recomputes_the_searc
     again = audit_worst_case(Laplace(2, 1.0), checkpoint=ckpt, resume=True, **kwargs)
     assert ckpt.read_bytes() == before
     assert numbers(again) == numbers(first)
-    # the certification counts come from the file: a tampered hit count shows up in the result
+    # the certification counts come from the file: a changed hit count (resealed with the user's
+    # secret; unsealed it is refused) shows up in the result
     positive = int(first.event["positive_input"][1])  # chunk w counts the draws of x_w
     next(r for r in records if r["chunk"] == positive)["result"][0] += 7
     ckpt.write_text("\n".join(json.dumps(r) for r in [header, *records]) + "\n", encoding="utf-8")
+    reseal_checkpoint(ckpt)
     tampered = audit_worst_case(Laplace(2, 1.0), checkpoint=ckpt, resume=True, **kwargs)
     assert tampered.event["tp"] == first.event["tp"] + 7
     assert tampered.search == first.search

@@ -14,6 +14,7 @@ import pytest
 
 from test_engine_robustness import _numbers
 
+from conftest import reseal_checkpoint
 from fedaudit.audit import robustness_search
 from fedaudit.audit.robustness import audit_robustness, progress_units
 from fedaudit.audit.robustness_search import PHASE2_WIDTH, optimiser_checkpoint, optimiser_checkpoint_files
@@ -74,8 +75,8 @@ def test_checkpoint_records_every_stage_and_resume_gives_the_fresh_result(tmp_pa
 
 
 def test_resume_reads_the_recorded_runs(tmp_path):
-    """A resumed audit takes the optimiser's runs from the file: a tampered phase-1 run (its ν
-    raised above anything phase 2 can reach) becomes the family's incumbent, and the value
+    """A resumed audit takes the optimiser's runs from the file: a tampered phase-1 run (resealed with
+    the user's secret; its ν raised above anything phase 2 can reach) becomes the family's incumbent, and the value
     reported for the family is the rule's own ν on the tampered configuration."""
     import numpy as np
 
@@ -91,6 +92,7 @@ def test_resume_reads_the_recorded_runs(tmp_path):
     Y = [[0.0], [0.1], [0.3], [0.35], [0.9], [1.0], [1.2], [0.2], [0.25]]
     rec["result"].update(nu=1e7, Y=Y)
     opt2.write_text("\n".join([lines[0], json.dumps(rec)] + lines[2:]) + "\n")
+    reseal_checkpoint(opt2)  # unsealed, the changed record is refused (tests/test_checkpoint_integrity.py)
     for p in optimiser_checkpoint_files(ckpt)[2:]:  # phase 2 reruns from the tampered incumbent
         p.unlink()
     res = audit_robustness("krum", backend="serial", checkpoint=ckpt, resume=True, **call)
