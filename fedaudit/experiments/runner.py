@@ -417,7 +417,10 @@ class Checkpoints:
         (id, kind, expect, title, seed) and its verdict is the one its evidence gives through the
         kind; None when the kind cannot re-derive verdicts (the claim is run again)."""
         where = f"checkpoint {path}"
-        claim = Claim.from_dict(data["claim"]) if isinstance(data.get("claim"), dict) else None
+        try:
+            claim = Claim.from_dict(data["claim"]) if isinstance(data.get("claim"), dict) else None
+        except FedAuditError as exc:
+            raise FedAuditError(f"{where}: {exc}; {_START_OVER}") from None
         if claim is None or (claim.id, claim.kind, claim.expect, claim.title, claim.seed) != \
                 (spec.id, spec.kind, spec.expect, spec.title, spec.seed):
             raise FedAuditError(f"{where} does not match claim {spec.id!r} of the plan (id, kind, expect, title or "
