@@ -7,9 +7,11 @@ validation has already caught the user's mistakes, so what is left is a failure 
 machinery, which must not pass silently but must not hide the other verdicts either.
 (``KeyboardInterrupt`` and ``SystemExit`` still stop the run.)
 
-The manifest records the SHA-256 of the plan's bytes, the root seed (the ``SeedSequence``
-entropy every claim seed derives from, see :mod:`fedaudit.experiments.plan`) and the start and end
-times.
+The manifest records the plan's text and the SHA-256 of its bytes, the root seed (the
+``SeedSequence`` entropy every claim seed derives from, see :mod:`fedaudit.experiments.plan`), the
+start and end times, the source hash of every ``module:attr`` plugin the plan names
+(:attr:`~fedaudit.experiments.plan.Plan.references`), the dependencies' versions and the
+provenance of the fedaudit code that ran (:mod:`fedaudit.reports.provenance`).
 
 Checkpoints and resume. :func:`run_plan_to_dir` runs into a report directory it locks for the
 whole run (:func:`fedaudit.locking.directory_lock`: a second run into it is refused). Each
@@ -437,7 +439,8 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
             where = workdir(spec)
             finish(spec, _guarded(kind, spec, hooks.advance, where), where)
     finished = time.time()
-    manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command, engine=options)
+    manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command, engine=options,
+                                plugins=plan.references)
     return Report(manifest=manifest, claims=[claims[spec.id] for spec in plan.claims], title=plan.title)
 
 
@@ -478,7 +481,7 @@ def _run_parallel(batch, options, workdir, finish, hooks) -> None:
 def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | os.PathLike, *,
                     force: bool = False, resume: bool = False, progress: PlanProgress | None = None,
                     command: str | None = None, formats: tuple[str, ...] | None = None,
-                    engine: Mapping[str, Any] | None = None) -> tuple[Report, dict[str, Path]]:
+                    engine: Mapping[str, Any] | None = None, key: bytes | None = None) -> tuple[Report, dict[str, Path]]:
     """Run ``plan`` into the report directory ``out_dir``, checkpointing every claim; return the
     report and ``{format: path}`` of the files written.
 
@@ -486,7 +489,9 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
     ``engine`` option (as in :func:`run_plan`), an ``out_dir`` that is a file or cannot be created
     or written, a directory locked by another run, a non-empty directory without ``force`` or
     ``resume``, checkpoints of another plan. Without ``resume`` old checkpoints are discarded; with
-    it they are reused (whatever the engine options of either run).
+    it they are reused (whatever the engine options of either run). The report is signed under
+    ``key`` when one is given, else under ``FEDAUDIT_REPORT_KEY`` when it is set (the CLI takes
+    the variable out of its environment at start and passes it here, so no worker inherits it).
     """
     from fedaudit.locking import create_directory, directory_lock
     from fedaudit.reports.io import write_sealed_report
@@ -508,6 +513,7 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
             checkpoints.clear()
         report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume,
                           engine=engine)
-        report, paths = write_sealed_report(report, out, force=True, **({} if formats is None else {"formats": formats}))
+        report, paths = write_sealed_report(report, out, force=True, key=key,
+                                            **({} if formats is None else {"formats": formats}))
         checkpoints.clear()
     return report, paths
