@@ -103,7 +103,7 @@ from fedaudit.validation import check_choice, check_int
 
 __all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "WorkerError", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
            "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown", "PRIVATE_ENV",
-           "REPORT_KEY_ENV", "private_env_removed"]
+           "private_env_removed"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -123,11 +123,10 @@ BACKEND_ENV = "FEDAUDIT_BACKEND"
 WORKERS_ENV = "FEDAUDIT_WORKERS"
 #: set in every engine worker (process pool or Ray task): nested runs default to ``serial``
 _IN_WORKER_ENV = "FEDAUDIT_ENGINE_WORKER"
-#: the HMAC key of reports (:data:`fedaudit.reports.integrity.KEY_ENV`)
-REPORT_KEY_ENV = "FEDAUDIT_REPORT_KEY"
 #: secrets no worker inherits: removed from the environment while a pool process or a Ray instance
-#: starts (:func:`private_env_removed`), and from a worker's ``os.environ`` before its first task
-PRIVATE_ENV: tuple[str, ...] = (REPORT_KEY_ENV,)
+#: starts (:func:`private_env_removed`), and from a worker's ``os.environ`` before its first task.
+#: The HMAC key of reports (:data:`fedaudit.reports.integrity.KEY_ENV`, which cannot be imported here)
+PRIVATE_ENV: tuple[str, ...] = ("FEDAUDIT_REPORT_KEY",)
 #: the values :func:`private_env_removed` took out of the environment, and how many blocks are open
 _ENV_LOCK = threading.Lock()
 _PRIVATE_SAVED: list[dict | None] = [None]

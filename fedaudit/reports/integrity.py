@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from fedaudit import json as fjson
-from fedaudit.engine import REPORT_KEY_ENV
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.canonical import canonical_json_bytes, digest, sign
 from fedaudit.reports.model import Report
@@ -63,8 +62,8 @@ __all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "key_out_of_envi
            "Rederive", "covered", "verify_report"]
 
 #: environment variable holding the HMAC key (its bytes, as the environment holds them, are the key);
-#: the engine never passes it to a worker process (:data:`fedaudit.engine.PRIVATE_ENV`)
-KEY_ENV = REPORT_KEY_ENV
+#: the engine never passes it to a worker process (it is in :data:`fedaudit.engine.PRIVATE_ENV`)
+KEY_ENV = "FEDAUDIT_REPORT_KEY"
 
 
 def signing_key() -> bytes | None:
