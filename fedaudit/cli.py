@@ -886,19 +886,6 @@ def _report_key(args: argparse.Namespace) -> bytes | None:
     return getattr(args, "report_key", signing_key)()
 
 
-def _read_plan_bytes(path: str) -> bytes:
-    """The bytes of the plan file ``--plan`` names, read as data (nothing it names is imported)."""
-    limit = 1 << 24
-    try:
-        with open(path, "rb") as fh:
-            blob = fh.read(limit + 1)
-    except OSError as exc:
-        raise FedAuditError(f"--plan {path}: cannot read it ({exc.strerror or exc})") from None
-    if len(blob) > limit:
-        raise FedAuditError(f"--plan {path}: larger than {limit >> 20} MiB; a plan is a small TOML file")
-    return blob
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """``fedaudit verify``: schema, digest, every rendering's SHA-256, the signature, and the
     report's content: overall and counts, every verdict re-derived from its evidence
@@ -909,11 +896,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     and, with ``--require-signature``, an unsigned one; 2 when unreadable. Nothing in the folder is
     imported or run: this command never puts the folder or the working directory on ``sys.path``."""
     from fedaudit.experiments.rederive import rederive_claim
-    from fedaudit.reports.integrity import read_key_file, verify_report
+    from fedaudit.reports.integrity import read_bounded, read_key_file, verify_report
     from fedaudit.reports.terminal import print_verify
 
     key = read_key_file(args.key_file) if args.key_file is not None else _report_key(args)
-    plan = _read_plan_bytes(args.plan) if args.plan is not None else None
+    plan = None if args.plan is None else read_bounded(args.plan, 1 << 24, "--plan", "a plan is a small TOML file")
     # unreadable or missing: FedAuditError, exit 2
     res = verify_report(args.report, key=key, plan=plan, rederive=rederive_claim)
     print_verify(out, res, str(args.report), key_set=key is not None, require_signature=args.require_signature,

@@ -126,7 +126,8 @@ def test_evidence_that_cannot_decide_fails(report):
 
 
 class NoDecide(ClaimKind):
-    """A kind without decide(): its verdicts cannot be re-derived."""
+    """A kind without decide(): its verdicts cannot be re-derived. Its claims hold and record the
+    process that ran them."""
 
     name = "no-decide-test"
 
@@ -134,10 +135,10 @@ class NoDecide(ClaimKind):
         return {}
 
     def default_title(self, params, expect):
-        return "no decide"
+        return self.name
 
     def run(self, spec, rng, progress, *, workdir=None):
-        return Evidence(holds=True, violated=False, evidence={"x": 1}, summary="ok")
+        return Evidence(holds=True, violated=False, evidence={"pid": os.getpid()}, summary="ok")
 
 
 @pytest.fixture
@@ -174,19 +175,10 @@ def test_verify_never_imports_a_kind_the_report_names(report, tmp_path, monkeypa
 
 
 # ------------------------------------------------------------------------------ manifest 1.4
-class Echo(ClaimKind):
+class Echo(NoDecide):
     """A kind named by reference in a plan, so its module is a plugin the manifest hashes."""
 
     name = "echo-test"
-
-    def keys(self):
-        return {}
-
-    def default_title(self, params, expect):
-        return "echo"
-
-    def run(self, spec, rng, progress, *, workdir=None):
-        return Evidence(holds=True, violated=False, evidence={"pid": os.getpid()}, summary="echo")
 
 
 def test_the_manifest_binds_plan_text_plugins_dependencies_and_provenance(written):
@@ -342,16 +334,10 @@ def test_a_key_that_is_not_utf8_is_its_raw_bytes(report, tmp_path, monkeypatch, 
     assert verify_report(tmp_path / "signed", key=raw).authenticated
 
 
-class Probe(ClaimKind):
+class Probe(NoDecide):
     """Records whether the report key is in the environment of the process that runs it."""
 
     name = "key-probe-test"
-
-    def keys(self):
-        return {}
-
-    def default_title(self, params, expect):
-        return "probe"
 
     def run(self, spec, rng, progress, *, workdir=None):
         block = Path("/proc/self/environ")

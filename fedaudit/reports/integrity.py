@@ -57,8 +57,8 @@ from fedaudit.errors import FedAuditError
 from fedaudit.reports.canonical import canonical_json_bytes, digest, sign
 from fedaudit.reports.model import Report
 
-__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "key_out_of_environment",
-           "read_key_file", "load_schema", "schema_errors", "validate_report_dict", "VerifyResult", "Finding",
+__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "key_out_of_environment", "read_key_file",
+           "read_bounded", "load_schema", "schema_errors", "validate_report_dict", "VerifyResult", "Finding",
            "Rederive", "covered", "verify_report"]
 
 #: environment variable holding the HMAC key (its bytes, as the environment holds them, are the key);
@@ -121,17 +121,25 @@ def key_out_of_environment() -> Iterator[Callable[[], bytes | None]]:
 _MAX_KEY_BYTES = 1 << 16
 
 
+def read_bounded(path: str | os.PathLike, limit: int, flag: str, why: str) -> bytes:
+    """The bytes of the file that the command-line option ``flag`` names (``--key-file``,
+    ``verify --plan``), read as data: an unreadable file, or one of more than ``limit`` bytes
+    (``why`` says what it should hold), is a :class:`FedAuditError` naming the option."""
+    try:
+        with open(path, "rb") as fh:
+            blob = fh.read(limit + 1)
+    except OSError as exc:
+        raise FedAuditError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(blob) > limit:
+        raise FedAuditError(f"{flag} {path}: larger than {limit} bytes; {why}")
+    return blob
+
+
 def read_key_file(path: str | os.PathLike) -> bytes:
     """The HMAC key stored in the file ``path`` (``--key-file``): its bytes, less one trailing
     newline (``\\n`` or ``\\r\\n``, as ``echo`` or an editor leaves it). An unreadable, empty or
     larger than 64 KiB file is a :class:`FedAuditError`."""
-    try:
-        with open(path, "rb") as fh:
-            key = fh.read(_MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise FedAuditError(f"--key-file {path}: cannot read it ({exc.strerror or exc})") from None
-    if len(key) > _MAX_KEY_BYTES:
-        raise FedAuditError(f"--key-file {path}: larger than {_MAX_KEY_BYTES} bytes; a key file holds one key")
+    key = read_bounded(path, _MAX_KEY_BYTES, "--key-file", "a key file holds one key")
     key = key.removesuffix(b"\n").removesuffix(b"\r")
     if not key:
         raise FedAuditError(f"--key-file {path}: the file is empty; it must hold the key (e.g. 32 random bytes "
