@@ -351,8 +351,10 @@ PROBES = [{"id": f"p{i}", "kind": "test_verify_binding:Probe"} for i in range(2)
 
 
 def test_process_workers_never_inherit_the_key(tmp_path, monkeypatch):
+    from fedaudit.engine import PRIVATE_ENV, shutdown
+
+    assert KEY_ENV in PRIVATE_ENV  # the engine cannot import the reports: it names the variable itself
     monkeypatch.setenv(KEY_ENV, KEY.decode())
-    from fedaudit.engine import shutdown
 
     shutdown()  # workers started before this test inherited whatever the environment held then
     report, _ = run_plan_to_dir({"plan": {"seed": 1}, "engine": {"backend": "process", "workers": 2},
