@@ -45,16 +45,17 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
     ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
     ("stress", "the grid ran", "with --target-accuracy: some cell never reached it"),
-    ("verify", "intact and verified", "not intact; signed but checked without the key; unsigned with "
-                                      "--require-signature"),
-    ("sign", "signed (the report was intact)", "—"),
+    ("verify", "intact and verified", "not intact; a verdict, the overall or the plan text contradicts the "
+                                      "report's own records; made from another plan than --plan; stale bytecode "
+                                      "ran; signed but checked without the key; unsigned with --require-signature"),
+    ("sign", "signed (the report was intact and consistent)", "—"),
     ("mechanisms, list, aggregators, sparse, audit scores, audit variance, account …", "done", "—"),
 )
 
 #: exit codes with one meaning for every command
 COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
-        "(verify: the path is unreadable or not a report folder)"),
+        "(verify: the path or --plan is unreadable or not a report folder; FEDAUDIT_REPORT_KEY set but empty)"),
     (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
     (143, "terminated (SIGTERM), handled as Ctrl-C: one line on stderr, checkpoints kept, lock released"),
 )
@@ -327,7 +328,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     engine = _plan_engine(args)
     with plan_path("demo") as plan:  # shipped as package data: works from any directory
         return _run_plan_to_dir(plan, args.out, force=not args.resume, resume=args.resume, quiet=args.quiet,
-                                print_html=True, every=args.progress_every, engine=engine,
+                                print_html=True, every=args.progress_every, engine=engine, key=_report_key(args),
                                 command=shlex.join(["fedaudit", "demo", "--out", str(args.out)]
                                                    + (["--resume"] if args.resume else []) + _engine_command(args)))
 
@@ -876,29 +877,47 @@ def cmd_account_shuffle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_key(args: argparse.Namespace) -> bytes | None:
+    """The report key ``main()`` took out of the environment (``FEDAUDIT_REPORT_KEY``; an empty
+    one is a FedAuditError here, in the commands that read it); the environment itself when the
+    command function is called without ``main()``."""
+    from fedaudit.reports.integrity import signing_key
+
+    return getattr(args, "report_key", signing_key)()
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    """``fedaudit verify``: schema, digest, every rendering's SHA-256 and the signature. Exit 0
+    """``fedaudit verify``: schema, digest, every rendering's SHA-256, the signature, and the
+    report's content: overall and counts, every verdict re-derived from its evidence
+    (:func:`fedaudit.experiments.rederive.rederive_claim`, built-in kinds only), the embedded plan
+    text, the provenance and, with ``--plan``, that the report was made from that plan. Exit 0
     when the report is intact and verified (signed: valid under the key; unsigned: no key given,
     printed as "integrity only"); 1 otherwise, including a signed report checked without the key
     and, with ``--require-signature``, an unsigned one; 2 when unreadable. Nothing in the folder is
     imported or run: this command never puts the folder or the working directory on ``sys.path``."""
-    from fedaudit.reports.integrity import read_key_file, signing_key, verify_report
+    from fedaudit.experiments.rederive import rederive_claim
+    from fedaudit.reports.integrity import read_bounded, read_key_file, verify_report
     from fedaudit.reports.terminal import print_verify
 
-    key = read_key_file(args.key_file) if args.key_file is not None else signing_key()
-    res = verify_report(args.report, key=key)  # unreadable or missing: FedAuditError, exit 2
-    print_verify(out, res, str(args.report), key_set=key is not None, require_signature=args.require_signature)
+    key = read_key_file(args.key_file) if args.key_file is not None else _report_key(args)
+    plan = None if args.plan is None else read_bounded(args.plan, 1 << 24, "--plan", "a plan is a small TOML file")
+    # unreadable or missing: FedAuditError, exit 2
+    res = verify_report(args.report, key=key, plan=plan, rederive=rederive_claim)
+    print_verify(out, res, str(args.report), key_set=key is not None, require_signature=args.require_signature,
+                 plan=args.plan)
     return 0 if res.ok and (res.authenticated or not args.require_signature) else 1
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    """``fedaudit sign DIR --key-file F``: verify the report, then seal it with an HMAC-SHA256
-    under the key in F (a separate step after the run: no plugin of the run sees the key)."""
+    """``fedaudit sign DIR --key-file F``: verify the report (every verdict re-derived from its
+    evidence too), then seal it with an HMAC-SHA256 under the key in F (a separate step after the
+    run: no plugin of the run sees the key)."""
+    from fedaudit.experiments.rederive import rederive_claim
     from fedaudit.reports.integrity import read_key_file
     from fedaudit.reports.io import sign_report
 
     key = read_key_file(args.key_file)
-    outcome, res = sign_report(args.report, key, force=args.force)
+    outcome, res = sign_report(args.report, key, force=args.force, rederive=rederive_claim)
     out.print(f"{outcome}: {args.report} (HMAC-SHA256; content digest {res.content_digest}); check it with: "
               f"fedaudit verify {args.report} --key-file {args.key_file} --require-signature",
               highlight=False, markup=False, soft_wrap=True)
@@ -1025,9 +1044,10 @@ class _PlanProgress:
 
 def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
                      command: str | None = None, resume: bool = False, every: float | None = None,
-                     engine: dict[str, Any] | None = None) -> int:
+                     engine: dict[str, Any] | None = None, key: bytes | None = None) -> int:
     """Validate the plan, lock and check the report directory, run (checkpointing every claim,
-    reusing checkpoints with ``resume``), write the report and print the verdicts."""
+    reusing checkpoints with ``resume``), write the report (signed under ``key`` when given) and
+    print the verdicts; one warning line when a fedaudit module ran from stale bytecode."""
     from fedaudit.experiments.plan import load_plan
     from fedaudit.experiments.runner import run_plan_to_dir
     from fedaudit.reports.terminal import print_plan_report
@@ -1039,7 +1059,12 @@ def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html
         # the directory (unwritable, locked by another run, not empty, foreign checkpoints) is
         # refused inside, before the first claim runs
         report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command,
-                                        engine=engine)
+                                        engine=engine, key=key)
+    stale = (report.manifest.provenance or {}).get("stale_bytecode")
+    if stale:
+        err.print(f"fedaudit: warning: fedaudit ran bytecode that is not compiled from its source (a stale or planted "
+                  f".pyc) in {', '.join(stale)}; the report records it and verify refuses it: delete the __pycache__ "
+                  f"folders of the fedaudit package and run again", highlight=False, markup=False, soft_wrap=True)
     print_plan_report(out, report, paths, print_html=print_html)
     met = report.counts["PASS"]
     return 0 if met == len(report.claims) else 1
@@ -1050,7 +1075,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else [])
                          + (["--resume"] if args.resume else []) + _engine_command(args))
     return _run_plan_to_dir(args.plan, args.out, force=args.force, quiet=args.quiet, command=command,
-                            resume=args.resume, every=args.progress_every, engine=engine)
+                            resume=args.resume, every=args.progress_every, engine=engine, key=_report_key(args))
 
 
 # ---------------------------------------------------------------------------- parser
@@ -1396,6 +1421,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-signature", action="store_true",
                    help="exit 1 unless the report carries a valid signature under the key (an unsigned report "
                         "proves only that its files agree with each other, not who wrote them)")
+    p.add_argument("--plan", default=None, metavar="PLAN.toml",
+                   help="exit 1 unless the report was made from this plan file (its SHA-256, and the plan text "
+                        "the report embeds); read as data, nothing it names is imported")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("sign", help="sign a written report with the HMAC key in --key-file, as a step after the run "
@@ -1439,8 +1467,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
+    from fedaudit.reports.integrity import key_out_of_environment
+
     try:
-        with _sigterm_as_interrupt():
+        # FEDAUDIT_REPORT_KEY leaves the environment before anything runs: no worker inherits it
+        with _sigterm_as_interrupt(), key_out_of_environment() as args.report_key:
             return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)

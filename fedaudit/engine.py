@@ -118,7 +118,8 @@ from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
 __all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "WorkerError", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
-           "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown"]
+           "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown", "PRIVATE_ENV",
+           "private_env_removed"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -138,6 +139,14 @@ BACKEND_ENV = "FEDAUDIT_BACKEND"
 WORKERS_ENV = "FEDAUDIT_WORKERS"
 #: set in every engine worker (process pool or Ray task): nested runs default to ``serial``
 _IN_WORKER_ENV = "FEDAUDIT_ENGINE_WORKER"
+#: secrets no worker inherits: removed from the environment while a pool process or a Ray instance
+#: starts (:func:`private_env_removed`), and from a worker's ``os.environ`` before its first task.
+#: The HMAC key of reports (:data:`fedaudit.reports.integrity.KEY_ENV`, which cannot be imported here)
+PRIVATE_ENV: tuple[str, ...] = ("FEDAUDIT_REPORT_KEY",)
+#: the values :func:`private_env_removed` took out of the environment, and how many blocks are open
+_ENV_LOCK = threading.Lock()
+_PRIVATE_SAVED: list[dict | None] = [None]
+_PRIVATE_DEPTH: list[int] = [0]
 #: (backend, workers, address) set by :func:`engine_defaults` for the calls it encloses
 _DEFAULTS: contextvars.ContextVar[tuple[str | None, int | None, str | None]] = contextvars.ContextVar(
     "fedaudit_engine_defaults", default=(None, None, None))
@@ -276,10 +285,38 @@ def _worker_init(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
 
 
+@contextlib.contextmanager
+def private_env_removed() -> Iterator[None]:
+    """While the block runs, the variables of :data:`PRIVATE_ENV` are not in ``os.environ`` (their
+    bytes are kept in memory and put back when the last such block, of any thread, ends; a value
+    set meanwhile is kept): a process started inside it — a pool worker, Ray's processes, a Flower
+    simulation — does not inherit the report key, so no plugin running there can read it from
+    its environment. Blocks may nest and overlap; the lock is held only to move the values."""
+    environb = getattr(os, "environb", None)
+    env: Any = environb if environb is not None else os.environ
+    names = [name.encode("ascii") if environb is not None else name for name in PRIVATE_ENV]
+    with _ENV_LOCK:
+        if _PRIVATE_SAVED[0] is None:
+            _PRIVATE_SAVED[0] = {name: env.pop(name) for name in names if name in env}
+        _PRIVATE_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _ENV_LOCK:
+            _PRIVATE_DEPTH[0] -= 1
+            if _PRIVATE_DEPTH[0] == 0:
+                for name, value in (_PRIVATE_SAVED[0] or {}).items():
+                    env.setdefault(name, value)
+                _PRIVATE_SAVED[0] = None
+
+
 def _become_worker() -> None:
-    """What every engine worker (pool process or Ray task) does first: one BLAS/OpenMP/torch
-    thread (workers already run in parallel), and mark the process so that nested engine calls
-    default to ``serial``."""
+    """What every engine worker (pool process or Ray task) does first: no :data:`PRIVATE_ENV`
+    variable in its environment (a Ray the caller started may have passed one on), one
+    BLAS/OpenMP/torch thread (workers already run in parallel), and mark the process so that
+    nested engine calls default to ``serial``."""
+    for name in PRIVATE_ENV:
+        os.environ.pop(name, None)
     os.environ[_IN_WORKER_ENV] = "1"
     for var in _THREAD_VARS:
         os.environ.setdefault(var, "1")
@@ -584,8 +621,13 @@ class _EngineWorker(SpawnProcess):
     ``<stdin>`` to run). The engine never needs it: ``fn`` and its task travel by cloudpickle,
     which sends everything defined in ``__main__`` by value. So the preparation data of these
     processes (:func:`_preparation_data`) carries no main module; everything else (``sys.path``,
-    the working directory, ``sys.argv``) is passed as by ``spawn``.
+    the working directory, ``sys.argv``) is passed as by ``spawn``. A worker starts without the
+    :data:`PRIVATE_ENV` variables in its environment (:func:`private_env_removed`).
     """
+
+    def start(self) -> None:
+        with private_env_removed():
+            super().start()
 
 
 class _EngineContext(SpawnContext):
@@ -739,7 +781,8 @@ def _ensure_ray(ray, address: str | None) -> None:
     # Ray >= 2.5x warns on every start unless this is set; the accelerator override is irrelevant here
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     try:
-        ray.init(address=wanted, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        with private_env_removed():  # Ray's processes, and so its workers, never see the report key
+            ray.init(address=wanted, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     except Exception as exc:  # ConnectionError, RuntimeError, ...: one clear line
         where = f"the Ray cluster at address={address!r}" if address else "a local Ray instance"
         raise FedAuditError(f"backend='ray': cannot start or join {where}: {type(exc).__name__}: {exc}") from None

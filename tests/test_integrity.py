@@ -522,7 +522,9 @@ def test_stored_verdicts_must_follow_from_the_claims(tmp_path):
         _rewrite(out / "report.json", _reseal(forged))
         res = verify_report(out)
         assert not res.ok and res.digest_ok and not res.schema_ok
-        assert any(p.startswith("model: stored overall") for p in res.problems), field
+        assert [p for p in res.problems if p.startswith("model: stored")] == [
+            p for p in res.problems if p.startswith(f"model: stored {field}")], field
+        assert any(p.startswith(f"model: stored {field}") for p in res.problems), field
 
 
 def _schema_message_of_length(length: int, folder: Path) -> dict:

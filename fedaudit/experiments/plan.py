@@ -54,6 +54,7 @@ from fedaudit.experiments.kind import ClaimKind, ClaimSpec
 from fedaudit.experiments.keys import Key, check_keys, key_error, show, unknown_keys
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.registry import did_you_mean
+from fedaudit.reports.provenance import REFERENCE_RE
 
 __all__ = ["COMMON_KEYS", "PLAN_KEYS", "ENGINE_KEYS", "Plan", "load_plan", "parse_plan", "claim_seed",
            "check_engine", "engine_options"]
@@ -111,6 +112,29 @@ class Plan:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source).hexdigest()
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """Every ``package.module:attr`` the plan names (a claim's kind, a mechanism, an aggregator
+        stage of a '+'-joined spec, in any key, list or table), sorted: the plugins whose source
+        hashes the report's manifest records (:func:`fedaudit.reports.provenance.plugin_sources`)."""
+        found: set[str] = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, str):
+                found.update(part.strip() for part in value.split("+") if REFERENCE_RE.fullmatch(part.strip()))
+            elif isinstance(value, Mapping):
+                for k, v in value.items():
+                    walk(k)
+                    walk(v)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v)
+
+        for spec in self.claims:
+            walk(spec.kind)
+            walk(spec.params)
+        return tuple(sorted(found))
 
 
 def claim_seed(plan_seed: int, claim_id: str) -> int:

@@ -7,9 +7,11 @@ validation has already caught the user's mistakes, so what is left is a failure 
 machinery, which must not pass silently but must not hide the other verdicts either.
 (``KeyboardInterrupt`` and ``SystemExit`` still stop the run.)
 
-The manifest records the SHA-256 of the plan's bytes, the root seed (the ``SeedSequence``
-entropy every claim seed derives from, see :mod:`fedaudit.experiments.plan`) and the start and end
-times.
+The manifest records the plan's text and the SHA-256 of its bytes, the root seed (the
+``SeedSequence`` entropy every claim seed derives from, see :mod:`fedaudit.experiments.plan`), the
+start and end times, the source hash of every ``module:attr`` plugin the plan names
+(:attr:`~fedaudit.experiments.plan.Plan.references`), the dependencies' versions and the
+provenance of the fedaudit code that ran (:mod:`fedaudit.reports.provenance`).
 
 Checkpoints and resume. :func:`run_plan_to_dir` runs into a report directory it locks for the
 whole run (:func:`fedaudit.locking.directory_lock`: a second run into it is refused). Each
@@ -573,7 +575,8 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
             where = workdir(spec)
             finish(spec, _guarded(kind, spec, hooks.advance, where), where)
     finished = time.time()
-    manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command, engine=options)
+    manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command, engine=options,
+                                plugins=plan.references)
     return Report(manifest=manifest, claims=[claims[spec.id] for spec in plan.claims], title=plan.title)
 
 
@@ -629,7 +632,8 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
     ``key`` signs the report (default :func:`fedaudit.reports.integrity.signing_key`, i.e.
     ``FEDAUDIT_REPORT_KEY``; None there: unsigned) and, when there is one, authenticates the
     checkpoints of a new run; without one they are authenticated with this user's fedaudit secret
-    (:mod:`fedaudit.chain`), kept outside ``out_dir``.
+    (:mod:`fedaudit.chain`), kept outside ``out_dir``. The CLI takes ``FEDAUDIT_REPORT_KEY`` out of
+    its environment at start and passes it here, so no worker inherits it.
     """
     from fedaudit.locking import create_directory, directory_lock
     from fedaudit.reports.integrity import signing_key

@@ -4,7 +4,9 @@
   (schema-versioned strict JSON, canonical form, digest, HMAC seal, content digest and the
   rendering view; provenance of the fedaudit checkout);
 * :mod:`~fedaudit.reports.integrity` — schema validation, ``verify_report`` (digest, signature,
-  the SHA-256 of every rendering), the signing key from ``FEDAUDIT_REPORT_KEY``;
+  the SHA-256 of every rendering, the content's consistency), the signing key from ``FEDAUDIT_REPORT_KEY``;
+* :mod:`~fedaudit.reports.provenance` — what code computed a report: the fedaudit modules imported
+  (stale bytecode included), the plugins' sources, the dependencies' versions;
 * :mod:`~fedaudit.reports.io` — ``write_report`` (renders, records artifact hashes, seals; atomic,
   refuses to overwrite without force);
 * :mod:`~fedaudit.reports.html`, :mod:`~fedaudit.reports.markdown`, :mod:`~fedaudit.reports.plots` — renderers.

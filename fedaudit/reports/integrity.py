@@ -18,10 +18,29 @@
   report.json (HTML with its embedded figures, Markdown), so digest and signature cover them too;
   the renderings show the *content digest* (the canonical JSON with that table null), which the
   table records as ``rendered_from`` — see :mod:`fedaudit.reports.io` for the order of sealing.
+* **what they bind** — the whole report: the claims with their verdicts and evidence and the
+  manifest, which since schema 1.4 embeds the plan's full text, the source hash of every
+  ``module:attr`` plugin the plan named, the versions of the libraries that compute numbers and
+  the provenance of the fedaudit code that ran (:mod:`fedaudit.reports.provenance`); :func:`covered`
+  lists them for a given report.
+* **consistency** — a valid digest or signature proves who wrote a report, not that it is right.
+  :func:`verify_report` also checks that overall and counts follow from the claims, that the
+  embedded plan text hashes to ``plan_sha256`` (and, given the plan, that it is the plan the
+  report came from: an old report replayed for another plan fails), that no fedaudit module ran
+  from stale bytecode, and, with a ``rederive`` check, that every verdict is the one its
+  recorded evidence gives.
+
+The key. ``FEDAUDIT_REPORT_KEY``'s bytes, as the environment holds them, are the key (UTF-8 or
+not); a variable that is set but empty is an error, never "unsigned". The CLI takes it out of its
+environment before any command runs (:func:`key_out_of_environment`) and the engine starts no
+worker with it (:data:`fedaudit.engine.PRIVATE_ENV`), so a plugin in a worker cannot read it from
+its environment. The plugins of ``fedaudit run`` still run in the process that holds the key in
+memory: ``fedaudit sign --key-file`` after the run keeps it from them altogether.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -31,41 +50,96 @@ import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Mapping
 
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.canonical import canonical_json_bytes, digest, sign
 from fedaudit.reports.model import Report
 
-__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "read_key_file", "load_schema", "schema_errors",
-           "validate_report_dict", "VerifyResult", "verify_report"]
+__all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "key_out_of_environment", "read_key_file",
+           "read_bounded", "load_schema", "schema_errors", "validate_report_dict", "VerifyResult", "Finding",
+           "Rederive", "covered", "verify_report"]
 
-#: environment variable holding the HMAC key (its UTF-8 bytes are the key)
+#: environment variable holding the HMAC key (its bytes, as the environment holds them, are the key);
+#: the engine never passes it to a worker process (it is in :data:`fedaudit.engine.PRIVATE_ENV`)
 KEY_ENV = "FEDAUDIT_REPORT_KEY"
 
 
 def signing_key() -> bytes | None:
-    """The HMAC key from ``FEDAUDIT_REPORT_KEY`` as bytes, or None when unset or empty."""
-    value = os.environ.get(KEY_ENV)
-    return value.encode("utf-8") if value else None
+    """The HMAC key in ``FEDAUDIT_REPORT_KEY``: the variable's bytes exactly as the environment
+    holds them (UTF-8 text or not: a key is bytes, nothing is decoded), or None when it is unset.
+    A variable that is set but empty is a :class:`FedAuditError`, never "unsigned": an empty
+    value is a mistake (an unexported or failed ``$(cat key)``), and signing nothing would hide it."""
+    environb = getattr(os, "environb", None)
+    if environb is not None:
+        value = environb.get(KEY_ENV.encode("ascii"))
+    else:  # pragma: no cover - Windows: the environment is Unicode
+        text = os.environ.get(KEY_ENV)
+        value = None if text is None else text.encode("utf-8", "surrogatepass")
+    if value is not None and not value:
+        raise FedAuditError(f"{KEY_ENV} is set but empty; set it to the key (e.g. 32 random bytes in hex) or unset "
+                            f"it to write and check unsigned reports")
+    return value
+
+
+@contextlib.contextmanager
+def key_out_of_environment() -> Iterator[Callable[[], bytes | None]]:
+    """Take ``FEDAUDIT_REPORT_KEY`` out of ``os.environ`` for the block (the CLI's ``main()`` does,
+    before any command runs): the key then lives in this process's memory only, and no worker
+    process, Ray instance or Flower simulation started meanwhile inherits it. Yields a function
+    returning the key (:func:`signing_key`: an empty variable raises its :class:`FedAuditError`
+    there, in the commands that read the key, not in the others); the variable's bytes are put
+    back afterwards, so a ``main()`` called from a program leaves the environment as it was."""
+    environb = getattr(os, "environb", None)
+    if environb is None:  # pragma: no cover - Windows: the environment is Unicode
+        saved: Any = os.environ.get(KEY_ENV)
+    else:
+        saved = environb.get(KEY_ENV.encode("ascii"))
+    try:
+        key: bytes | None | FedAuditError = signing_key()
+    except FedAuditError as exc:
+        key = exc
+    os.environ.pop(KEY_ENV, None)
+
+    def taken() -> bytes | None:
+        if isinstance(key, FedAuditError):
+            raise key
+        return key
+
+    try:
+        yield taken
+    finally:
+        if saved is not None:
+            if environb is None:  # pragma: no cover - Windows
+                os.environ[KEY_ENV] = saved
+            else:
+                environb[KEY_ENV.encode("ascii")] = saved
 
 
 #: a key file larger than this is not a key (64 KiB)
 _MAX_KEY_BYTES = 1 << 16
 
 
+def read_bounded(path: str | os.PathLike, limit: int, flag: str, why: str) -> bytes:
+    """The bytes of the file that the command-line option ``flag`` names (``--key-file``,
+    ``verify --plan``), read as data: an unreadable file, or one of more than ``limit`` bytes
+    (``why`` says what it should hold), is a :class:`FedAuditError` naming the option."""
+    try:
+        with open(path, "rb") as fh:
+            blob = fh.read(limit + 1)
+    except OSError as exc:
+        raise FedAuditError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(blob) > limit:
+        raise FedAuditError(f"{flag} {path}: larger than {limit} bytes; {why}")
+    return blob
+
+
 def read_key_file(path: str | os.PathLike) -> bytes:
     """The HMAC key stored in the file ``path`` (``--key-file``): its bytes, less one trailing
     newline (``\\n`` or ``\\r\\n``, as ``echo`` or an editor leaves it). An unreadable, empty or
     larger than 64 KiB file is a :class:`FedAuditError`."""
-    try:
-        with open(path, "rb") as fh:
-            key = fh.read(_MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise FedAuditError(f"--key-file {path}: cannot read it ({exc.strerror or exc})") from None
-    if len(key) > _MAX_KEY_BYTES:
-        raise FedAuditError(f"--key-file {path}: larger than {_MAX_KEY_BYTES} bytes; a key file holds one key")
+    key = read_bounded(path, _MAX_KEY_BYTES, "--key-file", "a key file holds one key")
     key = key.removesuffix(b"\n").removesuffix(b"\r")
     if not key:
         raise FedAuditError(f"--key-file {path}: the file is empty; it must hold the key (e.g. 32 random bytes "
@@ -123,7 +197,11 @@ class VerifyResult:
     ``signature`` is "valid", "invalid", "absent" or "unchecked (no key)". ``artifacts`` maps
     each rendering to "ok", "changed", "missing" or "unlisted" (present beside report.json but
     not in its artifact table). ``ok`` — the report is intact *and verified* — requires a valid
-    schema and digest, every artifact "ok", and a valid signature, or no signature and no key.
+    schema and digest, every artifact "ok", and a valid signature, or no signature and no key;
+    and that its content is consistent: overall and counts follow from the claims, every verdict
+    re-derived from its evidence (with a ``rederive`` check) is the stored one, the embedded plan
+    text hashes to ``plan_sha256`` (which matches the plan given, if one is), and no fedaudit
+    module ran from bytecode that is not its source.
     A signed report checked without the key is **not** ok: whoever edits it can recompute the
     digest, so only the signature proves anything, and it was not checked. An ``ok`` report is
     :attr:`authenticated` only with a valid signature: an unsigned one is *integrity only* (its
@@ -137,6 +215,14 @@ class VerifyResult:
     artifacts: dict[str, str] = field(default_factory=dict)
     content_digest: str | None = None
     unlisted: list[str] = field(default_factory=list)
+    #: the report's ``plan_sha256`` (None when it records none)
+    plan_sha256: str | None = None
+    #: what the digest (and a signature) bind, one phrase each (:func:`covered`)
+    covers: list[str] = field(default_factory=list)
+    #: verdicts re-derived from their evidence and found consistent (None: not checked)
+    rederived: int | None = None
+    #: what was not checked and why (a kind without ``decide()``): no failure
+    notes: list[str] = field(default_factory=list)
 
     @property
     def artifacts_ok(self) -> bool:
@@ -155,7 +241,9 @@ class VerifyResult:
                                "signature": self.signature, "problems": list(self.problems),
                                "artifacts": dict(self.artifacts), "artifacts_ok": self.artifacts_ok,
                                "authenticated": self.authenticated,
-                               "content_digest": self.content_digest, "unlisted": list(self.unlisted)})
+                               "content_digest": self.content_digest, "unlisted": list(self.unlisted),
+                               "plan_sha256": self.plan_sha256, "covers": list(self.covers),
+                               "rederived": self.rederived, "notes": list(self.notes)})
 
 
 #: the largest report.json and rendering ``verify`` reads (a report folder is untrusted input)
@@ -255,12 +343,108 @@ def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, 
     return status, problems
 
 
-def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> VerifyResult:
+@dataclass(frozen=True)
+class Finding:
+    """What a ``rederive`` check (:func:`verify_report`) says of one claim whose verdict it did
+    not confirm: a contradiction (``fails``: the stored verdict is not the one its evidence gives,
+    or the evidence cannot decide one) or a note (its verdict could not be re-derived)."""
+
+    fails: bool
+    text: str
+
+
+#: ``rederive(claim)``: the claim's JSON object -> None when its stored verdict is the one its
+#: evidence gives (or it needs none), else a :class:`Finding`
+Rederive = Callable[[Mapping[str, Any]], "Finding | None"]
+
+
+def covered(data: Mapping[str, Any]) -> list[str]:
+    """What the digest and signature of report ``data`` bind, one phrase each: the claims and
+    their evidence, the plan (its text, or only its hash in reports before schema 1.4), the
+    plugins' sources, the dependencies' versions, the fedaudit code's provenance, the renderings."""
+    manifest = data.get("manifest") if isinstance(data.get("manifest"), Mapping) else {}
+    claims = data.get("claims") if isinstance(data.get("claims"), list) else []
+    out = [f"{len(claims)} claim(s) with their verdicts and evidence"]
+    sha = manifest.get("plan_sha256")
+    if isinstance(manifest.get("plan_text"), str):
+        out.append(f"the plan's full text (SHA-256 {str(sha)[:16]}…)")
+    else:
+        out.append(f"the plan's SHA-256 only ({str(sha)[:16]}…; its text is not embedded)" if sha
+                   else "no plan (none recorded)")
+    plugins = manifest.get("plugins")
+    if isinstance(plugins, Mapping):
+        out.append(f"{len(plugins)} plugin source(s)")
+    if isinstance(manifest.get("dependencies"), Mapping):
+        out.append("the versions of the dependencies that compute numbers")
+    if isinstance(manifest.get("provenance"), Mapping):
+        out.append("the fedaudit provenance (the sources of the modules that ran)")
+    elif manifest.get("git_commit"):
+        out.append("the fedaudit git commit only (no provenance of the code that ran)")
+    table = manifest.get("artifacts")
+    files = table.get("files") if isinstance(table, Mapping) else None
+    if isinstance(files, Mapping) and files:
+        out.append("the renderings " + ", ".join(map(str, files)))
+    return out
+
+
+def _check_content(data: Mapping[str, Any], plan: bytes | None, rederive: Rederive | None,
+                   problems: list[str], notes: list[str]) -> int | None:
+    """The checks of a schema-valid report's content: the embedded plan text against
+    ``plan_sha256``, ``plan`` (the bytes of the plan given) against both, stale bytecode in the
+    provenance, and every claim's verdict through ``rederive``. Problems and notes are appended;
+    returns how many verdicts ``rederive`` confirmed (None without it)."""
+    manifest = data["manifest"]
+    sha = manifest.get("plan_sha256")
+    text = manifest.get("plan_text")
+    if isinstance(text, str):
+        text_sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        if text_sha != sha:
+            problems.append(f"plan: the embedded plan text hashes to {text_sha[:16]}… but plan_sha256 is "
+                            f"{str(sha)[:16]}…")
+    if plan is not None:
+        given = hashlib.sha256(plan).hexdigest()
+        if sha is None:
+            problems.append(f"plan: the report records no plan hash, so it cannot be matched to the plan given "
+                            f"(SHA-256 {given[:16]}…)")
+        elif not hmac.compare_digest(given, str(sha)):
+            problems.append(f"plan: the report was made from the plan with SHA-256 {str(sha)[:16]}…, not from the "
+                            f"plan given (SHA-256 {given[:16]}…)")
+    prov = manifest.get("provenance")
+    stale = prov.get("stale_bytecode") if isinstance(prov, Mapping) else None
+    if stale:
+        problems.append("provenance: the run executed bytecode that is not compiled from its source (a stale or "
+                        "planted .pyc) in " + ", ".join(map(str, stale)))
+    if rederive is None:
+        return None
+    confirmed = 0
+    for claim in data["claims"]:
+        try:
+            finding = rederive(claim)
+        except Exception as exc:  # a registered kind's decide() that fails in an unforeseen way
+            finding = Finding(True, f"claim {claim.get('id')!r}: re-deriving its verdict failed: "
+                                    f"{type(exc).__name__}: {exc}")
+        if finding is None:
+            confirmed += 1
+        elif finding.fails:
+            problems.append(f"verdict: {finding.text}")
+        else:
+            notes.append(finding.text)
+    return confirmed
+
+
+def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: bytes | None = None,
+                  rederive: Rederive | None = None) -> VerifyResult:
     """Check a written ``report.json`` (or a directory holding one): schema, digest, the SHA-256
     of every rendering in its artifact table and, when a key is given (``key``, else
-    ``FEDAUDIT_REPORT_KEY``), the HMAC signature. An unreadable or missing file raises
-    :class:`FedAuditError`; a file that is not strict JSON (NaN/Infinity tokens, a duplicated key)
-    is reported as not intact. Nothing is imported or executed from the report's folder."""
+    ``FEDAUDIT_REPORT_KEY``), the HMAC signature; then its content: overall and counts against the
+    claims (each on its own), the embedded plan text against ``plan_sha256``, the bytes of the
+    plan file ``plan`` (when given) against both, and the provenance (no stale bytecode).
+    ``rederive`` (:data:`Rederive`), when given, re-derives every claim's verdict from its
+    recorded evidence (:func:`fedaudit.experiments.rederive.rederive_claim`: this package cannot
+    import the claim kinds); a contradiction fails the report. An unreadable or missing file
+    raises :class:`FedAuditError`; a file that is not strict JSON (NaN/Infinity tokens, a
+    duplicated key) is reported as not intact. Nothing is imported or executed from the report's
+    folder."""
     path = Path(path)
     if path.is_dir():
         if not (path / "report.json").is_file():
@@ -281,6 +465,8 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
         raise FedAuditError(f"{path} is not a fedaudit report (no schema_version, manifest or claims)")
 
     problems = schema_errors(data)
+    notes: list[str] = []
+    rederived = None
     schema_ok = not problems
     if schema_ok:  # semantic checks the schema cannot express
         try:
@@ -288,10 +474,19 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
         except FedAuditError as exc:
             problems.append(f"model: {exc}")
         else:
-            if data["overall"] != report.overall or data["counts"] != report.counts:
-                problems.append(f"model: stored overall {data['overall']} / counts {data['counts']} do not follow "
-                                f"from the claims ({report.overall} / {report.counts})")
+            if data["overall"] != report.overall:
+                problems.append(f"model: stored overall {data['overall']} does not follow from the claims' verdicts "
+                                f"({report.overall})")
+            if data["counts"] != report.counts:
+                problems.append(f"model: stored counts {data['counts']} do not follow from the claims' verdicts "
+                                f"({report.counts})")
         schema_ok = not problems
+    content_problems: list[str] = []
+    if schema_ok:
+        rederived = _check_content(data, plan, rederive, content_problems, notes)
+    elif plan is not None:
+        content_problems.append("plan: the report is malformed, so it cannot be matched to the plan given")
+    problems += content_problems
 
     is_obj = isinstance(data, dict)
     stored = data.get("digest") if is_obj else None
@@ -325,10 +520,14 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None) -> Verif
         if not sig_ok:
             problems.append("signature: HMAC-SHA256 does not match under the key given "
                             "(wrong key, or the report was modified)")
-    ok = schema_ok and digest_ok and sig_ok and not artifact_problems
+    ok = schema_ok and digest_ok and sig_ok and not artifact_problems and not content_problems
+    manifest = data.get("manifest") if isinstance(data.get("manifest"), dict) else {}
+    plan_sha = manifest.get("plan_sha256")
     return VerifyResult(ok=ok, schema_ok=schema_ok, digest_ok=digest_ok, signature=status, problems=problems,
                         artifacts=artifacts, content_digest=content,
-                        unlisted=_unlisted(path.parent, {path.name, *artifacts}))
+                        unlisted=_unlisted(path.parent, {path.name, *artifacts}),
+                        plan_sha256=plan_sha if isinstance(plan_sha, str) else None, covers=covered(data),
+                        rederived=rederived, notes=notes)
 
 
 #: checkpoint directory a run keeps inside its report directory (:mod:`fedaudit.experiments.runner`)

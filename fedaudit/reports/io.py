@@ -1,8 +1,8 @@
 """Writing and reading report directories.
 
 ``write_report`` renders every requested format in memory, records the SHA-256 of each
-rendering in the manifest's artifact table, seals the report (digest, and an HMAC signature when
-``FEDAUDIT_REPORT_KEY`` is set — both cover the table), validates its JSON against
+rendering in the manifest's artifact table, seals the report (digest, and an HMAC signature under the key given, else
+``FEDAUDIT_REPORT_KEY`` when it is set — both cover the table), validates its JSON against
 ``schema.json`` and only then writes each file atomically: a temporary file in the same
 directory, flushed and fsynced, then ``os.replace`` — readers see the old file or the new one,
 never half of one. ``report.json`` is written last. An existing non-empty directory is refused
@@ -32,7 +32,7 @@ from typing import Iterable
 from fedaudit.errors import FedAuditError
 from fedaudit.locking import create_directory
 from fedaudit import json as fjson
-from fedaudit.reports.integrity import VerifyResult, signing_key, validate_report_dict, verify_report
+from fedaudit.reports.integrity import Rederive, VerifyResult, signing_key, validate_report_dict, verify_report
 from fedaudit.reports.model import Report
 
 __all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "write_sealed_report", "read_report", "atomic_write",
@@ -165,20 +165,22 @@ def read_report(path: str | os.PathLike) -> Report:
     return Report.from_json(text)
 
 
-def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False) -> tuple[str, VerifyResult]:
+def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False,
+                rederive: Rederive | None = None) -> tuple[str, VerifyResult]:
     """Sign a written report in place with the HMAC key ``key`` (``fedaudit sign DIR --key-file F``).
 
     Signing is a separate step after the run so that the key never has to be in the environment
     of ``fedaudit run``, where every plugin the plan names runs. The report is verified first
-    (schema, digest, every rendering's SHA-256): a report that is not intact is refused, so a
-    signature never vouches for an edited file. Its renderings are then written again (they say
+    (schema, digest, every rendering's SHA-256, its content; with ``rederive`` every verdict
+    re-derived from its evidence, as ``fedaudit sign`` does): a report that is not intact or not
+    consistent is refused, so a signature never vouches for an edited file or a forged verdict. Its renderings are then written again (they say
     "signed") and the report is sealed under ``key`` (:func:`fedaudit.reports.io.write_sealed_report`);
     the content digest, and so every claim and number, is unchanged (checked). Returns
     ``("signed" | "already signed", VerifyResult of the signed report)``. A report signed under
     another key is refused unless ``force``."""
     folder = Path(path)
     folder = folder.parent if folder.name == "report.json" and not folder.is_dir() else folder
-    before = verify_report(folder, key=key)
+    before = verify_report(folder, key=key, rederive=rederive)
     if before.authenticated:
         return "already signed", before
     problems = [p for p in before.problems if not p.startswith("signature:")]
@@ -192,7 +194,7 @@ def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False) -> 
     files = (data["manifest"].get("artifacts") or {}).get("files") or {}
     formats = ["json"] + [fmt for fmt, name in FILENAMES.items() if fmt != "json" and name in files]
     write_sealed_report(Report.from_dict(data), folder, force=True, formats=formats, key=key)
-    after = verify_report(folder, key=key)
+    after = verify_report(folder, key=key, rederive=rederive)
     if not after.authenticated or after.content_digest != before.content_digest:
         raise FedAuditError(f"signing {folder} changed its content (digest {before.content_digest} -> "
                             f"{after.content_digest}); the report was left signed but should be regenerated")

@@ -2,8 +2,9 @@
 
 A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — non-finite floats
 become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedaudit.json`) — and
-is described by ``schema.json`` (``schema_version`` "1.3": 1.2 added the ``epsilon_vs_steps`` plot,
-1.3 a claim's optional ``caveats`` and ``guarantee``).
+is described by ``schema.json`` (``schema_version`` "1.4": 1.2 added the ``epsilon_vs_steps`` plot,
+1.3 a claim's optional ``caveats`` and ``guarantee``, 1.4 the manifest's optional ``plan_text``,
+``plugins``, ``dependencies`` and ``provenance``).
 
 Verdicts as a reviewer reads them. The verdict (PASS/FAIL/INCONCLUSIVE) says whether the outcome
 met the plan's *expectation*; it is not whether the audited system is safe. A claim that expects
@@ -40,7 +41,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
@@ -57,7 +58,7 @@ Expect = Literal["pass", "violation"]
 
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
 EXPECTS: tuple[str, ...] = ("pass", "violation")
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 #: the colour classes of a verdict as a reviewer reads it (:attr:`Claim.tone`): the guarantee
 #: held as expected, a violation was detected (expected or not, bad news about the system), the
@@ -278,6 +279,36 @@ def package_checkout(package_dir: str | Path | None = None) -> tuple[str | None,
     return sha, (None if status is None else bool(status.strip()))
 
 
+#: manifest fields added in schema 1.4, absent from older reports
+OPTIONAL_1_4: tuple[str, ...] = ("plan_text", "plugins", "dependencies", "provenance")
+
+
+def _plan_text(plan_bytes: bytes | None) -> str | None:
+    """The plan's text for the manifest (None without a plan, or for bytes that are not UTF-8,
+    which :func:`fedaudit.experiments.plan.load_plan` never accepts)."""
+    try:
+        return None if plan_bytes is None else plan_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _summary(key: str, value: Any) -> Any:
+    """One line for a schema-1.4 manifest field in the renderings' manifest table (report.json
+    holds the full value)."""
+    if not isinstance(value, (str, dict)):
+        return value
+    if key == "plan_text":
+        return f"{len(value)} characters, embedded in report.json (SHA-256: plan_sha256)"
+    if key == "plugins":
+        return ", ".join(f"{ref} (SHA-256 {str(entry.get('sha256') if isinstance(entry, dict) else None)[:12]})"
+                         for ref, entry in value.items()) or "none named by the plan"
+    if key == "dependencies":
+        return ", ".join(f"{dist} {version}" for dist, version in value.items() if version is not None) or None
+    stale = value.get("stale_bytecode") or []
+    return (f"{value.get('modules')} fedaudit modules, sources SHA-256 {str(value.get('sources_sha256'))[:16]}…; "
+            f"stale bytecode: {', '.join(map(str, stale)) or 'none'}")
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Where and how a report was produced. Times are ISO-8601 UTC; ``plan_sha256`` is the
@@ -289,7 +320,16 @@ class Manifest:
     fills: ``{"rendered_from": content digest, "files": {name: {"sha256", "bytes"}}}``.
     ``engine`` is where the claims ran (``{"backend", "workers", "address", "parallel_claims"}``,
     the plan's ``[engine]`` table with the run's overrides, unset ones None); informative only —
-    the results do not depend on it."""
+    the results do not depend on it.
+
+    Schema 1.4 adds what the digest and a signature then bind besides the claims (None in older
+    reports, and left out of their JSON so their digests do not change): ``plan_text``, the
+    plan's full text (its SHA-256 is ``plan_sha256``); ``plugins``, ``{"module:attr": {"sha256",
+    "file"}}`` for every component reference the plan named (:func:`~fedaudit.reports.provenance.plugin_sources`);
+    ``dependencies``, the versions of the libraries that compute numbers
+    (:data:`~fedaudit.reports.provenance.DEPENDENCIES`, None when absent); ``provenance``, the
+    fedaudit code that ran (:func:`~fedaudit.reports.provenance.code_provenance`: a hash of the
+    sources of the modules imported and the modules whose bytecode is not their source)."""
 
     fedaudit: str
     numpy: str
@@ -306,16 +346,24 @@ class Manifest:
     git_dirty: bool | None = None
     artifacts: dict | None = None
     engine: dict | None = None
+    plan_text: str | None = None
+    plugins: dict | None = None
+    dependencies: dict | None = None
+    provenance: dict | None = None
 
     @classmethod
     def collect(cls, plan_bytes: bytes | None, seed_entropy: Any, started: Any, finished: Any,
                 command: str | None = None, *, package_dir: str | Path | None = None,
-                engine: Mapping[str, Any] | None = None) -> "Manifest":
-        """Gather versions, platform, the plan hash and the provenance of the fedaudit code
-        (:func:`package_checkout` of ``package_dir``, default the installed package's directory).
+                engine: Mapping[str, Any] | None = None, plugins: Iterable[str] = ()) -> "Manifest":
+        """Gather versions, platform, the plan hash and text and the provenance of the fedaudit code
+        (:func:`package_checkout` of ``package_dir``, default the installed package's directory;
+        :func:`~fedaudit.reports.provenance.code_provenance` of the modules this process imported),
+        the dependencies' versions and the source hash of each ``module:attr`` of ``plugins``.
         ``started``/``finished`` may be datetimes, POSIX seconds or ISO-8601 strings."""
         import numpy
         import scipy
+
+        from fedaudit.reports.provenance import code_provenance, dependency_versions, plugin_sources
 
         commit, dirty = package_checkout(package_dir)
         torch_mod = sys.modules.get("torch")
@@ -329,10 +377,14 @@ class Manifest:
             started=_iso(started), finished=_iso(finished), git_commit=commit, command=command, git_dirty=dirty,
             engine=None if engine is None else {k: engine.get(k) for k in ("backend", "workers", "address",
                                                                             "parallel_claims")},
+            plan_text=_plan_text(plan_bytes), plugins=plugin_sources(plugins), dependencies=dependency_versions(),
+            provenance=code_provenance(),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The manifest as JSON data; the schema-1.4 fields (:data:`OPTIONAL_1_4`) only when set."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if not (f.name in OPTIONAL_1_4 and getattr(self, f.name) is None)}
 
     def rendered_fields(self) -> list[tuple[str, Any]]:
         """``(field, value)`` rows of the manifest table of a rendering: every field but
@@ -344,13 +396,16 @@ class Manifest:
                 continue
             if key == "engine" and isinstance(value, dict):
                 value = ", ".join(f"{k} {v}" for k, v in value.items() if v is not None) or None
+            elif key in OPTIONAL_1_4:
+                value = _summary(key, value)
             rows.append((key, value))
         return rows
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in d and n not in ("command", "git_dirty", "artifacts", "engine")]
+        missing = [n for n in names if n not in d and n not in ("command", "git_dirty", "artifacts", "engine",
+                                                                *OPTIONAL_1_4)]
         if missing:
             raise FedAuditError(f"manifest is missing {', '.join(missing)}")
         return cls(**{n: d.get(n) for n in names})

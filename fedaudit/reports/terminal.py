@@ -272,11 +272,14 @@ def print_stress(console: Console, config: Any, res: Any, missed: Mapping[tuple[
                       f"{config.target_accuracy:g}[/]")
 
 
-def print_verify(console: Console, res: Any, report: str, *, key_set: bool, require_signature: bool = False) -> None:
-    """``fedaudit verify``: a ``VerifyResult`` (``key_set``: a key was given). The last line says
-    which guarantee holds: "intact and signed" (a holder of the HMAC key wrote or signed it),
-    "integrity only: authenticity not established" (unsigned: the files agree with each other,
-    nothing says who wrote them), or why it is not verified."""
+def print_verify(console: Console, res: Any, report: str, *, key_set: bool, require_signature: bool = False,
+                 plan: str | None = None) -> None:
+    """``fedaudit verify``: a ``VerifyResult`` (``key_set``: a key was given; ``plan``: the plan
+    file it was matched against). After the table, the problems and notes: the plan's hash, what
+    the signature (or, unsigned, the digest) covers, then a last line saying which guarantee
+    holds: "intact and signed" (a holder of the HMAC key wrote or signed it), "integrity only:
+    authenticity not established" (unsigned: the files agree with each other, nothing says who
+    wrote them), or why it is not verified."""
     from fedaudit.reports.integrity import KEY_ENV, UNCHECKED
 
     mark = lambda ok: "[green]✓[/]" if ok else "[bold red]✗[/]"
@@ -297,9 +300,26 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
                       {"ok": "matches its recorded SHA-256"}.get(state, state))
     if not res.artifacts:
         table.add_row("renderings", "–", "none recorded")
+    rederived = getattr(res, "rederived", None)
+    if rederived is not None and res.schema_ok:
+        failed = any(p.startswith("verdict:") for p in res.problems)
+        table.add_row("verdicts", mark(not failed) if rederived or failed else "[bold yellow]?[/]",
+                      "a verdict contradicts its evidence" if failed else
+                      f"{rederived} consistent with their evidence" + (f", {len(res.notes)} not re-derived"
+                                                                      if res.notes else ""))
     console.print(table)
     for problem in res.problems:
         console.print(f"[red]•[/] {escape(problem)}", highlight=False, soft_wrap=True)
+    for note in getattr(res, "notes", ()):
+        console.print(f"[yellow]•[/] {escape(note)}", highlight=False, soft_wrap=True)
+    plan_sha = getattr(res, "plan_sha256", None)
+    if plan_sha:
+        matched = (f": it matches {escape(plan)}" if not any(p.startswith("plan:") for p in res.problems)
+                   else f": it does NOT match {escape(plan)}") if plan is not None else ""
+        console.print(f"plan SHA-256 {plan_sha}{matched}", highlight=False, soft_wrap=True)
+    if getattr(res, "covers", None):
+        what = "the signature covers" if res.signature != "absent" else "the digest covers (unsigned: anyone can recompute it)"
+        console.print(f"{what}: " + "; ".join(escape(c) for c in res.covers), highlight=False, soft_wrap=True)
     if res.content_digest and res.artifacts:
         console.print(f"renderings show content digest {res.content_digest}", highlight=False, soft_wrap=True)
     if getattr(res, "unlisted", None):
@@ -317,6 +337,10 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
     elif res.signature == UNCHECKED and len(res.problems) == 1:
         console.print(f"[bold yellow]NOT verified: signed, signature not checked (set {KEY_ENV} or pass "
                       f"--key-file)[/]", highlight=False, soft_wrap=True)
+    elif res.schema_ok and res.digest_ok and res.artifacts_ok and (
+            res.signature == "valid" or (res.signature == "absent" and not key_set)):
+        console.print("[bold red]NOT verified[/]: the report's files are intact, but its content is not consistent "
+                      "(see above)", highlight=False, soft_wrap=True)
     else:
         console.print("[bold red]NOT intact[/]")
 

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from fedaudit.engine import private_env_removed
 from fedaudit.errors import FedAuditError
 from fedaudit.integrations.flower._flwr import require_flwr
 from fedaudit.integrations.flower.byzantine import CLIENT_ATTACKS, LABEL_FLIP, LABEL_FLIP_KEY, byzantine_mod
@@ -480,8 +481,9 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
     try:
         flwr_logger.setLevel(max(level, logging.WARNING))
         flwr_logger.addFilter(quiet)
-        run_simulation(server_app=server_app, client_app=_client_app(mods + spec_mods + byz_mods),
-                       num_supernodes=clients, backend_config=backend_config(num_cpus))
+        with private_env_removed():  # the simulation's Ray processes never see the report key
+            run_simulation(server_app=server_app, client_app=_client_app(mods + spec_mods + byz_mods),
+                           num_supernodes=clients, backend_config=backend_config(num_cpus))
     finally:
         flwr_logger.removeFilter(quiet)
         flwr_logger.setLevel(level)
