@@ -38,7 +38,8 @@ def _report(title: str = "integrity test") -> Report:
     claims = [Claim(id="eps", kind="ldp", title="ε holds", expect="pass", verdict="PASS",
                     evidence={"epsilon_lower": 0.42, "epsilon_claimed": 1.0, "exact": math.inf}, runtime_s=1.0),
               Claim(id="nu", kind="robustness", title="ν bound", expect="pass", verdict="FAIL",
-                    evidence={"nu_empirical": 7.5, "nu_bound": 3.0}, runtime_s=2.0)]
+                    evidence={"nu_empirical": 7.5, "nu_bound": 3.0, "max_nu": None,
+                              "audit": {"per_configuration": {"alie": 7.5, "ipm": 1.0}}}, runtime_s=2.0)]
     return Report(m, claims, title=title)
 
 
