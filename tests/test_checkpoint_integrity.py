@@ -479,12 +479,13 @@ def _kill_after(monkeypatch, cells: int) -> list[str]:
     return ran
 
 
-def _grid_killed(tmp_path, monkeypatch, cells=2):
-    """A plan run killed after ``cells`` cells of its stress grid: (plan file, out, cells.jsonl)."""
+def _grid_killed(tmp_path, monkeypatch, cells=2, text=GRID):
+    """A plan run (of the plan ``text``, on the suite's serial backend) killed after ``cells``
+    cells of its stress grid: (plan file, out, cells.jsonl)."""
     from fedaudit.experiments.runner import WORK_DIR
 
     plan = tmp_path / "grid.toml"
-    plan.write_text(GRID)
+    plan.write_text(text)
     out = tmp_path / "out"
     with monkeypatch.context() as m:
         _kill_after(m, cells)
@@ -533,14 +534,19 @@ def test_plan_resume_refuses_a_deleted_middle_cell(plan_file, tmp_path, monkeypa
 
 
 def test_plan_resume_on_parallel_workers_refuses_an_edited_cell(plan_file, tmp_path, monkeypatch, capsys):
-    plan, out, path = _grid_killed(tmp_path, monkeypatch)
+    import fedaudit.experiments.runner as runner
+
+    plan, out, path = _grid_killed(tmp_path, monkeypatch, text=GRID.replace("parallel_claims = false", ""))
     _raised_accuracy(path, 3)
     capsys.readouterr()
+    batches = []
+    real = runner._run_parallel
+    monkeypatch.setattr(runner, "_run_parallel", lambda batch, *a: batches.append(len(batch)) or real(batch, *a))
     # the grid and the ldp claim run as tasks of a process pool: the refusal comes back from a worker
     rc = main(["run", str(plan), "--out", str(out), "--resume", "--quiet", "--backend", "process", "--workers", "2"])
     lines = capsys.readouterr().err.strip().splitlines()
     _refused(rc, lines, out, str(path))
-    assert "line 3" in lines[0]
+    assert "line 3" in lines[0] and batches == [2]
 
 
 def test_plan_resume_refuses_cells_it_cannot_authenticate(plan_file, tmp_path, monkeypatch, capsys):
