@@ -32,9 +32,9 @@ Breakdown rule (``breakdown`` = any of the following, with the reasons listed):
 * ``loss > 10×L(x0)`` — the final honest loss exceeds ten times the loss at the start point;
 * ``accuracy < chance+0.05`` — the final test accuracy is below 1/n_classes + 0.05.
 
-Files in ``out_dir``: ``cells.jsonl`` (one JSON object per finished cell, appended and flushed
-as each cell completes — a crash loses only the cells still running; rerunning skips every cell
-whose key is already there; a torn last line is dropped), ``config.json`` (the run
+Files in ``out_dir``: ``cells.jsonl`` (one JSON object per finished cell, appended, flushed and
+fsynced as each cell completes — a crash loses only the cells still running; rerunning skips
+every cell whose key is already there; a torn last line is dropped), ``config.json`` (the run
 configuration the cells belong to; a rerun with a different configuration is refused),
 ``summary.json`` and, when :func:`run_stress` is given ``draw`` (e.g.
 :func:`fedaudit.reports.heatmap.plot_heatmaps`), ``heatmap_<aggregator>.png`` (worst case over
@@ -42,6 +42,22 @@ attacks of final accuracy and of final loss on the f × β grid). JSON follows :
 trace is the string ``"inf"``, ``"-inf"`` or ``"nan"``; ``null`` means absent (the final loss
 and accuracy of a run that diverged or broke down, marked by ``diverged`` /
 ``aggregator_breakdown``).
+
+Finished cells are evidence, not verdicts. A rerun reloads them into the summary (and a plan's
+stress claim into a report it may sign), and whoever can write ``out_dir`` could edit one. So
+``cells.jsonl`` is a tamper-evident chain (:mod:`fedaudit.chain`): its first line is the header
+``{"format": "fedaudit-stress-cells", "version": 1, "config_id", "run_config", "nonce", "key_id",
+"mac"}`` (the run configuration, a fresh random nonce, the name of this user's fedaudit secret and
+the header's HMAC under ``derive_key(secret, "stress-cells", nonce)``); every cell line carries
+``seq`` (1, 2, … in the order cells finished), ``prev`` (the MAC of the line before) and its own
+``mac``. :func:`load_cells` checks every MAC and the chain, so an edited cell, one copied from
+another run, two swapped or one deleted before the last are refused; then it validates each cell
+(:func:`_cell_problem`: the types and ranges of what the summary reads, the key naming the cell's
+fields, the seeds derived from the root seed and the key, the run's settings, the final loss and
+accuracy equal to the last entries of the trace, ``breakdown`` as the breakdown rule gives it).
+A refused file is one :class:`~fedaudit.errors.CheckpointError` naming the file and the line
+(the CLI exits 2 and writes no summary; a plan run stops without a report); removing the file
+computes its cells again. The file is resumed by the user, on the machine, that wrote it.
 """
 
 from __future__ import annotations
@@ -695,7 +711,8 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
                draw: Callable[[dict[str, Any], Path], Sequence[str]] | None = None) -> StressResult:
     """Run (or resume) the grid in ``out_dir``; return the summary and write the files.
 
-    Cells already in ``out_dir/cells.jsonl`` are skipped; the others run through
+    Cells already in ``out_dir/cells.jsonl`` (authenticated and validated by :func:`load_cells`;
+    a file that is not what fedaudit wrote is refused before any work) are skipped; the others run through
     :func:`fedaudit.engine.run_tasks` (``workers`` default ``os.cpu_count()``, ``backend``
     ``"process"``, ``"serial"`` or ``"ray"``, None for the engine's default; ``address``: the Ray
     cluster to join) and are appended and flushed one line each as they

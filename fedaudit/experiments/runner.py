@@ -39,7 +39,10 @@ is re-derived from its evidence through its kind
 (:func:`~fedaudit.experiments.kind.derived_verdict`) and must be the verdict it records; a kind
 that cannot re-derive verdicts has its claim run again. A tampered, inconsistent or
 unauthenticated checkpoint is one :class:`FedAuditError` naming the file (CLI: exit 2), and no
-report is written. Checkpoints written under the signing key resume only with it; those written
+report is written. A stress grid's ``DIR/.work/<claim-id>/cells.jsonl`` is such a chain too
+(:mod:`fedaudit.audit.stress`, with this user's secret): a cell that fails its check raises
+:class:`~fedaudit.errors.CheckpointError`, which stops the run instead of making the claim
+INCONCLUSIVE. Checkpoints written under the signing key resume only with it; those written
 with the user's secret only by that user on that machine.
 
 Engine and parallel claims. The plan's ``[engine]`` table, with the ``engine=`` keywords of
