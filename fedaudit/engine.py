@@ -519,21 +519,23 @@ def _call_pickled(payload: bytes) -> bytes:
 class _SharedPool:
     """The process pool kept between calls, so a program that runs many audits starts its
     workers once (about a second each time otherwise). It is reused while the process, the worker
-    count, ``sys.path`` and the working directory are those it was started with (spawned workers
-    copy the last two at start, so a module made importable later needs new workers); a fork's
+    count, ``sys.path``, the working directory and fedaudit's state directory are those it was
+    started with (spawned workers copy them at start, so a module made importable later needs new
+    workers, and a worker reading the user's checkpoint secret, e.g. a stress grid's cells in a
+    parallel plan claim, reads the one the caller would, :func:`fedaudit.chain.state_dir`); a fork's
     child, or a call while another thread uses the pool, gets a pool of its own; a call that ends
     with an exception shuts its pool down, so no task of a failed run keeps a worker."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pool: Any = None
-        self.key: tuple | None = None  # (pid, workers, sys.path, cwd)
+        self.key: tuple | None = None  # (pid, workers, sys.path, cwd, state dir)
         self.busy = False
 
     def acquire(self, workers: int) -> tuple[Any, bool]:
         """``(pool, shared)``: the kept pool for ``workers`` (created on first use), or a private
         one when the kept pool is in use."""
-        key = (os.getpid(), workers, tuple(sys.path), os.getcwd())
+        key = (os.getpid(), workers, tuple(sys.path), os.getcwd(), str(chain.state_dir()))
         with self.lock:
             if self.busy:
                 return _new_pool(workers), False

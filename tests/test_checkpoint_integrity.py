@@ -536,8 +536,14 @@ def test_plan_resume_refuses_a_deleted_middle_cell(plan_file, tmp_path, monkeypa
 def test_plan_resume_on_parallel_workers_refuses_an_edited_cell(plan_file, tmp_path, monkeypatch, capsys):
     import fedaudit.experiments.runner as runner
 
+    from fedaudit.engine import run_tasks
+
     plan, out, path = _grid_killed(tmp_path, monkeypatch, text=GRID.replace("parallel_claims = false", ""))
     _raised_accuracy(path, 3)
+    state = os.environ["FEDAUDIT_STATE_DIR"]
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "earlier"))
+    list(run_tasks(_chunk, _tasks(2), backend="process", workers=2))  # the shared pool, started elsewhere
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", state)  # its workers must not read the cells with that secret
     capsys.readouterr()
     batches = []
     real = runner._run_parallel

@@ -411,6 +411,8 @@ def load_cells(out_dir: str | os.PathLike, config: StressConfig | None = None, *
     secret), a cell recorded twice, and a cell whose fields are not a cell of this run
     (:func:`_cell_problem`).
     """
+    if config is not None and not isinstance(config, StressConfig):
+        raise FedAuditError(f"config must be a StressConfig or None, got {type(config).__name__}")
     return _read_cells(Path(out_dir) / CELLS_FILE, config, repair)[0]
 
 
