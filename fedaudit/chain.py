@@ -4,7 +4,7 @@ A checkpoint is read back by a later run (``--resume``), and what it holds becom
 result: a count summed into a certified ε, a claim's evidence in a signed report. Whoever can
 write the checkpoint's folder could otherwise change a number and have the resumed run certify
 it. So every checkpoint fedaudit writes (a plan run's ``DIR/.checkpoint/``, an engine
-``--checkpoint FILE``) is a *chain*:
+``--checkpoint FILE``, a stress grid's ``cells.jsonl``) is a *chain*:
 
 * a **header** names the run (its configuration and a random ``nonce``, fresh for every run);
 * the run's key is ``k = HMAC-SHA256(secret, "fedaudit-<purpose>" ‖ 0x00 ‖ nonce)``
@@ -21,8 +21,8 @@ work is simply done again. Canonical JSON is :func:`fedaudit.json.dumps` with so
 spaces, UTF-8; the reader canonicalises the JSON it parsed, so the MAC covers values, not layout.
 
 The secret. A plan run that signs its report takes the report key (``FEDAUDIT_REPORT_KEY``) as
-its secret, so its checkpoints resume wherever the key is. Otherwise, and for engine checkpoints,
-the secret is this user's fedaudit secret: 32 random bytes in ``checkpoint.key`` of the state
+its secret, so its checkpoints resume wherever the key is. Otherwise, and for engine checkpoints
+and stress cells (:func:`new_user_chain`, :func:`open_user_chain`), the secret is this user's fedaudit secret: 32 random bytes in ``checkpoint.key`` of the state
 directory (:func:`state_dir`: ``$FEDAUDIT_STATE_DIR``, else ``$XDG_STATE_HOME/fedaudit``, else
 ``~/.local/state/fedaudit``), created on first use with mode 0600 (directory 0700), never inside
 an output folder. One secret per user rather than one per run: the per-run key comes from the
@@ -44,19 +44,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import CheckpointError, FedAuditError
 from fedaudit.json import dumps
 
-__all__ = ["STATE_ENV", "SECRET_FILE", "PLAN_PURPOSE", "ENGINE_PURPOSE", "state_dir", "secret_path",
-           "user_secret", "key_id", "new_nonce", "is_nonce", "derive_key", "record_mac", "Chain"]
+__all__ = ["STATE_ENV", "SECRET_FILE", "PLAN_PURPOSE", "ENGINE_PURPOSE", "CELLS_PURPOSE", "state_dir",
+           "secret_path", "user_secret", "key_id", "new_nonce", "is_nonce", "derive_key", "record_mac", "Chain",
+           "new_user_chain", "open_user_chain"]
 
 #: environment variable naming the state directory that holds the user's checkpoint secret
 STATE_ENV = "FEDAUDIT_STATE_DIR"
 #: the secret's file name inside the state directory
 SECRET_FILE = "checkpoint.key"
-#: the purposes keys are derived for (domain separation between the two checkpoint formats)
+#: the purposes keys are derived for (domain separation between the chained file formats)
 PLAN_PURPOSE = "plan-checkpoint"
 ENGINE_PURPOSE = "engine-checkpoint"
+CELLS_PURPOSE = "stress-cells"
 
 _SECRET_BYTES = 32
 _NONCE = re.compile(r"[0-9a-f]{32}")
@@ -213,3 +215,34 @@ class Chain:
             return False
         self.seq, self.tip = seq, record["mac"]
         return True
+
+
+def new_user_chain(purpose: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], Chain]:
+    """Start the chain of a new file authenticated with this user's secret (created on first
+    use): ``(header, chain)``, the header being ``fields`` with a fresh ``nonce``, the secret's
+    ``key_id`` and its ``mac`` under ``derive_key(secret, purpose, nonce)``."""
+    secret = user_secret(create=True)
+    nonce = new_nonce()
+    key = derive_key(secret, purpose, nonce)
+    header = Chain.seal_header(key, {**fields, "nonce": nonce, "key_id": key_id(secret)})
+    return header, Chain(key, header)
+
+
+def open_user_chain(header: Mapping[str, Any], purpose: str, what: str, advice: str) -> Chain:
+    """The chain of a header read back that :func:`new_user_chain` wrote: this user's secret, the
+    key of its nonce, its mac checked. Each way it can fail is one :class:`CheckpointError`
+    ``"<what> …; <advice>"``: no valid nonce, no secret here or another one (another user,
+    machine or :data:`STATE_ENV` wrote it), an altered header."""
+    nonce = header.get("nonce")
+    if not is_nonce(nonce):
+        raise CheckpointError(f"{what}: its header has no valid nonce (altered?); {advice}")
+    secret = user_secret(create=False)
+    if secret is None or key_id(secret) != header.get("key_id"):
+        reason = (f"fedaudit's secret {secret_path()} does not exist" if secret is None else
+                  f"it was written with another secret than {secret_path()}")
+        raise CheckpointError(f"{what} cannot be authenticated on this machine by this user ({reason}; another "
+                              f"user, machine or {STATE_ENV} wrote it): {advice}")
+    link = Chain(derive_key(secret, purpose, nonce), header)
+    if not link.header_ok():
+        raise CheckpointError(f"{what}: its header fails its authentication (altered); {advice}")
+    return link

@@ -556,21 +556,23 @@ def _call_pickled(payload: bytes) -> bytes:
 class _SharedPool:
     """The process pool kept between calls, so a program that runs many audits starts its
     workers once (about a second each time otherwise). It is reused while the process, the worker
-    count, ``sys.path`` and the working directory are those it was started with (spawned workers
-    copy the last two at start, so a module made importable later needs new workers); a fork's
+    count, ``sys.path``, the working directory and fedaudit's state directory are those it was
+    started with (spawned workers copy them at start, so a module made importable later needs new
+    workers, and a worker reading the user's checkpoint secret, e.g. a stress grid's cells in a
+    parallel plan claim, reads the one the caller would, :func:`fedaudit.chain.state_dir`); a fork's
     child, or a call while another thread uses the pool, gets a pool of its own; a call that ends
     with an exception shuts its pool down, so no task of a failed run keeps a worker."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pool: Any = None
-        self.key: tuple | None = None  # (pid, workers, sys.path, cwd)
+        self.key: tuple | None = None  # (pid, workers, sys.path, cwd, state dir)
         self.busy = False
 
     def acquire(self, workers: int) -> tuple[Any, bool]:
         """``(pool, shared)``: the kept pool for ``workers`` (created on first use), or a private
         one when the kept pool is in use."""
-        key = (os.getpid(), workers, tuple(sys.path), os.getcwd())
+        key = (os.getpid(), workers, tuple(sys.path), os.getcwd(), str(chain.state_dir()))
         with self.lock:
             if self.busy:
                 return _new_pool(workers), False
@@ -854,13 +856,9 @@ class _Checkpoint:
             self.file.truncate(valid)  # cut a torn last record before appending
             self.file.seek(valid)
         else:
-            secret = chain.user_secret(create=True)
-            nonce = chain.new_nonce()
-            mac_key = chain.derive_key(secret, chain.ENGINE_PURPOSE, nonce)
-            header = chain.Chain.seal_header(mac_key, {
+            header, self.chain = chain.new_user_chain(chain.ENGINE_PURPOSE, {
                 "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "digest": self.digest, "chunks": n,
-                "key": jsonable(key), "nonce": nonce, "key_id": chain.key_id(secret)})
-            self.chain = chain.Chain(mac_key, header)
+                "key": jsonable(key)})
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
                 with open(tmp, "wb") as fh:
@@ -909,7 +907,7 @@ class _Checkpoint:
             raise FedAuditError(f"{what} was written by a different configuration "
                                 f"({_differences(header.get('key'), header.get('chunks'), key, n)}); it is refused "
                                 f"rather than mixed in: remove it or choose another checkpoint file")
-        self.chain = _header_chain(header, what)
+        self.chain = chain.open_user_chain(header, chain.ENGINE_PURPOSE, what, start_over)
         valid = len(lines[0]) + 1
         complete = lines[1:-1]  # each was followed by a newline; lines[-1] is b"" or a torn tail (ignored)
         for j, line in enumerate(complete):
@@ -959,24 +957,6 @@ class _Checkpoint:
 
     def close(self) -> None:
         self.file.close()
-
-
-def _header_chain(header: dict[str, Any], what: str) -> "chain.Chain":
-    """The chain of a header read back: this user's secret, the key of its nonce, its mac checked.
-    Each way it can fail is one :class:`FedAuditError` naming ``what``."""
-    nonce = header.get("nonce")
-    if not chain.is_nonce(nonce):
-        raise FedAuditError(f"{what}: its header has no valid nonce (altered?); remove it to start again")
-    secret = chain.user_secret(create=False)
-    if secret is None or chain.key_id(secret) != header.get("key_id"):
-        reason = (f"fedaudit's secret {chain.secret_path()} does not exist" if secret is None else
-                  f"it was written with another secret than {chain.secret_path()}")
-        raise FedAuditError(f"{what} cannot be authenticated on this machine by this user ({reason}; another "
-                            f"user, machine or {chain.STATE_ENV} wrote it): remove it to start again")
-    link = chain.Chain(chain.derive_key(secret, chain.ENGINE_PURPOSE, nonce), header)
-    if not link.header_ok():
-        raise FedAuditError(f"{what}: its header fails its authentication (altered); remove it to start again")
-    return link
 
 
 def _parse_record(rec: Any) -> int | None:

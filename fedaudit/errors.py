@@ -1,17 +1,28 @@
 """The error types of fedaudit.
 
 :class:`FedAuditError` (a ``ValueError``) is bad input: its message names the parameter and the
-allowed range. :class:`AggregatorBreakdown` is a rule meeting more non-finite rows than it
+allowed range. :class:`CheckpointError` is one of them: a file fedaudit wrote and reads back (a
+checkpoint, a stress grid's cells) that it cannot trust. :class:`AggregatorBreakdown` is a rule meeting more non-finite rows than it
 tolerates. The checks that raise them live in :mod:`fedaudit.validation`.
 """
 
 from __future__ import annotations
 
-__all__ = ["FedAuditError", "AggregatorBreakdown"]
+__all__ = ["FedAuditError", "CheckpointError", "AggregatorBreakdown"]
 
 
 class FedAuditError(ValueError):
     """Bad input to a fedaudit API: the message names the parameter and what is allowed."""
+
+
+class CheckpointError(FedAuditError):
+    """A file fedaudit reads back to resume (a stress grid's ``cells.jsonl``, a checkpoint) was
+    altered, is inconsistent or cannot be authenticated here (:mod:`fedaudit.chain`).
+
+    Not a failure of one claim's audit but of the evidence the whole run would rest on: a plan run
+    stops on it (one line, exit 2, no report) instead of recording the claim as INCONCLUSIVE. The
+    message names the file and the record and says what to do.
+    """
 
 
 class AggregatorBreakdown(FedAuditError):

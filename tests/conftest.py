@@ -167,10 +167,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 
-def reseal_checkpoint(path) -> None:
-    """Recompute every MAC of the engine checkpoint ``path`` (its lines kept in order) under this
-    user's secret (:mod:`fedaudit.chain`): what only the holder of the secret can do. Tests that
-    edit a record to show that a resumed run reads it (and still checks its shape) reseal it."""
+def reseal_checkpoint(path, purpose=None) -> None:
+    """Recompute every MAC of the chained JSON-lines file ``path`` (its lines kept in order) under
+    this user's secret (:mod:`fedaudit.chain`): what only the holder of the secret can do. Tests that
+    edit a record to show that a resumed run reads it (and still checks its shape) reseal it.
+    ``purpose``: the file's key purpose, default an engine checkpoint's (``chain.ENGINE_PURPOSE``;
+    a stress grid's ``cells.jsonl``: ``chain.CELLS_PURPOSE``)."""
     import json
     from pathlib import Path
 
@@ -179,7 +181,7 @@ def reseal_checkpoint(path) -> None:
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     header = json.loads(lines[0])
-    key = chain.derive_key(chain.user_secret(create=False), chain.ENGINE_PURPOSE, header["nonce"])
+    key = chain.derive_key(chain.user_secret(create=False), purpose or chain.ENGINE_PURPOSE, header["nonce"])
     header = chain.Chain.seal_header(key, header)
     link = chain.Chain(key, header)
     records = [link.seal(json.loads(line)) for line in lines[1:]]

@@ -420,3 +420,239 @@ def test_engine_checkpoint_validate_hook_names_the_record(tmp_path, state):
     reseal_checkpoint(ck)
     with pytest.raises(FedAuditError, match=r"run\.ckpt: line 5 \(chunk 3\).*expected 73, got 0"):
         run_chunks(_chunk, _tasks(), backend="serial", checkpoint=ck, resume=True, key={"t": 1}, validate=validate)
+
+
+# --------------------------------------------------------------------------- stress cells
+# A stress grid's finished cells (``cells.jsonl``: ``DIR/.work/<claim-id>/`` of a plan run, the
+# ``--out`` directory of ``fedaudit stress``) are reloaded by a rerun and flow into the summary and
+# into a signed stress claim: they are a chain like the checkpoints, and every cell is validated.
+GRID = """\
+[plan]
+title = "cells test"
+seed = 5
+
+[engine]
+parallel_claims = false
+
+[[claim]]
+id = "grid"
+kind = "stress"
+aggregators = ["cwtm", "nnm+cwtm"]
+attacks = ["alie", "signflip"]
+fs = [1]
+rounds = 5
+n_honest = 5
+backend = "serial"
+min_accuracy = 0.3
+
+[[claim]]
+id = "rr"
+kind = "ldp"
+mechanism = "rr"
+dim = 4
+samples = 4000
+"""
+
+STRESS = ["stress", "--dataset", "digits", "--aggregators", "cwtm,nnm+cwtm", "--attacks", "alie,signflip",
+          "--f", "1", "--beta", "1", "--n-honest", "5", "--rounds", "5", "--seed", "0", "--backend", "serial",
+          "--quiet"]
+
+
+class _KilledMidGrid(BaseException):
+    """Stands for SIGKILL in the middle of a stress grid (a BaseException: no claim catches it)."""
+
+
+def _kill_after(monkeypatch, cells: int) -> list[str]:
+    """Make the grid die when it starts its cell number ``cells + 1``; returns the keys computed
+    (the list goes on growing after the kill is lifted, for the resumed run)."""
+    import fedaudit.audit.stress as stress
+
+    real, ran = stress.run_cell, []
+
+    def run_cell(task):
+        if len(ran) == cells:
+            raise _KilledMidGrid
+        ran.append(task[1].key)
+        return real(task)
+
+    monkeypatch.setattr(stress, "run_cell", run_cell)
+    return ran
+
+
+def _grid_killed(tmp_path, monkeypatch, cells=2, text=GRID):
+    """A plan run (of the plan ``text``, on the suite's serial backend) killed after ``cells``
+    cells of its stress grid: (plan file, out, cells.jsonl)."""
+    from fedaudit.experiments.runner import WORK_DIR
+
+    plan = tmp_path / "grid.toml"
+    plan.write_text(text)
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        _kill_after(m, cells)
+        with pytest.raises(_KilledMidGrid):
+            run_plan_to_dir(plan, out)
+    path = out / WORK_DIR / "grid" / "cells.jsonl"
+    assert path.is_file() and not (out / "report.json").exists()
+    return plan, out, path
+
+
+def _cell_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _write_lines(path: Path, records) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _raised_accuracy(path: Path, line: int) -> None:
+    """Raise the final accuracy of the cell on ``line`` (1-based) of ``path`` to 0.99."""
+    records = _cell_lines(path)
+    rec = records[line - 1]
+    assert "key" in rec and rec["final_accuracy"] != 0.99
+    rec["final_accuracy"] = 0.99
+    _write_lines(path, records)
+
+
+def test_plan_resume_refuses_a_cell_with_a_raised_accuracy(plan_file, tmp_path, monkeypatch, capsys):
+    plan, out, path = _grid_killed(tmp_path, monkeypatch)
+    _raised_accuracy(path, 2)
+    before = path.read_bytes()
+    rc, lines = _resume(plan, out, capsys)
+    _refused(rc, lines, out, str(path))
+    assert "line 2" in lines[0] and "Traceback" not in lines[0]
+    assert path.read_bytes() == before  # refused, not repaired
+
+
+def test_plan_resume_refuses_a_deleted_middle_cell(plan_file, tmp_path, monkeypatch, capsys):
+    plan, out, path = _grid_killed(tmp_path, monkeypatch)
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) == 3  # the header and two cells
+    path.write_text(lines[0] + lines[2])
+    rc, err = _resume(plan, out, capsys)
+    _refused(rc, err, out, str(path))
+    assert "line 2" in err[0]
+
+
+def test_plan_resume_on_parallel_workers_refuses_an_edited_cell(plan_file, tmp_path, monkeypatch, capsys):
+    import fedaudit.experiments.runner as runner
+
+    from fedaudit.engine import run_tasks
+
+    plan, out, path = _grid_killed(tmp_path, monkeypatch, text=GRID.replace("parallel_claims = false", ""))
+    _raised_accuracy(path, 3)
+    state = os.environ["FEDAUDIT_STATE_DIR"]
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "earlier"))
+    list(run_tasks(_chunk, _tasks(2), backend="process", workers=2))  # the shared pool, started elsewhere
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", state)  # its workers must not read the cells with that secret
+    capsys.readouterr()
+    batches = []
+    real = runner._run_parallel
+    monkeypatch.setattr(runner, "_run_parallel", lambda batch, *a: batches.append(len(batch)) or real(batch, *a))
+    # the grid and the ldp claim run as tasks of a process pool: the refusal comes back from a worker
+    rc = main(["run", str(plan), "--out", str(out), "--resume", "--quiet", "--backend", "process", "--workers", "2"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    _refused(rc, lines, out, str(path))
+    assert "line 3" in lines[0] and batches == [2]
+
+
+def test_plan_resume_refuses_cells_it_cannot_authenticate(plan_file, tmp_path, monkeypatch, capsys):
+    plan, out, path = _grid_killed(tmp_path, monkeypatch)
+    records = _cell_lines(path)
+    records[0]["key_id"] = "0" * 16  # as if written with another secret
+    _write_lines(path, records)
+    rc, lines = _resume(plan, out, capsys)
+    _refused(rc, lines, out, str(path))
+    assert "cannot be authenticated" in lines[0]
+
+
+def test_plan_resume_of_valid_cells_gives_the_uninterrupted_report(plan_file, tmp_path, monkeypatch, capsys):
+    plan, out, path = _grid_killed(tmp_path, monkeypatch)
+    reference, _ = run_plan_to_dir(plan, tmp_path / "ref")
+    ran = _kill_after(monkeypatch, 10)
+    rc, lines = _resume(plan, out, capsys)
+    assert rc in (0, 1), lines
+    assert len(ran) == 2  # only the two cells the killed run had not finished
+    report = json.loads((out / "report.json").read_text())
+    assert _timeless(report["claims"]) == _timeless(reference.to_dict()["claims"])
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda r: r.update(final_accuracy=1.5), "final_accuracy"),
+    (lambda r: r.update(final_accuracy="0.9"), "final_accuracy"),
+    (lambda r: r.update(final_loss=-1.0), "final_loss"),
+    (lambda r: r.update(final_loss="inf"), "final_loss"),
+    (lambda r: r.update(breakdown="no"), "breakdown"),
+    (lambda r: r.update(seed=r["seed"] + 1), "seed"),
+    (lambda r: r.update(seed=float(r["seed"])), "seed"),
+    (lambda r: r.update(f=2), "key"),
+    (lambda r: r.update(key="aggregator=gm;attack=alie;f=1;beta=1.0"), "key"),
+    (lambda r: r.update(final_accuracy=r["final_accuracy"] / 2), "final_accuracy"),
+    (lambda r: r.update(breakdown=not r["breakdown"]), "breakdown"),
+    (lambda r: r.pop("trace"), "trace"),
+])
+def test_cells_are_validated_even_with_a_valid_mac(tmp_path, state, monkeypatch, capsys, change, match):
+    from conftest import reseal_checkpoint
+    from fedaudit import chain
+
+    out = tmp_path / "stress"
+    with monkeypatch.context() as m:
+        _kill_after(m, 2)
+        with pytest.raises(_KilledMidGrid):
+            main([*STRESS, "--out", str(out)])
+    path = out / "cells.jsonl"
+    records = _cell_lines(path)
+    change(records[2])
+    _write_lines(path, records)
+    reseal_checkpoint(path, chain.CELLS_PURPOSE)
+    capsys.readouterr()
+    assert main([*STRESS, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "line 3" in lines[0] and match in lines[0], lines
+    assert not (out / "summary.json").exists()
+
+
+def test_stress_rerun_refuses_an_edited_or_deleted_cell(tmp_path, state, monkeypatch, capsys):
+    out = tmp_path / "stress"
+    with monkeypatch.context() as m:
+        _kill_after(m, 3)
+        with pytest.raises(_KilledMidGrid):
+            main([*STRESS, "--out", str(out)])
+    path = out / "cells.jsonl"
+    good = path.read_text()
+    _raised_accuracy(path, 3)
+    capsys.readouterr()
+    assert main([*STRESS, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "line 3" in lines[0], lines
+    assert not (out / "summary.json").exists()
+
+    first, *cells = good.splitlines(keepends=True)
+    path.write_text(first + cells[0] + cells[2])  # the middle cell deleted
+    assert main([*STRESS, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "line 3" in lines[0], lines
+    assert not (out / "summary.json").exists()
+
+    path.write_text("".join(cells))  # cells without their header (or of an older fedaudit)
+    assert main([*STRESS, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0], lines
+
+    path.write_text(good)  # untouched: the rerun finishes the grid
+    ran = _kill_after(monkeypatch, 10)
+    assert main([*STRESS, "--out", str(out)]) == 0
+    assert len(ran) == 1 and json.loads((out / "summary.json").read_text())["complete"]
+
+
+def test_stress_rerun_by_another_user_cannot_authenticate_the_cells(tmp_path, state, monkeypatch, capsys):
+    out = tmp_path / "stress"
+    with monkeypatch.context() as m:
+        _kill_after(m, 1)
+        with pytest.raises(_KilledMidGrid):
+            main([*STRESS, "--out", str(out)])
+    monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "elsewhere"))
+    capsys.readouterr()
+    assert main([*STRESS, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(out / "cells.jsonl") in lines[0] and "cannot be authenticated" in lines[0], lines
+    assert not (out / "summary.json").exists()

@@ -94,8 +94,10 @@ def _wait_for(predicate, timeout, what, proc=None):
 
 
 def _cells(out):
+    """The finished cells of the grid's ``cells.jsonl`` (its complete lines after the header)."""
     path = out / WORK_DIR / "grid" / "cells.jsonl"
-    return path.read_text().splitlines() if path.is_file() else []
+    lines = path.read_text().splitlines(keepends=True)[1:] if path.is_file() else []
+    return [line for line in lines if line.endswith("\n")]
 
 
 def test_sigkill_then_resume_gives_the_uninterrupted_report(tmp_path):

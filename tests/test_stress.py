@@ -25,12 +25,16 @@ FIELDS = {"key", "aggregator", "attack", "f", "beta", "final_loss", "final_accur
 
 
 def _cells(path):
-    return [json.loads(line) for line in (path / "cells.jsonl").read_text().splitlines()]
+    """The cell records of ``path/cells.jsonl`` (after its header line)."""
+    header, *cells = [json.loads(line) for line in (path / "cells.jsonl").read_text().splitlines()]
+    assert header["format"] == stress.CELLS_FORMAT and "key" not in header
+    return cells
 
 
 def _strip(records):
-    """Records without the wall-clock field, keyed by cell."""
-    return {r["key"]: {k: v for k, v in r.items() if k != "runtime_s"} for r in records}
+    """Records without the wall-clock field and their links in the chain of their run (its order of
+    completion, its nonce), keyed by cell."""
+    return {r["key"]: {k: v for k, v in r.items() if k not in ("runtime_s", "seq", "prev", "mac")} for r in records}
 
 
 def cli(*argv):
@@ -133,13 +137,13 @@ def test_rerun_skips_finished_cells(serial_run, monkeypatch):
 
 def test_resume_computes_only_missing_cells_and_drops_a_torn_line(tmp_path, serial_run, monkeypatch):
     src, _ = serial_run
-    lines = (src / "cells.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "cells.jsonl").write_text("".join(lines[:3]) + lines[3][:40])  # crash mid-write
+    lines = (src / "cells.jsonl").read_text().splitlines(keepends=True)  # the header, then 4 cells
+    (tmp_path / "cells.jsonl").write_text("".join(lines[:4]) + lines[4][:40])  # crash mid-write
     calls = []
     real = stress.run_cell
     monkeypatch.setattr(stress, "run_cell", lambda task: calls.append(task[1].key) or real(task))
     res = run_stress(StressConfig(**TINY), tmp_path, backend="serial")
-    missing = json.loads(lines[3])["key"]
+    missing = json.loads(lines[4])["key"]
     assert calls == [missing] and res.computed == (missing,) and len(res.skipped) == 3
     assert _strip(_cells(tmp_path)) == _strip(_cells(src))  # same result as the uninterrupted run
 
@@ -271,6 +275,8 @@ def test_grid_records_an_aggregator_breakdown(tmp_path):
     assert s["aggregators"]["cwtm"]["aggregator_breakdowns"] == [[0], [1]]
     assert s["aggregators"]["cwtm"]["loss_diverged"] == [[False], [True]]
     assert json.loads((tmp_path / "config.json").read_text())["declared_f"] == 1
+    again = run_stress(config, tmp_path, backend="serial")  # a broken-down cell is a valid cell to resume
+    assert again.computed == () and again.summary["cells"] == json.loads(json.dumps(s["cells"]))
     with pytest.raises(FedAuditError, match="declared_f"):
         StressConfig(**{**TINY, "declared_f": -1})
 
@@ -291,6 +297,10 @@ def test_cell_trace_writes_non_finite_numbers_as_strings(monkeypatch):
     assert rec["final_loss"] is None and rec["final_accuracy"] is None and rec["diverged"]
     assert rec["best_accuracy"] == 0.1
     json.dumps(rec, allow_nan=False)
+    # what a resumed run reads back of it is a valid cell
+    from fedaudit import json as fjson
+
+    assert stress._cell_problem(fjson.loads(fjson.dumps(rec)), config.run_config(), config.config_id) is None
 
 
 # ----------------------------------------------------------------------------- the summarised CLI table
@@ -408,12 +418,22 @@ def test_stress_draws_nothing_itself(tmp_path):
     assert path.endswith("heatmap_cwtm.png") and open(path, "rb").read(4) == b"\x89PNG"
 
 
-def test_cell_files_are_read_as_strict_json(tmp_path):
+def test_cell_files_are_read_as_strict_json(tmp_path, serial_run):
     # fedaudit writes cells with fedaudit.json ("nan" strings); a bare NaN token or a duplicated
-    # key is not one of its records
-    for line in ('{"key": "a", "loss": NaN}', '{"key": "a", "key": "b"}'):
-        (tmp_path / stress.CELLS_FILE).write_text(line + "\n")
-        with pytest.raises(FedAuditError, match="is not a cell record"):
+    # key is not one of its records, even under a valid MAC
+    from conftest import reseal_checkpoint
+    from fedaudit import chain
+
+    src, _ = serial_run
+    header, first = (src / stress.CELLS_FILE).read_text().splitlines()[:2]
+    for line in (first.replace('"final_loss": ', '"final_loss": NaN, "x": ', 1),
+                 first.replace('"f": 1', '"f": 1, "f": 1', 1)):
+        (tmp_path / stress.CELLS_FILE).write_text(header + "\n" + line + "\n")
+        with pytest.raises(FedAuditError, match=r"cells\.jsonl: line 2 is not a cell record"):
             stress.load_cells(tmp_path)
-    (tmp_path / stress.CELLS_FILE).write_text('{"key": "a", "loss": "nan"}\n')
-    assert stress.load_cells(tmp_path) == {"a": {"key": "a", "loss": "nan"}}
+    rec = json.loads(first)
+    rec["trace"]["loss"][1] = "nan"  # a non-finite loss before the last round is kept as fedaudit wrote it
+    (tmp_path / stress.CELLS_FILE).write_text(header + "\n" + json.dumps(rec) + "\n")
+    reseal_checkpoint(tmp_path / stress.CELLS_FILE, chain.CELLS_PURPOSE)
+    (cell,) = stress.load_cells(tmp_path, StressConfig(**TINY)).values()
+    assert cell["trace"]["loss"][1] == "nan" and "mac" not in cell and cell["key"] == rec["key"]

@@ -32,9 +32,9 @@ Breakdown rule (``breakdown`` = any of the following, with the reasons listed):
 * ``loss > 10×L(x0)`` — the final honest loss exceeds ten times the loss at the start point;
 * ``accuracy < chance+0.05`` — the final test accuracy is below 1/n_classes + 0.05.
 
-Files in ``out_dir``: ``cells.jsonl`` (one JSON object per finished cell, appended and flushed
-as each cell completes — a crash loses only the cells still running; rerunning skips every cell
-whose key is already there; a torn last line is dropped), ``config.json`` (the run
+Files in ``out_dir``: ``cells.jsonl`` (one JSON object per finished cell, appended, flushed and
+fsynced as each cell completes — a crash loses only the cells still running; rerunning skips
+every cell whose key is already there; a torn last line is dropped), ``config.json`` (the run
 configuration the cells belong to; a rerun with a different configuration is refused),
 ``summary.json`` and, when :func:`run_stress` is given ``draw`` (e.g.
 :func:`fedaudit.reports.heatmap.plot_heatmaps`), ``heatmap_<aggregator>.png`` (worst case over
@@ -42,6 +42,22 @@ attacks of final accuracy and of final loss on the f × β grid). JSON follows :
 trace is the string ``"inf"``, ``"-inf"`` or ``"nan"``; ``null`` means absent (the final loss
 and accuracy of a run that diverged or broke down, marked by ``diverged`` /
 ``aggregator_breakdown``).
+
+Finished cells are evidence, not verdicts. A rerun reloads them into the summary (and a plan's
+stress claim into a report it may sign), and whoever can write ``out_dir`` could edit one. So
+``cells.jsonl`` is a tamper-evident chain (:mod:`fedaudit.chain`): its first line is the header
+``{"format": "fedaudit-stress-cells", "version": 1, "config_id", "run_config", "nonce", "key_id",
+"mac"}`` (the run configuration, a fresh random nonce, the name of this user's fedaudit secret and
+the header's HMAC under ``derive_key(secret, "stress-cells", nonce)``); every cell line carries
+``seq`` (1, 2, … in the order cells finished), ``prev`` (the MAC of the line before) and its own
+``mac``. :func:`load_cells` checks every MAC and the chain, so an edited cell, one copied from
+another run, two swapped or one deleted before the last are refused; then it validates each cell
+(:func:`_cell_problem`: the types and ranges of what the summary reads, the key naming the cell's
+fields, the seeds derived from the root seed and the key, the run's settings, the final loss and
+accuracy equal to the last entries of the trace, ``breakdown`` as the breakdown rule gives it).
+A refused file is one :class:`~fedaudit.errors.CheckpointError` naming the file and the line
+(the CLI exits 2 and writes no summary; a plan run stops without a report); removing the file
+computes its cells again. The file is resumed by the user, on the machine, that wrote it.
 """
 
 from __future__ import annotations
@@ -60,9 +76,10 @@ from typing import Any
 import numpy as np
 
 from fedaudit.audit.convergence import rounds_to_target
+from fedaudit import chain
 from fedaudit import json as fjson
 from fedaudit.engine import check_run_options, run_tasks
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import CheckpointError, FedAuditError
 from fedaudit.fl.data import load_dataset
 from fedaudit.fl.federation import Federation
 from fedaudit.fl.registry import OPTIMIZERS, lookup, make_optimizer
@@ -91,6 +108,15 @@ BREAKDOWN_LOSS_FACTOR = 10.0
 BREAKDOWN_ACCURACY_MARGIN = 0.05
 
 CELLS_FILE = "cells.jsonl"
+#: the ``format`` of the header line of ``cells.jsonl``, and its version
+CELLS_FORMAT = "fedaudit-stress-cells"
+_CELLS_VERSION = 1
+#: the fields :class:`fedaudit.chain.Chain` adds to a cell record
+_CHAIN_FIELDS = ("seq", "prev", "mac")
+#: the :meth:`StressConfig.run_config` entries a cell is checked against
+_RUN_KEYS = {"dataset", "optimizer", "rounds", "lr", "n_honest", "mu", "seed"}
+#: the advice of every refused cells file
+_AGAIN = "remove it to compute its cells again"
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 
@@ -371,35 +397,187 @@ def run_cell(task: tuple[StressConfig, Cell, int]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- files
 
 
-def load_cells(out_dir: str | os.PathLike, config_id: str | None = None, *, repair: bool = False) -> dict[str, dict]:
-    """Finished cells in ``out_dir/cells.jsonl`` by key (first occurrence wins).
+def load_cells(out_dir: str | os.PathLike, config: StressConfig | None = None, *,
+               repair: bool = False) -> dict[str, dict]:
+    """Finished cells in ``out_dir/cells.jsonl`` by key, each authenticated and validated.
 
-    A torn last line (a crash in the middle of a write) is ignored, and with ``repair=True`` cut
-    off the file so the next append starts on a fresh line. A record from another configuration
-    (``config_id`` differs) is an error: one directory holds one run configuration.
+    The file is a chain (:mod:`fedaudit.chain`, format in the module docstring). A torn last line
+    (a kill in the middle of a write) is ignored, and with ``repair=True`` cut off the file so the
+    next append starts on a fresh line. With ``config``, a file of another run configuration
+    (``config_id`` differs) is an error: one directory holds one run configuration. Everything
+    else that is not what fedaudit wrote is a :class:`~fedaudit.errors.CheckpointError` naming the
+    file and the line: a header or a cell that fails its authentication, a missing or moved cell
+    (the chain breaks), a file that cannot be authenticated here (another user's or machine's
+    secret), a cell recorded twice, and a cell whose fields are not a cell of this run
+    (:func:`_cell_problem`).
     """
-    path = Path(out_dir) / CELLS_FILE
-    if not path.exists():
-        return {}
-    raw = path.read_bytes()
-    cut = raw.rfind(b"\n") + 1
-    if cut < len(raw) and repair:  # drop a torn tail
+    if config is not None and not isinstance(config, StressConfig):
+        raise FedAuditError(f"config must be a StressConfig or None, got {type(config).__name__}")
+    return _read_cells(Path(out_dir) / CELLS_FILE, config, repair)[0]
+
+
+def _read_cells(path: Path, config: StressConfig | None, repair: bool) -> tuple[dict[str, dict], "chain.Chain | None"]:
+    """:func:`load_cells` and the chain to append to (None when the file holds no header yet)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        raise FedAuditError(f"cannot read {path}: {exc.strerror or exc}") from None
+    cut = raw.rfind(b"\n") + 1  # after it: a torn write, or nothing
+    lines = raw[:cut].split(b"\n")[:-1]
+    what = f"stress cells {path}"
+    cells: dict[str, dict] = {}
+    link = None
+    if lines:
+        try:
+            header = fjson.loads(lines[0], what=what)
+        except FedAuditError:
+            header = None
+        if not isinstance(header, dict) or header.get("format") != CELLS_FORMAT:
+            raise CheckpointError(f"{what} has no valid header line (altered, or written by a fedaudit without "
+                                  f"authenticated cells); {_AGAIN}")
+        if header.get("version") != _CELLS_VERSION:
+            raise CheckpointError(f"{what} has format version {header.get('version')!r}, this fedaudit reads "
+                                  f"version {_CELLS_VERSION}; {_AGAIN}")
+        if config is not None and header.get("config_id") != config.config_id:
+            raise CheckpointError(f"{path} holds cells from a different run configuration (config_id "
+                                  f"{header.get('config_id')} != {config.config_id}); use a new --out directory")
+        link = chain.open_user_chain(header, chain.CELLS_PURPOSE, what, _AGAIN)
+        run = config.run_config() if config is not None else header.get("run_config")
+        if not isinstance(run, dict) or not _RUN_KEYS <= set(run):
+            raise CheckpointError(f"{what}: its header has no valid run_config; {_AGAIN}")
+        for number, line in enumerate(lines[1:], 2):
+            where = f"{what}: line {number}"
+            try:
+                rec = fjson.loads(line, what=where)
+            except FedAuditError:
+                raise CheckpointError(f"{where} is not a cell record (not JSON); {_AGAIN}") from None
+            if not link.follows(rec):
+                raise CheckpointError(f"{where} fails its authentication: the cell was altered, or one written "
+                                      f"before it is missing or out of place; {_AGAIN}")
+            cell = {k: v for k, v in rec.items() if k not in _CHAIN_FIELDS}
+            problem = _cell_problem(cell, run, header.get("config_id"))
+            if problem is not None:
+                raise CheckpointError(f"{where} is not a valid cell: {problem}; {_AGAIN}")
+            if cell["key"] in cells:
+                raise CheckpointError(f"{where} records cell {cell['key']} a second time; {_AGAIN}")
+            cells[cell["key"]] = cell
+    if cut < len(raw) and repair:  # drop a torn tail (a whole torn header included)
         with open(path, "r+b") as fh:
             fh.truncate(cut)
-    cells: dict[str, dict] = {}
-    for i, line in enumerate(raw[:cut].decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = fjson.loads(line, what=f"{path}:{i}")
-            key = rec["key"]
-        except (FedAuditError, KeyError, TypeError):
-            raise FedAuditError(f"{path}:{i} is not a cell record; fix or remove the line") from None
-        if config_id is not None and rec.get("config_id") != config_id:
-            raise FedAuditError(f"{path} holds cells from a different run configuration "
-                                f"(config_id {rec.get('config_id')} != {config_id}); use a new --out directory")
-        cells.setdefault(key, rec)
-    return cells
+    return cells, link
+
+
+def _new_cells_chain(config: StressConfig) -> tuple[dict[str, Any], "chain.Chain"]:
+    """The header and chain of a new ``cells.jsonl`` of ``config`` (a fresh nonce, this user's secret)."""
+    return chain.new_user_chain(chain.CELLS_PURPOSE, {
+        "format": CELLS_FORMAT, "version": _CELLS_VERSION, "config_id": config.config_id,
+        "run_config": jsonable(config.run_config())})
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _real_in(value: Any, low: float, high: float = math.inf, *, nullable: bool = True) -> bool:
+    """``value`` is a finite JSON number in [low, high] (or null when ``nullable``)."""
+    if value is None:
+        return nullable
+    return _is_real(value) and math.isfinite(value) and low <= value <= high
+
+
+def _trace_number(value: Any) -> float | None:
+    """A trace entry as a float (the strings "inf", "-inf", "nan" of :mod:`fedaudit.json`
+    included); None when it is neither."""
+    if _is_real(value):
+        return float(value)
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    return None
+
+
+def _cell_problem(rec: dict[str, Any], run: dict[str, Any], config_id: Any) -> str | None:
+    """What makes ``rec`` not a cell :func:`run_cell` of the run configuration ``run`` (a
+    :meth:`StressConfig.run_config`) can have written, or None: the types and ranges of every
+    field the summary and the stress claim read, its key naming its aggregator, attack, f and β,
+    its seeds derived from the root seed and the key, the run's own settings, final values equal
+    to the last entries of its trace, and ``breakdown`` and its reasons as the breakdown rule
+    gives them from the final values (for a cell whose run was not stopped)."""
+    key, agg, attack, f, beta = (rec.get(k) for k in ("key", "aggregator", "attack", "f", "beta"))
+    if not isinstance(key, str) or not isinstance(agg, str) or not isinstance(attack, str):
+        return "key, aggregator and attack must be strings"
+    if type(f) is not int or not 0 <= f < run["n_honest"]:
+        return f"f must be an integer in [0, n_honest), got {f!r}"
+    if not _real_in(beta, 0.0, nullable=False) or beta == 0:
+        return f"beta must be a number > 0, got {beta!r}"
+    if key != Cell(agg, attack, f, float(beta)).key:
+        return f"key {key!r} does not name its aggregator, attack, f and beta"
+    root = run["seed"]
+    if type(rec.get("seed")) is not int or rec["seed"] != cell_seed(root, key):
+        return f"seed {rec.get('seed')!r} is not derive_seed(root seed, key)"
+    if type(rec.get("partition_seed")) is not int or rec["partition_seed"] != partition_seed(root, float(beta)):
+        return f"partition_seed {rec.get('partition_seed')!r} is not the data split's seed at beta={beta}"
+    declared = f if run.get("declared_f") is None else run["declared_f"]
+    for name, want in (("root_seed", root), ("config_id", config_id), ("n_honest", run["n_honest"]),
+                       ("dataset", run["dataset"]), ("optimizer", run["optimizer"]), ("rounds", run["rounds"]),
+                       ("lr", run["lr"]), ("mu", run["mu"]), ("declared_f", declared)):
+        if rec.get(name) != want or type(rec.get(name)) is bool:
+            return f"{name} {rec.get(name)!r} is not the run's {want!r}"
+    for name, high in (("final_accuracy", 1.0), ("initial_accuracy", 1.0), ("best_accuracy", 1.0),
+                       ("final_loss", math.inf), ("initial_loss", math.inf), ("final_grad_norm", math.inf)):
+        if not _real_in(rec.get(name), 0.0, high):
+            return f"{name} must be null or a finite number in [0, {high:g}], got {rec.get(name)!r}"
+    if not _real_in(rec.get("runtime_s"), 0.0, nullable=False):
+        return f"runtime_s must be a finite number >= 0, got {rec.get('runtime_s')!r}"
+    if type(rec.get("n_classes")) is not int or rec["n_classes"] < 2:
+        return f"n_classes must be an integer >= 2, got {rec.get('n_classes')!r}"
+    for name in ("breakdown", "diverged"):
+        if type(rec.get(name)) is not bool:
+            return f"{name} must be true or false, got {rec.get(name)!r}"
+    reasons = rec.get("breakdown_reasons")
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        return "breakdown_reasons must be a list of strings"
+    if rec["breakdown"] != bool(reasons):
+        return f"breakdown is {rec['breakdown']} with {len(reasons)} breakdown reason(s)"
+    broke = rec.get("aggregator_breakdown")
+    if broke is not None and not isinstance(broke, dict):
+        return "aggregator_breakdown must be null or an object"
+    rtt = rec.get("rounds_to_target")
+    if rtt is not None and (type(rtt) is not int or rtt < 0):
+        return f"rounds_to_target must be null or an integer >= 0, got {rtt!r}"
+    trace = rec.get("trace")
+    if not isinstance(trace, dict) or not all(isinstance(trace.get(k), list) for k in ("round", "loss", "accuracy")):
+        return "trace must be an object with the lists round, loss and accuracy"
+    rounds, losses, accs = trace["round"], trace["loss"], trace["accuracy"]
+    if not len(rounds) == len(losses) == len(accs) or rounds != list(range(len(rounds))) \
+            or len(rounds) > run["rounds"] + 1:
+        return "trace must hold rounds 0, 1, … (at most the run's rounds) with one loss and one accuracy each"
+    loss_values = [_trace_number(v) for v in losses]
+    acc_values = [None if a is None else _trace_number(a) for a in accs]
+    if any(v is None for v in loss_values) or any(a is None and b is not None for a, b in zip(acc_values, accs)):
+        return "trace losses and accuracies must be numbers (or \"inf\", \"-inf\", \"nan\"; accuracies also null)"
+    best = max([a for a in accs if isinstance(a, float)], default=None)
+    if rec.get("best_accuracy") != best:
+        return f"best_accuracy {rec.get('best_accuracy')!r} is not the best accuracy of its trace ({best!r})"
+    if rec["diverged"] or broke is not None:  # stopped early: no final values, a breakdown
+        if any(rec.get(k) is not None for k in ("final_loss", "final_accuracy", "final_grad_norm", "rounds_to_target")):
+            return "a diverged or broken-down cell must have null final_loss, final_accuracy and final_grad_norm"
+        if not rec["breakdown"]:
+            return "breakdown must be true for a diverged or broken-down cell"
+        return None
+    if len(rounds) != run["rounds"] + 1:
+        return f"trace must reach round {run['rounds']} (the cell neither diverged nor broke down)"
+    final_loss = loss_values[-1]
+    if rec.get("final_loss") != finite_or_none(final_loss):
+        return f"final_loss {rec.get('final_loss')!r} is not the last loss of its trace"
+    if rec.get("final_accuracy") != finite_or_none(acc_values[-1]):
+        return f"final_accuracy {rec.get('final_accuracy')!r} is not the last accuracy of its trace"
+    initial = rec.get("initial_loss")
+    if reasons != _breakdown(final_loss, math.nan if initial is None else float(initial),
+                             rec.get("final_accuracy"), rec["n_classes"]):
+        return f"breakdown and breakdown_reasons {reasons!r} are not what the breakdown rule gives"
+    return None
 
 
 def _check_config_file(out_dir: Path, config: StressConfig) -> None:
@@ -535,7 +713,8 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
                draw: Callable[[dict[str, Any], Path], Sequence[str]] | None = None) -> StressResult:
     """Run (or resume) the grid in ``out_dir``; return the summary and write the files.
 
-    Cells already in ``out_dir/cells.jsonl`` are skipped; the others run through
+    Cells already in ``out_dir/cells.jsonl`` (authenticated and validated by :func:`load_cells`;
+    a file that is not what fedaudit wrote is refused before any work) are skipped; the others run through
     :func:`fedaudit.engine.run_tasks` (``workers`` default ``os.cpu_count()``, ``backend``
     ``"process"``, ``"serial"`` or ``"ray"``, None for the engine's default; ``address``: the Ray
     cluster to join) and are appended and flushed one line each as they
@@ -553,7 +732,8 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
         raise FedAuditError(f"--out {out} exists and is not a directory")
     _dataset(config.dataset, config.data_path, config.seed)  # bad name or path: fail before any work
     out.mkdir(parents=True, exist_ok=True)
-    done = load_cells(out, config.config_id, repair=True)
+    path = out / CELLS_FILE
+    done, link = _read_cells(path, config, repair=True)
     _check_config_file(out, config)
     grid = config.cells()
     todo = [c for c in grid if c.key not in done]
@@ -563,10 +743,13 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
     computed = []
     if todo:
         tasks = [(config, c, cell_seed(config.seed, c)) for c in todo]
-        with open(out / CELLS_FILE, "a", encoding="utf-8") as fh:
+        with open(path, "a", encoding="utf-8") as fh:
+            if link is None:  # a new file: its header first (a kill while writing it leaves a torn tail)
+                header, link = _new_cells_chain(config)
+                fh.write(fjson.dumps(header, sort_keys=True) + "\n")
             for (_, cell, _), rec in run_tasks(run_cell, tasks, workers=workers, backend=backend, address=address,
                                                     progress=progress):
-                fh.write(fjson.dumps(rec) + "\n")
+                fh.write(fjson.dumps(link.seal(rec)) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
                 done[cell.key] = rec

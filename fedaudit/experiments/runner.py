@@ -41,7 +41,10 @@ is re-derived from its evidence through its kind
 (:func:`~fedaudit.experiments.kind.derived_verdict`) and must be the verdict it records; a kind
 that cannot re-derive verdicts has its claim run again. A tampered, inconsistent or
 unauthenticated checkpoint is one :class:`FedAuditError` naming the file (CLI: exit 2), and no
-report is written. Checkpoints written under the signing key resume only with it; those written
+report is written. A stress grid's ``DIR/.work/<claim-id>/cells.jsonl`` is such a chain too
+(:mod:`fedaudit.audit.stress`, with this user's secret): a cell that fails its check raises
+:class:`~fedaudit.errors.CheckpointError`, which stops the run instead of making the claim
+INCONCLUSIVE. Checkpoints written under the signing key resume only with it; those written
 with the user's secret only by that user on that machine.
 
 Engine and parallel claims. The plan's ``[engine]`` table, with the ``engine=`` keywords of
@@ -83,7 +86,7 @@ import numpy as np
 from fedaudit import chain
 from fedaudit import json as fjson
 from fedaudit.engine import default_backend, default_workers, engine_defaults, require_ray, run_tasks
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import CheckpointError, FedAuditError
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progress, derived_verdict, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
@@ -174,6 +177,8 @@ def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str 
     t0 = time.perf_counter()
     try:
         claim = _run_kind(kind, spec, progress, workdir)
+    except CheckpointError:  # what the claim resumed from cannot be trusted: the run stops, no report
+        raise
     except Exception as exc:  # recorded, never swallowed: the claim is INCONCLUSIVE with the error
         claim = _error_claim(spec, exc, kind)
     return dataclasses.replace(claim, runtime_s=time.perf_counter() - t0)
@@ -597,6 +602,8 @@ def _run_parallel(batch, options, workdir, finish, hooks) -> None:
         while pending:
             try:
                 (spec, kind, where, _), (claim, units) = next(results)
+            except CheckpointError:  # a claim's resumed files cannot be trusted (see _guarded)
+                raise
             except Exception as exc:  # the pool failed, not a claim (a claim's error comes back as a claim)
                 with lock:
                     for spec, where in pending.values():
