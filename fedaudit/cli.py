@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -481,22 +482,46 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     return 1 if res.violation else 0
 
 
+def _scores_header(flag: str, path: str, fh: Any) -> None:
+    """Check a .npy header before any data is read: a 1-D array of real numbers whose size fits
+    in the file. A header may claim any shape (10^12 float64 is 8 TB): numpy would allocate it
+    first and fail after, so the claim is checked against the bytes the file holds."""
+    fmt = np.lib.format
+    if fh.read(2) == b"PK":
+        raise FedAuditError(f"{flag} {path} holds an archive, not one array of scores; save it with numpy.save")
+    fh.seek(0)
+    version = fmt.read_magic(fh)
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    if version not in readers:
+        raise FedAuditError(f"{flag} {path} is a .npy file of format version {version[0]}.{version[1]}, which holds "
+                            f"no array of plain numbers; save the scores with numpy.save")
+    shape, _, dtype = readers[version](fh)
+    if len(shape) != 1:
+        raise FedAuditError(f"{flag} {path} must hold a 1-D array of scores, got shape {shape}")
+    if not (np.issubdtype(dtype, np.number) or dtype == bool) or np.issubdtype(dtype, np.complexfloating):
+        raise FedAuditError(f"{flag} {path} must hold real numbers, got dtype {dtype}")
+    need, have = shape[0] * dtype.itemsize, os.fstat(fh.fileno()).st_size - fh.tell()
+    if need > have:
+        raise FedAuditError(f"{flag} {path}: its header claims shape {shape} ({need} bytes of {dtype}) but the file "
+                            f"holds {have} bytes after the header (truncated, or not written by numpy.save)")
+
+
 def _load_scores(flag: str, path: str) -> np.ndarray:
-    """A 1-D array of scores from a .npy file (no pickles); a missing or unreadable file is a FedAuditError."""
+    """A 1-D array of scores from a .npy file (no pickles); a missing or unreadable file, or a
+    header that does not describe the file (:func:`_scores_header`), is a FedAuditError."""
     try:
-        arr = np.load(path, allow_pickle=False)
+        with open(path, "rb") as fh:
+            _scores_header(flag, path, fh)
+            fh.seek(0)
+            arr = np.load(fh, allow_pickle=False)
+    except FedAuditError:
+        raise
     except FileNotFoundError:
         raise FedAuditError(f"{flag} {path}: no such file") from None
     except IsADirectoryError:
         raise FedAuditError(f"{flag} {path} is a directory; give a .npy file") from None
     except (OSError, ValueError, EOFError) as exc:
         raise FedAuditError(f"{flag} {path} is not a readable .npy array: {exc}") from None
-    if not isinstance(arr, np.ndarray):  # an .npz archive
-        raise FedAuditError(f"{flag} {path} holds an archive, not one array of scores; save it with numpy.save")
-    if arr.ndim != 1:
-        raise FedAuditError(f"{flag} {path} must hold a 1-D array of scores, got shape {arr.shape}")
-    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool) or np.iscomplexobj(arr):
-        raise FedAuditError(f"{flag} {path} must hold real numbers, got dtype {arr.dtype}")
     return arr
 
 

@@ -113,7 +113,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedaudit import chain
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import FedAuditError, writing
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
@@ -949,9 +949,10 @@ class _Checkpoint:
         return it as stored."""
         stored = jsonable(result, f"result of chunk {index}")
         line = dumps(self.chain.seal({"chunk": index, "result": stored}), separators=(",", ":")) + "\n"
-        self.file.write(line.encode("utf-8"))
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        with writing(f"checkpoint {self.path}"):  # a torn last line is cut on resume
+            self.file.write(line.encode("utf-8"))
+            self.file.flush()
+            os.fsync(self.file.fileno())
         self.records += 1
         return stored
 

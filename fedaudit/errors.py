@@ -3,12 +3,17 @@
 :class:`FedAuditError` (a ``ValueError``) is bad input: its message names the parameter and the
 allowed range. :class:`CheckpointError` is one of them: a file fedaudit wrote and reads back (a
 checkpoint, a stress grid's cells) that it cannot trust. :class:`AggregatorBreakdown` is a rule meeting more non-finite rows than it
-tolerates. The checks that raise them live in :mod:`fedaudit.validation`.
+tolerates. The checks that raise them live in :mod:`fedaudit.validation`. :func:`writing` turns
+an ``OSError`` while a file is written (a full disk, a vanished directory) into one
+:class:`FedAuditError` naming the file.
 """
 
 from __future__ import annotations
 
-__all__ = ["FedAuditError", "CheckpointError", "AggregatorBreakdown"]
+import contextlib
+from collections.abc import Iterator
+
+__all__ = ["FedAuditError", "CheckpointError", "AggregatorBreakdown", "writing"]
 
 
 class FedAuditError(ValueError):
@@ -47,3 +52,14 @@ class AggregatorBreakdown(FedAuditError):
                 "tolerated": self.tolerated, "message": str(self)}
 
 
+
+
+@contextlib.contextmanager
+def writing(what: str) -> Iterator[None]:
+    """Within the block, an ``OSError`` (ENOSPC: no space left, EDQUOT, EIO, a removed folder)
+    is one :class:`FedAuditError` ``"cannot write <what>: <reason>"`` — one line and exit 2 from
+    the CLI, not a traceback. Wrap only the writes, so other errors keep their own messages."""
+    try:
+        yield
+    except OSError as exc:
+        raise FedAuditError(f"cannot write {what}: {exc.strerror or exc}") from None

@@ -18,8 +18,12 @@ duplicated key while others keep the first, so two readers of one file can see t
 
 :func:`dumps` always serialises with ``allow_nan=False`` after :func:`jsonable`, so a forgotten
 non-finite value is converted, never emitted as a token. :func:`loads` is the strict reader:
-it rejects the NaN/Infinity tokens and duplicated keys (naming the key). :func:`from_special`
-maps the three strings back to floats for readers that want numbers.
+it rejects the NaN/Infinity tokens and duplicated keys (naming the key), strings holding an
+unpaired UTF-16 surrogate (``"\\ud800"``: no Unicode text, so no UTF-8 encoding, no digest and no
+rendering; RFC 8259 §8.2 leaves its meaning open) and arrays or objects nested deeper than
+:data:`MAX_DEPTH` levels (what fedaudit writes nests a dozen levels at most; deeper nesting
+would exhaust Python's recursion in the parser or in the code that reads the data).
+:func:`from_special` maps the three strings back to floats for readers that want numbers.
 """
 
 from __future__ import annotations
@@ -28,16 +32,25 @@ import dataclasses
 import json as _json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from fedaudit.arrays import is_torch, torch_to_numpy
 from fedaudit.errors import FedAuditError
 
-__all__ = ["SPECIAL", "jsonable", "dumps", "loads", "write", "from_special", "finite_or_none", "is_numbers"]
+__all__ = ["SPECIAL", "MAX_DEPTH", "jsonable", "dumps", "loads", "write", "from_special", "finite_or_none",
+           "is_numbers", "check_nesting"]
 
 #: the strings that stand for non-finite floats, and the floats they stand for
 SPECIAL: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+#: deepest nesting of arrays and objects :func:`loads` accepts
+MAX_DEPTH = 64
+
+#: a surrogate code point in decoded text, and the escape that can put one there
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def finite_or_none(value: Any) -> float | None:
@@ -108,15 +121,59 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _check_tree(data: Any, strings: bool, containers: tuple[type, ...] = (dict, list)) -> None:
+    """Raise :class:`FedAuditError` when ``containers`` nest in ``data`` deeper than
+    :data:`MAX_DEPTH` or, with ``strings``, when a key or string holds a surrogate. Iterative:
+    no recursion on hostile data."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if (code := _SURROGATE.search(value)) is not None:
+                raise FedAuditError(f"a string holds the unpaired surrogate \\u{ord(code.group()):04x} (not "
+                                    f"Unicode text)")
+            continue
+        if isinstance(value, Mapping):
+            if strings:
+                stack.extend((k, depth) for k in value)
+            children = value.values()
+        elif isinstance(value, containers):
+            children = value
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            raise FedAuditError(f"arrays and objects nested deeper than {MAX_DEPTH} levels")
+        stack.extend((v, depth + 1) for v in children
+                     if isinstance(v, containers) or (strings and isinstance(v, str)))
+
+
+def check_nesting(data: Any, what: str) -> None:
+    """Raise :class:`FedAuditError` naming ``what`` when lists, tuples and mappings nest in
+    ``data`` deeper than :data:`MAX_DEPTH` levels (parsed TOML, a plan given as a dict): checked
+    before code that recurses over it (``json.dumps``, the plan's checks) can exhaust Python's
+    recursion."""
+    try:
+        _check_tree(data, strings=False, containers=(Mapping, list, tuple))
+    except FedAuditError:
+        raise FedAuditError(f"{what} nests arrays and tables deeper than {MAX_DEPTH} levels") from None
+
+
 def loads(text: str | bytes, *, what: str = "JSON") -> Any:
-    """Parse strict JSON: the NaN/Infinity tokens and duplicated object keys are a
-    :class:`FedAuditError` (``what`` names the document in the message), as is malformed JSON."""
+    """Parse strict JSON: the NaN/Infinity tokens, duplicated object keys, unpaired surrogates
+    and nesting deeper than :data:`MAX_DEPTH` are a :class:`FedAuditError` (``what`` names the
+    document in the message), as is malformed JSON."""
     try:
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8")
-        return _json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        data = _json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        # strings are searched only when the text can hold a surrogate (an escape, or a raw one in a str)
+        _check_tree(data, strings=bool(_SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text)))
+        return data
     except FedAuditError as exc:
         raise FedAuditError(f"{what} is not strict JSON: {exc}") from None
+    except RecursionError:  # deeper than the parser can go: certainly deeper than MAX_DEPTH
+        raise FedAuditError(f"{what} is not strict JSON: arrays and objects nested deeper than {MAX_DEPTH} "
+                            f"levels") from None
     except UnicodeDecodeError as exc:
         raise FedAuditError(f"{what} is not UTF-8: {exc}") from None
     except ValueError as exc:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from fedaudit.errors import FedAuditError
+from fedaudit.errors import FedAuditError, writing
 
 __all__ = ["LOCK_NAME", "create_directory", "directory_lock"]
 
@@ -72,7 +72,8 @@ def directory_lock(directory: str | os.PathLike, *, what: str = "directory") -> 
     """Hold the exclusive lock of ``directory`` (which must exist) for the ``with`` block.
 
     Raises :class:`FedAuditError` when another process holds it, or when the lock file cannot be
-    created (a read-only directory, say); ``what`` names the directory in the message.
+    created or written (a read-only directory, a full disk); ``what`` names the directory in the
+    message.
     """
     path = Path(directory) / LOCK_NAME
     while True:
@@ -92,8 +93,9 @@ def directory_lock(directory: str | os.PathLike, *, what: str = "directory") -> 
             break
         os.close(fd)  # the previous holder removed the file after we opened it: lock the new one
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        with writing(f"the lock file {path}"):  # a full disk: one line, and the lock is released below
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         yield path
     finally:
         with contextlib.suppress(OSError):

@@ -103,6 +103,11 @@ def replay_registrations(registrations: list[tuple[str, str, list[Entry[Any]]]])
                 reg.register(e.name, e.factory, summary=e.summary, replace=True, aliases=e.aliases)
 
 
+def _article(word: str) -> str:
+    """"an" before a vowel ("an aggregator factory"), else "a"."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def _summary(obj: Any) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().split("\n\n")[0].replace("\n", " ")
@@ -318,7 +323,7 @@ class Registry(Generic[T]):
                    if isinstance(exc, TypeError) else "fix the value it rejects, or the factory")
             message = str(exc).splitlines()[0] if str(exc) else ""
             raise FedAuditError(f"{self.kind} factory {name!r} failed when called as {name}({shown}): "
-                                f"{type(exc).__name__}: {message}; a {self.kind} factory receives {what} "
+                                f"{type(exc).__name__}: {message}; {_article(self.kind)} {self.kind} factory receives {what} "
                                 f"(all of them with **keywords): {fix}") from None
 
     def _positional(self, name: str, count: int) -> tuple[str, ...]:

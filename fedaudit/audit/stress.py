@@ -79,7 +79,7 @@ from fedaudit.audit.convergence import rounds_to_target
 from fedaudit import chain
 from fedaudit import json as fjson
 from fedaudit.engine import check_run_options, run_tasks
-from fedaudit.errors import CheckpointError, FedAuditError
+from fedaudit.errors import CheckpointError, FedAuditError, writing
 from fedaudit.fl.data import load_dataset
 from fedaudit.fl.federation import Federation
 from fedaudit.fl.registry import OPTIMIZERS, lookup, make_optimizer
@@ -593,7 +593,8 @@ def _check_config_file(out_dir: Path, config: StressConfig) -> None:
             raise FedAuditError(f"{out_dir} holds a stress run with a different configuration "
                                 f"({', '.join(diff) or 'config_id'} differ); use a new --out directory")
 
-    path.write_text(fjson.dumps(mine, indent=2) + "\n")
+    with writing(str(path)):
+        path.write_text(fjson.dumps(mine, indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------- summary
@@ -743,21 +744,27 @@ def run_stress(config: StressConfig, out_dir: str | os.PathLike, *, workers: int
     computed = []
     if todo:
         tasks = [(config, c, cell_seed(config.seed, c)) for c in todo]
-        with open(path, "a", encoding="utf-8") as fh:
+        with writing(str(path)):
+            fh = open(path, "a", encoding="utf-8")
+        with fh:
             if link is None:  # a new file: its header first (a kill while writing it leaves a torn tail)
                 header, link = _new_cells_chain(config)
-                fh.write(fjson.dumps(header, sort_keys=True) + "\n")
+                with writing(str(path)):
+                    fh.write(fjson.dumps(header, sort_keys=True) + "\n")
             for (_, cell, _), rec in run_tasks(run_cell, tasks, workers=workers, backend=backend, address=address,
                                                     progress=progress):
-                fh.write(fjson.dumps(link.seal(rec)) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+                line = fjson.dumps(link.seal(rec)) + "\n"
+                with writing(str(path)):  # only the write: a cell's own OSError is the cell's
+                    fh.write(line)
+                    fh.flush()
+                    os.fsync(fh.fileno())
                 done[cell.key] = rec
                 computed.append(cell.key)
     summary = summarize(config, done)
     heatmaps = list(draw(summary, out)) if draw is not None else []
     summary["heatmaps"] = [Path(p).name for p in heatmaps]
-    (out / SUMMARY_FILE).write_text(fjson.dumps(summary, indent=2) + "\n")
+    with writing(str(out / SUMMARY_FILE)):
+        (out / SUMMARY_FILE).write_text(fjson.dumps(summary, indent=2) + "\n")
     return StressResult(config=config, out_dir=str(out), summary=summary, computed=tuple(computed),
                         skipped=skipped, heatmaps=tuple(heatmaps), runtime_s=round(time.perf_counter() - t0, 3),
                         records={k: done[k] for k in (c.key for c in grid) if k in done})

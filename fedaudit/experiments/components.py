@@ -50,6 +50,14 @@ def _spec_names_valid(spec: str) -> bool:
     return True
 
 
+def _needs_keywords(spec: str) -> bool:
+    """True when a stage of ``spec`` has a required keyword (besides ``f``): then a failed build
+    without ``aggregator_params`` is the missing keywords' fault, not the spec's."""
+    from fedaudit.defenses.registry import spec_stages
+
+    return any(registry.required(name) for name, registry in spec_stages(spec))
+
+
 def accepted_keywords(spec: str) -> list[str] | None:
     """The keywords the stages of ``spec`` accept (their registries' reading of the factories;
     None when a stage takes any keyword)."""
@@ -66,8 +74,9 @@ def accepted_keywords(spec: str) -> list[str] | None:
 
 def check_aggregator(where: str, key: str, spec: str, f: int, n: int, n_key: str,
                      params: Mapping[str, Any] | None = None, params_key: str = "aggregator_params") -> None:
-    """Build ``make_aggregator(spec, f, **params)`` once at parse time: a bad name blames ``key``,
-    a keyword no stage takes, a missing required keyword or a rejected value blames ``params_key``;
+    """Build ``make_aggregator(spec, f, **params)`` once at parse time: a bad name, or a reference
+    that builds no rule from ``f`` alone (``builtins:print``), blames ``key``; a keyword no stage
+    takes, a missing required keyword or a rejected value blames ``params_key``;
     ``n`` below the rule's least number of clients blames ``n_key``."""
     from fedaudit.defenses.registry import make_aggregator
 
@@ -75,7 +84,8 @@ def check_aggregator(where: str, key: str, spec: str, f: int, n: int, n_key: str
     try:
         rule = make_aggregator(spec, f, **params)
     except FedAuditError as exc:
-        if not _spec_names_valid(spec):
+        if not _spec_names_valid(spec) or (not params and not _needs_keywords(spec)):
+            # a wrong name, or a reference that cannot be built from f alone (builtins:print): the spec is wrong
             raise key_error(where, key, f"is not a valid aggregator: {exc}") from None
         accepted = accepted_keywords(spec)
         unknown = [k for k in params if accepted is not None and k not in accepted]

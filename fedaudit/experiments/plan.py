@@ -11,7 +11,7 @@ A plan is a TOML file::
     workers = 2                    # default: the machine's cores
 
     [[claim]]
-    id = "sstq-eps1"               # unique; [A-Za-z0-9_.-]
+    id = "sstq-eps1"               # unique; [A-Za-z0-9_.-], at most 64 characters
     kind = "ldp"                   # a registered claim kind (fedaudit.experiments.kinds.CLAIM_KINDS)
     title = "SSTQ is 1-LDP"        # optional (the kind derives a default from the parameters)
     expect = "pass"                # "pass" (default) or "violation"
@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec
 from fedaudit.experiments.keys import Key, check_keys, key_error, show, unknown_keys
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
+from fedaudit.json import MAX_DEPTH, check_nesting
 from fedaudit.registry import did_you_mean
 from fedaudit.reports.provenance import REFERENCE_RE
 
@@ -60,10 +62,12 @@ __all__ = ["COMMON_KEYS", "PLAN_KEYS", "ENGINE_KEYS", "Plan", "load_plan", "pars
            "check_engine", "engine_options"]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: longest claim id: it names the claim's checkpoint file and work folder (a file name has at most 255 bytes)
+MAX_ID_LENGTH = 64
 
 #: keys every claim accepts
 COMMON_KEYS: dict[str, Key] = {
-    "id": Key("str", help="unique name of the claim ([A-Za-z0-9_.-])"),
+    "id": Key("str", help=f"unique name of the claim ([A-Za-z0-9_.-], at most {MAX_ID_LENGTH} characters)"),
     "kind": Key("str", help="a registered claim kind (see below) or 'package.module:Class'"),
     "title": Key("str", None, help="one line for the report (default derived from the parameters)"),
     "expect": Key("str", "pass", choices=("pass", "violation"),
@@ -148,6 +152,7 @@ def claim_seed(plan_seed: int, claim_id: str) -> int:
 def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
     """Read and validate a plan from a TOML file path or an already parsed mapping."""
     if isinstance(source, Mapping):
+        check_nesting(source, "plan")
         try:
             raw = json.dumps(source, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
@@ -170,6 +175,14 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
         raise FedAuditError(f"plan {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise FedAuditError(f"plan {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays or inline tables
+        raise FedAuditError(f"plan {path}: arrays or inline tables nested deeper than the TOML reader can go "
+                            f"(a plan nests {MAX_DEPTH} levels at most)") from None
+    except ValueError as exc:  # int() of a literal beyond Python's digit limit (sys.get_int_max_str_digits)
+        if "digits" not in str(exc):
+            raise FedAuditError(f"plan {path} is not valid TOML: {exc}") from None
+        raise FedAuditError(f"plan {path} holds an integer with more than {sys.get_int_max_str_digits()} digits, "
+                            f"more than any plan key takes") from None
     return parse_plan(data, source_bytes=raw, path=str(path))
 
 
@@ -177,6 +190,7 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     """Validate a parsed plan (see the module docstring); raises one :class:`FedAuditError`."""
     if not isinstance(data, Mapping):
         raise FedAuditError(f"plan must be a table, got {type(data).__name__}")
+    check_nesting(data, f"plan {path}" if path else "plan")
     top = [k for k in data if k not in ("plan", "engine", "claim")]
     if top:
         raise unknown_keys("plan file", top, ["plan", "engine", "claim"],
@@ -267,9 +281,11 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
     where = f"claim {rid!r} (#{index})" if isinstance(rid, str) and rid.strip() else f"claim #{index}"
     if "id" not in raw:
         raise FedAuditError(f"{where}: missing required key 'id' (a unique name such as 'sstq-eps1')")
-    if not isinstance(rid, str) or not _ID_RE.match(rid.strip()):
-        raise FedAuditError(f"{where}: key 'id' must be a string of letters, digits, '_', '.' or '-', "
-                            f"got {show(rid)}")
+    if not isinstance(rid, str) or not _ID_RE.match(rid.strip()) or len(rid.strip()) > MAX_ID_LENGTH:
+        shown = show(rid) if not isinstance(rid, str) or len(rid) <= 80 else f"{rid[:40]!r}… ({len(rid)} characters)"
+        where = f"claim #{index}" if isinstance(rid, str) and len(rid) > 80 else where
+        raise FedAuditError(f"{where}: key 'id' must be a string of letters, digits, '_', '.' or '-' of at most "
+                            f"{MAX_ID_LENGTH} characters, got {shown}")
     rid = rid.strip()
     if rid in seen:
         raise FedAuditError(f"{where}: key 'id' duplicates claim #{seen[rid]}; claim ids must be unique")

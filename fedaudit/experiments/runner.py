@@ -86,7 +86,7 @@ import numpy as np
 from fedaudit import chain
 from fedaudit import json as fjson
 from fedaudit.engine import default_backend, default_workers, engine_defaults, require_ray, run_tasks
-from fedaudit.errors import CheckpointError, FedAuditError
+from fedaudit.errors import CheckpointError, FedAuditError, writing
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progress, derived_verdict, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
@@ -466,8 +466,10 @@ class Checkpoints:
     def _write(self, path: Path, record: dict[str, Any]) -> Path:
         from fedaudit.reports.io import atomic_write, fsync_dir
 
-        self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, fjson.dumps(record, sort_keys=True))
+        text = fjson.dumps(record, sort_keys=True)
+        with writing(f"checkpoint {path}"):  # a full disk stops the run with one line; earlier checkpoints stay
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text)
         fsync_dir(self.dir)
         return path
 

@@ -116,7 +116,8 @@ def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None 
     ``levels``, ``clip``, ``delta`` and ``rotate`` are passed only when its signature names them
     (``k`` is ignored for ``laplace``; a factory with ``**keywords`` gets all five). A factory that
     raises anything but a FedAuditError is one FedAuditError naming it, the call and the fix
-    (:meth:`~fedaudit.registry.Registry.call`), so a plan that names it fails validation with
+    (:meth:`~fedaudit.registry.Registry.call`), as is one that returns anything but a
+    :class:`~fedaudit.mechanisms.Mechanism`, so a plan that names it fails validation with
     one line (exit 2). ``k`` defaults to
     max(1, dim // 16); for ``rr``, ``dim`` is the number of categories. Use
     ``MECHANISMS.build(name, dim, epsilon, **keywords)`` to reject keywords a mechanism does not take.
@@ -126,4 +127,9 @@ def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None 
     if accepted is not None:
         keywords = {key: v for key, v in keywords.items() if key in accepted}
     MECHANISMS.check_keywords(name, keywords)  # a user factory's required keyword beyond these: say so
-    return MECHANISMS.call(name, (dim, epsilon), keywords, receives=FACTORY_RECEIVES)
+    mechanism = MECHANISMS.call(name, (dim, epsilon), keywords, receives=FACTORY_RECEIVES)
+    if not isinstance(mechanism, Mechanism):  # e.g. "builtins:print": called fine, built nothing
+        raise FedAuditError(f"mechanism factory {name!r} must return a fedaudit Mechanism, got "
+                            f"{type(mechanism).__name__}; a mechanism factory returns an instance of a "
+                            f"fedaudit.mechanisms.Mechanism subclass")
+    return mechanism

@@ -496,7 +496,7 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: by
         problems.append("digest: the report carries no digest")
     else:
         computed = digest(canonical)
-        digest_ok = hmac.compare_digest(stored, computed)
+        digest_ok = hmac.compare_digest(stored.encode("utf-8", "replace"), computed.encode())  # bytes: any str
         if not digest_ok:
             problems.append(f"digest: stored {stored[:16]}… but the content hashes to {computed[:16]}…; "
                             f"the report was modified after it was written")
@@ -515,7 +515,8 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: by
         status, sig_ok = UNCHECKED, False
         problems.append(f"signature: signed, signature not checked (set {KEY_ENV} or pass --key-file)")
     else:
-        sig_ok = isinstance(sig, str) and hmac.compare_digest(sig, sign(canonical, key))
+        sig_ok = isinstance(sig, str) and hmac.compare_digest(sig.encode("utf-8", "replace"),
+                                                              sign(canonical, key).encode())
         status = "valid" if sig_ok else "invalid"
         if not sig_ok:
             problems.append("signature: HMAC-SHA256 does not match under the key given "
