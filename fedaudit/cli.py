@@ -56,7 +56,8 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
 #: exit codes with one meaning for every command
 COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
-        "(verify: the path or --plan is unreadable or not a report folder; FEDAUDIT_REPORT_KEY set but empty)"),
+        "(verify: the path or --plan is unreadable or not a report folder; FEDAUDIT_REPORT_KEY set but empty); "
+        "also a file that cannot be written (a full disk), named in one line"),
     (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
     (143, "terminated (SIGTERM), handled as Ctrl-C: one line on stderr, checkpoints kept, lock released"),
 )
@@ -330,6 +331,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with plan_path("demo") as plan:  # shipped as package data: works from any directory
         return _run_plan_to_dir(plan, args.out, force=not args.resume, resume=args.resume, quiet=args.quiet,
                                 print_html=True, every=args.progress_every, engine=engine, key=_report_key(args),
+                                allow_large=args.allow_large,
                                 command=shlex.join(["fedaudit", "demo", "--out", str(args.out)]
                                                    + (["--resume"] if args.resume else []) + _engine_command(args)))
 
@@ -399,15 +401,36 @@ def _engine_flags(args: argparse.Namespace) -> dict[str, Any]:
         except FedAuditError as exc:
             raise FedAuditError(f"{flag}: {exc}") from None
     flags = dict(backend=args.backend, workers=args.workers, address=args.address)
+    if not hasattr(args, "sequential_claims"):  # run/demo: the runner says it, for every claim's workers too
+        _workers_notice(args, *check_run_options(args.backend, args.workers, args.address)[:2])
     if hasattr(args, "checkpoint"):
         check_output_file("--checkpoint", checkpoint)
         flags.update(checkpoint=checkpoint, resume=resume)
     return flags
 
 
+def _notice(text: str, quiet: bool) -> None:
+    """``fedaudit: note: <text>`` on stderr, one line, unless ``quiet``."""
+    if not quiet:
+        err.print(f"fedaudit: note: {text}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _workers_notice(args: argparse.Namespace, backend: str, workers: int | None) -> None:
+    """Say once that ``--workers`` (or FEDAUDIT_WORKERS) above the cores is capped there on the
+    process backend (:func:`fedaudit.engine.process_workers`), unless ``--allow-large``."""
+    from fedaudit.engine import available_cores
+
+    cores = available_cores()
+    if backend == "process" and workers is not None and workers > cores and not getattr(args, "allow_large", False):
+        _notice(f"workers = {workers} is more than the {cores} cores of this machine, so {cores} worker processes "
+                f"run (the result is the same); --allow-large starts {workers}", getattr(args, "quiet", False))
+
+
 def _plan_engine_options(p: argparse.ArgumentParser) -> None:
     """The engine flags of ``run`` and ``demo``: they override the plan's ``[engine]`` table."""
-    _engine_options(p, "the claims and their audits (overrides the plan's [engine] table)")
+    _engine_options(p, "the claims and their audits (overrides the plan's [engine] table)",
+                    allow_large="accept claims estimated to need more than 8 GiB of memory or 24 core-hours (refused "
+                                "otherwise, with the estimate) and start more worker processes than cores")
     p.add_argument("--sequential-claims", action="store_true",
                    help="run the claims one after another (each still uses the backend), instead of independent "
                         "claims in parallel")
@@ -427,19 +450,23 @@ def _engine_command(args: argparse.Namespace) -> list[str]:
     for flag in ("backend", "workers", "address"):
         if getattr(args, flag) is not None:
             words += [f"--{flag}", str(getattr(args, flag))]
-    return words + (["--sequential-claims"] if args.sequential_claims else [])
+    return words + (["--sequential-claims"] if args.sequential_claims else []) + \
+        (["--allow-large"] if args.allow_large else [])
 
 
-def _engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | None = None) -> None:
-    """Add ``--backend/--workers/--address`` (and, when ``checkpoint`` names what is recorded,
-    ``--checkpoint/--resume``) to ``p``: where ``what`` runs; the result is the same on every backend."""
+def _engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | None = None,
+                    allow_large: str = "start more worker processes than this machine has cores") -> None:
+    """Add ``--backend/--workers/--address/--allow-large`` (and, when ``checkpoint`` names what is
+    recorded, ``--checkpoint/--resume``) to ``p``: where ``what`` runs; the result is the same on
+    every backend. ``allow_large`` is the help of ``--allow-large``."""
     eng = p.add_argument_group(f"engine (where {what} run; the result is the same on every backend)")
     eng.add_argument("--backend", default=None, metavar="{process,serial,ray}",
                      help="process: local worker processes; serial: this process; ray: Ray (pip install "
                           "'fedaudit[ray]') (default process, or $FEDAUDIT_BACKEND)")
     eng.add_argument("--workers", type=int, default=None, metavar="N",
-                     help="worker processes, or Ray tasks in flight / 2 (default: the CPUs, or $FEDAUDIT_WORKERS; "
-                          "ignored by serial)")
+                     help="worker processes (at most the cores unless --allow-large), or Ray tasks in flight / 2 "
+                          "(default: the CPUs, or $FEDAUDIT_WORKERS; at most 1024; ignored by serial)")
+    eng.add_argument("--allow-large", action="store_true", help=allow_large)
     eng.add_argument("--address", default=None, metavar="ADDR",
                      help="--backend ray: the cluster to join, 'auto' or [ray://]host:port (default: a new local "
                           "instance)")
@@ -990,6 +1017,10 @@ class _PlanProgress:
         if self.header and not self.quiet:  # after every check of the plan and the directory
             err.print(self.header, highlight=False, soft_wrap=True)
 
+    def notice(self, text: str) -> None:
+        """A remark of the runner (workers capped at the cores), one line unless quiet."""
+        _notice(text, self.quiet)
+
     def heartbeat_line(self) -> str | None:
         """The plan's heartbeat once claims run in parallel: elapsed time, the claims running (with
         their share done) and how many have finished; None before."""
@@ -1069,7 +1100,8 @@ class _PlanProgress:
 
 def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
                      command: str | None = None, resume: bool = False, every: float | None = None,
-                     engine: dict[str, Any] | None = None, key: bytes | None = None) -> int:
+                     engine: dict[str, Any] | None = None, key: bytes | None = None,
+                     allow_large: bool = False) -> int:
     """Validate the plan, lock and check the report directory, run (checkpointing every claim,
     reusing checkpoints with ``resume``), write the report (signed under ``key`` when given) and
     print the verdicts; one warning line when a fedaudit module ran from stale bytecode."""
@@ -1077,14 +1109,14 @@ def _run_plan_to_dir(plan_path, out_dir, *, force: bool, quiet: bool, print_html
     from fedaudit.experiments.runner import run_plan_to_dir
     from fedaudit.reports.terminal import print_plan_report
 
-    plan = load_plan(plan_path)  # every plan mistake is reported before anything runs
+    plan = load_plan(plan_path, allow_large=allow_large)  # every plan mistake is reported before anything runs
     header = (f"{'resuming' if resume else 'running'} {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
               f"(plan seed {plan.seed}, sha256 {plan.sha256[:12]}) into {escape(str(out_dir))}")
     with _PlanProgress(len(plan.claims), quiet, every, header) as hooks:
         # the directory (unwritable, locked by another run, not empty, foreign checkpoints) is
         # refused inside, before the first claim runs
         report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command,
-                                        engine=engine, key=key)
+                                        engine=engine, key=key, allow_large=allow_large)
     stale = (report.manifest.provenance or {}).get("stale_bytecode")
     if stale:
         err.print(f"fedaudit: warning: fedaudit ran bytecode that is not compiled from its source (a stale or planted "
@@ -1100,7 +1132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else [])
                          + (["--resume"] if args.resume else []) + _engine_command(args))
     return _run_plan_to_dir(args.plan, args.out, force=args.force, quiet=args.quiet, command=command,
-                            resume=args.resume, every=args.progress_every, engine=engine, key=_report_key(args))
+                            resume=args.resume, every=args.progress_every, engine=engine, key=_report_key(args),
+                            allow_large=args.allow_large)
 
 
 # ---------------------------------------------------------------------------- parser
@@ -1489,6 +1522,15 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _oversubscribe(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """With ``--allow-large``, the command's engine calls may start more workers than cores."""
+    if not getattr(args, "allow_large", False):
+        return contextlib.nullcontext()
+    from fedaudit.engine import engine_defaults
+
+    return engine_defaults(oversubscribe=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
@@ -1496,7 +1538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         # FEDAUDIT_REPORT_KEY leaves the environment before anything runs: no worker inherits it
-        with _sigterm_as_interrupt(), key_out_of_environment() as args.report_key:
+        with _sigterm_as_interrupt(), key_out_of_environment() as args.report_key, _oversubscribe(args):
             return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)

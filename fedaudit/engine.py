@@ -78,7 +78,10 @@ name by value (an instance of such a class) comes back by value too, and the cal
 registrations (``register_mechanism`` and the like, :func:`fedaudit.registry.user_registrations`)
 are sent with the tasks and registered again in the worker. Each worker limits its
 BLAS/OpenMP/torch thread pools to one thread so that ``workers`` processes do not oversubscribe
-the cores. At most ``2 × workers`` tasks are in flight, so long task lists do not pile up pickled
+the cores, and starts at most :func:`available_cores` of them: more processes than cores only
+share the cores and add memory, never speed, so a larger ``workers`` is capped there (results do
+not depend on ``workers``) unless :func:`engine_defaults` ``(oversubscribe=True)`` encloses the
+call (``fedaudit … --allow-large``). More than :data:`MAX_WORKERS` is refused on every backend. At most ``2 × workers`` tasks are in flight, so long task lists do not pile up pickled
 inputs in memory.
 
 A worker that cannot start or dies stops the run with one :class:`WorkerError` line naming what
@@ -117,9 +120,9 @@ from fedaudit.errors import FedAuditError, writing
 from fedaudit.json import dumps, jsonable, loads
 from fedaudit.validation import check_choice, check_int
 
-__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "WorkerError", "run_tasks", "run_chunks", "iter_chunks", "check_run_options", "config_digest",
-           "default_workers", "default_backend", "engine_defaults", "require_ray", "shutdown", "PRIVATE_ENV",
-           "private_env_removed"]
+__all__ = ["BACKENDS", "CHECKPOINT_FORMAT", "MAX_WORKERS", "WorkerError", "run_tasks", "run_chunks", "iter_chunks",
+           "check_run_options", "config_digest", "default_workers", "available_cores", "process_workers",
+           "default_backend", "engine_defaults", "require_ray", "shutdown", "PRIVATE_ENV", "private_env_removed"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -130,8 +133,8 @@ BACKENDS: tuple[str, ...] = ("process", "serial", "ray")
 #: ``format`` field of a checkpoint header, and its version
 CHECKPOINT_FORMAT = "fedaudit-checkpoint"
 _CHECKPOINT_VERSION = 2
-#: upper bound on ``workers``
-_MAX_WORKERS = 4096
+#: upper bound on ``workers`` on every backend (refused above, whatever the machine)
+MAX_WORKERS = 1024
 _RAY_HINT = "pip install fedaudit[ray] (in zsh: pip install 'fedaudit[ray]')"
 
 #: environment variables that set the default backend and worker count of this machine
@@ -150,14 +153,32 @@ _PRIVATE_DEPTH: list[int] = [0]
 #: (backend, workers, address) set by :func:`engine_defaults` for the calls it encloses
 _DEFAULTS: contextvars.ContextVar[tuple[str | None, int | None, str | None]] = contextvars.ContextVar(
     "fedaudit_engine_defaults", default=(None, None, None))
+#: whether the process backend may start more workers than cores (:func:`engine_defaults`)
+_OVERSUBSCRIBE: contextvars.ContextVar[bool] = contextvars.ContextVar("fedaudit_oversubscribe", default=False)
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                 "VECLIB_MAXIMUM_THREADS")
 
 
+def available_cores() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one (a container's
+    or ``taskset``'s share), else ``os.cpu_count()``; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def default_workers() -> int:
-    """Number of worker processes when none is given: ``os.cpu_count()`` (at least 1)."""
-    return max(1, os.cpu_count() or 1)
+    """Number of worker processes when none is given: :func:`available_cores`."""
+    return available_cores()
+
+
+def process_workers(workers: int) -> int:
+    """The worker processes the process backend starts for ``workers``: at most
+    :func:`available_cores`, unless an enclosing :func:`engine_defaults` allows oversubscription
+    (module docstring)."""
+    return workers if _OVERSUBSCRIBE.get() else min(workers, available_cores())
 
 
 def default_backend() -> str:
@@ -189,18 +210,20 @@ def _default_workers_setting() -> int | None:
         value = int(env)
     except ValueError:
         value = 0
-    if not 1 <= value <= _MAX_WORKERS:
-        raise FedAuditError(f"environment variable {WORKERS_ENV} must be an integer in [1, {_MAX_WORKERS}], got {env!r}")
+    if not 1 <= value <= MAX_WORKERS:
+        raise FedAuditError(f"environment variable {WORKERS_ENV} must be an integer in [1, {MAX_WORKERS}], got {env!r}")
     return value
 
 
 @contextlib.contextmanager
-def engine_defaults(backend: str | None = None, workers: int | None = None, address: str | None = None):
+def engine_defaults(backend: str | None = None, workers: int | None = None, address: str | None = None, *,
+                    oversubscribe: bool | None = None):
     """Within the block, every engine call of this thread that leaves ``backend``, ``workers`` or
     ``address`` unset (None) uses these values: how a plan's ``[engine]`` table or the CLI's
     ``--backend/--workers/--address`` reach every audit a claim runs. Values are checked as
-    :func:`check_run_options` does; ``address`` needs ``backend="ray"``. Nested blocks override
-    the enclosing one for the keys they set."""
+    :func:`check_run_options` does; ``address`` needs ``backend="ray"``. ``oversubscribe=True``
+    lets the process backend start more workers than cores (:func:`process_workers`). Nested
+    blocks override the enclosing one for the keys they set."""
     outer = _DEFAULTS.get()
     if backend is not None:
         check_choice("backend", backend, BACKENDS)
@@ -210,9 +233,11 @@ def engine_defaults(backend: str | None = None, workers: int | None = None, addr
         _check_address(address, merged_backend if merged_backend is not None else "process")
     token = _DEFAULTS.set((merged_backend, workers if workers is not None else outer[1],
                            address if address is not None else (outer[2] if backend in (None, "ray") else None)))
+    allow = _OVERSUBSCRIBE.set(_OVERSUBSCRIBE.get() if oversubscribe is None else bool(oversubscribe))
     try:
         yield
     finally:
+        _OVERSUBSCRIBE.reset(allow)
         _DEFAULTS.reset(token)
 
 
@@ -346,7 +371,7 @@ def _check_address(address: Any, backend: str) -> str | None:
 
 
 def _check_workers(workers: Any) -> int | None:
-    return None if workers is None else check_int("workers", workers, low=1, high=_MAX_WORKERS)
+    return None if workers is None else check_int("workers", workers, low=1, high=MAX_WORKERS)
 
 
 def check_run_options(backend: Any = None, workers: Any = None, address: Any = None, checkpoint: Any = None,
@@ -379,7 +404,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
     tasks:
         Picklable task objects (consumed lazily, at most ``2 × workers`` in flight).
     workers:
-        Worker processes (``process``, default ``os.cpu_count()``) or tasks in flight / 2
+        Worker processes (``process``, default and at most :func:`available_cores`, see
+        :func:`process_workers`) or tasks in flight / 2
         (``ray``, default the cluster's CPUs). Ignored by ``serial``.
     backend:
         ``"process"`` (a spawn-context ``ProcessPoolExecutor``, kept for later calls), ``"serial"``
@@ -414,7 +440,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Iterable[T], *, workers: int | None =
         fn = _Registered(fn, registrations)           # its registrations go with fn
     if backend == "ray":
         return _run_ray(require_ray(), fn, tasks, workers, address, advance)
-    return _run_process(fn, tasks, default_workers() if workers is None else workers, advance)
+    return _run_process(fn, tasks, process_workers(default_workers() if workers is None else workers), advance)
 
 
 def _picklable(obj: Any) -> bool:
@@ -1019,14 +1045,15 @@ def iter_chunks(fn: Callable[[T], R], chunks: Iterable[T], *, backend: str | Non
     chunks:
         Chunk tasks, picklable by cloudpickle (materialised into a list).
     backend:
-        ``"process"`` (``workers`` default ``os.cpu_count()``), ``"serial"`` or ``"ray"``
+        ``"process"`` (``workers`` default :func:`available_cores`), ``"serial"`` or ``"ray"``
         (``pip install 'fedaudit[ray]'``; see :func:`run_tasks` for how Ray is started or joined);
         None (default): :func:`default_backend` — ``"process"`` unless set otherwise. On
         ``"process"`` a run with at most one chunk left to compute runs it in this process (the
         same bits, without starting workers).
     workers:
-        Worker processes, or for Ray half the tasks in flight (default the cluster's CPUs); an
-        integer in [1, 4096]. Ignored by ``serial``.
+        Worker processes (at most :func:`available_cores`, see :func:`process_workers`), or for
+        Ray half the tasks in flight (default the cluster's CPUs); an integer in [1, 1024]
+        (:data:`MAX_WORKERS`). Ignored by ``serial``.
     address:
         ``backend="ray"`` only: ``"auto"`` or ``"[ray://]host:port"`` of an existing cluster.
     checkpoint:

@@ -122,7 +122,7 @@ def test_plan_engine_keys_are_checked_when_the_plan_loads():
 
     with pytest.raises(FedAuditError, match=r"key 'backend' must be one of 'process', 'serial', 'ray'"):
         load_plan(ldp_plan(backend="nope"))
-    with pytest.raises(FedAuditError, match=r"key 'workers' must be an integer in \[1, 4096\], got 0"):
+    with pytest.raises(FedAuditError, match=r"key 'workers' must be an integer in \[1, 1024\], got 0"):
         load_plan(ldp_plan(workers=0))
     load_plan(ldp_plan(pair="search", workers=2))  # the pair search runs on the engine too
 

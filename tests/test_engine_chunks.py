@@ -157,7 +157,7 @@ def test_corrupt_checkpoints_are_refused(tmp_path, content, match):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"backend": "threads"}, "backend must be one of 'process', 'serial', 'ray'"),
-    ({"workers": 0}, r"workers must be an integer in \[1, 4096\]"),
+    ({"workers": 0}, r"workers must be an integer in \[1, 1024\]"),
     ({"workers": 2.5}, "workers must be an integer"),
     ({"address": "127.0.0.1:6379"}, "address is only used with backend='ray'"),
     ({"backend": "ray", "address": "nohost"}, "address must be 'auto' or a Ray cluster address"),

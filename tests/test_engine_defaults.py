@@ -96,7 +96,7 @@ def test_engine_defaults_address_applies_to_ray_calls_only(no_env):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"backend": "threads"}, "backend must be one of"),
-    ({"workers": 0}, r"workers must be .*\[1, 4096\]"),
+    ({"workers": 0}, r"workers must be .*\[1, 1024\]"),
     ({"address": "127.0.0.1:6379"}, "address is only used with backend='ray'"),
     ({"backend": "ray", "address": "nowhere"}, "address must be 'auto' or a Ray cluster address"),
 ])
@@ -117,7 +117,7 @@ def test_environment_variables_set_the_machine_default(no_env, monkeypatch):
         default_backend()
     monkeypatch.setenv("FEDAUDIT_BACKEND", "serial")
     monkeypatch.setenv("FEDAUDIT_WORKERS", "many")
-    with pytest.raises(FedAuditError, match=r"FEDAUDIT_WORKERS must be an integer in \[1, 4096\], got 'many'"):
+    with pytest.raises(FedAuditError, match=r"FEDAUDIT_WORKERS must be an integer in \[1, 1024\], got 'many'"):
         check_run_options()
 
 

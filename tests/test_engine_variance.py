@@ -118,7 +118,7 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"backend": "gpu"}, "backend"),
-    ({"workers": 0}, "workers must be an integer in \\[1, 4096\\]"),
+    ({"workers": 0}, "workers must be an integer in \\[1, 1024\\]"),
     ({"address": "auto"}, "address is only used with backend='ray'"),
     ({"resume": True}, "resume=True needs checkpoint=FILE"),
     ({"resume": "yes", "checkpoint": "c"}, "resume must be True or False"),

@@ -151,7 +151,7 @@ def _never(x, size, rng):
 
 @pytest.mark.parametrize("options, match", [
     (dict(backend="nope"), "backend must be one of"),
-    (dict(backend="process", workers=0), r"workers must be an integer in \[1, 4096\]"),
+    (dict(backend="process", workers=0), r"workers must be an integer in \[1, 1024\]"),
     (dict(backend="serial", address="127.0.0.1:6379"), "address is only used with backend='ray'"),
     (dict(backend="ray", address="no-port"), "address must be 'auto'"),
     (dict(backend="serial", resume=True), "resume=True needs checkpoint"),

@@ -132,8 +132,8 @@ class Alone(Where):
 # ----------------------------------------------------------------------------- [engine] table
 @pytest.mark.parametrize("engine, pattern", [
     ({"backend": "dask"}, r"^plan \[engine\]: key 'backend' must be one of 'process', 'serial', 'ray', got 'dask'$"),
-    ({"workers": 0}, r"^plan \[engine\]: key 'workers' must be an integer in \[1, 4096\], got 0$"),
-    ({"workers": 2.5}, r"^plan \[engine\]: key 'workers' must be an integer in \[1, 4096\], got 2.5$"),
+    ({"workers": 0}, r"^plan \[engine\]: key 'workers' must be an integer in \[1, 1024\], got 0$"),
+    ({"workers": 2.5}, r"^plan \[engine\]: key 'workers' must be an integer in \[1, 1024\], got 2.5$"),
     ({"parallel_claims": "yes"}, r"^plan \[engine\]: key 'parallel_claims' must be true or false, got 'yes'$"),
     ({"worker": 2}, r"^plan \[engine\]: unknown key 'worker' \(did you mean 'workers'\?\); valid keys in \[engine\]: "
                     r"backend, workers, address, parallel_claims$"),
@@ -170,7 +170,7 @@ def test_overrides_replace_the_table_key_by_key_and_are_checked_the_same_way():
     assert engine_options(ray_plan, {"backend": "process"})["address"] is None
     with pytest.raises(FedAuditError, match=r"^engine: key 'address' needs backend = 'ray'"):
         engine_options(ray_plan, {"backend": "process", "address": "auto"})
-    with pytest.raises(FedAuditError, match=r"^engine: key 'workers' must be an integer in \[1, 4096\], got 0$"):
+    with pytest.raises(FedAuditError, match=r"^engine: key 'workers' must be an integer in \[1, 1024\], got 0$"):
         engine_options(ray_plan, {"workers": 0})
     with pytest.raises(FedAuditError, match=r"^engine: unknown key 'chunks'"):
         engine_options(ray_plan, {"chunks": 3})

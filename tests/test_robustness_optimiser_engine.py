@@ -178,5 +178,5 @@ def test_plan_engine_keys_are_checked_when_the_plan_loads():
 
     with pytest.raises(FedAuditError, match=r"key 'backend' must be one of 'process', 'serial', 'ray'"):
         load_plan(_plan(backend="nope"))
-    with pytest.raises(FedAuditError, match=r"key 'workers' must be an integer in \[1, 4096\], got 0"):
+    with pytest.raises(FedAuditError, match=r"key 'workers' must be an integer in \[1, 1024\], got 0"):
         load_plan(_plan(workers=0))

@@ -216,12 +216,13 @@ def engine_keys(what: str) -> dict[str, Key]:
     """The plan keys ``backend`` and ``workers`` of a kind (or the plan's ``[engine]`` table)
     whose ``what`` runs on the engine (:func:`fedaudit.engine.run_chunks`; unset: the engine's
     default, e.g. the plan's [engine])."""
-    from fedaudit.engine import BACKENDS
+    from fedaudit.engine import BACKENDS, MAX_WORKERS
 
     return {
         "backend": Key("str", None, choices=BACKENDS,
                        help=f"the engine backend of {what}: serial (this process), process (local workers) or ray "
                             f"(pip install 'fedaudit[ray]'); the same result on each; default: the plan's [engine]"),
-        "workers": Key("int", None, low=1, high=4096,
-                       help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the CPUs)"),
+        "workers": Key("int", None, low=1, high=MAX_WORKERS,
+                       help="worker processes of backend 'process' (at most the machine's cores unless the run allows "
+                            "large claims), or Ray tasks in flight / 2 (default: the CPUs)"),
     }

@@ -9,6 +9,10 @@ A claim kind is a :class:`ClaimKind` subclass registered in
   (it may normalise ``params`` in place);
 * ``default_title(params, expect)`` — the report's line when the plan gives no ``title``;
 * ``work_units(params)`` and ``unit`` — how much progress ``run`` reports, and in what;
+* ``estimate(params) -> Cost`` — the memory and computing time the claim is expected to need,
+  from its parameters alone: plan validation refuses a claim over the budget
+  (:data:`MEMORY_BUDGET`, :data:`TIME_BUDGET`) unless the run allows large claims
+  (``fedaudit run --allow-large``); the default estimates nothing and refuses nothing;
 * ``figures`` — the plot types (:data:`fedaudit.reports.model.PLOT_TYPES`) its evidence carries;
 * ``guarantee`` — what its claims audit (``"privacy"``, ``"robustness"``, ``"utility"``), so a
   report says separately whether any privacy claim failed;
@@ -46,13 +50,76 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
-           "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError"]
+           "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError", "Cost", "MEMORY_BUDGET",
+           "TIME_BUDGET", "BASE_MEMORY", "SEED_BYTES", "draw_cost"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
 
 #: lists with more numbers than this are replaced by a short description in the evidence
 MAX_NUMBERS = 512
+
+
+#: the most memory one claim may be estimated to need without ``allow_large`` (8 GiB)
+MEMORY_BUDGET = 8 * 2**30
+#: the most computing one claim may be estimated to need without ``allow_large``: 24 core-hours
+#: (a day of one core; a few hours on a workstation's cores)
+TIME_BUDGET = 24 * 3600.0
+#: memory every claim holds whatever its parameters (the interpreter, numpy, a block of draws)
+BASE_MEMORY = 128 * 2**20
+#: memory per seeded block of draws a sampling audit keeps for its whole run (a ``SeedSequence``
+#: and the block's size, about 400 bytes measured, rounded up)
+SEED_BYTES = 512
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n / 2**10:.3g} KiB"
+
+
+def _core_time(s: float) -> str:
+    for unit, size in (("core-hours", 3600), ("core-minutes", 60)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s:.2g} core-seconds"
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a claim is estimated to need (:meth:`ClaimKind.estimate`): ``memory``, the peak bytes
+    it holds at once, and ``seconds``, its computing time in core-seconds (wall time is about
+    that over the workers that share it). Orders of magnitude from the parameters, measured on
+    the built-in mechanisms and models, meant to refuse a plan that cannot finish, not to promise
+    a duration. ``basis`` says what drives the estimate ("2·samples·dim = 2.6e+07 coordinates
+    drawn"), so a refusal names the parameters to lower. Zero means "not estimated"."""
+
+    memory: float = 0.0
+    seconds: float = 0.0
+    basis: str = ""
+
+    def over_budget(self) -> bool:
+        """True when the estimate exceeds :data:`MEMORY_BUDGET` or :data:`TIME_BUDGET`."""
+        return not (self.memory <= MEMORY_BUDGET and self.seconds <= TIME_BUDGET)  # nan counts as over
+
+    def describe(self) -> str:
+        """The estimate in words: "~1.2 TiB of memory and ~3.4e+05 core-hours (basis)"."""
+        return (f"~{_bytes(self.memory)} of memory and ~{_core_time(self.seconds)} of computing"
+                + (f" ({self.basis})" if self.basis else ""))
+
+
+def draw_cost(reports: float, width: int, per_second: float, basis: str, *, block: int | None = None,
+              memory: float = 0.0) -> Cost:
+    """The :class:`Cost` of drawing ``reports`` randomised reports of ``width`` numbers at
+    ``per_second`` numbers per core-second, in seeded blocks of ``block`` reports (default
+    :func:`fedaudit.audit.sampling.block_rows` of ``width``) whose seeds a sampling audit keeps
+    for its whole run (:data:`SEED_BYTES` each), plus :data:`BASE_MEMORY` and ``memory``."""
+    from fedaudit.audit.sampling import block_rows
+
+    blocks = reports / (block or block_rows(max(1, int(width))))
+    return Cost(memory=BASE_MEMORY + blocks * SEED_BYTES + memory, seconds=reports * width / per_second,
+                basis=f"{basis}: {reports:.3g} reports × {width} numbers, {blocks:.3g} seeded blocks")
 
 
 @dataclass(frozen=True)
@@ -187,6 +254,13 @@ class ClaimKind:
     def work_units(self, params: Mapping[str, Any]) -> int:
         """How many ``unit`` the run reports through ``progress`` (an estimate is fine)."""
         return 1
+
+    def estimate(self, params: Mapping[str, Any]) -> Cost:
+        """The memory and core-seconds the claim is expected to need, from its validated
+        ``params`` (:class:`Cost`). Plan validation refuses a claim whose estimate exceeds
+        :data:`MEMORY_BUDGET` or :data:`TIME_BUDGET` unless large claims are allowed. The default,
+        ``Cost()``, estimates nothing: a kind that does not override it is never refused."""
+        return Cost()
 
     def run(self, spec: ClaimSpec, rng: "np.random.Generator", progress: Progress, *,
             workdir: str | None = None) -> Evidence:

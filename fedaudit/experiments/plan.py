@@ -24,7 +24,13 @@ This module checks what every plan and every claim has (the ``[plan]`` and ``[en
 Validation is all-or-nothing and happens before any claim runs: an unknown key, a wrong type,
 an out-of-range value, a duplicate id or an unknown kind raises one :class:`FedAuditError` that
 names the claim and the key, e.g.
-``claim 'sstq-eps1' (#2): key 'samples' must be an integer >= 100, got 'abc'``.
+``claim 'sstq-eps1' (#2): key 'samples' must be an integer in [100, 1000000000000], got 'abc'``.
+
+Cost. Every claim's kind estimates the memory and computing its parameters ask for
+(:meth:`~fedaudit.experiments.kind.ClaimKind.estimate`); a claim estimated above
+:data:`~fedaudit.experiments.kind.MEMORY_BUDGET` (8 GiB) or
+:data:`~fedaudit.experiments.kind.TIME_BUDGET` (24 core-hours) is refused with the estimate and
+what drives it, unless ``allow_large=True`` (``fedaudit run --allow-large``).
 
 Seeds. A claim's seed is ``derive_seed(plan seed, "claim=<id>")`` (:func:`fedaudit.rng.derive_seed`:
 the id's SHA-256 words as the ``spawn_key`` of ``SeedSequence(plan seed)``), so adding, removing
@@ -49,17 +55,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedaudit.engine import BACKENDS, check_run_options
+from fedaudit.engine import BACKENDS, MAX_WORKERS, check_run_options
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import ClaimKind, ClaimSpec
+from fedaudit.experiments.kind import MEMORY_BUDGET, TIME_BUDGET, ClaimKind, ClaimSpec
 from fedaudit.experiments.keys import Key, check_keys, key_error, show, unknown_keys
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.json import MAX_DEPTH, check_nesting
 from fedaudit.registry import did_you_mean
 from fedaudit.reports.provenance import REFERENCE_RE
 
-__all__ = ["COMMON_KEYS", "PLAN_KEYS", "ENGINE_KEYS", "Plan", "load_plan", "parse_plan", "claim_seed",
-           "check_engine", "engine_options"]
+__all__ = ["COMMON_KEYS", "PLAN_KEYS", "ENGINE_KEYS", "MAX_ID_LENGTH", "Plan", "load_plan", "parse_plan",
+           "claim_seed", "check_engine", "engine_options", "check_cost"]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: longest claim id: it names the claim's checkpoint file and work folder (a file name has at most 255 bytes)
@@ -87,9 +93,10 @@ ENGINE_KEYS: dict[str, Key] = {
                    help="where the claims and their chunks run: process (local worker processes), serial (one "
                         "process) or ray (pip install 'fedaudit[ray]'); default process, or the environment "
                         "variable FEDAUDIT_BACKEND"),
-    "workers": Key("int", None, low=1, high=4096,
-                   help="worker processes of backend 'process', or Ray tasks in flight / 2 (default: the machine's "
-                        "cores, the cluster's CPUs)"),
+    "workers": Key("int", None, low=1, high=MAX_WORKERS,
+                   help="worker processes of backend 'process' (at most the machine's cores unless the run allows "
+                        "large claims: fedaudit run --allow-large), or Ray tasks in flight / 2 (default: the "
+                        "machine's cores, the cluster's CPUs)"),
     "address": Key("str", None,
                    help="backend = 'ray' only: 'auto' or '[ray://]host:port' of a running Ray cluster (default: a "
                         "new local Ray instance)"),
@@ -149,15 +156,16 @@ def claim_seed(plan_seed: int, claim_id: str) -> int:
 
 
 # ----------------------------------------------------------------------------- parsing
-def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
-    """Read and validate a plan from a TOML file path or an already parsed mapping."""
+def load_plan(source: str | Path | Mapping[str, Any], *, allow_large: bool = False) -> Plan:
+    """Read and validate a plan from a TOML file path or an already parsed mapping; with
+    ``allow_large``, claims estimated above the budget are accepted (module docstring, Cost)."""
     if isinstance(source, Mapping):
         check_nesting(source, "plan")
         try:
             raw = json.dumps(source, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise FedAuditError(f"plan: not plain data ({exc})") from None
-        return parse_plan(source, source_bytes=raw)
+        return parse_plan(source, source_bytes=raw, allow_large=allow_large)
     if not isinstance(source, (str, Path)):
         raise FedAuditError(f"plan must be a path to a TOML file or a dict, got {type(source).__name__}")
     path = Path(source)
@@ -183,11 +191,13 @@ def load_plan(source: str | Path | Mapping[str, Any]) -> Plan:
             raise FedAuditError(f"plan {path} is not valid TOML: {exc}") from None
         raise FedAuditError(f"plan {path} holds an integer with more than {sys.get_int_max_str_digits()} digits, "
                             f"more than any plan key takes") from None
-    return parse_plan(data, source_bytes=raw, path=str(path))
+    return parse_plan(data, source_bytes=raw, path=str(path), allow_large=allow_large)
 
 
-def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, path: str | None = None) -> Plan:
-    """Validate a parsed plan (see the module docstring); raises one :class:`FedAuditError`."""
+def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, path: str | None = None,
+               allow_large: bool = False) -> Plan:
+    """Validate a parsed plan (see the module docstring); raises one :class:`FedAuditError`.
+    ``allow_large`` accepts claims estimated above the budget."""
     if not isinstance(data, Mapping):
         raise FedAuditError(f"plan must be a table, got {type(data).__name__}")
     check_nesting(data, f"plan {path}" if path else "plan")
@@ -216,7 +226,7 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     specs: list[ClaimSpec] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(claims_raw, 1):
-        spec = _parse_claim(index, raw, head["seed"], seen)
+        spec = _parse_claim(index, raw, head["seed"], seen, allow_large)
         seen[spec.id] = index
         specs.append(spec)
     if source_bytes is None:
@@ -276,7 +286,23 @@ def _kind(where: str, name: str) -> tuple[str, ClaimKind]:
         raise FedAuditError(f"{where}: key 'kind' names no usable claim kind: {exc}") from None
 
 
-def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[str, int]) -> ClaimSpec:
+def check_cost(where: str, name: str, kind: ClaimKind, params: Mapping[str, Any]) -> None:
+    """Refuse a claim whose estimated cost (:meth:`ClaimKind.estimate`) exceeds the budget: one
+    :class:`FedAuditError` with the estimate, what drives it and how to run it anyway."""
+    try:
+        cost = kind.estimate(params)
+    except Exception as exc:  # a user's kind raised while estimating: one line, exit 2
+        raise FedAuditError(f"{where}: estimating the cost of kind {name!r} failed: {type(exc).__name__}: "
+                            f"{exc}") from None
+    if cost.over_budget():
+        raise FedAuditError(f"{where}: too large to run without --allow-large (allow_large=True): estimated "
+                            f"{cost.describe()}, over the budget of {MEMORY_BUDGET >> 30} GiB and "
+                            f"{TIME_BUDGET / 3600:g} core-hours; lower those parameters, or pass --allow-large to "
+                            f"run it anyway")
+
+
+def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[str, int],
+                 allow_large: bool = False) -> ClaimSpec:
     rid = raw.get("id")
     where = f"claim {rid!r} (#{index})" if isinstance(rid, str) and rid.strip() else f"claim #{index}"
     if "id" not in raw:
@@ -305,6 +331,8 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
         raise
     except Exception as exc:  # a user's kind or component raised while the plan was checked: one line, exit 2
         raise FedAuditError(f"{where}: checking kind {name!r} failed: {type(exc).__name__}: {exc}") from None
+    if not allow_large:
+        check_cost(where, name, kind, params)
     seed = common["seed"] if common["seed"] is not None else claim_seed(plan_seed, rid)
     title = common["title"] or kind.default_title(params, common["expect"])
     return ClaimSpec(index=index, id=rid, kind=name, title=title, expect=common["expect"], seed=seed,

@@ -52,6 +52,7 @@ def _first_paragraph(fn) -> str:
 
 def markdown() -> str:
     """The whole reference as Markdown text (ends with one newline)."""
+    from fedaudit.experiments.kind import MEMORY_BUDGET, TIME_BUDGET
     from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
     from fedaudit.experiments.plan import COMMON_KEYS, ENGINE_KEYS, PLAN_KEYS
 
@@ -81,6 +82,13 @@ def markdown() -> str:
         "A claim's seed is `derive_seed(plan seed, \"claim=<id>\")` unless it pins `seed`, so adding,",
         "removing or reordering claims never changes another claim's result.",
         "",
+        "Every claim's kind also estimates, from its keys, the memory and computing the claim needs",
+        f"(orders of magnitude). A claim estimated above {MEMORY_BUDGET >> 30} GiB of memory or "
+        f"{TIME_BUDGET / 3600:g} core-hours is",
+        "refused with the estimate and the keys that drive it, unless the run allows large claims",
+        "(`fedaudit run PLAN --allow-large`, `run_plan(..., allow_large=True)`). The ranges below are",
+        "limits of the audits themselves: `--allow-large` never lifts them.",
+        "",
         "Kinds: " + ", ".join(f"[`{k}`](#kind-{k})" for k in kinds) + ".",
         "",
         "## `[plan]`",
@@ -97,6 +105,9 @@ def markdown() -> str:
         "checkpointed as soon as it finishes, and the report lists the claims in plan order. Claims",
         "of the Flower kinds (they start their own Ray simulation) and claims that set their own",
         "`backend` to `process` or `ray` run alone, one after the other, after the parallel ones.",
+        "The process backend starts at most as many worker processes as the machine has cores (a",
+        "larger `workers`, here or in a claim, is capped there with a one-line note, unless the run",
+        "allows large claims); `workers` above 1024 is refused.",
         "While claims run in parallel, progress is reported per finished claim (no per-sample",
         "progress from inside a worker). Otherwise claims run one after the other and their audits",
         "use the engine with these settings.",

@@ -85,7 +85,8 @@ import numpy as np
 
 from fedaudit import chain
 from fedaudit import json as fjson
-from fedaudit.engine import default_backend, default_workers, engine_defaults, require_ray, run_tasks
+from fedaudit.engine import (available_cores, check_run_options, default_backend, default_workers, engine_defaults,
+                             require_ray, run_tasks)
 from fedaudit.errors import CheckpointError, FedAuditError, writing
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progress, derived_verdict, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
@@ -129,6 +130,10 @@ class PlanProgress:
         units done, units expected, unit)}`` of the claims a worker has started and not yet finished
         (optional, like ``claim_resumed``; called from a helper thread, never at the same time as
         another hook)."""
+
+    def notice(self, text: str) -> None:
+        """A one-line remark about how the run runs, before the first claim (optional): e.g. that
+        more workers were asked for than the machine has cores, so fewer processes start."""
 
 
 def work_units(spec: ClaimSpec) -> int:
@@ -285,6 +290,24 @@ def _engine_settings(plan: Plan, engine: Mapping[str, Any] | None) -> dict[str, 
     if backend == "ray":
         require_ray()
     return options
+
+
+def workers_notice(plan: Plan, options: Mapping[str, Any]) -> str | None:
+    """The line that says which worker counts of the run (``options``' workers, each claim's own
+    ``workers`` key) exceed :func:`~fedaudit.engine.available_cores` on the process backend and so
+    are capped there (:func:`~fedaudit.engine.process_workers`); None when none does."""
+    cores = available_cores()
+    with engine_defaults(options["backend"], options["workers"], options["address"]):
+        run_backend, workers, _ = check_run_options()  # the run's own, FEDAUDIT_WORKERS included
+        asked = [("workers", workers)] if run_backend == "process" else []
+        asked += [(f"claim {spec.id!r} workers", spec.params["workers"]) for spec in plan.claims
+                  if isinstance(spec.params.get("workers"), int)
+                  and (spec.params.get("backend") or run_backend) == "process"]
+    over = [f"{what} = {n}" for what, n in asked if n is not None and n > cores]
+    if not over:
+        return None
+    return (f"{', '.join(over)}: more than the {cores} cores of this machine, so at most {cores} worker processes "
+            f"run (the results are the same); --allow-large (allow_large=True) starts them all")
 
 
 def _runs_alone(kind: ClaimKind, spec: ClaimSpec) -> bool:
@@ -524,7 +547,7 @@ _START_OVER = "rerun without --resume (and with --force) to start over"
 
 def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgress | None = None,
              command: str | None = None, checkpoints: Checkpoints | None = None,
-             resume: bool = False, engine: Mapping[str, Any] | None = None) -> Report:
+             resume: bool = False, engine: Mapping[str, Any] | None = None, allow_large: bool = False) -> Report:
     """Validate and run a plan (a TOML path, a parsed dict or a :class:`Plan`); return the report.
 
     ``progress`` receives :class:`PlanProgress` callbacks; ``command`` is recorded in the
@@ -533,16 +556,22 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
     ``<root>/.work/<claim-id>/``; with ``resume`` as well, claims already checkpointed are loaded
     instead of run (see the module docstring). ``engine``: ``{"backend", "workers", "address",
     "parallel_claims"}`` (any of them; None keeps the plan's) in place of the plan's ``[engine]``
-    table — where the claims run, never what they find. Raises :class:`FedAuditError` for an
-    invalid plan, engine option or unusable checkpoints; a claim that errors while running is
-    INCONCLUSIVE.
+    table — where the claims run, never what they find. ``allow_large`` accepts claims estimated
+    above the budget (:func:`~fedaudit.experiments.plan.load_plan`; a :class:`Plan` given here was
+    checked when it was loaded) and lets the process backend start more workers than cores;
+    otherwise worker counts above the cores are capped, said once through ``progress.notice``.
+    Raises :class:`FedAuditError` for an invalid plan, engine option or unusable checkpoints; a
+    claim that errors while running is INCONCLUSIVE.
     """
     if not isinstance(plan, Plan):
-        plan = load_plan(plan)
+        plan = load_plan(plan, allow_large=allow_large)
     options = _engine_settings(plan, engine)
     if resume and checkpoints is None:
         raise FedAuditError("resume=True needs checkpoints (a report directory to resume from)")
     hooks = progress or PlanProgress()
+    notice = None if allow_large else workers_notice(plan, options)
+    if notice is not None and hasattr(hooks, "notice"):
+        hooks.notice(notice)
     done, first_started = checkpoints.load() if (checkpoints is not None and resume) else ({}, None)
     started = first_started if first_started is not None else time.time()
     if checkpoints is not None:
@@ -572,7 +601,7 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
         claims[spec.id] = claim
         hooks.claim_finished(spec, claim)
 
-    with engine_defaults(options["backend"], options["workers"], options["address"]):
+    with engine_defaults(options["backend"], options["workers"], options["address"], oversubscribe=allow_large):
         batch = [(spec, kind) for spec, kind in todo if not _runs_alone(kind, spec)]
         if options["parallel_claims"] and len(batch) > 1 and default_backend() != "serial":
             _run_parallel(batch, options, workdir, finish, hooks)
@@ -626,8 +655,8 @@ def _run_parallel(batch, options, workdir, finish, hooks) -> None:
 def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | os.PathLike, *,
                     force: bool = False, resume: bool = False, progress: PlanProgress | None = None,
                     command: str | None = None, formats: tuple[str, ...] | None = None,
-                    engine: Mapping[str, Any] | None = None, key: bytes | None = None
-                    ) -> tuple[Report, dict[str, Path]]:
+                    engine: Mapping[str, Any] | None = None, key: bytes | None = None,
+                    allow_large: bool = False) -> tuple[Report, dict[str, Path]]:
     """Run ``plan`` into the report directory ``out_dir``, checkpointing every claim; return the
     report and ``{format: path}`` of the files written.
 
@@ -636,7 +665,8 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
     or written, a directory locked by another run, a non-empty directory without ``force`` or
     ``resume``, checkpoints of another plan, checkpoints that cannot be authenticated here or were
     tampered with (:class:`Checkpoints`). Without ``resume`` old checkpoints are discarded; with
-    it they are reused (whatever the engine options of either run).
+    it they are reused (whatever the engine options of either run). ``allow_large`` as in
+    :func:`run_plan`.
 
     ``key`` signs the report (default :func:`fedaudit.reports.integrity.signing_key`, i.e.
     ``FEDAUDIT_REPORT_KEY``; None there: unsigned) and, when there is one, authenticates the
@@ -649,7 +679,7 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
     from fedaudit.reports.io import write_sealed_report
 
     if not isinstance(plan, Plan):
-        plan = load_plan(plan)
+        plan = load_plan(plan, allow_large=allow_large)
     _engine_settings(plan, engine)  # refused before the directory is touched
     out = create_directory(out_dir, what="report directory")
     with directory_lock(out, what="report directory"):
@@ -665,7 +695,7 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
         else:
             checkpoints.clear()
         report = run_plan(plan, progress=progress, command=command, checkpoints=checkpoints, resume=resume,
-                          engine=engine)
+                          engine=engine, allow_large=allow_large)
         report, paths = write_sealed_report(report, out, force=True, key=key,
                                             **({} if formats is None else {"formats": formats}))
         checkpoints.clear()

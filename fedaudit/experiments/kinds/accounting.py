@@ -220,6 +220,7 @@ class Accounting(ClaimKind):
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import METHODS, SHUFFLE_METHODS
+        from fedaudit.mechanisms.base import MAX_LEVELS
         from fedaudit.mechanisms.registry import MECHANISMS
 
         return {
@@ -231,7 +232,7 @@ class Accounting(ClaimKind):
             "delta": Key("float", 1e-5, low=0, high=1, open_high=True,
                          help="the mechanism's δ parameter (gaussian; per report)"),
             "k": Key("int", None, low=1, help="SSTQ coordinates per report (default dim // 16)"),
-            "levels": Key("int", 4, low=2, help="quantization levels"),
+            "levels": Key("int", 4, low=2, high=MAX_LEVELS, help="quantization levels"),
             "clip": Key("float", 1.0, low=0, open_low=True, help="L2 clip radius of the inputs"),
             "rotate": Key("bool", True, help="SSTQ random rotation"),
             "rounds": Key("int", low=1, high=1_000_000, help="rounds of the schedule"),

@@ -218,6 +218,16 @@ class Convergence(ClaimKind):
     def work_units(self, p: Mapping[str, Any]) -> int:
         return p["rounds"] * len(p["optimizers"])
 
+    def estimate(self, p: Mapping[str, Any]) -> "Cost":
+        """Every optimizer trains ``rounds`` rounds of n_honest + f clients, each client round at
+        :data:`~fedaudit.experiments.kinds.stress.CLIENT_ROUND_SECONDS`."""
+        from fedaudit.experiments.kind import BASE_MEMORY, Cost
+        from fedaudit.experiments.kinds.stress import CLIENT_ROUND_SECONDS
+
+        steps = self.work_units(p) * (p["n_honest"] + p["f"])
+        return Cost(memory=BASE_MEMORY, seconds=steps * CLIENT_ROUND_SECONDS,
+                    basis=f"rounds × len(optimizers) × (n_honest + f) = {steps:.3g} client rounds")
+
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.convergence import first_at_or_below, plateau_level, plateau_status
         from fedaudit.engine import run_chunks

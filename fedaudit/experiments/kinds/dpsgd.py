@@ -172,6 +172,12 @@ def _curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
     return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
 
 
+#: core-seconds a canary audit of DP training needs before its first step, and per step (measured:
+#: 6-7 s for 60 to 240 DP-SGD steps on the built-in data)
+SETUP_SECONDS = 10.0
+STEP_SECONDS = 5e-3
+
+
 def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
     """The keys DP-SGD and DP-FedAvg claims share (``max_canaries``: the audit's own limit)."""
     from fedaudit.experiments.keys import engine_keys
@@ -224,6 +230,14 @@ class DPSGD(ClaimKind):
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         return p["steps"] + p["curve_points"]
+
+    def estimate(self, p: Mapping[str, Any]) -> "Cost":
+        """:data:`SETUP_SECONDS` (Opacus, the model, the canaries) and :data:`STEP_SECONDS` per
+        training step; ``steps`` and ``canaries`` are bounded, so a claim stays within the budget."""
+        from fedaudit.experiments.kind import BASE_MEMORY, Cost
+
+        return Cost(memory=BASE_MEMORY, seconds=SETUP_SECONDS + p["steps"] * STEP_SECONDS,
+                    basis=f"{p['steps']} steps")
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.dpsgd_audit import audit_dpsgd

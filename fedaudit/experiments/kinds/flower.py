@@ -48,6 +48,12 @@ def _attack_at(p: Mapping[str, Any]) -> str:
     return p["attack_at"] or ("clients" if p["attack"] in _CLIENT_ONLY else "server")
 
 
+#: core-seconds of Flower's overhead per client and round of a simulation, and of one local step
+#: of the built-in models (orders of magnitude: Ray actors, messages, a small MLP)
+CLIENT_ROUND_SECONDS = 0.05
+STEP_SECONDS = 1e-3
+
+
 class Flower(ClaimKind):
     """A rule's accuracy in a real Flower simulation under attack, next to its attack-free run and FedAvg's."""
 
@@ -171,13 +177,20 @@ class Flower(ClaimKind):
                 f"clients under {attack}{ldp}")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
-        return p["rounds"] * len(self._specs(p))
+        return p["rounds"] * len(self._runs(p))
 
-    def _specs(self, p: Mapping[str, Any], seed: int = 0) -> list[Any]:
-        """The runs: (label, StrategySpec) of the rule clean, the rule attacked, FedAvg attacked; with a
-        mechanism each gets its own ldp_mod (account scoped to the run) and ldp_decoder with a fresh Ledger."""
-        from fedaudit.integrations.flower.simulation import StrategySpec
+    def estimate(self, p: Mapping[str, Any]) -> "Cost":
+        """Every run's round (:meth:`work_units`) trains every client for ``local_steps`` steps:
+        :data:`CLIENT_ROUND_SECONDS` of Flower's overhead plus :data:`STEP_SECONDS` a step."""
+        from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
+        rounds = self.work_units(p) * p["clients"]
+        return Cost(memory=BASE_MEMORY, seconds=rounds * (CLIENT_ROUND_SECONDS + p["local_steps"] * STEP_SECONDS),
+                    basis=f"runs × rounds × clients = {rounds} client rounds of {p['local_steps']} local steps")
+
+    @staticmethod
+    def _runs(p: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(label, rule, keywords)`` of the runs: the rule clean, the rule attacked, FedAvg attacked."""
         runs = [("clean", p["aggregator"], {"aggregator_params": p["aggregator_params"]})]
         if p["attack"] != "none":
             at_clients = _attack_at(p) == "clients"
@@ -186,7 +199,15 @@ class Flower(ClaimKind):
             runs.append(("attacked", p["aggregator"], {"aggregator_params": p["aggregator_params"], **attack}))
             if p["compare_fedavg"] and p["aggregator"] != "mean":
                 runs.append(("fedavg-attacked", "mean", attack))
-        return [StrategySpec(rule, f=p["f"], label=label, **kw, **self._ldp(p, seed)) for label, rule, kw in runs]
+        return runs
+
+    def _specs(self, p: Mapping[str, Any], seed: int = 0) -> list[Any]:
+        """The runs (:meth:`_runs`) as StrategySpecs; with a mechanism each gets its own ldp_mod
+        (account scoped to the run) and ldp_decoder with a fresh Ledger."""
+        from fedaudit.integrations.flower.simulation import StrategySpec
+
+        return [StrategySpec(rule, f=p["f"], label=label, **kw, **self._ldp(p, seed))
+                for label, rule, kw in self._runs(p)]
 
     def _ldp(self, p: Mapping[str, Any], seed: int) -> dict[str, Any]:
         if p["mechanism"] is None:

@@ -71,6 +71,11 @@ def robustness_caveats(res: Any) -> list[str]:
             f"was not re-verified against the paper: being within it is only as good as the recorded formula"]
 
 
+#: core-seconds of one progress unit of a robustness audit, and per entry of its n × d input
+UNIT_SECONDS = 0.07
+CELL_SECONDS = 2e-6
+
+
 class Robustness(ClaimKind):
     """ν̂ of the rule (a certified lower bound on its κ) against max_nu and the published bound."""
 
@@ -115,6 +120,18 @@ class Robustness(ClaimKind):
         # run passes no search budget, so the optimiser runs with the defaults
         return progress_units(p["f"], p["trials"], p["search_evals"], None, d=p["d"], aggregator=p["aggregator"],
                               n=p["n"])
+
+    def estimate(self, p: Mapping[str, Any]) -> "Cost":
+        """Each progress unit (:meth:`work_units`: a trial, a hill-climb step, a restart of the
+        optimiser) costs :data:`UNIT_SECONDS` plus :data:`CELL_SECONDS` per entry of the n × d input
+        (measured on cwtm and krum at n = 7..31, d = 100..1000); the trials hold a few n × d float
+        matrices and Krum-like rules n² distances."""
+        from fedaudit.experiments.kind import BASE_MEMORY, Cost
+
+        units, cells = self.work_units(p), p["n"] * p["d"]
+        return Cost(memory=BASE_MEMORY + 16 * 8 * cells + 8 * p["n"] ** 2,
+                    seconds=units * (UNIT_SECONDS + CELL_SECONDS * cells),
+                    basis=f"{units} trials and search steps (trials, search_evals) on n × d = {cells:.3g} inputs")
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.robustness import audit_robustness

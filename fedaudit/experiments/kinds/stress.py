@@ -92,6 +92,11 @@ def stress_plots(config: Any, res: Any, p: Mapping[str, Any]) -> list[dict]:
     return plots
 
 
+#: core-seconds of one client's round of training in a stress cell or a convergence run (measured
+#: on the digits dataset, 1-3 ms)
+CLIENT_ROUND_SECONDS = 2.5e-3
+
+
 class Stress(ClaimKind):
     """Train every cell of the grid and check the worst case over attacks in every cell.
 
@@ -104,6 +109,8 @@ class Stress(ClaimKind):
     figures = ("heatmap", "curves")
 
     def keys(self) -> dict[str, Key]:
+        from fedaudit.engine import MAX_WORKERS
+
         return {
             "aggregators": Key("list[str]", help="registry specs (a stage may be 'package.module:attr')"),
             "aggregator_params": Key("params", None,
@@ -120,7 +127,9 @@ class Stress(ClaimKind):
             "n_honest": Key("int", 20, low=2),
             "mu": Key("float", 1e-2, low=0),
             "optimal_attack": Key("bool", True),
-            "workers": Key("int", None, low=1),
+            "workers": Key("int", None, low=1, high=MAX_WORKERS,
+                           help="worker processes of backend 'process' (at most the machine's cores unless the run "
+                                "allows large claims)"),
             "backend": Key("str", None, choices=("process", "serial", "ray"),
                            help="where cells run (default: the plan's [engine] backend, else process)"),
             "min_accuracy": Key("float", None, low=0, high=1,
@@ -164,6 +173,18 @@ class Stress(ClaimKind):
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         return len(p["aggregators"]) * len(p["attacks"]) * len(p["fs"]) * len(p["betas"])
+
+    def estimate(self, p: Mapping[str, Any]) -> "Cost":
+        """Every cell (:meth:`work_units`) trains ``rounds`` rounds of n_honest + f clients at
+        :data:`CLIENT_ROUND_SECONDS` each (measured on the digits dataset); cells are independent
+        and hold one federation at a time."""
+        from fedaudit.experiments.kind import BASE_MEMORY, Cost
+
+        cells, clients = self.work_units(p), p["n_honest"] + max(p["fs"])
+        steps = cells * p["rounds"] * clients
+        return Cost(memory=BASE_MEMORY, seconds=steps * CLIENT_ROUND_SECONDS,
+                    basis=f"{cells} cells (aggregators × attacks × fs × betas) × rounds × (n_honest + f) = "
+                          f"{steps:.3g} client rounds")
 
     def run(self, spec, rng, progress: Progress, *, workdir: str | None = None) -> Evidence:
         from fedaudit.audit.stress import StressConfig, run_stress
