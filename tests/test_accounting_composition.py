@@ -1,6 +1,7 @@
 """fedaudit.accounting.composition and .ledger: basic, advanced (Kairouz–Oh–Viswanath) and PLD
 composition, checked against closed forms computed here independently."""
 
+import itertools
 import json
 import math
 from decimal import Decimal, localcontext
@@ -163,6 +164,7 @@ def test_to_dict_is_strict_json():
     (([0.5], "pld", 0.0), {}, "delta"),
     (([0.5], "pld", 1.0), {}, "delta"),
     (([0.5], "advanced"), {"delta_slack": 0.0}, "delta_slack"),
+    (([0.5], "advanced"), {"delta_slack": 1.0}, "delta_slack"),
     (([0.5], "advanced", 1e-6), {"delta_slack": 1e-6}, "delta_slack"),
     (([0.5], "basic"), {"delta_slack": 1e-6}, "delta_slack"),
     (([0.5], "pld", 1e-6), {"discretization": 0.0}, "discretization"),
@@ -271,3 +273,70 @@ def test_pld_composes_every_distinct_entry():
     three = compose([1.0, 0.5, 0.25], "pld", 1e-6).epsilon
     five = compose([1.0, 0.5, 0.25, 0.125, 0.0625], "pld", 1e-6).epsilon
     assert two + 0.2 < three <= 1.75 + 1e-3 and three + 0.15 < five <= 1.9375 + 1e-3
+
+
+# --------------------------------------------------------------------------- mutants that understated or lost a use
+def exact_mixed_epsilon(eps, delta):
+    """Smallest ε' with δ(ε') ≤ δ for the composition of pure ε_l-DP reports of distinct ε_l, each
+    entering as its dominating pair (loss +ε_l w.p. e^ε_l/(1 + e^ε_l), −ε_l otherwise): every sign
+    pattern s ∈ {±1}^k enumerated, δ(ε') = Σ_s P(s)·max(0, 1 − e^{ε' − Σ s_l ε_l}), then bisection."""
+    patterns = []
+    for signs in itertools.product((1, -1), repeat=len(eps)):
+        prob = math.prod(1 / (1 + math.exp(-s * e)) for s, e in zip(signs, eps))
+        patterns.append((prob, sum(s * e for s, e in zip(signs, eps))))
+
+    def delta_at(t):
+        return math.fsum(p * max(0.0, -math.expm1(t - loss)) for p, loss in patterns)
+
+    lo, hi = 0.0, math.fsum(eps)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if delta_at(mid) <= delta else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("eps", [[1.0, 0.5], [1.0, 0.5, 0.25], [0.8, 0.4, 0.2, 0.1, 0.3]])
+def test_pld_of_distinct_pure_reports_is_their_exact_composition(eps):
+    # every distinct entry is composed (none dropped by the pairwise reduction) and the PLD's ε is
+    # an upper bound within count·discretization of the exact value
+    want = exact_mixed_epsilon(eps, 1e-2)
+    got = compose(eps, "pld", 1e-2).epsilon
+    assert want - 1e-9 <= got <= want + len(eps) * PLD_STEP
+
+
+def test_pld_default_discretization_is_documented_step():
+    eps = [1.0, 0.5, 0.25]
+    assert compose(eps, "pld", 1e-2) == compose(eps, "pld", 1e-2, discretization=PLD_STEP)
+
+
+def test_a_mechanism_entry_composes_through_its_guarantee_or_its_pld():
+    from fedaudit.accounting.pld import PmfPair
+
+    rr = PmfPair((0.75, 0.25), (0.25, 0.75))  # binary randomized response, ε = log 3
+    assert compose([rr], "basic").epsilon == pytest.approx(math.log(3), rel=1e-12)
+    assert compose([rr, 0.5], "basic").epsilon == pytest.approx(math.log(3) + 0.5, rel=1e-12)
+    assert compose([rr], "advanced", 1e-3).epsilon == pytest.approx(math.log(3 - 1e-3 * 4), abs=1e-10)
+    # one use at δ: ε' = log(e^ε − δ(1 + e^ε)), read from the PLD within one discretization step
+    got = compose([rr], "pld", 1e-3).epsilon
+    assert math.log(3 - 1e-3 * 4) - 1e-9 <= got <= math.log(3 - 1e-3 * 4) + PLD_STEP
+    # an output only one input can produce reveals the input: no finite ε at any δ < 1
+    assert compose([PmfPair((0.5, 0.5, 0.0), (0.0, 0.5, 0.5))], "pld", 0.3).epsilon == math.inf
+    assert compose([PmfPair((1.0, 0.0), (0.0, 1.0)), 0.5], "pld", 0.3).epsilon == math.inf  # disjoint supports
+
+
+def test_advanced_at_a_delta_the_report_deltas_exactly_spend():
+    # slack 0: (Σ ε_l, 1 − Π(1 − δ_l)) holds, so any answer ≥ Σ ε_l is sound; none may crash
+    got = compose([ApproxLDP(1.0, 0.01)], "advanced", 0.01).epsilon
+    assert got >= 1.0
+
+
+def test_the_randomized_response_curve_vanishes_at_k_epsilon():
+    from fedaudit.accounting.composition import _log_delta_pure
+
+    # δ_k(ε') = 0 for ε' ≥ kε: log δ_k = −∞ (module docstring), finite just below
+    assert _log_delta_pure(3, 0.5, 1.5) == -math.inf == _log_delta_pure(3, 0.5, 2.0)
+    assert math.isfinite(_log_delta_pure(3, 0.5, 1.4))
+
+
+def test_summary_names_count_epsilon_delta_and_method():
+    assert compose([1.0, 0.5], "basic").summary() == "2 uses compose to (1.5, 0)-DP by basic composition"

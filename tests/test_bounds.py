@@ -119,6 +119,19 @@ def test_gdp_mu_on_phi_exact_points(mu, c):
 def test_gdp_mu_finite_at_the_edges():
     for tpr, fpr in ((1.0, 0.0), (1.0, 0.5), (0.5, 0.0)):
         assert math.isfinite(gdp_mu_estimate(tpr, fpr)) and gdp_mu_estimate(tpr, fpr) > 0
+        assert math.isfinite(gdp_mu_estimate(fpr, tpr)) and gdp_mu_estimate(fpr, tpr) < 0
+    # the documented clip of the rates to [1e-300, 1 − 1e-16]
+    top = stats.norm.ppf(1 - 1e-16) - stats.norm.ppf(1e-300)
+    assert gdp_mu_estimate(1.0, 0.0) == pytest.approx(top, rel=1e-12) == -gdp_mu_estimate(0.0, 1.0)
+    assert gdp_mu_estimate(0.5, 0.0) == pytest.approx(-stats.norm.ppf(1e-300), rel=1e-12)
+
+
+def test_gdp_mu_scalars_give_a_float_and_arrays_an_array():
+    one = gdp_mu_estimate(0.9, 0.1)
+    assert type(one) is float and one == pytest.approx(2 * stats.norm.ppf(0.9), rel=1e-12)
+    many = gdp_mu_estimate([0.9, 0.5], [0.1, 0.5])
+    assert isinstance(many, np.ndarray) and many.shape == (2,)
+    np.testing.assert_allclose(many, [one, 0.0], atol=1e-15)
 
 
 # --------------------------------------------------------------------------- properties
@@ -210,7 +223,7 @@ def _brute_mean(tpr, fpr, n, delta=0.0, alpha=0.05):
 
 
 @pytest.mark.parametrize("tpr, fpr, n, delta", [(0.7, 0.1, 40, None), (0.9, 0.3, 25, 0.02), (0.5, 0.5, 30, None),
-                                                (1.0, 0.0, 12, None), (0.6, 0.05, 60, 0.1)])
+                                                (1.0, 0.0, 12, None), (0.6, 0.05, 60, 0.1), (0.9, 0.2, 1, None)])
 def test_mean_bound_is_the_mean_over_every_pair_of_counts(tpr, fpr, n, delta):
     kw = {} if delta is None else {"delta": delta}  # None: the documented default δ = 0
     assert expected_epsilon_lower_bound(tpr, fpr, n, **kw) == pytest.approx(_brute_mean(tpr, fpr, n, delta or 0.0),
@@ -266,6 +279,7 @@ def test_best_threshold_rates_never_exceed_one():
 
 
 @pytest.mark.parametrize("p0, p1, what", [([0.5, 0.6], [0.5, 0.5], "p0"), ([0.5, 0.5], [0.2, 0.2], "p1"),
+                                          ([0.5, 0.5 + 1.5e-9], [0.5, 0.5], "within 1e-9"),
                                           ([1.0], [0.5, 0.5], "same length"), ([], [], "non-empty")])
 def test_best_threshold_rejects_non_distributions(p0, p1, what):
     with pytest.raises(FedAuditError, match=what):
@@ -288,6 +302,9 @@ def _near(t, offset):
 def test_threshold_event_tolerance_is_relative_to_the_threshold(t):
     p0, p1 = _near(t, -5e-9 * max(1.0, t))  # 5 tolerances (1e-9·max(1, |t|)) below t: off the threshold
     assert threshold_event_rates(p0, p1, threshold=t, upper=True, positive=0) == (0.0, 0.0)
+    p0, p1 = _near(t, -1.5e-9 * max(1.0, t))  # 1.5 default tolerances below: still off
+    assert threshold_event_rates(p0, p1, threshold=t, upper=True, positive=0) == (0.0, 0.0)
+    assert threshold_event_epsilon(p0, p1, 1000, threshold=t, upper=True, positive=0) == 0.0
     p0, p1 = _near(t, -0.5e-9 * max(1.0, t))  # half the tolerance below t: on the threshold
     assert threshold_event_rates(p0, p1, threshold=t, upper=True, positive=0) == (pytest.approx(p0[0]),
                                                                                    pytest.approx(p1[0]))
@@ -304,6 +321,53 @@ def test_threshold_event_directions_and_positive_input():
                                                                                       pytest.approx(0.4))
     assert threshold_event_rates(p0, p1, threshold=-math.inf, upper=True, positive=0) == (pytest.approx(1.0),
                                                                                           pytest.approx(1.0))
-    for kw in ({"delta": 0.0}, {"delta": 0.01, "alpha": 0.1}):
+    for kw in ({}, {"delta": 0.0}, {"delta": 0.01, "alpha": 0.1}):  # {}: the documented default δ = 0
         got = threshold_event_epsilon(p0, p1, 300, threshold=math.log(6), upper=True, positive=0, **kw)
         assert got == pytest.approx(expected_epsilon_lower_bound(0.6, 0.1, 300, **kw), rel=1e-12) and got > 0
+
+
+def test_threshold_events_at_infinite_loss_hold_the_outcomes_only_one_input_produces():
+    # outcome 0 only x0 produces (L = +∞), outcome 2 only x1 (L = −∞), outcome 1 both (L = 0)
+    p0, p1 = [0.5, 0.5, 0.0], [0.0, 0.5, 0.5]
+    assert threshold_event_rates(p0, p1, threshold=math.inf, upper=True, positive=0) == (0.5, 0.0)
+    assert threshold_event_rates(p0, p1, threshold=-math.inf, upper=False, positive=1) == (0.5, 0.0)
+    assert threshold_event_rates(p0, p1, threshold=0.0, upper=True, positive=0) == (1.0, 0.5)
+    # such an event never fires on x1: FP = 0 in every certification
+    got = threshold_event_epsilon(p0, p1, 200, threshold=math.inf, upper=True, positive=0)
+    assert got == pytest.approx(expected_epsilon_lower_bound(0.5, 0.0, 200), rel=1e-12) and got > 3.0
+
+
+def test_the_mean_bound_refuses_rates_outside_the_unit_interval():
+    for tpr, fpr in ((1.5, 0.1), (0.5, 1.5), (-0.1, 0.1)):
+        with pytest.raises(FedAuditError, match="tpr|fpr"):
+            expected_epsilon_lower_bound(tpr, fpr, 10)
+    with pytest.raises(FedAuditError, match="delta"):
+        best_threshold_epsilon([0.5, 0.5], [0.5, 0.5], 10, delta=1.0)
+
+
+def test_best_threshold_of_one_draw_per_input():
+    p0, p1, p = _rr(2.0)
+    b = best_threshold_epsilon(p0, p1, 1, method="plug-in")
+    assert b.n == 1 and b.epsilon == pytest.approx(float(epsilon_lower_bound(p, 1, 1 - p, 1)), abs=1e-15)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_best_threshold_keeps_outcomes_only_one_input_can_produce(swap):
+    # outcome 0 only x0 produces (L = +∞): {L ≥ +∞} has TPR 0.8 and FPR 0, the best event; swapped,
+    # the outcome only x1 produces gives {L ≤ −∞} with the same rates and positive input x1
+    p0, p1 = [0.8, 0.2, 0.0], [0.0, 0.7, 0.3]
+    if swap:
+        p0, p1 = p1, p0
+    for method in ("plug-in", "expected"):
+        b = best_threshold_epsilon(p0, p1, 500, method=method)
+        assert (b.tpr, b.fpr, b.positive_input) == (0.8, 0.0, "x1" if swap else "x0")
+        assert b.threshold == (-math.inf if swap else math.inf)
+    assert b.epsilon == pytest.approx(expected_epsilon_lower_bound(0.8, 0.0, 500), rel=1e-12)
+
+
+def test_rates_whose_sums_round_above_one_are_reported_as_one():
+    p = [0.2, 0.4, 0.3, 0.1]  # added in this order the sum is 1.0000000000000002
+    assert threshold_event_rates(p, p, threshold=-math.inf, upper=True, positive=0) == (1.0, 1.0)
+    for method in ("plug-in", "expected"):  # one level, both directions: every rate is the whole sum
+        b = best_threshold_epsilon(p, p, 100, method=method)
+        assert (b.epsilon, b.tpr, b.fpr) == (0.0, 1.0, 1.0)

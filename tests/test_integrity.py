@@ -681,3 +681,82 @@ def test_files_the_report_does_not_cover_are_listed_but_never_read(tmp_path, cap
         (out / f"extra{i:02d}.txt").write_text("x", encoding="utf-8")
     listed = verify_report(out).unlisted
     assert len(listed) == 21 and listed[-1] == "… and 15 more"
+
+
+# ------------------------------------------------------------------------------ limits, at and just past them
+MIB = 1 << 20
+
+
+def test_a_key_file_of_exactly_64_kib_is_a_key_and_one_byte_more_is_not(tmp_path):
+    from fedaudit.reports.integrity import read_key_file
+
+    path = tmp_path / "report.key"
+    path.write_bytes(b"k" * (64 << 10))
+    assert read_key_file(path) == b"k" * (64 << 10)
+    path.write_bytes(b"k" * ((64 << 10) + 1))
+    with pytest.raises(FedAuditError, match="larger than 65536 bytes"):
+        read_key_file(path)
+
+
+def test_report_json_of_exactly_64_mib_is_read_and_one_byte_more_is_refused(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out, formats=("json",))
+    raw = (out / "report.json").read_bytes().rstrip()
+    (out / "report.json").write_bytes(b" " * (64 * MIB - len(raw)) + raw)  # leading whitespace: still the report
+    assert (out / "report.json").stat().st_size == 64 * MIB
+    res = verify_report(out)
+    assert res.schema_ok and res.digest_ok, res.problems  # read to its last byte
+    with open(out / "report.json", "wb") as fh:  # sparse: no disk used
+        fh.truncate(64 * MIB + 1)
+    with pytest.raises(FedAuditError, match="refusing to read report"):
+        verify_report(out)
+
+
+def test_a_rendering_of_exactly_256_mib_is_hashed_not_refused(tmp_path):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    with open(out / "report.md", "wb") as fh:  # sparse zeros: hashed, and not the recorded bytes
+        fh.truncate(256 * MIB)
+    res = verify_report(out)
+    assert res.artifacts["report.md"] == "changed" and res.artifacts["report.html"] == "ok"
+    assert not any("refused" in p for p in res.problems) and any("changed after" in p for p in res.problems)
+
+
+def test_schema_violations_are_listed_up_to_the_limit_then_counted(tmp_path):
+    from fedaudit.reports.integrity import schema_errors
+
+    data = json.loads(write_report(_report(), tmp_path, formats=("json",))["json"].read_text(encoding="utf-8"))
+    bad = dict(data["claims"][0], id=1, kind=2, title=3, expect=4)
+    data["claims"] = [dict(bad) for _ in range(8)]
+    total = len(schema_errors(data, limit=1000))
+    assert total > 21
+    lines = schema_errors(data)  # the default limit, 20
+    assert len(lines) == 21 and lines[-1] == f"schema: … and {total - 20} more violation(s)"
+    exact = schema_errors(data, limit=total)
+    assert len(exact) == total and not any(line.endswith("more violation(s)") for line in exact)
+    del data["claims"]
+    assert "schema: (top level): 'claims' is a required property" in schema_errors(data)
+
+
+def test_a_json_object_without_report_fields_is_not_a_report(tmp_path):
+    (tmp_path / "report.json").write_text('{"title": "x", "digest": "0"}', encoding="utf-8")
+    with pytest.raises(FedAuditError, match="is not a fedaudit report"):
+        verify_report(tmp_path)
+
+
+def test_unlisted_names_beyond_twenty_are_counted(tmp_path, monkeypatch):
+    out = tmp_path / "r"
+    write_report(_report(), out)
+    for i in range(20):
+        (out / f"extra{i:02d}.txt").write_text("x", encoding="utf-8")
+    assert verify_report(out).unlisted == [f"extra{i:02d}.txt" for i in range(20)]
+    (out / "extra20.txt").write_text("x", encoding="utf-8")
+    assert verify_report(out).unlisted == [f"extra{i:02d}.txt" for i in range(20)] + ["… and 1 more"]
+    import fedaudit.reports.integrity as integrity
+
+    def unreadable(folder):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(integrity.os, "scandir", unreadable)  # a folder that cannot be listed lists nothing
+    res = verify_report(out)
+    assert res.unlisted == [] and res.to_dict()["unlisted"] == []

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedaudit.kernels as K
-from fedaudit.defenses import CWMed, CWTM, Meamed, make_aggregator
+from fedaudit.defenses import CWMed, CWTM, Meamed, Mean, make_aggregator
 from fedaudit.kernels.selection import cw_select
 
 F64_MAX = float(np.finfo(np.float64).max)
@@ -52,11 +52,18 @@ def ref_trim(X: np.ndarray, f: int) -> np.ndarray:
     return out
 
 
+def exact_midpoint(a: float, b: float) -> float:
+    """(a + b)/2 in exact arithmetic, rounded once to float64 (round half to even)."""
+    return float((Fraction(a) + Fraction(b)) / 2)
+
+
 def ref_median(X: np.ndarray) -> np.ndarray:
+    """Per column: the middle np.sort order statistic (odd n), or the exact midpoint of the two
+    middle ones rounded once to float64 (even n; :func:`exact_midpoint`)."""
     n = X.shape[0]
     S = np.sort(X, axis=0).astype(np.float64)
     h = n // 2
-    return S[h] if n % 2 else 0.5 * S[h - 1] + 0.5 * S[h]
+    return S[h] if n % 2 else np.array([exact_midpoint(a, b) for a, b in zip(S[h - 1], S[h])])
 
 
 def exact_window_mean(col: np.ndarray, k: int) -> Fraction:
@@ -306,3 +313,61 @@ def test_a_non_finite_value_in_any_row_is_found(n):
             Y[i, 129 - i] = bad
             assert cw_select(Y, pairs, 0, 130, 0, (n - 1) // 2, 64, 1.0, 1.0, out)
     assert not cw_select(X, pairs, 0, 130, 0, (n - 1) // 2, 64, 1.0, 1.0, out)
+
+
+# ------------------------------------------------------------- the median of two middle values (issue #23 §7)
+def median_paths(X: np.ndarray) -> dict[str, np.ndarray]:
+    """CWMed of X (float64, n ≤ 160) by each implementation: the compiled kernel (numpy and CPU
+    tensor input), and the np.partition / torch sort paths that take over beyond _SELECT_ROWS."""
+    import torch
+
+    out = {"kernel": CWMed()(X), "kernel-tensor": CWMed()(torch.from_numpy(X)).numpy()}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(K, "_SELECT_ROWS", 0)
+        out["partition"] = CWMed()(X)
+        out["torch-sort"] = CWMed()(torch.from_numpy(X)).numpy()
+    return out
+
+
+@pytest.mark.parametrize("value", [5e-324, 1e-323, -5e-324, 2.2e-310, -1.5e-315])
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_identical_subnormal_rows_aggregate_to_their_value(value, n):
+    """Halving each middle value before adding (0.5·a + 0.5·b) rounds 0.5·5e-324 to 0: the median
+    of identical subnormal rows was 0, outside the range of the honest inputs, while CWTM and the
+    mean return the value. Every rule of a column of one value must return that value."""
+    X = np.full((n, 3), value)
+    for path, got in median_paths(X).items():
+        np.testing.assert_array_equal(got, X[0], err_msg=path)
+    for rule in (Mean(), CWTM((n - 1) // 2), Meamed((n - 1) // 2)):
+        np.testing.assert_array_equal(rule(X), X[0])
+
+
+@pytest.mark.parametrize("col", [[-1.7e308, 1.7e308], [1.7e308, 1.7e308], [F64_MAX, F64_MAX], [-F64_MAX, -F64_MAX],
+                                 [1.7e308, F64_MAX], [5e-324, F64_MAX], [-F64_MAX, 5e-324, 1e308, F64_MAX]])
+def test_the_median_of_huge_middle_values_neither_overflows_nor_leaves_their_range(col):
+    X = np.array(col)[:, None]
+    want = exact_midpoint(*np.sort(X[:, 0])[len(col) // 2 - 1:len(col) // 2 + 1])
+    for path, got in median_paths(X).items():
+        assert np.isfinite(got[0]) and X.min() <= got[0] <= X.max(), path
+        assert got[0] == want, path
+
+
+#: finite float64 values: any, the extremes (ties likely), and subnormals k·2^-1074
+finite_f64 = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(EXTREME),
+                       st.integers(-2**52 + 1, 2**52 - 1).map(lambda k: k * 5e-324),
+                       st.sampled_from([3 * 5e-324, -7 * 5e-324, 2.2e-310]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 4), st.data())
+def test_the_median_lies_within_the_inputs_and_is_the_rounded_exact_midpoint(n, d, draw):
+    """For any finite float64 inputs each coordinate of CWMed lies within the min and max of that
+    coordinate's inputs; for even n it is the exact midpoint of the two middle values rounded
+    once — on every implementation path."""
+    X = np.array(draw.draw(st.lists(finite_f64, min_size=n * d, max_size=n * d))).reshape(n, d)
+    S = np.sort(X, axis=0)
+    h = n // 2
+    want = S[h] if n % 2 else np.array([exact_midpoint(a, b) for a, b in zip(S[h - 1], S[h])])
+    for path, got in median_paths(X).items():
+        assert ((X.min(axis=0) <= got) & (got <= X.max(axis=0))).all(), path
+        np.testing.assert_array_equal(got, want, err_msg=path)

@@ -414,3 +414,43 @@ def test_gdp_estimate_is_the_best_event_and_never_in_without_signal():
     flat = ScoreAuditor(same, same).gdp(delta=1e-5)  # no event beats "never in"
     assert (flat.mu, flat.threshold, flat.orientation, flat.fp, flat.fn) == (0.0, None, None, 0, 20)
     assert flat.epsilon == 0.0
+
+
+# --------------------------------------------------------------------------- documented defaults and limits
+def test_candidates_are_every_distinct_value_up_to_4096_then_the_documented_grid():
+    from fedaudit.audit.scores import candidate_thresholds
+
+    rng = np.random.default_rng(3)
+    pooled = rng.permutation(np.arange(4097, dtype=float))
+    a, b = pooled[:2000], pooled[2000:]
+    np.testing.assert_array_equal(candidate_thresholds(a[:-1], b), np.sort(np.concatenate([a[:-1], b])))
+    # 4097 distinct values: 2049 even quantile levels, 200 geometric levels in [1e-6, 0.02] from each
+    # end, and the four sample extremes (the docstring's grid, built here from its words)
+    tail = np.geomspace(1e-6, 0.02, 200)
+    levels = np.unique(np.concatenate([np.linspace(0.0, 1.0, 2049), tail, 1.0 - tail]))
+    want = np.unique(np.concatenate([np.quantile(pooled, levels), [a.min(), a.max(), b.min(), b.max()]]))
+    got = candidate_thresholds(a, b)
+    assert got.size < 4097
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bonferroni_takes_at_most_a_million_thresholds():
+    assert BonferroniSelection(thresholds=np.arange(1_000_000.0)).tests == 2_000_000
+    with pytest.raises(FedAuditError, match="between 1 and 1,000,000"):
+        BonferroniSelection(thresholds=np.arange(1_000_001.0))
+
+
+def test_the_default_selection_is_a_split_with_seed_0():
+    rng = np.random.default_rng(8)
+    auditor = ScoreAuditor(rng.normal(1.0, 1.0, 300), rng.normal(0.0, 1.0, 300))
+    default = auditor.epsilon_lower()
+    assert default == auditor.epsilon_lower(selection=SplitSelection(fraction=0.5, seed=0))
+    assert default.selection["seed"] == 0 and SplitSelection().seed == 0
+
+
+def test_descriptions_and_repr_name_their_numbers():
+    sel = BonferroniSelection(thresholds=[0.5, 1.5])
+    assert sel.describe() == ("bonferroni: 2 pre-registered threshold(s) × 2 orientation(s) = 4 event(s) "
+                              "on all scores, each at α/4")
+    assert repr(ScoreAuditor(np.zeros(10), np.ones(12))) == "ScoreAuditor(10 scores in, 12 scores out)"
+    assert repr(ScoreAuditor.from_counts([0.0], [15], [1.0], [11])) == "ScoreAuditor(15 scores in, 11 scores out)"

@@ -279,6 +279,25 @@ def test_input_not_mutated_and_result_does_not_alias():
         assert torch.equal(T.nan_to_num(), before.nan_to_num())
 
 
+def test_a_tensor_that_requires_grad_is_aggregated_as_data():
+    """Rules model the server, which aggregates the values it received: a tensor with autograd
+    history is read as data and the result (of every rule, pre-aggregator and composition, the
+    host path included) is a new tensor without a graph; the input's graph is left as it was."""
+    X = data(5, 9, 7)
+    rules = [build(spec, 1) for spec in sorted(NATIVE)]
+    keywords = {"bucketing": {"s": 2}, "clipping": {"c": 1.0}}
+    rules += [PREAGGREGATORS.factory(name)(**keywords.get(name, {})) for name in PREAGGREGATORS.names()]
+    rules.append(compose(make_aggregator("nnm+cwtm", 1).stages[0], HostMean(1)))
+    for rule in rules:
+        leaf = torch.tensor(X, requires_grad=True)
+        T = leaf * 1.0  # a non-leaf with a grad_fn, like a model's update
+        out = rule(T, rng=0)
+        assert not out.requires_grad and out.grad_fn is None, rule
+        assert torch.equal(out, rule(T.detach(), rng=0)), rule
+        T.sum().backward()  # the input's own graph still works
+        assert torch.equal(leaf.grad, torch.ones_like(leaf)), rule
+
+
 ATTACKS = [ALIE(z=1.5), ALIE(), IPM(0.5), SignFlip(), MinMax(), MinMax("sign"), MinMax("std"), MinSum(),
            MinSum("std")]
 

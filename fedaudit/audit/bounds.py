@@ -71,7 +71,9 @@ def max_certifiable_epsilon(n: int, *, delta: float = 0.0, alpha: float = 0.05) 
 def gdp_mu_estimate(tpr, fpr):
     """Point estimate μ = Φ⁻¹(TPR) − Φ⁻¹(FPR) of a Gaussian-DP trade-off through (FPR, TPR)
     (Dong, Roth, Su 2022). An *estimate* under a Gaussian-shape assumption, never a bound.
-    Vectorised: arrays in, an array out; scalars in, a float out."""
+    Rates are clipped to [1e-300, 1 − 1e-16] first, so rates of 0 and 1 give a finite μ (at most
+    Φ⁻¹(1 − 1e-16) − Φ⁻¹(1e-300) ≈ 45.2 in size). Vectorised: arrays in, an array out; scalars
+    in, a float out."""
     tpr = np.clip(np.asarray(tpr, dtype=np.float64), 1e-300, 1 - 1e-16)
     fpr = np.clip(np.asarray(fpr, dtype=np.float64), 1e-300, 1 - 1e-16)
     mu = stats.norm.ppf(tpr) - stats.norm.ppf(fpr)

@@ -10,7 +10,8 @@ Call contract (see :mod:`fedaudit.defenses.base`): ``rule(X, rng=generator)`` �
 draw from ``rng`` and are otherwise stateless; rows holding NaN/±inf are dropped up to
 ``rule.tolerance(n)`` (f for rules that need f with f ≥ 1, else ⌈n/2⌉ − 1) and beyond it
 :class:`~fedaudit.errors.AggregatorBreakdown` is raised; finite rows of any magnitude give a
-finite result; integer/bool inputs come back as float64.
+finite result; integer/bool inputs come back as float64; a torch tensor comes back as a tensor
+of its dtype and device without autograd history (gradients do not flow through a rule).
 """
 
 from fedaudit.defenses.aggregators import (

@@ -1,7 +1,8 @@
 """Robust aggregation rules: (n, d) → (d,).
 
 Every rule subclasses :class:`~fedaudit.defenses.base.Aggregator`: it accepts numpy arrays and
-torch tensors (same type, dtype and device come back; integer/bool inputs come back as float64;
+torch tensors (same type, dtype and device come back, detached: a tensor that requires grad gives a
+result without autograd history; integer/bool inputs come back as float64;
 every rule is ``torch_native``: a tensor is aggregated with torch operations on its device, a
 CPU tensor's Gram matrix and subset means by the compiled kernels on its own memory —
 bit-identical to numpy for Mean, CWTM, CWMed, Meamed, Krum, Multi-Krum, MDA and Bulyan, within a
@@ -113,7 +114,9 @@ class CWTM(Aggregator):
 
 class CWMed(Aggregator):
     """Coordinate-wise median (Yin et al., ICML 2018); the mean of the two middle values when
-    n is even. (f, κ)-robust with κ = 4(1 + f/(n−2f))² (Allouah et al. 2023).
+    n is even, added then halved: their exact midpoint rounded once, so it never leaves
+    [lower, upper] (subnormal values included; an overflowing sum is redone scaled).
+    (f, κ)-robust with κ = 4(1 + f/(n−2f))² (Allouah et al. 2023).
 
     ``f`` only sets how many non-finite rows may be dropped. Implementation:
     :func:`fedaudit.kernels.cw_median` (the compiled selection kernel).

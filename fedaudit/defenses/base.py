@@ -19,6 +19,12 @@ the default, e.g. a user's rule) receives numpy arrays: the tensor is copied to 
 result back (see :mod:`fedaudit.kernels` for the torch kernels, the overflow-free geometry
 included).
 
+Autograd. A rule aggregates the values it receives, as a server does: a tensor that requires
+grad is read detached, and the result is a new tensor without autograd history
+(``requires_grad=False``, no ``grad_fn``), whatever the rule — gradients do not flow back
+through an aggregation. The input's own graph is left untouched. (Most rules are order
+statistics or selections computed by compiled kernels, which have no torch graph to keep.)
+
 Input types. Floating inputs keep their dtype (float16/32/64; torch bfloat16 is computed in
 float32 and returned as bfloat16). Integer, unsigned and bool inputs (numpy or torch, e.g.
 int32, uint8) are aggregated as real numbers and returned as float64 (numpy) or torch.float64 —

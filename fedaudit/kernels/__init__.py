@@ -198,9 +198,10 @@ def by_columns(X: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndar
     Blocks of about _BLOCK elements keep a kernel's temporaries in cache; an odd block width
     keeps the rows of a copied block off 4 KiB-aliasing strides. Inputs of ≥ _PARALLEL elements
     are split over threads; every column is computed by the same code whatever the split, so
-    the result does not depend on the number of threads. A block whose result overflowed (sums
-    of values near the dtype's largest finite value) is recomputed on the block scaled by
-    2^(−⌈log2 n⌉−1) and scaled back, exactly (powers of two; order statistics are unchanged).
+    the result does not depend on the number of threads. A column whose result overflowed (sums
+    of values near the dtype's largest finite value) is recomputed on its values scaled by
+    2^(−⌈log2 n⌉−1) and scaled back, exactly (powers of two; order statistics are unchanged); the
+    other columns of its block keep their unscaled result, so their subnormal values lose no bits.
     """
     n, d = X.shape
     if is_torch(X):
@@ -213,10 +214,11 @@ def by_columns(X: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndar
         def run() -> None:
             B = X[:, a:a + width]
             with np.errstate(over="ignore", invalid="ignore"):
-                r = fn(B)
-                if not np.isfinite(r).all():  # sums of values near the dtype's max overflowed (or ±inf rows)
-                    r = np.ldexp(fn(np.ldexp(B, -shrink)), shrink)
-            out[a:a + width] = r
+                r = out[a:a + width]
+                r[:] = fn(B)
+                bad = ~np.isfinite(r)  # sums of values near the dtype's max overflowed (or ±inf rows)
+                if bad.any():
+                    r[bad] = np.ldexp(fn(np.ldexp(B[:, bad], -shrink)), shrink)
         return run
 
     _run([task(a) for a in range(0, d, width)], X.size >= _PARALLEL)
@@ -444,7 +446,8 @@ def cw_trimmed_mean(X: Any, f: int) -> Any:
 
 
 def cw_median(X: Any) -> Any:
-    """Coordinate-wise median in float64 (mean of the two middle values for even n)."""
+    """Coordinate-wise median in float64 (for even n the two middle values added, then halved: the
+    exact midpoint rounded once, within [lower, upper] also for subnormals)."""
     A = _selection_input(X)
     if A is not None:
         from fedaudit.kernels.selection import MEDIAN
@@ -524,7 +527,7 @@ def _cw_median_torch(X: Any) -> Any:
     S = sort_columns(X)
     if n % 2:
         return to_float64(S[h])
-    return 0.5 * to_float64(S[h - 1]) + 0.5 * to_float64(S[h])
+    return (to_float64(S[h - 1]) + to_float64(S[h])) * 0.5  # as _cw_median_block
 
 
 def _cw_median_block(X: np.ndarray) -> np.ndarray:
@@ -539,7 +542,9 @@ def _cw_median_block(X: np.ndarray) -> np.ndarray:
     if n % 2:
         return upper
     lower = P[:h].max(axis=0).astype(np.float64)
-    return 0.5 * lower + 0.5 * upper
+    # add, then halve: the exact midpoint rounded once, within [lower, upper] (halving each value
+    # first rounds half of the smallest subnormal to 0); an overflowed sum is redone scaled by by_columns
+    return (lower + upper) * 0.5
 
 
 def _fast_ok(G: np.ndarray) -> bool:

@@ -13,7 +13,8 @@ bit-identical to it.
 Statistics (S_1 ≤ … ≤ S_n one sorted column):
 
 * :data:`TRIM` (k): (S_{k+1} + … + S_{n−k}) / (n − 2k), added left to right;
-* :data:`MEDIAN`: S_{h+1} for odd n, 0.5·S_h + 0.5·S_{h+1} for even n (h = ⌊n/2⌋);
+* :data:`MEDIAN`: S_{h+1} for odd n, (S_h + S_{h+1})·0.5 for even n (h = ⌊n/2⌋): the exact
+  midpoint rounded once, within [S_h, S_{h+1}] also for subnormal values;
 * :data:`WINDOW` (k): the mean of the k values closest to the median, the best window
   S_{s+1} … S_{s+k} with s = Σ_{t<n−k} [S_{t+1} + S_{t+1+k} < 2μ] (see
   ``fedaudit.defenses.aggregators``), summed as the reference sums it.
@@ -55,7 +56,10 @@ def _statistic(S, w, mode, k, out, two_med, acc):
                 out[j] = S[h, j]
         else:
             for j in range(w):
-                out[j] = 0.5 * np.float64(S[h - 1, j]) + 0.5 * np.float64(S[h, j])
+                # add, then halve: the sum of two subnormals is exact, so this is the exact
+                # midpoint rounded once (halving each value first rounds 0.5·2^-1074 to 0); a sum
+                # that overflows is redone on the scaled column
+                out[j] = (np.float64(S[h - 1, j]) + S[h, j]) * 0.5
         return
     if mode == WINDOW and k < n:
         g = n - k
