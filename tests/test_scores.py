@@ -454,3 +454,20 @@ def test_descriptions_and_repr_name_their_numbers():
                               "on all scores, each at α/4")
     assert repr(ScoreAuditor(np.zeros(10), np.ones(12))) == "ScoreAuditor(10 scores in, 12 scores out)"
     assert repr(ScoreAuditor.from_counts([0.0], [15], [1.0], [11])) == "ScoreAuditor(15 scores in, 11 scores out)"
+
+
+def test_pessimistic_projection_uses_clopper_pearson_at_half_alpha_each():
+    """The projection is ε_lb at the rates' one-sided Clopper–Pearson bounds at α/2 each, computed
+    here independently from scipy's beta quantiles."""
+    from scipy import stats
+
+    from fedaudit.audit.bounds import epsilon_lower_bound
+    from fedaudit.audit.scores import pessimistic_projection
+
+    tp, n_tp, fp, n_fp, alpha = np.array([180, 90]), 200, np.array([20, 5]), 200, 0.05
+    tpr_lb = stats.beta.ppf(alpha / 2, tp, n_tp - tp + 1)
+    fpr_ub = stats.beta.ppf(1 - alpha / 2, fp + 1, n_fp - fp)
+    proj, tpr = pessimistic_projection(tp, n_tp, fp, n_fp, 1000, 1000, delta=0.0, alpha=alpha)
+    np.testing.assert_allclose(tpr, tpr_lb, rtol=1e-12)
+    want = epsilon_lower_bound(tpr_lb * 1000, 1000, fpr_ub * 1000, 1000, delta=0.0, alpha=alpha)
+    np.testing.assert_allclose(proj, want, rtol=1e-12)
