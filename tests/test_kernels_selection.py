@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedaudit.kernels as K
+from fedaudit.kernels import order
 from fedaudit.defenses import CWMed, CWTM, Meamed, Mean, make_aggregator
 from fedaudit.kernels.selection import cw_select
 
@@ -188,8 +189,8 @@ def test_threads_and_task_splits_give_the_same_bits(monkeypatch):
     X = rng.normal(size=(21, (1 << 22) // 21 + 5)).astype(np.float32)  # above the parallel threshold
     ref = [K.cw_trimmed_mean(X, 5), K.cw_median(X), K.cw_window_mean(X, 16)]
     monkeypatch.setattr(K, "MAX_THREADS", 1)
-    monkeypatch.setattr(K, "_SELECT_TASK", 777)
-    monkeypatch.setattr(K, "_SELECT_BYTES", 4096)
+    monkeypatch.setattr(order, "_SELECT_TASK", 777)
+    monkeypatch.setattr(order, "_SELECT_BYTES", 4096)
     for a, b in zip(ref, [K.cw_trimmed_mean(X, 5), K.cw_median(X), K.cw_window_mean(X, 16)]):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(ref[0][-300:], ref_trim(X[:, -300:], 5))
@@ -232,11 +233,11 @@ def test_pruned_networks_sort_the_positions_they_keep():
         for mode, k, rows in [(0, (n - 1) // 2, slice((n - 1) // 2, n - (n - 1) // 2)),
                               (1, 0, slice(n // 2 - (n % 2 == 0), n // 2 + 1)), (2, n, slice(0, n))]:
             B = X.copy()
-            for a, b in K._select_network(n, mode, k):
+            for a, b in order._select_network(n, mode, k):
                 lo, hi = np.minimum(B[a], B[b]), np.maximum(B[a], B[b])
                 B[a], B[b] = lo, hi
             np.testing.assert_array_equal(B[rows], S[rows])
-        assert len(K._select_network(n, 1, 0)) <= len(K.batcher_pairs(n))
+        assert len(order._select_network(n, 1, 0)) <= len(K.batcher_pairs(n))
 
 
 def test_the_kernel_is_cached_on_disk():
@@ -306,7 +307,7 @@ def test_a_non_finite_value_in_any_row_is_found(n):
     report the block; the same data without it does not."""
     X = np.random.default_rng(n).normal(size=(n, 130)).astype(np.float32)
     out = np.empty(130)
-    pairs = K._select_network(n, 0, (n - 1) // 2)
+    pairs = order._select_network(n, 0, (n - 1) // 2)
     for i in range(n):
         for bad in (np.nan, np.inf, -np.inf):
             Y = X.copy()
@@ -323,7 +324,7 @@ def median_paths(X: np.ndarray) -> dict[str, np.ndarray]:
 
     out = {"kernel": CWMed()(X), "kernel-tensor": CWMed()(torch.from_numpy(X)).numpy()}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(K, "_SELECT_ROWS", 0)
+        mp.setattr(order, "_SELECT_ROWS", 0)
         out["partition"] = CWMed()(X)
         out["torch-sort"] = CWMed()(torch.from_numpy(X)).numpy()
     return out

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedaudit.kernels as K
+from fedaudit.kernels import columns, geometry
 
 
 def exact_gram(X: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -47,11 +48,11 @@ def test_gram_and_subset_means_have_the_same_bits_on_one_and_two_threads(monkeyp
     added in order, so the bits do not depend on the number of threads."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(21, 200_003)).astype(np.float32)
-    assert X.size >= K._PARALLEL
+    assert X.size >= columns.PARALLEL
     rows = np.argsort(rng.random((21, 21)), axis=1)[:, :16]
-    monkeypatch.setattr(K, "max_threads", lambda: 1)
+    monkeypatch.setattr(columns, "max_threads", lambda: 1)
     one = K.gram(X), K.subset_means(X, rows)
-    monkeypatch.setattr(K, "max_threads", lambda: 2)
+    monkeypatch.setattr(columns, "max_threads", lambda: 2)
     two = K.gram(X), K.subset_means(X, rows)
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1], two[1])
@@ -127,7 +128,7 @@ def test_gram_raises_for_non_finite_values_so_rules_skip_the_screen(bad):
     composition starting with NNM skip the separate finiteness screen (and still drop the row)."""
     from fedaudit.defenses import make_aggregator
 
-    X = np.random.default_rng(3).normal(size=(7, K._GRAM_TASK + 5)).astype(np.float32)
+    X = np.random.default_rng(3).normal(size=(7, geometry._GRAM_TASK + 5)).astype(np.float32)
     X[6, -1] = bad
     for center in (None, np.zeros(X.shape[1])):
         with pytest.raises(K.NonFiniteInput):
