@@ -15,7 +15,7 @@ import pytest
 from test_engine_robustness import _numbers
 
 from conftest import reseal_checkpoint
-from fedaudit.audit import robustness_search
+from fedaudit.audit.robustness_search import staging
 from fedaudit.audit.robustness import audit_robustness, progress_units
 from fedaudit.audit.robustness_search import PHASE2_WIDTH, optimiser_checkpoint, optimiser_checkpoint_files
 from fedaudit.errors import FedAuditError
@@ -69,7 +69,7 @@ def test_checkpoint_records_every_stage_and_resume_gives_the_fresh_result(tmp_pa
     def boom(task):
         raise AssertionError("a complete checkpoint must not recompute any optimiser chunk")
 
-    monkeypatch.setattr(robustness_search, "_optimiser_chunk", boom)
+    monkeypatch.setattr(staging, "_optimiser_chunk", boom)
     again = audit_robustness("krum", backend="serial", checkpoint=ckpt, resume=True, **KRUM)
     assert _numbers(again) == _numbers(serial)
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from fedaudit.audit.robustness import audit_robustness, progress_units, replay, robustness_ratio
-from fedaudit.audit.robustness_search import (SearchBudget, _masks, call_rule, cheap_rule, effective_budget, exact_ratio,
+from fedaudit.audit.robustness_search import (SearchBudget, call_rule, cheap_rule, effective_budget, exact_ratio,
                                               subset_ratios)
+from fedaudit.audit.robustness_search.subsets import subset_masks
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
@@ -49,7 +50,7 @@ def test_subspace_frame_with_offset_equals_the_ratio_in_the_ambient_space():
     z = rng.normal(size=12)  # not in span(B)
     Yz = z @ B
     offset = float(z @ z - Yz @ Yz)
-    r_frame = subset_ratios(_masks(8, 2), Y, Yz, offset)
+    r_frame = subset_ratios(subset_masks(8, 2), Y, Yz, offset)
     assert r_frame.max() == pytest.approx(brute_ratio(Y @ B.T, z, 2), rel=1e-9)
 
 

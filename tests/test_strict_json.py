@@ -134,7 +134,7 @@ def _variance():
 
 
 def _search_budget():
-    cls = CLASSES["fedaudit.audit.robustness_search.SearchBudget"]
+    cls = CLASSES["fedaudit.audit.robustness_search.budget.SearchBudget"]
     return [cls(), cls(evals=10, restarts=1, dims=(1,), embedded=False, time_s=0.5)]
 
 
@@ -309,7 +309,7 @@ BUILDERS = {
     "fedaudit.audit.variance.VarianceCurve": _variance,
     "fedaudit.experiments.kind.Evidence": _evidence,
     "fedaudit.mechanisms.base.Mechanism": _mechanisms,
-    "fedaudit.audit.robustness_search.SearchBudget": _search_budget,
+    "fedaudit.audit.robustness_search.budget.SearchBudget": _search_budget,
     "fedaudit.defenses.kappa.KappaBound": _kappa,
     "fedaudit.errors.AggregatorBreakdown": _breakdown,
     "fedaudit.audit.stress.StressConfig": lambda: [_stress_config()],

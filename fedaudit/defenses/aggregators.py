@@ -78,6 +78,7 @@ class Mean(Aggregator):
     """
 
     name = "mean"
+    closed_form = True
     torch_native = True
     robustness = Averaging()
     needs_f = False
@@ -102,6 +103,7 @@ class CWTM(Aggregator):
     """
 
     name = "cwtm"
+    closed_form = True
     torch_native = True
     screens_nonfinite = True
     robustness = TrimmedMean()
@@ -123,6 +125,7 @@ class CWMed(Aggregator):
     """
 
     name = "cwmed"
+    closed_form = True
     torch_native = True
     screens_nonfinite = True
     robustness = MedianBased()
@@ -203,6 +206,8 @@ class Krum(Aggregator):
     """
 
     name = "krum"
+    closed_form = True
+    selects_min_krum_score = True
     torch_native = True
     screens_nonfinite = True  # the Gram pass raises NonFiniteInput
     robustness = KrumSelection()
@@ -224,6 +229,7 @@ class MultiKrum(Aggregator):
     """
 
     name = "multikrum"
+    closed_form = True
     torch_native = True
     screens_nonfinite = True  # the Gram pass raises NonFiniteInput
 
@@ -365,6 +371,7 @@ class Meamed(Aggregator):
     """
 
     name = "meamed"
+    closed_form = True
     torch_native = True
     screens_nonfinite = True
 

@@ -78,7 +78,7 @@ from fedaudit.validation import check_int
 from fedaudit.rng import as_generator
 
 __all__ = ["RobustnessClass", "Averaging", "TrimmedMean", "KrumSelection", "MedianBased", "NearestNeighbourMixing",
-           "Aggregator", "PreAggregator", "Composed", "compose", "composed_class"]
+           "Aggregator", "PreAggregator", "Composed", "compose", "composed_class", "declares"]
 
 
 # ------------------------------------------------------------------------------ robustness classes
@@ -202,6 +202,16 @@ class _Rule(ABC):
     #: a numpy input (True: the input is not screened first, saving one pass over it; a core
     #: that raises is called again on the finite rows, exactly as an unscreened rule)
     screens_nonfinite: bool = False
+    #: whether one call is a closed-form pass over the rows (no iteration, a few hundred
+    #: microseconds at n ≤ 16): the robustness search gives such rules its cheap budget class
+    #: (:func:`fedaudit.audit.robustness_search.cheap_rule`). Read with :func:`declares`: only the
+    #: class that sets it counts, so a subclass that overrides the core is not assumed closed-form
+    #: unless it sets the attribute itself.
+    closed_form: ClassVar[bool] = False
+    #: whether the rule outputs the input row of smallest Krum score
+    #: (:func:`fedaudit.kernels.krum_scores`), so the robustness search's forced-selection phase
+    #: (a surrogate that makes row 0 win that score) applies to it; read like ``closed_form``.
+    selects_min_krum_score: ClassVar[bool] = False
 
     def __init__(self, f: int = 0):
         self.f = check_int("f", f, low=0)
@@ -301,6 +311,15 @@ class _Rule(ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({args})"
+
+
+def declares(rule: Any, flag: str) -> bool:
+    """Whether the class of ``rule`` (a rule, or a rule class) itself sets the boolean class
+    attribute ``flag`` (``closed_form``, ``selects_min_krum_score``) to True. Inherited values do
+    not count: a subclass may replace the core with anything, so it states its own cost and
+    selection behaviour."""
+    cls = rule if isinstance(rule, type) else type(rule)
+    return vars(cls).get(flag, False) is True
 
 
 class Aggregator(_Rule):

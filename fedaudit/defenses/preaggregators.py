@@ -114,6 +114,7 @@ class NNM(PreAggregator):
     """
 
     name = "nnm"
+    closed_form = True
     torch_native = True
     screens_nonfinite = True  # the Gram pass (f = 0: the screened mean) raises NonFiniteInput
 
@@ -150,6 +151,7 @@ class Bucketing(PreAggregator):
     """
 
     name = "bucketing"
+    closed_form = True
     torch_native = True
     needs_f = False
     uses_rng = True
@@ -197,6 +199,7 @@ class ARC(PreAggregator):
     """
 
     name = "arc"
+    closed_form = True
     torch_native = True
     screens_nonfinite = True  # row_norms raises NonFiniteInput
 
@@ -221,6 +224,7 @@ class Clipping(PreAggregator):
     """
 
     name = "clipping"
+    closed_form = True
     torch_native = True
     needs_f = False
     screens_nonfinite = True  # row_norms raises NonFiniteInput
