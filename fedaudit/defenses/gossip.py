@@ -37,20 +37,28 @@ value: zero difference, weight still counted in W). Byzantine rows of the state 
 updated.
 
 The honest consensus error of a state X is (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖² with x̄_H the honest mean.
+
+The graphs (and their Laplacian) live in :mod:`fedaudit.defenses.gossip_graphs` and their spectra (μ₂(L_H),
+spectral gap, Fiedler vector, Byzantine weights, consensus error) in
+:mod:`fedaudit.defenses.gossip_spectra`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from fedaudit.defenses.gossip_graphs import (
+    GossipGraph, byzantine_mask, check_graph, complete_graph, erdos_renyi_graph, gossip_graph, laplacian,
+    ring_graph, two_worlds_graph,
+)
+from fedaudit.defenses.gossip_spectra import (
+    algebraic_connectivity, byzantine_weight, check_eta, consensus_error, fiedler_vector, spectral_gap,
+)
 from fedaudit.errors import FedAuditError
 from fedaudit.registry import Registry
-from fedaudit.rng import RngLike, as_generator
-from fedaudit.validation import check_choice, check_int, check_matrix, check_probability, check_real
+from fedaudit.validation import check_matrix, check_real
 
 __all__ = [
     "GossipGraph",
@@ -91,275 +99,6 @@ _TOL = 1e-12
 _CHUNK_BYTES = 1 << 26
 
 RuleFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
-# =============================================================================== graphs
-def _validate_weights(value: Any, name: str = "weights") -> np.ndarray:
-    W = check_matrix(name, value)
-    n, m = W.shape
-    if n != m:
-        raise FedAuditError(f"{name} must be a square (n, n) matrix, got shape {W.shape}")
-    if n < 2:
-        raise FedAuditError(f"{name} must describe at least 2 nodes, got shape {W.shape}")
-    neg = np.argwhere(W < 0)
-    if neg.size:
-        i, j = (int(v) for v in neg[0])
-        raise FedAuditError(f"{name} must be non-negative, found {name}[{i},{j}]={W[i, j]:g}")
-    diag = np.flatnonzero(np.diag(W) != 0)
-    if diag.size:
-        i = int(diag[0])
-        raise FedAuditError(f"{name} must have a zero diagonal (no self-loops), found {name}[{i},{i}]={W[i, i]:g}")
-    atol = 1e-12 * max(1.0, float(np.abs(W).max()))
-    asym = np.argwhere(np.abs(W - W.T) > atol)
-    if asym.size:
-        i, j = (int(v) for v in asym[0])
-        raise FedAuditError(f"{name} must be symmetric (w_ij = w_ji), found {name}[{i},{j}]={W[i, j]:g} "
-                            f"but {name}[{j},{i}]={W[j, i]:g}")
-    W = 0.5 * (W + W.T)  # exact symmetry
-    return W
-
-
-@dataclass(frozen=True, eq=False)
-class GossipGraph:
-    """An undirected weighted gossip graph: symmetric, non-negative ``weights`` with zero diagonal.
-
-    ``weights[i, j] = w_ij > 0`` iff {i, j} is an edge. Build one with :func:`gossip_graph` or
-    the helpers (:func:`ring_graph`, :func:`complete_graph`, :func:`erdos_renyi_graph`,
-    :func:`two_worlds_graph`); the constructor validates and freezes the matrix.
-    """
-
-    weights: np.ndarray
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        W = _validate_weights(self.weights)
-        W.setflags(write=False)
-        object.__setattr__(self, "weights", W)
-
-    @property
-    def n(self) -> int:
-        return int(self.weights.shape[0])
-
-    @property
-    def adjacency(self) -> np.ndarray:
-        """Boolean (n, n) edge indicator."""
-        return self.weights > 0
-
-    @property
-    def degrees(self) -> np.ndarray:
-        """Number of neighbours of each node."""
-        return self.adjacency.sum(axis=1)
-
-    @property
-    def laplacian(self) -> np.ndarray:
-        """L = D − W with D = diag(Σ_j w_ij)."""
-        return laplacian(self)
-
-    def neighbours(self, i: int) -> np.ndarray:
-        i = check_int("i", i, low=0, high=self.n - 1, high_name="n-1")
-        return np.flatnonzero(self.weights[i] > 0)
-
-    def is_connected(self, nodes: Iterable[int] | None = None) -> bool:
-        """Whether the subgraph induced by ``nodes`` (default: all) is connected."""
-        idx = np.arange(self.n) if nodes is None else np.asarray(sorted(set(int(v) for v in nodes)), dtype=int)
-        if idx.size <= 1:
-            return True
-        A = self.adjacency[np.ix_(idx, idx)]
-        seen = np.zeros(idx.size, dtype=bool)
-        seen[0] = True
-        frontier = seen.copy()
-        while frontier.any():
-            new = A[frontier].any(axis=0) & ~seen
-            seen |= new
-            frontier = new
-        return bool(seen.all())
-
-    @cached_property
-    def _padded(self) -> tuple[np.ndarray, np.ndarray]:
-        """(n, k_max) neighbour indices (padding = the node itself) and weights (padding = 0)."""
-        A = self.adjacency
-        k = int(A.sum(axis=1).max()) if self.n else 0
-        nbr = np.repeat(np.arange(self.n)[:, None], max(k, 1), axis=1)
-        wpad = np.zeros((self.n, max(k, 1)))
-        for i in range(self.n):
-            js = np.flatnonzero(A[i])
-            nbr[i, : js.size] = js
-            wpad[i, : js.size] = self.weights[i, js]
-        return nbr, wpad
-
-
-_WEIGHT_SCHEMES = ("metropolis", "unitary", "given")
-
-
-def gossip_graph(adjacency: Any, weights: str = "metropolis") -> GossipGraph:
-    """Weighted gossip graph from a symmetric (n, n) adjacency matrix (non-zero = edge).
-
-    ``weights``: ``"metropolis"`` — Metropolis–Hastings w_ij = 1/(1 + max(deg_i, deg_j)) (so
-    I − L is doubly stochastic with a non-negative diagonal); ``"unitary"`` — w_ij = 1 on every
-    edge; ``"given"`` — use the matrix entries themselves as weights.
-    """
-    check_choice("weights", weights, _WEIGHT_SCHEMES)
-    A = _validate_weights(adjacency, "adjacency")
-    if weights == "given":
-        return GossipGraph(A)
-    E = A > 0
-    if weights == "unitary":
-        return GossipGraph(E.astype(np.float64))
-    deg = E.sum(axis=1)
-    W = np.where(E, 1.0 / (1.0 + np.maximum(deg[:, None], deg[None, :])), 0.0)
-    return GossipGraph(W)
-
-
-def ring_graph(n: int, weights: str = "metropolis") -> GossipGraph:
-    """Cycle 0–1–…–(n−1)–0 (n ≥ 3)."""
-    n = check_int("n", n, low=3)
-    A = np.zeros((n, n))
-    i = np.arange(n)
-    A[i, (i + 1) % n] = A[(i + 1) % n, i] = 1.0
-    return gossip_graph(A, weights)
-
-
-def complete_graph(n: int, weights: str = "metropolis") -> GossipGraph:
-    """All pairs connected (n ≥ 2); Metropolis weights are 1/n."""
-    n = check_int("n", n, low=2)
-    return gossip_graph(np.ones((n, n)) - np.eye(n), weights)
-
-
-def erdos_renyi_graph(n: int, p: float, *, rng: RngLike = None, weights: str = "metropolis",
-                      connected: bool = True, max_tries: int = 1000) -> GossipGraph:
-    """G(n, p): each pair is an edge independently with probability p (seeded).
-
-    With ``connected=True`` the draw is repeated (same stream) until the graph is connected;
-    :class:`FedAuditError` after ``max_tries`` failures.
-    """
-    n = check_int("n", n, low=2)
-    p = check_probability("p", p, open_low=True, open_high=False)
-    max_tries = check_int("max_tries", max_tries, low=1)
-    gen = as_generator(rng)
-    iu = np.triu_indices(n, 1)
-    for _ in range(max_tries):
-        A = np.zeros((n, n))
-        A[iu] = gen.random(iu[0].size) < p
-        A = A + A.T
-        g = gossip_graph(A, weights)
-        if not connected or g.is_connected():
-            return g
-    raise FedAuditError(f"erdos_renyi_graph found no connected G(n={n}, p={p:g}) in max_tries={max_tries} draws; "
-                        "increase p or max_tries")
-
-
-def two_worlds_graph(n_per_world: int, bridges: int = 1, weights: str = "metropolis") -> GossipGraph:
-    """Two cliques {0..k−1} and {k..2k−1} joined by ``bridges`` edges (i, k + i), i < bridges.
-
-    A bottleneck topology with small algebraic connectivity (≈ 2·bridges·w/k): the setting where
-    topology-aware (spectral) attacks bite.
-    """
-    k = check_int("n_per_world", n_per_world, low=2)
-    bridges = check_int("bridges", bridges, low=1, high=k, high_name="n_per_world")
-    A = np.zeros((2 * k, 2 * k))
-    A[:k, :k] = 1.0
-    A[k:, k:] = 1.0
-    np.fill_diagonal(A, 0.0)
-    i = np.arange(bridges)
-    A[i, k + i] = A[k + i, i] = 1.0
-    return gossip_graph(A, weights)
-
-
-# =============================================================================== spectra
-def check_graph(graph: Any) -> GossipGraph:
-    """``graph`` itself when it is a :class:`GossipGraph`, else :class:`FedAuditError`."""
-    if not isinstance(graph, GossipGraph):
-        raise FedAuditError(f"graph must be a GossipGraph (see gossip_graph), got {type(graph).__name__}")
-    return graph
-
-
-def byzantine_mask(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
-    """(n,) bool mask of the Byzantine nodes (validated indices; at least one node stays honest)."""
-    mask = np.zeros(graph.n, dtype=bool)
-    if byzantine is None:
-        return mask
-    for v in byzantine:
-        j = check_int("byzantine node", v, low=0, high=graph.n - 1, high_name="n-1")
-        mask[j] = True
-    if mask.all():
-        raise FedAuditError(f"byzantine must leave at least one honest node, got all n={graph.n} nodes")
-    return mask
-
-
-def laplacian(graph: GossipGraph, nodes: Iterable[int] | None = None) -> np.ndarray:
-    """Weighted Laplacian L = D − W of the subgraph induced by ``nodes`` (default: all nodes)."""
-    graph = check_graph(graph)
-    W = graph.weights if nodes is None else graph.weights[np.ix_(list(nodes), list(nodes))]
-    return np.diag(W.sum(axis=1)) - W
-
-
-def _honest_spectrum(graph: GossipGraph, byzantine: Iterable[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    mask = byzantine_mask(graph, byzantine)
-    honest = np.flatnonzero(~mask)
-    key = ("spectrum", honest.tobytes())
-    if key not in graph._cache:
-        if honest.size < 2:
-            raise FedAuditError(f"the honest subgraph needs at least 2 nodes, got {honest.size}")
-        vals, vecs = np.linalg.eigh(laplacian(graph, honest))
-        graph._cache[key] = (honest, vals, vecs)
-    return graph._cache[key]
-
-
-def algebraic_connectivity(graph: GossipGraph, byzantine: Iterable[int] | None = ()) -> float:
-    """μ₂(L_H): second-smallest eigenvalue of the honest subgraph's Laplacian (0 iff disconnected).
-
-    This is the spectral quantity in which Gaucher et al. state the breakdown point of F-RG.
-    """
-    _, vals, _ = _honest_spectrum(check_graph(graph), byzantine)
-    return float(max(vals[1], 0.0))
-
-
-def spectral_gap(graph: GossipGraph, byzantine: Iterable[int] | None = (), eta: float = 1.0) -> float:
-    """1 − ρ with ρ = max(|1 − ημ₂|, |1 − ημ_max|): per-round contraction gap of honest-only gossip
-    X_H ← (I − ηL_H) X_H on the disagreement subspace (negative: plain gossip diverges at this η)."""
-    eta = check_eta(eta)
-    _, vals, _ = _honest_spectrum(check_graph(graph), byzantine)
-    rho = max(abs(1.0 - eta * vals[1]), abs(1.0 - eta * vals[-1]))
-    return float(1.0 - rho)
-
-
-def fiedler_vector(graph: GossipGraph, byzantine: Iterable[int] | None = ()) -> np.ndarray:
-    """Unit eigenvector of μ₂(L_H) on the honest nodes, as an (n,) vector with zeros on Byzantine
-    nodes. Sign fixed so that its first entry of magnitude > 1e-12 is positive (if μ₂ is
-    repeated the eigenvector is one deterministic choice of numpy's ``eigh``)."""
-    honest, _, vecs = _honest_spectrum(check_graph(graph), byzantine)
-    u = vecs[:, 1].copy()
-    nz = np.flatnonzero(np.abs(u) > 1e-12)
-    if nz.size and u[nz[0]] < 0:
-        u = -u
-    out = np.zeros(graph.n)
-    out[honest] = u
-    return out
-
-
-def byzantine_weight(graph: GossipGraph, byzantine: Iterable[int] | None) -> np.ndarray:
-    """b_i = Σ_{j∈N(i)∩B} w_ij for every node i (the default budget of F-RG)."""
-    graph = check_graph(graph)
-    mask = byzantine_mask(graph, byzantine)
-    return graph.weights[:, mask].sum(axis=1)
-
-
-def consensus_error(X: Any, nodes: Iterable[int] | None = None) -> float:
-    """(1/|S|) Σ_{i∈S} ‖x_i − x̄_S‖² over the rows ``nodes`` (default: all rows)."""
-    X = check_matrix("X", X, finite=False)
-    if nodes is not None:
-        X = X[np.asarray(list(nodes), dtype=int)]
-    return _cons_err(X)
-
-
-def _cons_err(XH: np.ndarray) -> float:
-    with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.mean(np.sum((XH - XH.mean(axis=0)) ** 2, axis=1)))
-
-
-def check_eta(eta: Any) -> float:
-    """The step size η > 0 (finite)."""
-    return check_real("eta", eta, low=0.0, open_low=True)
 
 
 # =============================================================================== rules
