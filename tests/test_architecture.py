@@ -21,12 +21,12 @@ LAYERS: dict[str, int] = {
     "errors": 0, "json": 0, "rng": 0, "validation": 0, "arrays": 0, "registry": 0, "locking": 0,
     "engine": 0, "chain": 0, "guarantees": 0, "plans": 0, "kernels": 0, "version": 0,
     "mechanisms": 1, "defenses": 1,
-    "attacks": 2, "testing": 2, "accounting": 2,
+    "attacks": 2, "accounting": 2,
     "fl": 3,
     "audit": 4,
     "integrations": 5,
     "reports": 5,
-    "experiments": 6,
+    "experiments": 6, "testing": 6,
     "cli": 7, "__init__": 7,
 }
 FLOOR = {name for name, layer in LAYERS.items() if layer == 0}

@@ -41,7 +41,7 @@ from fedaudit.mechanisms.randomized_response import RandomizedResponse
 from fedaudit.rng import as_seed_sequence
 from fedaudit.validation import check_int, check_positive
 
-__all__ = ["PairSearch", "structured_pairs", "search_pairs", "audit_worst_case"]
+__all__ = ["PairSearch", "is_categorical", "structured_pairs", "search_pairs", "audit_worst_case"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ class PairSearch:
                          "x1": self.x1.tolist() if self.x1.size <= 4096 else None})
 
 
-def _is_categorical(mechanism: Any) -> bool:
+def is_categorical(mechanism: Any) -> bool:
+    """Whether ``mechanism``'s inputs are categories (one-hot vectors): its pairs are e_i, e_j."""
     return isinstance(mechanism, RandomizedResponse)
 
 
@@ -149,7 +150,7 @@ def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: flo
     rounds = check_int("rounds", rounds, low=0, high=100)
     check_run_options(backend, workers, address)
     cand_seq, local_seq, score_seq = streams.spawn(3)
-    categorical = _is_categorical(mechanism)
+    categorical = is_categorical(mechanism)
     pairs = structured_pairs(dim, clip, np.random.default_rng(cand_seq), categorical=categorical)
     scored: list[tuple[tuple[float, float], str, np.ndarray, np.ndarray, float | None]] = []
     score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))

@@ -193,6 +193,12 @@ class _Rule(ABC):
     needs_f: bool = True
     #: whether the trusted core takes a keyword ``rng`` (random rules)
     uses_rng: bool = False
+    #: whether permuting the input rows leaves the result unchanged (an aggregator) or permutes
+    #: the output rows alike (a pre-aggregator), for the same ``rng``, up to float rounding of
+    #: sums taken in another order; False for a rule whose output depends on the row order
+    #: (:class:`~fedaudit.defenses.preaggregators.Bucketing` buckets rows by position).
+    #: :func:`fedaudit.testing.check_aggregator` tests it.
+    permutation_invariant: bool = True
     #: the published (f, κ) family of the rule (an aggregator's, see :class:`RobustnessClass`)
     robustness: ClassVar[RobustnessClass] = RobustnessClass()
     #: whether the trusted core also computes on torch tensors (on their device, with torch
@@ -376,6 +382,7 @@ class Composed(Aggregator):
         self.name = "+".join(s.name for s in stages)
         self.needs_f = any(s.needs_f for s in stages)
         self.torch_native = all(s.torch_native for s in stages)
+        self.permutation_invariant = all(s.permutation_invariant for s in stages)
 
     def _screens(self) -> bool:
         """Whether the first stage screens its input: it sees the rows as received, so a NaN/±inf

@@ -155,6 +155,7 @@ class Bucketing(PreAggregator):
     torch_native = True
     needs_f = False
     uses_rng = True
+    permutation_invariant = False  # the rng's permutation is applied to the rows by position
 
     def __init__(self, s: int, f: int = 0):
         super().__init__(f)

@@ -203,6 +203,13 @@ class Mechanism(ABC):
     def decode(self, reports: Any) -> np.ndarray:
         """Unbiased estimates (n, dim): E[decode(M(x))] = x for x in the input domain."""
 
+    def decode_bias(self) -> float | None:
+        """The largest ``|E[decode(M(x))]_i − x_i|`` per coordinate that the mechanism promises for
+        x in its input domain: 0.0 (the default) for an unbiased ``decode``, a bound for a
+        mechanism unbiased up to rounding, None for one whose ``decode`` claims no unbiasedness
+        (e.g. a selection that depends on x). :func:`fedaudit.testing.check_mechanism` tests it."""
+        return 0.0
+
     def estimate_mean(self, reports: Any) -> np.ndarray:
         """The server's estimate of the mean input: the average of the decoded reports."""
         return self.decode(reports).mean(axis=0)
@@ -329,6 +336,10 @@ class GridMechanism(Mechanism):
     def _sample(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
         k = self._grid_point(x[None, :])
         return (k + self._noise((size, self.dim), rng)).astype(np.float64) * self.grid
+
+    def decode_bias(self) -> float:
+        """The rounding bias bound: ``|E[r] − clip(x)| ≤ grid/2`` per coordinate."""
+        return self.grid / 2
 
     def decode(self, reports: Any) -> np.ndarray:
         """Identity: unbiased up to the rounding bias ``|E[r] - clip(x)| <= grid/2`` per coordinate."""

@@ -531,6 +531,10 @@ class GatedPrivateUpload(Mechanism):
         out[rows, 2 * p + S] = self.gates_mechanism.encode(u[rows, S], rng)
         return out
 
+    def decode_bias(self) -> None:
+        """None: the sent set depends on x, so the reconstruction is unbiased only on it."""
+        return None
+
     def decode(self, reports: Any) -> np.ndarray:
         """(n, 2p) sparse reconstruction (θ̃, log α) with zeros off the sent set."""
         r = self._check_reports(reports)

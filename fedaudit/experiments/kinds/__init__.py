@@ -20,7 +20,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind
 from fedaudit.registry import Registry
 
-__all__ = ["CLAIM_KINDS", "register_claim_kind", "claim_kind"]
+__all__ = ["CLAIM_KINDS", "register_claim_kind", "claim_kind", "check_kind"]
 
 #: claim kind name -> its :class:`ClaimKind` subclass
 CLAIM_KINDS: Registry[ClaimKind] = Registry("claim kind")
@@ -32,11 +32,13 @@ def register_claim_kind(cls: type[ClaimKind] | None = None, *, replace: bool = F
     (:data:`fedaudit.reports.model.PLOT_TYPES`)."""
     if cls is None:
         return lambda c: register_claim_kind(c, replace=replace)
-    _check_kind(cls)
+    check_kind(cls)
     return CLAIM_KINDS.register(cls.name, cls, replace=replace)
 
 
-def _check_kind(cls: Any) -> None:
+def check_kind(cls: Any) -> None:
+    """Refuse a class the registry cannot hold: not a ClaimKind subclass, no ``name``, or plot
+    types the reports cannot draw (one FedAuditError naming it)."""
     from fedaudit.reports.model import PLOT_TYPES
 
     if not (isinstance(cls, type) and issubclass(cls, ClaimKind)):
@@ -52,7 +54,7 @@ def _check_kind(cls: Any) -> None:
 def claim_kind(name: str) -> ClaimKind:
     """The claim kind registered as ``name`` (or a ``"package.module:Class"`` reference), built."""
     cls = CLAIM_KINDS.factory(name)
-    _check_kind(cls)
+    check_kind(cls)
     return cls()
 
 
