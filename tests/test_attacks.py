@@ -497,8 +497,7 @@ def test_shapes_f0_types_and_no_mutation(attack):
 
 
 def test_names_and_registry():
-    assert ATTACKS.names() == ("alie", "ipm", "signflip", "gaussian", "mimic", "minmax", "minsum", "fang",
-                            "nonfinite")
+    assert {"alie", "ipm", "signflip", "gaussian", "mimic", "minmax", "minsum", "fang", "nonfinite"} <= set(ATTACKS.names())
     for name in ATTACKS.names():
         a = make_attack(name)
         assert isinstance(a, Attack) and a.name == name

@@ -89,10 +89,8 @@ def test_the_heavier_claim_kinds_rederive_and_repeat_their_verdicts(name):
     assert "decide re-derives the verdict" in report.held and "determinism under a seed" in report.held
 
 
-def test_the_builtins_are_a_subset_of_each_registry():
-    """The built-in names stay registered (a rule, attack or kind added later does not break this)."""
-    assert {"mean", "cwtm", "cwmed", "gm", "krum", "multikrum", "mda", "cc", "meamed", "bulyan"} <= set(AGGREGATORS.names())
-    assert {"nnm", "bucketing", "arc", "clipping"} <= set(PREAGGREGATORS.names())
+def test_the_builtin_kinds_are_a_subset_of_the_registry():
+    """The built-in kinds stay registered (a kind added later does not break this)."""
     assert {"ldp", "accounting", "convergence", "robustness", "stress", "variance", "dpsgd", "fedavg-dp",
             "sparse-upload", "flower", "flower-local-dp"} <= set(CLAIM_KINDS.names())
 

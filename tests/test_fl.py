@@ -541,8 +541,8 @@ def test_oracle_hands_its_generator_to_the_rule(digits):
 def test_partition_and_dataset_registries_take_users_entries():
     from fedaudit.fl.registry import DATASETS, PARTITIONS, register_dataset, register_partition
 
-    assert PARTITIONS.names() == ("iid", "dirichlet", "gamma", "extreme")
-    assert DATASETS.names() == ("digits", "mnist", "synthetic")
+    assert {"iid", "dirichlet", "gamma", "extreme"} <= set(PARTITIONS.names())
+    assert {"digits", "mnist", "synthetic"} <= set(DATASETS.names())
     y = np.arange(40) % 4
     with pytest.raises(FedAuditError, match=r"unknown partition scheme 'dirichlte'.*did you mean 'dirichlet'"):
         partition(y, 4, "dirichlte", beta=1.0)
@@ -551,7 +551,7 @@ def test_partition_and_dataset_registries_take_users_entries():
     assert [p.tolist() for p in partition(y, 2, "gamma_similarity", gamma=1.0, rng=3)] == \
         [p.tolist() for p in partition(y, 2, "gamma", gamma=1.0, rng=3)]  # the documented alias
     assert PARTITIONS.aliases("gamma") == ("gamma_similarity", "gamma-similarity")
-    assert PARTITIONS.aliases("dirichlet") == ("niid",) and PARTITIONS.names() == ("iid", "dirichlet", "gamma", "extreme")
+    assert PARTITIONS.aliases("dirichlet") == ("niid",) and {"iid", "dirichlet", "gamma", "extreme"} <= set(PARTITIONS.names())
     assert [p.tolist() for p in partition(y, 2, "NIID", beta=1.0, rng=3)] == \
         [p.tolist() for p in partition(y, 2, "dirichlet", beta=1.0, rng=3)]
 

@@ -275,7 +275,7 @@ def test_default_budget_is_true_byzantine_weight():
 def test_gossip_rules_registry_keeps_every_spelling_and_takes_references():
     from fedaudit.defenses.gossip import GOSSIP_RULES, clipped_gossip, cs_plus, gts, plain_gossip
 
-    assert GOSSIP_RULES.names() == ("plain", "cs+", "gts", "clippedgossip")
+    assert {"plain", "cs+", "gts", "clippedgossip"} <= set(GOSSIP_RULES.names())
     spellings = {"plain": plain_gossip, "gossip": plain_gossip, "cs+": cs_plus, "CS+": cs_plus, "csplus": cs_plus,
                  "cs_plus": cs_plus, "cs-plus": cs_plus, "cs+rg": cs_plus, "gts": gts, "gts_rg": gts, "GTS-RG": gts,
                  "clippedgossip": clipped_gossip, "clipped": clipped_gossip, "clipped_gossip": clipped_gossip,

@@ -19,7 +19,7 @@ BUILT_IN = {"sstq": SSTQ, "sstq-sketch": SSTQSketch, "vqsgd": VQSGD, "privunitg"
 
 
 def test_built_in_names_and_classes():
-    assert MECHANISMS.names()[:len(BUILT_IN)] == tuple(BUILT_IN)
+    assert set(BUILT_IN) <= set(MECHANISMS.names())
     for name, cls in BUILT_IN.items():
         m = make_mechanism(name, 32, 1.0, k=4)
         assert type(m) is cls and m.name == name

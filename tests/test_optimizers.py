@@ -532,7 +532,7 @@ def _optimizers():
 def test_optimizer_table_covers_the_registered_names():
     from fedaudit.fl.registry import OPTIMIZERS
 
-    assert OPTIMIZERS.names() == ("dgd", "dnag", "robust-accelerated", "pigs")
+    assert {"dgd", "dnag", "robust-accelerated", "pigs"} <= set(OPTIMIZERS.names())
     assert set(_optimizers()) == set(OPTIMIZERS.names())
 
 

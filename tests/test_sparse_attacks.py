@@ -37,7 +37,7 @@ def _dense(g, prev, honest):
 
 
 def test_registry_is_separate_from_dense_attacks():
-    assert SPARSE_ATTACKS.names() == ("sparse-alie", "sparse-ipm", "sparse-arbitrary")
+    assert {"sparse-alie", "sparse-ipm", "sparse-arbitrary"} <= set(SPARSE_ATTACKS.names())
     assert not set(SPARSE_ATTACKS.names()) & set(ATTACKS.names())
     assert isinstance(make_sparse_attack("sparse-ipm", tau=2.0), SparseIPM)
     with pytest.raises(FedAuditError, match="did you mean 'sparse-alie'"):
