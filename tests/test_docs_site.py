@@ -100,3 +100,16 @@ def test_the_canary_audit_guide_examples_print_what_the_page_shows(script, capsy
     """The DP-SGD audit (σ/10 flagged) and the one-run statistics examples, output to the last digit."""
     exec(compile(_code_block("guides/canary-audits.md", script), script, "exec"), {})
     assert capsys.readouterr().out == _shown_output("guides/canary-audits.md", f"python {script}")
+
+
+def test_the_own_components_guide_runs_and_prints_what_the_page_shows(tmp_path, monkeypatch, capsys):
+    """The user's randomizer and rule pass their checks with the output shown; the buggy variants
+    are rejected by the property the page names (each block as a file, imported by the next)."""
+    page = "guides/own-components.md"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for script in ("my_randomizer.py", "buggy_randomizer.py", "my_rule.py", "buggy_rule.py"):
+        code = _code_block(page, script)
+        (tmp_path / script).write_text(code, encoding="utf-8")
+        exec(compile(code, script, "exec"), {"__name__": "__main__"})
+        shown = _shown_output(page, f"python {script}") if script.startswith("my_") else ""
+        assert capsys.readouterr().out == shown, script

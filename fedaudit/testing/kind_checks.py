@@ -66,7 +66,7 @@ def check_claim_kind(kind: ClaimKind | type[ClaimKind] | str, claim: Mapping[str
       run's verdict, leaves the evidence unchanged, and refuses empty evidence
       (:class:`~fedaudit.experiments.kind.EvidenceError`): a verdict must come from the numbers;
     * **determinism under a seed** — a second run gives the same verdict and the same evidence,
-      apart from entries holding wall times (keys ending ``_s`` or ``seconds``).
+      apart from entries holding wall times (keys ending ``_s``, ``seconds`` or ``per_second``).
 
     Returns a :class:`~fedaudit.testing.ContractReport`.
     """
@@ -213,11 +213,14 @@ def _rederive(checks: Checks, k: ClaimKind, result: Any) -> None:
                       f"does not come from the recorded numbers")
 
 
+#: endings of the evidence keys that hold wall times or rates measured against them
+_TIMED = ("_s", "seconds", "per_second")
+
+
 def _without_times(value: Any) -> Any:
-    """``value`` without the entries that hold wall times (keys ending ``_s`` or ``seconds``)."""
+    """``value`` without the entries that hold wall times (keys ending as :data:`_TIMED` says)."""
     if isinstance(value, dict):
-        return {key: _without_times(v) for key, v in value.items()
-                if not (key.endswith("_s") or key.endswith("seconds"))}
+        return {key: _without_times(v) for key, v in value.items() if not key.endswith(_TIMED)}
     if isinstance(value, list):
         return [_without_times(v) for v in value]
     return value
