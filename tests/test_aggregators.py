@@ -746,3 +746,34 @@ def test_centered_clipping_with_one_iteration_is_one_clipped_step():
     v0 = np.median(X, axis=0)
     step = [(x - v0) * min(1.0, 0.8 / np.linalg.norm(x - v0)) for x in X]
     np.testing.assert_allclose(CenteredClipping(tau=0.8, iters=1)(X), v0 + np.mean(step, axis=0), rtol=1e-10)
+
+
+def test_documented_defaults_of_cwmed_and_centered_clipping():
+    """The defaults the docstrings and the docs state: f = 0 for CWMed; τ = 10, 3 iterations, the
+    zero vector as centre and f = 0 for centered clipping (a changed default moves every result)."""
+    from fedaudit.defenses.aggregators import CWMed, CenteredClipping
+
+    assert CWMed().f == 0
+    cc = CenteredClipping()
+    assert (cc.tau, cc.iters, cc.center, cc.f) == (10.0, 3, None, 0)
+    # the default centre is the coordinate-wise median, then 3 steps v += mean(clip_10(x_i - v)),
+    # written out here: four rows at the median 0 and one far row clipped to τ = 10 each step
+    X = np.zeros((5, 2))
+    X[0] = [1e6, 0.0]
+    v = 0.0
+    for _ in range(3):
+        v += (4 * (0.0 - v) + 10.0) / 5
+    np.testing.assert_allclose(cc(X), [v, 0.0], rtol=1e-12)
+    assert v == pytest.approx(2.48)
+
+
+def test_multikrum_needs_m_plus_f_rows():
+    """Multi-Krum averages m rows chosen among n − f: it needs n ≥ max(2f + 3, m + f)."""
+    from fedaudit.defenses.aggregators import MultiKrum
+
+    assert MultiKrum(f=1, m=9).min_n(1) == 10
+    assert MultiKrum(f=1).min_n(1) == 5
+    assert MultiKrum(f=2, m=3).min_n(2) == 7
+    X = np.arange(18.0).reshape(9, 2)
+    with pytest.raises(FedAuditError):
+        MultiKrum(f=1, m=9)(X)
