@@ -50,6 +50,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"fedaudit: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def scalar_value(raw: str) -> Any:
+    """A keyword's VALUE as written on the command line: an integer, a number, true/false, else the
+    string itself (the component that takes the keyword checks it)."""
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            pass
+    return raw
+
+
 def agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, dict]:
     """``--agg-param [SPEC:]KEY=VALUE`` items as ``{spec: {key: value}}`` for every spec in ``specs``.
 
@@ -66,18 +79,7 @@ def agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, d
         key = key.strip()
         if not eq or not key.isidentifier():
             raise FedAuditError(f"--agg-param must look like KEY=VALUE or SPEC:KEY=VALUE (e.g. s=2), got {item!r}")
-        raw = raw.strip()
-        value: object
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        else:
-            try:
-                value = int(raw)
-            except ValueError:
-                try:
-                    value = float(raw)
-                except ValueError:
-                    value = raw
+        value = scalar_value(raw.strip())
         if colon:
             spec = normalise_spec(target)
             if spec not in out:

@@ -5,13 +5,16 @@ kind's twin, with its flags and help.
 from __future__ import annotations
 
 import argparse
+import textwrap
+from typing import Iterator
 
 import fedaudit
-from fedaudit.cli.argtypes import Parser, count_arg, int_list_arg
+from fedaudit.cli.argtypes import Parser, count_arg
 from fedaudit.cli.exitcodes import exit_code_table
+from fedaudit.cli.kinds import add_kind_commands, examples_epilog
 from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dpsgd, cmd_account_shuffle,
                                    cmd_aggregators, cmd_audit_dpsgd, cmd_audit_fedavg_dp, cmd_audit_ldp,
-                                   cmd_audit_robustness, cmd_audit_scores, cmd_audit_sparse_upload, cmd_audit_variance,
+                                   cmd_audit_robustness, cmd_audit_scores, cmd_audit_sparse_upload,
                                    cmd_demo, cmd_list, cmd_mechanisms, cmd_run, cmd_sign, cmd_sparse, cmd_stress,
                                    cmd_verify)
 from fedaudit.cli.options import (agg_param_option, engine_options, plan_engine_options, progress_options,
@@ -19,6 +22,55 @@ from fedaudit.cli.options import (agg_param_option, engine_options, plan_engine_
 
 
 PLAN_REFERENCE = "docs/plans.md"
+
+#: the claim kinds whose command is still written by hand (every other kind's is generated from
+#: its plan keys: :mod:`fedaudit.cli.kinds`)
+HAND_WRITTEN_KINDS = frozenset({"ldp", "robustness", "dpsgd", "fedavg-dp", "sparse-upload", "stress"})
+
+#: example command lines of every hand-written command (and group), shown at the end of its
+#: ``--help``; the first is the command's example in docs/index.md
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "fedaudit": ("fedaudit demo", "fedaudit run fedaudit/plans/demo.toml --out reports/demo",
+                 "fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1", "fedaudit audit --help"),
+    "mechanisms": ("fedaudit mechanisms", "fedaudit mechanisms --dim 64 --epsilon 2"),
+    "list": ("fedaudit list aggregators", "fedaudit list kinds"),
+    "demo": ("fedaudit demo", "fedaudit demo --out reports/demo --resume", "fedaudit demo --showcase --dim 256"),
+    "run": ("fedaudit run fedaudit/plans/demo.toml --out reports/demo",
+            "fedaudit run plan.toml --out report --resume --backend process --workers 4"),
+    "aggregators": ("fedaudit aggregators", "fedaudit aggregators --n 31 --f 7"),
+    "audit": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1", "fedaudit audit robustness --aggregator krum",
+              "fedaudit audit variance --dim 1024 --ks 16 32 64"),
+    "audit robustness": ("fedaudit audit robustness --aggregator nnm+cwtm --n 21 --f 5",
+                         "fedaudit audit robustness --aggregator bucketing+cwtm --agg-param s=2 --json robust.json"),
+    "audit ldp": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1 --samples 200000",
+                  "fedaudit audit ldp --mechanism rr --dim 4 --pair search --json ldp.json",
+                  "fedaudit audit ldp --sampler mypkg.noise:sample --dim 1 --epsilon 1"),
+    "audit scores": ("fedaudit audit scores in.npy out.npy --delta 1e-5",
+                     "fedaudit audit scores in.npy out.npy --delta 1e-5 --selection bonferroni --thresholds 0.5,1,2"),
+    "audit dpsgd": ("fedaudit audit dpsgd --noise-multiplier 1 --sample-rate 0.1 --steps 100",
+                    "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 "
+                    "--steps 50 --plot dpsgd.png"),
+    "audit fedavg-dp": ("fedaudit audit fedavg-dp --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
+                        "fedaudit audit fedavg-dp --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
+                        "--rounds 10 --json fedavg.json"),
+    "audit sparse-upload": ("fedaudit audit sparse-upload", "fedaudit audit sparse-upload --upload private --pair worst"),
+    "sparse": ("fedaudit sparse", "fedaudit sparse --method fediht --dataset digits --rounds 50"),
+    "stress": ("fedaudit stress --out stress-results",
+               "fedaudit stress --aggregators cwtm,krum --attacks alie,ipm --f 1,3 --beta 0.5,1 --out stress-results"),
+    "account": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
+                "fedaudit account shuffle --n 10000 --eps0 1"),
+    "account compose": ("fedaudit account compose --epsilon 0.5 --uses 100",
+                        "fedaudit account compose --epsilon 1 --uses 50 --mechanism rr --dim 4 --method pld"),
+    "account dpsgd": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
+                      "fedaudit account dpsgd --target-epsilon 3 --sample-rate 0.01 --steps 1000 --method all"),
+    "account fedavg": ("fedaudit account fedavg --noise-multiplier 1 --sample-rate 0.1 --rounds 500",
+                       "fedaudit account fedavg --target-epsilon 2 --sample-rate 0.1 --rounds 500 --plot eps.png"),
+    "account shuffle": ("fedaudit account shuffle --n 10000 --eps0 1",
+                        "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --method blanket"),
+    "verify": ("fedaudit verify reports/demo", "fedaudit verify report/ --key-file report.key --require-signature",
+               "fedaudit verify report/ --plan plan.toml"),
+    "sign": ("fedaudit sign reports/demo --key-file report.key",),
+}
 
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
                "tree (generated from the schema), or print it with `python -m fedaudit.experiments.plan_reference`. "
@@ -146,20 +198,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="split: seed of the random split (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
     p.set_defaults(func=cmd_audit_scores)
-
-    p = audit.add_parser("variance", parents=[progress], help="MSE against d/k for SSTQ next to vqSGD and PrivUnitG")
-    p.add_argument("--dim", type=int, default=1024, help="input dimension d (default 1024)")
-    p.add_argument("--k", type=int_list_arg, default=[16, 32, 64, 128, 256],
-                   help="comma-separated SSTQ k values, each <= dim (default 16,32,64,128,256)")
-    p.add_argument("--epsilon", type=float, default=1.0, help="privacy parameter ε (default 1)")
-    p.add_argument("--levels", type=int, default=2, help="quantization levels (default 2)")
-    p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
-    p.add_argument("--samples", type=count_arg, default=20000, help="reports per measurement (default 20000)")
-    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-    p.add_argument("--plot", default=None, help="write a log–log image here (.png, .svg, .pdf, …; checked first)")
-    p.add_argument("--json", default=None, help="write the curve as JSON here (checked before the run)")
-    engine_options(p, "the measurement blocks", checkpoint="block of reports")
-    p.set_defaults(func=cmd_audit_variance)
 
     for name, count in (("dpsgd", "--steps"), ("fedavg-dp", "--rounds")):
         dpsgd = name == "dpsgd"
@@ -343,4 +381,38 @@ def build_parser() -> argparse.ArgumentParser:
                         "python3 -c \"import secrets; print(secrets.token_hex(32))\" > report.key")
     p.add_argument("--force", action="store_true", help="replace a signature made under another key")
     p.set_defaults(func=cmd_sign)
+    add_kind_commands({(): sub, ("audit",): audit}, progress, skip=HAND_WRITTEN_KINDS)
+    add_examples(parser)
     return parser
+
+
+def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+                ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
+    """Every command of ``parser`` as ``(path, its parser, its one-line help)``, depth first
+    (``("audit", "ldp")``); groups such as ``audit`` are listed too (argparse keeps them in a
+    private list: there is no public API to walk a parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, child in action.choices.items():
+                yield (*path, name), child, helps.get(name, "")
+                yield from subcommands(child, (*path, name))
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    """End every command's ``--help`` with its ``Examples:`` (:data:`EXAMPLES`; the generated kind
+    commands already carry theirs). A command without examples is a programming error."""
+    missing = []
+    for path, child, _ in subcommands(parser):
+        command = " ".join(path)
+        if "Examples:" in (child.epilog or ""):
+            continue
+        if command not in EXAMPLES:
+            missing.append(command)
+            continue
+        child.formatter_class = argparse.RawDescriptionHelpFormatter
+        before = textwrap.fill(child.epilog, 100) + "\n\n" if child.epilog else ""
+        child.epilog = before + examples_epilog(EXAMPLES[command])
+    if missing:
+        raise AssertionError(f"commands without examples: {', '.join(missing)}")
+    parser.epilog = (parser.epilog or "") + "\n\n" + examples_epilog(EXAMPLES["fedaudit"])
