@@ -57,8 +57,8 @@ def test_audit_variance_keeps_the_old_k_flag_for_one_release(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, needle", [
     (["audit", "variance", "--dim", "64", "--ks", "128", "--samples", "100"], "--ks must list integers in [1, dim=64]"),
-    (["audit", "variance", "--dim", "64", "--k", "8", "--epsilon", "-1", "--samples", "100"], "epsilon must be"),
-    (["audit", "variance", "--dim", "64", "--k", "8", "--levels", "1", "--samples", "100"], "levels must be"),
+    (["audit", "variance", "--dim", "64", "--ks", "8", "--epsilon", "-1", "--samples", "100"], "epsilon must be"),
+    (["audit", "variance", "--dim", "64", "--ks", "8", "--levels", "1", "--samples", "100"], "levels must be"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, needle):
     proc = run(*argv)

@@ -19,12 +19,14 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
      "ν̂ above the published bound, or unbounded (not robust)"),
     ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
     ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
+    ("audit accounting, audit convergence, audit flower, audit flower-local-dp, audit variance",
+     "the claim's verdict is PASS (as in a plan)", "its verdict is FAIL or INCONCLUSIVE"),
     ("stress", "the grid ran", "with --target-accuracy: some cell never reached it"),
     ("verify", "intact and verified", "not intact; a verdict, the overall or the plan text contradicts the "
                                       "report's own records; made from another plan than --plan; stale bytecode "
                                       "ran; signed but checked without the key; unsigned with --require-signature"),
     ("sign", "signed (the report was intact and consistent)", "—"),
-    ("mechanisms, list, aggregators, sparse, audit scores, audit variance, account …", "done", "—"),
+    ("mechanisms, list, aggregators, sparse, audit scores, account …", "done", "—"),
 )
 
 #: exit codes with one meaning for every command

@@ -199,9 +199,15 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
             continue
         kind = claim_kind(name)
         path = KIND_COMMANDS.get(name, ("audit", name))
-        keys = kind.keys()
+        group = groups[path[:-1]]
+        if path[-1] in group.choices:
+            continue  # a user's kind named like a command: plans run it, the command stays
+        try:
+            keys = kind.keys()
+        except NotImplementedError:
+            continue  # a user's kind that declares no keys has no command (plans report the error)
         doc = (type(kind).__doc__ or name).strip().split("\n\n")[0].replace("\n", " ")
-        p = groups[path[:-1]].add_parser(
+        p = group.add_parser(
             path[-1], parents=[progress], formatter_class=argparse.RawDescriptionHelpFormatter,
             help=doc,
             description=f"{doc} Runs one claim of kind {name!r} (the flags are its plan keys) through the plan "
