@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     "integrations": 5,
     "reports": 5,
     "experiments": 6, "testing": 6,
-    "cli": 7, "__init__": 7,
+    "cli": 7, "__init__": 7, "__main__": 7,
 }
 FLOOR = {name for name, layer in LAYERS.items() if layer == 0}
 

@@ -239,7 +239,7 @@ def test_enospc_while_writing_a_checkpoint_is_one_line_exit_2(tmp_path, capsys, 
 def test_enospc_while_recording_an_engine_checkpoint_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     record = tmp_path / "blocks.jsonl"
     _fail_fsync_of("blocks.jsonl", monkeypatch, exact=True)  # the header is written; a record is not
-    code = main(["audit", "variance", "--dim", "8", "--k", "2", "--samples", "200", "--backend", "serial",
+    code = main(["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "2000", "--backend", "serial",
                  "--checkpoint", str(record), "--quiet"])
     _one_line_exit_2(code, capsys, str(record), "No space left on device")
 

@@ -38,19 +38,27 @@ def test_demo_runs(capsys):
 
 def test_audit_variance_writes_plot_and_json(tmp_path, capsys):
     png, js = tmp_path / "v.png", tmp_path / "v.json"
-    code = main(["audit", "variance", "--dim", "64", "--k", "4,8,16", "--epsilon", "2", "--samples", "400",
+    code = main(["audit", "variance", "--dim", "64", "--ks", "4", "8", "16", "--epsilon", "2", "--samples", "400",
                  "--plot", str(png), "--json", str(js), "--quiet"])
     assert code == 0
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
-    data = json.loads(js.read_text())
-    assert data["ks"] == [4, 8, 16] and len(data["sstq"]) == 3
+    data = json.loads(js.read_text())  # the claim, as a report records it
+    assert data["kind"] == "variance" and data["verdict"] == "PASS"
+    assert data["evidence"]["parameters"]["ks"] == [4, 8, 16] and len(data["evidence"]["per_k"]) == 3
     assert "slope" in capsys.readouterr().out
 
 
+def test_audit_variance_keeps_the_old_k_flag_for_one_release(tmp_path, capsys):
+    js = tmp_path / "v.json"
+    assert main(["audit", "variance", "--dim", "16", "--k", "2,4", "--samples", "200", "--json", str(js), "--quiet"]) == 0
+    assert "--k is deprecated" in capsys.readouterr().err
+    assert json.loads(js.read_text())["evidence"]["parameters"]["ks"] == [2, 4]
+
+
 @pytest.mark.parametrize("argv, needle", [
-    (["audit", "variance", "--dim", "64", "--k", "128", "--samples", "100"], "k must be an integer in [1, dim=64]"),
-    (["audit", "variance", "--dim", "64", "--k", "8", "--epsilon", "-1", "--samples", "100"], "epsilon must be"),
-    (["audit", "variance", "--dim", "64", "--k", "8", "--levels", "1", "--samples", "100"], "levels must be"),
+    (["audit", "variance", "--dim", "64", "--ks", "128", "--samples", "100"], "--ks must list integers in [1, dim=64]"),
+    (["audit", "variance", "--dim", "64", "--ks", "8", "--epsilon", "-1", "--samples", "100"], "epsilon must be"),
+    (["audit", "variance", "--dim", "64", "--ks", "8", "--levels", "1", "--samples", "100"], "levels must be"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, needle):
     proc = run(*argv)
@@ -145,7 +153,7 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path, a_file, capsys
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN)
     ldp = ["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "2000", "--quiet"]
-    var = ["audit", "variance", "--dim", "16", "--k", "2,4", "--samples", "200", "--quiet"]
+    var = ["audit", "variance", "--dim", "16", "--ks", "2", "4", "--samples", "200", "--quiet"]
     rob = ["audit", "robustness", "--n", "7", "--f", "1", "--d", "4", "--trials", "4", "--search-evals", "1", "--quiet"]
     stress = ["stress", "--aggregators", "cwtm", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
               "--rounds", "2", "--backend", "serial", "--quiet"]

@@ -204,7 +204,7 @@ def test_run_refuses_bad_engine_flags_before_any_claim(extra, flag, tmp_path, ca
 
 
 @pytest.mark.parametrize("command", [
-    ["audit", "variance", "--dim", "16", "--k", "4", "--samples", "200"],
+    ["audit", "variance", "--dim", "16", "--ks", "4", "--samples", "200"],
     ["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],
     ["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2"],
     ["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],

@@ -79,7 +79,7 @@ def test_parallel_claims_report_their_progress_while_they_run():
 
 
 def test_terminal_bars_move_while_parallel_claims_run(monkeypatch):
-    monkeypatch.setattr(cli, "err", Console(file=io.StringIO(), force_terminal=True, width=120))
+    monkeypatch.setattr(cli.progress, "err", Console(file=io.StringIO(), force_terminal=True, width=120))
     spec = load_plan(_plan({"id": "a", "ticks": 40})).claims[0]
     with cli._PlanProgress(2, quiet=False) as hooks:
         hooks.claims_running({"a": (spec, 10, 40, "ticks")})

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-__all__ = ["printable", "escape", "SafeConsole", "print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
+__all__ = ["printable", "escape", "SafeConsole", "print_claim", "print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
            "print_aggregators", "print_robustness", "print_stress", "print_verify", "print_plan_report",
            "print_account", "TONE_STYLE", "verdict_markup"]
 
@@ -347,6 +347,49 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
 
 def _short(text: str, limit: int = 140) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cell(value: Any) -> str:
+    """One evidence value in a table cell: numbers as 4 significant digits, short JSON-like text for
+    the rest."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "—"}[value]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {_cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+def print_claim(console: Console, claim: Any) -> None:
+    """A claim run on its own (the commands generated from the claim kinds): its title and verdict,
+    the summary, the evidence's scalars and objects as rows, each list of objects (per k, per
+    cell, per check) as a table of its own, then the caveats."""
+    table = Table(title=escape(claim.title), show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_row("verdict", verdict_markup(claim.label, claim.tone))
+    subtables = []
+    for name, value in claim.evidence.items():
+        if isinstance(value, list) and value and all(isinstance(row, Mapping) for row in value):
+            subtables.append((name, value))
+        else:
+            text = _cell(value) if value != [] else "—"
+            table.add_row(escape(name.replace("_", " ")), escape(text if len(text) <= 240 else "(long: in --json)"))
+    console.print(table)
+    for name, rows in subtables:
+        sub = Table(title=escape(name.replace("_", " ")))
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        for col in columns:
+            sub.add_column(escape(col.replace("_", " ")), overflow="fold")
+        for row in rows:
+            sub.add_row(*(escape(_cell(row.get(col))) for col in columns))
+        console.print(sub)
+    console.print(escape(claim.summary), highlight=False, soft_wrap=True)
+    for caveat in claim.caveats:
+        console.print(f"[yellow]caveat[/] {escape(caveat)}", highlight=False, soft_wrap=True)
 
 
 def print_plan_report(console: Console, report: Any, paths: Mapping[str, Any], *, print_html: bool = False) -> None:

@@ -1,0 +1,7 @@
+"""``python -m fedaudit``: the ``fedaudit`` command (:func:`fedaudit.cli.main`)."""
+
+import sys
+
+from fedaudit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,49 @@
+"""The exit codes of every command (:data:`EXIT_CODES`, :data:`COMMON_EXIT_CODES`) and the
+``fedaudit --help`` table made from them.
+"""
+
+from __future__ import annotations
+
+
+
+
+
+
+#: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130 and 143 mean the same
+#: for every command (:data:`COMMON_EXIT_CODES`). The ``--help`` epilog and docs/running.md show
+#: this table; tests/test_exit_codes.py checks each row.
+EXIT_CODES: tuple[tuple[str, str, str], ...] = (
+    ("run, demo", "every claim met its expectation", "some claim did not (FAIL or INCONCLUSIVE)"),
+    ("audit ldp", "no violation certified", "certified ε lower bound above the claimed ε (violation)"),
+    ("audit robustness", "ν̂ within the published bound (or no bound)",
+     "ν̂ above the published bound, or unbounded (not robust)"),
+    ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
+    ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
+    ("audit accounting, audit convergence, audit flower, audit flower-local-dp, audit variance",
+     "the claim's verdict is PASS (as in a plan)", "its verdict is FAIL or INCONCLUSIVE"),
+    ("stress", "the grid ran", "with --target-accuracy: some cell never reached it"),
+    ("verify", "intact and verified", "not intact; a verdict, the overall or the plan text contradicts the "
+                                      "report's own records; made from another plan than --plan; stale bytecode "
+                                      "ran; signed but checked without the key; unsigned with --require-signature"),
+    ("sign", "signed (the report was intact and consistent)", "—"),
+    ("mechanisms, list, aggregators, sparse, audit scores, account …", "done", "—"),
+)
+
+#: exit codes with one meaning for every command
+COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
+        "(verify: the path or --plan is unreadable or not a report folder; FEDAUDIT_REPORT_KEY set but empty); "
+        "also a file that cannot be written (a full disk), named in one line"),
+    (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
+    (143, "terminated (SIGTERM), handled as Ctrl-C: one line on stderr, checkpoints kept, lock released"),
+)
+
+
+def exit_code_table() -> str:
+    """:data:`EXIT_CODES` and :data:`COMMON_EXIT_CODES` as the plain-text table of ``--help``."""
+    lines = ["exit codes:"]
+    for commands, zero, one in EXIT_CODES:
+        lines += [f"  {commands}", f"      0  {zero}"] + ([f"      1  {one}"] if one != "—" else [])
+    lines.append("  every command")
+    lines += [f"    {code:>3}  {meaning}" for code, meaning in COMMON_EXIT_CODES]
+    return "\n".join(lines)

@@ -1,0 +1,541 @@
+"""The command handlers ``cmd_*``: each reads its parsed flags, calls the Python API and prints
+the result (exit code 0/1 as :data:`fedaudit.cli.exitcodes.EXIT_CODES` says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from fedaudit.errors import FedAuditError
+from fedaudit.reports.terminal import escape
+from fedaudit.cli.argtypes import agg_params, load_sampler, load_scores, method_list, number_list
+from fedaudit.cli.options import engine_command, engine_flags, plan_engine
+from fedaudit.cli.outputs import canary_audit_plot, save_plot, write_data, write_json, check_output_file
+from fedaudit.cli.progress import PlanBars, err, out, progress_bar
+
+
+def cmd_mechanisms(args: argparse.Namespace) -> int:
+    from fedaudit.guarantees import PureLDP
+    from fedaudit.mechanisms.registry import MECHANISMS, make_mechanism
+    from fedaudit.reports.terminal import print_mechanisms
+
+    rows = []
+    for name in MECHANISMS.names():
+        m = make_mechanism(name, args.dim, args.epsilon, k=args.k, levels=args.levels, clip=args.clip, delta=args.delta)
+        claim = ("NOT LDP (as published)" if m.as_published
+                 else ("pure" if isinstance(m.guarantee, PureLDP) else "approximate"))
+        rows.append((name, m, claim))
+    print_mechanisms(out, rows, dim=args.dim, k=args.k or max(1, args.dim // 16), levels=args.levels)
+    return 0
+
+
+def registries() -> dict[str, object]:
+    """What ``fedaudit list`` lists: every open registry by the plural a user types."""
+    from fedaudit.attacks.registry import ATTACKS
+    from fedaudit.defenses.gossip import GOSSIP_RULES
+    from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS
+    from fedaudit.experiments.kinds import CLAIM_KINDS
+    from fedaudit.fl.registry import DATASETS, OPTIMIZERS, PARTITIONS
+    from fedaudit.mechanisms.registry import MECHANISMS
+
+    return {"mechanisms": MECHANISMS, "aggregators": AGGREGATORS, "preaggregators": PREAGGREGATORS,
+            "gossip-rules": GOSSIP_RULES, "attacks": ATTACKS, "optimizers": OPTIMIZERS, "partitions": PARTITIONS, "datasets": DATASETS,
+            "kinds": CLAIM_KINDS}
+
+
+LISTINGS = ("mechanisms", "aggregators", "preaggregators", "gossip-rules", "attacks", "optimizers", "partitions",
+            "datasets", "kinds")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fedaudit.reports.terminal import print_registry
+
+    print_registry(out, args.what, registries()[args.what].describe())
+    return 0
+
+
+_SHOWCASE_DEFAULTS = {"dim": 1024, "n": 2000, "epsilon": 4.0, "seed": 0}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    showcase_flags = [k for k in _SHOWCASE_DEFAULTS if getattr(args, k) is not None]
+    if args.showcase or showcase_flags:  # the showcase's own options select it
+        for k, v in _SHOWCASE_DEFAULTS.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
+        return cmd_showcase(args)
+    from fedaudit.plans import plan_path
+
+    engine = plan_engine(args)
+    with plan_path("demo") as plan:  # shipped as package data: works from any directory
+        return run_plan_command(plan, args.out, force=not args.resume, resume=args.resume, quiet=args.quiet,
+                                print_html=True, every=args.progress_every, engine=engine, key=report_key(args),
+                                allow_large=args.allow_large,
+                                command=shlex.join(["fedaudit", "demo", "--out", str(args.out)]
+                                                   + (["--resume"] if args.resume else []) + engine_command(args)))
+
+
+def cmd_showcase(args: argparse.Namespace) -> int:
+    from fedaudit.experiments.showcase import round_trips
+    from fedaudit.mechanisms.registry import MECHANISMS
+    from fedaudit.reports.terminal import print_showcase
+
+    with progress_bar(len(MECHANISMS), "mechanisms", args.quiet, args.progress_every) as advance:
+        rows = round_trips(args.dim, args.n, args.epsilon, args.seed, advance)
+    print_showcase(out, rows, n=args.n, dim=args.dim, epsilon=args.epsilon)
+    return 0
+
+
+def cmd_audit_variance(args: argparse.Namespace) -> int:
+    from fedaudit.audit.variance import variance_vs_dk
+    from fedaudit.reports.figures import save_figure, variance_figure
+    from fedaudit.reports.terminal import print_variance
+
+    check_output_file("--plot", args.plot, plot=True)
+    check_output_file("--json", args.json)
+    engine = engine_flags(args)
+    total = args.samples * (2 * len(args.k) + 3)
+    with progress_bar(total, "reports", args.quiet, args.progress_every) as advance:
+        curve = variance_vs_dk(args.dim, args.k, args.epsilon, levels=args.levels, clip=args.clip,
+                               samples=args.samples, seed=args.seed, progress=advance, **engine)
+    print_variance(out, curve)
+    if args.plot:
+        out.print(f"plot: {save_figure(variance_figure(curve), args.plot)}")
+    write_json(args.json, curve)
+    return 0
+
+
+def cmd_audit_ldp(args: argparse.Namespace) -> int:
+    from fedaudit.experiments.kinds.ldp import SEARCH_CANDIDATES, audit_pair
+    from fedaudit.reports.terminal import print_ldp_audit
+
+    check_output_file("--json", args.json)
+    engine = engine_flags(args)
+    if args.sampler:
+        if args.dim is None or args.epsilon is None:
+            raise FedAuditError("--sampler needs --dim and --epsilon (the claimed guarantee)")
+        target, name = load_sampler(args.sampler), args.sampler
+    else:
+        from fedaudit.mechanisms.registry import make_mechanism
+
+        dim = 64 if args.dim is None else args.dim
+        target = make_mechanism(args.mechanism, dim, 1.0 if args.epsilon is None else args.epsilon,
+                                k=args.k, levels=args.levels, clip=args.clip,
+                                delta=1e-5 if args.delta is None else args.delta)  # 0 is passed on
+        name = repr(target)
+    dim = target.dim if hasattr(target, "dim") else args.dim
+    searches = SEARCH_CANDIDATES if args.pair == "search" else 0
+    total = 2 * args.samples + 2 * searches * args.search_samples
+    with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
+        res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
+                                  search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
+                                  delta=args.delta, confidence=args.confidence, test=args.test, progress=advance,
+                                  **engine)
+    print_ldp_audit(out, res, name)
+    write_json(args.json, res)
+    return 1 if res.violation else 0
+
+
+def cmd_audit_scores(args: argparse.Namespace) -> int:
+    from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor, SplitSelection
+
+    check_output_file("--json", args.json)
+    if args.selection == "bonferroni":
+        if args.thresholds is None:
+            raise FedAuditError("--selection bonferroni needs --thresholds T1,T2,... fixed before seeing the scores")
+        selection = BonferroniSelection(thresholds=number_list("--thresholds", args.thresholds, float))
+    else:
+        if args.thresholds is not None:
+            raise FedAuditError("--thresholds applies to --selection bonferroni only (split chooses its own)")
+        selection = SplitSelection(fraction=args.fraction, seed=args.seed)
+    scores_in, scores_out = load_scores("IN", args.scores_in), load_scores("OUT", args.scores_out)
+    res = ScoreAuditor(scores_in, scores_out).epsilon_lower(confidence=args.confidence, delta=args.delta,
+                                                            selection=selection)
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    write_json(args.json, res)
+    return 0
+
+
+def cmd_aggregators(args: argparse.Namespace) -> int:
+    from fedaudit.defenses.kappa import kappa_lower_bound, kappa_upper_bound
+    from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS, make_aggregator
+    from fedaudit.reports.terminal import print_aggregators
+
+    specs = ([(name, "aggregator") for name in AGGREGATORS.names()]
+             + [(name, "pre-aggregator") for name in PREAGGREGATORS.names()])
+    specs += [(f"nnm+{name}", "composition") for name in ("cwtm", "krum", "gm", "cwmed")]
+    rows = []
+    for name, kind in specs:
+        rule = make_aggregator(name, args.f) if kind != "pre-aggregator" else None
+        rows.append((name, kind, rule, kappa_upper_bound(rule, args.n, args.f) if rule is not None else None))
+    print_aggregators(out, rows, n=args.n, f=args.f, lower=kappa_lower_bound(args.n, args.f))
+    return 0
+
+
+def cmd_audit_robustness(args: argparse.Namespace) -> int:
+    from fedaudit.audit.robustness import audit_robustness, progress_units
+    from fedaudit.defenses.registry import make_aggregator
+    from fedaudit.experiments.kinds.robustness import robustness_caveats
+    from fedaudit.reports.terminal import print_robustness
+
+    check_output_file("--json", args.json)
+    engine = engine_flags(args)
+    from fedaudit.experiments.components import normalise_spec
+
+    spec = normalise_spec(args.aggregator)
+    params = agg_params(args.agg_param, [spec])[spec]
+    rule = make_aggregator(spec, args.f, **params) if params else spec  # unknown keyword: exit 2
+    total = progress_units(args.f, args.trials, args.search_evals, None, d=args.d, aggregator=rule, n=args.n)
+    with progress_bar(total, "configurations", args.quiet, args.progress_every) as advance:
+        res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
+                               attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
+                               progress=advance, **engine)
+    print_robustness(out, res, robustness_caveats(res))
+    write_json(args.json, res)
+    return 1 if res.violation or res.unbounded else 0  # "unbounded" is not robust, like a violation
+
+
+def cmd_stress(args: argparse.Namespace) -> int:
+    from fedaudit.experiments.components import normalise_spec
+    from fedaudit.audit.stress import Cell, StressConfig, run_stress
+    from fedaudit.locking import create_directory, directory_lock
+    from fedaudit.reports.heatmap import plot_heatmaps
+    from fedaudit.reports.terminal import print_stress
+
+    engine = engine_flags(args)
+    specs = [normalise_spec(a) for a in args.aggregators.split(",") if a.strip()]
+    params = {spec: kw for spec, kw in agg_params(args.agg_param, specs).items() if kw}
+    config = StressConfig(aggregators=specs, attacks=args.attacks.split(","),
+                          fs=number_list("--f", args.f, int), betas=number_list("--beta", args.beta, float),
+                          dataset=args.dataset, data_path=args.data_path, optimizer=args.optimizer,
+                          rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
+                          optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy,
+                          declared_f=args.declared_f, **({"aggregator_params": params} if params else {}))
+    out_dir = create_directory(args.out, what="results directory")
+    with directory_lock(out_dir, what="results directory"), \
+            progress_bar(len(config.cells()), "cells", args.quiet, args.progress_every) as advance:
+        res = run_stress(config, args.out, **engine, progress=advance,
+                         on_start=lambda todo, skipped: advance(skipped), draw=plot_heatmaps)
+    never = set(res.missed_target)
+    missed = {(agg, f, b): sum(Cell(agg, t, f, b).key in never for t in config.attacks)
+              for agg in config.aggregators for f in config.fs for b in config.betas}
+    print_stress(out, config, res, missed)
+    return 1 if config.target_accuracy is not None and res.missed_target else 0
+
+
+def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
+    """``fedaudit audit dpsgd``: one Opacus run with canaries; exit 1 when a certified bound exceeds
+    the accountant's ε."""
+    from fedaudit.audit.dpsgd_audit import audit_dpsgd
+    from fedaudit.experiments.kinds.dpsgd import cumulative
+
+    check_output_file("--json", args.json)
+    check_output_file("--plot", args.plot, plot=True)
+    engine = engine_flags(args)
+    with progress_bar(args.steps, "training steps", args.quiet, args.progress_every) as advance:
+        res = audit_dpsgd(noise_multiplier=args.noise_multiplier, max_grad_norm=args.max_grad_norm,
+                          sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, canaries=args.canaries,
+                          dataset=args.dataset, threat=args.threat,
+                          claimed_noise_multiplier=args.claimed_noise_multiplier, seed=args.seed,
+                          progress=cumulative(advance), confidence=args.confidence, accountant=args.accountant,
+                          learning_rate=args.learning_rate)
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    canary_audit_plot(args.plot, res, "steps", res.steps, engine)
+    write_json(args.json, res)
+    return 1 if res.violation else 0
+
+
+def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
+    """``fedaudit audit fedavg-dp``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
+    from fedaudit.audit.fedavg_audit import audit_dpfedavg
+    from fedaudit.experiments.kinds.dpsgd import cumulative
+
+    check_output_file("--json", args.json)
+    check_output_file("--plot", args.plot, plot=True)
+    engine = engine_flags(args)
+    with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
+        res = audit_dpfedavg(noise_multiplier=args.noise_multiplier, clip=args.clip, sample_rate=args.sample_rate,
+                             rounds=args.rounds, delta=args.delta, canaries=args.canaries, clients=args.clients,
+                             claimed_noise_multiplier=args.claimed_noise_multiplier, dataset=args.dataset,
+                             local_lr=args.local_lr, local_steps=args.local_steps, server_lr=args.server_lr,
+                             confidence=args.confidence, seed=args.seed, progress=cumulative(advance))
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    canary_audit_plot(args.plot, res, "rounds", res.rounds, engine)
+    write_json(args.json, res)
+    return 1 if res.violation else 0
+
+
+def _check_sparse_options(args: argparse.Namespace) -> None:
+    """The shared options of ``fedaudit sparse`` and ``fedaudit audit sparse-upload``, checked before
+    any work (a FedAuditError naming the flag and its range: exit 2)."""
+    from fedaudit.validation import check_int, check_real
+
+    check_real("--density", args.density, low=0.0, high=1.0, open_low=True, open_high=True)
+    if args.temperature is not None:
+        check_real("--temperature", args.temperature, low=0.0)
+    for flag, high in (("rounds", 100_000), ("clients", 1000)):
+        if hasattr(args, flag):
+            check_int(f"--{flag}", getattr(args, flag), low=1, high=high)
+
+
+def cmd_sparse(args: argparse.Namespace) -> int:
+    """``fedaudit sparse``: train one sparse method, print its test metric, support recovery,
+    realised density and bytes per client per round next to dense FedAvg."""
+    from fedaudit.experiments.kinds.sparse_upload import train_sparse
+
+    _check_sparse_options(args)
+    check_output_file("--json", args.json)
+    with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
+        res = train_sparse(args.method, args.dataset, density=args.density, temperature=args.temperature,
+                           rounds=args.rounds, clients=args.clients, seed=args.seed, upload=args.upload,
+                           progress=advance)
+    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    write_json(args.json, res)
+    return 0
+
+
+def cmd_audit_sparse_upload(args: argparse.Namespace) -> int:
+    """``fedaudit audit sparse-upload``: certified ε lower bounds of the plain and the private gated
+    upload, on neighbouring client datasets and (private) on the mechanism's worst input pair; exit 1
+    when a bound that decides a claim exceeds it: the private upload's worst-pair bound (its
+    data-level bound when only that is run), the plain upload's bound against ``--plain-epsilon``."""
+    from fedaudit.audit.sparse_upload import UPLOADS, audit_sparse_upload
+    from fedaudit.validation import check_real
+
+    _check_sparse_options(args)
+    check_output_file("--json", args.json)
+    if args.plain_epsilon is not None:
+        check_real("--plain-epsilon", args.plain_epsilon, low=0.0, open_low=True)
+    uploads = UPLOADS if args.upload == "both" else (args.upload,)
+    pairs = {u: args.pair or ("data" if u == "plain" else "both") for u in uploads}
+    if pairs.get("plain", "data") != "data":
+        raise FedAuditError(f"--pair {args.pair} applies to the private upload only (the plain upload has no stated "
+                            f"ε over all inputs): use --upload private, or --pair data")
+    engine = engine_flags(args)
+    checkpoint = engine.pop("checkpoint")
+    total = sum(2 * (args.samples * (p != "worst") + args.worst_samples * (p != "data")) for p in pairs.values())
+    results = []
+    with progress_bar(total, "uploads drawn", args.quiet, args.progress_every) as advance:
+        for upload in uploads:
+            # --upload both: the plain upload's chunks in FILE, the private upload's in FILE.private
+            ckpt = f"{checkpoint}.private" if checkpoint and upload == "private" and len(uploads) > 1 else checkpoint
+            results.append(audit_sparse_upload(upload, dim=args.dim, density=args.density,
+                                               temperature=args.temperature, epsilon=args.epsilon,
+                                               claimed_epsilon=args.plain_epsilon if upload == "plain" else None,
+                                               records=args.records, local_steps=args.local_steps,
+                                               samples=args.samples, confidence=args.confidence, seed=args.seed,
+                                               pair=pairs[upload], worst_samples=args.worst_samples,
+                                               progress=advance, checkpoint=ckpt, **engine))
+    for res in results:
+        out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
+    write_data(args.json, {"audits": [r.to_dict() for r in results]})
+    return 1 if any(r.worst.violation if r.worst is not None else r.violation for r in results) else 0
+
+
+def cmd_account_compose(args: argparse.Namespace) -> int:
+    """``fedaudit account compose``: k uses of per-report guarantees, by basic, advanced and PLD."""
+    from fedaudit.accounting import METHODS, compose
+    from fedaudit.guarantees import ApproxLDP
+    from fedaudit.reports.terminal import print_account
+    from fedaudit.validation import check_int, check_real
+
+    check_output_file("--json", args.json)
+    methods = method_list("--method", args.method, METHODS)
+    uses = check_int("--uses", args.uses, low=1)
+    report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
+    eps = number_list("--epsilon", args.epsilon, float) * uses
+    if args.mechanism is not None:  # the mechanism's own PLD for pld, its guarantee for basic and advanced
+        from fedaudit.mechanisms.registry import make_mechanism
+
+        if len(eps) != uses or report_delta:
+            raise FedAuditError("--mechanism takes one --epsilon (its parameter) and no --report-delta")
+        from fedaudit.accounting.pld import pld_of
+
+        mech = make_mechanism(args.mechanism, args.dim, eps[0], delta=args.mechanism_delta)
+        try:
+            pld_of(mech)
+            reports, pld_note = [mech] * uses, "the mechanism's own PLD (upper bound)"
+        except FedAuditError:  # no PLD for this mechanism: the pair that dominates its (ε, δ) claim
+            reports, pld_note = [mech.guarantee] * uses, "PLD of its (ε, δ) claim (none of its own)"
+        what = f"{uses} report(s) of {mech!r}"
+    else:
+        reports = [ApproxLDP(e, report_delta) for e in eps] if report_delta > 0 else eps
+        what = f"{len(eps)} use(s) of ε = {args.epsilon}" + (f", δ = {report_delta:g} each" if report_delta else "")
+        pld_note = "dp-accounting PLD (upper bound)"
+    results = {m: compose(reports, m, args.delta) for m in methods}
+    rows = [(m, r.epsilon, r.delta, {"basic": "Σε", "advanced": "Kairouz–Oh–Viswanath (optimal for ε-DP)",
+                                     "pld": pld_note}[m]) for m, r in results.items()]
+    print_account(out, f"Composition of {what}", rows)
+    write_data(args.json, {"epsilons": eps, "report_delta": report_delta, "mechanism": args.mechanism,
+                            "results": {m: r.to_dict() for m, r in results.items()}})
+    return 0
+
+
+def cmd_account_dpsgd(args: argparse.Namespace) -> int:
+    """``fedaudit account dpsgd`` / ``fedaudit account fedavg``: ε of a Poisson-subsampled Gaussian
+    run (per example or per client), or with --target-epsilon the noise multiplier it needs."""
+    from fedaudit.reports.terminal import print_account
+
+    check_output_file("--json", args.json)
+    check_output_file("--plot", args.plot, plot=True)
+    engine = engine_flags(args)
+    client = args.account == "fedavg"
+    if client:
+        from fedaudit.accounting.fedavg import DPFEDAVG_METHODS as allowed, epsilon_dpfedavg as account, \
+            noise_multiplier_for_dpfedavg as inverse
+        count, unit = args.rounds, "rounds"
+    else:
+        from fedaudit.accounting import DPSGD_METHODS as allowed, epsilon_dpsgd as account, \
+            noise_multiplier_for as inverse
+        count, unit = args.steps, "steps"
+    methods = method_list("--method", args.method, allowed)
+    if (args.noise_multiplier is None) == (args.target_epsilon is None):
+        raise FedAuditError("give exactly one of --noise-multiplier (to get ε) or --target-epsilon (to get the noise "
+                            "multiplier it needs)")
+    data: dict = {}
+    notes = []
+    sigma = args.noise_multiplier
+    if args.target_epsilon is not None:
+        sigma = inverse(args.target_epsilon, args.sample_rate, count, args.delta, methods[0])
+        data["noise_multiplier_for"] = {"target_epsilon": args.target_epsilon, "method": methods[0],
+                                        "noise_multiplier": sigma}
+        notes.append(f"noise multiplier needed for ε ≤ {args.target_epsilon:g} at δ = {args.delta:g} after {count} "
+                     f"{unit} ({methods[0]}): {sigma:.4g}")
+    results = {m: account(sigma, args.sample_rate, count, args.delta, m) for m in methods}
+    label = "client-level DP-FedAvg" if client else "DP-SGD"
+    rows = [(m, r.epsilon, r.delta, ", ".join(f"{k} {v:g}" for k, v in r.parameters.items()
+                                             if isinstance(v, (int, float)) and k not in ("noise_multiplier",
+                                                                                          "sample_rate", "steps")))
+            for m, r in results.items()]
+    print_account(out, f"{label}: {'z' if client else 'σ'} = {sigma:.4g}, q = {args.sample_rate:g}, {count} {unit}",
+                  rows, notes)
+    data["accounts"] = {m: r.to_dict() for m, r in results.items()}
+    if args.plot:
+        from fedaudit.experiments.kinds.dpsgd import accountant_curve
+
+        first = results[methods[0]]
+        xs, ys = accountant_curve(sigma, args.sample_rate, count, args.delta, methods[0], 30, first.epsilon,
+                                  lambda n: None, **engine)
+        save_plot(args.plot, {"type": "epsilon_vs_steps", "title": f"{label} ε against {unit} "
+                                                                    f"({'z' if client else 'σ'} = {sigma:.4g}, "
+                                                                    f"q = {args.sample_rate:g})",
+                               "steps": xs, "epsilon": ys, "epsilon_claimed": args.target_epsilon,
+                               "delta": args.delta, "x_label": unit, "accountant": methods[0].upper()})
+    write_data(args.json, data)
+    return 0
+
+
+def cmd_account_shuffle(args: argparse.Namespace) -> int:
+    """``fedaudit account shuffle``: ε of n shuffled ε0-LDP reports (Feldman–McMillan–Talwar; the
+    privacy blanket of k-RR with --k)."""
+    import warnings
+
+    from fedaudit.accounting import SHUFFLE_METHODS, blanket_epsilon, shuffle_epsilon
+    from fedaudit.reports.terminal import print_account
+
+    check_output_file("--json", args.json)
+    every = args.method.strip().lower() == "all"
+    methods = method_list("--method", args.method, (*SHUFFLE_METHODS, "blanket"))
+    if args.k is None:
+        if "blanket" in methods and not every:
+            raise FedAuditError("--method blanket is the privacy blanket of k-ary randomized response: give --k")
+        methods = [m for m in methods if m != "blanket"]
+    results, notes = {}, []
+    for m in methods:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results[m] = (blanket_epsilon(args.n, "krr", args.eps0, args.delta, k=args.k) if m == "blanket"
+                          else shuffle_epsilon(args.n, args.eps0, args.delta, m))
+        notes += [str(w.message) for w in caught]
+    rows = [(m, r.epsilon, r.delta, ("amplified" if r.amplified else "NO amplification certified (ε0 returned)")
+             + (f" ({args.k}-RR, γ = {r.gamma:.3g})" if m == "blanket" else "")) for m, r in results.items()]
+    print_account(out, f"Shuffling {args.n:,} reports of ε0 = {args.eps0:g}", rows, notes)
+    write_data(args.json, {"results": {m: r.to_dict() for m, r in results.items()}})
+    return 0
+
+
+def report_key(args: argparse.Namespace) -> bytes | None:
+    """The report key ``main()`` took out of the environment (``FEDAUDIT_REPORT_KEY``; an empty
+    one is a FedAuditError here, in the commands that read it); the environment itself when the
+    command function is called without ``main()``."""
+    from fedaudit.reports.integrity import signing_key
+
+    return getattr(args, "report_key", signing_key)()
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``fedaudit verify``: schema, digest, every rendering's SHA-256, the signature, and the
+    report's content: overall and counts, every verdict re-derived from its evidence
+    (:func:`fedaudit.experiments.rederive.rederive_claim`, built-in kinds only), the embedded plan
+    text, the provenance and, with ``--plan``, that the report was made from that plan. Exit 0
+    when the report is intact and verified (signed: valid under the key; unsigned: no key given,
+    printed as "integrity only"); 1 otherwise, including a signed report checked without the key
+    and, with ``--require-signature``, an unsigned one; 2 when unreadable. Nothing in the folder is
+    imported or run: this command never puts the folder or the working directory on ``sys.path``."""
+    from fedaudit.experiments.rederive import rederive_claim
+    from fedaudit.reports.integrity import read_bounded, read_key_file, verify_report
+    from fedaudit.reports.terminal import print_verify
+
+    key = read_key_file(args.key_file) if args.key_file is not None else report_key(args)
+    plan = None if args.plan is None else read_bounded(args.plan, 1 << 24, "--plan", "a plan is a small TOML file")
+    # unreadable or missing: FedAuditError, exit 2
+    res = verify_report(args.report, key=key, plan=plan, rederive=rederive_claim)
+    print_verify(out, res, str(args.report), key_set=key is not None, require_signature=args.require_signature,
+                 plan=args.plan)
+    return 0 if res.ok and (res.authenticated or not args.require_signature) else 1
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    """``fedaudit sign DIR --key-file F``: verify the report (every verdict re-derived from its
+    evidence too), then seal it with an HMAC-SHA256 under the key in F (a separate step after the
+    run: no plugin of the run sees the key)."""
+    from fedaudit.experiments.rederive import rederive_claim
+    from fedaudit.reports.integrity import read_key_file
+    from fedaudit.reports.io import sign_report
+
+    key = read_key_file(args.key_file)
+    outcome, res = sign_report(args.report, key, force=args.force, rederive=rederive_claim)
+    out.print(f"{outcome}: {args.report} (HMAC-SHA256; content digest {res.content_digest}); check it with: "
+              f"fedaudit verify {args.report} --key-file {args.key_file} --require-signature",
+              highlight=False, markup=False, soft_wrap=True)
+    return 0
+
+
+def run_plan_command(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
+                     command: str | None = None, resume: bool = False, every: float | None = None,
+                     engine: dict[str, Any] | None = None, key: bytes | None = None,
+                     allow_large: bool = False) -> int:
+    """Validate the plan, lock and check the report directory, run (checkpointing every claim,
+    reusing checkpoints with ``resume``), write the report (signed under ``key`` when given) and
+    print the verdicts; one warning line when a fedaudit module ran from stale bytecode."""
+    from fedaudit.experiments.plan import load_plan
+    from fedaudit.experiments.runner import run_plan_to_dir
+    from fedaudit.reports.terminal import print_plan_report
+
+    plan = load_plan(plan_path, allow_large=allow_large)  # every plan mistake is reported before anything runs
+    header = (f"{'resuming' if resume else 'running'} {len(plan.claims)} claim(s) of {escape(str(plan_path))} "
+              f"(plan seed {plan.seed}, sha256 {plan.sha256[:12]}) into {escape(str(out_dir))}")
+    with PlanBars(len(plan.claims), quiet, every, header) as hooks:
+        # the directory (unwritable, locked by another run, not empty, foreign checkpoints) is
+        # refused inside, before the first claim runs
+        report, paths = run_plan_to_dir(plan, out_dir, force=force, resume=resume, progress=hooks, command=command,
+                                        engine=engine, key=key, allow_large=allow_large)
+    stale = (report.manifest.provenance or {}).get("stale_bytecode")
+    if stale:
+        err.print(f"fedaudit: warning: fedaudit ran bytecode that is not compiled from its source (a stale or planted "
+                  f".pyc) in {', '.join(stale)}; the report records it and verify refuses it: delete the __pycache__ "
+                  f"folders of the fedaudit package and run again", highlight=False, markup=False, soft_wrap=True)
+    print_plan_report(out, report, paths, print_html=print_html)
+    met = report.counts["PASS"]
+    return 0 if met == len(report.claims) else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    engine = plan_engine(args)
+    command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else [])
+                         + (["--resume"] if args.resume else []) + engine_command(args))
+    return run_plan_command(args.plan, args.out, force=args.force, quiet=args.quiet, command=command,
+                            resume=args.resume, every=args.progress_every, engine=engine, key=report_key(args),
+                            allow_large=args.allow_large)

@@ -1,0 +1,131 @@
+"""Option groups shared by several commands: progress, engine, aggregator keywords and the
+sparse-model flags, with the helpers that read them back (engine flags checked one at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fedaudit.errors import FedAuditError
+from fedaudit.cli.argtypes import count_arg, seconds_arg
+from fedaudit.cli.outputs import check_output_file
+from fedaudit.cli.progress import PROGRESS_EVERY, note
+
+
+def engine_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine flags of ``args`` (:func:`engine_options`) as keywords, checked before any work
+    with :func:`fedaudit.engine.check_run_options` one flag at a time, so a bad value is a
+    FedAuditError (exit 2) naming its flag. Unset flags stay None (the engine's default,
+    :func:`fedaudit.engine.default_backend`); only the flags the command has are returned."""
+    from fedaudit.engine import check_run_options
+
+    checkpoint = getattr(args, "checkpoint", None)
+    resume = args.resume if hasattr(args, "checkpoint") else False  # run/demo: --resume is the report's
+    values = (args.backend, args.workers, args.address, checkpoint, resume)
+    for flag, given in (("--backend", 1), ("--workers", 2), ("--address", 3), ("--resume", 5)):
+        try:
+            check_run_options(*values[:given])
+        except FedAuditError as exc:
+            raise FedAuditError(f"{flag}: {exc}") from None
+    flags = dict(backend=args.backend, workers=args.workers, address=args.address)
+    if not hasattr(args, "sequential_claims"):  # run/demo: the runner says it, for every claim's workers too
+        workers_notice(args, *check_run_options(args.backend, args.workers, args.address)[:2])
+    if hasattr(args, "checkpoint"):
+        check_output_file("--checkpoint", checkpoint)
+        flags.update(checkpoint=checkpoint, resume=resume)
+    return flags
+
+
+def workers_notice(args: argparse.Namespace, backend: str, workers: int | None) -> None:
+    """Say once that ``--workers`` (or FEDAUDIT_WORKERS) above the cores is capped there on the
+    process backend (:func:`fedaudit.engine.process_workers`), unless ``--allow-large``."""
+    from fedaudit.engine import available_cores
+
+    cores = available_cores()
+    if backend == "process" and workers is not None and workers > cores and not getattr(args, "allow_large", False):
+        note(f"workers = {workers} is more than the {cores} cores of this machine, so {cores} worker processes "
+                f"run (the result is the same); --allow-large starts {workers}", getattr(args, "quiet", False))
+
+
+def plan_engine_options(p: argparse.ArgumentParser) -> None:
+    """The engine flags of ``run`` and ``demo``: they override the plan's ``[engine]`` table."""
+    engine_options(p, "the claims and their audits (overrides the plan's [engine] table)",
+                    allow_large="accept claims estimated to need more than 8 GiB of memory or 24 core-hours (refused "
+                                "otherwise, with the estimate) and start more worker processes than cores")
+    p.add_argument("--sequential-claims", action="store_true",
+                   help="run the claims one after another (each still uses the backend), instead of independent "
+                        "claims in parallel")
+
+
+def plan_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_plan``'s ``engine`` overrides from the flags (only those given)."""
+    flags = {k: v for k, v in engine_flags(args).items() if v is not None}
+    if args.sequential_claims:
+        flags["parallel_claims"] = False
+    return flags
+
+
+def engine_command(args: argparse.Namespace) -> list[str]:
+    """The engine flags as given, for the command line recorded in the manifest."""
+    words = []
+    for flag in ("backend", "workers", "address"):
+        if getattr(args, flag) is not None:
+            words += [f"--{flag}", str(getattr(args, flag))]
+    return words + (["--sequential-claims"] if args.sequential_claims else []) + \
+        (["--allow-large"] if args.allow_large else [])
+
+
+def engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | None = None,
+                    allow_large: str = "start more worker processes than this machine has cores") -> None:
+    """Add ``--backend/--workers/--address/--allow-large`` (and, when ``checkpoint`` names what is
+    recorded, ``--checkpoint/--resume``) to ``p``: where ``what`` runs; the result is the same on
+    every backend. ``allow_large`` is the help of ``--allow-large``."""
+    eng = p.add_argument_group(f"engine (where {what} run; the result is the same on every backend)")
+    eng.add_argument("--backend", default=None, metavar="{process,serial,ray}",
+                     help="process: local worker processes; serial: this process; ray: Ray (pip install "
+                          "'fedaudit[ray]') (default process, or $FEDAUDIT_BACKEND)")
+    eng.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="worker processes (at most the cores unless --allow-large), or Ray tasks in flight / 2 "
+                          "(default: the CPUs, or $FEDAUDIT_WORKERS; at most 1024; ignored by serial)")
+    eng.add_argument("--allow-large", action="store_true", help=allow_large)
+    eng.add_argument("--address", default=None, metavar="ADDR",
+                     help="--backend ray: the cluster to join, 'auto' or [ray://]host:port (default: a new local "
+                          "instance)")
+    if checkpoint is not None:
+        eng.add_argument("--checkpoint", default=None, metavar="FILE",
+                         help=f"record each finished {checkpoint} here (JSON lines)")
+        eng.add_argument("--resume", action="store_true",
+                         help="continue --checkpoint FILE: only unfinished chunks are computed; a checkpoint of "
+                              "other arguments is refused")
+
+
+def progress_options() -> argparse.ArgumentParser:
+    """--quiet and --progress-every, shared by every command that runs for a while."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", action="store_true", help="no progress output (results are still printed)")
+    common.add_argument("--progress-every", type=seconds_arg, default=PROGRESS_EVERY, metavar="SECONDS",
+                        help=f"when stderr is not a terminal, print a progress line this often "
+                             f"(default {PROGRESS_EVERY:g}; 0: only one line per finished claim)")
+    return common
+
+
+def agg_param_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agg-param", action="append", default=None, metavar="[SPEC:]KEY=VALUE",
+                   help="a keyword of the aggregator's stages, repeatable, e.g. --agg-param s=2 for bucketing's "
+                        "bucket size or --agg-param bucketing+cwtm:s=2 for one spec only; an unknown key is an error")
+
+
+def sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:
+    p.add_argument("--density", type=float, default=0.05,
+                   help="target density ρ = m/|θ| of the model and the upload, in (0, 1) (default 0.05)")
+    if rounds:  # training: the dataset's default (train_sparse); the audited client: as audit_sparse_upload
+        p.add_argument("--temperature", type=float, default=None,
+                       help="temperature T of the gates' entropy regularizer, >= 0 (0: FLoPS; default: 0.05 on the "
+                            "synthetic data, 1e-4 on digits)")
+    else:
+        p.add_argument("--temperature", type=float, default=0.01,
+                       help="temperature T of the audited client's entropy regularizer, >= 0 (default 0.01)")
+    if rounds:
+        p.add_argument("--rounds", type=count_arg, default=100, help="communication rounds (default 100)")
+        p.add_argument("--clients", type=count_arg, default=10, help="clients (default 10)")
