@@ -1,7 +1,10 @@
-"""``python -m fedaudit.cli``: the ``fedaudit`` command (:func:`fedaudit.cli.main`)."""
+"""``python -m fedaudit.cli``: the ``fedaudit`` command (:func:`fedaudit.cli.main`).
+
+Guarded so that importing this module (walking the package) runs nothing."""
 
 import sys
 
 from fedaudit.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())
