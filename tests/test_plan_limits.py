@@ -197,8 +197,8 @@ def test_absurd_worker_counts_are_refused_everywhere(tmp_path, capsys, argv):
                     'mechanism = "laplace"\ndim = 1\nsamples = 1000\n')
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--allow-large"]) == 2
     assert "plan [engine]: key 'workers' must be an integer in [1, 1024], got 4096" in _one_line(capsys)
-    assert main(["audit", "variance", "--dim", "8", "--k", "2", "--samples", "200", *argv, "--allow-large"]) == 2
-    assert "--workers: workers must be an integer in [1, 1024]" in _one_line(capsys)
+    assert main(["audit", "variance", "--dim", "8", "--ks", "2", "--samples", "200", *argv, "--allow-large"]) == 2
+    assert "--workers must be an integer in [1, 1024]" in _one_line(capsys)
     with pytest.raises(FedAuditError, match=r"workers must be an integer in \[1, 1024\]"):
         list(run_tasks(abs, [1], workers=MAX_WORKERS + 1, backend="process"))
 
@@ -240,10 +240,10 @@ def test_a_plan_asking_more_workers_than_cores_runs_with_a_one_line_notice(tmp_p
     assert "fedaudit: note:" not in capsys.readouterr().err
     assert main(["run", str(path), "--out", str(tmp_path / "o3"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
-    assert main(["audit", "variance", "--dim", "8", "--k", "2", "--samples", "200", "--backend", "serial",
+    assert main(["audit", "variance", "--dim", "8", "--ks", "2", "--samples", "200", "--backend", "serial",
                  "--workers", "3"]) == 0  # serial: no processes, nothing to say
     assert "fedaudit: note:" not in capsys.readouterr().err
-    assert main(["audit", "variance", "--dim", "8", "--k", "2", "--samples", "200", "--backend", "process",
+    assert main(["audit", "variance", "--dim", "8", "--ks", "2", "--samples", "200", "--backend", "process",
                  "--workers", "3"]) == 0
-    assert ("fedaudit: note: workers = 3 is more than the 1 cores of this machine, so 1 worker processes run "
-            "(the result is the same); --allow-large starts 3") in capsys.readouterr().err
+    assert ("fedaudit: note: claim 'variance' workers = 3: more than the 1 cores of this machine, so at most 1 "
+            "worker processes run (the results are the same)") in capsys.readouterr().err

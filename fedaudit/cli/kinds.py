@@ -245,7 +245,7 @@ def cmd_kind(args: argparse.Namespace) -> int:
     validated, run it as the runner runs a claim and print the claim."""
     from fedaudit.experiments.kinds import claim_kind
     from fedaudit.experiments.plan import load_plan
-    from fedaudit.experiments.runner import run_claim, work_units
+    from fedaudit.experiments.runner import run_claim, work_units, workers_notice
     from fedaudit.reports.terminal import print_claim
 
     kind = claim_kind(args.kind_name)
@@ -261,6 +261,10 @@ def cmd_kind(args: argparse.Namespace) -> int:
     except FedAuditError as exc:
         raise FedAuditError(_flag_message(str(exc), keys, args.kind_command)) from None
     spec = plan.claims[0]
+    if not args.allow_large:  # the claim's own workers above the cores are capped: say so, as `run` does
+        capped = workers_notice(plan, {"backend": None, "workers": None, "address": None})
+        if capped:
+            note(capped, args.quiet)
     with progress_bar(work_units(spec), kind.unit, args.quiet, args.progress_every) as advance:
         claim = run_claim(spec, advance)
     print_claim(out, claim)
