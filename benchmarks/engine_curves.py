@@ -2,7 +2,7 @@
 
 Workloads (each asserted bit-identical on every backend):
 
-* ``prv-curve`` — :func:`fedaudit.experiments.kinds.dpsgd.accountant_curve` by Opacus's PRV
+* ``prv-curve`` — :func:`fedaudit.accounting.curves.epsilon_dpsgd_curve` by Opacus's PRV
   accountant, σ = 1, q = 0.01, 1000 steps, ``--points`` points (default 60): the ε(steps) figure
   of a ``dpsgd`` claim with ``accountant = "prv"`` (its points are independent chunks);
 * ``accounting`` — claim ``laplace-over-budget`` of ``fedaudit/plans/accounting.toml`` (Laplace
@@ -29,7 +29,7 @@ import os
 import time
 
 from fedaudit.engine import run_chunks
-from fedaudit.experiments.kinds.dpsgd import accountant_curve
+from fedaudit.accounting.curves import epsilon_dpsgd_curve
 from fedaudit.experiments.plan import load_plan
 from fedaudit.experiments.runner import run_claim
 from fedaudit.json import jsonable
@@ -58,8 +58,8 @@ def _claim(plan: str, claim_id: str):
 
 def workloads(points: int) -> dict:
     def prv(backend: str, workers: int | None):
-        return accountant_curve(1.0, 0.01, 1000, 1e-5, "prv", points, 0.0, lambda n: None, backend=backend,
-                                workers=workers)
+        return epsilon_dpsgd_curve(1.0, 0.01, 1000, 1e-5, "prv", points, 0.0, lambda n: None, backend=backend,
+                                   workers=workers)
 
     return {"prv-curve": prv, "accounting": _claim("fedaudit/plans/accounting.toml", "laplace-over-budget"),
             "convergence": _claim("fedaudit/plans/demo.toml", "nag-vs-gd")}

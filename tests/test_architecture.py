@@ -19,7 +19,7 @@ ROOT = Path(fedaudit.__file__).resolve().parent
 # Bottom (0) to top. A module may import its own layer or lower ones, never higher.
 LAYERS: dict[str, int] = {
     "errors": 0, "json": 0, "rng": 0, "validation": 0, "arrays": 0, "registry": 0, "locking": 0,
-    "engine": 0, "chain": 0, "guarantees": 0, "plans": 0, "kernels": 0, "version": 0,
+    "engine": 0, "progress": 0, "chain": 0, "guarantees": 0, "plans": 0, "kernels": 0, "version": 0,
     "mechanisms": 1, "defenses": 1,
     "attacks": 2, "accounting": 2,
     "fl": 3,
@@ -146,6 +146,46 @@ def test_reports_import_only_the_floor():
     assert not bad, "reports must render only:\n" + "\n".join(bad)
 
 
+KINDS = "fedaudit.experiments.kinds"
+
+
+def kind_module_imports(modules: dict[str, Path]) -> list[str]:
+    """Imports of a claim kind module (``fedaudit.experiments.kinds.<x>``) by any module but the
+    kind registry, ``fedaudit.experiments.kinds`` itself: a kind module holds one ClaimKind and
+    its evidence formatting, reached through the registry; library code lives in the layers
+    (audit, accounting, fl) and what kinds share in ``fedaudit.experiments``. Kinds importing
+    each other are caught too."""
+    bad = []
+    for m in modules:
+        if m == KINDS:
+            continue
+        for target, _ in _imports(m, modules):  # target: the module imported, or imported from
+            parts = target.split(".")
+            if len(parts) >= 4 and ".".join(parts[:3]) == KINDS and ".".join(parts[:4]) != m:
+                bad.append(f"{m} -> {'.'.join(parts[:4])}")
+    return sorted(set(bad))
+
+
+def test_only_the_kind_registry_imports_a_claim_kind_module():
+    bad = kind_module_imports(MODULES)
+    assert not bad, "claim kind modules imported outside the kind registry:\n" + "\n".join(bad)
+
+
+def test_each_kind_module_defines_one_claim_kind():
+    """Every module of the kinds package holds exactly one ClaimKind subclass of its own."""
+    import importlib
+
+    from fedaudit.experiments.kind import ClaimKind
+
+    for m in MODULES:
+        if not m.startswith(KINDS + "."):
+            continue
+        module = importlib.import_module(m)
+        own = [o for o in vars(module).values()
+               if isinstance(o, type) and issubclass(o, ClaimKind) and o.__module__ == m]
+        assert len(own) == 1, f"{m} defines {len(own)} ClaimKind classes, not one"
+
+
 @pytest.mark.parametrize("pattern", ["matplotlib.use(", "import matplotlib.pyplot", "from matplotlib import pyplot"])
 def test_no_process_wide_matplotlib_state(pattern):
     users = [str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py") if pattern in p.read_text(encoding="utf-8")]
@@ -161,6 +201,15 @@ def test_checker_sees_a_planted_upward_import(tmp_path):
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "mechanisms" / "probe.py").write_text(
         "from fedaudit.reports import model\nfrom fedaudit.audit.ldp import _x\n", encoding="utf-8")
+    (copy / "experiments" / "probe.py").write_text(
+        "from fedaudit.experiments.kinds.ldp import LDP\n", encoding="utf-8")
+    (copy / "experiments" / "kinds" / "probe.py").write_text(
+        "from fedaudit.experiments.kinds import dpsgd\nfrom fedaudit.experiments.kinds.probe import x\n",
+        encoding="utf-8")
+    (copy / "cli" / "probe.py").write_text("import fedaudit.experiments.kinds.accounting\n", encoding="utf-8")
     modules = _modules(copy)
     assert "fedaudit.mechanisms.probe -> fedaudit.reports.model" in upward_imports(modules)
     assert "fedaudit.mechanisms.probe imports _x from fedaudit.audit.ldp" in private_imports(modules)
+    assert kind_module_imports(modules) == ["fedaudit.cli.probe -> fedaudit.experiments.kinds.accounting",
+                                            "fedaudit.experiments.kinds.probe -> fedaudit.experiments.kinds.dpsgd",
+                                            "fedaudit.experiments.probe -> fedaudit.experiments.kinds.ldp"]

@@ -88,7 +88,7 @@ def test_the_curve_is_the_accountant_at_every_point_and_the_figure_carries_the_b
 
 
 def test_the_evidence_states_the_one_run_ceiling():
-    from fedaudit.experiments.kinds.dpsgd import one_run_ceiling
+    from fedaudit.experiments.evidence import one_run_ceiling
 
     assert one_run_ceiling(1000, 1e-5, 0.95) == pytest.approx(5.78, abs=0.01)  # Steinke et al., privacy.md §0
 

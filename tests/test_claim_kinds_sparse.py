@@ -102,7 +102,7 @@ def test_a_private_upload_run_at_four_times_its_stated_epsilon_fails_on_the_wors
 def test_digits_eflops_trains_well_above_chance_at_a_small_budget():
     """fedaudit sparse --method eflops --dataset digits: EFLoPS.for_networks (the class defaults
     stay at chance, 0.076); 20 rounds of 5 clients reach 0.78 (measured, seed 0), chance is 0.1."""
-    from fedaudit.experiments.kinds.sparse_upload import train_sparse
+    from fedaudit.fl.sparse_training import train_sparse
 
     res = train_sparse("eflops", "digits", rounds=20, clients=5, seed=0)
     assert res.metric == "accuracy" and res.score >= 0.6

@@ -1,5 +1,5 @@
 """The accountant curves on the engine: the ε(steps) curve of the dpsgd / fedavg-dp kinds
-(:func:`accountant_curve`) and the ε(rounds) curve of the accounting kind run their points as
+(:func:`~fedaudit.accounting.curves.epsilon_dpsgd_curve`) and the ε(rounds) curve of the accounting kind run their points as
 engine chunks; every point is the accountant's own value and the curve is bit-identical on the
 serial and the process backend (2 workers), whatever the grouping of points into chunks. The
 variance kind passes its plan keys backend/workers to the variance checker, and the convergence
@@ -15,9 +15,9 @@ import pytest
 from fedaudit.accounting import epsilon_dpsgd
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
-from fedaudit.experiments.kinds import accounting as acc_kind
-from fedaudit.experiments.kinds.accounting import CURVE_CHUNKS, account_schedule, curve_groups, curve_points
-from fedaudit.experiments.kinds.dpsgd import accountant_curve
+from fedaudit.accounting import curves
+from fedaudit.accounting.curves import CURVE_CHUNKS, curve_groups, curve_points, epsilon_dpsgd_curve
+from fedaudit.accounting.schedule import account_schedule, participations
 from fedaudit.experiments.plan import load_plan
 from fedaudit.experiments.runner import run_plan
 
@@ -28,7 +28,7 @@ TWO = {"backend": "process", "workers": 2}
 def one_point_chunks(monkeypatch):
     """A chunk per curve point (the driver groups the points), so that small curves span several
     chunks and the process backend really runs them on its workers."""
-    monkeypatch.setattr(acc_kind, "CURVE_MIN_POINTS", 1)
+    monkeypatch.setattr(curves, "CURVE_MIN_POINTS", 1)
 
 
 def plan(*claims):
@@ -48,7 +48,7 @@ def evidence_json(claim, drop=()) -> str:
 def test_curve_groups_cover_every_point_once_strided(n, chunks):
     groups = curve_groups(n)
     assert len(groups) == chunks
-    assert all(len(g) >= min(n, acc_kind.CURVE_MIN_POINTS) for g in groups)
+    assert all(len(g) >= min(n, curves.CURVE_MIN_POINTS) for g in groups)
     assert sorted(i for g in groups for i in g) == list(range(n))
     assert all(b - a == len(groups) for g in groups for a, b in zip(g, g[1:]))
 
@@ -56,22 +56,22 @@ def test_curve_groups_cover_every_point_once_strided(n, chunks):
 def test_rdp_curve_is_the_accountant_at_every_point():
     """Independent of the chunking: each point equals epsilon_dpsgd called directly (the serial
     loop of the pre-engine code), the last one is the given final value."""
-    xs, serial = accountant_curve(1.5, 0.05, 400, 1e-5, "rdp", 6, 9.0, lambda n: None, backend="serial")
+    xs, serial = epsilon_dpsgd_curve(1.5, 0.05, 400, 1e-5, "rdp", 6, 9.0, lambda n: None, backend="serial")
     assert xs == curve_points(400, 6) and serial[-1] == 9.0
     assert serial[:-1] == [epsilon_dpsgd(1.5, 0.05, n, 1e-5, "rdp").epsilon for n in xs[:-1]]
 
 
 def test_pld_curve_bounds_the_fine_accountant_and_is_identical_on_two_processes(monkeypatch, one_point_chunks):
     seen = []
-    xs, serial = accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, seen.append, backend="serial")
+    xs, serial = epsilon_dpsgd_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, seen.append, backend="serial")
     assert sum(seen) == len(xs) == 6
     # the curve is composed at a 10x coarser discretisation: an upper bound, close to the fine ε
     for i in (1, len(xs) - 2):
         fine = epsilon_dpsgd(2.0, 0.1, xs[i], 1e-5, "pld").epsilon
         assert fine - 1e-9 <= serial[i] <= fine * 1.02
-    assert accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None, **TWO) == (xs, serial)
-    monkeypatch.setattr(acc_kind, "CURVE_CHUNKS", 1)  # one chunk: the same bits
-    assert accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None, backend="serial") == (xs, serial)
+    assert epsilon_dpsgd_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None, **TWO) == (xs, serial)
+    monkeypatch.setattr(curves, "CURVE_CHUNKS", 1)  # one chunk: the same bits
+    assert epsilon_dpsgd_curve(2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None, backend="serial") == (xs, serial)
 
 
 def test_a_serial_chunk_gives_the_workers_bits_whatever_the_callers_blas_threads():
@@ -81,11 +81,11 @@ def test_a_serial_chunk_gives_the_workers_bits_whatever_the_callers_blas_threads
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from fedaudit.engine import run_chunks
-    from fedaudit.experiments.kinds.dpsgd import _curve_chunk
+    from fedaudit.accounting.curves import _gaussian_curve_chunk
 
     task = ((2.0, 0.1, 1e-5, "prv", None), [37, 73, 91])
     with threadpool_limits(2):
-        many = run_chunks(_curve_chunk, [task], backend="serial")[0]
+        many = run_chunks(_gaussian_curve_chunk, [task], backend="serial")[0]
         assert max(d["num_threads"] for d in threadpool_info()) == 2  # restored after the chunk
     with threadpool_limits(1):
         one = [epsilon_dpsgd(2.0, 0.1, n, 1e-5, "prv").epsilon for n in task[1]]
@@ -97,15 +97,15 @@ def test_prv_curve_is_identical_on_serial_and_two_processes():
     """Opacus's PRV ε moves in the last bit with the BLAS thread count (at 37, 73 and 91 of these
     points): the chunks run with one thread everywhere, so serial (this process, many BLAS
     threads) equals the workers."""
-    serial = accountant_curve(2.0, 0.1, 100, 1e-5, "prv", 12, 1.0, lambda n: None, backend="serial")
-    assert accountant_curve(2.0, 0.1, 100, 1e-5, "prv", 12, 1.0, lambda n: None, **TWO) == serial
+    serial = epsilon_dpsgd_curve(2.0, 0.1, 100, 1e-5, "prv", 12, 1.0, lambda n: None, backend="serial")
+    assert epsilon_dpsgd_curve(2.0, 0.1, 100, 1e-5, "prv", 12, 1.0, lambda n: None, **TWO) == serial
 
 
 def test_bad_engine_options_are_refused_before_any_work():
     with pytest.raises(FedAuditError, match="backend"):
-        accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 10, 1.0, lambda n: None, backend="threads")
+        epsilon_dpsgd_curve(2.0, 0.1, 60, 1e-5, "pld", 10, 1.0, lambda n: None, backend="threads")
     with pytest.raises(FedAuditError, match="workers"):
-        accountant_curve(2.0, 0.1, 60, 1e-5, "pld", 10, 1.0, lambda n: None, backend="process", workers=0)
+        epsilon_dpsgd_curve(2.0, 0.1, 60, 1e-5, "pld", 10, 1.0, lambda n: None, backend="process", workers=0)
 
 
 RR = {"id": "rr", "kind": "accounting", "mechanism": "rr", "dim": 2, "epsilon": 1.0, "rounds": 50,
@@ -116,14 +116,13 @@ def test_accounting_curve_is_each_schedule_composed_and_identical_on_two_process
     (serial,) = run_plan(plan({**RR, "backend": "serial"})).claims
     curve = serial.evidence["curve"]
     # independent of the engine: the point at r rounds is the schedule cut after r rounds
-    from fedaudit.experiments.kinds.accounting import participations
     from fedaudit.mechanisms.registry import make_mechanism
 
     mech = make_mechanism("rr", 2, 1.0)
     r = curve["rounds"][3]
     c, t = participations(r, 0.5, "tail", 1e-6)
     assert curve["epsilon"][3] == account_schedule(mech, count=c, method="pld", delta=1e-6 - t,
-                                                   discretization=acc_kind.CURVE_DISCRETIZATION)[0]
+                                                   discretization=curves.CURVE_DISCRETIZATION)[0]
     assert curve["epsilon"][-1] == serial.evidence["epsilon"]
     (two,) = run_plan(plan({**RR, **TWO})).claims
     assert evidence_json(two) == evidence_json(serial)
@@ -136,7 +135,7 @@ def test_accounting_claim_and_accountant_curve_on_ray_equal_serial(ray_local, on
     (on_ray,) = run_plan(plan({**RR, "backend": "ray"})).claims
     assert evidence_json(on_ray) == evidence_json(serial)
     curve = (2.0, 0.1, 60, 1e-5, "pld", 6, 1.0, lambda n: None)
-    assert accountant_curve(*curve, backend="ray") == accountant_curve(*curve, backend="serial")
+    assert epsilon_dpsgd_curve(*curve, backend="ray") == epsilon_dpsgd_curve(*curve, backend="serial")
     assert ray_local.is_initialized()  # the caller's instance is left running
 
 

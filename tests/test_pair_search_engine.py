@@ -14,7 +14,7 @@ from test_cli_engine import evidence
 from conftest import reseal_checkpoint
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kinds.ldp import audit_pair
+from fedaudit.audit.pairs import audit_pair
 from fedaudit.json import dumps
 from fedaudit.mechanisms.laplace import Laplace
 from fedaudit.mechanisms.randomized_response import RandomizedResponse

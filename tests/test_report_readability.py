@@ -14,7 +14,7 @@ from scipy import stats
 
 from fedaudit.errors import FedAuditError
 from fedaudit.audit.convergence import plateau_status
-from fedaudit.experiments.kinds.ldp import pair_power
+from fedaudit.audit.pairs import pair_power
 from fedaudit.experiments.kinds.stress import stress_plots
 from fedaudit.experiments.kinds.variance import slope_ci
 from fedaudit.reports.model import flatten_evidence

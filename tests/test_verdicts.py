@@ -175,12 +175,12 @@ def _canary_audit(one_run: float, gdp: float, canaries: int = 1000):
 
 
 def test_a_canary_audit_says_its_gdp_value_is_an_estimate_not_a_bound():
-    from fedaudit.experiments.kinds.dpsgd import audit_evidence
+    from fedaudit.experiments.evidence import canary_evidence
 
     common = dict(count_name="steps", count=10, delta=1e-5, confidence=0.95, curve=([10], [2.0]), expect="pass",
                   what="DP-SGD", extra={})
-    found = audit_evidence(_canary_audit(0.4, 2.7), claimed_epsilon=3.0, **common)
+    found = canary_evidence(_canary_audit(0.4, 2.7), claimed_epsilon=3.0, **common)
     assert found.caveats == ("the GDP ε 2.700 is an estimate, not a bound: the verdict rests on the certified "
                              "one-run bounds",)
-    few = audit_evidence(_canary_audit(0.4, 2.7, canaries=10), claimed_epsilon=3.0, **common)
+    few = canary_evidence(_canary_audit(0.4, 2.7, canaries=10), claimed_epsilon=3.0, **common)
     assert len(few.caveats) == 2 and few.caveats[1].startswith("with 10 canaries the Steinke bound cannot exceed ε = ")

@@ -2,7 +2,8 @@
 
 * :func:`audit_ldp` / :func:`audit_worst_case` — certified lower bounds on a randomizer's ε
   (sampling → distinguishers → :class:`ScoreAuditor`; :func:`audit_ldp_streams` draws from a
-  given ``SeedSequence``);
+  given ``SeedSequence``); :func:`audit_pair` certifies a named pair of :data:`LDP_PAIRS` (or the
+  searched one), :func:`pair_power` says how much of a claim the pair can test;
 * :class:`ScoreAuditor` — certified ε lower bounds from attack scores (scores in, bound out);
 * :meth:`ScoreAuditor.one_run` / :func:`one_run_epsilon` / :func:`one_run_epsilon_fdp` — one-run
   bounds from m canaries (Steinke–Nasr–Jagielski 2023; the f-DP analysis of Mahloujifar–Melis–
@@ -27,6 +28,7 @@ from fedaudit.audit.gdp import GDPAudit, gdp_epsilon
 from fedaudit.audit.ldp import LDPAudit, audit_ldp, audit_ldp_streams
 from fedaudit.audit.one_run import OneRunAudit, one_run_audit, one_run_epsilon, one_run_epsilon_fdp, one_run_p_value
 from fedaudit.audit.pair_search import PairSearch, audit_worst_case, search_pairs
+from fedaudit.audit.pairs import LDP_PAIRS, audit_pair, input_pair, pair_power
 from fedaudit.audit.scores import BonferroniSelection, ScoreAudit, ScoreAuditor, SplitSelection
 from fedaudit.audit.variance import MSEResult, VarianceCurve, measure_mse, variance_vs_dk
 
@@ -55,6 +57,7 @@ def __getattr__(name):  # these pull in defenses, attacks, fl or torch: load on 
 __all__ = [
     "ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection",
     "LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_worst_case", "search_pairs", "PairSearch",
+    "LDP_PAIRS", "audit_pair", "input_pair", "pair_power",
     "audit_robustness", "RobustnessAudit",
     "OneRunAudit", "one_run_audit", "one_run_epsilon", "one_run_epsilon_fdp", "one_run_p_value",
     "GDPAudit", "gdp_epsilon", "audit_dpsgd", "DPSGDAudit", "audit_dpfedavg", "DPFedAvgAudit",

@@ -26,7 +26,7 @@ above the cap can never be refuted.
 Not on the engine: the training run is one Markov chain (step t starts from θ_{t−1}), so it
 runs in this process and cannot be split into chunks; the one-run bounds over the guess grid
 take 0.2–0.4 s for 1000–5000 canaries (measured). What an audit claim computes besides it, the accountant's
-ε curve, runs as engine chunks (:func:`fedaudit.experiments.kinds.dpsgd.accountant_curve`).
+ε curve, runs as engine chunks (:func:`fedaudit.accounting.curves.epsilon_dpsgd_curve`).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ canaries all guessed right: ≈ 5.78 at δ = 1e-5), so claims above the cap cann
 
 Not on the engine: the training run is sequential (round t starts from θ_{t−1}) and runs in this
 process; the accountant's ε curve of a claim runs as engine chunks
-(:func:`fedaudit.experiments.kinds.dpsgd.accountant_curve`).
+(:func:`fedaudit.accounting.curves.epsilon_dpsgd_curve`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 LDP is a worst case over pairs; an audit of one pair certifies only that pair. The search
 scores structured candidates — ±clip·e_i, ±clip·1/√d, antipodal random directions, 0 against
-the boundary (one-hot pairs e_i, e_j for categorical mechanisms) — then runs a few rounds of
+the boundary (one-hot pairs e_i, e_j for a mechanism with
+``categorical_inputs``) — then runs a few rounds of
 local search around the best ones. Each candidate is ranked by the certified bound of a small
 audit on its own seeded stream (in white box the exact loss of the pair breaks ties); the
 winner is then certified by :func:`fedaudit.audit.ldp.audit_ldp` on fresh draws. Because the
@@ -36,12 +37,11 @@ from fedaudit.audit.ldp import audit_ldp_streams, audit_notes
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
-from fedaudit.mechanisms.base import Mechanism
-from fedaudit.mechanisms.randomized_response import RandomizedResponse
+from fedaudit.mechanisms.base import Mechanism, has_categorical_inputs
 from fedaudit.rng import as_seed_sequence
 from fedaudit.validation import check_int, check_positive
 
-__all__ = ["PairSearch", "is_categorical", "structured_pairs", "search_pairs", "audit_worst_case"]
+__all__ = ["PairSearch", "structured_pairs", "search_pairs", "audit_worst_case"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,6 @@ class PairSearch:
                          "candidates": self.candidates,
                          "x0": self.x0.tolist() if self.x0.size <= 4096 else None,
                          "x1": self.x1.tolist() if self.x1.size <= 4096 else None})
-
-
-def is_categorical(mechanism: Any) -> bool:
-    """Whether ``mechanism``'s inputs are categories (one-hot vectors): its pairs are e_i, e_j."""
-    return isinstance(mechanism, RandomizedResponse)
 
 
 def structured_pairs(dim: int, clip: float, rng: np.random.Generator, *, n_random: int = 2,
@@ -150,7 +145,7 @@ def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: flo
     rounds = check_int("rounds", rounds, low=0, high=100)
     check_run_options(backend, workers, address)
     cand_seq, local_seq, score_seq = streams.spawn(3)
-    categorical = is_categorical(mechanism)
+    categorical = has_categorical_inputs(mechanism)
     pairs = structured_pairs(dim, clip, np.random.default_rng(cand_seq), categorical=categorical)
     scored: list[tuple[tuple[float, float], str, np.ndarray, np.ndarray, float | None]] = []
     score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))

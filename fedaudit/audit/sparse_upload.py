@@ -54,15 +54,28 @@ from fedaudit.mechanisms.gated import MAX_LOG_PROB_M, GatedPrivateUpload
 from fedaudit.rng import derive_seed
 from fedaudit.validation import check_choice, check_int, check_real
 
-__all__ = ["SparseUploadAudit", "UPLOADS", "PAIRS", "audit_sparse_upload", "neighbouring_datasets", "UploadSampler",
+__all__ = ["SparseUploadAudit", "UPLOADS", "UPLOAD_PAIRS", "audit_sparse_upload", "neighbouring_datasets", "UploadSampler",
            "packet_row", "audit_upload", "WorstPair", "WorstPairAudit", "worst_pair", "audit_worst_pair",
            "ReducedReports", "WORST_SUFFIX"]
 
 #: the audited uploads: the plain top-m gated upload and its private variant ("gated-private")
 UPLOADS = ("plain", "private")
 
-#: the audited pairs: neighbouring datasets ("data"), the mechanism's worst input pair ("worst"), both
-PAIRS = ("data", "worst", "both")
+#: what a sparse-upload audit compares: neighbouring datasets ("data"), the mechanism's worst input
+#: pair ("worst"), or both (the vector pairs of an LDP audit are :data:`fedaudit.audit.pairs.LDP_PAIRS`)
+UPLOAD_PAIRS = ("data", "worst", "both")
+
+
+def __getattr__(name: str) -> Any:
+    """``PAIRS``, the former name of :data:`UPLOAD_PAIRS`, with a ``DeprecationWarning`` (it
+    will be removed in the next release)."""
+    if name == "PAIRS":
+        import warnings
+
+        warnings.warn("fedaudit.audit.sparse_upload.PAIRS is deprecated: use UPLOAD_PAIRS (the LDP audit's pairs "
+                      "are fedaudit.audit.pairs.LDP_PAIRS)", DeprecationWarning, stacklevel=2)
+        return UPLOAD_PAIRS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: the two audited inputs of the black-box game: the indicator of D0 / D1
 X0, X1 = np.zeros(1), np.ones(1)
@@ -521,7 +534,7 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     stated = epsilon if claimed_epsilon is None else check_real("claimed_epsilon", claimed_epsilon, low=0.0,
                                                                 open_low=True)
     pair = check_choice("pair", "data" if pair is None and upload == "plain" else "both" if pair is None else pair,
-                        PAIRS)
+                        UPLOAD_PAIRS)
     if upload == "plain" and pair != "data":
         raise FedAuditError(f"pair must be 'data' for the plain upload (deterministic given the update: it has no "
                             f"finite ε on a worst pair), got pair={pair!r}")

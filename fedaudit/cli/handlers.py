@@ -108,7 +108,7 @@ def cmd_audit_variance(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_ldp(args: argparse.Namespace) -> int:
-    from fedaudit.experiments.kinds.ldp import SEARCH_CANDIDATES, audit_pair
+    from fedaudit.audit.pairs import SEARCH_CANDIDATES, audit_pair
     from fedaudit.reports.terminal import print_ldp_audit
 
     check_output_file("--json", args.json)
@@ -177,7 +177,7 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
 def cmd_audit_robustness(args: argparse.Namespace) -> int:
     from fedaudit.audit.robustness import audit_robustness, progress_units
     from fedaudit.defenses.registry import make_aggregator
-    from fedaudit.experiments.kinds.robustness import robustness_caveats
+    from fedaudit.experiments.evidence import robustness_caveats
     from fedaudit.reports.terminal import print_robustness
 
     check_output_file("--json", args.json)
@@ -229,7 +229,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
     """``fedaudit audit dpsgd``: one Opacus run with canaries; exit 1 when a certified bound exceeds
     the accountant's ε."""
     from fedaudit.audit.dpsgd_audit import audit_dpsgd
-    from fedaudit.experiments.kinds.dpsgd import cumulative
+    from fedaudit.progress import increments_from_totals
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
@@ -239,7 +239,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
                           sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, canaries=args.canaries,
                           dataset=args.dataset, threat=args.threat,
                           claimed_noise_multiplier=args.claimed_noise_multiplier, seed=args.seed,
-                          progress=cumulative(advance), confidence=args.confidence, accountant=args.accountant,
+                          progress=increments_from_totals(advance), confidence=args.confidence, accountant=args.accountant,
                           learning_rate=args.learning_rate)
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
     canary_audit_plot(args.plot, res, "steps", res.steps, engine)
@@ -250,7 +250,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
 def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
     """``fedaudit audit fedavg-dp``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
     from fedaudit.audit.fedavg_audit import audit_dpfedavg
-    from fedaudit.experiments.kinds.dpsgd import cumulative
+    from fedaudit.progress import increments_from_totals
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
@@ -260,7 +260,7 @@ def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
                              rounds=args.rounds, delta=args.delta, canaries=args.canaries, clients=args.clients,
                              claimed_noise_multiplier=args.claimed_noise_multiplier, dataset=args.dataset,
                              local_lr=args.local_lr, local_steps=args.local_steps, server_lr=args.server_lr,
-                             confidence=args.confidence, seed=args.seed, progress=cumulative(advance))
+                             confidence=args.confidence, seed=args.seed, progress=increments_from_totals(advance))
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
     canary_audit_plot(args.plot, res, "rounds", res.rounds, engine)
     write_json(args.json, res)
@@ -283,7 +283,7 @@ def _check_sparse_options(args: argparse.Namespace) -> None:
 def cmd_sparse(args: argparse.Namespace) -> int:
     """``fedaudit sparse``: train one sparse method, print its test metric, support recovery,
     realised density and bytes per client per round next to dense FedAvg."""
-    from fedaudit.experiments.kinds.sparse_upload import train_sparse
+    from fedaudit.fl.sparse_training import train_sparse
 
     _check_sparse_options(args)
     check_output_file("--json", args.json)
@@ -413,11 +413,11 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
                   rows, notes)
     data["accounts"] = {m: r.to_dict() for m, r in results.items()}
     if args.plot:
-        from fedaudit.experiments.kinds.dpsgd import accountant_curve
+        from fedaudit.accounting.curves import epsilon_dpsgd_curve
 
         first = results[methods[0]]
-        xs, ys = accountant_curve(sigma, args.sample_rate, count, args.delta, methods[0], 30, first.epsilon,
-                                  lambda n: None, **engine)
+        xs, ys = epsilon_dpsgd_curve(sigma, args.sample_rate, count, args.delta, methods[0], 30, first.epsilon,
+                                     lambda n: None, **engine)
         save_plot(args.plot, {"type": "epsilon_vs_steps", "title": f"{label} ε against {unit} "
                                                                     f"({'z' if client else 'σ'} = {sigma:.4g}, "
                                                                     f"q = {args.sample_rate:g})",

@@ -74,11 +74,12 @@ def canary_audit_plot(path: str | None, res, count_name: str, count: int, engine
     """``--plot`` of a canary audit: the accountant's ε curve (its points on the engine) with the
     audited bounds at the end."""
     if path:
-        from fedaudit.experiments.kinds.dpsgd import accountant_curve, audit_plot
+        from fedaudit.accounting.curves import epsilon_dpsgd_curve
+        from fedaudit.experiments.evidence import canary_plot
 
-        curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, count, res.delta,
-                                 res.accountant.method, 30, res.accountant.epsilon, lambda n: None, **engine)
-        save_plot(path, audit_plot(res, count_name=count_name, count=count, claimed_epsilon=None, delta=res.delta,
+        curve = epsilon_dpsgd_curve(res.claimed_noise_multiplier, res.sample_rate, count, res.delta,
+                                    res.accountant.method, 30, res.accountant.epsilon, lambda n: None, **engine)
+        save_plot(path, canary_plot(res, count_name=count_name, count=count, claimed_epsilon=None, delta=res.delta,
                                     confidence=res.confidence, curve=curve))
 
 

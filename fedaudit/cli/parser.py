@@ -81,7 +81,7 @@ _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
-    from fedaudit.experiments.kinds.ldp import PAIRS
+    from fedaudit.audit.pairs import LDP_PAIRS
 
     parser = Parser(prog="fedaudit", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Audit the privacy and Byzantine robustness of federated learning.",
@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=count_arg, default=1_000_000, help="draws per input (default 1e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bound, in (0, 1)")
     p.add_argument("--test", default="auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ...")
-    p.add_argument("--pair", default="antipodal", choices=(*PAIRS, "search"),
+    p.add_argument("--pair", default="antipodal", choices=(*LDP_PAIRS, "search"),
                    help="the audited input pair, or 'search' for the worst pair found (default antipodal)")
     p.add_argument("--search-samples", type=count_arg, default=20_000,
                    help="draws per input per candidate pair with --pair search (default 20000)")
@@ -269,8 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sparse", parents=[progress],
                        help="train a sparse federated model (E-FLoPS, Fed-IHT, FedAvg + pruning): test metric, "
                             "support recovery, realised density, bytes per client per round")
-    p.add_argument("--method", default="eflops", choices=("eflops", "fediht", "fedavg-prune"),
-                   help="eflops (probabilistic gates, default), fediht (Fed-HT) or fedavg-prune (FedAvg, then magnitude pruning)")
+    p.add_argument("--method", default="eflops", metavar="NAME",
+                   help="a sparse method of fedaudit.fl.registry.SPARSE_METHODS: eflops (probabilistic gates, "
+                        "default), fediht or fed-ht (Fed-HT), fediter-ht (FedIter-HT), fedavg-prune (FedAvg, then "
+                        "magnitude pruning), or a registered method of your own / 'package.module:attr'")
     p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"),
                    help="synthetic (planted sparse regression, d >> N; default) or digits (8x8, classification)")
     sparse_model_options(p, rounds=True)

@@ -1,5 +1,5 @@
-"""Plan-time checks of the components a claim names (aggregator specs, their keywords, attacks),
-shared by the claim kinds that build a server rule or an attack.
+"""Plan-time checks of the components a claim names (mechanisms, aggregator specs, their keywords,
+attacks), shared by the claim kinds that build a randomizer, a server rule or an attack.
 
 Each check builds or looks up the component once, before anything runs, so a wrong name, a
 keyword no stage takes or a rejected value is one :class:`~fedaudit.errors.FedAuditError` naming
@@ -13,8 +13,30 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import key_error, show
 
-__all__ = ["normalise_spec", "check_attacks", "check_aggregator", "accepted_keywords", "flat_params",
+__all__ = ["check_mechanism_key", "build_mechanism", "normalise_spec", "check_attacks", "check_aggregator", "accepted_keywords", "flat_params",
            "params_per_spec", "optimizer_names", "dataset_names"]
+
+
+def check_mechanism_key(where: str, p: dict[str, Any]) -> None:
+    """Normalise ``p["mechanism"]`` (registered names are case-insensitive; ``module:attr`` as
+    given) and refuse a name the mechanism registry cannot resolve."""
+    from fedaudit.mechanisms.registry import MECHANISMS
+
+    if ":" not in p["mechanism"]:
+        p["mechanism"] = p["mechanism"].lower()
+    try:
+        MECHANISMS.factory(p["mechanism"])
+    except FedAuditError as exc:
+        raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
+
+
+def build_mechanism(p: Mapping[str, Any]) -> Any:
+    """The mechanism of a claim's parameters (``make_mechanism`` with the plan keys ``mechanism``,
+    ``dim``, ``epsilon``, ``k``, ``levels``, ``clip``, ``delta`` and ``rotate``)."""
+    from fedaudit.mechanisms.registry import make_mechanism
+
+    return make_mechanism(p["mechanism"], p["dim"], p["epsilon"], k=p["k"], levels=p["levels"], clip=p["clip"],
+                          delta=p["delta"], rotate=p["rotate"])
 
 
 def normalise_spec(spec: str) -> str:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
            "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError", "Cost", "MEMORY_BUDGET",
-           "TIME_BUDGET", "BASE_MEMORY", "SEED_BYTES", "draw_cost"]
+           "TIME_BUDGET", "BASE_MEMORY", "SEED_BYTES", "CLIENT_ROUND_SECONDS", "draw_cost"]
 
 #: ``progress(n)``: n more units of the claim's work are done
 Progress = Callable[[int], None]
@@ -70,6 +70,9 @@ BASE_MEMORY = 128 * 2**20
 #: memory per seeded block of draws a sampling audit keeps for its whole run (a ``SeedSequence``
 #: and the block's size, about 400 bytes measured, rounded up)
 SEED_BYTES = 512
+#: core-seconds of one client's round of training in a stress cell or a convergence run (measured
+#: on the digits dataset, 1-3 ms): the rate the ``stress`` and ``convergence`` kinds' estimates use
+CLIENT_ROUND_SECONDS = 2.5e-3
 
 
 def _bytes(n: float) -> str:

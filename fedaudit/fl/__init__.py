@@ -17,8 +17,10 @@ the server optimizers and the training loop, and the gossip simulator.
   (:func:`train_eflops`: density-constrained, entropy-regularised federated sparse learning);
 * :mod:`fedaudit.fl.sparse_data` / :mod:`fedaudit.fl.sparse_baselines` — scarce sparse regression,
   federated digits/MNIST and gene-expression CSVs; Fed-HT, FedIter-HT and FedAvg + pruning;
+* :mod:`fedaudit.fl.sparse_training` — :func:`train_sparse`: one run of a registered sparse method
+  on a built-in dataset (``fedaudit sparse``), :class:`SparseTraining`;
 * :mod:`fedaudit.fl.gossip` — :func:`simulate_gossip` (decentralised robust gossip);
-* :mod:`fedaudit.fl.registry` — optimizers, partitions and datasets by name.
+* :mod:`fedaudit.fl.registry` — optimizers, partitions, datasets and sparse methods by name.
 """
 
 from fedaudit.fl.data import (
@@ -59,6 +61,7 @@ from fedaudit.fl.registry import (
 from fedaudit.fl.sparse_baselines import train_fed_ht, train_fedavg_prune, train_fediter_ht
 from fedaudit.fl.sparse_data import (ORIENTATIONS, FederatedData, load_gene_csv, r2_score, scarce_regression,
                                      support_recovery)
+from fedaudit.fl.sparse_training import SparseTraining, train_sparse
 from fedaudit.fl.training import Trace, run
 
 __all__ = [
@@ -74,7 +77,7 @@ __all__ = [
     "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete",
     "ErrorFeedback", "data_free_gates",
     "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv", "ORIENTATIONS",
-    "r2_score", "support_recovery", "GossipTrace", "simulate_gossip",
+    "r2_score", "support_recovery", "SparseTraining", "train_sparse", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
 ]

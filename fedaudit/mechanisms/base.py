@@ -23,7 +23,7 @@ from fedaudit.guarantees import Guarantee, epsilon_delta
 from fedaudit.validation import check_int, check_matrix, check_positive, check_vector
 from fedaudit.rng import RngLike, as_generator
 
-__all__ = ["Mechanism", "GridMechanism", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
+__all__ = ["Mechanism", "GridMechanism", "has_categorical_inputs", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
            "halfspace_pair_sup", "MAX_LEVELS", "check_levels"]
 
 #: largest number of quantization levels a mechanism accepts: the level grid is one float64 array
@@ -127,6 +127,12 @@ def _checked_pair_hook(hook: Any) -> Any:
     return epsilon_for_pair
 
 
+def has_categorical_inputs(target: Any) -> bool:
+    """True when ``target`` (a mechanism, or any sampler an audit takes) declares categorical
+    one-hot inputs through :attr:`Mechanism.categorical_inputs`; False when it does not say."""
+    return bool(getattr(target, "categorical_inputs", False))
+
+
 class Mechanism(ABC):
     """Abstract local randomizer.
 
@@ -166,6 +172,11 @@ class Mechanism(ABC):
     #: True for an algorithm kept as published (:mod:`fedaudit.mechanisms.published`) whose
     #: claimed guarantee is known not to hold; listings mark it "NOT LDP (as published)".
     as_published: bool = False
+    #: True for a mechanism whose inputs are categories given as one-hot vectors e_c (k-ary
+    #: randomized response): an LDP audit then tests the one-hot pair e0 vs e1 instead of a
+    #: vector pair, and the pair search tries one-hot candidates only. A mechanism of your own
+    #: over categories sets it too (:func:`has_categorical_inputs` reads it).
+    categorical_inputs: bool = False
     dim: int
     #: the claimed guarantee per report (None: no claim)
     guarantee: Guarantee | None

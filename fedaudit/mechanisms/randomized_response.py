@@ -72,6 +72,7 @@ class RandomizedResponse(Mechanism):
     """
 
     name = "rr"
+    categorical_inputs = True
     one_hot = staticmethod(one_hot)
 
     def __init__(self, k: int, epsilon: float):

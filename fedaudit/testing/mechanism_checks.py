@@ -34,10 +34,11 @@ def _pairs(m: Mechanism, inputs: Sequence[tuple[Any, Any]] | None, seed: int) ->
     if inputs is not None:
         return [(f"pair #{i + 1}", np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
                 for i, (a, b) in enumerate(inputs)]
-    from fedaudit.audit.pair_search import is_categorical, structured_pairs
+    from fedaudit.audit.pair_search import structured_pairs
+    from fedaudit.mechanisms.base import has_categorical_inputs
 
     clip = float(getattr(m, "clip", 1.0))
-    return structured_pairs(m.dim, clip, np.random.default_rng(seed), categorical=is_categorical(m))
+    return structured_pairs(m.dim, clip, np.random.default_rng(seed), categorical=has_categorical_inputs(m))
 
 
 def _z(alpha: float, comparisons: int) -> float:

@@ -8,206 +8,35 @@ mechanism's own privacy loss distribution, :func:`fedaudit.accounting.pld.pld_of
 holds when it is at most ``max_epsilon``; otherwise the budget is violated (the computation is
 deterministic, so the verdict is never inconclusive).
 
-Schedule.
-
-* ``sampling = q`` is the probability that the client takes part in a round. Under local DP the
-  server sees who reports, so subsampling does **not** amplify privacy: each report is a full
-  ε-LDP release. ``participation = "every-round"`` (the default) accounts the worst case, a client
-  that takes part in all ``rounds``. ``participation = "tail"`` uses that the participation
-  pattern S is independent of the data: conditioned on S the view is the |S|-fold composition,
-  so with K = |S| ~ Bin(rounds, q) and k the smallest integer with ``P[K > k] ≤ δ/2`` the run is
-  (ε_k, δ_k + P[K > k])-DP, where (ε_k, δ_k) composes k reports at δ_k = δ − P[K > k].
-* ``shuffle_n = n``: each round's reports go through a shuffler in batches of at least n
-  (with sampling, give the smallest batch a round may have). A round is then (ε_s, δ_s)-DP by
-  :func:`fedaudit.accounting.shuffle_epsilon` (Feldman, McMillan, Talwar 2021; any pure ε0-LDP
-  mechanism) or, with ``shuffle_method = "blanket"`` for k-ary randomized response, by the privacy
-  blanket (:func:`fedaudit.accounting.blanket_epsilon`; Balle, Bell, Gascón, Nissim 2019). Here
-  δ_s = δ'/k for basic and s·δ'/k for advanced and PLD, which keep the rest as slack (the share s
-  of :data:`SHUFFLE_SHARES` with the smallest ε is kept), δ' being the δ left for the k composed
-  rounds. Where shuffling certifies no amplification, the round is charged its ε0 (with no δ).
+The schedule — ``sampling`` and ``participation`` ("every-round" charges every round; "tail"
+charges the k rounds with P[Bin(rounds, sampling) > k] ≤ δ/2 and adds that probability to δ),
+``shuffle_n`` and ``shuffle_method`` (shuffle-model amplification, or the privacy blanket of k-ary
+randomized response) — is accounted by :func:`fedaudit.accounting.schedule.account_schedule`;
+its module docstring states the rules. Under local DP, sampling does **not** amplify privacy:
+the server sees who reports. With sampling, give ``shuffle_n`` as the smallest batch a round may
+have.
 
 Evidence: the per-report and per-round guarantees, the composed (ε, δ) by ``method``, the same
 schedule composed by the other two methods (``references``), and ε after 1…rounds rounds
 (the ``epsilon_vs_steps`` figure with the budget as a line; PLD points before the last are
 computed at a 10× coarser discretisation, still an upper bound). The curve's points are independent:
-they run as engine chunks (:func:`run_curve`; plan keys ``backend`` and ``workers``), each point
+they run as engine chunks (:func:`fedaudit.accounting.schedule.schedule_curve`; plan keys ``backend`` and ``workers``), each point
 computed on its own, so the evidence is bit-identical on every backend and worker count.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import warnings
 from typing import Any, Mapping
 
-import numpy as np
-
 from fedaudit.errors import FedAuditError
+from fedaudit.experiments.components import build_mechanism, check_mechanism_key
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 
-__all__ = ["Accounting", "participations", "curve_points", "curve_groups", "run_curve", "account_schedule",
-           "CURVE_CHUNKS", "CURVE_MIN_POINTS"]
+__all__ = ["Accounting"]
 
 METHOD_NAMES = {"basic": "basic composition", "advanced": "advanced (KOV)", "pld": "PLD"}
-#: the discretisation of PLD composition (dp-accounting's default) and of the curve's other points
-PLD_DISCRETIZATION = 1e-4
-CURVE_DISCRETIZATION = 1e-3
-#: largest total privacy loss (reports × per-report ε) composed by PLD: the composed distribution's
-#: support grows with it (1000 reports of ε = 1 at 1e-4 hold ~480 MB); beyond it use 'advanced',
-#: exact for equal per-report guarantees
-PLD_MAX_LOSS = 250.0
-
-
-def participations(rounds: int, sampling: float, participation: str, delta: float) -> tuple[int, float]:
-    """(k, tail): the number of reports accounted and the δ spent on ``P[K > k]``.
-
-    ``every-round``: ``(rounds, 0)``. ``tail``: the smallest k with ``P[Bin(rounds, q) > k] ≤ δ/2``
-    and that probability (module docstring)."""
-    if participation == "every-round" or sampling >= 1.0:
-        return rounds, 0.0
-    from scipy.stats import binom
-
-    k = max(0, int(binom.isf(delta / 2, rounds, sampling)) - 1)
-    while k < rounds and binom.sf(k, rounds, sampling) > delta / 2:  # isf is a float search: step to the exact k
-        k += 1
-    return k, float(binom.sf(k, rounds, sampling)) if k < rounds else 0.0
-
-
-def curve_points(rounds: int, points: int) -> list[int]:
-    """Up to ``points`` distinct round counts from 1 to ``rounds``, evenly spaced, ``rounds`` last."""
-    return [int(v) for v in np.unique(np.round(np.linspace(1, rounds, min(points, rounds))).astype(int))]
-
-
-#: most engine chunks an ε curve is split into
-CURVE_CHUNKS = 8
-#: fewest points in a chunk: a point takes 10–70 ms of CPU (a DP-SGD PLD self-composition ~12 ms,
-#: PRV ~70 ms, a mechanism's PLD ~0.2 s), so 8 keep Ray's ~5 ms per task near or under 5 % of the work
-CURVE_MIN_POINTS = 8
-
-
-def curve_groups(n: int) -> list[list[int]]:
-    """The point indices 0..n−1 of an ε curve in c = min(max(⌊n / :data:`CURVE_MIN_POINTS`⌋, 1),
-    :data:`CURVE_CHUNKS`) engine chunks (none for n = 0), strided (chunk j holds j, j + c, j + 2c, …)
-    so that each mixes cheap early points with costly late ones. Each point is computed on its own,
-    so the grouping never changes a value."""
-    c = min(max(n // CURVE_MIN_POINTS, min(n, 1)), CURVE_CHUNKS)
-    return [list(range(j, n, c)) for j in range(c)]
-
-
-def run_curve(fn: Any, shared: Any, jobs: list[Any], progress: Progress, engine: Mapping[str, Any]) -> list[Any]:
-    """``[fn((shared, [job]))[0] for job in jobs]`` with the jobs in :func:`curve_groups` chunks on
-    the engine (:func:`fedaudit.engine.run_chunks` with ``engine``: backend, workers, address);
-    ``progress(1)`` per job. ``fn`` maps ``(shared, jobs)`` to one value per job."""
-    from fedaudit.engine import run_chunks
-
-    groups = curve_groups(len(jobs))
-    results = run_chunks(fn, [(shared, [jobs[i] for i in g]) for g in groups], progress=progress,
-                         units=[len(g) for g in groups], **engine)
-    out: list[Any] = [None] * len(jobs)
-    for g, values in zip(groups, results):  # chunk order, then each chunk's points in order
-        for i, v in zip(g, values):
-            out[i] = v
-    return out
-
-
-def _round_guarantee(mech: Any, shuffle_n: int | None, shuffle_method: str, delta_round: float) -> tuple[Any, dict]:
-    """The guarantee of one round for the client, and what the evidence says of it."""
-    from fedaudit.guarantees import ApproxLDP, PureLDP
-
-    g = mech.guarantee
-    if shuffle_n is None:
-        return g, {"shuffled": False}
-    k = getattr(mech, "k", None) if shuffle_method == "blanket" else None
-    bound, why = _shuffled(shuffle_n, g.epsilon, delta_round, shuffle_method, k)
-    info = {"shuffled": True, "shuffle": bound.to_dict()}
-    if not bound.amplified:
-        info["note"] = why
-        return PureLDP(g.epsilon), info
-    return ApproxLDP(bound.epsilon, delta_round), info
-
-
-@functools.lru_cache(maxsize=1024)
-def _shuffled(n: int, eps0: float, delta: float, method: str, k: int | None) -> tuple[Any, str]:
-    """The shuffled round's bound and its warning text (the kind states it in the evidence instead):
-    :func:`~fedaudit.accounting.shuffle_epsilon` (any ε0-LDP randomizer) or, for ``blanket``,
-    :func:`~fedaudit.accounting.blanket_epsilon` of k-ary randomized response."""
-    from fedaudit.accounting import blanket_epsilon, shuffle_epsilon
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        bound = (blanket_epsilon(n, "krr", eps0, delta, k=k) if method == "blanket"
-                 else shuffle_epsilon(n, eps0, delta, method=method))
-    return bound, "; ".join(str(w.message) for w in caught) or "no amplification certified"
-
-
-#: shares of the rounds' δ given to the shuffled rounds themselves under advanced and PLD (the rest is
-#: the composition's slack); the smallest composed ε over them is kept
-SHUFFLE_SHARES = (0.1, 0.25, 0.5, 0.75, 0.9)
-
-
-def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffle_n: int | None = None,
-                     shuffle_method: str = "numerical", discretization: float = PLD_DISCRETIZATION,
-                     shares: tuple[float, ...] = SHUFFLE_SHARES) -> tuple[float, float, Any, dict]:
-    """(ε, δ, round guarantee, round info) of ``count`` rounds composed by ``method`` at total ``delta``
-    (the δ left after the participation tail). ``count = 0`` costs nothing.
-
-    Shuffled rounds are (ε_s, s·δ/count)-DP; basic takes s = 1 (its δ is Σδ_l), advanced and PLD
-    the share s in ``shares`` giving the smallest ε (each is a valid bound, chosen without looking
-    at any data); ``info["delta_share"]`` records it."""
-    from fedaudit.accounting import compose
-    from fedaudit.guarantees import epsilon_delta
-
-    shares = (1.0,) if method == "basic" or shuffle_n is None else shares
-    best: tuple[float, float, Any, dict] | None = None
-    for share in shares:
-        g, info = _round_guarantee(mech, shuffle_n, shuffle_method, share * delta / max(count, 1))
-        if shuffle_n is not None:
-            info["delta_share"] = share
-        if count == 0:
-            return 0.0, 0.0, g, info
-        if method == "pld" and count * epsilon_delta(g)[0] > PLD_MAX_LOSS:
-            raise FedAuditError(f"PLD composition of {count} reports of ε = {epsilon_delta(g)[0]:.4g} exceeds a total "
-                                f"loss of {PLD_MAX_LOSS:g} (memory); use method = 'advanced' (exact for equal "
-                                f"per-report guarantees) or fewer rounds")
-        if method == "basic":
-            comp = compose([g] * count, "basic", 0.0)  # reports (Σε, Σδ); over budget when Σδ > δ
-            ok = comp.delta <= delta * (1 + 1e-9)
-            found = (comp.epsilon, comp.delta, g, info) if ok else (math.inf, delta, g, info)
-        elif method == "pld" and shuffle_n is None:
-            found = (_mechanism_pld_epsilon(mech, count, delta, discretization, info), delta, g, info)
-        else:
-            comp = compose([g] * count, method, delta, discretization=discretization)
-            found = (comp.epsilon, comp.delta, g, info)
-        if best is None or found[0] < best[0]:
-            best = found
-    return best
-
-
-def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: float, info: dict) -> float:
-    """ε at ``delta`` of ``count`` reports composed from the mechanism's own PLD
-    (:func:`fedaudit.accounting.pld.pld_of`: its worst pair where fedaudit knows it, tighter than
-    the dominating pair of its (ε, δ) claim), or from its guarantee's PLD for a mechanism
-    ``pld_of`` does not cover; ``info["pld"]`` says which."""
-    from fedaudit.accounting.pld import pld_of
-
-    try:
-        one = pld_of(mech, discretization=discretization)
-        info["pld"] = "the mechanism's own privacy loss distribution (worst pair)"
-    except FedAuditError:
-        one = pld_of(mech.guarantee, discretization=discretization)
-        info["pld"] = "the dominating pair of the mechanism's (ε, δ) claim"
-    composed = one.self_compose(count) if count > 1 else one
-    return float(composed.get_epsilon_for_delta(delta))
-
-
-def _curve_chunk(task: tuple[tuple[Any, dict], list[list[tuple]]]) -> list[list[float]]:
-    """An engine chunk of the accounting curve: for each of its points, the ε of every
-    ``(count, δ, method, shares)`` job at :data:`CURVE_DISCRETIZATION` (:func:`account_schedule`)."""
-    (mech, common), points = task
-    return [[account_schedule(mech, count=c, method=m, delta=d, discretization=CURVE_DISCRETIZATION, shares=s,
-                              **common)[0] for c, d, m, s in jobs] for jobs in points]
 
 
 class Accounting(ClaimKind):
@@ -258,9 +87,8 @@ class Accounting(ClaimKind):
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
+        from fedaudit.accounting.schedule import PLD_MAX_LOSS, blanket_covers
         from fedaudit.guarantees import PureLDP
-
-        from fedaudit.experiments.kinds.ldp import build_mechanism, categorical, check_mechanism_key
 
         check_mechanism_key(where, p)
         if p["k"] is not None and p["k"] > p["dim"]:
@@ -275,7 +103,7 @@ class Accounting(ClaimKind):
         if p["shuffle_n"] is not None and not pure:
             raise key_error(where, "shuffle_n", f"needs a pure ε-LDP mechanism (the shuffling bounds are for "
                                                 f"ε0-LDP reports); {p['mechanism']!r} is {mech.guarantee.to_dict()}")
-        if p["shuffle_method"] == "blanket" and p["shuffle_n"] is not None and not categorical(mech):
+        if p["shuffle_method"] == "blanket" and p["shuffle_n"] is not None and not blanket_covers(mech):
             raise key_error(where, "shuffle_method", f"'blanket' is the privacy blanket of k-ary randomized response "
                                                      f"(mechanism 'rr'), got mechanism {p['mechanism']!r}")
         if p["participation"] == "tail" and p["sampling"] >= 1.0:
@@ -304,11 +132,14 @@ class Accounting(ClaimKind):
                 f"δ = {p['target_delta']:g} ({METHOD_NAMES[p['method']]})")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
+        from fedaudit.accounting.curves import curve_points
+
         return len(curve_points(p["rounds"], p["curve_points"])) + 2
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.accounting import METHODS
-        from fedaudit.experiments.kinds.ldp import build_mechanism
+        from fedaudit.accounting.curves import curve_points
+        from fedaudit.accounting.schedule import account_schedule, participations, schedule_curve
 
         p = spec.params
         mech = build_mechanism(p)
@@ -334,7 +165,7 @@ class Accounting(ClaimKind):
             ref_infos.append((other, info))
         progress(1)
         # ε(r) for r = 1…rounds: the same schedule cut after r rounds (the tail recomputed for r),
-        # the points as engine chunks (curve_groups); the shuffled rounds' δ share found for the
+        # the points as engine chunks (schedule_curve); the shuffled rounds' δ share found for the
         # whole schedule, per method, is kept for the curve
         xs = curve_points(p["rounds"], p["curve_points"])
         names = [m for m in references if references[m]["epsilon"] is not None]
@@ -343,8 +174,7 @@ class Accounting(ClaimKind):
         for r in xs:
             c, t = participations(r, p["sampling"], p["participation"], delta)
             jobs.append([(c, delta - t, m, share[m]) for m in ([] if r == p["rounds"] else [method]) + names])
-        values = run_curve(_curve_chunk, (mech, common), jobs, progress,
-                           {"backend": p["backend"], "workers": p["workers"]})
+        values = schedule_curve(mech, jobs, progress, {"backend": p["backend"], "workers": p["workers"]}, **common)
         ys = [eps if r == p["rounds"] else v[0] for r, v in zip(xs, values)]
         refs_curve = {m: [v[j - len(names)] for v in values] for j, m in enumerate(names)}
 

@@ -220,9 +220,8 @@ class Convergence(ClaimKind):
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
         """Every optimizer trains ``rounds`` rounds of n_honest + f clients, each client round at
-        :data:`~fedaudit.experiments.kinds.stress.CLIENT_ROUND_SECONDS`."""
-        from fedaudit.experiments.kind import BASE_MEMORY, Cost
-        from fedaudit.experiments.kinds.stress import CLIENT_ROUND_SECONDS
+        :data:`~fedaudit.experiments.kind.CLIENT_ROUND_SECONDS`."""
+        from fedaudit.experiments.kind import BASE_MEMORY, CLIENT_ROUND_SECONDS, Cost
 
         steps = self.work_units(p) * (p["n_honest"] + p["f"])
         return Cost(memory=BASE_MEMORY, seconds=steps * CLIENT_ROUND_SECONDS,

@@ -18,184 +18,19 @@ configuration, the claimed ε as a line and the audited bounds as points at the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
+from fedaudit.experiments.evidence import CANARY_SETUP_SECONDS, canary_audit_keys, canary_decision, canary_evidence
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
 
-__all__ = ["DPSGD", "cumulative", "audit_evidence", "canary_decision", "audit_plot", "one_run_ceiling",
-           "accountant_curve", "audit_keys"]
+__all__ = ["DPSGD"]
 
 
-def cumulative(progress: Progress) -> Callable[[int], None]:
-    """The audits call ``progress(k)`` with the number of steps (rounds) done so far; the runner
-    counts increments. This adapter passes on ``k − (the last k)``."""
-    last = [0]
-
-    def advance(done: int) -> None:
-        if done > last[0]:
-            progress(done - last[0])
-            last[0] = done
-
-    return advance
-
-
-def one_run_ceiling(canaries: int, delta: float, confidence: float) -> float:
-    """The largest ε a one-run audit of ``canaries`` canaries can certify: every canary guessed,
-    all correctly (Steinke, Nasr, Jagielski 2023; 1000 canaries at δ = 1e-5: ≈ 5.78)."""
-    from fedaudit.audit.one_run import one_run_epsilon
-
-    return one_run_epsilon(canaries, canaries, canaries, delta=delta, confidence=confidence)
-
-
-def canary_decision(evidence: Mapping[str, Any]) -> Decision:
-    """The decision of a DP-SGD or DP-FedAvg canary audit from its recorded numbers. With
-    ε_cert = max(``epsilon_one_run``, ``epsilon_one_run_fdp``) — the Steinke bound and its f-DP
-    refinement on the (ε, δ)-DP curve, both certified — a violation is ε_cert above the
-    accountant's ε (``accountant_epsilon``) or above the claim (``claimed_epsilon``); the claim
-    holds when ``accountant_epsilon <= claimed_epsilon`` and there is no violation. The GDP
-    estimate is never read, nor the stored ``violation``/``accountant_violated`` flags (they
-    follow from these numbers)."""
-    accountant = number(evidence, "accountant_epsilon")
-    claimed = number(evidence, "claimed_epsilon")
-    certified = max(number(evidence, "epsilon_one_run"), number(evidence, "epsilon_one_run_fdp"))
-    refuted = bool(certified > accountant or certified > claimed)
-    return Decision(holds=bool(accountant <= claimed) and not refuted, violated=refuted)
-
-
-def audit_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: float, delta: float,
-                   confidence: float, curve: tuple[list[int], list[float]], expect: str, what: str,
-                   extra: Mapping[str, Any],
-                   decide: Callable[[Mapping[str, Any], str], Decision] | None = None) -> Evidence:
-    """The evidence, verdict inputs, summary and figure of a DP-SGD or DP-FedAvg canary audit
-    (``res`` a DPSGDAudit or DPFedAvgAudit). ``decide`` (the kind's :meth:`~ClaimKind.decide`;
-    default :func:`canary_decision`) gives the verdict inputs."""
-    acc = res.accountant
-    bounds = {"one_run": res.one_run.epsilon, "one_run_fdp": res.one_run_fdp.epsilon}
-    numbers = {"accountant_epsilon": acc.epsilon, "claimed_epsilon": claimed_epsilon,
-               "epsilon_one_run": bounds["one_run"], "epsilon_one_run_fdp": bounds["one_run_fdp"]}
-    decision = canary_decision(numbers) if decide is None else decide(numbers, expect)
-    within = acc.epsilon <= claimed_epsilon  # the summary's words; the verdict is the decision's
-    refuted = decision.violated
-    cap = one_run_ceiling(res.canaries, delta, confidence)
-    conf = f"{confidence:.0%}"
-    parts = [f"accountant ε = {fmt_number(acc.epsilon, '.4g')} ({acc.method}) at δ = {delta:g} "
-             + ("within" if within else "ABOVE") + f" the claimed ε = {claimed_epsilon:g}",
-             f"certified one-run ε ≥ {res.one_run.epsilon:.3f} (Steinke), ≥ {res.one_run_fdp.epsilon:.3f} (f-DP) at "
-             f"{conf}; GDP estimate {fmt_number(res.gdp.epsilon, '.3f')} (not a bound)"]
-    if refuted:
-        over = "the accountant's ε" if res.violation else "the claimed ε"
-        parts.append(f"VIOLATION: a certified bound exceeds {over}")
-    else:
-        parts.append("no violation detected")
-    if claimed_epsilon > cap:
-        parts.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g} (below the claim)")
-    parts.append(f"{what}; {res.seconds:.1f} s")
-    if expect == "violation":
-        parts.append("expected a violation, " + ("detected" if refuted else "NOT detected"))
-    xs, ys = curve
-    evidence = {
-        "accountant_epsilon": acc.epsilon, "accountant_method": acc.method, "claimed_epsilon": claimed_epsilon,
-        "delta": delta, "within_claim": within,
-        "epsilon_one_run": bounds["one_run"], "epsilon_one_run_fdp": bounds["one_run_fdp"],
-        "epsilon_gdp_estimate": res.gdp.epsilon, "confidence": confidence, "violation": refuted,
-        "accountant_violated": bool(res.violation), "one_run_ceiling": cap,
-        "noise_multiplier": res.noise_multiplier, "claimed_noise_multiplier": res.claimed_noise_multiplier,
-        "canaries": res.canaries, "canaries_in": res.canaries_in, **extra, "seconds": res.seconds,
-        "curve": {count_name: xs, "epsilon": ys},
-        "audit": res.to_dict(),
-    }
-    plot = audit_plot(res, count_name=count_name, count=count, claimed_epsilon=claimed_epsilon, delta=delta,
-                      confidence=confidence, curve=curve)
-    caveats = [f"the GDP ε {fmt_number(res.gdp.epsilon, '.3f')} is an estimate, not a bound: the verdict rests on "
-               f"the certified one-run bounds"]
-    if claimed_epsilon > cap and not refuted:
-        caveats.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g}, below the claimed "
-                       f"{claimed_epsilon:g}: only the accountant could have shown a violation")
-    return Evidence(holds=decision.holds, violated=refuted, evidence=evidence, summary="; ".join(parts),
-                    plots=(plot,), caveats=tuple(caveats))
-
-
-def audit_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float | None, delta: float,
-               confidence: float, curve: tuple[list[int], list[float]]) -> dict[str, Any]:
-    """The ``epsilon_vs_steps`` specification of a canary audit: the accountant's curve, the claim
-    (None: no line) and the Steinke, f-DP (certified) and GDP (estimate) points at the last count."""
-    xs, ys = curve
-    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": res.one_run.epsilon, "confidence": confidence},
-              {"label": "one-run f-DP", "steps": count, "epsilon": res.one_run_fdp.epsilon, "confidence": confidence},
-              {"label": "GDP", "steps": count, "epsilon": res.gdp.epsilon, "confidence": res.gdp.confidence,
-               "certified": False}]
-    return {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and "
-                                                 f"the audited lower bounds at the last {count_name[:-1]}",
-            "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta, "x_label": count_name,
-            "accountant": f"accountant ({res.accountant.method.upper()})", "lower_bounds": points}
-
-
-def accountant_curve(sigma: float, q: float, total: int, delta: float, method: str, points: int, final: float,
-                     progress: Progress, *, backend: str | None = None, workers: int | None = None,
-                     address: str | None = None) -> tuple[list[int], list[float]]:
-    """ε after ``points`` counts from 1 to ``total`` of ``total`` Poisson-subsampled Gaussian steps
-    (rounds), the last one ``final`` (the accountant's own value). For PLD the one-step PLD
-    (dp-accounting ``from_gaussian_mechanism`` with ``sampling_prob = q``, the event
-    :func:`~fedaudit.accounting.epsilon_dpsgd` composes) is built once at the coarser interval
-    :data:`~fedaudit.experiments.kinds.accounting.CURVE_DISCRETIZATION` and self-composed per
-    point (still an upper bound); RDP and PRV call the accountant per point. The points are
-    independent and run as engine chunks (:func:`~fedaudit.experiments.kinds.accounting.run_curve`
-    with ``backend``, ``workers``, ``address``), so the curve is bit-identical on every backend."""
-    from fedaudit.engine import check_run_options
-    from fedaudit.experiments.kinds.accounting import CURVE_DISCRETIZATION, curve_points, run_curve
-
-    backend, workers, address = check_run_options(backend, workers, address)
-    xs = curve_points(total, points)
-    one = None
-    if method == "pld":
-        from dp_accounting.pld import privacy_loss_distribution as pld
-
-        one = pld.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q, use_connect_dots=True,
-                                          value_discretization_interval=CURVE_DISCRETIZATION)
-    ys = run_curve(_curve_chunk, (sigma, q, delta, method, one), xs[:-1], progress,
-                   {"backend": backend, "workers": workers, "address": address})
-    progress(1)
-    return xs, [*ys, final]
-
-
-def _curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
-    """An engine chunk of :func:`accountant_curve`: ε at δ after each of its counts n, from the
-    shared one-step PLD (``one``, self-composed n times) or the ``method`` accountant. (Opacus's
-    PRV ε moves in the last bit with the BLAS thread count; the engine runs every chunk with one
-    thread on every backend, so the curve is the same on each.)"""
-    (sigma, q, delta, method, one), counts = task
-    if one is not None:
-        return [float(one.self_compose(n).get_epsilon_for_delta(delta)) for n in counts]
-    from fedaudit.accounting import epsilon_dpsgd
-
-    return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
-
-
-#: core-seconds a canary audit of DP training needs before its first step, and per step (measured:
-#: 6-7 s for 60 to 240 DP-SGD steps on the built-in data)
-SETUP_SECONDS = 10.0
+#: core-seconds of one DP-SGD training step of a canary audit, after
+#: :data:`~fedaudit.experiments.evidence.CANARY_SETUP_SECONDS` (measured: 6-7 s for 60 to 240 steps
+#: on the built-in data)
 STEP_SECONDS = 5e-3
-
-
-def audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
-    """The keys DP-SGD and DP-FedAvg claims share (``max_canaries``: the audit's own limit)."""
-    from fedaudit.experiments.keys import engine_keys
-
-    return {
-        "noise_multiplier": Key("float", low=0, open_low=True, help="the noise multiplier training uses"),
-        "claimed_noise_multiplier": Key("float", None, low=0, open_low=True,
-                                        help="what the accountant is told (default: noise_multiplier); "
-                                             "noise_multiplier = claimed/10 is an under-calibrated run"),
-        "sample_rate": Key("float", low=0, high=1, open_low=True, help="Poisson sampling rate per " + count_help),
-        count: Key("int", low=1, high=1_000_000, help=f"number of {count}"),
-        "claimed_epsilon": Key("float", low=0, open_low=True, help="the claim: the run is (claimed_epsilon, delta)-DP"),
-        "delta": Key("float", 1e-5, low=0, high=1, open_low=True, open_high=True, help="δ of the claim and the audit"),
-        "canaries": Key("int", 1000, low=20, high=max_canaries, help="canaries, each included with probability 1/2"),
-        "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
-        "curve_points": Key("int", 30, low=2, high=200, help="points of the accountant's ε curve"),
-        **engine_keys("the accountant's ε curve (the training run itself is sequential)"),
-    }
 
 
 class DPSGD(ClaimKind):
@@ -211,7 +46,7 @@ class DPSGD(ClaimKind):
         from fedaudit.audit.canaries import MAX_CANARIES, THREATS
 
         return {
-            **audit_keys("steps", "step (examples)", MAX_CANARIES),
+            **canary_audit_keys("steps", "step (examples)", MAX_CANARIES),
             "accountant": Key("str", "pld", choices=DPSGD_METHODS, help="pld (dp-accounting), rdp or prv (Opacus)"),
             "max_grad_norm": Key("float", 1.0, low=0, open_low=True, help="per-example clipping norm C"),
             "dataset": Key("str", "digits", choices=("digits", "synthetic")),
@@ -232,35 +67,38 @@ class DPSGD(ClaimKind):
         return p["steps"] + p["curve_points"]
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
-        """:data:`SETUP_SECONDS` (Opacus, the model, the canaries) and :data:`STEP_SECONDS` per
-        training step; ``steps`` and ``canaries`` are bounded, so a claim stays within the budget."""
+        """:data:`~fedaudit.experiments.evidence.CANARY_SETUP_SECONDS` (Opacus, the model, the
+        canaries) and :data:`STEP_SECONDS` per training step; ``steps`` and ``canaries`` are
+        bounded, so a claim stays within the budget."""
         from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
-        return Cost(memory=BASE_MEMORY, seconds=SETUP_SECONDS + p["steps"] * STEP_SECONDS,
+        return Cost(memory=BASE_MEMORY, seconds=CANARY_SETUP_SECONDS + p["steps"] * STEP_SECONDS,
                     basis=f"{p['steps']} steps")
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.accounting.curves import epsilon_dpsgd_curve
         from fedaudit.audit.dpsgd_audit import audit_dpsgd
+        from fedaudit.progress import increments_from_totals
 
         p = spec.params
         res = audit_dpsgd(noise_multiplier=p["noise_multiplier"], max_grad_norm=p["max_grad_norm"],
                           sample_rate=p["sample_rate"], steps=p["steps"], delta=p["delta"], canaries=p["canaries"],
                           dataset=p["dataset"], threat=p["threat"],
                           claimed_noise_multiplier=p["claimed_noise_multiplier"], seed=spec.seed,
-                          progress=cumulative(progress), confidence=p["confidence"], accountant=p["accountant"],
+                          progress=increments_from_totals(progress), confidence=p["confidence"], accountant=p["accountant"],
                           learning_rate=p["learning_rate"])
 
-        curve = accountant_curve(res.claimed_noise_multiplier, res.sample_rate, res.steps, p["delta"],
-                                 res.accountant.method, p["curve_points"], res.accountant.epsilon, progress,
-                                 backend=p["backend"], workers=p["workers"])
+        curve = epsilon_dpsgd_curve(res.claimed_noise_multiplier, res.sample_rate, res.steps, p["delta"],
+                                    res.accountant.method, p["curve_points"], res.accountant.epsilon, progress,
+                                    backend=p["backend"], workers=p["workers"])
         what = f"{res.dataset}, {res.threat}, accuracy {res.accuracy:.3f}"
-        return audit_evidence(res, count_name="steps", count=res.steps, claimed_epsilon=p["claimed_epsilon"],
-                              delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
-                              what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds},
-                              decide=self.decide)
+        return canary_evidence(res, count_name="steps", count=res.steps, claimed_epsilon=p["claimed_epsilon"],
+                               delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
+                               what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds},
+                               decide=self.decide)
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
-        """:func:`canary_decision`: the accountant's ε within the claimed ε and no certified one-run
+        """:func:`~fedaudit.experiments.evidence.canary_decision`: the accountant's ε within the claimed ε and no certified one-run
         bound, max(Steinke, f-DP), above the accountant's ε or the claimed ε; such a bound is a
         detected violation."""
         return canary_decision(evidence)

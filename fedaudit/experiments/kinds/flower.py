@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.components import check_aggregator, check_attacks, flat_params, normalise_spec
+from fedaudit.experiments.components import (check_aggregator, check_attacks, check_mechanism_key, flat_params,
+                                             normalise_spec)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, mapping, number
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import Key, key_error
@@ -50,7 +51,7 @@ def _attack_at(p: Mapping[str, Any]) -> str:
 
 #: core-seconds of Flower's overhead per client and round of a simulation, and of one local step
 #: of the built-in models (orders of magnitude: Ray actors, messages, a small MLP)
-CLIENT_ROUND_SECONDS = 0.05
+FLOWER_CLIENT_ROUND_SECONDS = 0.05
 STEP_SECONDS = 1e-3
 
 
@@ -140,8 +141,6 @@ class Flower(ClaimKind):
                 if p[key] is not None:
                     raise key_error(where, key, "needs a mechanism (set mechanism = 'sstq', 'gaussian', ...)")
             return
-        from fedaudit.experiments.kinds.ldp import check_mechanism_key
-
         check_mechanism_key(where, p)
         if p["epsilon"] is None:
             raise key_error(where, "epsilon", f"must be set for mechanism {p['mechanism']!r} (ε of one report)")
@@ -181,11 +180,11 @@ class Flower(ClaimKind):
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
         """Every run's round (:meth:`work_units`) trains every client for ``local_steps`` steps:
-        :data:`CLIENT_ROUND_SECONDS` of Flower's overhead plus :data:`STEP_SECONDS` a step."""
+        :data:`FLOWER_CLIENT_ROUND_SECONDS` of Flower's overhead plus :data:`STEP_SECONDS` a step."""
         from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
         rounds = self.work_units(p) * p["clients"]
-        return Cost(memory=BASE_MEMORY, seconds=rounds * (CLIENT_ROUND_SECONDS + p["local_steps"] * STEP_SECONDS),
+        return Cost(memory=BASE_MEMORY, seconds=rounds * (FLOWER_CLIENT_ROUND_SECONDS + p["local_steps"] * STEP_SECONDS),
                     basis=f"runs × rounds × clients = {rounds} client rounds of {p['local_steps']} local steps")
 
     @staticmethod

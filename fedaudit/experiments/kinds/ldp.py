@@ -3,7 +3,7 @@
 The certified lower bound ε_lb (at ``confidence``) against the claimed ε: a violation is
 ε_lb > ε_claimed (certified: P[false alarm] ≤ 1 − confidence); "holds" means no violation was
 detected by this audit — an audit can only refute an LDP claim, never prove it. The *pair power*
-ε_exact(pair)/ε_claimed bounds what the pair can show (:func:`pair_power`); the *proven power*
+ε_exact(pair)/ε_claimed bounds what the pair can show (:func:`fedaudit.audit.pairs.pair_power`); the *proven power*
 max(ε_lb/ε_claimed, pair power) is what the audit showed the pair can test (the certified lower
 bound counts: a certified ε ≥ 0.994 against a claim of 1 proves power 0.994 even when the pair's
 exact ε is unknown). With ``min_pair_power`` set, a run that certified no violation with a lower
@@ -16,105 +16,14 @@ for approximate-DP mechanisms only) once.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
-
-import numpy as np
+from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
+from fedaudit.experiments.components import build_mechanism, check_mechanism_key
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, show
-from fedaudit.json import finite_or_none
 
-__all__ = ["LDP", "PAIRS", "SEARCH_CANDIDATES", "input_pair", "pair_label", "categorical", "audit_pair", "pair_power", "ldp_caveats",
-           "build_mechanism"]
-
-#: the fixed input pairs (``one-hot`` is forced for categorical mechanisms such as rr)
-PAIRS = ("antipodal", "flat", "zero-boundary")
-
-_LABELS = {"antipodal": "+clip·e1 vs −clip·e1", "flat": "+clip·1/√d vs −clip·1/√d",
-           "zero-boundary": "0 vs clip·e1", "one-hot": "e0 vs e1"}
-
-#: candidates a pair search certifies on ``search_samples`` draws: 7 structured pairs + 2 rounds × 8 local moves
-SEARCH_CANDIDATES = 7 + 2 * 8
-
-
-def input_pair(pair: str, dim: int, clip: float) -> tuple[np.ndarray, np.ndarray]:
-    """The neighbouring inputs (x0, x1) named ``pair``, in R^dim with ‖x‖ ≤ clip:
-    antipodal ±clip·e1, flat ±clip·1/√d, zero-boundary 0 vs clip·e1, one-hot e0 vs e1 (categories)."""
-    e = np.eye(dim)
-    if pair == "one-hot":
-        return e[0], e[1]
-    flat = clip * np.ones(dim) / np.sqrt(dim)
-    pairs = {"antipodal": (clip * e[0], -clip * e[0]), "flat": (flat, -flat), "zero-boundary": (np.zeros(dim), clip * e[0])}
-    if pair not in pairs:
-        raise FedAuditError(f"pair must be one of {', '.join(repr(p) for p in (*PAIRS, 'one-hot'))}, got {pair!r}")
-    return pairs[pair]
-
-
-def pair_label(pair: str) -> str:
-    """The pair as a report shows it, e.g. "+clip·e1 vs −clip·e1"."""
-    return _LABELS[pair]
-
-
-def categorical(target: Any) -> bool:
-    """True for a mechanism whose inputs are categories (randomized response): its pair is one-hot."""
-    from fedaudit.mechanisms.randomized_response import RandomizedResponse
-
-    return isinstance(target, RandomizedResponse)
-
-
-def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples: int, search_samples: int,
-               seed: int, epsilon: float | None, delta: float | None, confidence: float, test: str,
-               progress: Callable[[int], None] | None = None, backend: str | None = None,
-               workers: int | None = None, address: str | None = None, checkpoint: Any = None,
-               resume: bool = False) -> tuple[Any, np.ndarray, np.ndarray, str]:
-    """Certify ``target`` (a mechanism or a sampler) on ``pair`` — a fixed pair, or ``"search"``
-    for the worst pair found (:func:`~fedaudit.audit.pair_search.audit_worst_case`). Categorical
-    mechanisms always use the one-hot pair unless searched. Returns ``(LDPAudit, x0, x1, label)``.
-    Shared by the ``ldp`` claim kind and ``fedaudit audit ldp``.
-
-    ``backend``, ``workers``, ``address``, ``checkpoint``, ``resume``: the engine keywords
-    (:func:`fedaudit.engine.run_chunks`; ``None``/``False`` leaves the callee's default), passed
-    to :func:`~fedaudit.audit.ldp.audit_ldp` for a fixed pair, and to ``audit_worst_case`` with
-    ``pair="search"``: there the candidate audits and the certification run on the engine, the
-    checkpoint records the certification only (the deterministic search is recomputed on
-    resume), and the result is the same on every backend."""
-    from fedaudit.audit.ldp import audit_ldp
-    from fedaudit.audit.pair_search import audit_worst_case
-
-    common = dict(epsilon=epsilon, delta=delta, confidence=confidence, test=test, progress=progress)
-    engine = {k: v for k, v in (("backend", backend), ("workers", workers), ("address", address),
-                                 ("checkpoint", checkpoint), ("resume", resume if resume is not False else None))
-              if v is not None}
-    if pair == "search":
-        res = audit_worst_case(target, dim=dim, clip=clip, samples=samples, search_samples=search_samples,
-                               seed=seed, **common, **engine)
-        return res, np.asarray(res.x0), np.asarray(res.x1), res.search["best"]
-    if categorical(target):
-        pair = "one-hot"
-    x0, x1 = input_pair(pair, dim if dim is not None else target.dim, clip)
-    return audit_ldp(target, x0, x1, samples=samples, seed=seed, **common, **engine), x0, x1, pair_label(pair)
-
-
-def check_mechanism_key(where: str, p: dict[str, Any]) -> None:
-    """Normalise ``p["mechanism"]`` (registered names are case-insensitive; ``module:attr`` as
-    given) and refuse a name the mechanism registry cannot resolve."""
-    from fedaudit.mechanisms.registry import MECHANISMS
-
-    if ":" not in p["mechanism"]:
-        p["mechanism"] = p["mechanism"].lower()
-    try:
-        MECHANISMS.factory(p["mechanism"])
-    except FedAuditError as exc:
-        raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
-
-
-def build_mechanism(p: Mapping[str, Any]) -> Any:
-    """The mechanism of an ldp claim's parameters (``make_mechanism`` with the plan's keywords)."""
-    from fedaudit.mechanisms.registry import make_mechanism
-
-    return make_mechanism(p["mechanism"], p["dim"], p["epsilon"], k=p["k"], levels=p["levels"], clip=p["clip"],
-                          delta=p["delta"], rotate=p["rotate"])
+__all__ = ["LDP", "proven_power", "ldp_caveats"]
 
 
 def proven_power(epsilon_lower: float, claimed_epsilon: float, power: float | None) -> float:
@@ -122,23 +31,6 @@ def proven_power(epsilon_lower: float, claimed_epsilon: float, power: float | No
     ε_lb / ε_claimed at least, and the pair's exact ε / ε_claimed (``power``) when known."""
     certified = epsilon_lower / claimed_epsilon if claimed_epsilon and math.isfinite(epsilon_lower) else 0.0
     return max(certified, power or 0.0)
-
-
-def pair_power(res: Any, claimed_epsilon: float) -> float | None:
-    """How much of the claim the audited pair can test: ε_exact(pair) / ε_claimed.
-
-    ``LDPAudit.pair_power`` when the audit provides it, else computed from ``epsilon_exact``
-    (``None`` when the pair's exact ε is unknown). An audit of a pair with power p can certify at
-    most ε = p·ε_claimed however many samples it draws, so a PASS on a pair with p ≪ 1 says
-    little about the claim: even a mechanism that breaks the claim elsewhere passes it.
-    """
-    given = getattr(res, "pair_power", None)
-    if given is not None:
-        return finite_or_none(given)
-    exact = getattr(res, "epsilon_exact", None)
-    if exact is None or not claimed_epsilon or not math.isfinite(claimed_epsilon):
-        return None
-    return finite_or_none(float(exact) / float(claimed_epsilon))
 
 
 def _power_sentence(power: float | None, exact: float | None, eps: float) -> str:
@@ -202,6 +94,7 @@ class LDP(ClaimKind):
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.bounds import MAX_SAMPLES
+        from fedaudit.audit.pairs import LDP_PAIRS
         from fedaudit.mechanisms.base import MAX_LEVELS
         from fedaudit.mechanisms.registry import MECHANISMS
 
@@ -219,7 +112,7 @@ class LDP(ClaimKind):
                                    help="the ε claim under audit (default: the mechanism's ε)"),
             "claimed_delta": Key("float", None, low=0, high=1, open_high=True,
                                  help="the δ claim under audit (default: the mechanism's δ)"),
-            "pair": Key("str", "antipodal", choices=(*PAIRS, "search"),
+            "pair": Key("str", "antipodal", choices=(*LDP_PAIRS, "search"),
                         help="the audited input pair, or 'search' for the worst pair found"),
             "samples": Key("int", 200_000, low=100, high=MAX_SAMPLES, help="draws per input for the certified bound"),
             "search_samples": Key("int", 20_000, low=200, high=MAX_SAMPLES,
@@ -236,6 +129,7 @@ class LDP(ClaimKind):
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
         from fedaudit.audit.ldp import TESTS
+        from fedaudit.mechanisms.base import has_categorical_inputs
 
         if p["k"] is not None and p["k"] > p["dim"]:
             raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
@@ -251,8 +145,8 @@ class LDP(ClaimKind):
             mech = build_mechanism(p)
         except FedAuditError as exc:
             raise FedAuditError(f"{where}: mechanism {p['mechanism']!r} rejects its parameters: {exc}") from None
-        if categorical(mech) and p["pair"] != "search":
-            p["pair"] = "one-hot"  # e_0 vs e_1: rr takes categories, not vectors
+        if has_categorical_inputs(mech) and p["pair"] != "search":
+            p["pair"] = "one-hot"  # e_0 vs e_1: e.g. rr takes categories, not vectors
         if p["curve"] and p["samples"] < 1600:
             p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
 
@@ -265,6 +159,8 @@ class LDP(ClaimKind):
         return f"{name} (d={p['dim']}{k}) {verb} {eps:g}-LDP"
 
     def work_units(self, p: Mapping[str, Any]) -> int:
+        from fedaudit.audit.pairs import SEARCH_CANDIDATES
+
         total = 2 * p["samples"] + 2 * sum(_curve_sizes(p))
         if p["pair"] == "search":
             candidates = 2 if p["mechanism"] == "rr" else SEARCH_CANDIDATES
@@ -281,6 +177,7 @@ class LDP(ClaimKind):
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.ldp import audit_ldp, claimed_guarantee
+        from fedaudit.audit.pairs import audit_pair, pair_power
         from fedaudit.guarantees import epsilon_delta
         from fedaudit.rng import derive_seed
 

@@ -16,12 +16,13 @@ from fedaudit.experiments.components import (
     flat_params,
     normalise_spec,
 )
+from fedaudit.experiments.evidence import robustness_caveats
 from fedaudit.experiments.kind import (ClaimKind, Decision, Evidence, EvidenceError, Progress, fmt_number, mapping,
                                        number)
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 from fedaudit.json import finite_or_none
 
-__all__ = ["Robustness", "worst_configuration", "robustness_caveats"]
+__all__ = ["Robustness", "worst_configuration"]
 
 
 def worst_configuration(res: Any) -> dict[str, Any]:
@@ -58,17 +59,6 @@ def worst_configuration(res: Any) -> dict[str, Any]:
     out["where"] = out["label"] + (f" / {out['shape']}" if "shape" in out else "") + f" at n={out['n']}, f={out['f']}"
     out["text"] = f"{out['where']}, ν̂={nu_text}"
     return out
-
-
-def robustness_caveats(res: Any) -> list[str]:
-    """The caveat of a robustness audit measured against a published bound that was not
-    re-verified (:class:`~fedaudit.defenses.kappa.KappaBound` ``verified=False``): staying within
-    it is only as good as the recorded formula."""
-    bound = getattr(res, "bound", None) or {}
-    if res.nu_bound is None or bound.get("verified", True):
-        return []
-    return [f"the published bound κ = {fmt_number(res.nu_bound)} ({bound.get('formula', 'formula not recorded')}) "
-            f"was not re-verified against the paper: being within it is only as good as the recorded formula"]
 
 
 #: core-seconds of one progress unit of a robustness audit, and per entry of its n × d input

@@ -1,6 +1,4 @@
-"""Claim kind ``sparse-upload`` and the training run behind ``fedaudit sparse``.
-
-The kind: ``sparse-upload``: the private gated sparse upload keeps its stated ε on neighbouring
+"""Claim kind ``sparse-upload``: the private gated sparse upload keeps its stated ε on neighbouring
 client datasets, next to what the plain upload leaks and the bytes both save.
 
 Two black-box audits (:func:`fedaudit.audit.sparse_upload.audit_sparse_upload`) of one client's
@@ -22,158 +20,17 @@ exact ε and the tightness ε_lb/ε_pair; below ½ of the stated ε the summary 
 PASS shows. The audits' draws run on the engine (plan keys ``backend``, ``workers``;
 default the plan's ``[engine]``), with the same evidence on every backend.
 
-:func:`train_sparse` trains one sparse method (E-FLoPS, Fed-HT, FedAvg + magnitude pruning) on the
-planted scarce regression or the federated 8×8 digits and reports the test metric, support
-recovery, realised density and bytes per client per round next to dense FedAvg.
+The training run behind ``fedaudit sparse`` is :func:`fedaudit.fl.sparse_training.train_sparse`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import Key, engine_keys
-from fedaudit.json import jsonable
 
-__all__ = ["SparseUpload", "SparseTraining", "train_sparse", "SPARSE_METHODS", "SPARSE_DATASETS",
-           "DEFAULT_TEMPERATURES"]
-
-#: ``fedaudit sparse --method``: E-FLoPS, Fed-HT (Tong et al. 2021), FedAvg then magnitude pruning
-SPARSE_METHODS = ("eflops", "fediht", "fedavg-prune")
-#: ``fedaudit sparse --dataset``: planted sparse regression (d = 1000, 50 non-zeros, 300 rows) or 8×8 digits
-SPARSE_DATASETS = ("synthetic", "digits")
-
-
-@dataclass(frozen=True)
-class SparseTraining:
-    """One sparse training run: test ``metric`` ("r2" for regression, "accuracy" for digits) and its
-    ``score``, ``support_recovery`` |supp(θ̂) ∩ S|/|S| (planted data only, else None), the realised
-    ``density`` m/|θ| against ``target_density``, and the mean bytes one client uploaded per round
-    next to dense FedAvg (|θ| float32 weights). ``run`` is the method's SparseRun as a dict."""
-
-    method: str
-    dataset: str
-    metric: str
-    score: float
-    support_recovery: float | None
-    density: float
-    target_density: float
-    dim: int
-    m: int
-    bytes_per_client_round: float
-    dense_bytes: int
-    rounds: int
-    clients: int
-    seed: int
-    seconds: float
-    run: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({k: getattr(self, k) for k in self.__dataclass_fields__})
-
-    def summary(self) -> str:
-        support = "" if self.support_recovery is None else f", support recovery {self.support_recovery:.3f}"
-        return (f"{self.method} on {self.dataset}: test {self.metric} {self.score:.4f}{support}; density "
-                f"{self.density:.4f} (target {self.target_density:g}, m = {self.m} of {self.dim}); "
-                f"{self.bytes_per_client_round:.0f} B per client per round vs {self.dense_bytes} B dense FedAvg "
-                f"({self.bytes_per_client_round / self.dense_bytes:.1%}); {self.rounds} rounds, {self.clients} "
-                f"clients, {self.seconds:.1f} s")
-
-
-#: ``temperature=None`` in :func:`train_sparse`: E-FLoPS's T per dataset (synthetic: the class default;
-#: digits: :meth:`~fedaudit.fl.eflops.EFLoPS.for_networks`'s)
-DEFAULT_TEMPERATURES = {"synthetic": 0.05, "digits": 1e-4}
-
-
-def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperature: float | None = None,
-                 rounds: int = 100, clients: int = 10, seed: int = 0, upload: str = "dense",
-                 progress: Callable[[int], None] | None = None) -> SparseTraining:
-    """Train ``method`` (:data:`SPARSE_METHODS`) on ``dataset`` (:data:`SPARSE_DATASETS`) at target
-    density ρ = ``density`` for ``rounds`` rounds over ``clients`` clients.
-
-    synthetic: :func:`~fedaudit.fl.sparse_data.scarce_regression` (d = 1000, 50 true non-zeros,
-    300 training rows), a zero-initialised linear model (Tong et al. start at 0), test R²;
-    digits: :func:`~fedaudit.fl.sparse_data.load_digits_federated`, a one-hidden-layer MLP
-    (:func:`~fedaudit.fl.models.mlp`, torch-seeded init), test accuracy. E-FLoPS (the others ignore
-    ``temperature``) on the synthetic data is :class:`~fedaudit.fl.eflops.EFLoPS` with its defaults,
-    except lr = 0.1, lr_gates = 1 and 10 local steps (best there in ``docs/guides/eflops.md``); on
-    digits it is :meth:`EFLoPS.for_networks <fedaudit.fl.eflops.EFLoPS.for_networks>` (Adam, gates
-    from P(z ≠ 0) = 0.95 with a level warm-up, η_λ = 10⁻³), since the class defaults leave the MLP at
-    chance (accuracy 0.076 at ρ = 0.05). ``temperature`` T: None is the dataset's default
-    (:data:`DEFAULT_TEMPERATURES`: synthetic 0.05, digits 10⁻⁴), a number overrides it.
-    ``upload="dense"`` sends (θ̃, log α) in full (2·|θ| float32),
-    ``"gated"`` through :class:`~fedaudit.mechanisms.gated.GatedSparseUpload` (top m = ⌊ρ·|θ|⌋
-    coordinates by gate). Fed-HT and FedAvg + prune use their defaults, except the
-    step 1/L on the synthetic data, L = max_i λ_max(X_iᵀX_i/n_i) (the smoothness of the clients'
-    least-squares losses). Data, initialisation and training
-    seeds derive from ``seed`` (:func:`fedaudit.rng.derive_seed`). ``progress(k)``: k more rounds done.
-
-    One run is a sequential chain of rounds (each starts from the previous round's global model),
-    so, like DP-SGD training, it stays in this process and takes no engine keywords; ``fedaudit
-    sparse`` trains one such run per call, so it has no independent parts to spread.
-    """
-    import numpy as np
-    import torch
-
-    from fedaudit.errors import FedAuditError
-    from fedaudit.experiments.kinds.dpsgd import cumulative
-    from fedaudit.fl.eflops import EFLoPS, train_eflops
-    from fedaudit.fl.gates import GatedModel
-    from fedaudit.fl.models import mlp
-    from fedaudit.fl.sparse_baselines import evaluate, train_fed_ht, train_fedavg_prune
-    from fedaudit.fl.sparse_data import load_digits_federated, scarce_regression, support_recovery
-    from fedaudit.mechanisms.gated import GatedSparseUpload, m_for_density
-    from fedaudit.rng import derive_seed
-    from fedaudit.validation import check_choice, check_int, check_probability, check_real
-
-    method = check_choice("method", method, SPARSE_METHODS)
-    dataset = check_choice("dataset", dataset, SPARSE_DATASETS)
-    density = check_probability("density", density)
-    temperature = (DEFAULT_TEMPERATURES[dataset] if temperature is None
-                   else check_real("temperature", temperature, low=0.0))
-    rounds = check_int("rounds", rounds, low=1, high=100_000)
-    clients = check_int("clients", clients, low=1, high=1000)
-    seed = check_int("seed", seed, low=0)
-    upload = check_choice("upload", upload, ("gated", "dense"))
-    if dataset == "synthetic":
-        if clients > 150:
-            raise FedAuditError(f"clients must be at most 150 for the synthetic data (300 rows, 2 per client), "
-                                f"got clients={clients}")
-        data = scarce_regression(clients=clients, rng=derive_seed(seed, "data"))
-        model = torch.nn.Linear(data.n_features, 1, bias=False).double()
-        torch.nn.init.zeros_(model.weight)
-    else:
-        data = load_digits_federated(clients, rng=derive_seed(seed, "data"))
-        with torch.random.fork_rng():
-            torch.manual_seed(derive_seed(seed, "model"))
-            model = mlp(data.n_features, data.n_classes).double()
-    step = None if progress is None else cumulative(progress)
-    train_seed = derive_seed(seed, f"train={method}")
-    if method == "eflops":
-        dim = GatedModel(model).dim
-        if dataset == "synthetic":  # the step sizes docs/guides/eflops.md found best on the scarce regression
-            eflops = EFLoPS(density=density, temperature=temperature, lr=0.1, lr_gates=1.0, local_steps=10)
-        else:
-            eflops = EFLoPS.for_networks(density, temperature=temperature)
-        run = train_eflops(model, data.clients, method=eflops,
-                           rounds=rounds, rng=train_seed, progress=step,
-                           upload=GatedSparseUpload(dim, m_for_density(density, dim), rule="votes", unsent_decay=0.05) if upload == "gated" else None)
-    else:
-        train = train_fed_ht if method == "fediht" else train_fedavg_prune
-        lr = {}
-        if dataset == "synthetic":  # the step 1/L of smooth least squares (their default 0.01 diverges at d = 1000)
-            lr["lr"] = 1.0 / max(np.linalg.norm(X, 2) ** 2 / len(X) for X, _ in data.clients)
-        run = train(model, data, rounds=rounds, density=density, rng=train_seed, progress=step, **lr)
-    score = evaluate(model, run.weights, data.X_test, data.y_test, data.task)
-    recovery = None if data.support is None else support_recovery(run.mask.astype(float), data.support)
-    hist = run.history
-    per_client = sum(hist["bytes"]) / max(1, sum(hist["clients"]))
-    return SparseTraining(method=method, dataset=dataset, metric="r2" if data.task == "regression" else "accuracy",
-                          score=score, support_recovery=recovery, density=run.density, target_density=density,
-                          dim=run.dim, m=run.m, bytes_per_client_round=per_client, dense_bytes=4 * run.dim,
-                          rounds=rounds, clients=clients, seed=seed, seconds=run.seconds, run=run.to_dict())
-
+__all__ = ["SparseUpload"]
 
 #: operations (records × local steps × parameters) of the sparse-upload audit per core-second
 OPS_PER_SECOND = 4e6

@@ -92,11 +92,6 @@ def stress_plots(config: Any, res: Any, p: Mapping[str, Any]) -> list[dict]:
     return plots
 
 
-#: core-seconds of one client's round of training in a stress cell or a convergence run (measured
-#: on the digits dataset, 1-3 ms)
-CLIENT_ROUND_SECONDS = 2.5e-3
-
-
 class Stress(ClaimKind):
     """Train every cell of the grid and check the worst case over attacks in every cell.
 
@@ -176,9 +171,9 @@ class Stress(ClaimKind):
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
         """Every cell (:meth:`work_units`) trains ``rounds`` rounds of n_honest + f clients at
-        :data:`CLIENT_ROUND_SECONDS` each (measured on the digits dataset); cells are independent
-        and hold one federation at a time."""
-        from fedaudit.experiments.kind import BASE_MEMORY, Cost
+        :data:`~fedaudit.experiments.kind.CLIENT_ROUND_SECONDS` each (measured on the digits
+        dataset); cells are independent and hold one federation at a time."""
+        from fedaudit.experiments.kind import BASE_MEMORY, CLIENT_ROUND_SECONDS, Cost
 
         cells, clients = self.work_units(p), p["n_honest"] + max(p["fs"])
         steps = cells * p["rounds"] * clients

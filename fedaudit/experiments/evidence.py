@@ -1,0 +1,148 @@
+"""Evidence pieces that several claim kinds share with each other or with the CLI.
+
+A claim kind module holds one :class:`~fedaudit.experiments.kind.ClaimKind` and the evidence
+formatting only it uses; what two kinds (or a kind and a ``fedaudit audit`` command) both need
+lives here, so no kind imports another.
+
+* The canary audits of DP training — the ``dpsgd`` and ``fedavg-dp`` kinds, ``fedaudit audit
+  dpsgd|fedavg-dp --plot``: their plan keys (:func:`canary_audit_keys`), their decision rule
+  (:func:`canary_decision`), evidence and summary (:func:`canary_evidence`), figure
+  (:func:`canary_plot`) and the one-run cap (:func:`one_run_ceiling`).
+* Robustness audits — the ``robustness`` kind and ``fedaudit audit robustness``:
+  :func:`robustness_caveats`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from fedaudit.experiments.keys import Key, engine_keys
+from fedaudit.experiments.kind import Decision, Evidence, fmt_number, number
+
+__all__ = ["canary_audit_keys", "canary_decision", "canary_evidence", "canary_plot", "one_run_ceiling",
+           "robustness_caveats", "CANARY_SETUP_SECONDS"]
+
+
+#: core-seconds a canary audit of DP training needs before its first step (Opacus, the model, the
+#: canaries; measured: 6-7 s for 60 to 240 DP-SGD steps on the built-in data)
+CANARY_SETUP_SECONDS = 10.0
+
+
+def canary_audit_keys(count: str, count_help: str, max_canaries: int) -> dict[str, Key]:
+    """The keys DP-SGD and DP-FedAvg claims share (``max_canaries``: the audit's own limit)."""
+    return {
+        "noise_multiplier": Key("float", low=0, open_low=True, help="the noise multiplier training uses"),
+        "claimed_noise_multiplier": Key("float", None, low=0, open_low=True,
+                                        help="what the accountant is told (default: noise_multiplier); "
+                                             "noise_multiplier = claimed/10 is an under-calibrated run"),
+        "sample_rate": Key("float", low=0, high=1, open_low=True, help="Poisson sampling rate per " + count_help),
+        count: Key("int", low=1, high=1_000_000, help=f"number of {count}"),
+        "claimed_epsilon": Key("float", low=0, open_low=True, help="the claim: the run is (claimed_epsilon, delta)-DP"),
+        "delta": Key("float", 1e-5, low=0, high=1, open_low=True, open_high=True, help="δ of the claim and the audit"),
+        "canaries": Key("int", 1000, low=20, high=max_canaries, help="canaries, each included with probability 1/2"),
+        "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
+        "curve_points": Key("int", 30, low=2, high=200, help="points of the accountant's ε curve"),
+        **engine_keys("the accountant's ε curve (the training run itself is sequential)"),
+    }
+
+
+def one_run_ceiling(canaries: int, delta: float, confidence: float) -> float:
+    """The largest ε a one-run audit of ``canaries`` canaries can certify: every canary guessed,
+    all correctly (Steinke, Nasr, Jagielski 2023; 1000 canaries at δ = 1e-5: ≈ 5.78)."""
+    from fedaudit.audit.one_run import one_run_epsilon
+
+    return one_run_epsilon(canaries, canaries, canaries, delta=delta, confidence=confidence)
+
+
+def canary_decision(evidence: Mapping[str, Any]) -> Decision:
+    """The decision of a DP-SGD or DP-FedAvg canary audit from its recorded numbers. With
+    ε_cert = max(``epsilon_one_run``, ``epsilon_one_run_fdp``) — the Steinke bound and its f-DP
+    refinement on the (ε, δ)-DP curve, both certified — a violation is ε_cert above the
+    accountant's ε (``accountant_epsilon``) or above the claim (``claimed_epsilon``); the claim
+    holds when ``accountant_epsilon <= claimed_epsilon`` and there is no violation. The GDP
+    estimate is never read, nor the stored ``violation``/``accountant_violated`` flags (they
+    follow from these numbers)."""
+    accountant = number(evidence, "accountant_epsilon")
+    claimed = number(evidence, "claimed_epsilon")
+    certified = max(number(evidence, "epsilon_one_run"), number(evidence, "epsilon_one_run_fdp"))
+    refuted = bool(certified > accountant or certified > claimed)
+    return Decision(holds=bool(accountant <= claimed) and not refuted, violated=refuted)
+
+
+def canary_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: float, delta: float,
+                    confidence: float, curve: tuple[list[int], list[float]], expect: str, what: str,
+                    extra: Mapping[str, Any],
+                    decide: Callable[[Mapping[str, Any], str], Decision] | None = None) -> Evidence:
+    """The evidence, verdict inputs, summary and figure of a DP-SGD or DP-FedAvg canary audit
+    (``res`` a DPSGDAudit or DPFedAvgAudit). ``decide`` (the kind's :meth:`~ClaimKind.decide`;
+    default :func:`canary_decision`) gives the verdict inputs."""
+    acc = res.accountant
+    bounds = {"one_run": res.one_run.epsilon, "one_run_fdp": res.one_run_fdp.epsilon}
+    numbers = {"accountant_epsilon": acc.epsilon, "claimed_epsilon": claimed_epsilon,
+               "epsilon_one_run": bounds["one_run"], "epsilon_one_run_fdp": bounds["one_run_fdp"]}
+    decision = canary_decision(numbers) if decide is None else decide(numbers, expect)
+    within = acc.epsilon <= claimed_epsilon  # the summary's words; the verdict is the decision's
+    refuted = decision.violated
+    cap = one_run_ceiling(res.canaries, delta, confidence)
+    conf = f"{confidence:.0%}"
+    parts = [f"accountant ε = {fmt_number(acc.epsilon, '.4g')} ({acc.method}) at δ = {delta:g} "
+             + ("within" if within else "ABOVE") + f" the claimed ε = {claimed_epsilon:g}",
+             f"certified one-run ε ≥ {res.one_run.epsilon:.3f} (Steinke), ≥ {res.one_run_fdp.epsilon:.3f} (f-DP) at "
+             f"{conf}; GDP estimate {fmt_number(res.gdp.epsilon, '.3f')} (not a bound)"]
+    if refuted:
+        over = "the accountant's ε" if res.violation else "the claimed ε"
+        parts.append(f"VIOLATION: a certified bound exceeds {over}")
+    else:
+        parts.append("no violation detected")
+    if claimed_epsilon > cap:
+        parts.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g} (below the claim)")
+    parts.append(f"{what}; {res.seconds:.1f} s")
+    if expect == "violation":
+        parts.append("expected a violation, " + ("detected" if refuted else "NOT detected"))
+    xs, ys = curve
+    evidence = {
+        "accountant_epsilon": acc.epsilon, "accountant_method": acc.method, "claimed_epsilon": claimed_epsilon,
+        "delta": delta, "within_claim": within,
+        "epsilon_one_run": bounds["one_run"], "epsilon_one_run_fdp": bounds["one_run_fdp"],
+        "epsilon_gdp_estimate": res.gdp.epsilon, "confidence": confidence, "violation": refuted,
+        "accountant_violated": bool(res.violation), "one_run_ceiling": cap,
+        "noise_multiplier": res.noise_multiplier, "claimed_noise_multiplier": res.claimed_noise_multiplier,
+        "canaries": res.canaries, "canaries_in": res.canaries_in, **extra, "seconds": res.seconds,
+        "curve": {count_name: xs, "epsilon": ys},
+        "audit": res.to_dict(),
+    }
+    plot = canary_plot(res, count_name=count_name, count=count, claimed_epsilon=claimed_epsilon, delta=delta,
+                      confidence=confidence, curve=curve)
+    caveats = [f"the GDP ε {fmt_number(res.gdp.epsilon, '.3f')} is an estimate, not a bound: the verdict rests on "
+               f"the certified one-run bounds"]
+    if claimed_epsilon > cap and not refuted:
+        caveats.append(f"with {res.canaries} canaries the Steinke bound cannot exceed ε = {cap:.3g}, below the claimed "
+                       f"{claimed_epsilon:g}: only the accountant could have shown a violation")
+    return Evidence(holds=decision.holds, violated=refuted, evidence=evidence, summary="; ".join(parts),
+                    plots=(plot,), caveats=tuple(caveats))
+
+
+def canary_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float | None, delta: float,
+                confidence: float, curve: tuple[list[int], list[float]]) -> dict[str, Any]:
+    """The ``epsilon_vs_steps`` specification of a canary audit: the accountant's curve, the claim
+    (None: no line) and the Steinke, f-DP (certified) and GDP (estimate) points at the last count."""
+    xs, ys = curve
+    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": res.one_run.epsilon, "confidence": confidence},
+              {"label": "one-run f-DP", "steps": count, "epsilon": res.one_run_fdp.epsilon, "confidence": confidence},
+              {"label": "GDP", "steps": count, "epsilon": res.gdp.epsilon, "confidence": res.gdp.confidence,
+               "certified": False}]
+    return {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and "
+                                                 f"the audited lower bounds at the last {count_name[:-1]}",
+            "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta, "x_label": count_name,
+            "accountant": f"accountant ({res.accountant.method.upper()})", "lower_bounds": points}
+
+
+def robustness_caveats(res: Any) -> list[str]:
+    """The caveat of a robustness audit measured against a published bound that was not
+    re-verified (:class:`~fedaudit.defenses.kappa.KappaBound` ``verified=False``): staying within
+    it is only as good as the recorded formula."""
+    bound = getattr(res, "bound", None) or {}
+    if res.nu_bound is None or bound.get("verified", True):
+        return []
+    return [f"the published bound κ = {fmt_number(res.nu_bound)} ({bound.get('formula', 'formula not recorded')}) "
+            f"was not re-verified against the paper: being within it is only as good as the recorded formula"]
