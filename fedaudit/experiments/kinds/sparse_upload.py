@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import Key, engine_keys
+from fedaudit.extras import require
 from fedaudit.json import jsonable
 
 __all__ = ["SparseUpload", "SparseTraining", "train_sparse", "SPARSE_METHODS", "SPARSE_DATASETS",
@@ -114,7 +115,7 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     sparse`` trains one such run per call, so it has no independent parts to spread.
     """
     import numpy as np
-    import torch
+    torch = require("torch", "sparse training (fedaudit sparse, the sparse-upload kind)")
 
     from fedaudit.errors import FedAuditError
     from fedaudit.experiments.kinds.dpsgd import cumulative
