@@ -2,7 +2,7 @@
 
 ``python benchmarks/eflops_digits.py [--seeds 3] [--rounds 100] [--clients 10] [--density 0.025] [--methods eflops,...]
 [--scheme iid|dirichlet --beta 1.0] [--upload gated|dense] [--mnist PATH] [--no-tune] [--json FILE]``;
-``--fair`` runs the fair protocol of issue #22 instead (the README's figures): E-FLoPS and Fed-HT,
+``--fair`` runs the fair protocol of issue #22 instead (the figures of docs/results.md): E-FLoPS and Fed-HT,
 each through the top-m upload (E-FLoPS: the gated upload; Fed-HT: each client sends H_m of its
 local model) and dense, each tuned over the same grid — optimizer {SGD (lr 0.05), Adam (lr
 0.005)} × level warm-up {none, E-FLoPS's 0.95 → ρ over 60 % of the rounds} (one step size per

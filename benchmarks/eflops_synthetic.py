@@ -3,7 +3,7 @@
 ``python benchmarks/eflops_synthetic.py [--seeds 5] [--tune-seeds 2] [--rounds 200] [--d 1000]
 [--support 50] [--samples 300] [--clients 10] [--heterogeneity 0.5] [--noise 1.0] [--quick]
 [--dense-rounds 0,3] [--json FILE]``, or with ``--fair [--arms A,B,...] [--sweep 100,300,1000]
-[--sweep-seeds 3]`` the fair protocol of issue #22 (below; the README's figures).
+[--sweep-seeds 3]`` the fair protocol of issue #22 (below; the figures of docs/results.md).
 
 **The fair protocol** (``--fair``; :func:`fair`). Arms (:data:`ARMS`): E-FLoPS (T = 0.05) and
 FLoPS (E-FLoPS at T = 0, the entropy claim) through the top-m gated upload (the seed's protocol,

@@ -38,6 +38,66 @@ def test_shipped_plans_load_through_importlib_resources():
         plans.plan_text("nope")
 
 
+def test_fedaudit_plans_lists_every_shipped_plan_with_its_title(capsys):
+    from fedaudit.cli import main
+
+    assert main(["plans"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == plans.available()
+    for line, name in zip(lines, plans.available()):
+        assert line.split(None, 1)[1] == plans.describe(name) != ""
+    assert plans.describe("accounting") == "fedaudit accounting: LDP budgets over rounds, sampling and shuffling"
+
+
+def test_resolve_prefers_an_existing_file_then_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "accounting").write_text("a local file named like a shipped plan\n")
+    with plans.resolve("accounting") as path:  # a path keeps its meaning
+        assert path == Path("accounting")
+    for typed in ("demo", "demo.toml"):
+        with plans.resolve(typed) as path:
+            assert path.read_bytes() == (PKG / "plans" / "demo.toml").read_bytes()
+    with pytest.raises(fedaudit.FedAuditError, match="^plan 'sub/demo.toml' is neither a file nor a shipped plan"):
+        with plans.resolve("sub/demo.toml"):  # a path with a folder is a path, never a name
+            pass
+
+
+def _fake_runner(monkeypatch):
+    """Record the plan `fedaudit run` loaded and stop before any claim runs."""
+    import fedaudit.experiments.runner as runner
+
+    seen = {}
+
+    def fake(plan, out_dir, **kw):
+        seen["plan"], seen["command"] = plan, kw.get("command")
+        raise fedaudit.FedAuditError("stop here")
+
+    monkeypatch.setattr(runner, "run_plan_to_dir", fake)
+    return seen
+
+
+def test_run_takes_a_shipped_plan_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    from fedaudit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    seen = _fake_runner(monkeypatch)
+    assert main(["run", "accounting", "--out", "out", "--quiet"]) == 2
+    assert seen["plan"].title == plans.describe("accounting") and Path(seen["plan"].path).name == "accounting.toml"
+    assert seen["command"].startswith("fedaudit run accounting --out out")
+    assert "stop here" in capsys.readouterr().err
+
+
+def test_run_with_neither_a_file_nor_a_shipped_name_is_one_line_listing_the_names(tmp_path, monkeypatch, capsys):
+    from fedaudit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "acounting", "--out", "out"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'acounting' is neither a file nor a shipped plan" in err[0]
+    assert "shipped plans: " + ", ".join(plans.available()) in err[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_examples_directory_points_at_the_shipped_plan():
     example = REPO / "examples" / "plans" / "demo.toml"
     assert example.read_bytes() == (PKG / "plans" / "demo.toml").read_bytes(), (
@@ -56,6 +116,9 @@ def test_every_data_file_of_the_package_is_declared_as_package_data():
 def test_license_is_an_spdx_string_with_a_setuptools_that_reads_it():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert config["project"]["license"] == "Apache-2.0"
+    assert config["project"]["license-files"] == ["LICENSE"]
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
     assert any(r.replace(" ", "").startswith("setuptools>=") and int(r.split(">=")[1].split(".")[0]) >= 77
                for r in config["build-system"]["requires"])
 
@@ -66,6 +129,7 @@ def wheel(tmp_path_factory):
     src = tmp_path_factory.mktemp("src")
     shutil.copy(REPO / "pyproject.toml", src)
     shutil.copy(REPO / "README.md", src)
+    shutil.copy(REPO / "LICENSE", src)
     shutil.copytree(PKG, src / "fedaudit", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path_factory.mktemp("dist")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
@@ -83,7 +147,8 @@ def test_wheel_contains_the_plans_and_builds_without_deprecation_warnings(wheel)
         meta = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
         entry = next(z.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert {"fedaudit/plans/demo.toml", "fedaudit/plans/__init__.py", "fedaudit/reports/schema.json"} <= names
-    assert "License-Expression: Apache-2.0" in meta
+    assert "License-Expression: Apache-2.0" in meta and "License-File: LICENSE" in meta
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "fedaudit = fedaudit.cli:main" in entry
 
 
@@ -123,10 +188,15 @@ def test_installed_wheel_finds_the_demo_plan_from_any_directory(wheel, tmp_path)
         code = cli.main(["demo", "--out", "d", "--quiet"])
         assert code == 2 and len(seen["plan"].claims) >= 3 and seen["plan"].path.endswith("demo.toml")
         assert Path(seen["plan"].path).resolve().is_relative_to(Path({str(site)!r}).resolve()), seen["plan"].path
+        assert cli.main(["run", "training-audits", "--out", "d", "--quiet"]) == 2  # a shipped plan by name
+        assert seen["plan"].path.endswith("training-audits.toml")
+        assert Path(seen["plan"].path).resolve().is_relative_to(Path({str(site)!r}).resolve()), seen["plan"].path
+        assert cli.main(["plans"]) == 0
         print("ok")
     ''')
     proc = python("-c", code)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "ok", proc.stderr
+    assert "training-audits" in proc.stdout
     assert list(cwd.iterdir()) == []
 
 

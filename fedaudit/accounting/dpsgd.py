@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real
 
@@ -99,12 +100,12 @@ def _epsilon(sigma: float, q: float, steps: int, delta: float, method: str, disc
                                 f"pld_discretization)): raise pld_discretization or use method='rdp' or "
                                 f"'prv'") from None
     if method == "rdp":
-        from opacus.accountants import RDPAccountant
+        RDPAccountant = require("opacus.accountants", "the rdp accountant (Opacus)").RDPAccountant
         accountant = RDPAccountant()
         accountant.history = [(sigma, q, steps)]
         eps, order = accountant.get_privacy_spent(delta=delta)
         return float(eps), {"best_order": float(order)}
-    from opacus.accountants import PRVAccountant
+    PRVAccountant = require("opacus.accountants", "the prv accountant (Opacus)").PRVAccountant
     accountant = PRVAccountant()
     accountant.history = [(sigma, q, steps)]
     eps = accountant.get_epsilon(delta, eps_error=eps_error)

@@ -58,6 +58,7 @@ import numpy as np
 
 from fedaudit.audit.sampling import ProgressFn
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.fl.data import load_dataset
 from fedaudit.json import jsonable
 from fedaudit.rng import derive_generator, derive_seed
@@ -178,7 +179,7 @@ def train_with_canaries(*, noise_multiplier: float, max_grad_norm: float = 1.0, 
     p = _check_run(noise_multiplier, score_noise_multiplier, max_grad_norm, sample_rate, steps, canaries, dataset,
                    threat, learning_rate, seed, threads)
     start = time.perf_counter()
-    import torch
+    torch = require("torch", "the DP-SGD canary audit")
 
     X, y, linear, X_test, y_test, canary_x, labels, included, k, d = _design(
         p, derive_generator(p["seed"], "canaries"), derive_seed(p["seed"], "data"))
@@ -205,9 +206,9 @@ def train_with_canaries(*, noise_multiplier: float, max_grad_norm: float = 1.0, 
 
 
 def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, n_ref, progress):
-    from opacus import GradSampleModule
-    from opacus.data_loader import DPDataLoader
-    from opacus.optimizers import DPOptimizer
+    GradSampleModule = require("opacus", "the DP-SGD canary audit").GradSampleModule
+    DPDataLoader = require("opacus.data_loader", "the DP-SGD canary audit").DPDataLoader
+    DPOptimizer = require("opacus.optimizers", "the DP-SGD canary audit").DPOptimizer
     from torch.nn import functional as F
     from torch.utils.data import TensorDataset
 

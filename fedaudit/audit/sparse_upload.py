@@ -48,6 +48,7 @@ from fedaudit.audit.ldp import LDPAudit, audit_ldp
 from fedaudit.audit.sampling import ProgressFn
 from fedaudit.engine import check_run_options
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.base import clip_l2
 from fedaudit.mechanisms.gated import MAX_LOG_PROB_M, GatedPrivateUpload
@@ -470,7 +471,7 @@ def _checkpoint_files(checkpoint: Any, pair: str) -> dict[str, str | None]:
 
 @contextlib.contextmanager
 def _torch_threads(n: int):
-    import torch
+    torch = require("torch", "the sparse-upload audit")
 
     old = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -524,7 +525,7 @@ def audit_sparse_upload(upload: str = "plain", *, dim: int = 64, density: float 
     from fedaudit.fl.eflops import EFLoPS, EFLoPSState, local_update
     from fedaudit.fl.gates import GatedModel, HardConcrete
     from fedaudit.mechanisms.gated import GatedSparseUpload, m_for_density
-    import torch
+    torch = require("torch", "the sparse-upload audit")
 
     upload = check_choice("upload", upload, UPLOADS)
     dim = check_int("dim", dim, low=4, high=4096)

@@ -26,7 +26,7 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
                                       "report's own records; made from another plan than --plan; stale bytecode "
                                       "ran; signed but checked without the key; unsigned with --require-signature"),
     ("sign", "signed (the report was intact and consistent)", "—"),
-    ("mechanisms, list, aggregators, sparse, audit scores, account …", "done", "—"),
+    ("mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
 )
 
 #: exit codes with one meaning for every command

@@ -56,6 +56,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plans(args: argparse.Namespace) -> int:
+    from fedaudit import plans
+
+    names = plans.available()
+    width = max(map(len, names))
+    for name in names:  # one plain line each: easy to read and to grep
+        out.print(f"{name:<{width}}  {plans.describe(name)}", markup=False, highlight=False)
+    return 0
+
+
 _SHOWCASE_DEFAULTS = {"dim": 1024, "n": 2000, "epsilon": 4.0, "seed": 0}
 
 
@@ -533,9 +543,12 @@ def run_plan_command(plan_path, out_dir, *, force: bool, quiet: bool, print_html
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from fedaudit.plans import resolve
+
     engine = plan_engine(args)
     command = shlex.join(["fedaudit", "run", args.plan, "--out", args.out] + (["--force"] if args.force else [])
                          + (["--resume"] if args.resume else []) + engine_command(args))
-    return run_plan_command(args.plan, args.out, force=args.force, quiet=args.quiet, command=command,
-                            resume=args.resume, every=args.progress_every, engine=engine, key=report_key(args),
-                            allow_large=args.allow_large)
+    with resolve(args.plan) as plan:  # a plan file, or a shipped plan's name (fedaudit plans)
+        return run_plan_command(plan, args.out, force=args.force, quiet=args.quiet, command=command,
+                                resume=args.resume, every=args.progress_every, engine=engine, key=report_key(args),
+                                allow_large=args.allow_large)

@@ -15,8 +15,8 @@ from fedaudit.cli.kinds import add_kind_commands, examples_epilog
 from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dpsgd, cmd_account_shuffle,
                                    cmd_aggregators, cmd_audit_dpsgd, cmd_audit_fedavg_dp, cmd_audit_ldp,
                                    cmd_audit_robustness, cmd_audit_scores, cmd_audit_sparse_upload,
-                                   cmd_demo, cmd_list, cmd_mechanisms, cmd_run, cmd_sign, cmd_sparse, cmd_stress,
-                                   cmd_verify)
+                                   cmd_demo, cmd_list, cmd_mechanisms, cmd_plans, cmd_run, cmd_sign, cmd_sparse,
+                                   cmd_stress, cmd_verify)
 from fedaudit.cli.options import (agg_param_option, engine_options, plan_engine_options, progress_options,
                                   sparse_model_options)
 
@@ -30,12 +30,13 @@ HAND_WRITTEN_KINDS = frozenset({"ldp", "robustness", "dpsgd", "fedavg-dp", "spar
 #: example command lines of every hand-written command (and group), shown at the end of its
 #: ``--help``; the first is the command's example in docs/index.md
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "fedaudit": ("fedaudit demo", "fedaudit run fedaudit/plans/demo.toml --out reports/demo",
+    "fedaudit": ("fedaudit demo", "fedaudit run accounting --out reports/accounting",
                  "fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1", "fedaudit audit --help"),
     "mechanisms": ("fedaudit mechanisms", "fedaudit mechanisms --dim 64 --epsilon 2"),
     "list": ("fedaudit list aggregators", "fedaudit list kinds"),
     "demo": ("fedaudit demo", "fedaudit demo --out reports/demo --resume", "fedaudit demo --showcase --dim 256"),
-    "run": ("fedaudit run fedaudit/plans/demo.toml --out reports/demo",
+    "plans": ("fedaudit plans",),
+    "run": ("fedaudit run accounting --out reports/accounting",
             "fedaudit run plan.toml --out report --resume --backend process --workers 4"),
     "aggregators": ("fedaudit aggregators", "fedaudit aggregators --n 31 --f 7"),
     "audit": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1", "fedaudit audit robustness --aggregator krum",
@@ -74,7 +75,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
                "tree (generated from the schema), or print it with `python -m fedaudit.experiments.plan_reference`. "
-               "The shipped example plan: fedaudit/plans/demo.toml. Exit codes: 0 every claim met its "
+               "The shipped plans (fedaudit plans lists them) run by name: fedaudit run accounting --out DIR. Exit codes: 0 every claim met its "
                "expectation, 1 some claim did not, 2 bad input, 130 interrupted and 143 terminated (SIGTERM; "
                "rerun with --resume); every command's: fedaudit --help.")
 
@@ -118,12 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan_engine_options(p)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("plans", help="list the plans shipped with fedaudit (run one with fedaudit run NAME --out DIR)")
+    p.set_defaults(func=cmd_plans)
+
     p = sub.add_parser("run", parents=[progress], epilog=_RUN_EPILOG,
                        help="check every claim of a TOML plan and write report.json/.html/.md",
                        description="Check every claim of a TOML plan and write report.json, report.html and "
                                    "report.md into --out. Each finished claim is checkpointed in "
                                    "OUT/.checkpoint/, so an interrupted run continues with --resume.")
-    p.add_argument("plan", help=f"the plan (TOML): a [plan] table and [[claim]] tables; keys: {PLAN_REFERENCE}")
+    p.add_argument("plan", help=f"the plan: a TOML file (a [plan] table and [[claim]] tables; keys: {PLAN_REFERENCE}) "
+                                "or the name of a shipped plan (fedaudit plans lists them)")
     p.add_argument("--out", required=True, help="report directory (must be empty or new unless --force or --resume)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="write into a non-empty report directory (starts over)")

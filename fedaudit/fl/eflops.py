@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.fl.gated_training import ErrorFeedback, data_free_gates
 from fedaudit.fl.gates import GATE_MODES, GatedModel, HardConcrete
 from fedaudit.json import jsonable
@@ -268,7 +269,7 @@ class SparseRun:
 
 
 def _loss_fn(loss: str):
-    import torch.nn.functional as F
+    F = require("torch.nn.functional", "E-FLoPS training")
 
     if loss == "mse":
         return lambda out, y: 0.5 * F.mse_loss(out.reshape(y.shape), y)
@@ -276,7 +277,7 @@ def _loss_fn(loss: str):
 
 
 def _tensors(model: GatedModel, client_data: Any, loss: str, name: str):
-    import torch
+    torch = require("torch", "E-FLoPS training")
 
     try:
         X, y = client_data
@@ -312,7 +313,7 @@ def _infer_loss(loss: str, clients: Sequence[Any]) -> str:
 
 def _regularizer(method: EFLoPS, la):
     """Σ_j-summable R(π_j) per gate (module docstring), from log-sigmoids."""
-    import torch
+    torch = require("torch", "E-FLoPS training")
 
     log_p, log_q = HardConcrete.log_prob_nonzero(la)
     p = torch.exp(log_p)
@@ -324,7 +325,7 @@ def _regularizer(method: EFLoPS, la):
 
 
 def _local(state: EFLoPSState, X, y, rng: np.random.Generator) -> ClientUpdate:
-    import torch
+    torch = require("torch", "E-FLoPS training")
 
     method, model = state.method, state.model
     theta = torch.tensor(state.weights, dtype=model.dtype, requires_grad=True)
@@ -440,7 +441,7 @@ def train_eflops(model: Any, clients: Sequence[Any], *, method: EFLoPS, rounds: 
     same rng and model give the same bits. Torch runs on CPU with ``threads`` threads (restored
     afterwards). ``progress(k)`` is called after round k. Returns a :class:`SparseRun`.
     """
-    import torch
+    torch = require("torch", "E-FLoPS training")
 
     if not isinstance(method, EFLoPS):
         raise FedAuditError(f"method must be an EFLoPS(...) configuration, got {type(method).__name__}")
@@ -609,7 +610,7 @@ def _aggregate(state: EFLoPSState, updates: list[ClientUpdate], n: np.ndarray, u
 
 def _global_loss(gm: GatedModel, fn, data, sizes, weights, log_alpha) -> float:
     """Σ_i n_i ℓ_i(θ̃ ⊙ ẑ) / Σ_i n_i at the deterministic gates."""
-    import torch
+    torch = require("torch", "E-FLoPS training")
 
     with torch.no_grad():
         theta = torch.tensor(weights * gm.expand(HardConcrete.deterministic(log_alpha)), dtype=gm.dtype)

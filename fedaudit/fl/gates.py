@@ -25,6 +25,7 @@ from scipy.special import expit
 
 from fedaudit.arrays import is_torch
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.rng import RngLike, as_generator
 from fedaudit.validation import check_choice
 
@@ -120,7 +121,7 @@ class GatedModel:
     """
 
     def __init__(self, module: Any, gates: str = "parameter"):
-        import torch
+        torch = require("torch", "a gated torch model (E-FLoPS)")
 
         if not isinstance(module, torch.nn.Module):
             raise FedAuditError(f"model must be a torch.nn.Module (e.g. torch.nn.Linear(d, 1)), "

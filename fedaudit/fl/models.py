@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.validation import check_int, check_real
 
 __all__ = ["LogisticModel", "log_softmax", "mlp", "cnn"]
@@ -215,7 +216,7 @@ class LogisticModel:
 
 def mlp(n_features: int, n_classes: int, hidden: int = 64) -> Any:
     """Linear(p, hidden) → ReLU → Linear(hidden, C), returning logits (a ``torch.nn.Module``)."""
-    import torch.nn as nn
+    nn = require("torch.nn", "the torch models of fedaudit.fl.models")
 
     n_features = check_int("n_features", n_features, low=1)
     n_classes = check_int("n_classes", n_classes, low=2)
@@ -229,7 +230,7 @@ def cnn(n_classes: int, in_channels: int = 1) -> Any:
     Conv(3×3, 16) → ReLU → MaxPool 2 → Conv(3×3, 32) → ReLU → AdaptiveAvgPool 4×4 → Linear(512, 64)
     → ReLU → Linear(64, C). Accepts (N, c, s, s) images or flat (N, c·s²) rows (reshaped).
     """
-    import torch.nn as nn
+    nn = require("torch.nn", "the torch models of fedaudit.fl.models")
 
     n_classes = check_int("n_classes", n_classes, low=2)
     in_channels = check_int("in_channels", in_channels, low=1)

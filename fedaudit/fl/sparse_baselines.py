@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedaudit.errors import FedAuditError
+from fedaudit.extras import require
 from fedaudit.fl.eflops import LOCAL_OPTIMIZERS, EFLoPS, SparseRun, level_at, train_eflops
 from fedaudit.fl.registry import SPARSE_METHODS
 from fedaudit.fl.gates import GatedModel
@@ -108,7 +109,7 @@ def _client_arrays(clients: Any) -> tuple[list[tuple[np.ndarray, np.ndarray]], s
 
 def _loss_fn(task: str) -> Callable[..., Any]:
     """½·mean squared error (regression) or mean cross-entropy (classification), as in E-FLoPS."""
-    import torch.nn.functional as F
+    F = require("torch.nn.functional", "the sparse baselines (Fed-HT, FedIter-HT, FedAvg+prune)")
 
     if task == "regression":
         return lambda out, y: 0.5 * F.mse_loss(out.reshape(y.shape), y)
@@ -116,7 +117,7 @@ def _loss_fn(task: str) -> Callable[..., Any]:
 
 
 def _tensors(clients: list, task: str, dtype: Any) -> list[tuple[Any, Any]]:
-    import torch
+    torch = require("torch", "the sparse baselines (Fed-HT, FedIter-HT, FedAvg+prune)")
 
     out = []
     for i, (X, y) in enumerate(clients):
@@ -151,7 +152,7 @@ def _train(method: str, model: Any, clients: Any, *, rounds: int, density: float
            byzantine: int, attack: Any, rng: RngLike, threads: int,
            progress: Callable[[int], None] | None, local_optimizer: str = "sgd", init_density: float = 0.5,
            target_warmup: float = 0.0, upload: str = "dense") -> SparseRun:
-    import torch
+    torch = require("torch", "the sparse baselines (Fed-HT, FedIter-HT, FedAvg+prune)")
 
     local_ht, server_ht = _VARIANTS[method]
     rounds = check_int("rounds", rounds, low=1)
@@ -370,7 +371,7 @@ SPARSE_METHODS.register("fedavg-prune", train_fedavg_prune)
 
 def predict(model: Any, theta: Any, X: Any) -> np.ndarray:
     """f_θ(X) as float64 numpy (regression: (N,); classification: logits (N, C)) for flat θ."""
-    import torch
+    torch = require("torch", "the sparse baselines (Fed-HT, FedIter-HT, FedAvg+prune)")
 
     gm = GatedModel(model)
     theta = np.asarray(theta, dtype=np.float64)
@@ -418,7 +419,7 @@ def inference_macs(model: Any, mask: Any, input_shape: tuple[int, ...]) -> tuple
     sizes) (padded borders count as positions, the usual convention). Biases, activations,
     pooling and normalisation are not MACs; other layers' weights are not counted. The output
     sizes are read from one forward pass of a zero input."""
-    import torch
+    torch = require("torch", "the sparse baselines (Fed-HT, FedIter-HT, FedAvg+prune)")
 
     gm = GatedModel(model)
     mask = np.asarray(mask, dtype=bool).reshape(-1)

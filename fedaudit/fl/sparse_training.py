@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fedaudit.json import jsonable
+from fedaudit.extras import require
 
 __all__ = ["SparseTraining", "train_sparse", "SPARSE_DATASETS", "DEFAULT_TEMPERATURES", "TRAINING_SETTINGS"]
 
@@ -139,7 +140,7 @@ def train_sparse(method: str, dataset: str, *, density: float = 0.05, temperatur
     so, like DP-SGD training, it stays in this process and takes no engine keywords; ``fedaudit
     sparse`` trains one such run per call, so it has no independent parts to spread.
     """
-    import torch
+    torch = require("torch", "sparse training (fedaudit sparse, the sparse-upload kind)")
 
     from fedaudit.errors import FedAuditError
     from fedaudit.fl.models import mlp
