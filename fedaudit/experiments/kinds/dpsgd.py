@@ -121,10 +121,9 @@ def audit_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float 
     """The ``epsilon_vs_steps`` specification of a canary audit: the accountant's curve, the claim
     (None: no line) and the Steinke, f-DP (certified) and GDP (estimate) points at the last count."""
     xs, ys = curve
-    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": res.one_run.epsilon, "confidence": confidence},
-              {"label": "one-run f-DP", "steps": count, "epsilon": res.one_run_fdp.epsilon, "confidence": confidence},
-              {"label": "GDP", "steps": count, "epsilon": res.gdp.epsilon, "confidence": res.gdp.confidence,
-               "certified": False}]
+    points = [{"label": label, "steps": count, "epsilon": r.epsilon, "confidence": r.confidence,
+               "epsilon_bound": r.epsilon_bound.value, **({} if r.epsilon_bound.certified else {"certified": False})}
+              for label, r in (("one-run (Steinke)", res.one_run), ("one-run f-DP", res.one_run_fdp), ("GDP", res.gdp))]
     return {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and "
                                                  f"the audited lower bounds at the last {count_name[:-1]}",
             "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta, "x_label": count_name,
@@ -135,41 +134,34 @@ def accountant_curve(sigma: float, q: float, total: int, delta: float, method: s
                      progress: Progress, *, backend: str | None = None, workers: int | None = None,
                      address: str | None = None) -> tuple[list[int], list[float]]:
     """ε after ``points`` counts from 1 to ``total`` of ``total`` Poisson-subsampled Gaussian steps
-    (rounds), the last one ``final`` (the accountant's own value). For PLD the one-step PLD
-    (dp-accounting ``from_gaussian_mechanism`` with ``sampling_prob = q``, the event
-    :func:`~fedaudit.accounting.epsilon_dpsgd` composes) is built once at the coarser interval
-    :data:`~fedaudit.experiments.kinds.accounting.CURVE_DISCRETIZATION` and self-composed per
-    point (still an upper bound); RDP and PRV call the accountant per point. The points are
-    independent and run as engine chunks (:func:`~fedaudit.experiments.kinds.accounting.run_curve`
+    (rounds), the last one ``final`` (the accountant's own value): each point is the accountant
+    ``method`` of :data:`~fedaudit.accounting.ACCOUNTANTS` on ``dpsgd_event(σ, q, n)`` (one
+    construction of the event's PLD, the accountant's), PLD at the coarser interval
+    :data:`~fedaudit.experiments.kinds.accounting.CURVE_DISCRETIZATION` (still an upper bound). The
+    points are independent and run as engine chunks (:func:`~fedaudit.experiments.kinds.accounting.run_curve`
     with ``backend``, ``workers``, ``address``), so the curve is bit-identical on every backend."""
     from fedaudit.engine import check_run_options
     from fedaudit.experiments.kinds.accounting import CURVE_DISCRETIZATION, curve_points, run_curve
 
     backend, workers, address = check_run_options(backend, workers, address)
     xs = curve_points(total, points)
-    one = None
-    if method == "pld":
-        from dp_accounting.pld import privacy_loss_distribution as pld
-
-        one = pld.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q, use_connect_dots=True,
-                                          value_discretization_interval=CURVE_DISCRETIZATION)
-    ys = run_curve(_curve_chunk, (sigma, q, delta, method, one), xs[:-1], progress,
+    settings = {"discretization": CURVE_DISCRETIZATION} if method == "pld" else None
+    ys = run_curve(_curve_chunk, (sigma, q, delta, method, settings), xs[:-1], progress,
                    {"backend": backend, "workers": workers, "address": address})
     progress(1)
     return xs, [*ys, final]
 
 
 def _curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
-    """An engine chunk of :func:`accountant_curve`: ε at δ after each of its counts n, from the
-    shared one-step PLD (``one``, self-composed n times) or the ``method`` accountant. (Opacus's
-    PRV ε moves in the last bit with the BLAS thread count; the engine runs every chunk with one
-    thread on every backend, so the curve is the same on each.)"""
-    (sigma, q, delta, method, one), counts = task
-    if one is not None:
-        return [float(one.self_compose(n).get_epsilon_for_delta(delta)) for n in counts]
-    from fedaudit.accounting import epsilon_dpsgd
+    """An engine chunk of :func:`accountant_curve`: ε at δ after each of its counts n by the ``method``
+    accountant with ``settings`` (None: its defaults). (Opacus's PRV ε moves in the last bit with the
+    BLAS thread count; the engine runs every chunk with one thread on every backend, so the curve is
+    the same on each.)"""
+    (sigma, q, delta, method, settings), counts = task
+    from fedaudit.accounting import account, dpsgd_event
 
-    return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
+    return [account(dpsgd_event(sigma, q, n), delta=delta, accountant=method, **(settings or {})).epsilon
+            for n in counts]
 
 
 #: core-seconds a canary audit of DP training needs before its first step, and per step (measured:
@@ -207,12 +199,14 @@ class DPSGD(ClaimKind):
     figures = ("epsilon_vs_steps",)
 
     def keys(self) -> dict[str, Key]:
-        from fedaudit.accounting import DPSGD_METHODS
+        from fedaudit.accounting import accountants_for, dpsgd_event
         from fedaudit.audit.canaries import MAX_CANARIES, THREATS
 
         return {
             **audit_keys("steps", "step (examples)", MAX_CANARIES),
-            "accountant": Key("str", "pld", choices=DPSGD_METHODS, help="pld (dp-accounting), rdp or prv (Opacus)"),
+            "accountant": Key("str", "pld", choices=accountants_for(dpsgd_event(1.0, 0.5, 1)),
+                              help="a registered accountant of the Poisson-subsampled Gaussian: pld (dp-accounting), "
+                                   "rdp or prv (Opacus), dpa-rdp (dp-accounting), or your own"),
             "max_grad_norm": Key("float", 1.0, low=0, open_low=True, help="per-example clipping norm C"),
             "dataset": Key("str", "digits", choices=("digits", "synthetic")),
             "threat": Key("str", "white-box", choices=THREATS,
