@@ -118,6 +118,17 @@ class PldAccountant(PLDAccountant):
         self.discretization = check_real("discretization", discretization, low=0.0, high=0.1, open_low=True)
         super().__init__(neighboring_relation, value_discretization_interval=self.discretization)
 
+    def _maybe_compose(self, event, count, do_compose):
+        """dp-accounting 0.6's ``PLDAccountant`` composes a ``RandomizedResponseDpEvent`` once whatever
+        its ``count`` (its randomized-response branch never self-composes: 10 reports of 5-RR at ε = 1
+        come out at ε ≈ 1.0 instead of 9.99 — an under-count). Here such an event with ``count > 1``
+        is passed on as the composition of ``count`` single events, which dp-accounting composes one
+        by one (exact; ``count`` FFT compositions, so for many reports prefer
+        ``fedaudit.accounting.compose(method="pld")``, which self-composes the PLD)."""
+        if isinstance(event, dp_event.RandomizedResponseDpEvent) and count > 1:
+            return super()._maybe_compose(dp_event.ComposedDpEvent([event] * count), 1, do_compose)
+        return super()._maybe_compose(event, count, do_compose)
+
     def details(self) -> dict[str, Any]:
         return {"value_discretization_interval": self.discretization}
 
@@ -339,8 +350,8 @@ def account(event: dp_event.DpEvent, *, delta: float | None = None, epsilon: flo
     if (delta is None) == (epsilon is None):
         raise FedAuditError("give exactly one of delta (to get ε) or epsilon (to get δ)")
     acc = make_accountant(accountant, neighbouring, **settings)
-    _compose(acc, event, accountant)
     try:
+        _compose(acc, event, accountant)
         if delta is not None:
             delta = check_probability("delta", delta)
             eps = float(acc.get_epsilon(delta))

@@ -241,7 +241,7 @@ class BlanketAccountant(PrivacyAccountant):
         if self.neighboring_relation is not NeighboringRelation.REPLACE_ONE:
             return PrivacyAccountant.CompositionErrorDetails(event, "the blanket bound is stated for replace-one "
                                                                     "neighbours")
-        if self.event is not None or count != 1:
+        if self.event is not None or count > 1:
             return PrivacyAccountant.CompositionErrorDetails(event, "one shuffled round per accountant: compose "
                                                                     "rounds through their guarantees (compose())")
         if do_compose:

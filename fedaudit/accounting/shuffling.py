@@ -100,7 +100,7 @@ class ShuffleAccountant(PrivacyAccountant):
         if self.neighboring_relation is not NeighboringRelation.REPLACE_ONE:
             return PrivacyAccountant.CompositionErrorDetails(event, "the shuffle bound is stated for replace-one "
                                                                     "neighbours")
-        if self.event is not None or count != 1:
+        if self.event is not None or count > 1:
             return PrivacyAccountant.CompositionErrorDetails(event, "one shuffled round per accountant: compose "
                                                                     "rounds through their guarantees (compose())")
         if do_compose:
