@@ -384,3 +384,18 @@ def test_pld_out_of_memory_is_one_line(monkeypatch):
     with pytest.raises(FedAuditError, match="ran out of memory"):
         account(dpsgd_event(1e-3, 0.5, 1), delta=1e-5)
     assert np.isfinite(account(dpsgd_event(1.0, 0.5, 1), delta=1e-5, accountant="rdp").epsilon)
+
+
+def test_the_guide_runs_and_prints_what_it_shows(capsys):
+    page = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "accountants.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    shown = re.findall(r"```text\n(.*?)```", page, flags=re.S)
+    assert len(blocks) == 3 and shown
+    try:
+        for code in blocks:
+            exec(compile(code, "accountants.md", "exec"), {})
+    finally:
+        ACCOUNTANTS.unregister("exact-gaussian")
+    out = capsys.readouterr().out
+    assert out.startswith(shown[0])
+    assert out.splitlines()[len(shown[0].splitlines()):] == ["7.5113", "7.5113"]
