@@ -26,7 +26,8 @@ The canary audits that hold these accountants to account are in :mod:`fedaudit.a
 (:func:`~fedaudit.audit.dpsgd_audit.audit_dpsgd`, :func:`~fedaudit.audit.fedavg_audit.audit_dpfedavg`).
 """
 
-from fedaudit.accounting.accountants import (ACCOUNTANTS, NEIGHBOURING, Accountant, account, accountants_for,
+from fedaudit.accounting.accountants import (ACCOUNTANTS, NEIGHBOURING, Accountant, AccountantMemoryError, account,
+                                             accountants_for,
                                              calibrate, dpsgd_event, make_accountant, register_accountant,
                                              schedule_event)
 from fedaudit.accounting.blanket import (BLANKET_BOUNDS, BLANKET_MECHANISMS, BlanketBound, BlanketDpEvent,
@@ -45,7 +46,7 @@ from fedaudit.accounting.shuffling import (SHUFFLE_METHODS, ShuffleBound, Shuffl
 from fedaudit.guarantees import Bound
 
 __all__ = [
-    "ACCOUNTANTS", "Accountant", "Account", "Bound", "account", "calibrate", "make_accountant",
+    "ACCOUNTANTS", "Accountant", "AccountantMemoryError", "Account", "Bound", "account", "calibrate", "make_accountant",
     "register_accountant", "accountants_for", "dpsgd_event", "schedule_event", "NEIGHBOURING",
     "ShuffledDpEvent", "BlanketDpEvent", "calibrate_dpsgd", "calibrate_dpfedavg",
     "compose", "Composition", "METHODS", "Ledger", "LedgerEntry",

@@ -65,7 +65,7 @@ from fedaudit.guarantees import Bound
 from fedaudit.registry import Registry
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real
 
-__all__ = ["Account", "Accountant", "ACCOUNTANTS", "NEIGHBOURING", "register_accountant", "make_accountant",
+__all__ = ["Account", "Accountant", "AccountantMemoryError", "ACCOUNTANTS", "NEIGHBOURING", "register_accountant", "make_accountant",
            "account", "calibrate", "dpsgd_event", "schedule_event", "accountants_for", "PldAccountant",
            "OpacusRdpAccountant", "OpacusPrvAccountant", "PLD_DISCRETIZATION", "PRV_EPS_ERROR"]
 
@@ -99,6 +99,12 @@ class Accountant(Protocol):
     def get_epsilon(self, target_delta: float) -> float: ...
 
     def get_delta(self, target_epsilon: float) -> float: ...
+
+
+class AccountantMemoryError(FedAuditError):
+    """An accountant ran out of memory (a PLD's loss grid grows like 1/(σ² · discretization)); a
+    :class:`~fedaudit.errors.FedAuditError`, so one line and exit 2 on the CLI. Callers that know the
+    parameters behind the event (:func:`~fedaudit.accounting.epsilon_dpsgd`) restate it in them."""
 
 
 def _relation(neighbouring: Any) -> NeighboringRelation:
@@ -363,7 +369,7 @@ def account(event: dp_event.DpEvent, *, delta: float | None = None, epsilon: flo
                 raise FedAuditError(f"accountant {accountant!r} answers ε(δ) only, not δ(ε); use "
                                     f"{', '.join(n for n in ('pld', 'rdp', 'dpa-rdp') if n != accountant)}") from None
     except MemoryError:  # a PLD grid spans ~1/σ² in steps of the discretisation (σ = 1e-3, 1e-4: 38 GiB)
-        raise FedAuditError(f"the {accountant} accountant ran out of memory on {event} (a privacy-loss grid grows "
+        raise AccountantMemoryError(f"the {accountant} accountant ran out of memory on {event} (a privacy-loss grid grows "
                             f"like 1/(σ² · discretization)): raise discretization or use accountant='rdp' or "
                             f"'prv'") from None
     if math.isnan(eps) or math.isnan(delta):

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import warnings
 
-from fedaudit.accounting.accountants import (ACCOUNTANTS, PLD_DISCRETIZATION, PRV_EPS_ERROR, account, calibrate,
-                                             dpsgd_event)
+from fedaudit.accounting.accountants import (ACCOUNTANTS, PLD_DISCRETIZATION, PRV_EPS_ERROR, AccountantMemoryError,
+                                             account, calibrate, dpsgd_event)
 from fedaudit.accounting.result import Account
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_positive, check_probability, check_real
@@ -107,8 +107,14 @@ def epsilon_dpsgd(noise_multiplier: float, sample_rate: float, steps: int, delta
     sigma, q, steps, delta = _check(noise_multiplier, sample_rate, steps, delta)
     method = check_method(method)
     settings = accountant_settings(method, pld_discretization, prv_eps_error)
-    return account(dpsgd_event(sigma, q, steps), delta=delta, accountant=method,
-                   parameters={"noise_multiplier": sigma, "sample_rate": q, "steps": steps}, **settings)
+    try:
+        return account(dpsgd_event(sigma, q, steps), delta=delta, accountant=method,
+                       parameters={"noise_multiplier": sigma, "sample_rate": q, "steps": steps}, **settings)
+    except AccountantMemoryError:  # the loss grid spans ~1/σ² in steps of disc (σ = 1e-3, disc = 1e-4: 38 GiB)
+        raise AccountantMemoryError(
+            f"the {method} accountant ran out of memory at noise_multiplier={sigma:g}, pld_discretization="
+            f"{pld_discretization:g} (its privacy-loss grid grows like 1/(σ² · pld_discretization)): raise "
+            f"pld_discretization or use method='rdp' or 'prv'") from None
 
 
 def noise_multiplier_for(target_epsilon: float, sample_rate: float, steps: int, delta: float,
