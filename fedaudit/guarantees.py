@@ -11,13 +11,36 @@ Duchi, Jordan, Wainwright, JASA 2018).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_positive, check_real
 
-__all__ = ["PureLDP", "ApproxLDP", "Guarantee", "epsilon_delta", "make_guarantee"]
+__all__ = ["PureLDP", "ApproxLDP", "Guarantee", "epsilon_delta", "make_guarantee", "Bound"]
+
+
+class Bound(str, enum.Enum):
+    """What an ε carried by a result is, as a type rather than as prose:
+
+    * ``UPPER`` — a certified upper bound on the true ε (an accountant's answer: the mechanism is
+      at least this private);
+    * ``LOWER`` — a certified lower bound (an audit's bound at its confidence: the mechanism is at
+      most this private);
+    * ``ESTIMATE`` — a point estimate that is neither (e.g. the Gaussian-DP ε of a canary audit);
+      verdicts never rest on it.
+
+    A ``str`` enum, so ``Bound.UPPER == "upper"`` and JSON holds the plain word."""
+
+    UPPER = "upper"
+    LOWER = "lower"
+    ESTIMATE = "estimate"
+
+    @property
+    def certified(self) -> bool:
+        """True for a certified bound (upper or lower), False for an estimate."""
+        return self is not Bound.ESTIMATE
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def test_report_deltas_are_spent_before_the_slack(method):
 def test_to_dict_is_strict_json():
     comp = compose([ApproxLDP(0.5, 1e-3)] * 20, "advanced", 0.01)
     assert json.loads(json.dumps(comp.to_dict(), allow_nan=False)) == {
-        "epsilon": "inf", "delta": 0.01, "method": "advanced", "count": 20}
+        "epsilon": "inf", "delta": 0.01, "method": "advanced", "count": 20, "epsilon_bound": "upper"}
 
 
 # --- bad input --------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_result_is_frozen_and_json():
         b.epsilon = 0.0
     d = json.loads(json.dumps(b.to_dict(), allow_nan=False))
     assert d == {"epsilon": b.epsilon, "delta": 1e-6, "n": 100_000, "eps0": 4.0, "method": "numerical",
-                 "amplified": True}
+                 "amplified": True, "epsilon_bound": "upper"}
 
 
 @pytest.mark.parametrize("args,name", [

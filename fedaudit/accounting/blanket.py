@@ -44,18 +44,22 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import attr
 import numpy as np
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
 
+from fedaudit.accounting.result import Account
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.mechanisms import RandomizedResponse
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability
 
 __all__ = ["BlanketBound", "blanket_epsilon", "blanket_delta", "blanket_gamma", "BLANKET_BOUNDS",
-           "BLANKET_MECHANISMS"]
+           "BLANKET_MECHANISMS", "BlanketDpEvent", "BlanketAccountant"]
 
 BLANKET_BOUNDS = ("hoeffding", "bennett")
 BLANKET_MECHANISMS = ("krr", "laplace")
@@ -64,13 +68,12 @@ _BISECT = 60
 
 
 @dataclass(frozen=True)
-class BlanketBound:
+class BlanketBound(Account):
     """ε at ``delta`` of n shuffled ε0-LDP reports of ``mechanism`` (k for k-RR) by the privacy
-    blanket with blanket mass ``gamma`` and tail ``bound``; ``amplified`` is False when no ε below
-    ε0 is certified (``epsilon == eps0``, a warning was issued)."""
+    blanket with blanket mass ``gamma`` and tail ``bound`` (hoeffding or bennett; the ε is an upper
+    bound: ``epsilon_bound`` is UPPER); ``amplified`` is False when no ε below ε0 is certified
+    (``epsilon == eps0``, a warning was issued)."""
 
-    epsilon: float
-    delta: float
     n: int
     eps0: float
     gamma: float
@@ -78,11 +81,12 @@ class BlanketBound:
     k: int | None
     bound: str
     amplified: bool
+    method: str = field(default="blanket", kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"epsilon": self.epsilon, "delta": self.delta, "n": self.n, "eps0": self.eps0,
                          "gamma": self.gamma, "mechanism": self.mechanism, "k": self.k, "bound": self.bound,
-                         "amplified": self.amplified})
+                         "amplified": self.amplified, "epsilon_bound": self.epsilon_bound.value})
 
     def summary(self) -> str:
         what = f"{self.k}-RR" if self.mechanism == "krr" else self.mechanism
@@ -200,3 +204,69 @@ def blanket_epsilon(n: int, mechanism: Any, eps0: float | None, delta: float, *,
         else:
             lo = mid
     return BlanketBound(hi, delta, n, eps0, gamma, mechanism, k, bound, amplified=True)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class BlanketDpEvent(dp_event.DpEvent):
+    """One shuffled round of ``n`` reports of ``mechanism`` (``"krr"`` with ``k`` categories, or
+    ``"laplace"`` on [0, 1]) at ``eps0`` (dp-accounting has no event for it). Accounted by the
+    ``"blanket"`` accountant (:class:`BlanketAccountant`), one round per accountant."""
+
+    n: int
+    eps0: float
+    mechanism: str = "krr"
+    k: int | None = None
+
+
+class BlanketAccountant(PrivacyAccountant):
+    """The ``"blanket"`` accountant: ε at δ (:func:`blanket_epsilon`) or δ at ε (:func:`blanket_delta`;
+    0 at ε ≥ ε0, where the reports are ε0-LDP already) of one :class:`BlanketDpEvent` by the tail
+    ``bound``; an upper bound, replace-one neighbours."""
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE, *,
+                 bound: str = "hoeffding"):
+        super().__init__(neighboring_relation)
+        self.bound = check_choice("bound", bound, BLANKET_BOUNDS)
+        self.event: BlanketDpEvent | None = None
+        self.result: BlanketBound | None = None
+
+    def _maybe_compose(self, event, count, do_compose):
+        if isinstance(event, dp_event.NoOpDpEvent):
+            return None
+        if isinstance(event, dp_event.SelfComposedDpEvent) and event.count * count == 1:
+            return self._maybe_compose(event.event, 1, do_compose)
+        if not isinstance(event, BlanketDpEvent):
+            return PrivacyAccountant.CompositionErrorDetails(event, "the blanket accountant accounts one "
+                                                                    "BlanketDpEvent only")
+        if self.neighboring_relation is not NeighboringRelation.REPLACE_ONE:
+            return PrivacyAccountant.CompositionErrorDetails(event, "the blanket bound is stated for replace-one "
+                                                                    "neighbours")
+        if self.event is not None or count > 1:
+            return PrivacyAccountant.CompositionErrorDetails(event, "one shuffled round per accountant: compose "
+                                                                    "rounds through their guarantees (compose())")
+        if do_compose:
+            self.event = event
+        return None
+
+    def get_epsilon(self, target_delta: float) -> float:
+        if self.event is None:
+            return 0.0
+        e = self.event
+        self.result = blanket_epsilon(e.n, e.mechanism, e.eps0, target_delta, k=e.k, bound=self.bound)
+        return self.result.epsilon
+
+    def get_delta(self, target_epsilon: float) -> float:
+        if self.event is None:
+            return 0.0
+        e = self.event
+        if target_epsilon >= e.eps0:
+            return 0.0
+        if target_epsilon <= 0.0:
+            return 1.0
+        return blanket_delta(e.n, e.mechanism, e.eps0, target_epsilon, k=e.k, bound=self.bound)
+
+    def details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"bound": self.bound}
+        if self.result is not None:
+            out.update(gamma=self.result.gamma, amplified=self.result.amplified)
+        return out

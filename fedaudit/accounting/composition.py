@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any, Sequence
 
@@ -47,6 +47,7 @@ from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp
 
 from fedaudit.accounting.pld import build_pld, guarantee_of, pld_key
+from fedaudit.accounting.result import Account
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 from fedaudit.json import jsonable
@@ -59,17 +60,16 @@ METHODS = ("basic", "advanced", "pld")
 
 
 @dataclass(frozen=True)
-class Composition:
-    """The composed guarantee: ``count`` uses compose to (``epsilon``, ``delta``) by ``method``."""
+class Composition(Account):
+    """The composed guarantee: ``count`` uses compose to (``epsilon``, ``delta``) by ``method``; the
+    ε is an upper bound (``epsilon_bound`` is UPPER)."""
 
-    epsilon: float
-    delta: float
-    method: str
+    method: str = field(kw_only=False)  # positional again here: Composition(ε, δ, method, count)
     count: int
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"epsilon": self.epsilon, "delta": self.delta, "method": self.method,
-                         "count": self.count})
+                         "count": self.count, "epsilon_bound": self.epsilon_bound.value})
 
     def summary(self) -> str:
         return f"{self.count} uses compose to ({self.epsilon:.6g}, {self.delta:g})-DP by {self.method} composition"

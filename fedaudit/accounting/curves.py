@@ -64,37 +64,29 @@ def epsilon_dpsgd_curve(sigma: float, q: float, total: int, delta: float, method
                         progress: Callable[[int], None], *, backend: str | None = None, workers: int | None = None,
                         address: str | None = None) -> tuple[list[int], list[float]]:
     """ε after ``points`` counts from 1 to ``total`` of ``total`` Poisson-subsampled Gaussian steps
-    (rounds), the last one ``final`` (the accountant's own value). For PLD the one-step PLD
-    (dp-accounting ``from_gaussian_mechanism`` with ``sampling_prob = q``, the event
-    :func:`~fedaudit.accounting.epsilon_dpsgd` composes) is built once at the coarser interval
-    :data:`CURVE_DISCRETIZATION` and self-composed per point (still an upper bound); RDP and PRV
-    call the accountant per point. The points are independent and run as engine chunks
-    (:func:`run_curve` with ``backend``, ``workers``, ``address``), so the curve is bit-identical
-    on every backend."""
+    (rounds), the last one ``final`` (the accountant's own value): each point is the accountant
+    ``method`` of :data:`~fedaudit.accounting.ACCOUNTANTS` on ``dpsgd_event(σ, q, n)``, PLD at the
+    coarser interval :data:`CURVE_DISCRETIZATION` (still an upper bound). The points are
+    independent and run as engine chunks (:func:`run_curve` with ``backend``, ``workers``,
+    ``address``), so the curve is bit-identical on every backend."""
     from fedaudit.engine import check_run_options
 
     backend, workers, address = check_run_options(backend, workers, address)
     xs = curve_points(total, points)
-    one = None
-    if method == "pld":
-        from dp_accounting.pld import privacy_loss_distribution as pld
-
-        one = pld.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q, use_connect_dots=True,
-                                          value_discretization_interval=CURVE_DISCRETIZATION)
-    ys = run_curve(_gaussian_curve_chunk, (sigma, q, delta, method, one), xs[:-1], progress,
+    settings = {"discretization": CURVE_DISCRETIZATION} if method == "pld" else None
+    ys = run_curve(_gaussian_curve_chunk, (sigma, q, delta, method, settings), xs[:-1], progress,
                    {"backend": backend, "workers": workers, "address": address})
     progress(1)
     return xs, [*ys, final]
 
 
 def _gaussian_curve_chunk(task: tuple[tuple, list[int]]) -> list[float]:
-    """An engine chunk of :func:`epsilon_dpsgd_curve`: ε at δ after each of its counts n, from the
-    shared one-step PLD (``one``, self-composed n times) or the ``method`` accountant. (Opacus's
-    PRV ε moves in the last bit with the BLAS thread count; the engine runs every chunk with one
-    thread on every backend, so the curve is the same on each.)"""
-    (sigma, q, delta, method, one), counts = task
-    if one is not None:
-        return [float(one.self_compose(n).get_epsilon_for_delta(delta)) for n in counts]
-    from fedaudit.accounting import epsilon_dpsgd
+    """An engine chunk of :func:`epsilon_dpsgd_curve`: ε at δ after each of its counts n by the
+    ``method`` accountant with ``settings`` (None: its defaults). (Opacus's PRV ε moves in the last
+    bit with the BLAS thread count; the engine runs every chunk with one thread on every backend, so
+    the curve is the same on each.)"""
+    (sigma, q, delta, method, settings), counts = task
+    from fedaudit.accounting import account, dpsgd_event
 
-    return [epsilon_dpsgd(sigma, q, n, delta, method).epsilon for n in counts]
+    return [account(dpsgd_event(sigma, q, n), delta=delta, accountant=method, **(settings or {})).epsilon
+            for n in counts]

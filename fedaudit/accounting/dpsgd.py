@@ -4,7 +4,10 @@ Each step samples every example independently with probability ``q = sample_rate
 per-example gradients to norm C and adds N(0, (σC)²) to their sum, σ = ``noise_multiplier``. Under
 add-or-remove-one neighbouring, one step's privacy loss is that of the pair
 ``P = (1−q)·N(0, σ²) + q·N(1, σ²)`` versus ``Q = N(0, σ²)`` (and the reverse), and the run is its
-``steps``-fold self-composition. Three accountants turn that into ε at a given δ:
+``steps``-fold self-composition: the event :func:`~fedaudit.accounting.accountants.dpsgd_event`,
+accounted by any accountant of :data:`~fedaudit.accounting.accountants.ACCOUNTANTS` that supports
+it (a user's registered one included). The three built-ins of :data:`DPSGD_METHODS` turn it into ε
+at a given δ:
 
 * ``"pld"`` — dp-accounting's privacy-loss-distribution accountant (numerical, tight). The loss is
   discretised on a grid of ``pld_discretization`` (default 1e-4) with dp-accounting's pessimistic
@@ -39,44 +42,41 @@ finer mesh (its time grows like 1/``prv_eps_error``).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any
+import warnings
 
+from fedaudit.accounting.accountants import (ACCOUNTANTS, PLD_DISCRETIZATION, PRV_EPS_ERROR, AccountantMemoryError,
+                                             account, calibrate, dpsgd_event)
+from fedaudit.accounting.result import Account
 from fedaudit.errors import FedAuditError
-from fedaudit.extras import require
-from fedaudit.json import jsonable
-from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real
+from fedaudit.validation import check_int, check_positive, check_probability, check_real
 
-__all__ = ["DPSGDAccount", "epsilon_dpsgd", "noise_multiplier_for", "DPSGD_METHODS"]
+__all__ = ["DPSGDAccount", "epsilon_dpsgd", "noise_multiplier_for", "calibrate_dpsgd", "DPSGD_METHODS",
+           "accountant_settings", "check_method"]
 
+#: the built-in accountants of a Poisson-subsampled Gaussian (any registered one that supports it works)
 DPSGD_METHODS = ("pld", "rdp", "prv")
-PLD_DISCRETIZATION = 1e-4
-PRV_EPS_ERROR = 0.01
+
+#: an accountant's answer for DP-SGD is the one result type (``parameters`` holds σ, q, steps and the
+#: accountant's own settings: discretisation interval, best order, error bound)
+DPSGDAccount = Account
 
 
-@dataclass(frozen=True)
-class DPSGDAccount:
-    """(ε, δ) of a DP-SGD run as computed by ``method``; ``parameters`` holds σ, q, steps and the
-    accountant's own settings (discretisation interval, error bound)."""
-
-    epsilon: float
-    delta: float
-    method: str
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({"epsilon": self.epsilon, "delta": self.delta, "method": self.method,
-                         "parameters": dict(self.parameters)})
-
-
-def _check(noise_multiplier, sample_rate, steps, delta, method):
+def _check(noise_multiplier, sample_rate, steps, delta):
     sigma = check_positive("noise_multiplier", noise_multiplier)
     q = check_probability("sample_rate", sample_rate, open_high=False)
     steps = check_int("steps", steps, low=1)
     delta = check_probability("delta", delta)
-    method = check_choice("method", method, DPSGD_METHODS)
-    return sigma, q, steps, delta, method
+    return sigma, q, steps, delta
+
+
+def check_method(method: str, name: str = "method") -> str:
+    """The accountant name ``method``, refused in one line naming the parameter when it is neither
+    registered in :data:`~fedaudit.accounting.accountants.ACCOUNTANTS` nor a ``module:attr`` reference."""
+    try:
+        ACCOUNTANTS.factory(method)
+    except FedAuditError as err:
+        raise FedAuditError(f"{name}: {err}") from None
+    return ACCOUNTANTS.canonical(method)
 
 
 def check_accuracy(pld_discretization: float, prv_eps_error: float) -> tuple[float, float]:
@@ -86,88 +86,57 @@ def check_accuracy(pld_discretization: float, prv_eps_error: float) -> tuple[flo
             check_real("prv_eps_error", prv_eps_error, low=0.0, high=1.0, open_low=True))
 
 
-def _epsilon(sigma: float, q: float, steps: int, delta: float, method: str, disc: float = PLD_DISCRETIZATION,
-             eps_error: float = PRV_EPS_ERROR) -> tuple[float, dict]:
-    if method == "pld":
-        from dp_accounting import dp_event, pld
-        accountant = pld.PLDAccountant(value_discretization_interval=disc)
-        try:
-            accountant.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
-            return float(accountant.get_epsilon(delta)), {"value_discretization_interval": disc}
-        except MemoryError:  # the loss grid spans ~1/σ² in steps of disc (σ = 1e-3, disc = 1e-4: 38 GiB)
-            raise FedAuditError(f"the pld accountant ran out of memory at noise_multiplier={sigma:g}, "
-                                f"pld_discretization={disc:g} (its privacy-loss grid grows like 1/(σ² · "
-                                f"pld_discretization)): raise pld_discretization or use method='rdp' or "
-                                f"'prv'") from None
-    if method == "rdp":
-        RDPAccountant = require("opacus.accountants", "the rdp accountant (Opacus)").RDPAccountant
-        accountant = RDPAccountant()
-        accountant.history = [(sigma, q, steps)]
-        eps, order = accountant.get_privacy_spent(delta=delta)
-        return float(eps), {"best_order": float(order)}
-    PRVAccountant = require("opacus.accountants", "the prv accountant (Opacus)").PRVAccountant
-    accountant = PRVAccountant()
-    accountant.history = [(sigma, q, steps)]
-    eps = accountant.get_epsilon(delta, eps_error=eps_error)
-    return float(eps), {"eps_error": eps_error}
+def accountant_settings(method: str, pld_discretization: float = PLD_DISCRETIZATION,
+                        prv_eps_error: float = PRV_EPS_ERROR) -> dict:
+    """The factory settings of the built-in ``method`` from the DP-SGD accuracy keywords (none for
+    another accountant: a user's accountant takes its own defaults)."""
+    disc, eps_error = check_accuracy(pld_discretization, prv_eps_error)
+    return {"pld": {"discretization": disc}, "prv": {"eps_error": eps_error}}.get(method, {})
 
 
 def epsilon_dpsgd(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
                   method: str = "pld", *, pld_discretization: float = PLD_DISCRETIZATION,
-                  prv_eps_error: float = PRV_EPS_ERROR) -> DPSGDAccount:
-    """ε at ``delta`` of ``steps`` Poisson-subsampled Gaussian steps (noise σ, rate q) by ``method``.
+                  prv_eps_error: float = PRV_EPS_ERROR) -> Account:
+    """ε at ``delta`` of ``steps`` Poisson-subsampled Gaussian steps (noise σ, rate q) by the
+    accountant ``method`` (a name of :data:`~fedaudit.accounting.accountants.ACCOUNTANTS`).
 
     ``pld_discretization`` (method "pld", in (0, 0.1]) is the privacy-loss grid of dp-accounting's
     PLD; ``prv_eps_error`` (method "prv", in (0, 1]) is the ε error Opacus's PRV accountant
     targets. Both results are upper bounds; their signed error per regime is in the module
     docstring. ``inf`` means the accountant certifies no finite ε at that δ (never NaN)."""
-    sigma, q, steps, delta, method = _check(noise_multiplier, sample_rate, steps, delta, method)
-    disc, eps_error = check_accuracy(pld_discretization, prv_eps_error)
-    eps, extra = _epsilon(sigma, q, steps, delta, method, disc, eps_error)
-    if math.isnan(eps):
-        raise FedAuditError(f"the {method} accountant returned NaN for noise_multiplier={sigma:g}, "
-                            f"sample_rate={q:g}, steps={steps}, delta={delta:g}")
-    params = {"noise_multiplier": sigma, "sample_rate": q, "steps": steps, **extra}
-    return DPSGDAccount(epsilon=eps, delta=delta, method=method, parameters=params)
+    sigma, q, steps, delta = _check(noise_multiplier, sample_rate, steps, delta)
+    method = check_method(method)
+    settings = accountant_settings(method, pld_discretization, prv_eps_error)
+    try:
+        return account(dpsgd_event(sigma, q, steps), delta=delta, accountant=method,
+                       parameters={"noise_multiplier": sigma, "sample_rate": q, "steps": steps}, **settings)
+    except AccountantMemoryError:  # the loss grid spans ~1/σ² in steps of disc (σ = 1e-3, disc = 1e-4: 38 GiB)
+        raise AccountantMemoryError(
+            f"the {method} accountant ran out of memory at noise_multiplier={sigma:g}, pld_discretization="
+            f"{pld_discretization:g} (its privacy-loss grid grows like 1/(σ² · pld_discretization)): raise "
+            f"pld_discretization or use method='rdp' or 'prv'") from None
 
 
 def noise_multiplier_for(target_epsilon: float, sample_rate: float, steps: int, delta: float,
                          method: str = "pld", *, tol: float = 1e-3,
                          sigma_range: tuple[float, float] = (2.0 ** -6, 2.0 ** 12),
                          pld_discretization: float = PLD_DISCRETIZATION, prv_eps_error: float = PRV_EPS_ERROR) -> float:
-    """The smallest σ (to relative ``tol``) with ``ε(σ) ≤ target_epsilon`` (ε by ``method`` at the
-    accuracy settings of :func:`epsilon_dpsgd`).
+    """Deprecated (one release): use :func:`~fedaudit.accounting.accountants.calibrate` on
+    :func:`~fedaudit.accounting.accountants.dpsgd_event`. The smallest σ (to relative ``tol``) with
+    ``ε(σ) ≤ target_epsilon``, so ``ε(σ*) ≤ target < ε(σ*·(1 − tol))``."""
+    warnings.warn("noise_multiplier_for is deprecated: use fedaudit.accounting.calibrate(lambda s: "
+                  "dpsgd_event(s, q, steps), target_epsilon, delta, accountant=...)", DeprecationWarning, stacklevel=2)
+    return calibrate_dpsgd(target_epsilon, sample_rate, steps, delta, method, tol=tol, sigma_range=sigma_range,
+                           pld_discretization=pld_discretization, prv_eps_error=prv_eps_error)
 
-    ε is decreasing in σ. A bracket [lo, hi] with ε(lo) > target ≥ ε(hi) is found by doubling /
-    halving from σ = 1 inside ``sigma_range``, then bisected (geometrically) until
-    ``lo ≥ hi·(1 − tol)``; ``hi`` is returned, so ``ε(σ*) ≤ target < ε(σ*·(1 − tol))``."""
-    target = check_positive("target_epsilon", target_epsilon)
-    _, q, steps, delta, method = _check(1.0, sample_rate, steps, delta, method)
-    tol = check_real("tol", tol, low=0.0, high=0.5, open_low=True)
-    disc, eps_error = check_accuracy(pld_discretization, prv_eps_error)
-    s_min, s_max = (check_positive("sigma_range[0]", sigma_range[0]),
-                    check_positive("sigma_range[1]", sigma_range[1]))
 
-    def ok(sigma: float) -> bool:
-        return _epsilon(sigma, q, steps, delta, method, disc, eps_error)[0] <= target
-
-    lo = hi = 1.0
-    if ok(1.0):
-        while ok(lo):
-            if lo <= s_min:
-                raise FedAuditError(f"target_epsilon={target:g} is met even at noise_multiplier="
-                                    f"{lo:g} (sigma_range[0]); lower sigma_range[0] or the target")
-            hi, lo = lo, max(lo / 2, s_min)
-    else:
-        while not ok(hi):
-            if hi >= s_max:
-                raise FedAuditError(f"target_epsilon={target:g} is not met even at noise_multiplier="
-                                    f"{hi:g} (sigma_range[1]); raise sigma_range[1] or the target")
-            lo, hi = hi, min(hi * 2, s_max)
-    while lo < hi * (1 - tol):
-        mid = math.sqrt(lo * hi)
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def calibrate_dpsgd(target_epsilon: float, sample_rate: float, steps: int, delta: float, method: str = "pld", *,
+                    tol: float = 1e-3, sigma_range: tuple[float, float] = (2.0 ** -6, 2.0 ** 12),
+                    pld_discretization: float = PLD_DISCRETIZATION, prv_eps_error: float = PRV_EPS_ERROR) -> float:
+    """:func:`~fedaudit.accounting.accountants.calibrate` of σ in ``dpsgd_event(σ, q, steps)`` (what
+    ``noise_multiplier_for`` and its DP-FedAvg twin call)."""
+    _, q, steps, delta = _check(1.0, sample_rate, steps, delta)
+    method = check_method(method)
+    settings = accountant_settings(method, pld_discretization, prv_eps_error)
+    return calibrate(lambda sigma: dpsgd_event(sigma, q, steps), target_epsilon, delta, accountant=method,
+                     tol=tol, search_range=sigma_range, **settings)

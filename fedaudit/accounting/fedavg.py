@@ -10,22 +10,25 @@ round is then the Poisson-subsampled Gaussian mechanism with noise multiplier z 
 — the same event as one DP-SGD step with examples replaced by clients — and ``rounds`` rounds are
 its adaptive self-composition. The accounting is therefore
 :func:`fedaudit.accounting.dpsgd.epsilon_dpsgd` on (z, q, rounds): one code path, PLD
-(dp-accounting), RDP or PRV (Opacus); :func:`noise_multiplier_for_dpfedavg` is its inverse
-(:func:`~fedaudit.accounting.dpsgd.noise_multiplier_for`).
+(dp-accounting), RDP or PRV (Opacus), or any registered accountant that supports the event;
+:func:`calibrate_dpfedavg` is its inverse (:func:`~fedaudit.accounting.accountants.calibrate`;
+:func:`noise_multiplier_for_dpfedavg` is its deprecated name).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedaudit.accounting.dpsgd import (DPSGD_METHODS, PLD_DISCRETIZATION, PRV_EPS_ERROR, epsilon_dpsgd,
-                                      noise_multiplier_for)
+from fedaudit.accounting.dpsgd import (DPSGD_METHODS, PLD_DISCRETIZATION, PRV_EPS_ERROR, calibrate_dpsgd,
+                                      check_method, epsilon_dpsgd)
+from fedaudit.accounting.result import Account
 from fedaudit.json import jsonable
-from fedaudit.validation import check_choice, check_int, check_positive, check_probability
+from fedaudit.validation import check_int, check_positive, check_probability
 
-__all__ = ["DPFedAvgAccount", "epsilon_dpfedavg", "noise_multiplier_for_dpfedavg", "DPFEDAVG_METHODS",
-           "UNIT", "NEIGHBOURING"]
+__all__ = ["DPFedAvgAccount", "epsilon_dpfedavg", "calibrate_dpfedavg", "noise_multiplier_for_dpfedavg",
+           "DPFEDAVG_METHODS", "UNIT", "NEIGHBOURING"]
 
 DPFEDAVG_METHODS = DPSGD_METHODS
 #: the privacy unit of DP-FedAvg accounting
@@ -35,26 +38,23 @@ NEIGHBOURING = "add-or-remove-one-client"
 
 
 @dataclass(frozen=True)
-class DPFedAvgAccount:
+class DPFedAvgAccount(Account):
     """Client-level (ε, δ) of ``rounds`` DP-FedAvg rounds: for every client and every event S of the
     whole run's outputs, P[run with the client ∈ S] ≤ e^ε·P[run without it ∈ S] + δ and the reverse.
     ``parameters`` holds the accountant's own settings (discretisation, best order, error bound)."""
 
-    epsilon: float
-    delta: float
-    method: str
+    method: str = field(kw_only=False)
     noise_multiplier: float
     sample_rate: float
     rounds: int
     unit: str = UNIT
     neighbouring: str = NEIGHBOURING
-    parameters: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"epsilon": self.epsilon, "delta": self.delta, "method": self.method,
                          "noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
                          "rounds": self.rounds, "unit": self.unit, "neighbouring": self.neighbouring,
-                         "parameters": dict(self.parameters)})
+                         "parameters": dict(self.parameters), "epsilon_bound": self.epsilon_bound.value})
 
     def summary(self) -> str:
         """One line: ε at δ, per client, and the schedule."""
@@ -66,8 +66,7 @@ def _check(sample_rate, rounds, delta, method):
     q = check_probability("sample_rate", sample_rate, open_high=False)
     rounds = check_int("rounds", rounds, low=1)
     delta = check_probability("delta", delta)
-    method = check_choice("method", method, DPFEDAVG_METHODS)
-    return q, rounds, delta, method
+    return q, rounds, delta, check_method(method)
 
 
 def epsilon_dpfedavg(noise_multiplier: float, sample_rate: float, rounds: int, delta: float,
@@ -85,17 +84,28 @@ def epsilon_dpfedavg(noise_multiplier: float, sample_rate: float, rounds: int, d
                             prv_eps_error=prv_eps_error)
     extra = {k: v for k, v in account.parameters.items() if k not in ("noise_multiplier", "sample_rate", "steps")}
     return DPFedAvgAccount(epsilon=account.epsilon, delta=delta, method=method, noise_multiplier=z, sample_rate=q,
-                           rounds=rounds, parameters=extra)
+                           rounds=rounds, parameters=extra,
+                           epsilon_bound=account.epsilon_bound)
+
+
+def calibrate_dpfedavg(target_epsilon: float, sample_rate: float, rounds: int, delta: float,
+                       method: str = "pld", *, tol: float = 1e-3,
+                       pld_discretization: float = PLD_DISCRETIZATION, prv_eps_error: float = PRV_EPS_ERROR) -> float:
+    """The smallest z (to relative ``tol``) whose client-level ε after ``rounds`` rounds at rate q is
+    at most ``target_epsilon``: :func:`~fedaudit.accounting.accountants.calibrate` on the same event
+    as DP-SGD (:func:`~fedaudit.accounting.dpsgd.calibrate_dpsgd`), at the same accuracy settings."""
+    q, rounds, delta, method = _check(sample_rate, rounds, delta, method)
+    return calibrate_dpsgd(target_epsilon, q, rounds, delta, method, tol=tol,
+                           pld_discretization=pld_discretization, prv_eps_error=prv_eps_error)
 
 
 def noise_multiplier_for_dpfedavg(target_epsilon: float, sample_rate: float, rounds: int, delta: float,
                                   method: str = "pld", *, tol: float = 1e-3,
                                   pld_discretization: float = PLD_DISCRETIZATION,
                                   prv_eps_error: float = PRV_EPS_ERROR) -> float:
-    """The smallest z (to relative ``tol``) whose client-level ε after ``rounds`` rounds at rate q is
-    at most ``target_epsilon`` (:func:`~fedaudit.accounting.dpsgd.noise_multiplier_for` on the same
-    event, at the same accuracy settings)."""
-    target = check_positive("target_epsilon", target_epsilon)
-    q, rounds, delta, method = _check(sample_rate, rounds, delta, method)
-    return noise_multiplier_for(target, q, rounds, delta, method, tol=tol, pld_discretization=pld_discretization,
-                                prv_eps_error=prv_eps_error)
+    """Deprecated (one release): :func:`calibrate_dpfedavg` (or
+    :func:`~fedaudit.accounting.accountants.calibrate` on ``dpsgd_event(z, q, rounds)``)."""
+    warnings.warn("noise_multiplier_for_dpfedavg is deprecated: use fedaudit.accounting.calibrate_dpfedavg or "
+                  "fedaudit.accounting.calibrate", DeprecationWarning, stacklevel=2)
+    return calibrate_dpfedavg(target_epsilon, sample_rate, rounds, delta, method, tol=tol,
+                              pld_discretization=pld_discretization, prv_eps_error=prv_eps_error)

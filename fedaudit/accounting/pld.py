@@ -75,6 +75,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 from fedaudit.json import jsonable
 from fedaudit.mechanisms import Duchi, Gaussian, Laplace, Mechanism, RandomizedResponse, VQSGD
+from fedaudit.mechanisms.base import rr_noise
 from fedaudit.validation import check_int, check_positive, check_vector
 
 __all__ = ["pld_of", "pld_key", "build_pld", "guarantee_of", "dominating_pair", "NoiseSpec", "LaplacePLD",
@@ -255,11 +256,7 @@ def pld_key(obj: Any) -> tuple:
 
 
 def _rr_key(k: int, epsilon: float) -> tuple:
-    noise = k * math.exp(-float(np.logaddexp(epsilon, math.log(k - 1))))  # k/(e^ε + k − 1)
-    if not 0.0 < noise < 1.0:
-        raise FedAuditError(f"epsilon={epsilon!r} is too large for a randomized-response PLD over {k} "
-                            f"buckets: the noise probability k/(e^epsilon + k - 1) underflows to 0")
-    return ("rr", noise, k)
+    return ("rr", rr_noise(k, epsilon), k)  # k/(e^ε + k − 1)
 
 
 def build_pld(key: tuple, discretization: float) -> Any:

@@ -31,13 +31,18 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import attr
 import numpy as np
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
 from scipy.stats import binom
 
+from fedaudit.accounting.result import Account
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability
 
-__all__ = ["ShuffleBound", "shuffle_epsilon", "closed_form_regime", "SHUFFLE_METHODS"]
+__all__ = ["ShuffleBound", "shuffle_epsilon", "closed_form_regime", "SHUFFLE_METHODS", "ShuffledDpEvent",
+           "ShuffleAccountant"]
 
 SHUFFLE_METHODS = ("closed", "numerical")
 _TAIL = 1e-6  # fraction of δ left to the unevaluated tails of C
@@ -45,20 +50,74 @@ _SEARCH_TOL = 1e-5  # bisection accuracy, relative to ε0
 
 
 @dataclass(frozen=True)
-class ShuffleBound:
-    """ε at ``delta`` of n shuffled ε0-LDP reports; ``amplified`` is False when the bound is ε0
-    itself (no amplification certified, a warning was issued)."""
+class ShuffleBound(Account):
+    """ε at ``delta`` of n shuffled ε0-LDP reports (an upper bound: ``epsilon_bound`` is UPPER);
+    ``amplified`` is False when the bound is ε0 itself (no amplification certified, a warning was
+    issued). Build it by keyword: the fields after ``delta`` are ``n``, ``eps0``, ``amplified``
+    and the keyword-only ``method``."""
 
-    epsilon: float
-    delta: float
     n: int
     eps0: float
-    method: str
     amplified: bool
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"epsilon": self.epsilon, "delta": self.delta, "n": self.n, "eps0": self.eps0,
-                         "method": self.method, "amplified": self.amplified})
+                         "method": self.method, "amplified": self.amplified,
+                         "epsilon_bound": self.epsilon_bound.value})
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ShuffledDpEvent(dp_event.DpEvent):
+    """One shuffled round: ``n`` reports of an ``eps0``-LDP randomizer sent through a shuffler
+    (dp-accounting has no event for it). Accounted by the ``"shuffle"`` accountant
+    (:class:`ShuffleAccountant`), one round per accountant: compose several rounds through their
+    guarantees (:func:`fedaudit.accounting.compose`)."""
+
+    n: int
+    eps0: float
+
+
+class ShuffleAccountant(PrivacyAccountant):
+    """The ``"shuffle"`` accountant: ε at δ of one :class:`ShuffledDpEvent` by :func:`shuffle_epsilon`
+    (``method``: the FMT21 closed form or numerical bound; an upper bound). Replace-one neighbours
+    (one user's report changed); ε(δ) only."""
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE, *,
+                 method: str = "numerical"):
+        super().__init__(neighboring_relation)
+        self.method = check_choice("method", method, SHUFFLE_METHODS)
+        self.event: ShuffledDpEvent | None = None
+        self.result: ShuffleBound | None = None
+
+    def _maybe_compose(self, event, count, do_compose):
+        if isinstance(event, dp_event.NoOpDpEvent):
+            return None
+        if isinstance(event, dp_event.SelfComposedDpEvent) and event.count * count == 1:
+            return self._maybe_compose(event.event, 1, do_compose)
+        if not isinstance(event, ShuffledDpEvent):
+            return PrivacyAccountant.CompositionErrorDetails(event, "the shuffle accountant accounts one "
+                                                                    "ShuffledDpEvent only")
+        if self.neighboring_relation is not NeighboringRelation.REPLACE_ONE:
+            return PrivacyAccountant.CompositionErrorDetails(event, "the shuffle bound is stated for replace-one "
+                                                                    "neighbours")
+        if self.event is not None or count > 1:
+            return PrivacyAccountant.CompositionErrorDetails(event, "one shuffled round per accountant: compose "
+                                                                    "rounds through their guarantees (compose())")
+        if do_compose:
+            self.event = event
+        return None
+
+    def get_epsilon(self, target_delta: float) -> float:
+        if self.event is None:
+            return 0.0
+        self.result = shuffle_epsilon(self.event.n, self.event.eps0, target_delta, method=self.method)
+        return self.result.epsilon
+
+    def details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"shuffle_method": self.method}
+        if self.result is not None:
+            out["amplified"] = self.result.amplified
+        return out
 
 
 def closed_form_regime(n: int, delta: float) -> float:
@@ -128,14 +187,14 @@ def shuffle_epsilon(n: int, eps0: float, delta: float, method: str = "closed") -
         eps = _closed(n, eps0, delta)
         if eps >= eps0:
             return _unamplified(n, eps0, delta, method, f"the closed form gives {eps:.4g} >= eps0")
-        return ShuffleBound(eps, delta, n, eps0, method, amplified=True)
+        return ShuffleBound(eps, delta, n=n, eps0=eps0, method=method, amplified=True)
     eps = _numerical(n, eps0, delta)
     if eps >= eps0 * (1 - 2 * _SEARCH_TOL):
         return _unamplified(n, eps0, delta, method, "the numerical bound finds no eps below eps0 with delta(eps) <= delta")
-    return ShuffleBound(eps, delta, n, eps0, method, amplified=True)
+    return ShuffleBound(eps, delta, n=n, eps0=eps0, method=method, amplified=True)
 
 
 def _unamplified(n: int, eps0: float, delta: float, method: str, reason: str) -> ShuffleBound:
     warnings.warn(f"shuffle_epsilon(n={n}, eps0={eps0:g}, delta={delta:g}, method={method!r}): {reason}; "
                   f"no amplification certified, returning eps0", stacklevel=3)
-    return ShuffleBound(eps0, delta, n, eps0, method, amplified=False)
+    return ShuffleBound(eps0, delta, n=n, eps0=eps0, method=method, amplified=False)

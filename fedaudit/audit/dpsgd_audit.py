@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fedaudit.accounting.dpsgd import DPSGD_METHODS, epsilon_dpsgd
+from fedaudit.accounting.dpsgd import check_method, epsilon_dpsgd
 from fedaudit.audit.canaries import train_with_canaries
 from fedaudit.audit.canary_verdict import CanaryAudit, canary_bounds
 from fedaudit.audit.one_run import FDP_CURVES
@@ -105,7 +105,7 @@ def audit_dpsgd(*, noise_multiplier: float, max_grad_norm: float = 1.0, sample_r
     start = time.perf_counter()
     delta = check_probability("delta", delta)
     confidence = check_probability("confidence", confidence)
-    method = check_choice("accountant", accountant, DPSGD_METHODS)
+    method = check_method(accountant, "accountant")
     curve = check_choice("fdp_curve", fdp_curve, FDP_CURVES)
     sigma = check_positive("noise_multiplier", noise_multiplier)
     claimed = sigma if claimed_noise_multiplier is None else check_positive("claimed_noise_multiplier",

@@ -50,7 +50,8 @@ from typing import Any, Callable
 import numpy as np
 from scipy.linalg import hadamard
 
-from fedaudit.accounting.fedavg import DPFEDAVG_METHODS, epsilon_dpfedavg
+from fedaudit.accounting.dpsgd import check_method
+from fedaudit.accounting.fedavg import epsilon_dpfedavg
 from fedaudit.audit.canary_verdict import CanaryAudit, canary_bounds
 from fedaudit.audit.one_run import FDP_CURVES, MIN_CANARIES
 from fedaudit.errors import FedAuditError
@@ -192,7 +193,7 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
     confidence = check_probability("confidence", confidence)
     server_lr = check_positive("server_lr", server_lr)
     seed = check_int("seed", seed, low=0)
-    method = check_choice("accountant", accountant, DPFEDAVG_METHODS)
+    method = check_method(accountant, "accountant")
     curve = check_choice("fdp_curve", fdp_curve, FDP_CURVES)
     account = epsilon_dpfedavg(claimed, q, rounds, delta, method)
 

@@ -22,11 +22,12 @@ certified (ε, δ) lower bound for other mechanisms; use :meth:`ScoreAuditor.eps
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedaudit.audit.bounds import cp_lower, cp_upper, gdp_mu_estimate
+from fedaudit.guarantees import Bound
 from fedaudit.json import jsonable
 from fedaudit.validation import check_probability, check_real
 
@@ -78,9 +79,11 @@ class GDPAudit:
     tests: int
     alpha_per_test: float
     assumption: str = GDP_ASSUMPTION
+    #: what ``epsilon`` is: an estimate, never a bound (verdicts do not rest on it)
+    epsilon_bound: ClassVar[Bound] = Bound.ESTIMATE
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(asdict(self))
+        return jsonable({**asdict(self), "epsilon_bound": self.epsilon_bound.value})
 
     def summary(self) -> str:
         """One line: the estimate, its μ and what it assumes."""

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 from scipy import optimize, special, stats
 
 from fedaudit.audit.gdp import gdp_epsilon
 from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import Bound
 from fedaudit.json import jsonable
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
@@ -226,6 +227,8 @@ class OneRunAudit:
     grid_epsilons: tuple[float, ...]
     alpha_per_test: float
     ties: str
+    #: what ``epsilon`` is: a certified lower bound (at ``confidence``)
+    epsilon_bound: ClassVar[Bound] = Bound.LOWER
 
     @property
     def precision(self) -> float:
@@ -233,7 +236,7 @@ class OneRunAudit:
         return self.correct / self.guesses
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({**asdict(self), "precision": self.precision})
+        return jsonable({**asdict(self), "precision": self.precision, "epsilon_bound": self.epsilon_bound.value})
 
     def summary(self) -> str:
         """One line: the bound, its method and the counts behind it."""

@@ -392,15 +392,18 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
     check_output_file("--plot", args.plot, plot=True)
     engine = engine_flags(args)
     client = args.account == "fedavg"
+    from fedaudit.accounting import DPSGD_METHODS, accountants_for, dpsgd_event
+
     if client:
-        from fedaudit.accounting.fedavg import DPFEDAVG_METHODS as allowed, epsilon_dpfedavg as account, \
-            noise_multiplier_for_dpfedavg as inverse
+        from fedaudit.accounting.fedavg import calibrate_dpfedavg as inverse, epsilon_dpfedavg as account
         count, unit = args.rounds, "rounds"
     else:
-        from fedaudit.accounting import DPSGD_METHODS as allowed, epsilon_dpsgd as account, \
-            noise_multiplier_for as inverse
+        from fedaudit.accounting import calibrate_dpsgd as inverse, epsilon_dpsgd as account
         count, unit = args.steps, "steps"
-    methods = method_list("--method", args.method, allowed)
+    # 'all' is the built-ins; any registered accountant of the Poisson-subsampled Gaussian may be named
+    allowed = accountants_for(dpsgd_event(1.0, 0.5, 1))
+    methods = list(DPSGD_METHODS) if args.method.strip().lower() == "all" else method_list("--method", args.method,
+                                                                                            allowed)
     if (args.noise_multiplier is None) == (args.target_epsilon is None):
         raise FedAuditError("give exactly one of --noise-multiplier (to get ε) or --target-epsilon (to get the noise "
                             "multiplier it needs)")

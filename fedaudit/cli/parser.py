@@ -344,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
                             + " per " + ("step" if name == "dpsgd" else "round") + ", in (0, 1]")
         p.add_argument(count, type=count_arg, required=True, help=f"number of {count[2:]}, >= 1")
         p.add_argument("--delta", type=float, default=1e-5, help="δ, in (0, 1) (default 1e-5)")
-        p.add_argument("--method", default="pld", help="pld (default), rdp, prv, comma-separated, or all")
+        p.add_argument("--method", default="pld",
+                       help="accountant: pld (default), rdp, prv, dpa-rdp or a registered one, comma-separated, or "
+                            "all (pld, rdp, prv)")
         p.add_argument("--target-epsilon", type=float, default=None,
                        help="print the smallest noise multiplier with ε <= this (by the first --method)")
         p.add_argument("--json", default=None, help="write the accounts as JSON here (checked first)")

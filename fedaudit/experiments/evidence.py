@@ -127,10 +127,9 @@ def canary_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float
     """The ``epsilon_vs_steps`` specification of a canary audit: the accountant's curve, the claim
     (None: no line) and the Steinke, f-DP (certified) and GDP (estimate) points at the last count."""
     xs, ys = curve
-    points = [{"label": "one-run (Steinke)", "steps": count, "epsilon": res.one_run.epsilon, "confidence": confidence},
-              {"label": "one-run f-DP", "steps": count, "epsilon": res.one_run_fdp.epsilon, "confidence": confidence},
-              {"label": "GDP", "steps": count, "epsilon": res.gdp.epsilon, "confidence": res.gdp.confidence,
-               "certified": False}]
+    points = [{"label": label, "steps": count, "epsilon": r.epsilon, "confidence": r.confidence,
+               "epsilon_bound": r.epsilon_bound.value, **({} if r.epsilon_bound.certified else {"certified": False})}
+              for label, r in (("one-run (Steinke)", res.one_run), ("one-run f-DP", res.one_run_fdp), ("GDP", res.gdp))]
     return {"type": "epsilon_vs_steps", "title": f"accountant ε against {count_name} (claimed configuration) and "
                                                  f"the audited lower bounds at the last {count_name[:-1]}",
             "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta, "x_label": count_name,

@@ -41,14 +41,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedaudit.accounting.fedavg import DPFEDAVG_METHODS, NEIGHBOURING, UNIT, epsilon_dpfedavg
+from fedaudit.accounting.dpsgd import check_method
+from fedaudit.accounting.fedavg import NEIGHBOURING, UNIT, epsilon_dpfedavg
 from fedaudit.accounting.pld import GaussianPLD
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.optimizers import DGD, Optimizer
 from fedaudit.fl.problems import as_problem
 from fedaudit.fl.training import Trace
 from fedaudit.rng import RngLike, as_generator, as_seed_sequence
-from fedaudit.validation import (check_choice, check_int, check_matrix, check_positive, check_probability, check_real,
+from fedaudit.validation import (check_int, check_matrix, check_positive, check_probability, check_real,
                                  check_vector)
 
 __all__ = ["clip_updates", "DPFedAvgAggregator", "train_dpfedavg"]
@@ -193,7 +194,7 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
     record_every = check_int("record_every", record_every, low=1)
     if delta is not None:
         delta = check_probability("delta", delta)
-    accountant = check_choice("accountant", accountant, DPFEDAVG_METHODS)
+    accountant = check_method(accountant, "accountant")
     server = DGD(1.0) if server is None else server
     if not isinstance(server, Optimizer):
         raise FedAuditError(f"server must be a fedaudit Optimizer (e.g. DGD(1.0)), got {type(server).__name__}")

@@ -23,7 +23,8 @@ from fedaudit.guarantees import Guarantee, epsilon_delta
 from fedaudit.validation import check_int, check_matrix, check_positive, check_vector
 from fedaudit.rng import RngLike, as_generator
 
-__all__ = ["Mechanism", "GridMechanism", "has_categorical_inputs", "clip_l2", "signed_directions", "pow2_floor", "parallel_sign",
+__all__ = ["Mechanism", "GridMechanism", "has_categorical_inputs", "rr_noise", "randomized_response_event", "clip_l2",
+           "signed_directions", "pow2_floor", "parallel_sign",
            "halfspace_pair_sup", "MAX_LEVELS", "check_levels"]
 
 #: largest number of quantization levels a mechanism accepts: the level grid is one float64 array
@@ -133,6 +134,25 @@ def has_categorical_inputs(target: Any) -> bool:
     return bool(getattr(target, "categorical_inputs", False))
 
 
+def rr_noise(k: int, epsilon: float) -> float:
+    """The noise probability ``k/(e^ε + k − 1)`` of ε-randomized response over ``k`` outputs (with it
+    the output is uniform over all k, else the input), computed in logs; a FedAuditError when it
+    underflows to 0 (ε too large for the float64 pair)."""
+    noise = k * math.exp(-float(np.logaddexp(epsilon, math.log(k - 1))))
+    if not 0.0 < noise < 1.0:
+        raise FedAuditError(f"epsilon={epsilon!r} is too large for a randomized-response PLD over {k} "
+                            f"buckets: the noise probability k/(e^epsilon + k - 1) underflows to 0")
+    return noise
+
+
+def randomized_response_event(k: int, epsilon: float) -> Any:
+    """dp-accounting's ``RandomizedResponseDpEvent`` of ε-randomized response over ``k`` outputs
+    (replace-one neighbours): the event of one report of :class:`RandomizedResponse`-like mechanisms."""
+    from dp_accounting import dp_event
+
+    return dp_event.RandomizedResponseDpEvent(noise_parameter=rr_noise(k, epsilon), num_buckets=k)
+
+
 class Mechanism(ABC):
     """Abstract local randomizer.
 
@@ -192,6 +212,21 @@ class Mechanism(ABC):
     def delta(self) -> float:
         """The claimed δ (0 for a pure-LDP claim or no claim)."""
         return epsilon_delta(self.guarantee)[1]
+
+    def dp_event(self) -> Any:
+        """One report as a dp-accounting ``DpEvent`` — the currency of
+        :data:`fedaudit.accounting.ACCOUNTANTS` — for **replace-one** neighbours (any two inputs, as
+        local DP is stated), where dp-accounting has an event whose pair is the mechanism's worst pair:
+        randomized response over k outputs (:func:`randomized_response_event`; also VQSGD and Duchi).
+
+        The base raises a :class:`~fedaudit.errors.FedAuditError`: dp-accounting states its Laplace
+        and Gaussian events for add/remove sensitivity, which its PLD refuses under replace-one, and
+        has no event for a discrete Gaussian or an arbitrary pmf pair; such a mechanism is accounted
+        by its own privacy loss distribution (:func:`fedaudit.accounting.pld_of`,
+        ``compose(method="pld")``) or its guarantee."""
+        raise FedAuditError(f"{type(self).__name__} has no dp-accounting event for its worst pair under replace-one "
+                            f"neighbours: account it with fedaudit.accounting.pld_of or compose(..., method='pld'), "
+                            f"or through its guarantee")
 
     # ------------------------------------------------------------------ API
     @property

@@ -20,7 +20,7 @@ from scipy.special import gammaln
 
 from fedaudit.guarantees import PureLDP
 from fedaudit.validation import check_int, check_positive, check_real
-from fedaudit.mechanisms.base import (Mechanism, check_epsilon, halfspace_pair_sup, parallel_sign,
+from fedaudit.mechanisms.base import (Mechanism, randomized_response_event, check_epsilon, halfspace_pair_sup, parallel_sign,
                                       signed_directions)
 
 __all__ = ["Duchi", "duchi_radius"]
@@ -75,6 +75,11 @@ class Duchi(Mechanism):
         self._log_pi = -float(np.logaddexp(0.0, -self.epsilon))     # log pi
         self._log_1mpi = -float(np.logaddexp(0.0, self.epsilon))    # log (1 - pi)
         self._pi = math.exp(self._log_pi)
+
+    def dp_event(self) -> Any:
+        """The worst pair is (π, 1 − π) vs (1 − π, π), π = e^ε/(1 + e^ε): binary ε-randomized response
+        (``RandomizedResponseDpEvent(2/(e^ε + 1), 2)``), replace-one."""
+        return randomized_response_event(2, self.epsilon)
 
     @property
     def bits_per_report(self) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from fedaudit.guarantees import PureLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_matrix
-from fedaudit.mechanisms.base import Mechanism, check_epsilon
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, randomized_response_event
 
 __all__ = ["RandomizedResponse", "one_hot", "check_index_reports"]
 
@@ -87,6 +87,10 @@ class RandomizedResponse(Mechanism):
         self.p_keep = math.exp(self._log_p)          # p
         self.p_other = math.exp(self._log_q)         # q, each other category
         self._gap = self.p_keep * -math.expm1(-self.epsilon)  # p − q, stable for large ε
+
+    def dp_event(self) -> Any:
+        """dp-accounting's ``RandomizedResponseDpEvent(k/(e^ε + k − 1), k)``: one report, replace-one."""
+        return randomized_response_event(self.k, self.epsilon)
 
     @property
     def bits_per_report(self) -> int:

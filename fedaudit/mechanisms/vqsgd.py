@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import make_guarantee
 from fedaudit.validation import check_int, check_matrix, check_positive
-from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2
+from fedaudit.mechanisms.base import Mechanism, check_epsilon, clip_l2, randomized_response_event
 from fedaudit.mechanisms.randomized_response import check_index_reports
 
 __all__ = ["VQSGD"]
@@ -68,6 +69,13 @@ class VQSGD(Mechanism):
             self.gap = self.p_keep * -math.expm1(-self.epsilon)  # c = p − q
             self._log_q = -lz  # log-domain constants: q underflows for ε ≳ 745
             self._log_gap = self.epsilon - lz + math.log(-math.expm1(-self.epsilon))
+
+    def dp_event(self) -> Any:
+        """ε-randomized response over the 2·dim vertices (``RandomizedResponseDpEvent``), the PLD
+        :func:`fedaudit.accounting.pld_of` uses; a FedAuditError without ε (not private)."""
+        if self.epsilon is None:
+            raise FedAuditError("VQSGD(epsilon=None) is not private: it has no DpEvent")
+        return randomized_response_event(self.n_vertices, self.epsilon)
 
     @property
     def bits_per_report(self) -> int:

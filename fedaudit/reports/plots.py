@@ -46,6 +46,7 @@ import numpy as np
 
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import Bound
 from fedaudit.reports.model import PLOT_TYPES, check_plot_spec
 
 __all__ = ["render_png", "render_figure", "describe", "PLOTTERS"]
@@ -453,7 +454,8 @@ def _epsilon_vs_steps(spec: Mapping[str, Any]):
         px, py = _num(pt["steps"], f"lower_bounds[{i}].steps"), _num(pt["epsilon"], f"lower_bounds[{i}].epsilon")
         conf = _num(pt["confidence"], f"lower_bounds[{i}].confidence")
         if math.isfinite(px) and math.isfinite(py):
-            certified = pt.get("certified", True) is not False
+            kind = pt.get("epsilon_bound")  # the point's typed Bound; reports before it say "certified"
+            certified = Bound(kind).certified if kind in {b.value for b in Bound} else pt.get("certified", True) is not False
             style = dict(color=_ORANGE, mec="black") if certified else dict(mfc="none", mec=_ORANGE)
             text = f"ε ≥ {py:.3g} ({conf:.0%} conf.)" if certified else f"ε ≈ {py:.3g} (estimate, not a bound)"
             ax.plot([px], [py], markers[i % len(markers)], mew=1.2, ms=9, zorder=5, label=f"{pt['label']}: {text}",

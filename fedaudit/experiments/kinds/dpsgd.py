@@ -42,12 +42,14 @@ class DPSGD(ClaimKind):
     figures = ("epsilon_vs_steps",)
 
     def keys(self) -> dict[str, Key]:
-        from fedaudit.accounting import DPSGD_METHODS
+        from fedaudit.accounting import accountants_for, dpsgd_event
         from fedaudit.audit.canaries import MAX_CANARIES, THREATS
 
         return {
             **canary_audit_keys("steps", "step (examples)", MAX_CANARIES),
-            "accountant": Key("str", "pld", choices=DPSGD_METHODS, help="pld (dp-accounting), rdp or prv (Opacus)"),
+            "accountant": Key("str", "pld", choices=accountants_for(dpsgd_event(1.0, 0.5, 1)),
+                              help="a registered accountant of the Poisson-subsampled Gaussian: pld (dp-accounting), "
+                                   "rdp or prv (Opacus), dpa-rdp (dp-accounting), or your own"),
             "max_grad_norm": Key("float", 1.0, low=0, open_low=True, help="per-example clipping norm C"),
             "dataset": Key("str", "digits", choices=("digits", "synthetic")),
             "threat": Key("str", "white-box", choices=THREATS,
