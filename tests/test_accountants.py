@@ -348,7 +348,7 @@ def test_audit_results_say_lower_bound_or_estimate():
 
 
 def test_the_plot_reads_the_typed_bound_not_a_flag():
-    from fedaudit.experiments.kinds.dpsgd import audit_plot
+    from fedaudit.experiments.evidence import canary_plot
 
     class _R:
         def __init__(self, eps, bound):
@@ -360,7 +360,7 @@ def test_the_plot_reads_the_typed_bound_not_a_flag():
         class accountant:
             method = "pld"
 
-    spec = audit_plot(_Res(), count_name="steps", count=10, claimed_epsilon=1.0, delta=1e-5, confidence=0.95,
+    spec = canary_plot(_Res(), count_name="steps", count=10, claimed_epsilon=1.0, delta=1e-5, confidence=0.95,
                       curve=([1, 10], [0.1, 1.0]))
     assert [p["epsilon_bound"] for p in spec["lower_bounds"]] == ["lower", "lower", "estimate"]
     assert [p.get("certified", True) for p in spec["lower_bounds"]] == [True, True, False]

@@ -197,10 +197,16 @@ class OpacusRdpAccountant(_OpacusGaussian):
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE, *,
                  orders: Sequence[float] | None = None):
         super().__init__(neighboring_relation)
-        RDPAccountant = require("opacus.accountants", "the rdp accountant (Opacus)").RDPAccountant
-
-        self.orders = list(RDPAccountant.DEFAULT_ALPHAS if orders is None else orders)
+        self._orders = None if orders is None else list(orders)
         self.best_order: float | None = None
+
+    @property
+    def orders(self) -> list[float]:
+        """The Rényi orders: ``orders`` as given, or Opacus's ``RDPAccountant.DEFAULT_ALPHAS`` (looked
+        up when first needed, so the accountant is listed, and named in errors, without Opacus)."""
+        if self._orders is None:
+            self._orders = list(require("opacus.accountants", "the rdp accountant (Opacus)").RDPAccountant.DEFAULT_ALPHAS)
+        return self._orders
 
     def _rdp(self):
         analysis = require("opacus.accountants.analysis.rdp", "the rdp accountant (Opacus)")
