@@ -3,7 +3,7 @@
 Before, the pool used the stdlib ``spawn`` start method as it is: every worker re-ran the
 caller's main module (this script, as ``__mp_main__``) before its first task, which broke every
 script without an ``if __name__ == "__main__":`` guard. Now the workers are
-:class:`fedaudit.engine._EngineWorker` processes: ``spawn`` without the main module, the caller's
+:class:`fedaudit.engine.workers._EngineWorker` processes: ``spawn`` without the main module, the caller's
 functions sent by value. Both paths are measured in the same run, alternately, each on a fresh
 pool of ``--workers`` processes (the engine's initializer: parent watchdog, one BLAS thread):
 
@@ -43,6 +43,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 import numpy as np
 
 from fedaudit import engine
+from fedaudit.engine import inflight
+from fedaudit.engine import pool as engine_pool
+from fedaudit.engine import workers as engine_workers
 from fedaudit.audit import audit_ldp
 
 EPSILON = 1.0
@@ -64,19 +67,19 @@ def old_call_pickled(payload: bytes):
 def old_pool(workers: int) -> ProcessPoolExecutor:
     """The pool before issue #22: the stdlib spawn context, which re-runs ``__main__`` in each worker."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=engine._worker_init, initargs=(os.getpid(),))
+                               initializer=engine_workers.worker_init, initargs=(os.getpid(),))
 
 
 PATHS = {
     # name: (pool factory, worker function, result decoder)
     "old": (old_pool, old_call_pickled, lambda r: r),
-    "new": (engine._new_pool, engine._call_pickled, pickle.loads),
+    "new": (engine_pool._new_pool, engine_workers.call_pickled, pickle.loads),
 }
 
 
 def start_up(path: str, workers: int) -> float:
     factory, call, decode = PATHS[path]
-    dumps = engine._cloudpickle().dumps
+    dumps = engine_workers.cloudpickle_module().dumps
     t0 = time.perf_counter()
     pool = factory(workers)
     try:
@@ -92,16 +95,16 @@ def throughput(path: str, workers: int, tasks: int) -> tuple[float, float]:
     """Tasks per second through a warm pool (the engine's bounded window), and the driver's CPU
     microseconds per task (less moved by other jobs on the machine than the wall time)."""
     factory, call, decode = PATHS[path]
-    dumps = engine._cloudpickle().dumps
+    dumps = engine_workers.cloudpickle_module().dumps
     pool = factory(workers)
     try:
         for f in [pool.submit(call, dumps((abs, -1))) for _ in range(4 * workers)]:  # warm every worker
             decode(f.result())
         t0, c0 = time.perf_counter(), time.process_time()
         done = 0
-        for _, result in engine._bounded(range(tasks), workers, lambda t: pool.submit(call, dumps((abs, -t))),
-                                         lambda hs: wait(hs, return_when=FIRST_COMPLETED)[0],
-                                         lambda f: decode(f.result()), lambda f: f.cancel(), lambda n: None):
+        for _, result in inflight.bounded(range(tasks), workers, lambda t: pool.submit(call, dumps((abs, -t))),
+                                          lambda hs: wait(hs, return_when=FIRST_COMPLETED)[0],
+                                          lambda f: decode(f.result()), lambda f: f.cancel(), lambda n: None):
             done += result >= 0
         assert done == tasks
         return tasks / (time.perf_counter() - t0), 1e6 * (time.process_time() - c0) / tasks
@@ -115,7 +118,7 @@ def call_cost(path: str, number: int = 20_000) -> float:
     import timeit
 
     _, call, decode = PATHS[path]
-    payload = engine._cloudpickle().dumps((abs, -5))
+    payload = engine_workers.cloudpickle_module().dumps((abs, -5))
     return 1e6 * min(timeit.repeat(lambda: decode(call(payload)), number=number, repeat=5)) / number
 
 
@@ -123,8 +126,8 @@ def audit(path: str, workers: int) -> tuple[float, float]:
     """Seconds of the tutorial's audit on a cold pool of ``path``'s start method (the engine as it
     is otherwise, its worker function included); its certified bound."""
     engine.shutdown()
-    saved = engine._new_pool
-    engine._new_pool = PATHS[path][0]
+    saved = engine_pool._new_pool
+    engine_pool._new_pool = PATHS[path][0]
     try:
         x0 = np.zeros(8)
         x0[0] = 1.0
@@ -133,7 +136,7 @@ def audit(path: str, workers: int) -> tuple[float, float]:
         return time.perf_counter() - t0, res.epsilon_lower
     finally:
         engine.shutdown()
-        engine._new_pool = saved
+        engine_pool._new_pool = saved
 
 
 def main() -> None:

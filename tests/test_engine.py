@@ -103,7 +103,7 @@ def test_watchdog_alone_ends_a_multiprocessing_child(tmp_path):
 
 
         def child(directory):
-            from fedaudit.engine import _watch_parent
+            from fedaudit.engine.workers import _watch_parent
             _watch_parent(os.getppid())
             engine_tasks.block(directory)
 
@@ -120,7 +120,7 @@ def test_watchdog_polls_the_parent_pid_of_a_plain_subprocess(tmp_path):
     """No multiprocessing parent to wait on: the thread polls os.getppid()."""
     driver = textwrap.dedent('''
         import subprocess, sys
-        code = ("import os, sys, engine_tasks; from fedaudit.engine import _watch_parent; "
+        code = ("import os, sys, engine_tasks; from fedaudit.engine.workers import _watch_parent; "
                 "_watch_parent(os.getppid(), poll_s=0.1); engine_tasks.block(sys.argv[1])")
         subprocess.run([sys.executable, "-c", code, sys.argv[1]])
     ''')

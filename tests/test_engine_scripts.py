@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import fedaudit
 from fedaudit import engine
 from fedaudit.engine import WorkerError, run_chunks
 from fedaudit.errors import FedAuditError
@@ -45,7 +46,7 @@ AUDIT = textwrap.dedent('''
     res = audit_ldp(make_sampler(0.7), x0, -x0, epsilon=1.0, samples=6000, seed=0, chunk=1024)
     print("RESULT", repr(res.epsilon_lower), repr(res.test))
     if engine.default_backend() == "process":
-        print("WORKERS", len(engine._POOL.pool._processes))
+        print("WORKERS", len(engine.pool.POOL.pool._processes))
 ''')
 
 #: the other heavy entry points, from an unguarded script: a rule of __main__ holding a lambda,
@@ -96,14 +97,14 @@ ENTRY_POINTS = textwrap.dedent('''
                                 "curve": [r.mse for r in (*curve.sstq, curve.vqsgd, curve.privunitg)],
                                 "plan": [[c.verdict, c.error, c.evidence.get("epsilon_lower")] for c in plan.claims]}))
     if engine.default_backend() == "process":
-        print("WORKERS", len(engine._POOL.pool._processes))
+        print("WORKERS", len(engine.pool.POOL.pool._processes))
 ''')
 
 
 def _env(tmp_path) -> dict:
     """The user's environment: fedaudit importable, the default backend (no FEDAUDIT_BACKEND)."""
     env = {k: v for k, v in os.environ.items() if k not in ("FEDAUDIT_BACKEND", "FEDAUDIT_ENGINE_WORKER")}
-    root = str(Path(engine.__file__).resolve().parents[1])
+    root = str(Path(fedaudit.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["FEDAUDIT_WORKERS"] = "2"
     return env
@@ -231,7 +232,7 @@ def test_a_worker_that_cannot_start_is_one_line_naming_the_exit_status(tmp_path,
     monkeypatch.syspath_prepend(str(tmp_path))
     import dies_at_start
 
-    monkeypatch.setattr(engine, "_worker_init", dies_at_start.init)
+    monkeypatch.setattr(engine.pool, "worker_init", dies_at_start.init)  # the pool's initializer
     engine.shutdown()
     try:
         with pytest.raises(WorkerError) as err:
@@ -283,10 +284,10 @@ def test_a_caller_that_stops_after_the_last_result_keeps_the_shared_pool():
     try:
         assert list(zip(range(3), engine.iter_chunks(abs, [-1, -2, -3], backend="process", workers=2))) == \
             [(0, 1), (1, 2), (2, 3)]
-        pool = engine._POOL.pool
+        pool = engine.pool.POOL.pool
         assert pool is not None and len(pool._processes) == 2
         assert run_chunks(abs, [-4, -5], backend="process", workers=2) == [4, 5]
-        assert engine._POOL.pool is pool
+        assert engine.pool.POOL.pool is pool
     finally:
         engine.shutdown()
 

@@ -204,7 +204,7 @@ def test_absurd_worker_counts_are_refused_everywhere(tmp_path, capsys, argv):
 
 
 def test_process_workers_are_capped_at_the_cores_unless_oversubscription_is_allowed(monkeypatch):
-    monkeypatch.setattr(engine, "available_cores", lambda: 2)
+    monkeypatch.setattr(engine.defaults, "available_cores", lambda: 2)
     assert process_workers(12) == 2 and process_workers(1) == 1
     with engine_defaults(oversubscribe=True):
         assert process_workers(12) == 12
@@ -218,14 +218,15 @@ def _pid(_task):
 
 
 def test_twelve_workers_start_no_more_processes_than_cores(monkeypatch):
-    monkeypatch.setattr(engine, "available_cores", lambda: 2)
+    monkeypatch.setattr(engine.defaults, "available_cores", lambda: 2)
     engine.shutdown()  # no pool of an earlier test
     pids = {pid for _, pid in run_tasks(_pid, range(24), workers=12, backend="process")}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
 
 
 def test_a_plan_asking_more_workers_than_cores_runs_with_a_one_line_notice(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(engine, "available_cores", lambda: 1)
+    monkeypatch.setattr(engine.defaults, "available_cores", lambda: 1)  # read by process_workers
+    monkeypatch.setattr(engine, "available_cores", lambda: 1)  # the CLI's import of the re-exported name
     monkeypatch.setattr(runner, "available_cores", lambda: 1)
     path = tmp_path / "p.toml"
     path.write_text('[plan]\nseed = 0\n[engine]\nbackend = "serial"\n[[claim]]\nid = "a"\nkind = "ldp"\n'
