@@ -429,13 +429,14 @@ def test_write_names_an_unwritable_path(tmp_path):
 # ------------------------------------------------------------------------------ CLI writers
 def test_cli_variance_json_is_strict(tmp_path, capsys):
     out = tmp_path / "v.json"
-    assert main(["audit", "variance", "--dim", "16", "--k", "4", "--json", str(out), "--quiet"]) == 0
+    assert main(["audit", "variance", "--dim", "16", "--ks", "4", "--json", str(out), "--quiet"]) == 0
     text = out.read_text(encoding="utf-8")
     assert "NaN" not in text and "Infinity" not in text
     data = strict_loads(text)
-    assert data["ks"] == [4]
+    assert data["kind"] == "variance" and data["evidence"]["curve"]["ks"] == [4]
     # one k: the log-log slope is undefined, written as the string "nan" (not a NaN token, not null)
-    assert data["slope_private"] == "nan" and data["slope_nonprivate"] == "nan"
+    assert data["evidence"]["slope_private"] == "nan" and data["evidence"]["slope_nonprivate"] == "nan"
+    assert "slope of MSE on d/k undefined (1 value(s) of k: a slope needs two)" in data["summary"]
 
 
 def test_written_report_is_strict(tmp_path):

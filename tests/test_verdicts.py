@@ -169,8 +169,11 @@ def test_a_robustness_claim_says_its_published_bound_was_not_re_verified():
 def _canary_audit(one_run: float, gdp: float, canaries: int = 1000):
     from types import SimpleNamespace as NS
 
-    return NS(accountant=NS(epsilon=2.0, method="prv"), one_run=NS(epsilon=one_run), one_run_fdp=NS(epsilon=one_run),
-              gdp=NS(epsilon=gdp, confidence=0.95), violation=False, canaries=canaries, canaries_in=canaries // 2,
+    from fedaudit.guarantees import Bound
+
+    lower = NS(epsilon=one_run, confidence=0.95, epsilon_bound=Bound.LOWER)
+    return NS(accountant=NS(epsilon=2.0, method="prv"), one_run=lower, one_run_fdp=lower,
+              gdp=NS(epsilon=gdp, confidence=0.95, epsilon_bound=Bound.ESTIMATE), violation=False, canaries=canaries, canaries_in=canaries // 2,
               noise_multiplier=1.0, claimed_noise_multiplier=1.0, seconds=1.0, to_dict=lambda: {})
 
 

@@ -182,7 +182,9 @@ class Variance(ClaimKind):
         decision = self.decide(measured, spec.expect)
         evidence = {"checks": checks, **measured}
         conf = f"{p['confidence']:.0%}"
-        parts = [f"private SSTQ slope of MSE on d/k {slope:+.3f} ({conf} CI [{slope_lo:+.3f}, {slope_hi:+.3f}])",
+        slope_text = (f"{slope:+.3f} ({conf} CI [{slope_lo:+.3f}, {slope_hi:+.3f}])" if math.isfinite(slope)
+                      else f"undefined ({len(curve.sstq)} value(s) of k: a slope needs two)")
+        parts = [f"private SSTQ slope of MSE on d/k {slope_text}",
                  f"MSE {min(r.mse for r in curve.sstq):.4g}–{max(r.mse for r in curve.sstq):.4g} "
                  f"(PrivUnitG {curve.privunitg.mse:.4g}, vqSGD {curve.vqsgd.mse:.4g})"]
         for c in checks:
