@@ -25,16 +25,16 @@ from typing import Any, Iterator, Sequence
 
 from fedaudit.errors import FedAuditError
 # the old single module's names, re-exported (tests and users import them from fedaudit.cli)
-from fedaudit.cli.argtypes import (agg_params, count_arg, int_list_arg, load_sampler, load_scores, method_list,  # noqa: F401
+from fedaudit.cli.argtypes import (count_arg, int_list_arg, load_scores, method_list,  # noqa: F401
                                    number_list, Parser, scores_header, seconds_arg)
 from fedaudit.cli.exitcodes import COMMON_EXIT_CODES, EXIT_CODES, exit_code_table
 from fedaudit.cli.handlers import (LISTINGS, registries, report_key, run_plan_command, cmd_account_compose,
                                    cmd_account_dpsgd, cmd_account_shuffle, cmd_aggregators, cmd_audit_scores,
                                    cmd_demo, cmd_list, cmd_mechanisms, cmd_run, cmd_showcase, cmd_sign, cmd_sparse,
                                    cmd_verify)
-from fedaudit.cli.options import (agg_param_option, engine_command, engine_flags, engine_options, plan_engine,
+from fedaudit.cli.options import (engine_command, engine_flags, engine_options, plan_engine,
                                   plan_engine_options, progress_options, sparse_model_options, workers_notice)
-from fedaudit.cli.outputs import canary_audit_plot, check_output_file, save_plot, write_data, write_json
+from fedaudit.cli.outputs import check_output_file, save_plot, write_data, write_json
 from fedaudit.cli.parser import PLAN_REFERENCE, build_parser
 from fedaudit.cli.progress import PROGRESS_EVERY, Heartbeat, note, PlanBars, err, out, progress_bar
 
@@ -43,13 +43,10 @@ _Parser = Parser
 _count = count_arg
 _int_list = int_list_arg
 _seconds = seconds_arg
-_agg_params = agg_params
-_load_sampler = load_sampler
 _load_scores = load_scores
 _methods = method_list
 _number_list = number_list
 _scores_header = scores_header
-_agg_param_option = agg_param_option
 _engine_options = engine_options
 _plan_engine_options = plan_engine_options
 _progress_options = progress_options
@@ -58,7 +55,6 @@ _engine_command = engine_command
 _engine_flags = engine_flags
 _plan_engine = plan_engine
 _workers_notice = workers_notice
-_audit_plot = canary_audit_plot
 _save_plot = save_plot
 _write_data = write_data
 _write_json = write_json
@@ -122,9 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         hint = {"run": " (finished claims are checkpointed: rerun with --resume)",
-                "demo": " (finished claims are checkpointed: rerun with --resume)",
-                "stress": " (finished cells are kept: rerun the same command to continue)"}.get(
-            getattr(args, "command", ""), "")
+                "demo": " (finished claims are checkpointed: rerun with --resume)"}.get(getattr(args, "command", ""), "")
+        if getattr(args, "kind_name", None) is not None and getattr(args, "out", None) is not None:
+            hint = " (rerun with --resume to continue" + (": finished cells are kept)" if args.kind_name == "stress"
+                                                          else ")")
         what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         err.print(f"fedaudit: {what}{hint}", highlight=False, markup=False, soft_wrap=True)
         return 143 if isinstance(exc, Terminated) else 130

@@ -63,44 +63,6 @@ def scalar_value(raw: str) -> Any:
     return raw
 
 
-def agg_params(items: Sequence[str] | None, specs: Sequence[str]) -> dict[str, dict]:
-    """``--agg-param [SPEC:]KEY=VALUE`` items as ``{spec: {key: value}}`` for every spec in ``specs``.
-
-    VALUE is read as an integer, a number, true/false or else a string. Without ``SPEC:`` the
-    keyword goes to every spec; with it, only to that spec (which must be one of ``specs``).
-    Every spec's keywords are checked by ``make_aggregator`` later (an unknown key is exit 2).
-    """
-    from fedaudit.experiments.components import normalise_spec
-
-    out: dict[str, dict] = {spec: {} for spec in specs}
-    for item in items or ():
-        head, eq, raw = item.partition("=")
-        target, colon, key = head.rpartition(":")
-        key = key.strip()
-        if not eq or not key.isidentifier():
-            raise FedAuditError(f"--agg-param must look like KEY=VALUE or SPEC:KEY=VALUE (e.g. s=2), got {item!r}")
-        value = scalar_value(raw.strip())
-        if colon:
-            spec = normalise_spec(target)
-            if spec not in out:
-                raise FedAuditError(f"--agg-param {item!r} names aggregator {spec!r}, which is not among "
-                                    f"{', '.join(specs)}")
-            out[spec][key] = value
-        else:
-            for spec in out:
-                out[spec][key] = value
-    return out
-
-
-def load_sampler(spec: str):
-    from fedaudit.registry import load_reference
-
-    fn = load_reference(spec, what="--sampler")
-    if not callable(fn):
-        raise FedAuditError(f"sampler {spec!r} is not callable")
-    return fn
-
-
 def scores_header(flag: str, path: str, fh: Any) -> None:
     """Check a .npy header before any data is read: a 1-D array of real numbers whose size fits
     in the file. A header may claim any shape (10^12 float64 is 8 TB): numpy would allocate it

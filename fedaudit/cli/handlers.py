@@ -10,9 +10,9 @@ from typing import Any
 
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.terminal import escape
-from fedaudit.cli.argtypes import agg_params, load_sampler, load_scores, method_list, number_list
+from fedaudit.cli.argtypes import load_scores, method_list, number_list
 from fedaudit.cli.options import engine_command, engine_flags, plan_engine
-from fedaudit.cli.outputs import canary_audit_plot, save_plot, write_data, write_json, check_output_file
+from fedaudit.cli.outputs import save_plot, write_data, write_json, check_output_file
 from fedaudit.cli.progress import PlanBars, err, out, progress_bar
 
 
@@ -98,56 +98,6 @@ def cmd_showcase(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_audit_variance(args: argparse.Namespace) -> int:
-    from fedaudit.audit.variance import variance_vs_dk
-    from fedaudit.reports.figures import save_figure, variance_figure
-    from fedaudit.reports.terminal import print_variance
-
-    check_output_file("--plot", args.plot, plot=True)
-    check_output_file("--json", args.json)
-    engine = engine_flags(args)
-    total = args.samples * (2 * len(args.k) + 3)
-    with progress_bar(total, "reports", args.quiet, args.progress_every) as advance:
-        curve = variance_vs_dk(args.dim, args.k, args.epsilon, levels=args.levels, clip=args.clip,
-                               samples=args.samples, seed=args.seed, progress=advance, **engine)
-    print_variance(out, curve)
-    if args.plot:
-        out.print(f"plot: {save_figure(variance_figure(curve), args.plot)}")
-    write_json(args.json, curve)
-    return 0
-
-
-def cmd_audit_ldp(args: argparse.Namespace) -> int:
-    from fedaudit.audit.pairs import SEARCH_CANDIDATES, audit_pair
-    from fedaudit.reports.terminal import print_ldp_audit
-
-    check_output_file("--json", args.json)
-    engine = engine_flags(args)
-    if args.sampler:
-        if args.dim is None or args.epsilon is None:
-            raise FedAuditError("--sampler needs --dim and --epsilon (the claimed guarantee)")
-        target, name = load_sampler(args.sampler), args.sampler
-    else:
-        from fedaudit.mechanisms.registry import make_mechanism
-
-        dim = 64 if args.dim is None else args.dim
-        target = make_mechanism(args.mechanism, dim, 1.0 if args.epsilon is None else args.epsilon,
-                                k=args.k, levels=args.levels, clip=args.clip,
-                                delta=1e-5 if args.delta is None else args.delta)  # 0 is passed on
-        name = repr(target)
-    dim = target.dim if hasattr(target, "dim") else args.dim
-    searches = SEARCH_CANDIDATES if args.pair == "search" else 0
-    total = 2 * args.samples + 2 * searches * args.search_samples
-    with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
-        res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
-                                  search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
-                                  delta=args.delta, confidence=args.confidence, test=args.test, progress=advance,
-                                  **engine)
-    print_ldp_audit(out, res, name)
-    write_json(args.json, res)
-    return 1 if res.violation else 0
-
-
 def cmd_audit_scores(args: argparse.Namespace) -> int:
     from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor, SplitSelection
 
@@ -184,99 +134,6 @@ def cmd_aggregators(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_audit_robustness(args: argparse.Namespace) -> int:
-    from fedaudit.audit.robustness import audit_robustness, progress_units
-    from fedaudit.defenses.registry import make_aggregator
-    from fedaudit.experiments.evidence import robustness_caveats
-    from fedaudit.reports.terminal import print_robustness
-
-    check_output_file("--json", args.json)
-    engine = engine_flags(args)
-    from fedaudit.experiments.components import normalise_spec
-
-    spec = normalise_spec(args.aggregator)
-    params = agg_params(args.agg_param, [spec])[spec]
-    rule = make_aggregator(spec, args.f, **params) if params else spec  # unknown keyword: exit 2
-    total = progress_units(args.f, args.trials, args.search_evals, None, d=args.d, aggregator=rule, n=args.n)
-    with progress_bar(total, "configurations", args.quiet, args.progress_every) as advance:
-        res = audit_robustness(rule, n=args.n, f=args.f, d=args.d, trials=args.trials,
-                               attacks=args.attacks, seed=args.seed, search_evals=args.search_evals,
-                               progress=advance, **engine)
-    print_robustness(out, res, robustness_caveats(res))
-    write_json(args.json, res)
-    return 1 if res.violation or res.unbounded else 0  # "unbounded" is not robust, like a violation
-
-
-def cmd_stress(args: argparse.Namespace) -> int:
-    from fedaudit.experiments.components import normalise_spec
-    from fedaudit.audit.stress import Cell, StressConfig, run_stress
-    from fedaudit.locking import create_directory, directory_lock
-    from fedaudit.reports.heatmap import plot_heatmaps
-    from fedaudit.reports.terminal import print_stress
-
-    engine = engine_flags(args)
-    specs = [normalise_spec(a) for a in args.aggregators.split(",") if a.strip()]
-    params = {spec: kw for spec, kw in agg_params(args.agg_param, specs).items() if kw}
-    config = StressConfig(aggregators=specs, attacks=args.attacks.split(","),
-                          fs=number_list("--f", args.f, int), betas=number_list("--beta", args.beta, float),
-                          dataset=args.dataset, data_path=args.data_path, optimizer=args.optimizer,
-                          rounds=args.rounds, lr=args.lr, n_honest=args.n_honest, mu=args.mu, seed=args.seed,
-                          optimal_attack=not args.no_optimal_attack, target_accuracy=args.target_accuracy,
-                          declared_f=args.declared_f, **({"aggregator_params": params} if params else {}))
-    out_dir = create_directory(args.out, what="results directory")
-    with directory_lock(out_dir, what="results directory"), \
-            progress_bar(len(config.cells()), "cells", args.quiet, args.progress_every) as advance:
-        res = run_stress(config, args.out, **engine, progress=advance,
-                         on_start=lambda todo, skipped: advance(skipped), draw=plot_heatmaps)
-    never = set(res.missed_target)
-    missed = {(agg, f, b): sum(Cell(agg, t, f, b).key in never for t in config.attacks)
-              for agg in config.aggregators for f in config.fs for b in config.betas}
-    print_stress(out, config, res, missed)
-    return 1 if config.target_accuracy is not None and res.missed_target else 0
-
-
-def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
-    """``fedaudit audit dpsgd``: one Opacus run with canaries; exit 1 when a certified bound exceeds
-    the accountant's ε."""
-    from fedaudit.audit.dpsgd_audit import audit_dpsgd
-    from fedaudit.progress import increments_from_totals
-
-    check_output_file("--json", args.json)
-    check_output_file("--plot", args.plot, plot=True)
-    engine = engine_flags(args)
-    with progress_bar(args.steps, "training steps", args.quiet, args.progress_every) as advance:
-        res = audit_dpsgd(noise_multiplier=args.noise_multiplier, max_grad_norm=args.max_grad_norm,
-                          sample_rate=args.sample_rate, steps=args.steps, delta=args.delta, canaries=args.canaries,
-                          dataset=args.dataset, threat=args.threat,
-                          claimed_noise_multiplier=args.claimed_noise_multiplier, seed=args.seed,
-                          progress=increments_from_totals(advance), confidence=args.confidence, accountant=args.accountant,
-                          learning_rate=args.learning_rate)
-    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
-    canary_audit_plot(args.plot, res, "steps", res.steps, engine)
-    write_json(args.json, res)
-    return 1 if res.violation else 0
-
-
-def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
-    """``fedaudit audit fedavg-dp``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
-    from fedaudit.audit.fedavg_audit import audit_dpfedavg
-    from fedaudit.progress import increments_from_totals
-
-    check_output_file("--json", args.json)
-    check_output_file("--plot", args.plot, plot=True)
-    engine = engine_flags(args)
-    with progress_bar(args.rounds, "training rounds", args.quiet, args.progress_every) as advance:
-        res = audit_dpfedavg(noise_multiplier=args.noise_multiplier, clip=args.clip, sample_rate=args.sample_rate,
-                             rounds=args.rounds, delta=args.delta, canaries=args.canaries, clients=args.clients,
-                             claimed_noise_multiplier=args.claimed_noise_multiplier, dataset=args.dataset,
-                             local_lr=args.local_lr, local_steps=args.local_steps, server_lr=args.server_lr,
-                             confidence=args.confidence, seed=args.seed, progress=increments_from_totals(advance))
-    out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
-    canary_audit_plot(args.plot, res, "rounds", res.rounds, engine)
-    write_json(args.json, res)
-    return 1 if res.violation else 0
-
-
 def _check_sparse_options(args: argparse.Namespace) -> None:
     """The shared options of ``fedaudit sparse`` and ``fedaudit audit sparse-upload``, checked before
     any work (a FedAuditError naming the flag and its range: exit 2)."""
@@ -304,44 +161,6 @@ def cmd_sparse(args: argparse.Namespace) -> int:
     out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
     write_json(args.json, res)
     return 0
-
-
-def cmd_audit_sparse_upload(args: argparse.Namespace) -> int:
-    """``fedaudit audit sparse-upload``: certified ε lower bounds of the plain and the private gated
-    upload, on neighbouring client datasets and (private) on the mechanism's worst input pair; exit 1
-    when a bound that decides a claim exceeds it: the private upload's worst-pair bound (its
-    data-level bound when only that is run), the plain upload's bound against ``--plain-epsilon``."""
-    from fedaudit.audit.sparse_upload import UPLOADS, audit_sparse_upload
-    from fedaudit.validation import check_real
-
-    _check_sparse_options(args)
-    check_output_file("--json", args.json)
-    if args.plain_epsilon is not None:
-        check_real("--plain-epsilon", args.plain_epsilon, low=0.0, open_low=True)
-    uploads = UPLOADS if args.upload == "both" else (args.upload,)
-    pairs = {u: args.pair or ("data" if u == "plain" else "both") for u in uploads}
-    if pairs.get("plain", "data") != "data":
-        raise FedAuditError(f"--pair {args.pair} applies to the private upload only (the plain upload has no stated "
-                            f"ε over all inputs): use --upload private, or --pair data")
-    engine = engine_flags(args)
-    checkpoint = engine.pop("checkpoint")
-    total = sum(2 * (args.samples * (p != "worst") + args.worst_samples * (p != "data")) for p in pairs.values())
-    results = []
-    with progress_bar(total, "uploads drawn", args.quiet, args.progress_every) as advance:
-        for upload in uploads:
-            # --upload both: the plain upload's chunks in FILE, the private upload's in FILE.private
-            ckpt = f"{checkpoint}.private" if checkpoint and upload == "private" and len(uploads) > 1 else checkpoint
-            results.append(audit_sparse_upload(upload, dim=args.dim, density=args.density,
-                                               temperature=args.temperature, epsilon=args.epsilon,
-                                               claimed_epsilon=args.plain_epsilon if upload == "plain" else None,
-                                               records=args.records, local_steps=args.local_steps,
-                                               samples=args.samples, confidence=args.confidence, seed=args.seed,
-                                               pair=pairs[upload], worst_samples=args.worst_samples,
-                                               progress=advance, checkpoint=ckpt, **engine))
-    for res in results:
-        out.print(res.summary(), markup=False, highlight=False, soft_wrap=True)
-    write_data(args.json, {"audits": [r.to_dict() for r in results]})
-    return 1 if any(r.worst.violation if r.worst is not None else r.violation for r in results) else 0
 
 
 def cmd_account_compose(args: argparse.Namespace) -> int:

@@ -17,9 +17,18 @@ claim — and prints its verdict, summary, evidence and caveats; ``--json`` writ
 report records it, ``--plot`` draws its first figure. Exit 0 when the verdict is PASS, 1 otherwise
 (FAIL or INCONCLUSIVE), 2 for bad input.
 
+Where the claim runs is not a claim parameter: every generated command has the same run options
+(:func:`add_run_options`), declared here once. ``--backend``, ``--workers`` and ``--address`` are
+the one-claim plan's ``[engine]`` table (:data:`fedaudit.experiments.plan.ENGINE_KEYS`, so a kind's
+own ``backend``/``workers`` keys get no flag of their own); ``--out DIR`` runs the claim as
+``fedaudit run`` runs a plan, into a report directory (report.json/.html/.md, the claim
+checkpointed when it finishes, a stress grid's finished cells kept), which ``--resume`` continues
+after an interruption and ``--force`` overwrites.
+
 Where a kind mirrors a command that existed before its flags were generated, the old flag
 spellings are kept for one release as hidden, deprecated aliases (:data:`DEPRECATED`): they still
-work and print a one-line note naming the new flag.
+work and print a one-line note naming the new flag. Old flags that chose something the claim
+no longer offers are accepted, ignored and noted the same way (:data:`DROPPED`).
 """
 
 from __future__ import annotations
@@ -33,15 +42,39 @@ from fedaudit.cli.argtypes import scalar_value
 from fedaudit.cli.outputs import check_output_file, save_plot, write_data
 from fedaudit.cli.progress import note, out, progress_bar
 
-__all__ = ["KIND_COMMANDS", "DEPRECATED", "EXAMPLES", "flag_of", "add_kind_commands", "add_key_options",
-           "cmd_kind"]
+__all__ = ["KIND_COMMANDS", "DEPRECATED", "DROPPED", "EXAMPLES", "RUN_OPTIONS", "flag_of", "add_kind_commands",
+           "add_key_options", "add_run_options", "cmd_kind"]
 
-#: kinds whose command is not ``fedaudit audit <kind>`` (none yet; e.g. ``{"stress": ("stress",)}``)
-KIND_COMMANDS: dict[str, tuple[str, ...]] = {}
+#: kinds whose command is not ``fedaudit audit <kind>``
+KIND_COMMANDS: dict[str, tuple[str, ...]] = {"stress": ("stress",)}
 
-#: hidden deprecated aliases, per kind: old flag -> (key, the old value as the new flag's parsed value)
-DEPRECATED: dict[str, dict[str, tuple[str, Callable[[str], Any]]]] = {
-    "variance": {"--k": ("ks", lambda text: [_split_numbers("int")(text)])},
+
+def _same(text: str) -> Any:
+    return text
+
+
+#: the old ``--checkpoint FILE`` of the hand-written audit commands: the claim is checkpointed in --out now
+_CHECKPOINT = {"--checkpoint": "out"}
+
+#: hidden deprecated aliases, per kind: old flag -> the key (or run option) it sets, its value read
+#: as the new flag reads one value (a list flag's value may be comma-separated: ``--f 1,3``); each
+#: prints one line naming the new flag
+DEPRECATED: dict[str, dict[str, str]] = {
+    "variance": {"--k": "ks"},
+    "ldp": dict(_CHECKPOINT),
+    "robustness": {"--d": "dim", "--agg-param": "aggregator_params", **_CHECKPOINT},
+    "sparse-upload": {"--plain-epsilon": "plain_claimed_epsilon", **_CHECKPOINT},
+    "stress": {"--f": "fs", "--beta": "betas", "--agg-param": "aggregator_params", "--target-accuracy": "min_accuracy"},
+}
+
+#: old flags that chose what the claim no longer offers, per kind: old flag -> why it is ignored
+#: (accepted with its value, one line on stderr)
+DROPPED: dict[str, dict[str, str]] = {
+    "sparse-upload": {
+        "--upload": "the sparse-upload claim audits both uploads, the plain and the private one",
+        "--pair": "the sparse-upload claim audits the private upload on neighbouring datasets and on its worst pair, "
+                  "the plain one on neighbouring datasets",
+    },
 }
 
 #: example command lines per kind (shown at the end of ``--help``; the first is also the
@@ -49,7 +82,29 @@ DEPRECATED: dict[str, dict[str, tuple[str, Callable[[str], Any]]]] = {
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "variance": ("fedaudit audit variance --dim 1024 --ks 16 32 64 128 256 --samples 20000",
                  "fedaudit audit variance --dim 64 --ks 4 8 16 --max-slope 1.2 --json variance.json --plot mse.png"),
+    "ldp": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1 --samples 200000",
+            "fedaudit audit ldp --mechanism rr --dim 4 --pair search --json ldp.json",
+            "fedaudit audit ldp --sampler mypkg.noise:sample --dim 1 --epsilon 1",
+            "fedaudit audit ldp --mechanism laplace --dim 16 --out reports/ldp --workers 4"),
+    "robustness": ("fedaudit audit robustness --aggregator nnm+cwtm --n 21 --f 5",
+                   "fedaudit audit robustness --aggregator bucketing+cwtm --aggregator-params s=2 --json robust.json"),
+    "dpsgd": ("fedaudit audit dpsgd --noise-multiplier 1 --sample-rate 0.1 --steps 100",
+              "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 "
+              "--steps 50 --claimed-epsilon 8 --plot dpsgd.png"),
+    "fedavg-dp": ("fedaudit audit fedavg-dp --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
+                  "fedaudit audit fedavg-dp --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
+                  "--rounds 10 --json fedavg.json"),
+    "sparse-upload": ("fedaudit audit sparse-upload",
+                      "fedaudit audit sparse-upload --plain-claimed-epsilon 1 --worst-samples 20000 --json upload.json"),
+    "stress": ("fedaudit stress --min-accuracy 0.8 --out stress-report",
+               "fedaudit stress --aggregators cwtm krum --attacks alie ipm --fs 1 3 --betas 0.5 1 --max-loss 1 "
+               "--out stress-report",
+               "fedaudit stress --min-accuracy 0.8 --out stress-report --resume"),
 }
+
+#: the run options every generated command has (:func:`add_run_options`): not claim parameters
+RUN_OPTIONS = ("seed", "expect", "allow_large", "json", "plot", "out", "force", "resume", "backend", "workers",
+               "address", "quiet", "progress_every")
 
 
 def flag_of(key: str) -> str:
@@ -94,12 +149,21 @@ def _default_text(key: Any) -> str:
     return f"default: {value:g}" if isinstance(value, float) else f"default: {value}"
 
 
+def claim_keys(keys: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of a kind that are claim parameters: all but those of the plan's ``[engine]``
+    table (``backend``, ``workers``), which the run options set for the whole command."""
+    from fedaudit.experiments.plan import ENGINE_KEYS
+
+    return {name: key for name, key in keys.items() if name not in ENGINE_KEYS}
+
+
 def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any]) -> None:
     """One flag per key of ``keys`` (the module docstring says how a key becomes a flag); every
     flag's value lands in ``args.<key>`` (None when not given: the key's default applies)."""
     group = p.add_argument_group("claim parameters (the kind's plan keys; docs/plans.md)")
     for name, key in keys.items():
-        helptext = key.help.rstrip(".") if key.help else name.replace("_", " ")
+        helptext = (key.help.removesuffix(".") if not key.help.endswith("...") else key.help) if key.help \
+            else name.replace("_", " ")
         default = _default_text(key)
         helptext += f"; {key.describe()}" + (f" ({default})" if default else "")
         kw: dict[str, Any] = dict(dest=name, default=None, help=helptext.replace("%", "%%"))
@@ -125,6 +189,20 @@ def _split_numbers(kind: str) -> Callable[[str], tuple]:
 
     parse.__name__ = kind
     return parse
+
+
+def _one_value(key: Any) -> Callable[[str], Any]:
+    """How a deprecated alias reads its one value: as the key's own flag reads one (a list's
+    value may be comma-separated, a table's is one ``NAME=VALUE`` item); a run option's as given."""
+    if key is None or key.type == "str":
+        return _same
+    if key.type.startswith("list["):
+        inner = key.type[5:-1]
+        parse = _items if inner == "str" else _split_numbers(inner)
+        return lambda text: [parse(text)]
+    if key.type == "params" or key.type.startswith("table["):
+        return lambda text: [text]
+    return _number(key.type)
 
 
 def _table(flag: str, items: list[str], params: bool) -> dict[str, Any]:
@@ -156,16 +234,25 @@ def _value(key: Any, flag: str, given: Any) -> Any:
 
 
 class _Deprecated(argparse.Action):
-    """A hidden old flag spelling: sets the key's value and notes the new flag on stderr."""
+    """A hidden old flag spelling: sets the key's value (added to the values a list or table flag
+    already has) and notes the new flag on stderr; with ``key=None``, a dropped flag: its value is
+    ignored and the note says why (``why``)."""
 
-    def __init__(self, option_strings, dest, key: str, convert: Callable[[str], Any], **kw):
+    def __init__(self, option_strings, dest, key: str | None, convert: Callable[[str], Any] = _same,
+                 why: str = "", **kw):
         super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, **kw)
-        self.key, self.convert = key, convert
+        self.key, self.convert, self.why = key, convert, why
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if self.key is None:
+            note(f"{option_string} is deprecated and ignored ({self.why}); it will be removed in the next release",
+                 quiet=False)
+            return
         note(f"{option_string} is deprecated and will be removed in the next release; use {flag_of(self.key)}",
              quiet=False)
-        setattr(namespace, self.key, self.convert(values))
+        value, current = self.convert(values), getattr(namespace, self.key, None)
+        setattr(namespace, self.key, current + value if isinstance(value, list) and isinstance(current, list)
+                else value)
 
 
 def _examples(name: str, path: tuple[str, ...], keys: Mapping[str, Any]) -> tuple[str, ...]:
@@ -186,13 +273,49 @@ def examples_epilog(lines: tuple[str, ...] | list[str]) -> str:
     return "Examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def add_run_options(p: argparse.ArgumentParser, kind: Any) -> None:
+    """The options of every generated command that are not claim parameters (:data:`RUN_OPTIONS`),
+    declared once: the claim's seed and expectation, its outputs, and where it runs — the
+    one-claim plan's ``[engine]`` table and, with ``--out``, its report directory."""
+    from fedaudit.experiments.plan import COMMON_KEYS, ENGINE_KEYS
+
+    claim = p.add_argument_group("the claim")
+    claim.add_argument("--seed", type=_number("int"), default=0,
+                       help="the claim's seed (default 0; a plan derives it from the plan seed and the id)")
+    claim.add_argument("--expect", default=COMMON_KEYS["expect"].default, choices=COMMON_KEYS["expect"].choices,
+                       help=COMMON_KEYS["expect"].help + " (default pass)")
+    claim.add_argument("--json", default=None, help="write the claim (verdict, evidence, plots) as JSON here "
+                                                    "(checked before the claim runs)")
+    if kind.figures:
+        claim.add_argument("--plot", default=None,
+                           help=f"draw the claim's {kind.figures[0].replace('_', ' ')} figure here (.png, .svg, "
+                                f".pdf, …; checked first)")
+    run = p.add_argument_group("run (where the claim runs; the plan's [engine] table — the result is the same on "
+                               "every setting)")
+    for name in ("backend", "workers", "address"):
+        key = ENGINE_KEYS[name]
+        run.add_argument(flag_of(name), default=None, type=_number("int") if key.type == "int" else str,
+                         metavar="{" + ",".join(key.choices) + "}" if key.choices else key.type.upper(),
+                         help=key.help.replace("%", "%%"))
+    run.add_argument("--allow-large", action="store_true",
+                     help="accept a claim estimated to need more than 8 GiB of memory or 24 core-hours, and start "
+                          "more worker processes than cores")
+    run.add_argument("--out", default=None, metavar="DIR",
+                     help="run the claim as `fedaudit run` runs a plan: write report.json/.html/.md into DIR "
+                          "(new or empty unless --force or --resume), checkpointing the claim when it finishes")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="with --out: write into a non-empty directory "
+                                                            "(starts over)")
+    mode.add_argument("--resume", action="store_true",
+                      help="with --out: continue an interrupted run (a finished claim is reloaded, a stress grid "
+                           "keeps its finished cells); a checkpoint of other flags is refused")
+
+
 def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.ArgumentParser,
                       skip: frozenset[str] = frozenset()) -> None:
-    """Add one command per registered claim kind (except those in ``skip``, which still have a
-    hand-written command) to the subparser ``groups`` (keyed by the command path before the
-    kind's name: ``("audit",)``)."""
+    """Add one command per registered claim kind (except those in ``skip``) to the subparser
+    ``groups`` (keyed by the command path before the kind's name: ``("audit",)``)."""
     from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
-    from fedaudit.experiments.plan import COMMON_KEYS
 
     for name in CLAIM_KINDS.names():
         if name in skip:
@@ -203,9 +326,11 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
         if path[-1] in group.choices:
             continue  # a user's kind named like a command: plans run it, the command stays
         try:
-            keys = kind.keys()
+            keys = claim_keys(kind.keys())
         except NotImplementedError:
             continue  # a user's kind that declares no keys has no command (plans report the error)
+        if set(keys) & set(RUN_OPTIONS):
+            continue  # a user's kind with a key named like a run option: plans run it
         doc = (type(kind).__doc__ or name).strip().split("\n\n")[0].replace("\n", " ")
         p = group.add_parser(
             path[-1], parents=[progress], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -214,61 +339,104 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
                         f"runner and prints its verdict: exit 0 PASS, 1 FAIL or INCONCLUSIVE, 2 bad input.",
             epilog=examples_epilog(_examples(name, path, keys)))
         add_key_options(p, keys)
-        claim = p.add_argument_group("the claim")
-        claim.add_argument("--seed", type=_number("int"), default=0,
-                           help="the claim's seed (default 0; a plan derives it from the plan seed and the id)")
-        claim.add_argument("--expect", default=COMMON_KEYS["expect"].default, choices=COMMON_KEYS["expect"].choices,
-                           help=COMMON_KEYS["expect"].help + " (default pass)")
-        claim.add_argument("--allow-large", action="store_true",
-                           help="accept a claim estimated to need more than 8 GiB of memory or 24 core-hours")
-        claim.add_argument("--json", default=None, help="write the claim (verdict, evidence, plots) as JSON here "
-                                                        "(checked before the claim runs)")
-        if kind.figures:
-            claim.add_argument("--plot", default=None,
-                               help=f"draw the claim's {kind.figures[0].replace('_', ' ')} figure here (.png, .svg, "
-                                    f".pdf, …; checked first)")
-        for old, (key, convert) in DEPRECATED.get(name, {}).items():
-            p.add_argument(old, action=_Deprecated, key=key, convert=convert, help=argparse.SUPPRESS)
+        add_run_options(p, kind)
+        for old, key in DEPRECATED.get(name, {}).items():
+            p.add_argument(old, action=_Deprecated, key=key, convert=_one_value(keys.get(key)),
+                           help=argparse.SUPPRESS)
+        for old, why in DROPPED.get(name, {}).items():
+            p.add_argument(old, action=_Deprecated, key=None, why=why, help=argparse.SUPPRESS)
         p.set_defaults(func=cmd_kind, kind_name=name, kind_command=" ".join(path))
 
 
 def _flag_message(message: str, keys: Mapping[str, Any], command: str) -> str:
-    """A plan validation message in the command's words: no claim prefix, flags for keys."""
-    message = re.sub(r"^claim '[^']*' \(#1\): ", "", message)
+    """A plan validation message in the command's words: no claim or ``[engine]`` prefix, flags
+    for keys (``key 'x'`` and a quoted ``'x'`` alike)."""
+    message = re.sub(r"^(claim '[^']*' \(#1\)|plan \[engine\]): ", "", message)
     for name in sorted(keys, key=len, reverse=True):
-        message = message.replace(f"key {name!r}", flag_of(name))
+        message = message.replace(f"key {name!r}", flag_of(name)).replace(f"{name!r}", flag_of(name))
     return f"{command}: {message}"
 
 
+def _command_line(args: argparse.Namespace, raw: Mapping[str, Any]) -> str:
+    """The command as the report's manifest records it: the flags that set the claim and where
+    it ran (values as the plan holds them)."""
+    import shlex
+
+    words = ["fedaudit", *args.kind_command.split()]
+    for name, value in raw.items():
+        if name in ("id", "kind") or value is None:
+            continue
+        if isinstance(value, bool):
+            words.append(flag_of(name) if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, list):
+            words += [flag_of(name), *map(str, value)]
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                items = v.items() if isinstance(v, dict) else [(None, v)]
+                words += [x for sub, val in items
+                          for x in (flag_of(name), f"{k}:{sub}={val}" if sub is not None else f"{k}={val}")]
+        else:
+            words += [flag_of(name), str(value)]
+    for name in ("backend", "workers", "address"):
+        if getattr(args, name) is not None:
+            words += [flag_of(name), str(getattr(args, name))]
+    words += ["--out", str(args.out)] + (["--resume"] if args.resume else []) + (["--force"] if args.force else [])
+    return shlex.join(words + (["--allow-large"] if args.allow_large else []))
+
+
 def cmd_kind(args: argparse.Namespace) -> int:
-    """A generated kind command: build the one-claim plan from the flags, validate it as a plan is
-    validated, run it as the runner runs a claim and print the claim."""
+    """A generated kind command: build the one-claim plan from the flags (the run options as its
+    ``[engine]`` table), validate it as a plan is validated, run it as the runner runs a claim —
+    with ``--out``, as ``fedaudit run`` runs a plan, into a report directory — and print the claim."""
+    from fedaudit.engine import engine_defaults
     from fedaudit.experiments.kinds import claim_kind
-    from fedaudit.experiments.plan import load_plan
+    from fedaudit.experiments.plan import ENGINE_KEYS, engine_options, load_plan
     from fedaudit.experiments.runner import run_claim, work_units, workers_notice
     from fedaudit.reports.terminal import print_claim
 
     kind = claim_kind(args.kind_name)
-    keys = kind.keys()
+    keys = claim_keys(kind.keys())
     plot = getattr(args, "plot", None)
+    if (args.resume or args.force) and args.out is None:
+        raise FedAuditError(f"{args.kind_command}: {'--resume' if args.resume else '--force'} needs --out DIR "
+                            f"(the report directory)")
     check_output_file("--json", args.json)
     check_output_file("--plot", plot, plot=True)
     params = {name: _value(key, flag_of(name), getattr(args, name)) for name, key in keys.items()
               if getattr(args, name, None) is not None}
     raw = {"id": args.kind_name, "kind": args.kind_name, "seed": args.seed, "expect": args.expect, **params}
+    engine = {name: getattr(args, name) for name in ("backend", "workers", "address") if getattr(args, name) is not None}
     try:
-        plan = load_plan({"claim": [raw]}, allow_large=args.allow_large)
+        plan = load_plan({"claim": [raw], **({"engine": engine} if engine else {})}, allow_large=args.allow_large)
     except FedAuditError as exc:
-        raise FedAuditError(_flag_message(str(exc), keys, args.kind_command)) from None
-    spec = plan.claims[0]
-    if not args.allow_large:  # the claim's own workers above the cores are capped: say so, as `run` does
-        capped = workers_notice(plan, {"backend": None, "workers": None, "address": None})
-        if capped:
-            note(capped, args.quiet)
-    with progress_bar(work_units(spec), kind.unit, args.quiet, args.progress_every) as advance:
-        claim = run_claim(spec, advance)
+        raise FedAuditError(_flag_message(str(exc), {**keys, **ENGINE_KEYS}, args.kind_command)) from None
+    spec, paths = plan.claims[0], None
+    if args.out is not None:
+        from fedaudit.cli.handlers import report_key
+        from fedaudit.cli.progress import PlanBars
+        from fedaudit.experiments.runner import run_plan_to_dir
+
+        header = f"{'resuming' if args.resume else 'running'} {args.kind_command} into {args.out}"
+        with PlanBars(1, args.quiet, args.progress_every, header) as hooks:
+            report, paths = run_plan_to_dir(plan, args.out, force=args.force, resume=args.resume, progress=hooks,
+                                            command=_command_line(args, raw), key=report_key(args),
+                                            allow_large=args.allow_large)
+        claim = report.claims[0]
+    else:
+        options = engine_options(plan)
+        if not args.allow_large:
+            notice = workers_notice(plan, options)
+            if notice is not None:
+                note(notice, args.quiet)
+        with engine_defaults(options["backend"], options["workers"], options["address"],
+                             oversubscribe=args.allow_large), \
+                progress_bar(work_units(spec), kind.unit, args.quiet, args.progress_every) as advance:
+            claim = run_claim(spec, advance)
     print_claim(out, claim)
     if plot and claim.plots:
         save_plot(plot, claim.plots[0])
     write_data(args.json, claim.to_dict())
+    if paths is not None:
+        out.print(f"report: {', '.join(str(paths[k]) for k in ('html', 'json', 'md') if k in paths)}",
+                  highlight=False, markup=False, soft_wrap=True)
     return 0 if claim.verdict == "PASS" else 1

@@ -110,12 +110,6 @@ def progress_options() -> argparse.ArgumentParser:
     return common
 
 
-def agg_param_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--agg-param", action="append", default=None, metavar="[SPEC:]KEY=VALUE",
-                   help="a keyword of the aggregator's stages, repeatable, e.g. --agg-param s=2 for bucketing's "
-                        "bucket size or --agg-param bucketing+cwtm:s=2 for one spec only; an unknown key is an error")
-
-
 def sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:
     p.add_argument("--density", type=float, default=0.05,
                    help="target density ρ = m/|θ| of the model and the upload, in (0, 1) (default 0.05)")

@@ -70,19 +70,6 @@ def save_plot(path: str | None, spec: dict) -> None:
         out.print(f"plot: {escape(str(save_figure(render_figure(spec), path)))}")
 
 
-def canary_audit_plot(path: str | None, res, count_name: str, count: int, engine: dict[str, Any]) -> None:
-    """``--plot`` of a canary audit: the accountant's ε curve (its points on the engine) with the
-    audited bounds at the end."""
-    if path:
-        from fedaudit.accounting.curves import epsilon_dpsgd_curve
-        from fedaudit.experiments.evidence import canary_plot
-
-        curve = epsilon_dpsgd_curve(res.claimed_noise_multiplier, res.sample_rate, count, res.delta,
-                                    res.accountant.method, 30, res.accountant.epsilon, lambda n: None, **engine)
-        save_plot(path, canary_plot(res, count_name=count_name, count=count, claimed_epsilon=None, delta=res.delta,
-                                    confidence=res.confidence, curve=curve))
-
-
 def write_data(path: str | None, data: dict) -> None:
     """Write ``data`` (already a to_dict() view) to ``path`` as strict JSON and say where."""
     if path:

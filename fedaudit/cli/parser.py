@@ -1,5 +1,6 @@
 """The ``fedaudit`` argument parser (:func:`build_parser`): every command that is not a claim
-kind's twin, with its flags and help.
+kind's twin, with its flags and help; the claim kinds' commands (``audit ldp``, ``stress``, …)
+are generated from their plan keys by :mod:`fedaudit.cli.kinds`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,13 @@ from fedaudit.cli.argtypes import Parser, count_arg
 from fedaudit.cli.exitcodes import exit_code_table
 from fedaudit.cli.kinds import add_kind_commands, examples_epilog
 from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dpsgd, cmd_account_shuffle,
-                                   cmd_aggregators, cmd_audit_dpsgd, cmd_audit_fedavg_dp, cmd_audit_ldp,
-                                   cmd_audit_robustness, cmd_audit_scores, cmd_audit_sparse_upload,
-                                   cmd_demo, cmd_list, cmd_mechanisms, cmd_plans, cmd_run, cmd_sign, cmd_sparse,
-                                   cmd_stress, cmd_verify)
-from fedaudit.cli.options import (agg_param_option, engine_options, plan_engine_options, progress_options,
-                                  sparse_model_options)
+                                   cmd_aggregators, cmd_audit_scores, cmd_demo, cmd_list, cmd_mechanisms, cmd_plans,
+                                   cmd_run,
+                                   cmd_sign, cmd_sparse, cmd_verify)
+from fedaudit.cli.options import engine_options, plan_engine_options, progress_options, sparse_model_options
 
 
 PLAN_REFERENCE = "docs/plans.md"
-
-#: the claim kinds whose command is still written by hand (every other kind's is generated from
-#: its plan keys: :mod:`fedaudit.cli.kinds`)
-HAND_WRITTEN_KINDS = frozenset({"ldp", "robustness", "dpsgd", "fedavg-dp", "sparse-upload", "stress"})
 
 #: example command lines of every hand-written command (and group), shown at the end of its
 #: ``--help``; the first is the command's example in docs/index.md
@@ -41,23 +36,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "aggregators": ("fedaudit aggregators", "fedaudit aggregators --n 31 --f 7"),
     "audit": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1", "fedaudit audit robustness --aggregator krum",
               "fedaudit audit variance --dim 1024 --ks 16 32 64"),
-    "audit robustness": ("fedaudit audit robustness --aggregator nnm+cwtm --n 21 --f 5",
-                         "fedaudit audit robustness --aggregator bucketing+cwtm --agg-param s=2 --json robust.json"),
-    "audit ldp": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1 --samples 200000",
-                  "fedaudit audit ldp --mechanism rr --dim 4 --pair search --json ldp.json",
-                  "fedaudit audit ldp --sampler mypkg.noise:sample --dim 1 --epsilon 1"),
     "audit scores": ("fedaudit audit scores in.npy out.npy --delta 1e-5",
                      "fedaudit audit scores in.npy out.npy --delta 1e-5 --selection bonferroni --thresholds 0.5,1,2"),
-    "audit dpsgd": ("fedaudit audit dpsgd --noise-multiplier 1 --sample-rate 0.1 --steps 100",
-                    "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 "
-                    "--steps 50 --plot dpsgd.png"),
-    "audit fedavg-dp": ("fedaudit audit fedavg-dp --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
-                        "fedaudit audit fedavg-dp --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
-                        "--rounds 10 --json fedavg.json"),
-    "audit sparse-upload": ("fedaudit audit sparse-upload", "fedaudit audit sparse-upload --upload private --pair worst"),
     "sparse": ("fedaudit sparse", "fedaudit sparse --method fediht --dataset digits --rounds 50"),
-    "stress": ("fedaudit stress --out stress-results",
-               "fedaudit stress --aggregators cwtm,krum --attacks alie,ipm --f 1,3 --beta 0.5,1 --out stress-results"),
     "account": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
                 "fedaudit account shuffle --n 10000 --eps0 1"),
     "account compose": ("fedaudit account compose --epsilon 0.5 --uses 100",
@@ -82,8 +63,6 @@ _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fedaudit`` argument parser (every option has help text)."""
-    from fedaudit.audit.pairs import LDP_PAIRS
-
     parser = Parser(prog="fedaudit", formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Audit the privacy and Byzantine robustness of federated learning.",
                      epilog=exit_code_table())
@@ -145,49 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="run one audit").add_subparsers(dest="audit", required=True, metavar="AUDIT",
                                                                          parser_class=Parser)
-    p = audit.add_parser("robustness", parents=[progress], help="estimate a rule's (f, ν)-robustness constant from below (exit 1: above the "
-                                            "published bound, or unbounded)")
-    p.add_argument("--aggregator", default="nnm+cwtm",
-                   help="registry spec, e.g. cwtm, krum, nnm+cwtm, or a stage package.module:attr (default nnm+cwtm)")
-    agg_param_option(p)
-    p.add_argument("--n", type=int, default=21, help="number of input vectors n (default 21)")
-    p.add_argument("--f", type=int, default=5, help="number of Byzantine vectors f, n > 2f (default 5)")
-    p.add_argument("--d", type=int, default=100, help="dimension of the vectors (default 100)")
-    p.add_argument("--trials", type=count_arg, default=200, help="honest draws spread over shapes × attacks (default 200)")
-    p.add_argument("--attacks", default="all", help="comma-separated attack names, or 'all' (default)")
-    p.add_argument("--search-evals", type=int, default=60,
-                   help="evaluations of the final search around the worst configuration (default 60)")
-    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-    p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
-    engine_options(p, "the attack trials and the optimiser's local runs",
-                    checkpoint="chunk of trials or optimiser runs")
-    p.set_defaults(func=cmd_audit_robustness)
-    p = audit.add_parser("ldp", parents=[progress], help="certify a lower bound on a randomizer's LDP ε")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--mechanism", default="sstq",
-                     help="registry name (see `fedaudit mechanisms`) or package.module:attr factory (default sstq)")
-    src.add_argument("--sampler", default=None,
-                     help="package.module:function, a black box sampler(x, size, rng); modules in the working "
-                          "directory are found, as with `python -m`")
-    p.add_argument("--dim", type=int, default=None, help="input dimension (default 64; required with --sampler)")
-    p.add_argument("--k", type=int, default=None, help="SSTQ coordinates per report (default dim/16)")
-    p.add_argument("--levels", type=int, default=4, help="quantization levels (default 4)")
-    p.add_argument("--epsilon", type=float, default=None, help="the claimed ε (default: the mechanism's)")
-    p.add_argument("--delta", type=float, default=None,
-                   help="the claimed δ, and the Gaussian mechanism's δ (default 1e-5 for it; 0 is passed on as 0)")
-    p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
-    p.add_argument("--samples", type=count_arg, default=1_000_000, help="draws per input (default 1e6)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bound, in (0, 1)")
-    p.add_argument("--test", default="auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ...")
-    p.add_argument("--pair", default="antipodal", choices=(*LDP_PAIRS, "search"),
-                   help="the audited input pair, or 'search' for the worst pair found (default antipodal)")
-    p.add_argument("--search-samples", type=count_arg, default=20_000,
-                   help="draws per input per candidate pair with --pair search (default 20000)")
-    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-    p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
-    engine_options(p, "the candidate audits and the audit's draws", checkpoint="certification chunk")
-    p.set_defaults(func=cmd_audit_ldp)
-
     p = audit.add_parser("scores", help="certify a lower bound on ε from attack scores of runs with and without "
                                         "the target (.npy files)")
     p.add_argument("scores_in", metavar="IN.npy", help="1-D scores of runs on the input with the target")
@@ -203,73 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="split: seed of the random split (default 0)")
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
     p.set_defaults(func=cmd_audit_scores)
-
-    for name, count in (("dpsgd", "--steps"), ("fedavg-dp", "--rounds")):
-        dpsgd = name == "dpsgd"
-        p = audit.add_parser(name, parents=[progress],
-                             help=("train once with Opacus DP-SGD and canaries" if dpsgd else
-                                   "train DP-FedAvg once with canary clients (client level)")
-                                  + "; certified one-run bounds next to the accountant's ε (exit 1: violation)")
-        p.add_argument("--noise-multiplier", type=float, required=True,
-                       help="the noise multiplier training uses (" + ("> 0" if dpsgd else ">= 0") + ")")
-        p.add_argument("--claimed-noise-multiplier", type=float, default=None,
-                       help="what the accountant is told (default: --noise-multiplier); e.g. 10x the real one "
-                            "for the under-calibrated run the audit must flag")
-        p.add_argument("--sample-rate", type=float, required=True,
-                       help="Poisson sampling rate of " + ("examples per step" if dpsgd else "clients per round")
-                            + ", in (0, 1]")
-        p.add_argument(count, type=count_arg, required=True, help=f"training {count[2:]}, >= 1")
-        p.add_argument("--delta", type=float, default=1e-5, help="δ of the accountant and the bounds (default 1e-5)")
-        p.add_argument("--canaries", type=count_arg, default=1000,
-                       help="canaries, each included with probability 1/2 (default 1000)")
-        p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
-        if dpsgd:
-            p.add_argument("--max-grad-norm", type=float, default=1.0, help="per-example clipping norm C (default 1)")
-            p.add_argument("--dataset", default="digits", help="digits (default) or synthetic")
-            p.add_argument("--threat", default="white-box",
-                           help="white-box (gradient canaries, default) or black-box (mislabelled inputs, final loss)")
-            p.add_argument("--accountant", default="pld", help="pld (default), rdp or prv")
-            p.add_argument("--learning-rate", type=float, default=0.5, help="SGD step size (default 0.5)")
-        else:
-            p.add_argument("--clip", type=float, default=1.0, help="L2 clipping norm C of client updates (default 1)")
-            p.add_argument("--clients", type=count_arg, default=50, help="honest clients (default 50)")
-            p.add_argument("--dataset", default="synthetic", help="synthetic (default) or digits")
-            p.add_argument("--local-lr", type=float, default=0.5, help="clients' local step size (default 0.5)")
-            p.add_argument("--local-steps", type=count_arg, default=1, help="local steps per round (default 1)")
-            p.add_argument("--server-lr", type=float, default=1.0, help="server step size (default 1)")
-        p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-        p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
-        p.add_argument("--plot", default=None, help=f"draw the accountant's ε against {count[2:]} with the audited "
-                                                    f"bounds here (.png, .svg, .pdf, …; checked first)")
-        engine_options(p, "the --plot's accountant ε points (the training run itself is sequential)")
-        p.set_defaults(func=cmd_audit_dpsgd if dpsgd else cmd_audit_fedavg_dp)
-
-    p = audit.add_parser("sparse-upload", parents=[progress],
-                         help="certified ε lower bounds of the gated sparse upload (plain and private) on "
-                              "neighbouring client datasets (exit 1: the private bound exceeds its stated ε)")
-    p.add_argument("--upload", default="both", choices=("plain", "private", "both"),
-                   help="which upload to audit (default both)")
-    sparse_model_options(p, rounds=False)
-    p.add_argument("--dim", type=count_arg, default=64, help="parameters |θ| of the client's linear model (default 64)")
-    p.add_argument("--records", type=count_arg, default=20, help="records in the client's local dataset (default 20)")
-    p.add_argument("--local-steps", type=count_arg, default=5, help="local training steps per upload (default 5)")
-    p.add_argument("--epsilon", type=float, default=1.0, help="stated ε of the private upload, > 0 (default 1)")
-    p.add_argument("--samples", type=count_arg, default=4000, help="uploads drawn per dataset (default 4000)")
-    p.add_argument("--pair", default=None, choices=("data", "worst", "both"),
-                   help="private upload: neighbouring client datasets (data), the mechanism's worst input pair, "
-                        "which audits the stated ε (worst), or both (default both; the plain upload: data)")
-    p.add_argument("--worst-samples", type=count_arg, default=100_000,
-                   help="draws per input of the worst-pair audit (default 100000)")
-    p.add_argument("--plain-epsilon", type=float, default=None,
-                   help="an ε claimed for the plain upload, > 0: exit 1 when its certified bound exceeds it "
-                        "(default: no claim, the bound is reported)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bounds (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-    p.add_argument("--json", default=None, help="write the audits as JSON here (checked before the audit runs)")
-    engine_options(p, "the audits' draws",
-                    checkpoint="certification chunk (--upload both: the private upload's in FILE.private; with "
-                               "--pair both, the worst pair's in FILE[.private].worst)")
-    p.set_defaults(func=cmd_audit_sparse_upload)
 
     p = sub.add_parser("sparse", parents=[progress],
                        help="train a sparse federated model (E-FLoPS, Fed-IHT, FedAvg + pruning): test metric, "
@@ -288,33 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--json", default=None, help="write the run as JSON here (checked before training)")
     p.set_defaults(func=cmd_sparse)
-
-    p = sub.add_parser("stress", parents=[progress],
-                       help="train over aggregators × attacks × f × β and map where robustness breaks")
-    p.add_argument("--dataset", default="digits", help="digits, mnist (needs --data-path) or synthetic")
-    p.add_argument("--data-path", default=None, help="MNIST files (IDX directory or .npz)")
-    p.add_argument("--aggregators", default="cwtm,nnm+cwtm,krum,gm",
-                   help="comma-separated registry specs (`fedaudit list aggregators`); a stage may be package.module:attr")
-    agg_param_option(p)
-    p.add_argument("--attacks", default="alie,ipm,signflip,minmax", help="comma-separated attack names")
-    p.add_argument("--f", default="1,3,5", help="comma-separated Byzantine counts (each < --n-honest)")
-    p.add_argument("--declared-f", type=int, default=None,
-                   help="f every rule is configured for (default: each cell's f); below f the rule may break down")
-    p.add_argument("--beta", default="0.5,1,5", help="comma-separated Dirichlet concentrations (> 0)")
-    p.add_argument("--optimizer", default="dgd",
-                   help="dgd, dnag, robust-accelerated, pigs (`fedaudit list optimizers`) or package.module:attr")
-    p.add_argument("--rounds", type=int, default=300, help="training rounds per cell (default 300)")
-    p.add_argument("--lr", type=float, default=0.1, help="step size of dgd and dnag (robust-accelerated, pigs set their own)")
-    p.add_argument("--n-honest", type=int, default=20, help="honest clients (default 20)")
-    p.add_argument("--mu", type=float, default=1e-2, help="ℓ2 regularisation")
-    p.add_argument("--no-optimal-attack", action="store_true",
-                   help="use the attacks' default scale instead of a line search against the aggregator")
-    p.add_argument("--seed", type=int, default=0, help="root seed; each cell's seed derives from it and the cell key")
-    engine_options(p, "the grid cells")
-    p.add_argument("--target-accuracy", type=float, default=None,
-                   help="report rounds to reach it; exit 1 if some cell never does")
-    p.add_argument("--out", required=True, help="results directory (rerun to resume; one run at a time)")
-    p.set_defaults(func=cmd_stress)
 
     account = sub.add_parser("account", help="privacy accountants: composition, shuffling, DP-SGD, DP-FedAvg"
                              ).add_subparsers(dest="account", required=True, metavar="ACCOUNTANT", parser_class=Parser)
@@ -390,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "python3 -c \"import secrets; print(secrets.token_hex(32))\" > report.key")
     p.add_argument("--force", action="store_true", help="replace a signature made under another key")
     p.set_defaults(func=cmd_sign)
-    add_kind_commands({(): sub, ("audit",): audit}, progress, skip=HAND_WRITTEN_KINDS)
+    add_kind_commands({(): sub, ("audit",): audit}, progress)
     add_examples(parser)
     return parser
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import key_error, show
 
-__all__ = ["check_mechanism_key", "build_mechanism", "normalise_spec", "check_attacks", "check_aggregator", "accepted_keywords", "flat_params",
+__all__ = ["check_mechanism_key", "load_sampler", "build_mechanism", "normalise_spec", "check_attacks", "check_aggregator", "accepted_keywords", "flat_params",
            "params_per_spec", "optimizer_names", "dataset_names"]
 
 
@@ -28,6 +28,20 @@ def check_mechanism_key(where: str, p: dict[str, Any]) -> None:
         MECHANISMS.factory(p["mechanism"])
     except FedAuditError as exc:
         raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
+
+
+def load_sampler(where: str, reference: str) -> Any:
+    """The black-box sampler ``package.module:function`` of an ldp claim's ``sampler`` key."""
+    from fedaudit.registry import load_reference
+
+    try:
+        fn = load_reference(reference, what="sampler")
+    except FedAuditError as exc:
+        raise key_error(where, "sampler", f"is not a sampler: {exc}") from None
+    if not callable(fn):
+        raise key_error(where, "sampler", f"must name a function sampler(x, size, rng), got {reference!r}, which is "
+                                          f"not callable")
+    return fn
 
 
 def build_mechanism(p: Mapping[str, Any]) -> Any:

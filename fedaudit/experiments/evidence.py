@@ -19,7 +19,8 @@ from typing import Any, Callable, Mapping
 from fedaudit.experiments.keys import Key, engine_keys
 from fedaudit.experiments.kind import Decision, Evidence, fmt_number, number
 
-__all__ = ["canary_audit_keys", "canary_decision", "canary_evidence", "canary_plot", "one_run_ceiling",
+__all__ = ["canary_audit_keys", "canary_claimed_epsilon", "canary_claimed_text", "canary_decision", "canary_evidence",
+           "canary_plot", "one_run_ceiling",
            "robustness_caveats", "CANARY_SETUP_SECONDS"]
 
 
@@ -37,13 +38,27 @@ def canary_audit_keys(count: str, count_help: str, max_canaries: int) -> dict[st
                                              "noise_multiplier = claimed/10 is an under-calibrated run"),
         "sample_rate": Key("float", low=0, high=1, open_low=True, help="Poisson sampling rate per " + count_help),
         count: Key("int", low=1, high=1_000_000, help=f"number of {count}"),
-        "claimed_epsilon": Key("float", low=0, open_low=True, help="the claim: the run is (claimed_epsilon, delta)-DP"),
+        "claimed_epsilon": Key("float", None, low=0, open_low=True,
+                               help="the claim: the run is (claimed_epsilon, delta)-DP (default: the accountant's "
+                                    "ε of the claimed configuration, so that the claim is the accountant's own and "
+                                    "a certified bound above it is a violation)"),
         "delta": Key("float", 1e-5, low=0, high=1, open_low=True, open_high=True, help="δ of the claim and the audit"),
         "canaries": Key("int", 1000, low=20, high=max_canaries, help="canaries, each included with probability 1/2"),
         "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
         "curve_points": Key("int", 30, low=2, high=200, help="points of the accountant's ε curve"),
         **engine_keys("the accountant's ε curve (the training run itself is sequential)"),
     }
+
+
+def canary_claimed_epsilon(p: Mapping[str, Any], res: Any) -> float:
+    """The ε a canary-audit claim states: ``claimed_epsilon``, or when unset the accountant's ε of
+    the claimed configuration (the claim is then the accountant's own)."""
+    return res.accountant.epsilon if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+
+
+def canary_claimed_text(p: Mapping[str, Any]) -> str:
+    """The claimed ε as a title writes it: the number, or "the accountant's ε" when unset."""
+    return "the accountant's ε" if p["claimed_epsilon"] is None else f"{p['claimed_epsilon']:g}"
 
 
 def one_run_ceiling(canaries: int, delta: float, confidence: float) -> float:

@@ -238,6 +238,9 @@ class ClaimKind:
     figures: tuple[str, ...] = ()
     #: what the kind's claims audit: "privacy", "robustness", "utility" (None: unknown)
     guarantee: str | None = None
+    #: keys renamed in this release: old plan key -> its new name (the old one is still read, for one
+    #: release; a claim that gives both is refused)
+    renamed_keys: Mapping[str, str] = {}
     #: True for a kind that starts its own Ray simulation or process pool: the runner runs its
     #: claims in the driver process, one at a time, never as a task of the parallel batch
     runs_alone: bool = False

@@ -301,6 +301,20 @@ def check_cost(where: str, name: str, kind: ClaimKind, params: Mapping[str, Any]
                             f"run it anyway")
 
 
+def _renamed(where: str, raw: Mapping[str, Any], renamed: Mapping[str, str]) -> Mapping[str, Any]:
+    """``raw`` with each deprecated key of the kind (:attr:`ClaimKind.renamed_keys`) under its new
+    name; giving both names is one :class:`FedAuditError`."""
+    old = [k for k in renamed if k in raw]
+    if not old:
+        return raw
+    out = {k: v for k, v in raw.items() if k not in old}
+    for k in old:
+        if renamed[k] in raw:
+            raise key_error(where, k, f"is the old name of {renamed[k]!r}; give only {renamed[k]!r}")
+        out[renamed[k]] = raw[k]
+    return out
+
+
 def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[str, int],
                  allow_large: bool = False) -> ClaimSpec:
     rid = raw.get("id")
@@ -321,6 +335,7 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
     common = check_keys(where, {k: raw[k] for k in COMMON_KEYS if k in raw}, COMMON_KEYS)
     name, kind = _kind(where, common["kind"])
     schema = kind.keys()
+    raw = _renamed(where, raw, getattr(kind, "renamed_keys", None) or {})
     unknown = [k for k in raw if k not in COMMON_KEYS and k not in schema]
     if unknown:
         raise unknown_keys(where, unknown, list(COMMON_KEYS) + list(schema), f"for kind {name!r}")

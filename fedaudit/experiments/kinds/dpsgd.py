@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.evidence import CANARY_SETUP_SECONDS, canary_audit_keys, canary_decision, canary_evidence
+from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, canary_audit_keys, canary_claimed_epsilon,
+                                           canary_claimed_text, canary_decision, canary_evidence)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
 
@@ -63,7 +64,7 @@ class DPSGD(ClaimKind):
         sigma = p["noise_multiplier"] if p["claimed_noise_multiplier"] is None else p["claimed_noise_multiplier"]
         verb = "is not" if expect == "violation" else "is"
         return (f"DP-SGD (σ = {sigma:g}, q = {p['sample_rate']:g}, {p['steps']} steps) {verb} "
-                f"({p['claimed_epsilon']:g}, {p['delta']:g})-DP ({p['threat']} canary audit)")
+                f"({canary_claimed_text(p)}, {p['delta']:g})-DP ({p['threat']} canary audit)")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         return p["steps"] + p["curve_points"]
@@ -94,7 +95,8 @@ class DPSGD(ClaimKind):
                                     res.accountant.method, p["curve_points"], res.accountant.epsilon, progress,
                                     backend=p["backend"], workers=p["workers"])
         what = f"{res.dataset}, {res.threat}, accuracy {res.accuracy:.3f}"
-        return canary_evidence(res, count_name="steps", count=res.steps, claimed_epsilon=p["claimed_epsilon"],
+        return canary_evidence(res, count_name="steps", count=res.steps,
+                               claimed_epsilon=canary_claimed_epsilon(p, res),
                                delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
                                what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds},
                                decide=self.decide)

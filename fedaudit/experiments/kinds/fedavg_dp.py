@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.evidence import CANARY_SETUP_SECONDS, canary_audit_keys, canary_decision, canary_evidence
+from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, canary_audit_keys, canary_claimed_epsilon,
+                                           canary_claimed_text, canary_decision, canary_evidence)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
 
@@ -54,7 +55,7 @@ class FedAvgDP(ClaimKind):
         z = p["noise_multiplier"] if p["claimed_noise_multiplier"] is None else p["claimed_noise_multiplier"]
         verb = "is not" if expect == "violation" else "is"
         return (f"DP-FedAvg (z = {z:g}, q = {p['sample_rate']:g}, {p['rounds']} rounds) {verb} client-level "
-                f"({p['claimed_epsilon']:g}, {p['delta']:g})-DP (canary-client audit)")
+                f"({canary_claimed_text(p)}, {p['delta']:g})-DP (canary-client audit)")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         return p["rounds"] + p["curve_points"]
@@ -86,7 +87,8 @@ class FedAvgDP(ClaimKind):
                                     res.accountant.method, p["curve_points"], res.accountant.epsilon, progress,
                                     backend=p["backend"], workers=p["workers"])
         what = f"{res.dataset}, {res.clients} clients, test accuracy {res.test_accuracy:.3f}"
-        return canary_evidence(res, count_name="rounds", count=res.rounds, claimed_epsilon=p["claimed_epsilon"],
+        return canary_evidence(res, count_name="rounds", count=res.rounds,
+                               claimed_epsilon=canary_claimed_epsilon(p, res),
                                delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
                                what=what, extra={"test_accuracy": res.test_accuracy, "clients": res.clients},
                                decide=self.decide)

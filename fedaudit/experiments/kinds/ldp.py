@@ -19,7 +19,7 @@ import math
 from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.components import build_mechanism, check_mechanism_key
+from fedaudit.experiments.components import build_mechanism, check_mechanism_key, load_sampler
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, show
 
@@ -99,8 +99,12 @@ class LDP(ClaimKind):
         from fedaudit.mechanisms.registry import MECHANISMS
 
         return {
-            "mechanism": Key("str", help=f"registry name of the randomizer ({', '.join(MECHANISMS.names())}) "
-                                         f"or 'package.module:attr'"),
+            "mechanism": Key("str", None, help=f"registry name of the randomizer ({', '.join(MECHANISMS.names())}) "
+                                               f"or 'package.module:attr' (default sstq unless sampler is given)"),
+            "sampler": Key("str", None,
+                           help="'package.module:function', a black-box sampler(x, size, rng) audited instead of a "
+                                "mechanism: its claim is claimed_epsilon (else epsilon) and claimed_delta (else 0); "
+                                "dim is its input dimension"),
             "dim": Key("int", 64, low=1, high=1_000_000, help="input dimension (categories for rr)"),
             "epsilon": Key("float", 1.0, low=0, open_low=True, help="the mechanism's ε parameter"),
             "delta": Key("float", 1e-5, low=0, high=1, open_high=True, help="the mechanism's δ parameter (gaussian)"),
@@ -133,11 +137,22 @@ class LDP(ClaimKind):
 
         if p["k"] is not None and p["k"] > p["dim"]:
             raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
+        if p["sampler"] is not None:
+            if p["mechanism"] is not None:
+                raise key_error(where, "sampler", "audits a black-box sampler instead of a mechanism: give mechanism "
+                                                  "or sampler, not both")
+            load_sampler(where, p["sampler"])
+        elif p["mechanism"] is None:
+            p["mechanism"] = "sstq"
         names = [t.strip().lower() for t in p["test"].split(",") if t.strip()]
         if not names or any(t not in TESTS and t != "lr" for t in names):
             raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
                                            f"allowed), got {show(p['test'])}")
         p["test"] = ",".join(names)
+        if p["sampler"] is not None:
+            if p["curve"] and p["samples"] < 1600:
+                p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
+            return
         check_mechanism_key(where, p)
         if p["mechanism"] == "rr" and p["dim"] < 2:
             raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
@@ -152,6 +167,8 @@ class LDP(ClaimKind):
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else p["epsilon"]
+        if p["sampler"] is not None:
+            return f"sampler {p['sampler']} (d={p['dim']}) {'is not' if expect == 'violation' else 'is'} {eps:g}-LDP"
         name = {"sstq": "SSTQ", "sstq-sketch": "SSTQ sketch (as published)", "vqsgd": "vqSGD",
                 "privunitg": "PrivUnitG", "rr": "randomized response"}.get(p["mechanism"], p["mechanism"])
         k = f", k={p['k']}" if p["mechanism"].startswith("sstq") and p["k"] is not None else ""
@@ -182,12 +199,18 @@ class LDP(ClaimKind):
         from fedaudit.rng import derive_seed
 
         p = spec.params
-        mech = build_mechanism(p)
-        claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
+        if p["sampler"] is not None:
+            mech = load_sampler(spec.id, p["sampler"])
+            claimed = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+            claim, delta = claimed_guarantee(mech, claimed, p["claimed_delta"])
+        else:
+            mech = build_mechanism(p)
+            claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
         eps = epsilon_delta(claim)[0]
         common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress,
                       **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
-        res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=None, clip=p["clip"], samples=p["samples"],
+        res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=p["dim"] if p["sampler"] else None, clip=p["clip"],
+                                            samples=p["samples"],
                                             search_samples=p["search_samples"], seed=spec.seed, **common)
         # the curve: the same pair certified on fewer, independent draws (seeds named by the size)
         curve = []
@@ -222,11 +245,12 @@ class LDP(ClaimKind):
         if spec.expect == "violation":
             summary += " — expected a violation" + (", detected" if violated else ", NOT detected")
         caveats = ldp_caveats(res, power, eps, p["pair"] == "search")
-        mechanism = {"name": p["mechanism"], **_mechanism_params(mech)}
+        mechanism = ({"name": p["sampler"], "sampler": True, "dim": p["dim"]} if p["sampler"] is not None
+                     else {"name": p["mechanism"], **_mechanism_params(mech)})
         evidence: dict[str, Any] = {"mechanism": mechanism, "epsilon_claimed": eps}
         if delta or p["claimed_delta"] is not None:  # δ only where the guarantee has one
             evidence["delta_claimed"] = delta
-        if mech.epsilon is not None and not math.isclose(mech.epsilon, eps):
+        if getattr(mech, "epsilon", None) is not None and not math.isclose(mech.epsilon, eps):
             evidence["epsilon_mechanism"] = mech.epsilon  # calibrated at one ε, audited against another
         evidence.update({
             "pair": pair_name, "distinguisher": res.test, "samples": res.samples, "confidence": res.confidence,

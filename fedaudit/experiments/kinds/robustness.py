@@ -74,17 +74,22 @@ class Robustness(ClaimKind):
     unit = "configurations"
     figures = ("nu_vs_bound",)
 
+    #: ``d`` was the dimension's key before it became ``dim``, the word every other kind uses
+    renamed_keys = {"d": "dim"}
+
     def keys(self) -> dict[str, Key]:
         return {
-            "aggregator": Key("str", help="registry spec, e.g. cwtm or nnm+cwtm; a stage may be 'package.module:attr'"),
-            "n": Key("int", low=1, high=1000),
-            "f": Key("int", low=0),
-            "d": Key("int", 100, low=1, high=100_000),
-            "trials": Key("int", 200, low=1),
+            "aggregator": Key("str", "nnm+cwtm",
+                              help="registry spec, e.g. cwtm or nnm+cwtm; a stage may be 'package.module:attr'"),
+            "n": Key("int", 21, low=1, high=1000, help="number of input vectors n"),
+            "f": Key("int", 5, low=0, help="number of Byzantine vectors f (n > 2f)"),
+            "dim": Key("int", 100, low=1, high=100_000, help="dimension of the vectors (plans before this release: d)"),
+            "trials": Key("int", 200, low=1, help="honest draws spread over shapes × attacks"),
             "attacks": Key("list[str]", ["all"], help="attack names or 'all'"),
             "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
                                                           "e.g. { s = 2 } for bucketing"),
-            "search_evals": Key("int", 60, low=0),
+            "search_evals": Key("int", 60, low=0,
+                                help="evaluations of the final search around the worst configuration"),
             "max_nu": Key("float", None, low=0, open_low=True,
                           help="largest acceptable ν̂ (the published bound must also hold)"),
             **engine_keys("the attack trials and the optimiser's local runs"),
@@ -108,7 +113,7 @@ class Robustness(ClaimKind):
         from fedaudit.audit.robustness import progress_units
 
         # run passes no search budget, so the optimiser runs with the defaults
-        return progress_units(p["f"], p["trials"], p["search_evals"], None, d=p["d"], aggregator=p["aggregator"],
+        return progress_units(p["f"], p["trials"], p["search_evals"], None, d=p["dim"], aggregator=p["aggregator"],
                               n=p["n"])
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
@@ -118,7 +123,7 @@ class Robustness(ClaimKind):
         matrices and Krum-like rules n² distances."""
         from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
-        units, cells = self.work_units(p), p["n"] * p["d"]
+        units, cells = self.work_units(p), p["n"] * p["dim"]
         return Cost(memory=BASE_MEMORY + 16 * 8 * cells + 8 * p["n"] ** 2,
                     seconds=units * (UNIT_SECONDS + CELL_SECONDS * cells),
                     basis=f"{units} trials and search steps (trials, search_evals) on n × d = {cells:.3g} inputs")
@@ -130,7 +135,7 @@ class Robustness(ClaimKind):
         p = spec.params
         params = dict(p["aggregator_params"] or {})
         rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
-        res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["d"], trials=p["trials"], attacks=p["attacks"],
+        res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["dim"], trials=p["trials"], attacks=p["attacks"],
                                seed=spec.seed, search_evals=p["search_evals"], progress=progress,
                                **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         nu = res.nu_empirical

@@ -31,7 +31,8 @@ def stress_config_keywords(p: Mapping[str, Any], seed: int) -> dict[str, Any]:
     return dict(aggregators=tuple(p["aggregators"]), attacks=tuple(p["attacks"]), fs=tuple(p["fs"]),
                 betas=tuple(p["betas"]), dataset=p["dataset"], data_path=p["data_path"], optimizer=p["optimizer"],
                 rounds=p["rounds"], lr=p["lr"], n_honest=p["n_honest"], mu=p["mu"], seed=seed,
-                optimal_attack=p["optimal_attack"], aggregator_params=p.get("aggregator_params"))
+                optimal_attack=p["optimal_attack"], aggregator_params=p.get("aggregator_params"),
+                declared_f=p.get("declared_f"))
 
 
 def _cell_ok(rec: Mapping[str, Any], requirement: Mapping[str, Any]) -> tuple[bool, list[str]]:
@@ -107,21 +108,27 @@ class Stress(ClaimKind):
         from fedaudit.engine import MAX_WORKERS
 
         return {
-            "aggregators": Key("list[str]", help="registry specs (a stage may be 'package.module:attr')"),
+            "aggregators": Key("list[str]", ["cwtm", "nnm+cwtm", "krum", "gm"],
+                               help="registry specs (`fedaudit list aggregators`; a stage may be 'package.module:attr')"),
             "aggregator_params": Key("params", None,
                                      help="make_aggregator keywords for every aggregator ({ s = 2 }), or per "
                                           "spec ({ \"bucketing+cwtm\" = { s = 2 } })"),
-            "attacks": Key("list[str]", help="attack names (or labelflip)"),
-            "fs": Key("list[int]", [1], low=0),
-            "betas": Key("list[float]", [1.0], low=0, open_low=True),
+            "attacks": Key("list[str]", ["alie", "ipm", "signflip", "minmax"], help="attack names (or labelflip)"),
+            "fs": Key("list[int]", [1], low=0, help="Byzantine counts, each < n_honest"),
+            "declared_f": Key("int", None, low=0,
+                              help="the f every rule is configured for (default: each cell's f); below f the rule "
+                                   "may break down"),
+            "betas": Key("list[float]", [1.0], low=0, open_low=True, help="Dirichlet concentrations of the partition"),
             "dataset": Key("str", "digits", choices=dataset_names()),
-            "data_path": Key("str", None),
+            "data_path": Key("str", None, help="MNIST files (IDX directory or .npz; dataset 'mnist')"),
             "optimizer": Key("str", "dgd", choices=optimizer_names()),
-            "rounds": Key("int", 100, low=1),
-            "lr": Key("float", 0.1, low=0, open_low=True),
-            "n_honest": Key("int", 20, low=2),
-            "mu": Key("float", 1e-2, low=0),
-            "optimal_attack": Key("bool", True),
+            "rounds": Key("int", 100, low=1, help="training rounds per cell"),
+            "lr": Key("float", 0.1, low=0, open_low=True,
+                      help="step size of dgd and dnag (robust-accelerated and pigs set their own)"),
+            "n_honest": Key("int", 20, low=2, help="honest clients"),
+            "mu": Key("float", 1e-2, low=0, help="ℓ2 regularisation"),
+            "optimal_attack": Key("bool", True, help="scale each attack by a line search against the aggregator "
+                                                     "(off: the attacks' default scale)"),
             "workers": Key("int", None, low=1, high=MAX_WORKERS,
                            help="worker processes of backend 'process' (at most the machine's cores unless the run "
                                 "allows large claims)"),
