@@ -184,7 +184,7 @@ def test_a_reference_that_builds_no_aggregator_is_refused_at_validation(tmp_path
     err = _one_line_exit_2(main(["run", str(plan), "--out", str(tmp_path / "out")]), capsys, "claim 'a' (#1)",
                            "key 'aggregator'", stage)
     assert "aggregator_params" not in err  # no keyword was given: the reference is what is wrong
-    _one_line_exit_2(main(["audit", "robustness", "--aggregator", spec, "--n", "7", "--f", "1", "--d", "4",
+    _one_line_exit_2(main(["audit", "robustness", "--aggregator", spec, "--n", "7", "--f", "1", "--dim", "4",
                            "--trials", "2"]), capsys, stage)
 
 
@@ -239,9 +239,14 @@ def test_enospc_while_writing_a_checkpoint_is_one_line_exit_2(tmp_path, capsys, 
 def test_enospc_while_recording_an_engine_checkpoint_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     record = tmp_path / "blocks.jsonl"
     _fail_fsync_of("blocks.jsonl", monkeypatch, exact=True)  # the header is written; a record is not
-    code = main(["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "2000", "--backend", "serial",
-                 "--checkpoint", str(record), "--quiet"])
-    _one_line_exit_2(code, capsys, str(record), "No space left on device")
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.mechanisms.registry import make_mechanism
+
+    with pytest.raises(FedAuditError) as caught:  # the CLI checkpoints whole claims now (--out): the API's chunks
+        audit_ldp(make_mechanism("rr", 2, 1.0), np.eye(2)[0], np.eye(2)[1], samples=2000, backend="serial",
+                  checkpoint=str(record))
+    assert str(record) in str(caught.value) and "No space left on device" in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 # ------------------------------------------------------------------------------ audit scores

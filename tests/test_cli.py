@@ -77,7 +77,7 @@ def test_aggregators_table(capsys):
 
 def test_audit_robustness_cli(tmp_path, capsys):
     js = tmp_path / "r.json"
-    code = main(["audit", "robustness", "--aggregator", "nnm+cwtm", "--n", "11", "--f", "2", "--d", "10",
+    code = main(["audit", "robustness", "--aggregator", "nnm+cwtm", "--n", "11", "--f", "2", "--dim", "10",
                  "--trials", "20", "--search-evals", "5", "--json", str(js), "--quiet"])
     assert code == 0
     data = json.loads(js.read_text())
@@ -154,7 +154,7 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path, a_file, capsys
     plan.write_text(PLAN)
     ldp = ["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "2000", "--quiet"]
     var = ["audit", "variance", "--dim", "16", "--ks", "2", "4", "--samples", "200", "--quiet"]
-    rob = ["audit", "robustness", "--n", "7", "--f", "1", "--d", "4", "--trials", "4", "--search-evals", "1", "--quiet"]
+    rob = ["audit", "robustness", "--n", "7", "--f", "1", "--dim", "4", "--trials", "4", "--search-evals", "1", "--quiet"]
     stress = ["stress", "--aggregators", "cwtm", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
               "--rounds", "2", "--backend", "serial", "--quiet"]
     cases = [
@@ -204,7 +204,7 @@ def test_read_only_directory_is_refused(tmp_path):
 def test_existing_json_target_is_kept_until_the_audit_writes_it(tmp_path, capsys):
     js = tmp_path / "r.json"
     js.write_text("old")
-    assert main(["audit", "robustness", "--aggregator", "cwtm", "--n", "7", "--f", "1", "--d", "5", "--trials", "8",
+    assert main(["audit", "robustness", "--aggregator", "cwtm", "--n", "7", "--f", "1", "--dim", "5", "--trials", "8",
                  "--search-evals", "2", "--json", str(js), "--quiet"]) == 0
     assert json.loads(js.read_text())["aggregator"] == "cwtm"
 
@@ -244,7 +244,7 @@ def test_agg_param_reaches_the_rule(tmp_path):
     for s in (1, 3):
         js = tmp_path / f"b{s}.json"
         assert main(["audit", "robustness", "--aggregator", "bucketing+cwtm", "--agg-param", f"s={s}", "--n", "13",
-                     "--f", "2", "--d", "10", "--trials", "20", "--search-evals", "3", "--seed", "1",
+                     "--f", "2", "--dim", "10", "--trials", "20", "--search-evals", "3", "--seed", "1",
                      "--json", str(js), "--quiet"]) == 0
         nus[s] = json.loads(js.read_text())["nu_empirical"]
     assert nus[1] != nus[3]  # bucket size 1 is plain CWTM; 3 changes the rule
@@ -373,7 +373,7 @@ def test_list_shows_a_registered_kind(capsys):
 def test_module_attr_aggregator_and_mechanism_on_the_cli(tmp_path, capsys):
     js = tmp_path / "r.json"
     assert main(["audit", "robustness", "--aggregator", "fedaudit.defenses.aggregators:CWTM", "--n", "7", "--f", "1",
-                 "--d", "5", "--trials", "8", "--attacks", "alie", "--search-evals", "0", "--quiet",
+                 "--dim", "5", "--trials", "8", "--attacks", "alie", "--search-evals", "0", "--quiet",
                  "--json", str(js)]) == 0
     assert json.loads(js.read_text())["nu_empirical"] >= 0
     js = tmp_path / "l.json"

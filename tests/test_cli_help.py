@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fedaudit.cli import main
-from fedaudit.cli.kinds import flag_of
-from fedaudit.cli.parser import HAND_WRITTEN_KINDS, build_parser, subcommands
+from fedaudit.cli.kinds import DEPRECATED, DROPPED, KIND_COMMANDS, claim_keys, flag_of
+from fedaudit.cli.parser import build_parser, subcommands
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,11 +37,15 @@ def test_every_help_ends_with_examples_that_parse(path, capsys):
         build_parser().parse_args(argv)  # an unknown flag or a bad value exits 2 here
 
 
-@pytest.mark.parametrize("name", [n for n in CLAIM_KINDS.names() if n not in HAND_WRITTEN_KINDS])
+def _command(name):
+    return dict((path, child) for path, child, _ in subcommands(build_parser()))[KIND_COMMANDS.get(name, ("audit", name))]
+
+
+@pytest.mark.parametrize("name", CLAIM_KINDS.names())
 def test_kind_commands_are_generated_from_the_keys(name):
-    p = dict((path, child) for path, child, _ in subcommands(build_parser()))[("audit", name)]
+    p = _command(name)
     flags = {opt: action for action in p._actions for opt in action.option_strings}
-    for key_name, key in claim_kind(name).keys().items():
+    for key_name, key in claim_keys(claim_kind(name).keys()).items():
         action = flags[flag_of(key_name)]
         assert key.describe() in " ".join(action.help.split()), (key_name, action.help)
         assert action.default is None  # unset: the key's own default applies, stated in the help
@@ -76,3 +80,54 @@ def test_docs_command_table_is_the_parsers():
     assert all(f"| `fedaudit {' '.join(p)}` |" in text for p in leaves)
     assert command_table.render(text.replace("| `fedaudit sign` |", "| `fedaudit signs` |")) != \
         text.replace("| `fedaudit sign` |", "| `fedaudit signs` |")  # the check can fail
+
+
+@pytest.mark.parametrize("name", CLAIM_KINDS.names())
+def test_every_kind_command_has_the_same_run_options_and_no_engine_keys_of_its_own(name):
+    flags = {opt for action in _command(name)._actions for opt in action.option_strings}
+    assert {"--backend", "--workers", "--address", "--allow-large", "--out", "--resume", "--force", "--seed",
+            "--expect", "--json"} <= flags
+    help_text = _command(name).format_help()
+    assert help_text.count("--backend") == 2  # usage and one option: the kind's own key has no second flag
+
+
+def test_no_claim_kind_command_is_hand_written():
+    """build_parser keeps only the commands that are not kinds: every kind's command runs cmd_kind."""
+    from fedaudit.cli.kinds import cmd_kind
+
+    for name in CLAIM_KINDS.names():
+        assert _command(name).get_default("func") is cmd_kind, name
+
+
+@pytest.mark.parametrize("kind, old, new, value", [("robustness", "--dim", "dim", "10"), ("stress", "--f", "fs", "1,3"),
+                                                    ("stress", "--beta", "betas", "0.5,1"),
+                                                    ("sparse-upload", "--plain-epsilon", "plain_claimed_epsilon", "2"),
+                                                    ("robustness", "--agg-param", "aggregator_params", "s=2"),
+                                                    ("variance", "--k", "ks", "4,8")])
+def test_old_flags_are_deprecated_aliases_that_still_work(kind, old, new, value, capsys):
+    path = KIND_COMMANDS.get(kind, ("audit", kind))
+    args = build_parser().parse_args([*path, old, value])
+    assert old in DEPRECATED[kind]
+    expected = {"--d": 10, "--f": [(1, 3)], "--beta": [(0.5, 1.0)], "--plain-epsilon": 2.0,
+                "--agg-param": ["s=2"], "--k": [(4, 8)]}[old]
+    assert getattr(args, new) == expected
+    assert capsys.readouterr().err.strip() == (f"fedaudit: note: {old} is deprecated and will be removed in the next "
+                                               f"release; use {flag_of(new)}")
+
+
+def test_dropped_flags_are_noted_and_ignored(capsys):
+    args = build_parser().parse_args(["audit", "sparse-upload", "--upload", "private", "--pair", "worst"])
+    assert not hasattr(args, "upload") and not hasattr(args, "pair")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(" is ")[0] for line in err] == ["fedaudit: note: --upload", "fedaudit: note: --pair"]
+    assert all("deprecated and ignored" in line for line in err) and set(DROPPED["sparse-upload"]) == {"--upload", "--pair"}
+
+
+def test_a_run_option_is_refused_with_its_flag(capsys):
+    assert main(["audit", "ldp", "--workers", "0", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "fedaudit: error: audit ldp: --workers must be an integer in [1, 1024], got 0"
+    assert main(["stress", "--resume", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "fedaudit: error: stress: --resume needs --out DIR (the report directory)"
+    assert main(["stress", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == ("fedaudit: error: stress: set --min-accuracy or --max-loss (the "
+                                               "requirement every cell must meet)")

@@ -55,17 +55,21 @@ def test_the_table_names_every_command_and_help_and_docs_show_it(capsys):
         assert f"| {code} | {meaning} |" in docs and f"{code:>3}  {meaning}" in text
 
 
-def test_audit_robustness_exits_1_when_the_rule_is_unbounded(tmp_path, capsys):
-    """The mean's published κ is ∞, so ν̂ = ∞ is no "violation" — but the rule is unbounded: not robust."""
+def test_audit_robustness_follows_the_plan_rule_for_an_unbounded_rule(tmp_path, capsys):
+    """The mean's published κ is ∞, so ν̂ = ∞ is no violation of it: as in a plan, the claim passes
+    unless max_nu is set (the evidence says the rule is unbounded); with --max-nu it fails, exit 1."""
     out = tmp_path / "mean.json"
-    code = main(["audit", "robustness", "--aggregator", "mean", "--n", "7", "--f", "1", "--d", "4", "--trials", "2",
-                 "--search-evals", "0", "--attacks", "alie", "--quiet", "--json", str(out)])
+    argv = ["audit", "robustness", "--aggregator", "mean", "--n", "7", "--f", "1", "--dim", "4", "--trials", "2",
+            "--search-evals", "0", "--attacks", "alie", "--quiet", "--json", str(out)]
+    code = main(argv)
     data = json.loads(out.read_text())
-    assert data["unbounded"] is True and data["violation"] is False  # ν̂ = ∞ does not exceed κ = ∞
+    assert data["evidence"]["unbounded"] is True and data["evidence"]["bound_violation"] is False
     printed = " ".join(capsys.readouterr().out.split())
-    assert code == 1 and "unbounded (not robust)" in printed
+    assert code == 0 and data["verdict"] == "PASS"
     # the published bound's caveat stands under the verdict (κ = ∞ for the mean, not re-verified)
-    assert "caveat: the published bound κ = " in printed and "was not re-verified against the paper" in printed
+    assert "caveat the published bound κ = " in printed and "was not re-verified against the paper" in printed
+    assert main([*argv, "--max-nu", "10"]) == 1
+    assert json.loads(out.read_text())["verdict"] == "FAIL"
 
 
 @pytest.mark.parametrize("make, needle", [

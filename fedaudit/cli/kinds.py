@@ -350,10 +350,11 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
 
 def _flag_message(message: str, keys: Mapping[str, Any], command: str) -> str:
     """A plan validation message in the command's words: no claim or ``[engine]`` prefix, flags
-    for keys (``key 'x'`` and a quoted ``'x'`` alike)."""
+    for keys (``key 'x'``, and ``set 'x' or 'y'``)."""
     message = re.sub(r"^(claim '[^']*' \(#1\)|plan \[engine\]): ", "", message)
     for name in sorted(keys, key=len, reverse=True):
-        message = message.replace(f"key {name!r}", flag_of(name)).replace(f"{name!r}", flag_of(name))
+        message = message.replace(f"key {name!r}", flag_of(name))
+        message = re.sub(rf"(\b(?:set|or|and) ){re.escape(repr(name))}", rf"\g<1>{flag_of(name)}", message)
     return f"{command}: {message}"
 
 
