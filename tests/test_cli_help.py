@@ -99,7 +99,7 @@ def test_no_claim_kind_command_is_hand_written():
         assert _command(name).get_default("func") is cmd_kind, name
 
 
-@pytest.mark.parametrize("kind, old, new, value", [("robustness", "--dim", "dim", "10"), ("stress", "--f", "fs", "1,3"),
+@pytest.mark.parametrize("kind, old, new, value", [("robustness", "--d", "dim", "10"), ("stress", "--f", "fs", "1,3"),
                                                     ("stress", "--beta", "betas", "0.5,1"),
                                                     ("sparse-upload", "--plain-epsilon", "plain_claimed_epsilon", "2"),
                                                     ("robustness", "--agg-param", "aggregator_params", "s=2"),
