@@ -207,7 +207,7 @@ def test_synthetic_benchmark_writes_exactly_the_agreed_keys(tmp_path):
     spec.loader.exec_module(bench)
     out_file = tmp_path / "out.json"
     bench.main(["--seeds", "2", "--tune-seeds", "0", "--robust-seeds", "1", "--f", "1", "--rounds", "3",
-                "--dim", "60", "--support", "3", "--samples", "40", "--clients", "3", "--json", str(out_file)])
+                "--d", "60", "--support", "3", "--samples", "40", "--clients", "3", "--json", str(out_file)])
     from fedaudit.json import loads
 
     out = loads(out_file.read_text())
@@ -368,7 +368,7 @@ def test_synthetic_benchmark_fair_protocol_pairs_seeds_with_t_intervals(tmp_path
     assert len(bench.fair_grid(bench.FAIR_LRS["fed_ht"])) == len(bench.fair_grid(bench.FAIR_LRS["eflops"])) == 8
     out_file = tmp_path / "fair.json"
     bench.main(["--fair", "--arms", "eflops/top-m,fed_ht/top-m", "--seeds", "2", "--tune-seeds", "1", "--rounds", "2",
-                "--dim", "60", "--support", "3", "--samples", "40", "--clients", "3", "--sweep", "40",
+                "--d", "60", "--support", "3", "--samples", "40", "--clients", "3", "--sweep", "40",
                 "--sweep-seeds", "2", "--json", str(out_file)])
     out = json.loads(out_file.read_text())
     assert set(out["arms"]) == {"eflops/top-m", "fed_ht/top-m"}
