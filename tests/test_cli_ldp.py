@@ -61,7 +61,7 @@ def test_issue_example_small_budget_exits_0():
                "--seed", 0)
     assert proc.returncode == 0, proc.stderr
     assert "no violation" in proc.stdout and "VIOLATION" not in proc.stdout
-    assert "certified ε lower bound" in proc.stdout and "20,000" in proc.stdout
+    assert "certified ε ≥" in proc.stdout and "20000" in proc.stdout
     assert "Traceback" not in proc.stderr
 
 
@@ -75,11 +75,12 @@ def test_sketch_exits_1_and_json_is_written(tmp_path, capsys):
     def strict(name):
         raise AssertionError(f"non-standard JSON constant {name}")
 
-    data = json.loads(out.read_text(), parse_constant=strict)
-    assert data["violation"] is True and data["epsilon_claimed"] == 1.0
-    assert isinstance(data["epsilon_lower"], float) and data["epsilon_lower"] > 1.0
-    assert data["samples"] == 20_000 and data["seed"] == 0
-    assert data["mechanism"]["mechanism"] == "sstq-sketch"
+    data = json.loads(out.read_text(), parse_constant=strict)  # the claim, as a report records it
+    ev = data["evidence"]
+    assert data["verdict"] == "FAIL" and ev["violation"] is True and ev["epsilon_claimed"] == 1.0
+    assert isinstance(ev["epsilon_lower"], float) and ev["epsilon_lower"] > 1.0
+    assert ev["samples"] == 20_000 and data["seed"] == 0
+    assert ev["mechanism"]["name"] == "sstq-sketch"
 
 
 def test_json_for_a_passing_audit(tmp_path, capsys):
@@ -87,9 +88,9 @@ def test_json_for_a_passing_audit(tmp_path, capsys):
     code = main(["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--epsilon", "1", "--samples", "2e4",
                  "--json", str(out), "--quiet"])
     assert code == 0
-    data = json.loads(out.read_text())
-    assert data["violation"] is False and 0.5 < data["epsilon_lower"] <= 1.0
-    assert data["epsilon_exact"] == 1.0 and data["x0"] == [1.0, 0.0] and data["x1"] == [0.0, 1.0]
+    ev = json.loads(out.read_text())["evidence"]
+    assert ev["violation"] is False and 0.5 < ev["epsilon_lower"] <= 1.0
+    assert ev["epsilon_exact"] == 1.0 and ev["pair"] == "e0 vs e1"
     assert f"json: {out}" in capsys.readouterr().out.replace("\n", "")
 
 
@@ -99,9 +100,9 @@ def test_black_box_sampler_correct_exits_0(sampler_dir, tmp_path):
                "--json", out, pythonpath=sampler_dir)
     assert proc.returncode == 0, proc.stderr
     assert "no violation" in proc.stdout
-    data = json.loads(out.read_text())
-    assert data["mechanism"] == {"mechanism": "black-box sampler"} and data["epsilon_exact"] is None
-    assert data["epsilon_lower"] <= 1.0
+    ev = json.loads(out.read_text())["evidence"]
+    assert ev["mechanism"] == {"name": "cli_samplers:laplace_ok", "sampler": True, "dim": 1}
+    assert ev["epsilon_exact"] is None and ev["epsilon_lower"] <= 1.0
 
 
 def test_black_box_sampler_broken_exits_1(sampler_dir):
@@ -116,12 +117,13 @@ BAD = [
     (["--mechanism", "nosuch", "--samples", "1000"], "unknown mechanism 'nosuch'"),
     (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--confidence", "1.5"], "confidence must be"),
     (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--test", "magic"], "test must be one of"),
-    (["--sampler", "nosuch:fn", "--dim", "2", "--epsilon", "1"], "--sampler reference 'nosuch:fn': cannot import module 'nosuch'"),
+    (["--sampler", "nosuch:fn", "--dim", "2", "--epsilon", "1"], "--sampler is not a sampler: sampler reference 'nosuch:fn': cannot import module 'nosuch'"),
     (["--sampler", "cli_samplers:missing", "--dim", "1", "--epsilon", "1"], "has no attribute 'missing'"),
     (["--sampler", "cli_samplers:not_callable", "--dim", "1", "--epsilon", "1"], "is not callable"),
-    (["--sampler", "nocolon", "--dim", "1", "--epsilon", "1"], "--sampler reference 'nocolon' must look like 'package.module:attr'"),
-    (["--sampler", "x:y", "--dim", "2"], "--sampler needs --dim and --epsilon"),
-    (["--sampler", "x:y", "--epsilon", "1"], "--sampler needs --dim and --epsilon"),
+    (["--sampler", "nocolon", "--dim", "1", "--epsilon", "1"], "sampler reference 'nocolon' must look like 'package.module:attr'"),
+    (["--sampler", "x:y", "--dim", "2"], "cannot import module 'x'"),
+    (["--sampler", "cli_samplers:laplace_ok", "--mechanism", "rr"], "--sampler audits a black-box sampler instead "
+                                                                     "of a mechanism: give mechanism or sampler, not both"),
     (["--sampler", "cli_samplers:nan_on_x1", "--dim", "1", "--epsilon", "1", "--samples", "1000"],
      "non-finite value nan for input x1"),
     (["--sampler", "cli_samplers:too_few_rows", "--dim", "1", "--epsilon", "1", "--samples", "1000"],
@@ -145,17 +147,18 @@ def test_pair_search_tiny_budget_runs(tmp_path, capsys):
                  "--search-samples", "300", "--pair", "search", "--seed", "0", "--json", str(out), "--quiet"])
     assert code == 0
     text = capsys.readouterr().out
-    assert "pair (searched)" in text and "no violation" in text
+    assert "no violation" in text
     data = json.loads(out.read_text())
-    assert data["search"]["samples_per_candidate"] == 300 and len(data["search"]["candidates"]) >= 7
-    assert data["x0"] == data["search"]["x0"] and data["seed"] == 0
+    search = data["evidence"]["audit"]["search"]
+    assert data["evidence"]["search_samples"] == 300 and search["samples_per_candidate"] == 300
+    assert len(search["candidates"]) >= 7 and data["evidence"]["pair"] == search["best"] and data["seed"] == 0
 
 
 def test_pair_search_finds_a_planted_violation_in_a_black_box(sampler_dir):
     proc = run("--sampler", "cli_samplers:laplace_broken", "--dim", 1, "--epsilon", 1, "--samples", "5000",
                "--search-samples", "500", "--pair", "search", "--quiet", pythonpath=sampler_dir)
     assert proc.returncode == 1, proc.stderr
-    assert "pair (searched)" in proc.stdout and "VIOLATION" in proc.stdout
+    assert "VIOLATION" in proc.stdout
 
 
 def test_audit_ldp_prints_its_notes_as_caveats(capsys):
@@ -165,5 +168,5 @@ def test_audit_ldp_prints_its_notes_as_caveats(capsys):
                  "--seed", "0", "--quiet"])
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "no violation" in out
-    assert ("caveat: this pair carries 35% of the claim (its exact ε 0.346 of the claimed 1): a PASS here says "
-            "little; try --pair search") in out
+    assert ("caveat this pair carries 35% of the claim (its exact ε 0.346 of the claimed 1): a PASS here says "
+            "little; use pair = 'search'") in out
