@@ -62,7 +62,9 @@ def write_toml(path, data):
     ({**VQSGD, "kind": "privacy"}, r"^claim 'vq' \(#2\): key 'kind' must be one of 'accounting', 'convergence', .*'ldp', .*got 'privacy'"),
     ({**VQSGD, "id": "sketch"}, r"^claim 'sketch' \(#2\): key 'id' duplicates claim #1"),
     ({**VQSGD, "expect": "fail"}, r"^claim 'vq' \(#2\): key 'expect' must be one of 'pass', 'violation'"),
-    ({k: v for k, v in VQSGD.items() if k != "mechanism"}, r"^claim 'vq' \(#2\): missing required key 'mechanism'"),
+    ({**VQSGD, "sampler": "numpy:sort"}, r"^claim 'vq' \(#2\): key 'sampler' audits a black-box sampler instead of "
+                                         r"a mechanism: give mechanism or sampler, not both"),
+    ({"id": "rb", "kind": "robustness", "d": 10, "dim": 10}, r"^claim 'rb' \(#2\): key 'd' is the old name of 'dim'"),
     ({k: v for k, v in VQSGD.items() if k != "id"}, r"^claim #2: missing required key 'id'"),
     ({**VQSGD, "mechanism": "sstq", "k": 9}, r"^claim 'vq' \(#2\): key 'k' must be an integer in \[1, dim=8\], got 9"),
     ({**VARIANCE, "ks": [4, 128]}, r"^claim 'var' \(#2\): key 'ks' must list integers in \[1, dim=64\], got 128"),
