@@ -80,9 +80,12 @@ def test_audit_robustness_cli(tmp_path, capsys):
     code = main(["audit", "robustness", "--aggregator", "nnm+cwtm", "--n", "11", "--f", "2", "--dim", "10",
                  "--trials", "20", "--search-evals", "5", "--json", str(js), "--quiet"])
     assert code == 0
-    data = json.loads(js.read_text())
-    assert data["aggregator"] == "nnm+cwtm" and data["nu_empirical"] >= data["nu_lower"] * 0.999
-    assert "within the published bound" in capsys.readouterr().out
+    data = json.loads(js.read_text())  # the claim as a report records it
+    ev = data["evidence"]
+    assert data["verdict"] == "PASS" and ev["audit"]["aggregator"] == "nnm+cwtm"
+    assert ev["nu_empirical"] >= ev["nu_lower"] * 0.999 and ev["nu_empirical"] <= ev["nu_bound"]
+    text = capsys.readouterr().out
+    assert "PASS" in text and "published bound" in text
 
 
 def test_audit_robustness_bad_aggregator_exits_2():
@@ -155,8 +158,8 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path, a_file, capsys
     ldp = ["audit", "ldp", "--mechanism", "rr", "--dim", "2", "--samples", "2000", "--quiet"]
     var = ["audit", "variance", "--dim", "16", "--ks", "2", "4", "--samples", "200", "--quiet"]
     rob = ["audit", "robustness", "--n", "7", "--f", "1", "--dim", "4", "--trials", "4", "--search-evals", "1", "--quiet"]
-    stress = ["stress", "--aggregators", "cwtm", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
-              "--rounds", "2", "--backend", "serial", "--quiet"]
+    stress = ["stress", "--aggregators", "cwtm", "--attacks", "alie", "--fs", "1", "--betas", "1", "--n-honest", "5",
+              "--rounds", "2", "--max-loss", "10", "--backend", "serial", "--quiet"]
     cases = [
         (ldp + ["--json", "/proc/x.json"], "--json /proc/x.json cannot be written"),
         (ldp + ["--json", str(a_file / "x.json")], "is not a directory"),
@@ -206,7 +209,7 @@ def test_existing_json_target_is_kept_until_the_audit_writes_it(tmp_path, capsys
     js.write_text("old")
     assert main(["audit", "robustness", "--aggregator", "cwtm", "--n", "7", "--f", "1", "--dim", "5", "--trials", "8",
                  "--search-evals", "2", "--json", str(js), "--quiet"]) == 0
-    assert json.loads(js.read_text())["aggregator"] == "cwtm"
+    assert json.loads(js.read_text())["evidence"]["audit"]["aggregator"] == "cwtm"
 
 
 # ---------------------------------------------------------------------------- progress off a terminal
@@ -243,21 +246,21 @@ def test_agg_param_reaches_the_rule(tmp_path):
     nus = {}
     for s in (1, 3):
         js = tmp_path / f"b{s}.json"
-        assert main(["audit", "robustness", "--aggregator", "bucketing+cwtm", "--agg-param", f"s={s}", "--n", "13",
-                     "--f", "2", "--dim", "10", "--trials", "20", "--search-evals", "3", "--seed", "1",
+        assert main(["audit", "robustness", "--aggregator", "bucketing+cwtm", "--aggregator-params", f"s={s}", "--n",
+                     "13", "--f", "2", "--dim", "10", "--trials", "20", "--search-evals", "3", "--seed", "1",
                      "--json", str(js), "--quiet"]) == 0
-        nus[s] = json.loads(js.read_text())["nu_empirical"]
+        nus[s] = json.loads(js.read_text())["evidence"]["nu_empirical"]
     assert nus[1] != nus[3]  # bucket size 1 is plain CWTM; 3 changes the rule
 
 
 @pytest.mark.parametrize("params, needle", [
-    (["s=2", "--agg-param", "zz=1"], "zz"),
-    (["s"], "--agg-param must look like KEY=VALUE"),
-    (["krum:s=2"], "names aggregator 'krum'"),
+    (["s=2", "--aggregator-params", "zz=1"], "zz"),
+    (["s"], "--aggregator-params must look like KEY=VALUE"),
+    (["krum:s=2"], "'krum'"),  # a table for another rule than the audited one
 ])
 def test_agg_param_errors_exit_2(params, needle):
     argv = ["audit", "robustness", "--aggregator", "bucketing+cwtm", "--n", "13", "--f", "2", "--trials", "5"]
-    _one_line_exit_2(run(*argv, "--agg-param", *params), needle)
+    _one_line_exit_2(run(*argv, "--aggregator-params", *params), needle)
 
 
 def test_bucketing_without_its_parameter_is_a_clear_error():
@@ -266,16 +269,19 @@ def test_bucketing_without_its_parameter_is_a_clear_error():
 
 def test_stress_agg_param_per_spec(tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["stress", "--dataset", "digits", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param",
-                 "bucketing+cwtm:s=2", "--attacks", "alie", "--f", "1", "--beta", "1", "--n-honest", "5",
-                 "--rounds", "3", "--backend", "serial", "--out", str(out), "--quiet"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert "bucketing+cwtm" in summary["aggregators"]
-    assert '"s": 2' in (out / "summary.json").read_text() or "'s': 2" in (out / "summary.json").read_text()
+    assert main(["stress", "--dataset", "digits", "--aggregators", "cwtm,bucketing+cwtm", "--aggregator-params",
+                 "bucketing+cwtm:s=2", "--attacks", "alie", "--fs", "1", "--betas", "1", "--n-honest", "5",
+                 "--rounds", "3", "--max-loss", "100", "--backend", "serial", "--out", str(out), "--quiet"]) == 0
+    claim = json.loads((out / "report.json").read_text())["claims"][0]
+    config = claim["evidence"]["config"]
+    assert "bucketing+cwtm" in config["aggregators"]
+    assert config["aggregator_params"] == {"bucketing+cwtm": {"s": 2}}  # per spec: cwtm gets none
+    assert {c["key"].split(";")[0] for c in claim["evidence"]["per_cell"]} == {"aggregator=cwtm",
+                                                                               "aggregator=bucketing+cwtm"}
     assert not (out / ".lock").exists()
     capsys.readouterr()
-    assert main(["stress", "--aggregators", "cwtm,bucketing+cwtm", "--agg-param", "s=2", "--rounds", "3",
-                 "--out", str(tmp_path / "t")]) == 2
+    assert main(["stress", "--aggregators", "cwtm,bucketing+cwtm", "--aggregator-params", "s=2", "--rounds", "3",
+                 "--max-loss", "1", "--out", str(tmp_path / "t")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "'cwtm'" in lines[0] and "s" in lines[0]
 
@@ -329,11 +335,12 @@ def test_second_stress_run_into_a_busy_directory_is_refused(tmp_path, capsys):
     out = tmp_path / "grid"
     out.mkdir()
     with directory_lock(out):
-        assert main(["stress", "--aggregators", "cwtm", "--attacks", "alie", "--f", "1", "--beta", "1",
-                     "--n-honest", "5", "--rounds", "3", "--backend", "serial", "--out", str(out), "--quiet"]) == 2
+        assert main(["stress", "--aggregators", "cwtm", "--attacks", "alie", "--fs", "1", "--betas", "1",
+                     "--n-honest", "5", "--rounds", "3", "--max-loss", "10", "--backend", "serial", "--out", str(out),
+                     "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "results directory" in err and "in use by another fedaudit run" in err
-    assert not (out / "cells.jsonl").exists()
+    assert "report directory" in err and "in use by another fedaudit run" in err
+    assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == []  # no cell ran, nothing written
 
 
 @pytest.mark.parametrize("what, names", [
@@ -375,11 +382,11 @@ def test_module_attr_aggregator_and_mechanism_on_the_cli(tmp_path, capsys):
     assert main(["audit", "robustness", "--aggregator", "fedaudit.defenses.aggregators:CWTM", "--n", "7", "--f", "1",
                  "--dim", "5", "--trials", "8", "--attacks", "alie", "--search-evals", "0", "--quiet",
                  "--json", str(js)]) == 0
-    assert json.loads(js.read_text())["nu_empirical"] >= 0
+    assert json.loads(js.read_text())["evidence"]["nu_empirical"] >= 0
     js = tmp_path / "l.json"
     assert main(["audit", "ldp", "--mechanism", "fedaudit.mechanisms.laplace:Laplace", "--dim", "4",
                  "--epsilon", "1", "--samples", "2000", "--quiet", "--json", str(js)]) == 0
-    assert json.loads(js.read_text())["epsilon_claimed"] == 1.0
+    assert json.loads(js.read_text())["evidence"]["epsilon_claimed"] == 1.0
 
 
 def test_showcase_streams_follow_the_documented_layout():
