@@ -17,11 +17,15 @@ def test_audit_dpsgd_flags_sigma_over_10_and_writes_json(tmp_path, capsys):
     argv = ["audit", "dpsgd", "--noise-multiplier", "0.2", "--claimed-noise-multiplier", "2", "--sample-rate", "0.1",
             "--steps", "40", "--quiet", "--json", str(path)]
     assert main(argv) == 1
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text())  # the claim as a report records it; the audit under evidence.audit
+    ev, audit = data["evidence"], data["evidence"]["audit"]
     acc = epsilon_dpsgd(2.0, 0.1, 40, 1e-5).epsilon  # what the ledger is told
-    assert data["accountant"]["epsilon"] == pytest.approx(acc) and data["violation"]
-    assert data["one_run"]["epsilon"] > acc and data["noise_multiplier"] == 0.2
-    assert "VIOLATION" in capsys.readouterr().out
+    assert audit["accountant"]["epsilon"] == pytest.approx(acc) and audit["violation"] and ev["violation"]
+    assert audit["one_run"]["epsilon"] > acc and audit["noise_multiplier"] == 0.2
+    # no --claimed-epsilon: the claim is the accountant's own ε, which the certified bound exceeds
+    assert ev["claimed_epsilon"] == pytest.approx(acc) and data["verdict"] == "FAIL"
+    text = capsys.readouterr().out
+    assert "VIOLATION" in text and "the accountant's ε" in text
 
 
 def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
@@ -30,10 +34,10 @@ def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
     path = tmp_path / "f.json"
     assert main(["audit", "fedavg-dp", "--noise-multiplier", "4", "--sample-rate", "0.5", "--rounds", "5",
                  "--clients", "20", "--quiet", "--json", str(path)]) == 0
-    data = json.loads(path.read_text())
-    assert data["accountant"]["epsilon"] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon)
-    assert not data["violation"] and data["one_run"]["epsilon"] < data["accountant"]["epsilon"]
-    assert "no violation" in capsys.readouterr().out
+    audit = json.loads(path.read_text())["evidence"]["audit"]
+    assert audit["accountant"]["epsilon"] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon)
+    assert not audit["violation"] and audit["one_run"]["epsilon"] < audit["accountant"]["epsilon"]
+    assert "PASS" in capsys.readouterr().out
     plot = tmp_path / "audit.png"
     assert main(["audit", "fedavg-dp", "--noise-multiplier", "0.4", "--claimed-noise-multiplier", "4",
                  "--sample-rate", "0.5", "--rounds", "5", "--clients", "20", "--quiet", "--plot", str(plot)]) == 1
@@ -41,8 +45,8 @@ def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "2", "--steps", "5"], "sample_rate"),
-    (["audit", "dpsgd", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "5"], "noise_multiplier"),
+    (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "2", "--steps", "5"], "--sample-rate"),
+    (["audit", "dpsgd", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "5"], "--noise-multiplier"),
     (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--delta", "0"], "delta"),
     (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--threat", "x"], "threat"),
     (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "5", "--clients", "0"],
