@@ -1,7 +1,10 @@
-"""`fedaudit audit ldp` on the engine: --backend/--workers/--address/--checkpoint/--resume (issue #14).
+"""`fedaudit audit ldp` on the engine: --backend/--workers/--address (issue #14), and the engine's
+chunk checkpoint (checkpoint=FILE, resume=True) of the audit it runs.
 
 Randomized response (k=4, ε=1) on 3·10^6 draws per input: 2.8·10^6 certification reports per
-input in chunks of 2^20, so 3 chunks per input and 6 checkpoint records.
+input in chunks of 2^20, so 3 chunks per input and 6 checkpoint records. The generated command
+checkpoints the whole claim in its report directory (--out/--resume, test_cli_kinds); the chunk
+checkpoint is the audit function's, so its tests call :func:`fedaudit.audit.ldp.audit_ldp`.
 """
 
 from __future__ import annotations
@@ -12,17 +15,33 @@ import pytest
 
 from fedaudit.cli import main
 
-BASE = ["audit", "ldp", "--mechanism", "rr", "--dim", "4", "--epsilon", "1", "--samples", "3000000", "--quiet"]
+BASE = ["audit", "ldp", "--mechanism", "rr", "--dim", "4", "--epsilon", "1", "--samples", "3000000", "--no-curve",
+        "--quiet"]
 N_CHUNKS = 6
 #: wall-clock fields, the only ones that may differ between runs
 TIMINGS = ("runtime_s", "sampling_s")
 
 
 def audit(tmp_path, name, *extra, seed=0):
-    """Run the CLI; return the audit's JSON without its timings."""
+    """Run the CLI; return the claim's evidence (from its JSON) without the audit's timings."""
     out = tmp_path / f"{name}.json"
     assert main([*BASE, "--seed", str(seed), "--json", str(out), *extra]) == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text())["evidence"]
+    for k in TIMINGS:
+        data["audit"].pop(k)
+    return data
+
+
+def api_audit(seed=0, **engine):
+    """The same audit through :func:`fedaudit.audit.ldp.audit_ldp` (the one-hot pair the claim audits
+    randomized response on), as a dict without its timings."""
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.audit.pairs import input_pair
+    from fedaudit.mechanisms.registry import make_mechanism
+
+    x0, x1 = input_pair("one-hot", 4, 1.0)
+    res = audit_ldp(make_mechanism("rr", 4, 1.0), x0, x1, samples=3_000_000, seed=seed, epsilon=1.0, **engine)
+    data = res.to_dict()
     for k in TIMINGS:
         data.pop(k)
     return data
@@ -32,48 +51,52 @@ def test_process_backend_with_two_workers_equals_serial(tmp_path):
     serial = audit(tmp_path, "serial", "--backend", "serial")
     pooled = audit(tmp_path, "pooled", "--backend", "process", "--workers", "2")
     assert pooled == serial
-    assert serial["event"]["n"] == 2_800_000 and 0.9 < serial["epsilon_lower"] <= 1.0
+    assert serial["audit"]["event"]["n"] == 2_800_000 and 0.9 < serial["epsilon_lower"] <= 1.0
     other = audit(tmp_path, "other", "--backend", "serial", seed=1)
-    assert other["event"]["tp"] != serial["event"]["tp"]  # the comparison can fail: counts depend on the seed
+    assert other["audit"]["event"]["tp"] != serial["audit"]["event"]["tp"]  # the comparison can fail: counts depend on the seed
 
 
 def test_checkpoint_then_resume_reuses_the_finished_chunks(tmp_path):
+    from fedaudit.errors import FedAuditError
+
     ckpt = tmp_path / "rr.ckpt"
-    fresh = audit(tmp_path, "fresh", "--checkpoint", str(ckpt))
+    fresh = api_audit(checkpoint=ckpt)
+    cli = audit(tmp_path, "cli")  # the command audits the same draws
+    assert cli["epsilon_lower"] == fresh["epsilon_lower"] and cli["audit"]["event"] == fresh["event"]
     lines = ckpt.read_bytes().splitlines()
     assert len(lines) == 1 + N_CHUNKS
     assert json.loads(lines[0])["chunks"] == N_CHUNKS
 
     complete = ckpt.read_bytes()
-    assert audit(tmp_path, "again", "--checkpoint", str(ckpt), "--resume") == fresh
+    assert api_audit(checkpoint=ckpt, resume=True) == fresh
     assert ckpt.read_bytes() == complete  # nothing redrawn: no record appended
 
     # keep the header and two records: the resumed run draws the four other chunks again (four new
     # records) and certifies the same bound
     ckpt.write_bytes(b"\n".join(lines[:3]) + b"\n")
-    assert audit(tmp_path, "resumed", "--checkpoint", str(ckpt), "--resume") == fresh
+    assert api_audit(checkpoint=ckpt, resume=True) == fresh
     assert len(ckpt.read_bytes().splitlines()) == 1 + N_CHUNKS
 
-    # one hit count raised by 1000 is not reused: the record fails its authentication (exit 2)
+    # one hit count raised by 1000 is not reused: the record fails its authentication (one error)
     record = json.loads(lines[1])
     record["result"][0] += 1000
     ckpt.write_bytes(lines[0] + b"\n" + json.dumps(record).encode() + b"\n")
-    assert main([*BASE, "--seed", "0", "--json", str(tmp_path / "tampered.json"), "--checkpoint", str(ckpt),
-                 "--resume"]) == 2
-    assert not (tmp_path / "tampered.json").exists()
+    with pytest.raises(FedAuditError):
+        api_audit(checkpoint=ckpt, resume=True)
 
 
-def test_checkpoint_of_other_arguments_is_refused(tmp_path, capsys):
+def test_checkpoint_of_other_arguments_is_refused(tmp_path):
+    from fedaudit.errors import FedAuditError
+
     ckpt = tmp_path / "rr.ckpt"
-    audit(tmp_path, "seed0", "--checkpoint", str(ckpt))
+    api_audit(checkpoint=ckpt)
     before = ckpt.read_bytes()
-    capsys.readouterr()
-    assert main([*BASE, "--seed", "1", "--checkpoint", str(ckpt), "--resume"]) == 2
-    err = capsys.readouterr().err
-    assert "different configuration" in err and "streams" in err  # the root seed's stream differs
+    with pytest.raises(FedAuditError, match="different configuration") as info:
+        api_audit(seed=1, checkpoint=ckpt, resume=True)
+    assert "streams" in str(info.value)  # the root seed's stream differs
     assert ckpt.read_bytes() == before
-    assert main([*BASE, "--checkpoint", str(ckpt)]) == 2  # an existing checkpoint without --resume
-    assert "--resume" in capsys.readouterr().err
+    with pytest.raises(FedAuditError, match="--resume"):  # an existing checkpoint without resume
+        api_audit(checkpoint=ckpt)
     assert ckpt.read_bytes() == before
 
 
@@ -83,7 +106,7 @@ def test_checkpoint_of_other_arguments_is_refused(tmp_path, capsys):
     (["--workers", "5000"], "--workers"),
     (["--address", "127.0.0.1:6379"], "--address"),  # needs --backend ray
     (["--backend", "ray", "--address", "no-port"], "--address"),
-    (["--resume"], "--resume"),  # needs --checkpoint
+    (["--resume"], "--resume"),  # needs --out
 ])
 def test_bad_engine_flags_exit_2_naming_the_flag(extra, flag, tmp_path, capsys):
     out = tmp_path / "never.json"
@@ -133,7 +156,9 @@ def test_pair_search_on_two_workers_equals_serial(tmp_path):
     serial = audit(tmp_path, "search-serial", *small, "--backend", "serial")
     pooled = audit(tmp_path, "search-pooled", *small, "--backend", "process", "--workers", "2")
     assert pooled == serial
-    assert len(serial["search"]["candidates"]) > 1 and serial["search"]["best"]
+    search = serial["audit"]["search"]
+    assert len(search["candidates"]) > 1 and search["best"]
+    assert serial["samples"] == 300_000 and search["samples_per_candidate"] == 2000
 
 
 # ---- `fedaudit run` / `fedaudit demo`: --backend/--workers/--address/--sequential-claims override [engine]
