@@ -59,13 +59,14 @@ def test_sparse_eflops_digits_prints_accuracy_and_gated_or_dense_bytes(tmp_path,
 
 def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, capsys):
     path = tmp_path / "audit.json"
-    assert main(["audit", "sparse-upload", "--upload", "private", "--samples", "200", "--quiet",
-                 "--json", str(path)]) == 0
-    data = json.loads(path.read_text())
-    (audit,) = data["audits"]
+    assert main(["audit", "sparse-upload", "--samples", "200", "--worst-samples", "2000", "--local-steps", "1",
+                 "--quiet", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())  # the claim: both uploads' audits under evidence.audits
+    audit = data["evidence"]["audits"]["private"]
     assert audit["upload"] == "private" and audit["epsilon_claimed"] == 1.0 and not audit["violation"]
     assert audit["epsilon_lower"] <= 1.0 and audit["bytes_sparse"] == 16 + 3 * 18 and audit["bytes_dense"] == 256
-    assert "private upload (|θ| = 64, m = 3)" in capsys.readouterr().out
+    assert data["evidence"]["m"] == 3 and data["evidence"]["dim"] == 64 and data["verdict"] == "PASS"
+    assert "private upload: worst-pair certified" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -77,10 +78,10 @@ def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, ca
     (["sparse", "--clients", "200"], "clients must be at most 150 for the synthetic data"),
     # any name of the SPARSE_METHODS registry is a method: an unknown one lists them
     (["sparse", "--method", "iht"], "unknown sparse method 'iht'; valid names: eflops, fed-ht, fediter-ht, fedavg-prune"),
-    (["audit", "sparse-upload", "--density", "1"], "--density must be a finite real number in (0, 1)"),
-    (["audit", "sparse-upload", "--temperature", "-0.1"], "--temperature must be a finite real number in [0, inf)"),
+    (["audit", "sparse-upload", "--density", "1"], "--density must be a number in (0, 1)"),
+    (["audit", "sparse-upload", "--temperature", "-0.1"], "--temperature must be a number >= 0"),
     (["audit", "sparse-upload", "--density", "0.01"], "density must be in [1/dim, 1)"),  # m = floor(0.64) = 0
-    (["audit", "sparse-upload", "--epsilon", "0"], "epsilon must be a finite real number in (0, inf)"),
+    (["audit", "sparse-upload", "--epsilon", "0"], "--epsilon must be a number > 0"),
     (["audit", "sparse-upload", "--samples", "50"], "samples must be an integer in [100"),
 ])
 def test_bad_sparse_input_exits_2_with_one_line(argv, needle, capsys):
@@ -90,7 +91,7 @@ def test_bad_sparse_input_exits_2_with_one_line(argv, needle, capsys):
 
 
 @pytest.mark.parametrize("argv", [["sparse", "--dataset", "mnist"],
-                                  ["audit", "sparse-upload", "--upload", "dense"]])
+                                  ["audit", "sparse-upload", "--expect", "maybe"]])
 def test_unknown_choices_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -100,41 +101,62 @@ def test_unknown_choices_are_argparse_errors(argv, capsys):
 def test_audit_sparse_upload_plain_claim_fails_and_worst_pair_is_private_only(tmp_path, capsys):
     path = tmp_path / "plain.json"
     # the plain upload is not 1-DP: its certified bound (≈ 3.6 from 500 draws per dataset) refutes the claim
-    assert main(["audit", "sparse-upload", "--upload", "plain", "--plain-epsilon", "1", "--samples", "500",
-                 "--quiet", "--json", str(path)]) == 1
-    (audit,) = json.loads(path.read_text())["audits"]
-    assert audit["violation"] and audit["epsilon_lower"] > 1.0
-    assert main(["audit", "sparse-upload", "--upload", "plain", "--pair", "worst", "--quiet"]) == 2
-    assert "applies to the private upload only" in capsys.readouterr().err
+    assert main(["audit", "sparse-upload", "--plain-claimed-epsilon", "1", "--samples", "500",
+                 "--worst-samples", "2000", "--quiet", "--json", str(path)]) == 1
+    data = json.loads(path.read_text())
+    audits = data["evidence"]["audits"]
+    assert audits["plain"]["violation"] and audits["plain"]["epsilon_lower"] > 1.0 and data["verdict"] == "FAIL"
+    # the worst-pair audit is the private upload's only: the plain one is audited on neighbouring datasets
+    assert audits["plain"]["worst"] is None and audits["private"]["worst"] is not None
+    assert audits["plain"]["pair"] == "data"
 
 
 def test_audit_sparse_upload_private_worst_pair_certifies_within_the_stated_epsilon(tmp_path):
     path = tmp_path / "worst.json"
-    assert main(["audit", "sparse-upload", "--upload", "private", "--pair", "worst", "--worst-samples", "20000",
-                 "--quiet", "--json", str(path)]) == 0
-    (audit,) = json.loads(path.read_text())["audits"]
-    worst = audit["worst"]
+    assert main(["audit", "sparse-upload", "--samples", "200", "--worst-samples", "20000", "--quiet",
+                 "--json", str(path)]) == 0
+    worst = json.loads(path.read_text())["evidence"]["audits"]["private"]["worst"]
     # a real (non-zero) certified bound from the worst pair, never above the pair's exact ε or the stated ε
     assert 0.05 < worst["epsilon_lower"] <= worst["epsilon_pair"] <= 1.0 and not worst["violation"]
 
 
 def _without_times(data):
-    """``data`` without its wall-clock fields (``runtime_s``, ``sampling_s``)."""
+    """``data`` without its wall-clock fields (``runtime_s``, ``sampling_s``, the claim's ``seconds``)."""
     if isinstance(data, dict):
-        return {k: _without_times(v) for k, v in data.items() if not k.endswith("_s")}
+        return {k: _without_times(v) for k, v in data.items() if not k.endswith("_s") and k != "seconds"}
     return [_without_times(v) for v in data] if isinstance(data, list) else data
 
 
 def test_audit_sparse_upload_checkpoints_each_upload_and_resumes_to_the_same_bounds(tmp_path, capsys):
-    ckpt, first, again = tmp_path / "c.jsonl", tmp_path / "a.json", tmp_path / "b.json"
-    argv = ["audit", "sparse-upload", "--pair", "data", "--samples", "100", "--local-steps", "1", "--quiet",
-            "--checkpoint", str(ckpt)]
+    from fedaudit.audit.sparse_upload import audit_sparse_upload
+    from fedaudit.errors import FedAuditError
+
+    # each upload's audit keeps its own engine checkpoint (the API's checkpoint=FILE)
+    kw = dict(samples=100, local_steps=1, pair="data")
+    runs = {}
+    for upload in ("plain", "private"):
+        ckpt = tmp_path / f"{upload}.jsonl"
+        first = audit_sparse_upload(upload, checkpoint=ckpt, **kw).to_dict()
+        assert ckpt.exists()
+        with pytest.raises(FedAuditError, match="already exists"):  # never overwritten without resume
+            audit_sparse_upload(upload, checkpoint=ckpt, **kw)
+        again = audit_sparse_upload(upload, checkpoint=ckpt, resume=True, **kw).to_dict()
+        assert _without_times(first) == _without_times(again)  # every count and bound, from the checkpoint
+        runs[upload] = first
+    assert runs["plain"]["upload"] == "plain" and runs["private"]["upload"] == "private"
+    assert (tmp_path / "plain.jsonl").read_bytes() != (tmp_path / "private.jsonl").read_bytes()
+
+    # the command checkpoints the claim in its report directory (--out) and resumes it (--resume)
+    out, first, again = tmp_path / "report", tmp_path / "a.json", tmp_path / "b.json"
+    argv = ["audit", "sparse-upload", "--samples", "100", "--worst-samples", "1000", "--local-steps", "1", "--quiet",
+            "--out", str(out)]
     assert main([*argv, "--json", str(first)]) == 0
-    assert ckpt.exists() and (tmp_path / "c.jsonl.private").exists()  # one file per upload
-    assert main([*argv, "--json", str(again)]) == 2  # never overwritten without --resume
-    assert "already exists" in capsys.readouterr().err
+    assert (out / "report.json").exists()
+    capsys.readouterr()
+    assert main([*argv, "--json", str(again)]) == 2  # never overwritten without --resume or --force
+    assert "--resume" in capsys.readouterr().err
     assert main([*argv, "--resume", "--json", str(again)]) == 0
-    runs = [_without_times(json.loads(p.read_text())["audits"]) for p in (first, again)]
-    assert runs[0] == runs[1] and len(runs[0]) == 2  # every count and bound, resumed from the checkpoints
+    runs = [_without_times(json.loads(p.read_text())["evidence"]) for p in (first, again)]
+    assert runs[0] == runs[1] and len(runs[0]["audits"]) == 2  # every count and bound of both uploads
     assert main([*argv[:-2], "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
