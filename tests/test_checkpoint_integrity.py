@@ -1,7 +1,7 @@
 """Checkpoints are evidence, not verdicts (issue #23 §1).
 
-A plan run's checkpoints (``DIR/.checkpoint/``) and an engine checkpoint (``--checkpoint FILE``)
-are read back from disk, so they are untrusted: each record is authenticated by an HMAC chained to
+A plan run's checkpoints (``DIR/.checkpoint/``) and an engine checkpoint (``checkpoint=FILE`` of
+an audit function, e.g. :func:`fedaudit.audit.ldp.audit_ldp`) are read back from disk, so they are untrusted: each record is authenticated by an HMAC chained to
 the run's header and to the records before it, under a secret the folder does not hold (the report
 signing key, else the user's fedaudit secret in the state directory). On resume a plan claim's
 verdict is re-derived from its evidence through its kind, never read; an engine record is checked
@@ -296,17 +296,21 @@ marker = "{marker}"
 
 
 # --------------------------------------------------------------------------- engine checkpoints
-LDP = ["audit", "ldp", "--mechanism", "rr", "--dim", "4", "--epsilon", "1", "--samples", "20000", "--seed", "3",
-       "--backend", "serial", "--quiet"]
+def _ldp(ck: Path, resume: bool = False):
+    """:func:`fedaudit.audit.ldp.audit_ldp` of randomized response (k = 4, ε = 1, the one-hot pair)
+    on 20000 draws per input, seed 3, serial, checkpointed in ``ck``: (0, [], the audit's dict), or
+    (2, [the error's lines], None) when it is refused — what the command line made of it."""
+    from fedaudit.audit.ldp import audit_ldp
+    from fedaudit.audit.pairs import input_pair
+    from fedaudit.mechanisms.registry import make_mechanism
 
-
-def _ldp(tmp_path, name, capsys, *extra):
-    """``fedaudit audit ldp ... --json NAME.json``: (exit code, stderr lines, the JSON or None)."""
-    out = tmp_path / f"{name}.json"
-    capsys.readouterr()
-    rc = main([*LDP, "--json", str(out), *extra])
-    lines = capsys.readouterr().err.strip().splitlines()
-    return rc, lines, (json.loads(out.read_text()) if out.exists() else None)
+    x0, x1 = input_pair("one-hot", 4, 1.0)
+    try:
+        res = audit_ldp(make_mechanism("rr", 4, 1.0), x0, x1, samples=20_000, seed=3, epsilon=1.0,
+                        backend="serial", checkpoint=ck, resume=resume)
+    except FedAuditError as exc:
+        return 2, str(exc).splitlines(), None
+    return 0, [], res.to_dict()
 
 
 def _set_record(path: Path, n: int, change) -> None:
@@ -325,13 +329,13 @@ def state(tmp_path, monkeypatch):
 
 def test_engine_checkpoint_one_changed_count_is_refused(tmp_path, state, capsys):
     ck = tmp_path / "rr.ckpt"
-    rc, lines, fresh = _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))
+    rc, lines, fresh = _ldp(ck)
     assert rc == 0, lines
-    assert _ldp(tmp_path, "again", capsys, "--checkpoint", str(ck), "--resume")[2]["epsilon_lower"] \
+    assert _ldp(ck, resume=True)[2]["epsilon_lower"] \
         == fresh["epsilon_lower"]  # a valid resume
     _set_record(ck, 1, lambda r: r["result"].__setitem__(0, r["result"][0] + 1))
     before = ck.read_bytes()
-    rc, lines, data = _ldp(tmp_path, "tampered", capsys, "--checkpoint", str(ck), "--resume")
+    rc, lines, data = _ldp(ck, resume=True)
     assert rc == 2 and data is None and len(lines) == 1, lines
     assert str(ck) in lines[0] and "line 2" in lines[0] and "Traceback" not in lines[0]
     assert ck.read_bytes() == before  # refused, not repaired or cut
@@ -340,10 +344,10 @@ def test_engine_checkpoint_one_changed_count_is_refused(tmp_path, state, capsys)
 @pytest.mark.parametrize("value, match", [(-5, "hits"), ("many", "hits"), (10 ** 9, "hits"), (True, "hits")])
 def test_engine_checkpoint_records_are_validated_even_with_a_valid_mac(tmp_path, state, capsys, value, match):
     ck = tmp_path / "rr.ckpt"
-    assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
+    assert _ldp(ck)[0] == 0
     _set_record(ck, 2, lambda r: r["result"].__setitem__(0, value))
     reseal_checkpoint(ck)
-    rc, lines, data = _ldp(tmp_path, "forged", capsys, "--checkpoint", str(ck), "--resume")
+    rc, lines, data = _ldp(ck, resume=True)
     assert rc == 2 and data is None and len(lines) == 1, lines
     assert str(ck) in lines[0] and "line 3" in lines[0] and match in lines[0]
 
@@ -352,20 +356,20 @@ def test_engine_checkpoint_records_are_validated_even_with_a_valid_mac(tmp_path,
 @pytest.mark.parametrize("result", ["a string", [1, 2], {"hits": 1}, None, [1, 2, 3, 4]])
 def test_engine_checkpoint_a_malformed_record_is_one_line(tmp_path, state, capsys, result, reseal):
     ck = tmp_path / "rr.ckpt"
-    assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
+    assert _ldp(ck)[0] == 0
     _set_record(ck, 1, lambda r: r.update(result=result))
     if reseal:
         reseal_checkpoint(ck)
-    rc, err, data = _ldp(tmp_path, "bad", capsys, "--checkpoint", str(ck), "--resume")
+    rc, err, data = _ldp(ck, resume=True)
     assert rc == 2 and data is None and len(err) == 1, err
     assert str(ck) in err[0] and "line 2" in err[0] and "Traceback" not in err[0]
 
 
 def test_engine_checkpoint_without_the_secret_is_refused(tmp_path, state, capsys, monkeypatch):
     ck = tmp_path / "rr.ckpt"
-    assert _ldp(tmp_path, "fresh", capsys, "--checkpoint", str(ck))[0] == 0
+    assert _ldp(ck)[0] == 0
     monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "elsewhere"))
-    rc, lines, data = _ldp(tmp_path, "other", capsys, "--checkpoint", str(ck), "--resume")
+    rc, lines, data = _ldp(ck, resume=True)
     assert rc == 2 and data is None and len(lines) == 1, lines
     assert str(ck) in lines[0] and "cannot be authenticated" in lines[0]
 
@@ -424,7 +428,7 @@ def test_engine_checkpoint_validate_hook_names_the_record(tmp_path, state):
 
 # --------------------------------------------------------------------------- stress cells
 # A stress grid's finished cells (``cells.jsonl``: ``DIR/.work/<claim-id>/`` of a plan run, the
-# ``--out`` directory of ``fedaudit stress``) are reloaded by a rerun and flow into the summary and
+# same directory under ``fedaudit stress --out DIR``) are reloaded by a rerun and flow into the summary and
 # into a signed stress claim: they are a chain like the checkpoints, and every cell is validated.
 GRID = """\
 [plan]
@@ -454,8 +458,15 @@ samples = 4000
 """
 
 STRESS = ["stress", "--dataset", "digits", "--aggregators", "cwtm,nnm+cwtm", "--attacks", "alie,signflip",
-          "--f", "1", "--beta", "1", "--n-honest", "5", "--rounds", "5", "--seed", "0", "--backend", "serial",
-          "--quiet"]
+          "--fs", "1", "--betas", "1", "--n-honest", "5", "--rounds", "5", "--min-accuracy", "0.3", "--seed", "0",
+          "--backend", "serial", "--quiet"]
+
+
+def _stress_cells(out: Path) -> Path:
+    """The cells of ``fedaudit stress --out OUT``: its one claim's (id ``stress``) work directory."""
+    from fedaudit.experiments.runner import WORK_DIR
+
+    return out / WORK_DIR / "stress" / "cells.jsonl"
 
 
 class _KilledMidGrid(BaseException):
@@ -599,16 +610,16 @@ def test_cells_are_validated_even_with_a_valid_mac(tmp_path, state, monkeypatch,
         _kill_after(m, 2)
         with pytest.raises(_KilledMidGrid):
             main([*STRESS, "--out", str(out)])
-    path = out / "cells.jsonl"
+    path = _stress_cells(out)
     records = _cell_lines(path)
     change(records[2])
     _write_lines(path, records)
     reseal_checkpoint(path, chain.CELLS_PURPOSE)
     capsys.readouterr()
-    assert main([*STRESS, "--out", str(out)]) == 2
+    assert main([*STRESS, "--out", str(out), "--resume"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "line 3" in lines[0] and match in lines[0], lines
-    assert not (out / "summary.json").exists()
+    assert not (out / "report.json").exists()
 
 
 def test_stress_rerun_refuses_an_edited_or_deleted_cell(tmp_path, state, monkeypatch, capsys):
@@ -617,31 +628,32 @@ def test_stress_rerun_refuses_an_edited_or_deleted_cell(tmp_path, state, monkeyp
         _kill_after(m, 3)
         with pytest.raises(_KilledMidGrid):
             main([*STRESS, "--out", str(out)])
-    path = out / "cells.jsonl"
+    path = _stress_cells(out)
     good = path.read_text()
     _raised_accuracy(path, 3)
     capsys.readouterr()
-    assert main([*STRESS, "--out", str(out)]) == 2
+    assert main([*STRESS, "--out", str(out), "--resume"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "line 3" in lines[0], lines
-    assert not (out / "summary.json").exists()
+    assert not (out / "report.json").exists()
 
     first, *cells = good.splitlines(keepends=True)
     path.write_text(first + cells[0] + cells[2])  # the middle cell deleted
-    assert main([*STRESS, "--out", str(out)]) == 2
+    assert main([*STRESS, "--out", str(out), "--resume"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "line 3" in lines[0], lines
-    assert not (out / "summary.json").exists()
+    assert not (out / "report.json").exists()
 
     path.write_text("".join(cells))  # cells without their header (or of an older fedaudit)
-    assert main([*STRESS, "--out", str(out)]) == 2
+    assert main([*STRESS, "--out", str(out), "--resume"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0], lines
 
     path.write_text(good)  # untouched: the rerun finishes the grid
     ran = _kill_after(monkeypatch, 10)
-    assert main([*STRESS, "--out", str(out)]) == 0
-    assert len(ran) == 1 and json.loads((out / "summary.json").read_text())["complete"]
+    assert main([*STRESS, "--out", str(out), "--resume"]) == 0
+    (claim,) = json.loads((out / "report.json").read_text())["claims"]
+    assert len(ran) == 1 and claim["evidence"]["cells"] == claim["evidence"]["cells_in_grid"] == 4
 
 
 def test_stress_rerun_by_another_user_cannot_authenticate_the_cells(tmp_path, state, monkeypatch, capsys):
@@ -652,7 +664,10 @@ def test_stress_rerun_by_another_user_cannot_authenticate_the_cells(tmp_path, st
             main([*STRESS, "--out", str(out)])
     monkeypatch.setenv("FEDAUDIT_STATE_DIR", str(tmp_path / "elsewhere"))
     capsys.readouterr()
-    assert main([*STRESS, "--out", str(out)]) == 2
+    assert main([*STRESS, "--out", str(out), "--resume"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and str(out / "cells.jsonl") in lines[0] and "cannot be authenticated" in lines[0], lines
-    assert not (out / "summary.json").exists()
+    # the run's own checkpoints (DIR/.checkpoint/) are chained under the same secret as its cells, and
+    # are read first: the rerun stops there, before any cell is reused
+    assert len(lines) == 1 and str(out / CHECKPOINT_DIR) in lines[0] and "cannot be authenticated" in lines[0], lines
+    assert _stress_cells(out).is_file()  # kept, for the user who wrote them
+    assert not (out / "report.json").exists()
