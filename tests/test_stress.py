@@ -18,8 +18,8 @@ from fedaudit.reports.heatmap import plot_heatmaps
 
 TINY = dict(dataset="digits", aggregators=("cwtm", "nnm+cwtm"), attacks=("alie", "signflip"), fs=(1,),
             betas=(1.0,), n_honest=5, rounds=5, seed=0)
-TINY_ARGS = ["--dataset", "digits", "--aggregators", "cwtm,nnm+cwtm", "--attacks", "alie,signflip", "--f", "1",
-             "--beta", "1", "--n-honest", "5", "--rounds", "5", "--seed", "0"]
+TINY_ARGS = ["--dataset", "digits", "--aggregators", "cwtm,nnm+cwtm", "--attacks", "alie,signflip", "--fs", "1",
+             "--betas", "1", "--n-honest", "5", "--rounds", "5", "--seed", "0"]
 FIELDS = {"key", "aggregator", "attack", "f", "beta", "final_loss", "final_accuracy", "best_accuracy",
           "rounds_to_target", "breakdown", "breakdown_reasons", "runtime_s", "seed", "initial_loss", "trace"}
 
@@ -35,6 +35,18 @@ def _strip(records):
     """Records without the wall-clock field and their links in the chain of their run (its order of
     completion, its nonce), keyed by cell."""
     return {r["key"]: {k: v for k, v in r.items() if k not in ("runtime_s", "seq", "prev", "mac")} for r in records}
+
+
+def _claim(out):
+    """The one claim of ``fedaudit stress --out OUT``'s report."""
+    (claim,) = json.loads((out / "report.json").read_text())["claims"]
+    return claim
+
+
+def _per_cell(claim):
+    """The claim's cells as the grid computed them: key -> (accuracy, loss, breakdown, seed)."""
+    return {c["key"]: (c["final_accuracy"], c["final_loss"], c["breakdown"], c["seed"])
+            for c in claim["evidence"]["per_cell"]}
 
 
 def cli(*argv):
@@ -182,36 +194,44 @@ def test_config_validation(change, needle):
 def test_cli_grid_resume_and_target_exit_codes(tmp_path, serial_run):
     src, _ = serial_run
     out = tmp_path / "cli"
-    proc = cli("stress", *TINY_ARGS, "--backend", "process", "--workers", "2", "--out", str(out), "--quiet")
+    proc = cli("stress", *TINY_ARGS, "--min-accuracy", "0", "--backend", "process", "--workers", "2", "--out", str(out),
+               "--quiet")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""
-    for needle in ("cwtm", "nnm+cwtm", "alie", "signflip", "loss", "4/4 cells (4 computed, 0 resumed)"):
+    assert proc.stderr == ""  # no deprecated flag, no note
+    for needle in ("cwtm", "nnm+cwtm", "alie", "signflip", "loss", "4/4 cells meet"):
         assert needle in proc.stdout
-    assert _strip(_cells(out)) == _strip(_cells(src))  # the CLI (process pool) equals the serial API run
-    assert {p.name for p in out.glob("*.png")} == {"heatmap_cwtm.png", "heatmap_nnm+cwtm.png"}
-    assert json.loads((out / "summary.json").read_text())["complete"]
-    before = (out / "cells.jsonl").read_bytes()
-    # the target changes the report, not the training: resumed, no recomputation, exit 1 if missed
-    assert main(["stress", *TINY_ARGS, "--out", str(out), "--quiet", "--target-accuracy", "1.0"]) == 1
-    assert main(["stress", *TINY_ARGS, "--out", str(out), "--quiet", "--target-accuracy", "0"]) == 0
-    assert (out / "cells.jsonl").read_bytes() == before
-    summary = json.loads((out / "summary.json").read_text())
-    assert all(c["rounds_to_target"] == 0 for c in summary["cells"])
+    claim = _claim(out)
+    want = {r["key"]: (r["final_accuracy"], r["final_loss"], r["breakdown"], r["seed"]) for r in _cells(src)}
+    assert _per_cell(claim) == want  # the CLI (process pool) equals the serial API run
+    assert claim["evidence"]["cells"] == claim["evidence"]["cells_in_grid"] == 4
+    heatmap = next(p for p in claim["plots"] if p["type"] == "heatmap")
+    assert set(heatmap["y"]) == {"cwtm", "nnm+cwtm"} and set(heatmap["x"]) == {"alie", "signflip"}
+    # the requirement changes the verdict, not the training: the same cells, exit 1 if missed
+    for need, code in (("1.0", 1), ("0", 0)):
+        assert main(["stress", *TINY_ARGS, "--out", str(tmp_path / f"min{need}"), "--quiet", "--backend", "serial",
+                     "--min-accuracy", need]) == code
+        again = _claim(tmp_path / f"min{need}")
+        assert _per_cell(again) == want
+        assert again["evidence"]["cells_meeting"] == (0 if code else 4)
 
 
 @pytest.mark.parametrize("change, needle", [
     (["--aggregators", "cwtm,bogus"], "valid names are aggregators: mean, cwtm"),
-    (["--attacks", "bogus"], "unknown attack 'bogus'; valid names: alie, ipm"),
-    (["--f", "5"], "f must be an integer in [0, n_honest - 1=4], got f=5"),
-    (["--beta", "0"], "beta must be a finite real number in (0, inf)"),
-    (["--beta=-1,1"], "beta must be"),
-    (["--rounds", "0"], "rounds must be an integer in [1, inf), got rounds=0"),
-    (["--optimizer", "adam"], "unknown optimizer 'adam'; valid names: dgd, dnag, robust-accelerated, pigs"),
-    (["--f", "one"], "--f expects comma-separated numbers"),
+    (["--attacks", "bogus"], "unknown attack 'bogus'; valid: alie, ipm"),
+    (["--fs", "5"], "--fs must list integers in [0, n_honest - 1 = 4], got 5"),
+    (["--betas", "0"], "--betas must be a list of numbers > 0"),
+    (["--betas=-1,1"], "--betas must be"),
+    (["--rounds", "0"], "--rounds must be an integer >= 1, got 0"),
+    (["--optimizer", "adam"], "--optimizer must be one of 'dgd', 'dnag', 'robust-accelerated', 'pigs', got 'adam'"),
+    (["--fs", "one"], "expected an integer, got 'one'"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, change, needle):
-    argv = ["stress", *TINY_ARGS, "--out", str(tmp_path / "x"), "--quiet", *change]
-    assert main(argv) == 2
+    argv = ["stress", *TINY_ARGS, "--min-accuracy", "0.5", "--out", str(tmp_path / "x"), "--quiet", *change]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusal (a choice, a type): one line, exit 2 as well
+        code = exc.code
+    assert code == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], captured.err
@@ -219,7 +239,8 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, change, needle):
 
 
 def test_cli_bad_input_in_a_subprocess(tmp_path):
-    proc = cli("stress", *TINY_ARGS, "--out", str(tmp_path / "x"), "--quiet", "--attacks", "alie,nope")
+    proc = cli("stress", *TINY_ARGS, "--min-accuracy", "0.5", "--out", str(tmp_path / "x"), "--quiet", "--attacks",
+               "alie,nope")
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown attack 'nope'" in lines[0] and "Traceback" not in proc.stderr
@@ -306,35 +327,32 @@ def test_cell_trace_writes_non_finite_numbers_as_strings(monkeypatch):
 # ----------------------------------------------------------------------------- the summarised CLI table
 
 
-def test_cli_summarised_table_for_large_grids(tmp_path, capsys):
-    # 7 × 7 = 49 cells > 48: the CLI prints the worst case over attacks per (aggregator, f, β)
+def test_cli_worst_case_over_attacks_for_large_grids(tmp_path, capsys):
+    # 7 × 7 = 49 cells: the claim's evidence holds the worst case over attacks per (aggregator, f, β)
     aggs = ["mean", "cwtm", "cwmed", "gm", "krum", "meamed", "nnm+cwtm"]
     attacks = ["alie", "ipm", "signflip", "gaussian", "mimic", "nonfinite", "labelflip"]
     out = tmp_path / "big"
     argv = ["stress", "--dataset", "digits", "--aggregators", ",".join(aggs), "--attacks", ",".join(attacks),
-            "--f", "1", "--beta", "1", "--n-honest", "4", "--rounds", "1", "--backend", "serial", "--quiet",
-            "--out", str(out)]
-    assert main(argv) == 0
+            "--fs", "1", "--betas", "1", "--n-honest", "4", "--rounds", "1", "--min-accuracy", "0", "--backend",
+            "serial", "--quiet", "--out", str(out)]
+    assert main(argv) == 1  # the mean diverges: that cell meets no requirement
     text = capsys.readouterr().out
-    assert "worst case over attacks" in text and "49/49 cells (49 computed, 0 resumed)" in text
-    summary = json.loads((out / "summary.json").read_text())
-    rows = {}
-    for line in text.splitlines():
-        cols = [c.strip() for c in line.strip("│┃ ").split("│")]
-        if len(cols) == 8 and cols[0] in aggs:
-            rows[cols[0]] = cols
-    assert set(rows) == set(aggs)
+    assert "cells meet accuracy" in text and "failing" in text
+    ev = _claim(out)["evidence"]
+    assert ev["cells"] == ev["cells_in_grid"] == 49
+    cells = {c["key"]: c for c in ev["per_cell"]}
     for agg in aggs:
-        a = summary["aggregators"][agg]
-        _, f, beta, acc, acc_att, loss, loss_att, broken = rows[agg]
-        assert (f, beta) == ("1", "1")
-        want_acc = "diverged" if a["worst_accuracy"][0][0] is None else f"{a['worst_accuracy'][0][0]:.3f}"
-        want_loss = "diverged" if a["loss_diverged"][0][0] else format(a["worst_loss"][0][0], ".4g")
-        assert (acc, acc_att) == (want_acc, a["worst_accuracy_attack"][0][0])
-        assert (loss, loss_att) == (want_loss, a["worst_loss_attack"][0][0])
-        assert broken == f"{a['breakdowns'][0][0]}/7"
+        a = ev["worst_case"][agg]
+        mine = [cells[f"aggregator={agg};attack={t};f=1;beta=1.0"] for t in attacks]
+        accs = [c["final_accuracy"] for c in mine]
+        assert a["worst_accuracy"][0][0] == (None if None in accs else min(accs))
+        assert a["breakdowns"][0][0] == sum(c["breakdown"] for c in mine) and a["attacks"] == 7
+        loss_attack = a["worst_loss_attack"][0][0]
+        assert loss_attack in attacks and a["worst_accuracy_attack"][0][0] in attacks
     # the mean is not robust: the line-searched ALIE blows it up within one round
-    assert rows["mean"][5] == "diverged" and rows["mean"][7] != "0/7"
+    mean = ev["worst_case"]["mean"]
+    assert mean["loss_diverged"][0][0] and mean["breakdowns"][0][0] > 0
+    assert any(f["key"].startswith("aggregator=mean;") for f in ev["failing"])
 
 
 def test_a_cell_with_a_random_rule_is_a_function_of_its_seed():
@@ -352,15 +370,17 @@ def test_a_cell_with_a_random_rule_is_a_function_of_its_seed():
 
 def test_cli_reports_an_aggregator_breakdown(tmp_path, capsys):
     out = tmp_path / "broke"
-    argv = ["stress", "--dataset", "digits", "--aggregators", "cwtm", "--attacks", "nonfinite", "--f", "1,3",
-            "--declared-f", "1", "--beta", "1", "--n-honest", "5", "--rounds", "2", "--backend", "serial", "--quiet",
-            "--out", str(out)]
-    assert main(argv) == 0   # a breakdown is a result of the grid, not an error
+    argv = ["stress", "--dataset", "digits", "--aggregators", "cwtm", "--attacks", "nonfinite", "--fs", "1,3",
+            "--declared-f", "1", "--betas", "1", "--n-honest", "5", "--rounds", "2", "--max-loss", "1000",
+            "--backend", "serial", "--quiet", "--out", str(out)]
+    assert main(argv) == 1  # a breakdown is a result of the grid, judged by the requirement, not an error
     text = capsys.readouterr().out
-    assert "2/2 cells (2 computed, 0 resumed)" in text and "1 breakdown(s)" in text
-    assert "aggregator breakdown at round 0" in text
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_aggregator_breakdown"] == 1 and summary["config"]["declared_f"] == 1
+    assert "1/2 cells meet" in text and "failing: aggregator=cwtm;attack=nonfinite;f=3" in text
+    ev = _claim(out)["evidence"]
+    broke = [c for c in ev["per_cell"] if c["breakdown"]]
+    assert len(broke) == 1 and broke[0]["breakdown_reasons"][0].startswith("aggregator breakdown at round 0")
+    assert ev["worst_case"]["cwtm"]["aggregator_breakdowns"] == [[0], [1]] and ev["config"]["declared_f"] == 1
+    assert [f["key"] for f in ev["failing"]] == ["aggregator=cwtm;attack=nonfinite;f=3;beta=1.0"]
 
 
 def test_pigs_cell_records_its_step_and_delta_estimates():
