@@ -166,6 +166,24 @@ def test_a_robustness_claim_says_its_published_bound_was_not_re_verified():
     assert "was not re-verified against the paper" in caveat
 
 
+@pytest.mark.parametrize("max_nu", [None, 1e300])
+def test_an_unbounded_rule_never_passes_a_robustness_claim(max_nu):
+    """The mean's ν̂ is ∞ and so is its published κ: ∞ ≤ ∞ is no robustness guarantee, so the claim
+    fails (a violation) whatever max_nu says; expect = "violation" passes on it."""
+    claim = {"id": "mean", "kind": "robustness", "aggregator": "mean", "n": 7, "f": 1, "dim": 4, "trials": 2,
+             "attacks": ["alie"], "search_evals": 0, **({"max_nu": max_nu} if max_nu else {})}
+    c = _run(claim)
+    assert c.evidence["unbounded"] is True and c.evidence["nu_empirical"] == float("inf")
+    assert c.verdict == "FAIL" and "UNBOUNDED" in c.summary
+    assert _run({**claim, "expect": "violation"}).verdict == "PASS"
+    from fedaudit.experiments.kinds import claim_kind
+
+    evidence = {"nu_empirical": float("inf"), "nu_bound": float("inf"), "max_nu": max_nu,
+                "audit": {"per_configuration": {"worst": float("inf")}}}
+    decision = claim_kind("robustness").decide(evidence, "pass")  # what a resumed run re-derives
+    assert not decision.holds and decision.violated
+
+
 def _canary_audit(one_run: float, gdp: float, canaries: int = 1000):
     from types import SimpleNamespace as NS
 

@@ -147,6 +147,8 @@ class Robustness(ClaimKind):
                  f"universal lower bound f/(n−2f) = {res.nu_lower:.4g}",
                  "published bound " + ("none" if res.nu_bound is None else fmt_number(res.nu_bound))
                  + (" VIOLATED" if res.violation else "")]
+        if not math.isfinite(nu):
+            parts.append("UNBOUNDED: ν̂ = ∞, the rule is not (f, ν)-robust for any ν")
         if p["max_nu"] is not None:
             parts.append(f"max_nu {p['max_nu']:g} " + ("met" if within_max else "EXCEEDED"))
             if p["max_nu"] < res.nu_lower:
@@ -169,10 +171,12 @@ class Robustness(ClaimKind):
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """ν̂ is re-derived from the recorded rows, the largest ν of ``audit.per_configuration`` (0
         when the rule broke down on every configuration), and must be the recorded
-        ``nu_empirical``. The claim holds when ν̂ ≤ ``max_nu`` (when set) and ν̂ does not exceed the
-        published bound ``nu_bound`` (when the rule has one;
-        :func:`~fedaudit.audit.robustness.exceeds_bound`); otherwise it is violated. The stored
-        ``bound_violation`` flag is not read."""
+        ``nu_empirical``. The claim holds when ν̂ is finite, ν̂ ≤ ``max_nu`` (when set) and ν̂ does
+        not exceed the published bound ``nu_bound`` (when the rule has one;
+        :func:`~fedaudit.audit.robustness.exceeds_bound`); otherwise it is violated. An infinite ν̂
+        (the rule is not (f, ν)-robust for any ν, e.g. the mean) is a violation whatever
+        ``max_nu`` and even where the published κ is ∞ too: ∞ ≤ ∞ is no robustness guarantee. The
+        stored ``bound_violation`` and ``unbounded`` flags are not read."""
         from fedaudit.audit.robustness import exceeds_bound
 
         per = mapping(mapping(evidence, "audit"), "per_configuration")
@@ -182,5 +186,6 @@ class Robustness(ClaimKind):
             raise EvidenceError(f"evidence 'nu_empirical' is {recorded!r}, but the largest ν of "
                                 f"audit.per_configuration is {nu!r}")
         cap = number(evidence, "max_nu", nullable=True)
-        holds = (cap is None or nu <= cap) and not exceeds_bound(nu, number(evidence, "nu_bound", nullable=True))
+        holds = (math.isfinite(nu) and (cap is None or nu <= cap)
+                 and not exceeds_bound(nu, number(evidence, "nu_bound", nullable=True)))
         return Decision(holds=holds, violated=not holds)
