@@ -64,7 +64,7 @@ def write_toml(path, data):
     ({**VQSGD, "expect": "fail"}, r"^claim 'vq' \(#2\): key 'expect' must be one of 'pass', 'violation'"),
     ({**VQSGD, "sampler": "numpy:sort"}, r"^claim 'vq' \(#2\): key 'sampler' audits a black-box sampler instead of "
                                          r"a mechanism: give mechanism or sampler, not both"),
-    ({"id": "rb", "kind": "robustness", "d": 10, "dim": 10}, r"^claim 'rb' \(#2\): key 'd' is the old name of 'dim'"),
+    ({"id": "rb", "kind": "robustness", "d": 10, "dim": 10}, r"^claim 'rb' \(#2\): key 'd' is the deprecated name of 'dim'"),
     ({k: v for k, v in VQSGD.items() if k != "id"}, r"^claim #2: missing required key 'id'"),
     ({**VQSGD, "mechanism": "sstq", "k": 9}, r"^claim 'vq' \(#2\): key 'k' must be an integer in \[1, dim=8\], got 9"),
     ({**VARIANCE, "ks": [4, 128]}, r"^claim 'var' \(#2\): key 'ks' must list integers in \[1, dim=64\], got 128"),
@@ -318,3 +318,18 @@ min_accuracy = 0.3
     with pytest.raises(FedAuditError, match=r"^claim 'bucketing-rob' \(#1\): key 'aggregator_params' is rejected by "
                                             r"'bucketing\+cwtm': bucketing needs the keyword\(s\) s"):
         load_plan(path)
+
+
+def test_robustness_d_is_read_as_dim_with_one_deprecation_note(tmp_path, capsys):
+    """Plans before this release said ``d``: still read, as ``dim``, with one DeprecationWarning that
+    the CLI prints as one ``fedaudit: note:`` line (as for every renamed key, ClaimKind.renamed_keys)."""
+    claim = {"id": "rb", "kind": "robustness", "aggregator": "cwtm", "n": 7, "f": 1, "d": 4, "trials": 2,
+             "search_evals": 0, "attacks": ["alie"]}
+    with pytest.warns(DeprecationWarning, match=r"^claim 'rb' \(#1\): key 'd' is deprecated; use 'dim'$"):
+        spec = load_plan({"claim": [claim]}).claims[0]
+    assert spec.params["dim"] == 4 and "d" not in spec.params
+    path = write_toml(tmp_path / "old.toml", plan(claim))
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fedaudit: note:")]
+    assert notes == ["fedaudit: note: claim 'rb' (#1): key 'd' is deprecated; use 'dim'"]

@@ -2,7 +2,8 @@
 
 ν̂ (a certified lower bound on the rule's κ: the configuration that attains it is in the
 evidence) against ``max_nu`` and the published bound: holds when ν̂ ≤ max_nu and the published
-bound is not violated.
+bound is not violated. An infinite ν̂ (the rule is not (f, ν)-robust for any ν, e.g. the mean)
+never holds, whatever max_nu, although the mean's published κ is ∞ too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,39 @@
+"""Deprecated names that keep working for one release, each with one :class:`DeprecationWarning`.
+
+fedaudit renamed some public names so that one concept has one name across the API, plans and
+the CLI (issue #24): the plan keys and flags ``accountant`` (formerly ``method``) and
+``distinguisher`` (formerly ``test``), and distinct names for constants and classes that shared
+one (``attacks.GaussianNoise``, ``SCORE_ORIENTATIONS``, ...). The old names still work through
+the helpers here:
+
+- :func:`warn_renamed` is the one warning (a plan's renamed key, a CLI flag's old spelling);
+- :func:`module_aliases` gives a module a ``__getattr__`` that serves an old attribute name.
+
+Each warns with the old and the new name, so a user's code says what to change.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Mapping
+
+__all__ = ["warn_renamed", "module_aliases"]
+
+
+def warn_renamed(old: str, new: str, where: str, *, stacklevel: int = 3) -> None:
+    """One ``DeprecationWarning``: "<where>: <old> is deprecated; use <new>"."""
+    warnings.warn(f"{where}: {old} is deprecated; use {new}", DeprecationWarning, stacklevel=stacklevel)
+
+
+def module_aliases(module: str, aliases: Mapping[str, tuple[str, Callable[[], Any]]]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` serving ``old -> (new name, getter)``: reading ``module.old``
+    warns and returns ``getter()`` (the object now called ``new``)."""
+
+    def __getattr__(name: str) -> Any:
+        if name in aliases:
+            new, get = aliases[name]
+            warn_renamed(f"{module}.{name}", f"{new}", module)
+            return get()
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
