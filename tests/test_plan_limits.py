@@ -246,5 +246,6 @@ def test_a_plan_asking_more_workers_than_cores_runs_with_a_one_line_notice(tmp_p
     assert "fedaudit: note:" not in capsys.readouterr().err
     assert main(["audit", "variance", "--dim", "8", "--ks", "2", "--samples", "200", "--backend", "process",
                  "--workers", "3"]) == 0
-    assert ("fedaudit: note: claim 'variance' workers = 3: more than the 1 cores of this machine, so at most 1 "
+    # --workers is the one-claim plan's [engine] table: the notice `fedaudit run --workers 3` prints
+    assert ("fedaudit: note: workers = 3: more than the 1 cores of this machine, so at most 1 "
             "worker processes run (the results are the same)") in capsys.readouterr().err

@@ -152,7 +152,7 @@ def test_convergence_rederives_every_threshold_from_the_per_optimizer_numbers():
     assert derived_verdict(claim_kind("convergence"), "pass", forged) == "PASS"
 
 
-ROBUST = {"id": "rob", "kind": "robustness", "aggregator": "cwtm", "n": 3, "f": 1, "d": 2, "trials": 2,
+ROBUST = {"id": "rob", "kind": "robustness", "aggregator": "cwtm", "n": 3, "f": 1, "dim": 2, "trials": 2,
           "attacks": ["alie"], "search_evals": 0, "max_nu": 50.0}
 
 
@@ -173,7 +173,21 @@ def test_robustness_rederives_nu_hat_from_its_configurations():
                     missing=[lambda e: e.pop("max_nu"), lambda e: e.pop("nu_empirical"),
                              lambda e: e["audit"].pop("per_configuration"),
                              lambda e: e.update(nu_empirical=nu / 2)])  # a headline its rows contradict
-    check_rederived(mean, flips=[(lambda e: e.update(max_nu=None, nu_bound=None), "FAIL")])
+    def finite(e):  # every configuration finite: no max_nu, no bound, nothing violated
+        per = e["audit"]["per_configuration"]
+        for label in per:
+            per[label] = 0.5
+        e.update(nu_empirical=0.5, max_nu=None, nu_bound=None)
+
+    check_rederived(mean, flips=[(finite, "FAIL")])
+    # ν̂ = ∞ is a violation by itself: without max_nu and with κ = ∞ (the mean's) the verdict stays
+    from fedaudit.experiments.kind import derived_verdict
+    from fedaudit.experiments.kinds import claim_kind
+
+    unbounded = recorded(mean)
+    unbounded.update(max_nu=None, nu_bound=float("inf"))
+    assert derived_verdict(claim_kind("robustness"), "violation", unbounded) == "PASS"
+    assert derived_verdict(claim_kind("robustness"), "pass", unbounded) == "FAIL"
 
 
 STRESS = {"id": "stress", "kind": "stress", "aggregators": ["cwtm"], "attacks": ["alie"], "fs": [1, 2],
