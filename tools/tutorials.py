@@ -106,18 +106,19 @@ def _nonempty(work: Path) -> None:
     (work / "ci-resume" / "report.json").write_text("{}", encoding="utf-8")
 
 
-ROBUST = "fedaudit audit robustness --aggregator {} --n 14 --f 4 --d 20 --trials 100"
+ROBUST = "fedaudit audit robustness --aggregator {} --n 14 --f 4 --dim 20 --trials 100"
 STRESS = ("fedaudit stress --dataset digits --aggregators cwtm,nnm+cwtm --attacks alie,signflip "
-          "--f 2,4 --beta 0.1,10 --rounds 50 --n-honest 10 --out stress")
+          "--fs 2,4 --betas 0.1,10 --rounds 50 --n-honest 10 --min-accuracy 0.5 --out stress")
 SAMPLER = "fedaudit audit ldp --sampler mymod:sample --dim 8 --epsilon {} --samples 200000"
-TABLE_TOP = ((0, 8), "...")  # title, the table's top rule and its first six rows
+#: the title, the table's top rule and its rows on the claim, the pair and the bound
+TABLE_TOP = ((0, 2), ("re", r"^│ (verdict|epsilon claimed|distinguisher|epsilon lower|epsilon exact|pair power) ", 0),
+             "...")
 
 OUTPUTS: tuple[Output, ...] = (
     # stress-aggregator.md
-    Output("stress-grid", "stress-aggregator.md", STRESS, shown=STRESS.replace(" --f ", " \\\n    --f "),
-           keep=((0, 14), "...", (-5, None)), slow=True),
-    Output("stress-resume", "stress-aggregator.md", STRESS, shown=None, keep=(("re", r"^\d+/\d+ cells", 0),),
-           slow=True),
+    Output("stress-grid", "stress-aggregator.md", STRESS,
+           shown=STRESS.replace(" --fs ", " \\\n    --fs ") + "\necho $?",
+           keep=((0, 10), "...", (-3, None)), echo_rc=True, slow=True),
     Output("rob-cwtm", "stress-aggregator.md", ROBUST.format("cwtm"), keep=((0, 12), "...")),
     Output("rob-nnm", "stress-aggregator.md", ROBUST.format("nnm+cwtm") + " --json rob.json",
            keep=((0, 5), "..."), slow=True),
@@ -130,20 +131,22 @@ OUTPUTS: tuple[Output, ...] = (
     Output("audit-dpsgd", "privacy-budgets.md",
            "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 --steps 100",
            shown="fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 "
-                 "--steps 100\necho $?", echo_rc=True, slow=True),
+                 "--steps 100\necho $?", echo_rc=True, slow=True,
+           keep=((0, 2), ("re", r"^│ (verdict|accountant epsilon|claimed epsilon|epsilon one run|epsilon gdp) ", 0),
+                 "...", ("re", r"^accountant ε = ", 0))),
     # certify-ldp.md
     Output("ldp-rr", "certify-ldp.md", "fedaudit audit ldp --mechanism rr --dim 4 --epsilon 1 --samples 200000",
            keep=TABLE_TOP),
     Output("ldp-laplace", "certify-ldp.md",
            "fedaudit audit ldp --mechanism laplace --dim 8 --epsilon 1 --samples 200000",
-           keep=(("re", r"^│ (verdict|certified|exact|tightness)", 0),)),
+           keep=(("re", r"^│ (verdict|epsilon lower|epsilon exact|pair power) ", 0),)),
     Output("ldp-flat", "certify-ldp.md",
            "fedaudit audit ldp --mechanism laplace --dim 8 --epsilon 1 --pair flat --samples 200000",
-           keep=(("re", r"^│ (certified|exact|tightness)", 0),)),
+           keep=(("re", r"^│ (epsilon lower|epsilon exact|pair power) ", 0),)),
     Output("ldp-sampler", "certify-ldp.md", SAMPLER.format(1), keep=TABLE_TOP),
     Output("ldp-sampler-violation", "certify-ldp.md", SAMPLER.format(0.5) + " --json eps05.json",
            shown=SAMPLER.format(0.5) + " --json eps05.json\necho $?", echo_rc=True,
-           keep=(("re", r"^│ (verdict|claimed|certified|tightness)", 0), "...", ("re", r"^json: ", 0))),
+           keep=(("re", r"^│ (verdict|epsilon claimed|epsilon lower|proven power) ", 0), "...", ("re", r"^json: ", 0))),
     Output("ldp-python", "certify-ldp.md", "python audit_mine.py", shown=None, prompt=True),
     # ci-plan.md
     Output("ci-run", "ci-plan.md", "fedaudit run ci.toml --out ci-report",
