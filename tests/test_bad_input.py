@@ -180,7 +180,7 @@ def test_a_mechanism_factory_returning_no_mechanism_is_named():
 def test_a_reference_that_builds_no_aggregator_is_refused_at_validation(tmp_path, capsys, spec):
     stage = spec.split("+")[-1]
     plan = _write_plan(tmp_path / "p.toml", f'[[claim]]\nid = "a"\nkind = "robustness"\naggregator = "{spec}"\n'
-                                            f'n = 7\nf = 1\nd = 4\ntrials = 2\n')
+                                            f'n = 7\nf = 1\ndim = 4\ntrials = 2\n')
     err = _one_line_exit_2(main(["run", str(plan), "--out", str(tmp_path / "out")]), capsys, "claim 'a' (#1)",
                            "key 'aggregator'", stage)
     assert "aggregator_params" not in err  # no keyword was given: the reference is what is wrong
