@@ -103,12 +103,20 @@ def test_the_evidence_states_the_one_run_ceiling():
     ({"steps": 0}, r"key 'steps' must be an integer in \[1, 1000000\]"),
     ({"canaries": 5}, r"key 'canaries' must be an integer in \[20, 5000\]"),
     ({"threat": "grey-box"}, r"key 'threat' must be one of 'white-box', 'white-box-final', 'black-box'"),
-    ({"claimed_epsilon": None}, r"missing required key 'claimed_epsilon'"),
 ])
 def test_bad_dpsgd_claims_are_refused_when_the_plan_is_loaded(overrides, pattern):
     claim = {k: v for k, v in {**SGD, **overrides}.items() if v is not None}
     with pytest.raises(FedAuditError, match=r"^claim 'sgd' \(#1\): " + pattern):
         load_plan(plan(claim))
+
+
+def test_a_dpsgd_claim_without_claimed_epsilon_claims_the_accountants_epsilon():
+    """claimed_epsilon is optional (it used to be required): unset, the claim is the accountant's ε of
+    the claimed configuration, which the title says."""
+    claim = {k: v for k, v in SGD.items() if k != "claimed_epsilon"}
+    spec = load_plan(plan(claim)).claims[0]
+    assert spec.params["claimed_epsilon"] is None
+    assert "(the accountant's ε, 1e-05)-DP" in spec.title
 
 
 AVG = {"id": "avg", "kind": "fedavg-dp", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5, "clients": 20,

@@ -61,7 +61,7 @@ CHEAP_CLAIMS = {
     "ldp": {"mechanism": "laplace", "dim": 2, "epsilon": 1.0, "samples": 4000, "curve": False},
     "accounting": {"mechanism": "rr", "dim": 2, "epsilon": 1.0, "rounds": 20, "max_epsilon": 30.0, "curve_points": 4},
     "convergence": {"optimizers": ["dgd", "dnag"], "rounds": 4, "n_honest": 4, "max_final_loss": 10.0},
-    "robustness": {"aggregator": "cwtm", "n": 3, "f": 1, "d": 2, "trials": 2, "attacks": ["alie"],
+    "robustness": {"aggregator": "cwtm", "n": 3, "f": 1, "dim": 2, "trials": 2, "attacks": ["alie"],
                    "search_evals": 0, "max_nu": 50.0},
     "stress": {"aggregators": ["cwtm"], "attacks": ["alie"], "fs": [1], "rounds": 3, "n_honest": 6,
                "backend": "serial", "min_accuracy": 0.1},

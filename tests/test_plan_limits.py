@@ -101,7 +101,7 @@ def test_a_variance_claim_of_unbounded_work_is_refused_with_its_estimate(tmp_pat
 @pytest.mark.parametrize("claim, driver", [
     ({**LDP, "dim": 10**6, "samples": 200_000}, "2·samples + curve at dim = 1000000"),
     ({**LDP, "samples": 10**12}, "2·samples + curve at dim = 1"),
-    ({"id": "rob", "kind": "robustness", "aggregator": "cwtm", "n": 1000, "f": 10, "d": 100_000},
+    ({"id": "rob", "kind": "robustness", "aggregator": "cwtm", "n": 1000, "f": 10, "dim": 100_000},
      "on n × d = 1e+08 inputs"),
     ({"id": "st", "kind": "stress", "aggregators": ["cwtm"], "attacks": ["alie"], "min_accuracy": 0.1,
       "rounds": 10**6, "n_honest": 1000}, "client rounds"),

@@ -149,7 +149,7 @@ def test_killed_mid_optimiser_then_resumed_gives_the_uninterrupted_result(tmp_pa
 # ---- the plan keys `backend` and `workers` of the robustness claim kind
 def _plan(**keys):
     # n = 17 is past the cheap class (n <= 16): the kind runs the optimiser's base budget
-    claim = {"id": "cwtm", "kind": "robustness", "aggregator": "cwtm", "n": 17, "f": 1, "d": 2, "trials": 4,
+    claim = {"id": "cwtm", "kind": "robustness", "aggregator": "cwtm", "n": 17, "f": 1, "dim": 2, "trials": 4,
              "attacks": ["alie"], "search_evals": 0, **keys}
     return {"plan": {"title": "engine", "seed": 3}, "claim": [claim]}
 
