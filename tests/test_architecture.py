@@ -18,7 +18,7 @@ ROOT = Path(fedaudit.__file__).resolve().parent
 
 # Bottom (0) to top. A module may import its own layer or lower ones, never higher.
 LAYERS: dict[str, int] = {
-    "errors": 0, "extras": 0, "json": 0, "rng": 0, "validation": 0, "arrays": 0, "registry": 0, "locking": 0,
+    "errors": 0, "deprecation": 0, "extras": 0, "json": 0, "rng": 0, "validation": 0, "arrays": 0, "registry": 0, "locking": 0,
     "engine": 0, "progress": 0, "chain": 0, "guarantees": 0, "plans": 0, "kernels": 0, "version": 0,
     "mechanisms": 1, "defenses": 1,
     "attacks": 2, "accounting": 2,

@@ -10,7 +10,7 @@ from typing import Any
 
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.terminal import escape
-from fedaudit.cli.argtypes import agg_params, load_sampler, load_scores, method_list, number_list
+from fedaudit.cli.argtypes import agg_params, load_sampler, load_scores, mech_params, method_list, number_list
 from fedaudit.cli.options import engine_command, engine_flags, plan_engine
 from fedaudit.cli.outputs import canary_audit_plot, save_plot, write_data, write_json, check_output_file
 from fedaudit.cli.progress import PlanBars, err, out, progress_bar
@@ -126,6 +126,8 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     if args.sampler:
         if args.dim is None or args.epsilon is None:
             raise FedAuditError("--sampler needs --dim and --epsilon (the claimed guarantee)")
+        if args.mech_param:
+            raise FedAuditError("--mech-param sets a --mechanism's keywords; a --sampler takes none")
         target, name = load_sampler(args.sampler), args.sampler
     else:
         from fedaudit.mechanisms.registry import make_mechanism
@@ -133,7 +135,8 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
         dim = 64 if args.dim is None else args.dim
         target = make_mechanism(args.mechanism, dim, 1.0 if args.epsilon is None else args.epsilon,
                                 k=args.k, levels=args.levels, clip=args.clip,
-                                delta=1e-5 if args.delta is None else args.delta)  # 0 is passed on
+                                delta=1e-5 if args.delta is None else args.delta,  # 0 is passed on
+                                params=mech_params(args.mech_param))
         name = repr(target)
     dim = target.dim if hasattr(target, "dim") else args.dim
     searches = SEARCH_CANDIDATES if args.pair == "search" else 0
@@ -356,6 +359,8 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
     uses = check_int("--uses", args.uses, low=1)
     report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
     eps = number_list("--epsilon", args.epsilon, float) * uses
+    if args.mech_param and args.mechanism is None:
+        raise FedAuditError("--mech-param needs --mechanism (it sets that mechanism's own keywords)")
     if args.mechanism is not None:  # the mechanism's own PLD for pld, its guarantee for basic and advanced
         from fedaudit.mechanisms.registry import make_mechanism
 
@@ -363,7 +368,8 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
             raise FedAuditError("--mechanism takes one --epsilon (its parameter) and no --report-delta")
         from fedaudit.accounting.pld import pld_of
 
-        mech = make_mechanism(args.mechanism, args.dim, eps[0], delta=args.mechanism_delta)
+        mech = make_mechanism(args.mechanism, args.dim, eps[0], delta=args.mechanism_delta,
+                              params=mech_params(args.mech_param))
         try:
             pld_of(mech)
             reports, pld_note = [mech] * uses, "the mechanism's own PLD (upper bound)"

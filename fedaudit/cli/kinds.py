@@ -44,6 +44,10 @@ DEPRECATED: dict[str, dict[str, tuple[str, Callable[[str], Any]]]] = {
     "variance": {"--k": ("ks", lambda text: [_split_numbers("int")(text)])},
 }
 
+#: further spellings of a key's flag (shown in --help too): ``--mech-param`` as the hand-written
+#: commands spell ``mechanism_params``
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"mechanism_params": ("--mech-param",)}
+
 #: example command lines per kind (shown at the end of ``--help``; the first is also the
 #: command table's example in docs/index.md); a kind without any gets one made from its required keys
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -114,7 +118,7 @@ def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any]) -> None
         else:
             kw.update(type=_number(key.type) if key.type in ("int", "float") else str,
                       metavar="{" + ",".join(key.choices) + "}" if key.choices else key.type.upper())
-        group.add_argument(flag_of(name), **kw)
+        group.add_argument(flag_of(name), *FLAG_ALIASES.get(name, ()), **kw)
 
 
 def _split_numbers(kind: str) -> Callable[[str], tuple]:

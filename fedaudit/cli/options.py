@@ -110,6 +110,15 @@ def progress_options() -> argparse.ArgumentParser:
     return common
 
 
+def mech_param_option(p: argparse.ArgumentParser) -> None:
+    """``--mech-param KEY=VALUE`` (repeatable): the plan key ``mechanism_params`` of a hand-written
+    command (a generated kind command has it as ``--mechanism-params``, or ``--mech-param``)."""
+    from fedaudit.experiments.keys import mechanism_params_key
+
+    p.add_argument("--mech-param", "--mechanism-params", dest="mech_param", action="append", default=None,
+                   metavar="KEY=VALUE", help=mechanism_params_key().help + "; repeatable, e.g. --mech-param rounds=3")
+
+
 def agg_param_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agg-param", action="append", default=None, metavar="[SPEC:]KEY=VALUE",
                    help="a keyword of the aggregator's stages, repeatable, e.g. --agg-param s=2 for bucketing's "

@@ -17,8 +17,8 @@ from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dp
                                    cmd_audit_robustness, cmd_audit_scores, cmd_audit_sparse_upload,
                                    cmd_demo, cmd_list, cmd_mechanisms, cmd_plans, cmd_run, cmd_sign, cmd_sparse,
                                    cmd_stress, cmd_verify)
-from fedaudit.cli.options import (agg_param_option, engine_options, plan_engine_options, progress_options,
-                                  sparse_model_options)
+from fedaudit.cli.options import (agg_param_option, engine_options, mech_param_option, plan_engine_options,
+                                  progress_options, sparse_model_options)
 
 
 PLAN_REFERENCE = "docs/plans.md"
@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--sampler", default=None,
                      help="package.module:function, a black box sampler(x, size, rng); modules in the working "
                           "directory are found, as with `python -m`")
+    mech_param_option(p)
     p.add_argument("--dim", type=int, default=None, help="input dimension (default 64; required with --sampler)")
     p.add_argument("--k", type=int, default=None, help="SSTQ coordinates per report (default dim/16)")
     p.add_argument("--levels", type=int, default=4, help="quantization levels (default 4)")
@@ -327,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mechanism", default=None,
                    help="compose reports of this mechanism (registry name, see `fedaudit mechanisms`) at --epsilon: "
                         "pld then uses its own privacy loss distribution, e.g. k-ary RR's")
+    mech_param_option(p)
     p.add_argument("--dim", type=int, default=2, help="with --mechanism: its dimension (categories for rr; default 2)")
     p.add_argument("--mechanism-delta", type=float, default=1e-5,
                    help="with --mechanism: its δ parameter (gaussian; default 1e-5)")

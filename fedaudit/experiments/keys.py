@@ -20,7 +20,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.registry import did_you_mean
 
 __all__ = ["REQUIRED", "Key", "BadValue", "coerce", "check_keys", "show", "key_error", "unknown_keys",
-           "require_bound", "engine_keys"]
+           "require_bound", "engine_keys", "mechanism_params_key"]
 
 #: the default of a key that must be given
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
@@ -226,3 +226,13 @@ def engine_keys(what: str) -> dict[str, Key]:
                        help="worker processes of backend 'process' (at most the machine's cores unless the run allows "
                             "large claims), or Ray tasks in flight / 2 (default: the CPUs)"),
     }
+
+
+def mechanism_params_key() -> Key:
+    """The plan key ``mechanism_params``: the mechanism's own keywords beyond the common ``k``,
+    ``levels``, ``clip``, ``delta`` and ``rotate`` (a user's factory's ``rounds``, say), passed to
+    :func:`~fedaudit.mechanisms.make_mechanism` as ``params`` and checked against the factory's
+    signature by the mechanism registry (the CLI's ``--mech-param KEY=VALUE``)."""
+    return Key("params", None, help="the mechanism's own keywords beyond k, levels, clip, delta and rotate, e.g. "
+                                    "{ rounds = 3 } for a factory that takes rounds (checked against its signature)")
+

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_mechanism_key
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
-from fedaudit.experiments.keys import Key, engine_keys, key_error
+from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key
 
 __all__ = ["Accounting"]
 
@@ -64,6 +64,7 @@ class Accounting(ClaimKind):
             "levels": Key("int", 4, low=2, high=MAX_LEVELS, help="quantization levels"),
             "clip": Key("float", 1.0, low=0, open_low=True, help="L2 clip radius of the inputs"),
             "rotate": Key("bool", True, help="SSTQ random rotation"),
+            "mechanism_params": mechanism_params_key(),
             "rounds": Key("int", low=1, high=1_000_000, help="rounds of the schedule"),
             "sampling": Key("float", 1.0, low=0, high=1, open_low=True,
                             help="probability that the client takes part in a round (does not amplify LDP: "

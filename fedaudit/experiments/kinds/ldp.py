@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_mechanism_key
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
-from fedaudit.experiments.keys import Key, engine_keys, key_error, show
+from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key, show
 
 __all__ = ["LDP", "proven_power", "ldp_caveats"]
 
@@ -108,6 +108,7 @@ class LDP(ClaimKind):
             "levels": Key("int", 4, low=2, high=MAX_LEVELS, help="quantization levels"),
             "clip": Key("float", 1.0, low=0, open_low=True, help="L2 clip radius of the inputs"),
             "rotate": Key("bool", True, help="SSTQ random rotation"),
+            "mechanism_params": mechanism_params_key(),
             "claimed_epsilon": Key("float", None, low=0, open_low=True,
                                    help="the ε claim under audit (default: the mechanism's ε)"),
             "claimed_delta": Key("float", None, low=0, high=1, open_high=True,

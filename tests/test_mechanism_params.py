@@ -1,0 +1,121 @@
+"""Issue #24 §2: a mechanism's own keywords work from plans (``mechanism_params``) and from the
+CLI (``--mech-param KEY=VALUE``), not only from Python, through the registry's keyword check."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from fedaudit.cli import main
+from fedaudit.errors import FedAuditError
+from fedaudit.cli.argtypes import mech_params
+from fedaudit.experiments.plan import parse_plan
+from fedaudit.mechanisms import Laplace, make_mechanism
+
+MODULE = textwrap.dedent('''
+    from fedaudit.mechanisms import Laplace
+
+
+    class Rounded(Laplace):
+        """Laplace whose ε is split over ``rounds`` reports: each report spends epsilon / rounds."""
+
+        def __init__(self, dim, epsilon, clip, rounds):
+            super().__init__(dim, epsilon / rounds, clip)
+            self.rounds = rounds
+
+
+    def rounded(dim, epsilon, *, clip=1.0, rounds=1, label="x"):
+        """A user's mechanism factory with its own keywords: rounds (and a string label)."""
+        if not isinstance(label, str):
+            raise TypeError("label must be a string")
+        return Rounded(dim, epsilon, clip, rounds)
+''')
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "vocab_user_mech.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "vocab_user_mech:rounded"
+
+
+def test_make_mechanism_passes_the_mechanisms_own_keywords(user_module):
+    m = make_mechanism(user_module, 4, 2.0, params={"rounds": 4})
+    assert m.rounds == 4 and m.epsilon == pytest.approx(0.5)
+    assert make_mechanism(user_module, 4, 2.0).rounds == 1  # the factory's default without params
+
+
+def test_make_mechanism_checks_own_keywords_against_the_signature(user_module):
+    with pytest.raises(FedAuditError, match=r"takes no keyword 'round' \(did you mean 'rounds'\?\)"):
+        make_mechanism(user_module, 4, 2.0, params={"round": 4})
+    with pytest.raises(FedAuditError, match="takes no keyword 'rounds'"):
+        make_mechanism("laplace", 4, 2.0, params={"rounds": 4})  # a built-in without it
+    with pytest.raises(FedAuditError, match="'clip' is a common keyword"):
+        make_mechanism(user_module, 4, 2.0, params={"clip": 2.0})
+
+
+def _plan(mechanism: str, extra: str, kind: str = "ldp") -> dict:
+    import tomllib
+
+    body = f'[[claim]]\nid = "c"\nkind = "{kind}"\nmechanism = "{mechanism}"\ndim = 4\n{extra}'
+    if kind == "ldp":
+        body += "samples = 1000\n"
+    else:
+        body += "rounds = 3\nmax_epsilon = 100.0\n"
+    return tomllib.loads(body)
+
+
+@pytest.mark.parametrize("kind", ["ldp", "accounting"])
+def test_plans_take_mechanism_params(user_module, kind):
+    plan = parse_plan(_plan(user_module, "mechanism_params = { rounds = 4, label = 'y' }\n", kind))
+    assert plan.claims[0].params["mechanism_params"] == {"rounds": 4, "label": "y"}
+    with pytest.raises(FedAuditError, match=r"claim 'c' \(#1\): .*takes no keyword 'round'"):
+        parse_plan(_plan(user_module, "mechanism_params = { round = 4 }\n", kind))
+    with pytest.raises(FedAuditError, match="key 'mechanism_params' must be a table of keyword"):
+        parse_plan(_plan(user_module, "mechanism_params = 4\n", kind))
+
+
+def test_a_plan_runs_a_user_mechanism_with_its_own_keyword(user_module, tmp_path, capsys):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[[claim]]\nid = "c"\nkind = "ldp"\nmechanism = "{user_module}"\ndim = 2\nsamples = 2000\n'
+                    'curve = false\nmechanism_params = { rounds = 4 }\n')
+    assert main(["run", str(plan), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["claims"][0]["evidence"]["epsilon_claimed"] == pytest.approx(0.25)  # ε / rounds
+
+
+def test_cli_mech_param(user_module, tmp_path, capsys):
+    out = tmp_path / "a.json"
+    assert main(["audit", "ldp", "--mechanism", user_module, "--mech-param", "rounds=4", "--dim", "2",
+                 "--samples", "2000", "--quiet", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["epsilon_claimed"] == pytest.approx(0.25)  # the default ε 1, over 4 rounds
+    assert main(["audit", "ldp", "--mechanism", user_module, "--mech-param", "round=4", "--dim", "2",
+                 "--samples", "2000", "--quiet"]) == 2
+    assert "takes no keyword 'round' (did you mean 'rounds'?)" in capsys.readouterr().err
+    assert main(["account", "compose", "--epsilon", "1", "--uses", "2", "--mechanism", user_module,
+                 "--mech-param", "rounds=2", "--method", "basic"]) == 0
+    assert "1" in capsys.readouterr().out  # 2 reports at ε = 0.5 each: basic ε = 1
+
+
+def test_mech_params():
+    assert mech_params(["rounds=3", "on=true", "x=0.5", "name=abc"]) == {
+        "rounds": 3, "on": True, "x": 0.5, "name": "abc"}
+    assert mech_params(None) is None
+    with pytest.raises(FedAuditError, match="--mech-param must look like KEY=VALUE"):
+        mech_params(["rounds"])
+    with pytest.raises(FedAuditError, match="--mech-param must be a table of keyword"):
+        mech_params(["x=nan"])
+
+
+def test_generated_kind_commands_take_mech_param(user_module, tmp_path):
+    out = tmp_path / "c.json"
+    assert main(["audit", "accounting", "--mechanism", user_module, "--dim", "4", "--rounds", "3",
+                 "--max-epsilon", "100", "--mech-param", "rounds=4", "--curve-points", "2", "--quiet",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["evidence"]["per_report"]["epsilon"] == pytest.approx(0.25)  # 1 / rounds
+
+
+def test_laplace_is_not_changed_by_empty_params():
+    assert make_mechanism("laplace", 4, 1.0, params={}).params() == Laplace(4, 1.0, 1.0).params()
