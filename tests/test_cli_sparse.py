@@ -71,16 +71,16 @@ def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, ca
 @pytest.mark.parametrize("argv, needle", [
     (["sparse", "--density", "1.5"], "--density must be a finite real number in (0, 1), got --density=1.5"),
     (["sparse", "--density", "0"], "--density must be a finite real number in (0, 1), got --density=0"),
-    (["sparse", "--temperature", "-1"], "--temperature must be a finite real number in [0, inf), got --temperature=-1"),
+    (["sparse", "--temperature", "-1"], "--temperature must be a finite real number >= 0, got --temperature=-1"),
     (["sparse", "--rounds", "0"], "--rounds must be an integer in [1, 100000], got --rounds=0"),
     (["sparse", "--clients", "0"], "--clients must be an integer in [1, 1000], got --clients=0"),
     (["sparse", "--clients", "200"], "clients must be at most 150 for the synthetic data"),
     # any name of the SPARSE_METHODS registry is a method: an unknown one lists them
     (["sparse", "--method", "iht"], "unknown sparse method 'iht'; valid names: eflops, fed-ht, fediter-ht, fedavg-prune"),
     (["audit", "sparse-upload", "--density", "1"], "--density must be a finite real number in (0, 1)"),
-    (["audit", "sparse-upload", "--temperature", "-0.1"], "--temperature must be a finite real number in [0, inf)"),
+    (["audit", "sparse-upload", "--temperature", "-0.1"], "--temperature must be a finite real number >= 0"),
     (["audit", "sparse-upload", "--density", "0.01"], "density must be in [1/dim, 1)"),  # m = floor(0.64) = 0
-    (["audit", "sparse-upload", "--epsilon", "0"], "epsilon must be a finite real number in (0, inf)"),
+    (["audit", "sparse-upload", "--epsilon", "0"], "epsilon must be a finite real number > 0"),
     (["audit", "sparse-upload", "--samples", "50"], "samples must be an integer in [100"),
 ])
 def test_bad_sparse_input_exits_2_with_one_line(argv, needle, capsys):

@@ -203,9 +203,9 @@ def test_cli_grid_resume_and_target_exit_codes(tmp_path, serial_run):
     (["--aggregators", "cwtm,bogus"], "valid names are aggregators: mean, cwtm"),
     (["--attacks", "bogus"], "unknown attack 'bogus'; valid names: alie, ipm"),
     (["--f", "5"], "f must be an integer in [0, n_honest - 1=4], got f=5"),
-    (["--beta", "0"], "beta must be a finite real number in (0, inf)"),
+    (["--beta", "0"], "beta must be a finite real number > 0"),
     (["--beta=-1,1"], "beta must be"),
-    (["--rounds", "0"], "rounds must be an integer in [1, inf), got rounds=0"),
+    (["--rounds", "0"], "rounds must be an integer >= 1, got rounds=0"),
     (["--optimizer", "adam"], "unknown optimizer 'adam'; valid names: dgd, dnag, robust-accelerated, pigs"),
     (["--f", "one"], "--f expects comma-separated numbers"),
 ])
