@@ -189,7 +189,7 @@ def test_threshold_event_epsilon_picks_the_right_outcomes():
     ({"p0": [0.5, 0.5], "p1": [1.0]}, "same length"),
     ({"p0": [1.0, np.nan], "p1": [0.5, 0.5]}, "p0 must be a probability vector"),
     ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "method": "mean"}, "method must be"),
-    ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "n": 0}, "n must be an integer in [1"),
+    ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "n": 0}, "n must be an integer >= 1"),
 ])
 def test_best_threshold_bad_input(kw, needle):
     args = {"n": 100, **kw}

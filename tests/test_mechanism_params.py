@@ -119,3 +119,33 @@ def test_generated_kind_commands_take_mech_param(user_module, tmp_path):
 
 def test_laplace_is_not_changed_by_empty_params():
     assert make_mechanism("laplace", 4, 1.0, params={}).params() == Laplace(4, 1.0, 1.0).params()
+
+
+# ----------------------------------------------------------------------------- one name per concept
+@pytest.mark.parametrize("module, old, new", [
+    ("fedaudit.attacks", "Gaussian", "GaussianNoise"),
+    ("fedaudit.attacks.byzantine", "Gaussian", "GaussianNoise"),
+    ("fedaudit.audit.sparse_upload", "PAIRS", "UPLOAD_PAIRS"),
+    ("fedaudit.audit.scores", "ORIENTATIONS", "SCORE_ORIENTATIONS"),
+    ("fedaudit.fl", "ORIENTATIONS", "GENE_CSV_ORIENTATIONS"),
+    ("fedaudit.fl.sparse_data", "ORIENTATIONS", "GENE_CSV_ORIENTATIONS"),
+    ("fedaudit.engine", "CHECKPOINT_FORMAT", "CHUNK_CHECKPOINT_FORMAT"),
+    ("fedaudit.engine.checkpoints", "CHECKPOINT_FORMAT", "CHUNK_CHECKPOINT_FORMAT"),
+    ("fedaudit.experiments.runner", "CHECKPOINT_FORMAT", "RUN_CHECKPOINT_FORMAT"),
+])
+def test_renamed_names_keep_a_deprecated_alias(module, old, new):
+    import importlib
+
+    mod = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated; use {new}"):
+        assert getattr(mod, old) is getattr(mod, new)
+    assert old not in mod.__all__  # "import *" never warns
+    with pytest.raises(AttributeError):
+        getattr(mod, "no_such_name")
+
+
+def test_the_attack_and_the_mechanism_have_distinct_names():
+    from fedaudit.attacks import ATTACKS, GaussianNoise
+    from fedaudit.mechanisms import Gaussian
+
+    assert ATTACKS.factory("gaussian") is GaussianNoise and GaussianNoise is not Gaussian

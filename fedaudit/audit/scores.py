@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedaudit.deprecation import module_aliases
 from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
 from fedaudit.audit.gdp import GDPAudit, gdp_epsilon, gdp_mu_lower
 from fedaudit.audit.one_run import OneRunAudit, one_run_audit
@@ -46,11 +47,11 @@ from fedaudit.validation import check_int, check_probability, check_real, check_
 from fedaudit.json import jsonable
 from fedaudit.rng import as_seed_sequence
 
-__all__ = ["ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection", "ORIENTATIONS",
+__all__ = ["ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection", "SCORE_ORIENTATIONS",
            "MIN_SCORES", "pessimistic_projection", "candidate_thresholds"]
 
 #: "in-high": E = {s ≥ t}; "in-low": E = {s ≤ t}; TPR is always measured on ``scores_in``
-ORIENTATIONS = ("in-high", "in-low")
+SCORE_ORIENTATIONS = ("in-high", "in-low")
 #: fewest scores per set an audit accepts
 MIN_SCORES = 10
 #: most candidate thresholds a split selection scores exactly (beyond: a quantile grid with dense tails)
@@ -111,8 +112,8 @@ def _check_values(name: str, value: Any) -> np.ndarray:
 
 def _check_orientations(value: Any) -> tuple[str, ...]:
     items = (value,) if isinstance(value, str) else tuple(value)
-    if not items or any(o not in ORIENTATIONS for o in items) or len(set(items)) != len(items):
-        raise FedAuditError(f"orientations must be a non-empty selection of {', '.join(ORIENTATIONS)} "
+    if not items or any(o not in SCORE_ORIENTATIONS for o in items) or len(set(items)) != len(items):
+        raise FedAuditError(f"orientations must be a non-empty selection of {', '.join(SCORE_ORIENTATIONS)} "
                             f"without repeats, got orientations={value!r}")
     return items
 
@@ -130,7 +131,7 @@ class SplitSelection:
 
     fraction: float = 0.5
     seed: int | None = 0
-    orientations: tuple[str, ...] = ORIENTATIONS
+    orientations: tuple[str, ...] = SCORE_ORIENTATIONS
 
     def __post_init__(self):
         object.__setattr__(self, "fraction", check_probability("fraction", self.fraction))
@@ -154,7 +155,7 @@ class BonferroniSelection:
     """
 
     thresholds: Sequence[float] = field(default=())
-    orientations: tuple[str, ...] = ORIENTATIONS
+    orientations: tuple[str, ...] = SCORE_ORIENTATIONS
 
     def __post_init__(self):
         try:
@@ -332,10 +333,10 @@ class ScoreAuditor:
         delta = check_probability("delta", delta)
         a, b = self._tallies()
         t = np.unique(np.concatenate([a.values, b.values]))
-        tests = len(ORIENTATIONS) * t.size
+        tests = len(SCORE_ORIENTATIONS) * t.size
         a_test = (1.0 - confidence) / tests
         mu, threshold, orient, tp, fp = 0.0, None, None, 0, 0  # no event with μ > 0: the test "never in"
-        for o in ORIENTATIONS:
+        for o in SCORE_ORIENTATIONS:
             tps, fps = a.count(t, o), b.count(t, o)
             # μ_t grows with TP and falls with FP: only the (max TP per FP, min FP per TP) frontier can win
             keep = np.lexsort((-tps, fps))
@@ -414,3 +415,7 @@ class ScoreAuditor:
             alpha_per_test=a_test,
             max_certifiable=float(epsilon_lower_bound(n_in, n_in, 0, n_out, delta=delta, alpha=a_test)),
             selection=info, scores_in=size_in, scores_out=size_out)
+
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"ORIENTATIONS": ("SCORE_ORIENTATIONS", lambda: SCORE_ORIENTATIONS)})

@@ -46,6 +46,7 @@ import numpy as np
 
 from fedaudit.audit.ldp import LDPAudit, audit_ldp
 from fedaudit.audit.sampling import ProgressFn
+from fedaudit.deprecation import module_aliases
 from fedaudit.engine import check_run_options
 from fedaudit.errors import FedAuditError
 from fedaudit.extras import require
@@ -67,16 +68,9 @@ UPLOADS = ("plain", "private")
 UPLOAD_PAIRS = ("data", "worst", "both")
 
 
-def __getattr__(name: str) -> Any:
-    """``PAIRS``, the former name of :data:`UPLOAD_PAIRS`, with a ``DeprecationWarning`` (it
-    will be removed in the next release)."""
-    if name == "PAIRS":
-        import warnings
-
-        warnings.warn("fedaudit.audit.sparse_upload.PAIRS is deprecated: use UPLOAD_PAIRS (the LDP audit's pairs "
-                      "are fedaudit.audit.pairs.LDP_PAIRS)", DeprecationWarning, stacklevel=2)
-        return UPLOAD_PAIRS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the name this had before issue #24 (deprecated for one release; a read warns with the new name)
+__getattr__ = module_aliases(__name__, {"PAIRS": ("UPLOAD_PAIRS (the LDP audit's pairs are fedaudit.audit.pairs.LDP_PAIRS)",
+                                                  lambda: UPLOAD_PAIRS)})
 
 #: the two audited inputs of the black-box game: the indicator of D0 / D1
 X0, X1 = np.zeros(1), np.ones(1)
