@@ -61,18 +61,18 @@ def test_compose_a_mechanisms_own_pld(tmp_path, capsys):
 
 def test_compose_a_list_with_per_report_delta(tmp_path, capsys):
     data, _ = run_json(tmp_path, ["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta",
-                                  "1e-7", "--method", "basic", "--delta", "1e-5"], capsys)
+                                  "1e-7", "--accountant", "basic", "--delta", "1e-5"], capsys)
     assert data["epsilons"] == [0.5, 1.0] * 3
     assert data["results"]["basic"]["epsilon"] == pytest.approx(4.5) and list(data["results"]) == ["basic"]
     # 6 reports spend 6e-7 of δ: at a total δ below that no finite ε holds
     assert main(["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta", "1e-7",
-                 "--method", "basic", "--delta", "5e-7"]) == 0
+                 "--accountant", "basic", "--delta", "5e-7"]) == 0
     assert "∞ (no finite ε)" in capsys.readouterr().out
 
 
 def test_dpsgd_reference_case_and_all_accountants(tmp_path, capsys):
     data, text = run_json(tmp_path, ["account", "dpsgd", "--noise-multiplier", "1.1", "--sample-rate", "0.004266",
-                                     "--steps", "14062", "--delta", "1e-5", "--method", "pld,rdp"], capsys)
+                                     "--steps", "14062", "--delta", "1e-5", "--accountant", "pld,rdp"], capsys)
     acc = data["accounts"]
     # the published reference (privacy.md §4: PLD 2.39 at Δ=1e-3, 2.382 by PRV) and RDP 8-13% looser
     assert 2.375 <= acc["pld"]["epsilon"] <= 2.395
@@ -95,7 +95,7 @@ def test_fedavg_single_full_round_is_the_exact_gaussian_mechanism(tmp_path, caps
 
 
 def test_target_epsilon_prints_the_noise_multiplier_needed(tmp_path, capsys):
-    common = ["--sample-rate", "0.01", "--steps", "400", "--delta", "1e-5", "--method", "rdp"]
+    common = ["--sample-rate", "0.01", "--steps", "400", "--delta", "1e-5", "--accountant", "rdp"]
     base, _ = run_json(tmp_path, ["account", "dpsgd", "--noise-multiplier", "1.0"] + common, capsys)
     target = base["accounts"]["rdp"]["epsilon"]
     data, text = run_json(tmp_path, ["account", "dpsgd", "--target-epsilon", str(target)] + common, capsys)
@@ -141,7 +141,7 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "compose", "--epsilon", "a,b"], "--epsilon expects comma-separated numbers"),
     (["account", "compose", "--epsilon", "1", "--uses", "0"], "--uses"),
     (["account", "compose", "--epsilon", "1", "--delta", "1"], "delta"),
-    (["account", "compose", "--epsilon", "1", "--method", "rdp"], "--method must be 'all' or"),
+    (["account", "compose", "--epsilon", "1", "--accountant", "rdp"], "--accountant must be 'all' or"),
     (["account", "compose", "--epsilon", "1,2", "--mechanism", "rr"], "--mechanism takes one --epsilon"),
     (["account", "compose", "--epsilon", "1", "--mechanism", "rrr"], "unknown mechanism 'rrr'"),
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0", "--steps", "10"], "sample_rate"),
@@ -157,8 +157,8 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "shuffle", "--n", "0", "--eps0", "1"], "n"),
     (["account", "shuffle", "--n", "100", "--eps0", "0"], "eps0"),
     (["account", "shuffle", "--n", "100", "--eps0", "1", "--delta", "1.5"], "delta"),
-    (["account", "shuffle", "--n", "100", "--eps0", "1", "--method", "blanket"], "give --k"),
-    (["account", "shuffle", "--n", "100", "--eps0", "1", "--method", "blanket", "--k", "1"], "k must be"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--accountant", "blanket"], "give --k"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--accountant", "blanket", "--k", "1"], "k must be"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2

@@ -95,7 +95,7 @@ def test_cli_mech_param(user_module, tmp_path, capsys):
                  "--samples", "2000", "--quiet"]) == 2
     assert "takes no keyword 'round' (did you mean 'rounds'?)" in capsys.readouterr().err
     assert main(["account", "compose", "--epsilon", "1", "--uses", "2", "--mechanism", user_module,
-                 "--mech-param", "rounds=2", "--method", "basic"]) == 0
+                 "--mech-param", "rounds=2", "--accountant", "basic"]) == 0
     assert "1" in capsys.readouterr().out  # 2 reports at ε = 0.5 each: basic ε = 1
 
 
@@ -149,3 +149,53 @@ def test_the_attack_and_the_mechanism_have_distinct_names():
     from fedaudit.mechanisms import Gaussian
 
     assert ATTACKS.factory("gaussian") is GaussianNoise and GaussianNoise is not Gaussian
+
+
+# ----------------------------------------------------------------------------- one word per concept
+@pytest.mark.parametrize("kind, old, new, value, extra", [
+    ("accounting", "method", "accountant", "'advanced'", 'mechanism = "rr"\ndim = 4\nrounds = 3\nmax_epsilon = 100.0\n'),
+    ("ldp", "test", "distinguisher", "'black-box'", 'mechanism = "laplace"\ndim = 2\nsamples = 1000\n'),
+])
+def test_a_plan_with_a_renamed_key_loads_with_a_deprecation_note(kind, old, new, value, extra):
+    import tomllib
+
+    body = f'[[claim]]\nid = "c"\nkind = "{kind}"\n{extra}'
+    with pytest.warns(DeprecationWarning, match=f"claim 'c' \\(#1\\): key '{old}' is deprecated; use '{new}'"):
+        plan = parse_plan(tomllib.loads(body + f"{old} = {value}\n"))
+    assert plan.claims[0].params[new] == value.strip("'") and old not in plan.claims[0].params
+    assert parse_plan(tomllib.loads(body + f"{new} = {value}\n")).claims[0].params == plan.claims[0].params
+    with pytest.raises(FedAuditError, match=f"key '{old}' is the deprecated name of '{new}'"):
+        parse_plan(tomllib.loads(body + f"{old} = {value}\n{new} = {value}\n"))
+
+
+def test_the_cli_prints_one_note_for_a_deprecated_plan_key_and_flag(tmp_path, capsys):
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[claim]]\nid = "c"\nkind = "accounting"\nmechanism = "rr"\ndim = 4\nrounds = 3\n'
+                    'max_epsilon = 100.0\nmethod = "basic"\ncurve_points = 2\n')
+    assert main(["run", str(plan), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "fedaudit: note: claim 'c' (#1): key 'method' is deprecated; use 'accountant'\n" in err
+    assert err.count("deprecated") == 1
+    assert main(["account", "compose", "--epsilon", "1", "--uses", "2", "--method", "basic"]) == 0
+    captured = capsys.readouterr()
+    assert "fedaudit: note: --method is deprecated and will be removed in the next release; use --accountant" in captured.err
+    assert main(["account", "compose", "--epsilon", "1", "--uses", "2", "--accountant", "basic"]) == 0
+    assert capsys.readouterr().out == captured.out  # the same result under either name
+    assert "--method" not in _help(["account", "compose", "--help"], capsys)
+
+
+def test_a_generated_kind_command_takes_the_flag_of_a_renamed_key_with_a_note(capsys):
+    argv = ["audit", "accounting", "--mechanism", "rr", "--dim", "4", "--rounds", "3", "--max-epsilon", "100",
+            "--curve-points", "2"]
+    assert main(argv + ["--method", "basic"]) == 0
+    captured = capsys.readouterr()
+    assert "fedaudit: note: --method is deprecated and will be removed in the next release; use --accountant" in captured.err
+    assert main(argv + ["--accountant", "basic"]) == 0
+    assert capsys.readouterr().out == captured.out
+    assert "--method" not in _help(["audit", "accounting", "--help"], capsys)
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main(argv)
+    return capsys.readouterr().out

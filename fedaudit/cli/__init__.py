@@ -108,6 +108,27 @@ def _oversubscribe(args: argparse.Namespace) -> contextlib.AbstractContextManage
     return engine_defaults(oversubscribe=True)
 
 
+@contextlib.contextmanager
+def _deprecation_notes() -> Iterator[None]:
+    """fedaudit's own DeprecationWarnings while a command runs (a plan's renamed key, e.g.
+    ``method`` for ``accountant``) as one ``fedaudit: note: ...`` line each on stderr, instead of
+    Python's default of hiding them; other warnings are shown as Python shows them."""
+    import warnings
+
+    with warnings.catch_warnings():
+        default = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, DeprecationWarning) and " is deprecated; use " in str(message):
+                note(str(message), quiet=False)
+            else:
+                default(message, category, filename, lineno, file, line)
+
+        warnings.filterwarnings("always", category=DeprecationWarning, message=r".* is deprecated; use ")
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
@@ -115,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         # FEDAUDIT_REPORT_KEY leaves the environment before anything runs: no worker inherits it
-        with _sigterm_as_interrupt(), key_out_of_environment() as args.report_key, _oversubscribe(args):
+        with (_sigterm_as_interrupt(), key_out_of_environment() as args.report_key, _oversubscribe(args),
+              _deprecation_notes()):
             return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)

@@ -144,7 +144,7 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
         res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
                                   search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
-                                  delta=args.delta, confidence=args.confidence, test=args.test, progress=advance,
+                                  delta=args.delta, confidence=args.confidence, test=args.distinguisher, progress=advance,
                                   **engine)
     print_ldp_audit(out, res, name)
     write_json(args.json, res)
@@ -355,7 +355,7 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
     from fedaudit.validation import check_int, check_real
 
     check_output_file("--json", args.json)
-    methods = method_list("--method", args.method, METHODS)
+    methods = method_list("--accountant", args.accountant, METHODS)
     uses = check_int("--uses", args.uses, low=1)
     report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
     eps = number_list("--epsilon", args.epsilon, float) * uses
@@ -408,8 +408,8 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
         count, unit = args.steps, "steps"
     # 'all' is the built-ins; any registered accountant of the Poisson-subsampled Gaussian may be named
     allowed = accountants_for(dpsgd_event(1.0, 0.5, 1))
-    methods = list(DPSGD_METHODS) if args.method.strip().lower() == "all" else method_list("--method", args.method,
-                                                                                            allowed)
+    methods = (list(DPSGD_METHODS) if args.accountant.strip().lower() == "all"
+               else method_list("--accountant", args.accountant, allowed))
     if (args.noise_multiplier is None) == (args.target_epsilon is None):
         raise FedAuditError("give exactly one of --noise-multiplier (to get ε) or --target-epsilon (to get the noise "
                             "multiplier it needs)")
@@ -455,11 +455,11 @@ def cmd_account_shuffle(args: argparse.Namespace) -> int:
     from fedaudit.reports.terminal import print_account
 
     check_output_file("--json", args.json)
-    every = args.method.strip().lower() == "all"
-    methods = method_list("--method", args.method, (*SHUFFLE_METHODS, "blanket"))
+    every = args.accountant.strip().lower() == "all"
+    methods = method_list("--accountant", args.accountant, (*SHUFFLE_METHODS, "blanket"))
     if args.k is None:
         if "blanket" in methods and not every:
-            raise FedAuditError("--method blanket is the privacy blanket of k-ary randomized response: give --k")
+            raise FedAuditError("--accountant blanket is the privacy blanket of k-ary randomized response: give --k")
         methods = [m for m in methods if m != "blanket"]
     results, notes = {}, []
     for m in methods:

@@ -18,8 +18,9 @@ report records it, ``--plot`` draws its first figure. Exit 0 when the verdict is
 (FAIL or INCONCLUSIVE), 2 for bad input.
 
 Where a kind mirrors a command that existed before its flags were generated, the old flag
-spellings are kept for one release as hidden, deprecated aliases (:data:`DEPRECATED`): they still
-work and print a one-line note naming the new flag.
+spellings are kept for one release as hidden, deprecated aliases (:data:`DEPRECATED`), and so are
+the flags of the plan keys a kind renamed (``ClaimKind.renamed_keys``): they still work and print
+a one-line note naming the new flag.
 """
 
 from __future__ import annotations
@@ -172,6 +173,18 @@ class _Deprecated(argparse.Action):
         setattr(namespace, self.key, self.convert(values))
 
 
+def _deprecated_flags(name: str, kind: Any, keys: Mapping[str, Any]) -> dict[str, tuple[str, Callable[[str], Any]]]:
+    """The hidden old flags of kind ``name``'s command: :data:`DEPRECATED`'s, and the flag of each
+    plan key the kind renamed (``ClaimKind.renamed_keys``, e.g. ``--method`` for ``--accountant``)
+    when the new key takes one scalar value."""
+    flags = dict(DEPRECATED.get(name, {}))
+    for old, new in kind.renamed_keys.items():
+        key = keys.get(new)
+        if key is not None and key.type in ("int", "float", "str"):
+            flags.setdefault(flag_of(old), (new, _number(key.type) if key.type != "str" else str))
+    return flags
+
+
 def _examples(name: str, path: tuple[str, ...], keys: Mapping[str, Any]) -> tuple[str, ...]:
     if name in EXAMPLES:
         return EXAMPLES[name]
@@ -231,7 +244,7 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
             claim.add_argument("--plot", default=None,
                                help=f"draw the claim's {kind.figures[0].replace('_', ' ')} figure here (.png, .svg, "
                                     f".pdf, …; checked first)")
-        for old, (key, convert) in DEPRECATED.get(name, {}).items():
+        for old, (key, convert) in _deprecated_flags(name, kind, keys).items():
             p.add_argument(old, action=_Deprecated, key=key, convert=convert, help=argparse.SUPPRESS)
         p.set_defaults(func=cmd_kind, kind_name=name, kind_command=" ".join(path))
 

@@ -18,7 +18,7 @@ from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dp
                                    cmd_demo, cmd_list, cmd_mechanisms, cmd_plans, cmd_run, cmd_sign, cmd_sparse,
                                    cmd_stress, cmd_verify)
 from fedaudit.cli.options import (agg_param_option, engine_options, mech_param_option, plan_engine_options,
-                                  progress_options, sparse_model_options)
+                                  progress_options, renamed_flag, sparse_model_options)
 
 
 PLAN_REFERENCE = "docs/plans.md"
@@ -61,13 +61,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "account": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
                 "fedaudit account shuffle --n 10000 --eps0 1"),
     "account compose": ("fedaudit account compose --epsilon 0.5 --uses 100",
-                        "fedaudit account compose --epsilon 1 --uses 50 --mechanism rr --dim 4 --method pld"),
+                        "fedaudit account compose --epsilon 1 --uses 50 --mechanism rr --dim 4 --accountant pld"),
     "account dpsgd": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
-                      "fedaudit account dpsgd --target-epsilon 3 --sample-rate 0.01 --steps 1000 --method all"),
+                      "fedaudit account dpsgd --target-epsilon 3 --sample-rate 0.01 --steps 1000 --accountant all"),
     "account fedavg": ("fedaudit account fedavg --noise-multiplier 1 --sample-rate 0.1 --rounds 500",
                        "fedaudit account fedavg --target-epsilon 2 --sample-rate 0.1 --rounds 500 --plot eps.png"),
     "account shuffle": ("fedaudit account shuffle --n 10000 --eps0 1",
-                        "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --method blanket"),
+                        "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --accountant blanket"),
     "verify": ("fedaudit verify reports/demo", "fedaudit verify report/ --key-file report.key --require-signature",
                "fedaudit verify report/ --plan plan.toml"),
     "sign": ("fedaudit sign reports/demo --key-file report.key",),
@@ -179,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clip", type=float, default=1.0, help="L2 clip radius of the inputs (default 1)")
     p.add_argument("--samples", type=count_arg, default=1_000_000, help="draws per input (default 1e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the certified bound, in (0, 1)")
-    p.add_argument("--test", default="auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ...")
+    p.add_argument("--distinguisher", default="auto",
+                   help="the test that tells the two inputs' reports apart: auto, likelihood-ratio, black-box, column, ...")
+    renamed_flag(p, "--test", "--distinguisher")
     p.add_argument("--pair", default="antipodal", choices=(*LDP_PAIRS, "search"),
                    help="the audited input pair, or 'search' for the worst pair found (default antipodal)")
     p.add_argument("--search-samples", type=count_arg, default=20_000,
@@ -333,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mechanism-delta", type=float, default=1e-5,
                    help="with --mechanism: its δ parameter (gaussian; default 1e-5)")
     p.add_argument("--delta", type=float, default=1e-6, help="total δ of the result, in (0, 1) (default 1e-6)")
-    p.add_argument("--method", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
+    p.add_argument("--accountant", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
+    renamed_flag(p, "--method", "--accountant")
     p.add_argument("--json", default=None, help="write the results as JSON here (checked first)")
     p.set_defaults(func=cmd_account_compose)
     for name, what, count in (("dpsgd", "DP-SGD (example-level)", "--steps"),
@@ -346,11 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
                             + " per " + ("step" if name == "dpsgd" else "round") + ", in (0, 1]")
         p.add_argument(count, type=count_arg, required=True, help=f"number of {count[2:]}, >= 1")
         p.add_argument("--delta", type=float, default=1e-5, help="δ, in (0, 1) (default 1e-5)")
-        p.add_argument("--method", default="pld",
-                       help="accountant: pld (default), rdp, prv, dpa-rdp or a registered one, comma-separated, or "
-                            "all (pld, rdp, prv)")
+        p.add_argument("--accountant", default="pld",
+                       help="pld (default), rdp, prv, dpa-rdp or a registered one, comma-separated, or all (pld, rdp, prv)")
+        renamed_flag(p, "--method", "--accountant")
         p.add_argument("--target-epsilon", type=float, default=None,
-                       help="print the smallest noise multiplier with ε <= this (by the first --method)")
+                       help="print the smallest noise multiplier with ε <= this (by the first --accountant)")
         p.add_argument("--json", default=None, help="write the accounts as JSON here (checked first)")
         p.add_argument("--plot", default=None, help=f"draw ε against {count[2:]} here (.png, .svg, .pdf, …; "
                                                     f"the target ε as a line; checked first)")
@@ -360,9 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=count_arg, required=True, help="number of shuffled reports, >= 1")
     p.add_argument("--eps0", type=float, required=True, help="ε0 of each local report, > 0")
     p.add_argument("--delta", type=float, default=1e-6, help="δ, in (0, 1) (default 1e-6)")
-    p.add_argument("--method", default="all",
+    p.add_argument("--accountant", default="all",
                    help="closed, numerical (Feldman–McMillan–Talwar), blanket (needs --k), comma-separated, or all "
                         "(default; blanket only with --k)")
+    renamed_flag(p, "--method", "--accountant")
     p.add_argument("--k", type=int, default=None,
                    help="categories of k-ary randomized response, for the privacy blanket (Balle et al. 2019)")
     p.add_argument("--json", default=None, help="write the bounds as JSON here (checked first)")

@@ -238,6 +238,9 @@ class ClaimKind:
     figures: tuple[str, ...] = ()
     #: what the kind's claims audit: "privacy", "robustness", "utility" (None: unknown)
     guarantee: str | None = None
+    #: plan keys renamed since an earlier release, old -> new (issue #24: one word per concept, e.g.
+    #: ``{"method": "accountant"}``): a plan with the old key still loads, with one DeprecationWarning
+    renamed_keys: Mapping[str, str] = {}
     #: True for a kind that starts its own Ray simulation or process pool: the runner runs its
     #: claims in the driver process, one at a time, never as a task of the parallel batch
     runs_alone: bool = False

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedaudit.deprecation import warn_renamed
 from fedaudit.engine import BACKENDS, MAX_WORKERS, check_run_options
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import MEMORY_BUDGET, TIME_BUDGET, ClaimKind, ClaimSpec
@@ -286,6 +287,23 @@ def _kind(where: str, name: str) -> tuple[str, ClaimKind]:
         raise FedAuditError(f"{where}: key 'kind' names no usable claim kind: {exc}") from None
 
 
+def renamed_keys(where: str, raw: Mapping[str, Any], renames: Mapping[str, str]) -> Mapping[str, Any]:
+    """``raw`` with each deprecated key of ``renames`` (old -> new) under its new name and one
+    :class:`DeprecationWarning` per old key found (the CLI prints it as a one-line note); giving
+    both names is an error."""
+    found = [old for old in renames if old in raw]
+    if not found:
+        return raw
+    out = dict(raw)
+    for old in found:
+        new = renames[old]
+        if new in raw:
+            raise key_error(where, old, f"is the deprecated name of {new!r}; give {new!r} only")
+        warn_renamed(f"key {old!r}", f"{new!r}", where, stacklevel=4)
+        out[new] = out.pop(old)
+    return out
+
+
 def check_cost(where: str, name: str, kind: ClaimKind, params: Mapping[str, Any]) -> None:
     """Refuse a claim whose estimated cost (:meth:`ClaimKind.estimate`) exceeds the budget: one
     :class:`FedAuditError` with the estimate, what drives it and how to run it anyway."""
@@ -321,6 +339,7 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
     common = check_keys(where, {k: raw[k] for k in COMMON_KEYS if k in raw}, COMMON_KEYS)
     name, kind = _kind(where, common["kind"])
     schema = kind.keys()
+    raw = renamed_keys(where, raw, kind.renamed_keys)
     unknown = [k for k in raw if k not in COMMON_KEYS and k not in schema]
     if unknown:
         raise unknown_keys(where, unknown, list(COMMON_KEYS) + list(schema), f"for kind {name!r}")

@@ -89,6 +89,7 @@ class LDP(ClaimKind):
 
     name = "ldp"
     guarantee = "privacy"
+    renamed_keys = {"test": "distinguisher"}
     unit = "samples"
     figures = ("epsilon_vs_samples", "privacy_region")
 
@@ -119,7 +120,7 @@ class LDP(ClaimKind):
             "search_samples": Key("int", 20_000, low=200, high=MAX_SAMPLES,
                                   help="draws per input per searched candidate"),
             "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
-            "test": Key("str", "auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ..."),
+            "distinguisher": Key("str", "auto", help="the test that tells the two inputs' reports apart: auto, likelihood-ratio, black-box, column, ..."),
             "curve": Key("bool", True, help="also certify at samples/16 and samples/4 (epsilon_vs_samples plot)"),
             "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
                                   help="least proven pair power — max(certified ε lower bound, the pair's exact ε) / "
@@ -134,11 +135,11 @@ class LDP(ClaimKind):
 
         if p["k"] is not None and p["k"] > p["dim"]:
             raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
-        names = [t.strip().lower() for t in p["test"].split(",") if t.strip()]
+        names = [t.strip().lower() for t in p["distinguisher"].split(",") if t.strip()]
         if not names or any(t not in TESTS and t != "lr" for t in names):
-            raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
-                                           f"allowed), got {show(p['test'])}")
-        p["test"] = ",".join(names)
+            raise key_error(where, "distinguisher", f"must be one of {', '.join(repr(t) for t in TESTS)} "
+                                                    f"(comma-separated allowed), got {show(p['distinguisher'])}")
+        p["distinguisher"] = ",".join(names)
         check_mechanism_key(where, p)
         if p["mechanism"] == "rr" and p["dim"] < 2:
             raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
@@ -186,7 +187,7 @@ class LDP(ClaimKind):
         mech = build_mechanism(p)
         claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
         eps = epsilon_delta(claim)[0]
-        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress,
+        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["distinguisher"], progress=progress,
                       **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=None, clip=p["clip"], samples=p["samples"],
                                             search_samples=p["search_samples"], seed=spec.seed, **common)
