@@ -47,9 +47,8 @@ def check_invariants(r):
     assert r.selection_samples + r.certification_samples == r.samples
     ev = r.event
     assert ev["n"] == r.certification_samples and 0 <= ev["tp"] <= ev["n"] and 0 <= ev["fp"] <= ev["n"]
-    alpha = 1 - r.confidence
     assert r.epsilon_lower == pytest.approx(
-        float(epsilon_lower_bound(ev["tp"], ev["n"], ev["fp"], ev["n"], delta=r.delta_claimed, alpha=alpha)), abs=1e-12)
+        float(epsilon_lower_bound(ev["tp"], ev["n"], ev["fp"], ev["n"], delta=r.delta_claimed, confidence=r.confidence)), abs=1e-12)
     json.dumps(r.to_dict(), allow_nan=False)  # strict JSON, inf included
     return r
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedaudit.attacks.inference import Statistic
-from fedaudit.audit.bounds import cp_lower, cp_upper, epsilon_lower_bound
-from fedaudit.audit.scores import candidate_thresholds, pessimistic_projection
+from fedaudit.audit.bounds import _epsilon_lb, cp_lower, cp_upper
+from fedaudit.audit.scores import _pessimistic_projection, candidate_thresholds
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
 
@@ -112,7 +112,7 @@ def select_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, d
         for positive, tp, fp in ((0, c0, c1), (1, c1, c0)):
             n_tp, n_fp = (n0, n1) if positive == 0 else (n1, n0)
             idx = _promising(tp, n_tp, fp, n_fp, delta, alpha)
-            score, _ = pessimistic_projection(tp[idx], n_tp, fp[idx], n_fp, n_cert, n_cert, delta=delta, alpha=alpha)
+            score, _ = _pessimistic_projection(tp[idx], n_tp, fp[idx], n_fp, n_cert, n_cert, delta, alpha)
             i = int(np.argmax(score))
             if best is None or score[i] > best.projected:
                 best = Event(stat, upper, float(t[idx[i]]), positive, float(score[i]))
@@ -168,7 +168,7 @@ def _best_rate_event(stat: Statistic, t: np.ndarray, rates, n_cert: int, delta: 
     best = None
     for upper, r0, r1 in ((True, ge0, ge1), (False, le0, le1)):
         for positive, tpr, fpr in ((0, r0, r1), (1, r1, r0)):
-            score = epsilon_lower_bound(tpr * n_cert, n_cert, fpr * n_cert, n_cert, delta=delta, alpha=alpha)
+            score = _epsilon_lb(tpr * n_cert, n_cert, fpr * n_cert, n_cert, delta, alpha)
             i = int(np.argmax(score))
             if best is None or score[i] > best.projected:
                 best = Event(stat, upper, float(t[i]), positive, float(score[i]))

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from fedaudit.attacks.inference import LikelihoodRatio, Statistic, fit_black_box
-from fedaudit.audit.bounds import MAX_SAMPLES, gdp_mu_estimate, max_certifiable_epsilon
+from fedaudit.audit.bounds import MAX_SAMPLES, _max_certifiable, gdp_mu_estimate
 from fedaudit.audit.distinguishers import BLACK_BOX_FAMILIES, TESTS, has_log_prob, parse_test, select_event
 from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes, draw_blocks
 from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor
@@ -348,7 +348,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     eps_exact = None if mech is None else mech.epsilon_for_pair(x0, x1)
     violation = eps_claim is not None and certified.epsilon_lower > eps_claim
     power = _pair_power(eps_exact, eps_claim)
-    max_cert = max_certifiable_epsilon(n_cert, delta=delta_claim, alpha=alpha)
+    max_cert = _max_certifiable(n_cert, delta_claim, alpha)
     tp, fp = certified.tp, certified.fp
     tpr, fpr = certified.tpr, certified.fpr
     return LDPAudit(

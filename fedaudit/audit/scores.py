@@ -39,8 +39,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedaudit.deprecation import module_aliases
-from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
-from fedaudit.audit.gdp import GDPAudit, gdp_epsilon, gdp_mu_lower
+from fedaudit.audit.bounds import MAX_SAMPLES, _epsilon_lb, alpha_level, cp_lower, cp_upper
+from fedaudit.audit.gdp import GDPAudit, _gdp_mu_lower, gdp_epsilon
 from fedaudit.audit.one_run import OneRunAudit, one_run_audit
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_real, check_vector
@@ -218,7 +218,7 @@ class ScoreAudit:
 
 
 def pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, *, delta: float,
-                           alpha: float) -> tuple[np.ndarray, np.ndarray]:
+                           confidence: float | None = None, alpha: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(projected bound, TPR_lb) of threshold events counted on a selection sample.
 
     The projected bound is the one a certification with ``n_cert_tp`` and ``n_cert_fp`` draws
@@ -226,11 +226,19 @@ def pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, *
     Clopper–Pearson lower and FPR at its upper bound (α/2 each):
     ``ε_lb(TPR_lb·n_cert_tp, n_cert_tp, FPR_ub·n_cert_fp, n_cert_fp)``. Few-count tail events are
     penalised twice (winner's curse), while events that certify well only at the larger
-    certification size are still preferred (vectorised over events).
+    certification size are still preferred (vectorised over events). α = 1 − ``confidence``;
+    ``alpha``: deprecated, 1 − confidence.
     """
+    alpha = alpha_level("pessimistic_projection", confidence, alpha, default=None)
+    return _pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp, n_cert_fp, delta, alpha)
+
+
+def _pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, delta: float,
+                            alpha) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pessimistic_projection` at level α (1 − confidence)."""
     tpr = cp_lower(tp, n_tp, alpha / 2)
     fpr = cp_upper(fp, n_fp, alpha / 2)
-    return epsilon_lower_bound(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta=delta, alpha=alpha), tpr
+    return _epsilon_lb(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta, alpha), tpr
 
 
 def candidate_thresholds(a: np.ndarray, b: np.ndarray, *, tail_points: int = 200) -> np.ndarray:
@@ -343,7 +351,7 @@ class ScoreAuditor:
             keep = keep[np.unique(fps[keep], return_index=True)[1]]
             keep = keep[np.lexsort((fps[keep], tps[keep]))]
             keep = keep[np.unique(tps[keep], return_index=True)[1]]
-            mus = gdp_mu_lower(tps[keep], a.size, fps[keep], b.size, alpha=a_test)
+            mus = _gdp_mu_lower(tps[keep], a.size, fps[keep], b.size, a_test)
             j = int(np.argmax(mus))
             if mus[j] > mu:
                 i = keep[j]
@@ -372,7 +380,7 @@ class ScoreAuditor:
         best = None
         for orient in sel.orientations:
             tp, fp = _Tally(sel_in).count(t, orient), _Tally(sel_out).count(t, orient)
-            score, tpr = pessimistic_projection(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta=delta, alpha=alpha)
+            score, tpr = _pessimistic_projection(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta, alpha)
             # ties (e.g. every score 0): the largest TPR, then the first threshold
             i = int(np.lexsort((-tpr, -score))[0])
             if best is None or score[i] > best[0]:
@@ -395,7 +403,7 @@ class ScoreAuditor:
         best = None
         for orient in sel.orientations:
             tp, fp = a.count(t, orient), b.count(t, orient)
-            eps = epsilon_lower_bound(tp, a.size, fp, b.size, delta=delta, alpha=a_test)
+            eps = _epsilon_lb(tp, a.size, fp, b.size, delta, a_test)
             i = int(np.lexsort((-tp, -eps))[0])
             if best is None or eps[i] > best[0]:
                 best = (float(eps[i]), orient, float(t[i]), int(tp[i]), int(fp[i]))
@@ -405,7 +413,7 @@ class ScoreAuditor:
         return self._result(threshold, orient, tp, a.size, fp, b.size, confidence, a_test, delta, info)
 
     def _result(self, threshold, orient, tp, n_in, fp, n_out, confidence, a_test, delta, info) -> ScoreAudit:
-        eps = float(epsilon_lower_bound(tp, n_in, fp, n_out, delta=delta, alpha=a_test))
+        eps = float(_epsilon_lb(tp, n_in, fp, n_out, delta, a_test))
         size_in, size_out = self.sizes
         return ScoreAudit(
             epsilon_lower=eps, confidence=confidence, delta=delta, threshold=threshold, orientation=orient,
@@ -413,7 +421,7 @@ class ScoreAuditor:
             tp=tp, n_in=int(n_in), fp=fp, n_out=int(n_out), tpr=tp / n_in, fpr=fp / n_out,
             tpr_lower=float(cp_lower(tp, n_in, a_test / 2)), fpr_upper=float(cp_upper(fp, n_out, a_test / 2)),
             alpha_per_test=a_test,
-            max_certifiable=float(epsilon_lower_bound(n_in, n_in, 0, n_out, delta=delta, alpha=a_test)),
+            max_certifiable=float(_epsilon_lb(n_in, n_in, 0, n_out, delta, a_test)),
             selection=info, scores_in=size_in, scores_out=size_out)
 
 
