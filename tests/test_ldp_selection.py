@@ -60,7 +60,7 @@ def test_rare_most_informative_event_is_selected():
     case = bits_case(16, 4.0)
     m, x0, x1, p0, p1 = case
     for seed in (2, 3, 4):  # the old rule lost 0.34 at seeds 2 and 4
-        r = audit_ldp(m, x0, x1, samples=300_000, seed=seed, test="likelihood-ratio")
+        r = audit_ldp(m, x0, x1, samples=300_000, seed=seed, distinguisher="likelihood-ratio")
         best = best_threshold_epsilon(p0, p1, r.certification_samples)
         assert best.epsilon == pytest.approx(2.859, abs=2e-3) and best.tpr < 0.01
         assert selected_event_value(case, r) >= best.epsilon - 0.05, (seed, r.event)
@@ -226,7 +226,7 @@ def test_false_alarms_and_per_event_coverage_with_a_rare_best_event():
     exact = m.epsilon_for_pair(x0, x1)
     alarms = over = 0
     for s in range(RUNS):
-        r = audit_ldp(m, x0, x1, epsilon=exact, samples=4000, seed=s, test="likelihood-ratio")
+        r = audit_ldp(m, x0, x1, epsilon=exact, samples=4000, seed=s, distinguisher="likelihood-ratio")
         ev = r.event
         tpr, fpr = threshold_event_rates(p0, p1, threshold=ev["threshold"], upper=">=" in ev["event"],
                                          positive=int(ev["positive_input"][1]))

@@ -286,7 +286,7 @@ def test_worst_pair_input_errors_name_the_parameter():
 
     with pytest.raises(FedAuditError, match="mechanism must be a GatedPrivateUpload, got str"):
         worst_pair("gated-private")
-    with pytest.raises(FedAuditError, match=r"test='likelihood-ratio' needs m <= 5 .* got m=6"):
-        audit_worst_pair(GatedPrivateUpload(64, 6, 1.0), test="likelihood-ratio", samples=200)
+    with pytest.raises(FedAuditError, match=r"distinguisher='likelihood-ratio' needs m <= 5 .* got m=6"):
+        audit_worst_pair(GatedPrivateUpload(64, 6, 1.0), distinguisher="likelihood-ratio", samples=200)
     with pytest.raises(FedAuditError, match="claimed_epsilon must be"):
         audit_worst_pair(GatedPrivateUpload(8, 2, 1.0), claimed_epsilon=-1.0)

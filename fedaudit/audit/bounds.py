@@ -64,7 +64,7 @@ def alpha_level(where: str, confidence: float | None, alpha: Any = None, *, defa
     reproduces a former ``alpha=a`` call bit for bit. A deprecated ``alpha`` passes through
     unchanged, with one DeprecationWarning naming ``where``. ``confidence=None`` means ``default``
     (None: required). The audits that hold α = 1.0 − confidence themselves call the α-level
-    functions of this module (``_epsilon_lb`` ...) directly.
+    functions of this module (``epsilon_lower_bound_at`` ...) directly.
     """
     if alpha is not None:
         if confidence is not None and confidence != default:
@@ -79,8 +79,9 @@ def alpha_level(where: str, confidence: float | None, alpha: Any = None, *, defa
     return float(Decimal(1) - Decimal(repr(confidence)))
 
 
-def _epsilon_lb(tp, n_pos, fp, n_neg, delta, alpha):
-    """:func:`epsilon_lower_bound` at level α (1 − confidence)."""
+def epsilon_lower_bound_at(tp, n_pos, fp, n_neg, delta, alpha):
+    """:func:`epsilon_lower_bound` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     tpr_lb = cp_lower(tp, n_pos, alpha / 2)
     fpr_ub = cp_upper(fp, n_neg, alpha / 2)
     num = tpr_lb - delta
@@ -97,19 +98,20 @@ def epsilon_lower_bound(tp, n_pos, fp, n_neg, *, delta: float = 0.0, confidence:
     Valid at ``confidence`` for an event chosen independently of these counts. ``alpha``:
     deprecated, the level 1 − confidence (see :func:`alpha_level`).
     """
-    return _epsilon_lb(tp, n_pos, fp, n_neg, delta, alpha_level("epsilon_lower_bound", confidence, alpha))
+    return epsilon_lower_bound_at(tp, n_pos, fp, n_neg, delta, alpha_level("epsilon_lower_bound", confidence, alpha))
 
 
-def _max_certifiable(n: int, delta: float, alpha) -> float:
-    """:func:`max_certifiable_epsilon` at level α (1 − confidence)."""
-    return float(_epsilon_lb(n, n, 0, n, delta, alpha))
+def max_certifiable_epsilon_at(n: int, delta: float, alpha) -> float:
+    """:func:`max_certifiable_epsilon` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
+    return float(epsilon_lower_bound_at(n, n, 0, n, delta, alpha))
 
 
 def max_certifiable_epsilon(n: int, *, delta: float = 0.0, confidence: float = 0.95,
                             alpha: float | None = None) -> float:
     """The largest ε any audit with n draws per input can certify at ``confidence`` (TP = n,
     FP = 0). ``alpha``: deprecated, 1 − confidence."""
-    return _max_certifiable(n, delta, alpha_level("max_certifiable_epsilon", confidence, alpha))
+    return max_certifiable_epsilon_at(n, delta, alpha_level("max_certifiable_epsilon", confidence, alpha))
 
 
 def gdp_mu_estimate(tpr, fpr):
@@ -136,12 +138,13 @@ def expected_epsilon_lower_bound(tpr: float, fpr: float, n: int, *, delta: float
     1 − 2·``tail`` range (the mass dropped changes the mean by < 2·tail·max_certifiable_epsilon(n)).
     Each ε_lb is certified at ``confidence``; ``alpha``: deprecated, 1 − confidence.
     """
-    return _expected_epsilon_lb(tpr, fpr, n, delta, alpha_level("expected_epsilon_lower_bound", confidence, alpha),
-                                tail)
+    alpha = alpha_level("expected_epsilon_lower_bound", confidence, alpha)
+    return expected_epsilon_lower_bound_at(tpr, fpr, n, delta, alpha, tail)
 
 
-def _expected_epsilon_lb(tpr: float, fpr: float, n: int, delta: float, alpha, tail: float = 1e-12) -> float:
-    """:func:`expected_epsilon_lower_bound` at level α (1 − confidence)."""
+def expected_epsilon_lower_bound_at(tpr: float, fpr: float, n: int, delta: float, alpha, tail: float = 1e-12) -> float:
+    """:func:`expected_epsilon_lower_bound` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     n = check_int("n", n, low=1)
     tpr = check_real("tpr", tpr, low=0.0, high=1.0)
     fpr = check_real("fpr", fpr, low=0.0, high=1.0)
@@ -234,13 +237,13 @@ def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, confidence: fl
     cands += [(levels[i], "x1", min(le1[i], 1.0), min(le0[i], 1.0)) for i in range(len(levels))]
     tpr = np.array([c[2] for c in cands])
     fpr = np.array([c[3] for c in cands])
-    plug = _epsilon_lb(tpr * n, n, fpr * n, n, delta, alpha)
+    plug = epsilon_lower_bound_at(tpr * n, n, fpr * n, n, delta, alpha)
     if method == "plug-in":
         i = int(np.argmax(plug))
         value = float(plug[i])
     else:
         top = np.argsort(-plug, kind="stable")[:8]
-        means = [_expected_epsilon_lb(tpr[i], fpr[i], n, delta, alpha) for i in top]
+        means = [expected_epsilon_lower_bound_at(tpr[i], fpr[i], n, delta, alpha) for i in top]
         j = int(np.argmax(means))
         i, value = int(top[j]), float(means[j])
     t, pos, _, _ = cands[i]
@@ -274,4 +277,4 @@ def threshold_event_epsilon(p0, p1, n: int, *, threshold: float, upper: bool, po
     alpha = alpha_level("threshold_event_epsilon", confidence, alpha)
     tpr, fpr = threshold_event_rates(p0, p1, threshold=threshold, upper=upper, positive=positive,
                                      tolerance=tolerance)
-    return _expected_epsilon_lb(tpr, fpr, n, delta, alpha)
+    return expected_epsilon_lower_bound_at(tpr, fpr, n, delta, alpha)

@@ -55,11 +55,12 @@ def gdp_mu_lower(tp, n_in: int, fp, n_out: int, *, confidence: float | None = No
     """μ = Φ⁻¹(TPR_lb) − Φ⁻¹(FPR_ub) of each event, the two Clopper–Pearson bounds at α/2 each,
     α = 1 − ``confidence`` (vectorised): under μ-GDP each is ≤ the true μ with probability ≥
     ``confidence``. ``alpha``: deprecated, 1 − confidence."""
-    return _gdp_mu_lower(tp, n_in, fp, n_out, alpha_level("gdp_mu_lower", confidence, alpha, default=None))
+    return gdp_mu_lower_at(tp, n_in, fp, n_out, alpha_level("gdp_mu_lower", confidence, alpha, default=None))
 
 
-def _gdp_mu_lower(tp, n_in: int, fp, n_out: int, alpha) -> np.ndarray:
-    """:func:`gdp_mu_lower` at level α (1 − confidence)."""
+def gdp_mu_lower_at(tp, n_in: int, fp, n_out: int, alpha) -> np.ndarray:
+    """:func:`gdp_mu_lower` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     return np.atleast_1d(gdp_mu_estimate(cp_lower(tp, n_in, alpha / 2), cp_upper(fp, n_out, alpha / 2)))
 
 

@@ -39,8 +39,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedaudit.deprecation import module_aliases
-from fedaudit.audit.bounds import MAX_SAMPLES, _epsilon_lb, alpha_level, cp_lower, cp_upper
-from fedaudit.audit.gdp import GDPAudit, _gdp_mu_lower, gdp_epsilon
+from fedaudit.audit.bounds import MAX_SAMPLES, alpha_level, cp_lower, cp_upper, epsilon_lower_bound_at
+from fedaudit.audit.gdp import GDPAudit, gdp_epsilon, gdp_mu_lower_at
 from fedaudit.audit.one_run import OneRunAudit, one_run_audit
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_real, check_vector
@@ -230,15 +230,16 @@ def pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, *
     ``alpha``: deprecated, 1 − confidence.
     """
     alpha = alpha_level("pessimistic_projection", confidence, alpha, default=None)
-    return _pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp, n_cert_fp, delta, alpha)
+    return pessimistic_projection_at(tp, n_tp, fp, n_fp, n_cert_tp, n_cert_fp, delta, alpha)
 
 
-def _pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, delta: float,
+def pessimistic_projection_at(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, delta: float,
                             alpha) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`pessimistic_projection` at level α (1 − confidence)."""
+    """:func:`pessimistic_projection` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     tpr = cp_lower(tp, n_tp, alpha / 2)
     fpr = cp_upper(fp, n_fp, alpha / 2)
-    return _epsilon_lb(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta, alpha), tpr
+    return epsilon_lower_bound_at(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta, alpha), tpr
 
 
 def candidate_thresholds(a: np.ndarray, b: np.ndarray, *, tail_points: int = 200) -> np.ndarray:
@@ -351,7 +352,7 @@ class ScoreAuditor:
             keep = keep[np.unique(fps[keep], return_index=True)[1]]
             keep = keep[np.lexsort((fps[keep], tps[keep]))]
             keep = keep[np.unique(tps[keep], return_index=True)[1]]
-            mus = _gdp_mu_lower(tps[keep], a.size, fps[keep], b.size, a_test)
+            mus = gdp_mu_lower_at(tps[keep], a.size, fps[keep], b.size, a_test)
             j = int(np.argmax(mus))
             if mus[j] > mu:
                 i = keep[j]
@@ -380,7 +381,7 @@ class ScoreAuditor:
         best = None
         for orient in sel.orientations:
             tp, fp = _Tally(sel_in).count(t, orient), _Tally(sel_out).count(t, orient)
-            score, tpr = _pessimistic_projection(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta, alpha)
+            score, tpr = pessimistic_projection_at(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta, alpha)
             # ties (e.g. every score 0): the largest TPR, then the first threshold
             i = int(np.lexsort((-tpr, -score))[0])
             if best is None or score[i] > best[0]:
@@ -403,7 +404,7 @@ class ScoreAuditor:
         best = None
         for orient in sel.orientations:
             tp, fp = a.count(t, orient), b.count(t, orient)
-            eps = _epsilon_lb(tp, a.size, fp, b.size, delta, a_test)
+            eps = epsilon_lower_bound_at(tp, a.size, fp, b.size, delta, a_test)
             i = int(np.lexsort((-tp, -eps))[0])
             if best is None or eps[i] > best[0]:
                 best = (float(eps[i]), orient, float(t[i]), int(tp[i]), int(fp[i]))
@@ -413,7 +414,7 @@ class ScoreAuditor:
         return self._result(threshold, orient, tp, a.size, fp, b.size, confidence, a_test, delta, info)
 
     def _result(self, threshold, orient, tp, n_in, fp, n_out, confidence, a_test, delta, info) -> ScoreAudit:
-        eps = float(_epsilon_lb(tp, n_in, fp, n_out, delta, a_test))
+        eps = float(epsilon_lower_bound_at(tp, n_in, fp, n_out, delta, a_test))
         size_in, size_out = self.sizes
         return ScoreAudit(
             epsilon_lower=eps, confidence=confidence, delta=delta, threshold=threshold, orientation=orient,
@@ -421,7 +422,7 @@ class ScoreAuditor:
             tp=tp, n_in=int(n_in), fp=fp, n_out=int(n_out), tpr=tp / n_in, fpr=fp / n_out,
             tpr_lower=float(cp_lower(tp, n_in, a_test / 2)), fpr_upper=float(cp_upper(fp, n_out, a_test / 2)),
             alpha_per_test=a_test,
-            max_certifiable=float(_epsilon_lb(n_in, n_in, 0, n_out, delta, a_test)),
+            max_certifiable=float(epsilon_lower_bound_at(n_in, n_in, 0, n_out, delta, a_test)),
             selection=info, scores_in=size_in, scores_out=size_out)
 
 

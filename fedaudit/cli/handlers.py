@@ -144,7 +144,8 @@ def cmd_audit_ldp(args: argparse.Namespace) -> int:
     with progress_bar(total, "samples drawn", args.quiet, args.progress_every) as advance:
         res, _, _, _ = audit_pair(target, args.pair, dim=dim, clip=args.clip, samples=args.samples,
                                   search_samples=args.search_samples, seed=args.seed, epsilon=args.epsilon,
-                                  delta=args.delta, confidence=args.confidence, test=args.distinguisher, progress=advance,
+                                  delta=args.delta, confidence=args.confidence, distinguisher=args.distinguisher,
+                                  progress=advance,
                                   **engine)
     print_ldp_audit(out, res, name)
     write_json(args.json, res)

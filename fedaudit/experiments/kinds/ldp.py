@@ -187,7 +187,8 @@ class LDP(ClaimKind):
         mech = build_mechanism(p)
         claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
         eps = epsilon_delta(claim)[0]
-        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["distinguisher"], progress=progress,
+        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], distinguisher=p["distinguisher"],
+                      progress=progress,
                       **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=None, clip=p["clip"], samples=p["samples"],
                                             search_samples=p["search_samples"], seed=spec.seed, **common)
