@@ -1,4 +1,4 @@
-"""``fedaudit account compose|dpsgd|fedavg|shuffle``: the accountants on the command line, checked
+"""``fedaudit account compose|dpsgd|dp-fedavg|shuffle``: the accountants on the command line, checked
 against numbers computed independently (dp-accounting's own RR PLD, the exact Gaussian curve,
 published references) and bad input exiting 2 with one line."""
 
@@ -83,7 +83,7 @@ def test_dpsgd_reference_case_and_all_accountants(tmp_path, capsys):
 
 def test_fedavg_single_full_round_is_the_exact_gaussian_mechanism(tmp_path, capsys):
     z = 2.0
-    data, text = run_json(tmp_path, ["account", "fedavg", "--noise-multiplier", str(z), "--sample-rate", "1",
+    data, text = run_json(tmp_path, ["account", "dp-fedavg", "--noise-multiplier", str(z), "--sample-rate", "1",
                                      "--rounds", "1", "--delta", "1e-5"], capsys)
     eps = data["accounts"]["pld"]["epsilon"]
 
@@ -106,7 +106,7 @@ def test_target_epsilon_prints_the_noise_multiplier_needed(tmp_path, capsys):
 
 def test_account_plot_draws_the_curve_in_the_requested_format(tmp_path, capsys):
     path = tmp_path / "eps.svg"
-    assert main(["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.05", "--rounds", "50",
+    assert main(["account", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.05", "--rounds", "50",
                  "--plot", str(path)]) == 0
     assert b"<svg" in path.read_bytes()[:400] and f"plot: {path}" in capsys.readouterr().out
     assert main(["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.05", "--steps", "5",
@@ -151,9 +151,9 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--delta", "0"],
      "delta"),
     (["account", "dpsgd", "--sample-rate", "0.1", "--steps", "10"], "exactly one of --noise-multiplier"),
-    (["account", "fedavg", "--noise-multiplier", "1", "--target-epsilon", "1", "--sample-rate", "0.1",
+    (["account", "dp-fedavg", "--noise-multiplier", "1", "--target-epsilon", "1", "--sample-rate", "0.1",
       "--rounds", "10"], "exactly one of --noise-multiplier"),
-    (["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "0"], "rounds"),
+    (["account", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "0"], "rounds"),
     (["account", "shuffle", "--n", "0", "--eps0", "1"], "n"),
     (["account", "shuffle", "--n", "100", "--eps0", "0"], "eps0"),
     (["account", "shuffle", "--n", "100", "--eps0", "1", "--delta", "1.5"], "delta"),
@@ -174,3 +174,18 @@ def test_a_long_output_path_is_printed_on_one_line(tmp_path, capsys):
     assert main(["account", "compose", "--epsilon", "0.5", "--uses", "20", "--delta", "1e-6", "--json",
                  str(path)]) == 0
     assert f"json: {path}\n" in capsys.readouterr().out
+
+
+def test_former_command_names_still_run_with_a_note(tmp_path, capsys):
+    """Issue #24: ``account fedavg`` and ``audit fedavg-dp`` are ``account dp-fedavg`` and ``audit
+    dp-fedavg``; the old spellings still run, with one ``fedaudit: note:`` line."""
+    from fedaudit.cli.parser import renamed_command
+
+    argv = ["--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "20"]
+    new, _ = run_json(tmp_path, ["account", "dp-fedavg", *argv], capsys)
+    assert main(["account", "fedavg", *argv, "--json", str(tmp_path / "old.json")]) == 0
+    assert "fedaudit: note: 'fedaudit account fedavg' is deprecated" in capsys.readouterr().err
+    assert json.loads((tmp_path / "old.json").read_text()) == new
+    assert renamed_command(["audit", "fedavg-dp", "--rounds", "2"]) == ["audit", "dp-fedavg", "--rounds", "2"]
+    assert renamed_command(["audit", "ldp", "--distinguisher", "fedavg"]) == ["audit", "ldp", "--distinguisher",
+                                                                              "fedavg"]

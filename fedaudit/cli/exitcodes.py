@@ -17,7 +17,7 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("audit ldp", "no violation certified", "certified ε lower bound above the claimed ε (violation)"),
     ("audit robustness", "ν̂ within the published bound (or no bound)",
      "ν̂ above the published bound, or unbounded (not robust)"),
-    ("audit dpsgd, audit fedavg-dp", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
+    ("audit dpsgd, audit dp-fedavg", "no violation", "a certified bound exceeds the claimed or the accountant's ε"),
     ("audit sparse-upload", "no violation", "a certified bound exceeds the ε it is checked against"),
     ("audit accounting, audit convergence, audit flower, audit flower-local-dp, audit variance",
      "the claim's verdict is PASS (as in a plan)", "its verdict is FAIL or INCONCLUSIVE"),

@@ -262,7 +262,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
-    """``fedaudit audit fedavg-dp``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
+    """``fedaudit audit dp-fedavg``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
     from fedaudit.audit.fedavg_audit import audit_dpfedavg
     from fedaudit.progress import increments_from_totals
 
@@ -391,14 +391,14 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_account_dpsgd(args: argparse.Namespace) -> int:
-    """``fedaudit account dpsgd`` / ``fedaudit account fedavg``: ε of a Poisson-subsampled Gaussian
+    """``fedaudit account dpsgd`` / ``fedaudit account dp-fedavg``: ε of a Poisson-subsampled Gaussian
     run (per example or per client), or with --target-epsilon the noise multiplier it needs."""
     from fedaudit.reports.terminal import print_account
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
     engine = engine_flags(args)
-    client = args.account == "fedavg"
+    client = args.account == "dp-fedavg"
     from fedaudit.accounting import DPSGD_METHODS, accountants_for, dpsgd_event
 
     if client:

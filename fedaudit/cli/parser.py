@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import fedaudit
 from fedaudit.cli.argtypes import Parser, count_arg
@@ -25,7 +25,14 @@ PLAN_REFERENCE = "docs/plans.md"
 
 #: the claim kinds whose command is still written by hand (every other kind's is generated from
 #: its plan keys: :mod:`fedaudit.cli.kinds`)
-HAND_WRITTEN_KINDS = frozenset({"ldp", "robustness", "dpsgd", "fedavg-dp", "sparse-upload", "stress"})
+HAND_WRITTEN_KINDS = frozenset({"ldp", "robustness", "dpsgd", "dp-fedavg", "sparse-upload", "stress"})
+
+#: commands renamed since an earlier release, old path -> new path (issue #24: one spelling of
+#: DP-FedAvg): the old spelling still runs, with a one-line note (:func:`renamed_command`)
+RENAMED_COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("audit", "fedavg-dp"): ("audit", "dp-fedavg"),
+    ("account", "fedavg"): ("account", "dp-fedavg"),
+}
 
 #: example command lines of every hand-written command (and group), shown at the end of its
 #: ``--help``; the first is the command's example in docs/index.md
@@ -51,8 +58,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "audit dpsgd": ("fedaudit audit dpsgd --noise-multiplier 1 --sample-rate 0.1 --steps 100",
                     "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 "
                     "--steps 50 --plot dpsgd.png"),
-    "audit fedavg-dp": ("fedaudit audit fedavg-dp --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
-                        "fedaudit audit fedavg-dp --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
+    "audit dp-fedavg": ("fedaudit audit dp-fedavg --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
+                        "fedaudit audit dp-fedavg --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
                         "--rounds 10 --json fedavg.json"),
     "audit sparse-upload": ("fedaudit audit sparse-upload", "fedaudit audit sparse-upload --upload private --pair worst"),
     "sparse": ("fedaudit sparse", "fedaudit sparse --method fediht --dataset digits --rounds 50"),
@@ -64,8 +71,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                         "fedaudit account compose --epsilon 1 --uses 50 --mechanism rr --dim 4 --accountant pld"),
     "account dpsgd": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
                       "fedaudit account dpsgd --target-epsilon 3 --sample-rate 0.01 --steps 1000 --accountant all"),
-    "account fedavg": ("fedaudit account fedavg --noise-multiplier 1 --sample-rate 0.1 --rounds 500",
-                       "fedaudit account fedavg --target-epsilon 2 --sample-rate 0.1 --rounds 500 --plot eps.png"),
+    "account dp-fedavg": ("fedaudit account dp-fedavg --noise-multiplier 1 --sample-rate 0.1 --rounds 500",
+                          "fedaudit account dp-fedavg --target-epsilon 2 --sample-rate 0.1 --rounds 500 --plot eps.png"),
     "account shuffle": ("fedaudit account shuffle --n 10000 --eps0 1",
                         "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --accountant blanket"),
     "verify": ("fedaudit verify reports/demo", "fedaudit verify report/ --key-file report.key --require-signature",
@@ -207,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write the audit as JSON here (checked before the audit runs)")
     p.set_defaults(func=cmd_audit_scores)
 
-    for name, count in (("dpsgd", "--steps"), ("fedavg-dp", "--rounds")):
+    for name, count in (("dpsgd", "--steps"), ("dp-fedavg", "--rounds")):
         dpsgd = name == "dpsgd"
         p = audit.add_parser(name, parents=[progress],
                              help=("train once with Opacus DP-SGD and canaries" if dpsgd else
@@ -340,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write the results as JSON here (checked first)")
     p.set_defaults(func=cmd_account_compose)
     for name, what, count in (("dpsgd", "DP-SGD (example-level)", "--steps"),
-                              ("fedavg", "DP-FedAvg (client-level)", "--rounds")):
+                              ("dp-fedavg", "DP-FedAvg (client-level)", "--rounds")):
         p = account.add_parser(name, help=f"ε of {what} by PLD, RDP or PRV, or the noise multiplier for a target ε")
         p.add_argument("--noise-multiplier", type=float, default=None,
                        help="noise standard deviation / clipping norm, > 0 (or give --target-epsilon)")
@@ -399,6 +406,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_kind_commands({(): sub, ("audit",): audit}, progress, skip=HAND_WRITTEN_KINDS)
     add_examples(parser)
     return parser
+
+
+def renamed_command(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a renamed command (:data:`RENAMED_COMMANDS`, e.g. ``account fedavg``) spelled
+    the new way, and a one-line note saying so; other command lines are returned unchanged."""
+    from fedaudit.cli.progress import note
+
+    argv = list(argv)
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
+    if len(words) == 2 and words[1] == words[0] + 1:
+        old = (argv[words[0]], argv[words[1]])
+        if old in RENAMED_COMMANDS:
+            new = RENAMED_COMMANDS[old]
+            note(f"'fedaudit {' '.join(old)}' is deprecated and will be removed in the next release; use "
+                 f"'fedaudit {' '.join(new)}'", quiet=False)
+            argv[words[0]:words[1] + 1] = new
+    return argv
 
 
 def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()

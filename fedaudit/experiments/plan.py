@@ -275,16 +275,21 @@ def engine_options(plan: Plan, override: Mapping[str, Any] | None = None) -> dic
 
 
 def _kind(where: str, name: str) -> tuple[str, ClaimKind]:
-    """The kind's name as the report records it (registered names lower-cased) and the kind."""
+    """The kind's name as the report records it (registered names lower-cased; a former name of a
+    kind, :attr:`ClaimKind.former_names`, becomes its name with one DeprecationWarning) and the kind."""
     key = name if ":" in name else name.lower()
     if key not in CLAIM_KINDS:
         names = CLAIM_KINDS.names()
         raise FedAuditError(f"{where}: key 'kind' must be one of {', '.join(repr(k) for k in names)} or "
                             f"'package.module:Class', got {show(name)}{did_you_mean(key, names)}")
     try:
-        return key, claim_kind(key)
+        kind = claim_kind(key)
     except FedAuditError as exc:
         raise FedAuditError(f"{where}: key 'kind' names no usable claim kind: {exc}") from None
+    if ":" not in key and key != kind.name and key in kind.former_names:
+        warn_renamed(f"kind {key!r}", f"{kind.name!r}", where, stacklevel=4)
+        key = kind.name
+    return key, kind
 
 
 def renamed_keys(where: str, raw: Mapping[str, Any], renames: Mapping[str, str]) -> Mapping[str, Any]:
