@@ -263,7 +263,7 @@ def cmd_audit_dpsgd(args: argparse.Namespace) -> int:
 
 def cmd_audit_fedavg_dp(args: argparse.Namespace) -> int:
     """``fedaudit audit dp-fedavg``: one DP-FedAvg run with canary clients; exit 1 on a violation."""
-    from fedaudit.audit.fedavg_audit import audit_dpfedavg
+    from fedaudit.audit.dp_fedavg_audit import audit_dpfedavg
     from fedaudit.progress import increments_from_totals
 
     check_output_file("--json", args.json)

@@ -1,7 +1,7 @@
 """Claim kind ``dp-fedavg`` (formerly ``fedavg-dp``): a DP-FedAvg configuration is client-level (ε, δ)-DP — its accountant
 says so and a canary-client audit of one training run does not refute it.
 
-The run (:func:`fedaudit.audit.fedavg_audit.audit_dpfedavg`) samples clients with probability q
+The run (:func:`fedaudit.audit.dp_fedavg_audit.audit_dpfedavg`) samples clients with probability q
 per round, clips their updates to ``clip`` and adds N(0, (z·clip)²) to the sum with the real z
 (``noise_multiplier``), while the accountant (:func:`fedaudit.accounting.fedavg.epsilon_dpfedavg`,
 PLD) is told ``claimed_noise_multiplier``. m canary clients, each included with probability ½, send
@@ -36,7 +36,7 @@ class DPFedAvg(ClaimKind):
     figures = ("epsilon_vs_steps",)
 
     def keys(self) -> dict[str, Key]:
-        from fedaudit.audit.fedavg_audit import FEDAVG_AUDIT_DATASETS, MAX_AUDIT_CANARIES
+        from fedaudit.audit.dp_fedavg_audit import FEDAVG_AUDIT_DATASETS, MAX_AUDIT_CANARIES
 
         keys = canary_audit_keys("rounds", "round (clients)", MAX_AUDIT_CANARIES)
         keys["sample_rate"] = Key("float", low=0, high=1, open_low=True, help="probability that a client takes part "
@@ -72,7 +72,7 @@ class DPFedAvg(ClaimKind):
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.accounting.curves import epsilon_dpsgd_curve
-        from fedaudit.audit.fedavg_audit import audit_dpfedavg
+        from fedaudit.audit.dp_fedavg_audit import audit_dpfedavg
         from fedaudit.progress import increments_from_totals
 
         p = spec.params
