@@ -52,7 +52,7 @@ def run(samples: int, seeds: int, before: bool) -> list[dict]:
         for label, test in (("before", BEFORE), ("after", "black-box")):
             if label == "before" and not before:
                 continue
-            res = [audit_ldp(m.sampler, m.x0, m.x1, epsilon=m.epsilon, samples=samples, seed=s, test=test,
+            res = [audit_ldp(m.sampler, m.x0, m.x1, epsilon=m.epsilon, samples=samples, seed=s, distinguisher=test,
                              backend="serial") for s in range(seeds)]
             out[label] = ([r.epsilon_lower for r in res], sorted({r.test for r in res}))
         after, se = mean_se(out["after"][0])

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def audit(backend, workers=None):
         t = time.perf_counter()
-        r = audit_ldp(mech.sample, np.ones(1), -np.ones(1), epsilon=1.0, samples=samples, seed=0, test="black-box",
+        r = audit_ldp(mech.sample, np.ones(1), -np.ones(1), epsilon=1.0, samples=samples, seed=0, distinguisher="black-box",
                       chunk=args.chunk, backend=backend, workers=workers)
         return r, time.perf_counter() - t
 

@@ -2,11 +2,14 @@
 
 fedaudit renamed some public names so that one concept has one name across the API, plans and
 the CLI (issue #24): the plan keys and flags ``accountant`` (formerly ``method``) and
-``distinguisher`` (formerly ``test``), and distinct names for constants and classes that shared
+``distinguisher`` (formerly ``test``, also as a keyword of the audit functions), ``confidence``
+(formerly ``alpha = 1 − confidence`` in the bound functions), and distinct names for constants and classes that shared
 one (``attacks.GaussianNoise``, ``SCORE_ORIENTATIONS``, ...). The old names still work through
 the helpers here:
 
 - :func:`warn_renamed` is the one warning (a plan's renamed key, a CLI flag's old spelling);
+- :func:`renamed_keyword` serves a function's renamed keyword argument (``test=`` for
+  ``distinguisher=``);
 - :func:`module_aliases` gives a module a ``__getattr__`` that serves an old attribute name.
 
 Each warns with the old and the new name, so a user's code says what to change.
@@ -17,7 +20,9 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping
 
-__all__ = ["warn_renamed", "module_aliases"]
+from fedaudit.errors import FedAuditError
+
+__all__ = ["warn_renamed", "renamed_keyword", "module_aliases"]
 
 
 def warn_renamed(old: str, new: str, where: str, *, stacklevel: int = 3) -> None:
@@ -37,3 +42,15 @@ def module_aliases(module: str, aliases: Mapping[str, tuple[str, Callable[[], An
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def renamed_keyword(where: str, old: str, new: str, old_value: Any, new_value: Any, default: Any) -> Any:
+    """The value of the keyword argument ``new`` of ``where``, whose former name ``old`` (default
+    None in the signature) callers may still use: ``old_value`` with one DeprecationWarning when
+    given, else ``new_value``. Giving both (``new_value`` not its ``default``) is a one-line error."""
+    if old_value is None:
+        return new_value
+    if new_value != default:
+        raise FedAuditError(f"{where}: give {new} (or its deprecated name {old}), not both")
+    warn_renamed(f"{old}=", f"{new}=", where, stacklevel=4)
+    return old_value

@@ -3,6 +3,9 @@
 Every public entry point checks its arguments here, once, and raises
 :class:`~fedaudit.errors.FedAuditError` with a message that names the parameter and the allowed
 range, e.g. ``"k must be an integer in [1, dim=64], got k=100"``. Internals then trust their inputs.
+Plan keys (:mod:`fedaudit.experiments.keys`) state and check their ranges with the same
+:func:`range_text` and :func:`in_range`, so a range reads the same from Python, a plan and the CLI
+(``"rounds must be an integer >= 1"``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.registry import did_you_mean
 
 __all__ = ["check_int", "check_real", "check_positive", "check_probability", "check_choice", "check_matrix",
-           "check_vector"]
+           "check_vector", "range_text", "in_range", "format_bound"]
 
 
 def _fmt(value: Any) -> str:
@@ -35,20 +38,50 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
             raise FedAuditError(f"{name} must be an integer{_range(low, high, low_name, high_name)}, "
                                 f"got {name}={_fmt(value)}")
     value = int(value)
-    if (low is not None and value < low) or (high is not None and value > high):
+    if not in_range(value, low, high):
         raise FedAuditError(f"{name} must be an integer{_range(low, high, low_name, high_name)}, "
                             f"got {name}={value}")
     return value
 
 
-def _range(low, high, low_name=None, high_name=None, open_low=False, open_high=False) -> str:
-    lo = "-inf" if low is None else (f"{low_name}={_fmt(low)}" if low_name else _fmt(low))
-    hi = "inf" if high is None else (f"{high_name}={_fmt(high)}" if high_name else _fmt(high))
-    if low is None and high is None:
+def format_bound(value: Any) -> str:
+    """A range end as messages show it: integers (and whole floats below 10^15) in full, other
+    floats in ``%g`` (``1000000000000``, ``0.5``, ``1e-05``)."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return str(int(value))
+    v = float(value)
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:g}"
+
+
+def range_text(low: float | None, high: float | None, *, open_low: bool = False, open_high: bool = False,
+               low_name: str | None = None, high_name: str | None = None) -> str:
+    """The one wording of an allowed range, shared by these checks and the plan keys
+    (:meth:`fedaudit.experiments.keys.Key.describe`): ``" >= 1"``, ``" > 0"``, ``" <= 5"``,
+    ``" in [0, 1)"`` or ``" in [1, dim=64]"`` (a bound that is another parameter is named); ``""``
+    when unbounded."""
+    lo = None if low is None else (f"{low_name}={format_bound(low)}" if low_name else format_bound(low))
+    hi = None if high is None else (f"{high_name}={format_bound(high)}" if high_name else format_bound(high))
+    if lo is None and hi is None:
         return ""
-    left = "(" if (open_low or low is None) else "["
-    right = ")" if (open_high or high is None) else "]"
-    return f" in {left}{lo}, {hi}{right}"
+    if hi is None:
+        return f" {'>' if open_low else '>='} {lo}"
+    if lo is None:
+        return f" {'<' if open_high else '<='} {hi}"
+    return f" in {'(' if open_low else '['}{lo}, {hi}{')' if open_high else ']'}"
+
+
+def in_range(value: float, low: float | None, high: float | None, *, open_low: bool = False,
+             open_high: bool = False) -> bool:
+    """Whether ``value`` lies in the range :func:`range_text` describes (None = unbounded)."""
+    if low is not None and (value <= low if open_low else value < low):
+        return False
+    if high is not None and (value >= high if open_high else value > high):
+        return False
+    return True
+
+
+def _range(low, high, low_name=None, high_name=None, open_low=False, open_high=False) -> str:
+    return range_text(low, high, open_low=open_low, open_high=open_high, low_name=low_name, high_name=high_name)
 
 
 def check_real(name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -61,12 +94,7 @@ def check_real(name: str, value: Any, *, low: float | None = None, high: float |
             raise FedAuditError(f"{name} must be a real number{_range(low, high, None, None, open_low, open_high)}, "
                                 f"got {name}={value!r}") from None
     value = float(value)
-    bad = not math.isfinite(value)
-    if low is not None:
-        bad |= value <= low if open_low else value < low
-    if high is not None:
-        bad |= value >= high if open_high else value > high
-    if bad:
+    if not math.isfinite(value) or not in_range(value, low, high, open_low=open_low, open_high=open_high):
         raise FedAuditError(f"{name} must be a finite real number"
                             f"{_range(low, high, None, None, open_low, open_high)}, got {name}={_fmt(value)}")
     return value

@@ -240,7 +240,7 @@ def test_the_cli_calibrates_without_deprecation_warnings(capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         assert main(["account", "dpsgd", "--sample-rate", "0.01", "--steps", "100", "--target-epsilon", "2",
-                     "--method", "rdp"]) == 0
+                     "--accountant", "rdp"]) == 0
     assert "noise multiplier needed" in capsys.readouterr().out
 
 

@@ -16,7 +16,7 @@ from fedaudit.attacks.byzantine import (
     Attack,
     Fang,
     FangKrumNotSelectedWarning,
-    Gaussian,
+    GaussianNoise,
     Mimic,
     MinMax,
     MinSum,
@@ -153,17 +153,17 @@ def test_ipm_and_signflip():
 
 def test_gaussian_reproducible():
     H = honest_matrix(5, 50)
-    a = Gaussian(sigma=2.0, mu=1.0)(H, 200, rng=7)
-    b = Gaussian(sigma=2.0, mu=1.0)(H, 200, rng=np.random.default_rng(7))
-    c = Gaussian(sigma=2.0, mu=1.0)(H, 200, rng=8)
+    a = GaussianNoise(sigma=2.0, mu=1.0)(H, 200, rng=7)
+    b = GaussianNoise(sigma=2.0, mu=1.0)(H, 200, rng=np.random.default_rng(7))
+    c = GaussianNoise(sigma=2.0, mu=1.0)(H, 200, rng=8)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert abs(a.mean() - 1.0) < 6 * 2.0 / math.sqrt(a.size)
     assert abs(a.std() - 2.0) < 0.1
-    assert Gaussian(sigma=0.0, mu=-3.0)(H, 2, rng=0).tolist() == [[-3.0] * 50] * 2
-    t = Gaussian()(torch.zeros(4, 3, dtype=torch.float32), 2, rng=1)
+    assert GaussianNoise(sigma=0.0, mu=-3.0)(H, 2, rng=0).tolist() == [[-3.0] * 50] * 2
+    t = GaussianNoise()(torch.zeros(4, 3, dtype=torch.float32), 2, rng=1)
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.shape == (2, 3)
-    np.testing.assert_allclose(t.numpy(), Gaussian()(np.zeros((4, 3)), 2, rng=1), rtol=1e-6)
+    np.testing.assert_allclose(t.numpy(), GaussianNoise()(np.zeros((4, 3)), 2, rng=1), rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------- Mimic
@@ -438,9 +438,9 @@ def test_optimal_interior_maximum_found():
 def test_optimal_random_attack_consistent_and_torch():
     H = honest_matrix(12, 5, seed=6)
     agg = MedianRef(3)
-    rows, scale, obj = Optimal(Gaussian(), agg, evals=10).search(H, 3, rng=42)
+    rows, scale, obj = Optimal(GaussianNoise(), agg, evals=10).search(H, 3, rng=42)
     assert obj == pytest.approx(objective(agg, H, rows), rel=1e-12)
-    again = Optimal(Gaussian(), agg, evals=10).search(H, 3, rng=42)
+    again = Optimal(GaussianNoise(), agg, evals=10).search(H, 3, rng=42)
     np.testing.assert_array_equal(again[0], rows)
     t = Optimal(ALIE(), MeanRef(3), evals=6)(torch.tensor(H, dtype=torch.float32), 3)
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.shape == (3, 5)
@@ -553,8 +553,8 @@ def test_with_scale_returns_copy():
     (lambda: ALIE(sign=True), "sign"),
     (lambda: IPM(tau=-1.0), "tau"),
     (lambda: SignFlip(scale=-1.0), "scale"),
-    (lambda: Gaussian(sigma=-1.0), "sigma"),
-    (lambda: Gaussian(mu=float("inf")), "mu"),
+    (lambda: GaussianNoise(sigma=-1.0), "sigma"),
+    (lambda: GaussianNoise(mu=float("inf")), "mu"),
     (lambda: MinMax(perturbation="x"), "perturbation"),
     (lambda: MinSum(scale=-0.5), "scale"),
     (lambda: Fang(variant="bulyan"), "variant"),

@@ -68,7 +68,7 @@ def test_categorical_inputs_is_declared_by_a_class_attribute():
 def test_a_user_categorical_mechanism_is_audited_on_the_one_hot_pair():
     mech = CoinOverCategories(4, 1.0)
     res, x0, x1, label = audit_pair(mech, "antipodal", dim=None, clip=1.0, samples=2000, search_samples=200,
-                                    seed=0, epsilon=1.0, delta=None, confidence=0.95, test="auto")
+                                    seed=0, epsilon=1.0, delta=None, confidence=0.95, distinguisher="auto")
     assert label == "e0 vs e1" and x0.tolist() == [1, 0, 0, 0] and x1.tolist() == [0, 1, 0, 0]
     assert 0.0 < res.epsilon_lower <= 1.0 and res.epsilon_exact == pytest.approx(1.0)
     assert pair_power(res, 1.0) == pytest.approx(1.0)

@@ -28,11 +28,11 @@ def test_power_on_a_k_ary_product_reaches_the_best_threshold():
     sampler = KRRProduct(8, 4, 1.0, x0=x0)
     n = 50_000
     best = best_threshold_epsilon(*sampler.pmfs(x0, x1), n).epsilon
-    runs = [audit_ldp(sampler, x0, x1, epsilon=8.0, samples=n, seed=s, backend="serial", test="black-box")
+    runs = [audit_ldp(sampler, x0, x1, epsilon=8.0, samples=n, seed=s, backend="serial", distinguisher="black-box")
             for s in range(4)]
     assert np.mean([r.epsilon_lower for r in runs]) >= 0.95 * best
     assert {r.test for r in runs} == {"naive-bayes"}
-    old = audit_ldp(sampler, x0, x1, epsilon=8.0, samples=n, seed=0, backend="serial", test=OLD_BLACK_BOX)
+    old = audit_ldp(sampler, x0, x1, epsilon=8.0, samples=n, seed=0, backend="serial", distinguisher=OLD_BLACK_BOX)
     assert old.epsilon_lower < 0.8 * best  # the gap the issue reported
 
 
@@ -45,7 +45,7 @@ def test_power_on_binary_rr_product_comes_from_the_weighted_selection():
     sampler = RRProduct(np.ones(8), x0=x0)
     n = 100_000
     best = best_threshold_epsilon(*sampler.pmfs(x0, x1), n)
-    runs = [audit_ldp(sampler, x0, x1, epsilon=8.0, samples=n, seed=s, backend="serial", test="black-box")
+    runs = [audit_ldp(sampler, x0, x1, epsilon=8.0, samples=n, seed=s, backend="serial", distinguisher="black-box")
             for s in range(3)]
     assert np.mean([r.epsilon_lower for r in runs]) >= 0.95 * best.epsilon
     # the chosen event is the top level (all bits agree with one input), as for the oracle
@@ -61,7 +61,7 @@ def test_certified_bound_stays_below_the_true_epsilon(make, x0, x1, eps):
     ≤ 5 % per audit, so among 12 audits more than 3 exceedances has probability < 2 %."""
     sampler = make(x0)
     lbs = [audit_ldp(sampler, x0, x1, epsilon=eps, samples=20_000, seed=s, backend="serial",
-                     test="black-box").epsilon_lower for s in range(12)]
+                     distinguisher="black-box").epsilon_lower for s in range(12)]
     assert sum(lb > eps for lb in lbs) <= 3
     assert max(lbs) <= eps * 1.1
 
@@ -78,7 +78,7 @@ def test_overconfident_fit_cannot_inflate_the_bound():
     trusts the counted rates (the weighted ones are clamped to their Clopper–Pearson interval), so
     the audit still certifies close to the true ε = 1 and never beyond it at these seeds."""
     lbs = [audit_ldp(duplicated_bit, [1.0], [0.0], epsilon=1.0, samples=20_000, seed=s, backend="serial",
-                     test="naive-bayes").epsilon_lower for s in range(6)]
+                     distinguisher="naive-bayes").epsilon_lower for s in range(6)]
     assert max(lbs) <= 1.0
     assert min(lbs) >= 0.8
 
@@ -177,7 +177,7 @@ def test_naive_bayes_audit_is_identical_on_process_workers():
     every number but the timings is the same as in this process."""
     x0, x1 = np.ones(4), np.zeros(4)
     sampler = RRProduct(np.full(4, 0.5), x0=x0)
-    kw = dict(epsilon=2.0, samples=40_000, seed=3, test="black-box", chunk=4096)
+    kw = dict(epsilon=2.0, samples=40_000, seed=3, distinguisher="black-box", chunk=4096)
     serial = audit_ldp(sampler, x0, x1, backend="serial", **kw)
     pooled = audit_ldp(sampler, x0, x1, backend="process", workers=2, **kw)
     assert serial.test == "naive-bayes"

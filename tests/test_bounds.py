@@ -69,7 +69,7 @@ def test_cp_vectorised_shape():
 def test_epsilon_lower_bound_formula():
     tp, fp, n, delta, alpha = 7000, 2500, 10**4, 1e-3, 0.05
     want = math.log((stats.beta.ppf(alpha / 2, tp, n - tp + 1) - delta) / stats.beta.ppf(1 - alpha / 2, fp + 1, n - fp))
-    assert float(epsilon_lower_bound(tp, n, fp, n, delta=delta, alpha=alpha)) == pytest.approx(want, rel=1e-12)
+    assert float(epsilon_lower_bound(tp, n, fp, n, delta=delta, confidence=0.95)) == pytest.approx(want, rel=1e-12)
     # TPR_lb ≤ δ certifies nothing (0, never negative or NaN)
     assert float(epsilon_lower_bound(3, 1000, 0, 1000, delta=0.5)) == 0.0
     assert float(epsilon_lower_bound(0, 1000, 0, 1000)) == 0.0
@@ -142,16 +142,16 @@ alphas = st.sampled_from([1e-4, 1e-3, 0.01, 0.05, 0.2])
 @given(counts, alphas)
 def test_bound_monotone_in_tp_and_fp(nkf, alpha):
     n, tp, fp = nkf
-    base = float(epsilon_lower_bound(tp, n, fp, n, alpha=alpha))
+    base = float(epsilon_lower_bound(tp, n, fp, n, confidence=1 - alpha))
     assert base >= 0.0
     if tp < n:
-        assert float(epsilon_lower_bound(tp + 1, n, fp, n, alpha=alpha)) >= base - 1e-12
+        assert float(epsilon_lower_bound(tp + 1, n, fp, n, confidence=1 - alpha)) >= base - 1e-12
     if fp < n:
-        assert float(epsilon_lower_bound(tp, n, fp + 1, n, alpha=alpha)) <= base + 1e-12
-    assert base <= max_certifiable_epsilon(n, alpha=alpha) + 1e-12
+        assert float(epsilon_lower_bound(tp, n, fp + 1, n, confidence=1 - alpha)) <= base + 1e-12
+    assert base <= max_certifiable_epsilon(n, confidence=1 - alpha) + 1e-12
     # more confidence or a δ to pay can only lower the bound
-    assert float(epsilon_lower_bound(tp, n, fp, n, alpha=alpha / 10)) <= base + 1e-12
-    assert float(epsilon_lower_bound(tp, n, fp, n, alpha=alpha, delta=1e-3)) <= base + 1e-12
+    assert float(epsilon_lower_bound(tp, n, fp, n, confidence=1 - alpha / 10)) <= base + 1e-12
+    assert float(epsilon_lower_bound(tp, n, fp, n, confidence=1 - alpha, delta=1e-3)) <= base + 1e-12
 
 
 @given(counts, alphas)
@@ -200,7 +200,7 @@ def test_epsilon_bound_coverage_by_simulation(p, n):
     tp = rng.binomial(n, p, size=REPLICATES)
     fp = rng.binomial(n, q, size=REPLICATES)
     alpha = 0.05
-    ok = float(np.mean(epsilon_lower_bound(tp, n, fp, n, alpha=alpha) <= math.log(p / q) + 1e-12))
+    ok = float(np.mean(epsilon_lower_bound(tp, n, fp, n, confidence=1 - alpha) <= math.log(p / q) + 1e-12))
     assert _covers(ok, alpha), (ok, Z_COV)
 
 
@@ -215,11 +215,11 @@ from fedaudit.audit.bounds import (  # noqa: E402
 from fedaudit.errors import FedAuditError  # noqa: E402
 
 
-def _brute_mean(tpr, fpr, n, delta=0.0, alpha=0.05):
+def _brute_mean(tpr, fpr, n, delta=0.0, confidence=0.95):
     """E[ε_lb(TP, n, FP, n)] summed over the whole (n + 1)² grid of counts."""
     k = np.arange(n + 1)
     w = np.outer(stats.binom.pmf(k, n, tpr), stats.binom.pmf(k, n, fpr))
-    return float(np.sum(w * epsilon_lower_bound(k[:, None], n, k[None, :], n, delta=delta, alpha=alpha)))
+    return float(np.sum(w * epsilon_lower_bound(k[:, None], n, k[None, :], n, delta=delta, confidence=confidence)))
 
 
 @pytest.mark.parametrize("tpr, fpr, n, delta", [(0.7, 0.1, 40, None), (0.9, 0.3, 25, 0.02), (0.5, 0.5, 30, None),
@@ -250,9 +250,9 @@ def test_best_threshold_of_binary_randomized_response():
     assert mean.method == "expected" and (mean.tpr, mean.fpr) == (pytest.approx(p), pytest.approx(1 - p))
     assert mean.epsilon == pytest.approx(expected_epsilon_lower_bound(p, 1 - p, n), rel=1e-12)
     assert 0 < mean.epsilon < 1.0 and mean.to_dict()["positive_input"] == "x0"
-    strict = best_threshold_epsilon(p0, p1, n, delta=0.05, alpha=0.01, method="plug-in")
+    strict = best_threshold_epsilon(p0, p1, n, delta=0.05, confidence=0.99, method="plug-in")
     assert strict.epsilon == pytest.approx(float(epsilon_lower_bound(p * n, n, (1 - p) * n, n, delta=0.05,
-                                                                     alpha=0.01)), rel=1e-12)
+                                                                     confidence=0.99)), rel=1e-12)
 
 
 def test_best_threshold_picks_the_strongest_level_and_merges_ties():
@@ -321,7 +321,7 @@ def test_threshold_event_directions_and_positive_input():
                                                                                       pytest.approx(0.4))
     assert threshold_event_rates(p0, p1, threshold=-math.inf, upper=True, positive=0) == (pytest.approx(1.0),
                                                                                           pytest.approx(1.0))
-    for kw in ({}, {"delta": 0.0}, {"delta": 0.01, "alpha": 0.1}):  # {}: the documented default δ = 0
+    for kw in ({}, {"delta": 0.0}, {"delta": 0.01, "confidence": 0.9}):  # {}: the documented default δ = 0
         got = threshold_event_epsilon(p0, p1, 300, threshold=math.log(6), upper=True, positive=0, **kw)
         assert got == pytest.approx(expected_epsilon_lower_bound(0.6, 0.1, 300, **kw), rel=1e-12) and got > 0
 
@@ -371,3 +371,39 @@ def test_rates_whose_sums_round_above_one_are_reported_as_one():
     for method in ("plug-in", "expected"):  # one level, both directions: every rate is the whole sum
         b = best_threshold_epsilon(p, p, 100, method=method)
         assert (b.epsilon, b.tpr, b.fpr) == (0.0, 1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- confidence, formerly alpha (issue #24)
+def test_confidence_reproduces_the_former_alpha_bit_for_bit_and_alpha_still_works_with_a_warning():
+    """The public bounds take ``confidence`` like every audit; ``confidence=0.95`` is read as the
+    decimal 0.95, so it gives exactly the numbers of the former ``alpha=0.05`` (binary 1 − 0.95 is
+    not 0.05), and the deprecated ``alpha=`` still gives them, with one DeprecationWarning."""
+    from fedaudit.audit.gdp import gdp_mu_lower
+    from fedaudit.audit.scores import pessimistic_projection
+
+    p0, p1, _ = _rr(1.5)
+    tp, fp = np.array([700, 650]), np.array([200, 240])
+    calls = [
+        (lambda **c: epsilon_lower_bound(tp, 1000, fp, 1000, delta=1e-3, **c)),
+        (lambda **c: max_certifiable_epsilon(1000, **c)),
+        (lambda **c: expected_epsilon_lower_bound(0.7, 0.2, 300, **c)),
+        (lambda **c: best_threshold_epsilon(p0, p1, 300, **c).epsilon),
+        (lambda **c: threshold_event_epsilon(p0, p1, 300, threshold=0.0, upper=True, positive=0, **c)),
+        (lambda **c: gdp_mu_lower(tp, 1000, fp, 1000, **c)),
+        (lambda **c: pessimistic_projection(tp, 1000, fp, 1000, 5000, 5000, delta=0.0, **c)[0]),
+    ]
+    for conf, alpha in ((0.95, 0.05), (0.99, 0.01), (0.999, 1e-3)):
+        for call in calls:
+            with pytest.warns(DeprecationWarning, match=r"alpha= is deprecated; use confidence="):
+                old = call(alpha=alpha)
+            new = call(confidence=conf)
+            assert np.array_equal(np.asarray(new), np.asarray(old)), (call, conf)
+    # the documented default confidence 0.95 is the former default α = 0.05
+    assert float(epsilon_lower_bound(tp, 1000, fp, 1000)[0]) == float(epsilon_lower_bound(tp, 1000, fp, 1000,
+                                                                                          confidence=0.95)[0])
+    with pytest.raises(FedAuditError, match="not both"):
+        epsilon_lower_bound(7, 10, 1, 10, confidence=0.9, alpha=0.05)
+    with pytest.raises(FedAuditError, match="confidence"):
+        epsilon_lower_bound(7, 10, 1, 10, confidence=1.0)
+    with pytest.raises(FedAuditError, match="needs confidence="):
+        gdp_mu_lower(7, 10, 1, 10)

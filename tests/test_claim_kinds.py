@@ -134,7 +134,7 @@ def test_verdict_follows_expect_and_inconclusive():
 def test_builtin_kinds_declare_units_and_figures_the_reports_draw():
     from fedaudit.reports.model import PLOT_TYPES
 
-    for name in ("ldp", "variance", "robustness", "stress", "convergence", "accounting", "dpsgd", "fedavg-dp"):
+    for name in ("ldp", "variance", "robustness", "stress", "convergence", "accounting", "dpsgd", "dp-fedavg"):
         kind = claim_kind(name)
         assert kind.name == name and kind.unit and set(kind.figures) <= set(PLOT_TYPES)
 

@@ -69,7 +69,7 @@ def kary_rr_composed_epsilon(k: int, cats: int, eps: float, delta: float) -> flo
 
 
 def test_pld_uses_the_mechanisms_own_loss_distribution():
-    claim, _ = run(dim=5, method="pld", target_delta=1e-6)
+    claim, _ = run(dim=5, accountant="pld", target_delta=1e-6)
     ev = claim.evidence
     exact = kary_rr_composed_epsilon(50, 5, 1.0, 1e-6)
     assert exact - 1e-6 <= ev["epsilon"] <= exact + 50 * 1e-4
@@ -79,7 +79,7 @@ def test_pld_uses_the_mechanisms_own_loss_distribution():
 
 
 def test_basic_composition_is_k_times_epsilon_with_no_delta():
-    claim, _ = run(method="basic", target_delta=0.0, max_epsilon=50.0)
+    claim, _ = run(accountant="basic", target_delta=0.0, max_epsilon=50.0)
     ev = claim.evidence
     assert ev["epsilon"] == pytest.approx(50.0) and ev["delta"] == 0.0 and claim.verdict == "PASS"
     assert ev["schedule"]["reports_charged"] == 50
@@ -88,7 +88,7 @@ def test_basic_composition_is_k_times_epsilon_with_no_delta():
 
 @pytest.mark.parametrize("method", ["advanced", "pld"])
 def test_advanced_and_pld_match_the_exact_randomized_response_curve(method):
-    claim, _ = run(method=method, target_delta=1e-6)
+    claim, _ = run(accountant=method, target_delta=1e-6)
     ev = claim.evidence
     exact = rr_composed_epsilon(50, 1.0, 1e-6)
     # advanced is exact for equal ε; PLD rounds the loss up on a 1e-4 grid (≤ 50·1e-4 above)
@@ -109,11 +109,11 @@ def test_the_budget_decides_the_verdict_under_both_expectations():
 
 
 def test_sampling_does_not_amplify_local_dp_unless_the_tail_is_accounted():
-    full, _ = run(method="basic", target_delta=0.0, max_epsilon=100.0)
-    sampled, _ = run(method="basic", target_delta=0.0, max_epsilon=100.0, sampling=0.1)
+    full, _ = run(accountant="basic", target_delta=0.0, max_epsilon=100.0)
+    sampled, _ = run(accountant="basic", target_delta=0.0, max_epsilon=100.0, sampling=0.1)
     assert sampled.evidence["epsilon"] == full.evidence["epsilon"] == pytest.approx(50.0)
     assert "does not amplify local DP" in sampled.summary
-    tail, _ = run(method="basic", sampling=0.1, participation="tail", target_delta=1e-6, max_epsilon=100.0)
+    tail, _ = run(accountant="basic", sampling=0.1, participation="tail", target_delta=1e-6, max_epsilon=100.0)
     sched = tail.evidence["schedule"]
     k = sched["reports_charged"]
     # k is the smallest count whose binomial tail is at most δ/2 (checked on scipy directly)
@@ -124,7 +124,7 @@ def test_sampling_does_not_amplify_local_dp_unless_the_tail_is_accounted():
 
 
 def test_one_shuffled_round_lands_in_the_published_interval():
-    claim, _ = run(mechanism="rr", epsilon=4.0, rounds=1, shuffle_n=100_000, method="basic", max_epsilon=1.0,
+    claim, _ = run(mechanism="rr", epsilon=4.0, rounds=1, shuffle_n=100_000, accountant="basic", max_epsilon=1.0,
                    target_delta=1e-6)
     ev = claim.evidence
     assert 0.1675 <= ev["epsilon"] <= 0.1728 and ev["per_round"]["shuffle"]["amplified"]
@@ -132,7 +132,7 @@ def test_one_shuffled_round_lands_in_the_published_interval():
 
 
 def test_shuffled_rounds_compose_and_advanced_beats_basic_over_many_rounds():
-    claim, _ = run(epsilon=2.0, rounds=200, shuffle_n=100_000, method="advanced", max_epsilon=20.0)
+    claim, _ = run(epsilon=2.0, rounds=200, shuffle_n=100_000, accountant="advanced", max_epsilon=20.0)
     ev = claim.evidence
     per_round = ev["per_round"]
     assert per_round["shuffled"] and 0 < per_round["epsilon"] < 2.0 and per_round["delta_share"] in (
@@ -144,7 +144,7 @@ def test_shuffled_rounds_compose_and_advanced_beats_basic_over_many_rounds():
 
 def test_no_amplification_is_stated_and_charged_as_eps0():
     with _no_warning():
-        claim, _ = run(epsilon=8.0, rounds=3, shuffle_n=10_000, method="basic", max_epsilon=30.0)
+        claim, _ = run(epsilon=8.0, rounds=3, shuffle_n=10_000, accountant="basic", max_epsilon=30.0)
     ev = claim.evidence
     assert ev["per_round"] == {**ev["per_round"], "type": "pure-ldp", "epsilon": 8.0}
     assert ev["epsilon"] == pytest.approx(24.0) and "shuffling certifies no amplification" in claim.summary
@@ -168,7 +168,7 @@ class _no_warning:
 
 
 def test_the_curve_is_monotone_ends_at_the_composed_value_and_renders():
-    claim, report = run(rounds=120, curve_points=12, method="pld")
+    claim, report = run(rounds=120, curve_points=12, accountant="pld")
     ev, (plot,) = claim.evidence, claim.plots
     xs, ys = ev["curve"]["rounds"], ev["curve"]["epsilon"]
     assert xs[0] == 1 and xs[-1] == 120 and len(xs) == 12 and ys[-1] == ev["epsilon"]
@@ -182,10 +182,10 @@ def test_the_curve_is_monotone_ends_at_the_composed_value_and_renders():
 
 
 def test_an_approximate_dp_mechanism_spends_its_delta():
-    claim, _ = run(mechanism="gaussian", epsilon=0.5, delta=1e-5, rounds=20, method="basic", target_delta=1e-5,
+    claim, _ = run(mechanism="gaussian", epsilon=0.5, delta=1e-5, rounds=20, accountant="basic", target_delta=1e-5,
                    max_epsilon=100.0)
     assert math.isinf(claim.evidence["epsilon"]) and claim.verdict == "FAIL"  # Σδ = 2e-4 > 1e-5
-    ok, _ = run(mechanism="gaussian", epsilon=0.5, delta=1e-7, rounds=20, method="basic", target_delta=1e-5,
+    ok, _ = run(mechanism="gaussian", epsilon=0.5, delta=1e-7, rounds=20, accountant="basic", target_delta=1e-5,
                 max_epsilon=100.0)
     assert ok.evidence["epsilon"] == pytest.approx(10.0) and ok.evidence["delta"] == pytest.approx(20 * 1e-7)
 
@@ -196,13 +196,13 @@ def test_an_approximate_dp_mechanism_spends_its_delta():
     ({"sampling": 1.5}, r"key 'sampling' must be a number in \(0, 1\]"),
     ({"target_delta": 1.0}, r"key 'target_delta' must be a number in \[0, 1\)"),
     ({"max_epsilon": -1}, r"key 'max_epsilon' must be a number > 0"),
-    ({"method": "rdp"}, r"key 'method' must be one of 'basic', 'advanced', 'pld'"),
+    ({"accountant": "rdp"}, r"key 'accountant' must be one of 'basic', 'advanced', 'pld'"),
     ({"mechanism": "rrr"}, r"key 'mechanism' is not a mechanism: unknown mechanism 'rrr' \(did you mean 'rr'\?\)"),
     ({"mechanism": "gaussian", "shuffle_n": 1000}, r"key 'shuffle_n' needs a pure ε-LDP mechanism"),
     ({"shuffle_n": 0}, r"key 'shuffle_n' must be an integer >= 1, got 0"),
     ({"participation": "tail"}, r"key 'participation' 'tail' needs sampling < 1"),
-    ({"target_delta": 0.0}, r"key 'target_delta' = 0 needs method must be 'basic'"),
-    ({"target_delta": 0.0, "method": "basic", "shuffle_n": 100}, r"key 'target_delta' = 0 needs no shuffling"),
+    ({"target_delta": 0.0}, r"key 'target_delta' = 0 needs accountant must be 'basic'"),
+    ({"target_delta": 0.0, "accountant": "basic", "shuffle_n": 100}, r"key 'target_delta' = 0 needs no shuffling"),
     ({k: None for k in ("max_epsilon",)}, r"missing required key 'max_epsilon'"),
 ])
 def test_bad_schedules_are_refused_when_the_plan_is_loaded(overrides, pattern):
@@ -233,12 +233,12 @@ def test_the_shipped_accounting_plan_meets_every_expectation():
 
 
 def test_a_mechanism_without_its_own_pld_is_charged_its_claims_dominating_pair():
-    claim, _ = run(mechanism="sstq", dim=16, epsilon=1.0, method="pld")
+    claim, _ = run(mechanism="sstq", dim=16, epsilon=1.0, accountant="pld")
     ev = claim.evidence
     # the generic ε-DP pair is binary RR: the exact k-fold RR curve, within the PLD's discretisation
     exact = rr_composed_epsilon(50, 1.0, 1e-6)
     assert exact - 1e-6 <= ev["epsilon"] <= exact + 50 * 1e-4 and "dominating pair" in ev["per_round"]["pld"]
-    sketch, _ = run(mechanism="sstq-sketch", dim=16, epsilon=1.0, method="pld")
+    sketch, _ = run(mechanism="sstq-sketch", dim=16, epsilon=1.0, accountant="pld")
     assert "is kept as published and is NOT LDP" in sketch.summary
     # …and it is a caveat next to the verdict (issue #22): a budget met by a claim that does not hold
     assert len(sketch.caveats) == 1 and "is kept as published and is NOT LDP" in sketch.caveats[0]
@@ -250,7 +250,7 @@ def test_the_privacy_blanket_for_k_ary_randomized_response():
 
     from fedaudit.accounting import blanket_epsilon
 
-    claim, _ = run(dim=4, epsilon=4.0, rounds=10, shuffle_n=100_000, shuffle_method="blanket", method="basic",
+    claim, _ = run(dim=4, epsilon=4.0, rounds=10, shuffle_n=100_000, shuffle_method="blanket", accountant="basic",
                    max_epsilon=20.0)
     ev = claim.evidence
     with warnings.catch_warnings():
@@ -263,9 +263,9 @@ def test_the_privacy_blanket_for_k_ary_randomized_response():
 
 
 def test_pld_is_refused_beyond_its_memory_budget_and_dropped_as_a_reference():
-    with pytest.raises(FedAuditError, match=r"key 'method' 'pld' composes at most a total loss rounds × ε = 250"):
-        load_plan(plan({**RR, "rounds": 1000, "method": "pld"}))
-    claim, _ = run(rounds=1000, method="advanced", max_epsilon=1000.0)
+    with pytest.raises(FedAuditError, match=r"key 'accountant' 'pld' composes at most a total loss rounds × ε = 250"):
+        load_plan(plan({**RR, "rounds": 1000, "accountant": "pld"}))
+    claim, _ = run(rounds=1000, accountant="advanced", max_epsilon=1000.0)
     ev = claim.evidence
     assert ev["epsilon"] == pytest.approx(rr_composed_epsilon(1000, 1.0, 1e-6), abs=1e-6)
     assert ev["references"]["pld"]["epsilon"] is None and "exceeds a total loss of 250" in ev["references"]["pld"]["note"]

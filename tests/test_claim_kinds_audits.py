@@ -1,4 +1,4 @@
-"""Claim kinds ``dpsgd`` and ``fedavg-dp``: the accountant within the claim and a canary audit that
+"""Claim kinds ``dpsgd`` and ``dp-fedavg``: the accountant within the claim and a canary audit that
 must not refute it; the σ/10 run must come out as a violation. The accountant curve is checked
 against the accountant itself at every point, the ceiling against the published 5.78."""
 
@@ -119,7 +119,7 @@ def test_a_dpsgd_claim_without_claimed_epsilon_claims_the_accountants_epsilon():
     assert "(the accountant's ε, 1e-05)-DP" in spec.title
 
 
-AVG = {"id": "avg", "kind": "fedavg-dp", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5, "clients": 20,
+AVG = {"id": "avg", "kind": "dp-fedavg", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5, "clients": 20,
        "claimed_epsilon": 2.0}
 
 
@@ -161,7 +161,7 @@ def test_the_shipped_training_plan_is_valid():
 
     with plan_path("training-audits") as path:
         p = load_plan(path)
-    assert [c.kind for c in p.claims] == ["dpsgd", "dpsgd", "fedavg-dp", "fedavg-dp"]
+    assert [c.kind for c in p.claims] == ["dpsgd", "dpsgd", "dp-fedavg", "dp-fedavg"]
     assert [c.expect for c in p.claims] == ["pass", "violation", "pass", "violation"]
 
 
@@ -172,3 +172,18 @@ def test_the_shipped_training_plan_meets_every_expectation():
     with plan_path("training-audits") as path:
         report = run_plan(path)
     assert [c.verdict for c in report.claims] == ["PASS"] * 4, [c.summary for c in report.claims]
+
+
+def test_the_former_kind_name_fedavg_dp_still_loads_with_one_warning():
+    """Issue #24: one spelling of DP-FedAvg. A plan naming the kind ``fedavg-dp`` loads, with one
+    DeprecationWarning (the CLI prints it as a note), and records the kind as ``dp-fedavg``; the
+    old class path still resolves."""
+    with pytest.warns(DeprecationWarning, match=r"kind 'fedavg-dp' is deprecated; use 'dp-fedavg'"):
+        p = load_plan(plan({**AVG, "kind": "fedavg-dp"}))
+    assert [c.kind for c in p.claims] == ["dp-fedavg"]
+    assert load_plan(plan(AVG)).claims == p.claims
+    from fedaudit.experiments.kinds.dp_fedavg import DPFedAvg
+
+    with pytest.warns(DeprecationWarning, match="FedAvgDP is deprecated"):
+        from fedaudit.experiments.kinds.fedavg_dp import FedAvgDP
+    assert FedAvgDP is DPFedAvg

@@ -1,4 +1,4 @@
-"""``fedaudit account compose|dpsgd|fedavg|shuffle``: the accountants on the command line, checked
+"""``fedaudit account compose|dpsgd|dp-fedavg|shuffle``: the accountants on the command line, checked
 against numbers computed independently (dp-accounting's own RR PLD, the exact Gaussian curve,
 published references) and bad input exiting 2 with one line."""
 
@@ -61,18 +61,18 @@ def test_compose_a_mechanisms_own_pld(tmp_path, capsys):
 
 def test_compose_a_list_with_per_report_delta(tmp_path, capsys):
     data, _ = run_json(tmp_path, ["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta",
-                                  "1e-7", "--method", "basic", "--delta", "1e-5"], capsys)
+                                  "1e-7", "--accountant", "basic", "--delta", "1e-5"], capsys)
     assert data["epsilons"] == [0.5, 1.0] * 3
     assert data["results"]["basic"]["epsilon"] == pytest.approx(4.5) and list(data["results"]) == ["basic"]
     # 6 reports spend 6e-7 of δ: at a total δ below that no finite ε holds
     assert main(["account", "compose", "--epsilon", "0.5,1", "--uses", "3", "--report-delta", "1e-7",
-                 "--method", "basic", "--delta", "5e-7"]) == 0
+                 "--accountant", "basic", "--delta", "5e-7"]) == 0
     assert "∞ (no finite ε)" in capsys.readouterr().out
 
 
 def test_dpsgd_reference_case_and_all_accountants(tmp_path, capsys):
     data, text = run_json(tmp_path, ["account", "dpsgd", "--noise-multiplier", "1.1", "--sample-rate", "0.004266",
-                                     "--steps", "14062", "--delta", "1e-5", "--method", "pld,rdp"], capsys)
+                                     "--steps", "14062", "--delta", "1e-5", "--accountant", "pld,rdp"], capsys)
     acc = data["accounts"]
     # the published reference (privacy.md §4: PLD 2.39 at Δ=1e-3, 2.382 by PRV) and RDP 8-13% looser
     assert 2.375 <= acc["pld"]["epsilon"] <= 2.395
@@ -83,7 +83,7 @@ def test_dpsgd_reference_case_and_all_accountants(tmp_path, capsys):
 
 def test_fedavg_single_full_round_is_the_exact_gaussian_mechanism(tmp_path, capsys):
     z = 2.0
-    data, text = run_json(tmp_path, ["account", "fedavg", "--noise-multiplier", str(z), "--sample-rate", "1",
+    data, text = run_json(tmp_path, ["account", "dp-fedavg", "--noise-multiplier", str(z), "--sample-rate", "1",
                                      "--rounds", "1", "--delta", "1e-5"], capsys)
     eps = data["accounts"]["pld"]["epsilon"]
 
@@ -95,7 +95,7 @@ def test_fedavg_single_full_round_is_the_exact_gaussian_mechanism(tmp_path, caps
 
 
 def test_target_epsilon_prints_the_noise_multiplier_needed(tmp_path, capsys):
-    common = ["--sample-rate", "0.01", "--steps", "400", "--delta", "1e-5", "--method", "rdp"]
+    common = ["--sample-rate", "0.01", "--steps", "400", "--delta", "1e-5", "--accountant", "rdp"]
     base, _ = run_json(tmp_path, ["account", "dpsgd", "--noise-multiplier", "1.0"] + common, capsys)
     target = base["accounts"]["rdp"]["epsilon"]
     data, text = run_json(tmp_path, ["account", "dpsgd", "--target-epsilon", str(target)] + common, capsys)
@@ -106,7 +106,7 @@ def test_target_epsilon_prints_the_noise_multiplier_needed(tmp_path, capsys):
 
 def test_account_plot_draws_the_curve_in_the_requested_format(tmp_path, capsys):
     path = tmp_path / "eps.svg"
-    assert main(["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.05", "--rounds", "50",
+    assert main(["account", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.05", "--rounds", "50",
                  "--plot", str(path)]) == 0
     assert b"<svg" in path.read_bytes()[:400] and f"plot: {path}" in capsys.readouterr().out
     assert main(["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.05", "--steps", "5",
@@ -141,7 +141,7 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "compose", "--epsilon", "a,b"], "--epsilon expects comma-separated numbers"),
     (["account", "compose", "--epsilon", "1", "--uses", "0"], "--uses"),
     (["account", "compose", "--epsilon", "1", "--delta", "1"], "delta"),
-    (["account", "compose", "--epsilon", "1", "--method", "rdp"], "--method must be 'all' or"),
+    (["account", "compose", "--epsilon", "1", "--accountant", "rdp"], "--accountant must be 'all' or"),
     (["account", "compose", "--epsilon", "1,2", "--mechanism", "rr"], "--mechanism takes one --epsilon"),
     (["account", "compose", "--epsilon", "1", "--mechanism", "rrr"], "unknown mechanism 'rrr'"),
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0", "--steps", "10"], "sample_rate"),
@@ -151,14 +151,14 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--delta", "0"],
      "delta"),
     (["account", "dpsgd", "--sample-rate", "0.1", "--steps", "10"], "exactly one of --noise-multiplier"),
-    (["account", "fedavg", "--noise-multiplier", "1", "--target-epsilon", "1", "--sample-rate", "0.1",
+    (["account", "dp-fedavg", "--noise-multiplier", "1", "--target-epsilon", "1", "--sample-rate", "0.1",
       "--rounds", "10"], "exactly one of --noise-multiplier"),
-    (["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "0"], "rounds"),
+    (["account", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "0"], "rounds"),
     (["account", "shuffle", "--n", "0", "--eps0", "1"], "n"),
     (["account", "shuffle", "--n", "100", "--eps0", "0"], "eps0"),
     (["account", "shuffle", "--n", "100", "--eps0", "1", "--delta", "1.5"], "delta"),
-    (["account", "shuffle", "--n", "100", "--eps0", "1", "--method", "blanket"], "give --k"),
-    (["account", "shuffle", "--n", "100", "--eps0", "1", "--method", "blanket", "--k", "1"], "k must be"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--accountant", "blanket"], "give --k"),
+    (["account", "shuffle", "--n", "100", "--eps0", "1", "--accountant", "blanket", "--k", "1"], "k must be"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
@@ -174,3 +174,18 @@ def test_a_long_output_path_is_printed_on_one_line(tmp_path, capsys):
     assert main(["account", "compose", "--epsilon", "0.5", "--uses", "20", "--delta", "1e-6", "--json",
                  str(path)]) == 0
     assert f"json: {path}\n" in capsys.readouterr().out
+
+
+def test_former_command_names_still_run_with_a_note(tmp_path, capsys):
+    """Issue #24: ``account fedavg`` and ``audit fedavg-dp`` are ``account dp-fedavg`` and ``audit
+    dp-fedavg``; the old spellings still run, with one ``fedaudit: note:`` line."""
+    from fedaudit.cli.parser import renamed_command
+
+    argv = ["--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "20"]
+    new, _ = run_json(tmp_path, ["account", "dp-fedavg", *argv], capsys)
+    assert main(["account", "fedavg", *argv, "--json", str(tmp_path / "old.json")]) == 0
+    assert "fedaudit: note: 'fedaudit account fedavg' is deprecated" in capsys.readouterr().err
+    assert json.loads((tmp_path / "old.json").read_text()) == new
+    assert renamed_command(["audit", "fedavg-dp", "--rounds", "2"]) == ["audit", "dp-fedavg", "--rounds", "2"]
+    assert renamed_command(["audit", "ldp", "--distinguisher", "fedavg"]) == ["audit", "ldp", "--distinguisher",
+                                                                              "fedavg"]

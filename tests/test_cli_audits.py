@@ -1,4 +1,4 @@
-"""``fedaudit audit dpsgd`` and ``fedaudit audit fedavg-dp``: exit 1 exactly when a certified bound
+"""``fedaudit audit dpsgd`` and ``fedaudit audit dp-fedavg``: exit 1 exactly when a certified bound
 exceeds the accountant's ε (the under-calibrated runs), 0 for calibrated runs, 2 for bad input."""
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
     from fedaudit.accounting.fedavg import epsilon_dpfedavg
 
     path = tmp_path / "f.json"
-    assert main(["audit", "fedavg-dp", "--noise-multiplier", "4", "--sample-rate", "0.5", "--rounds", "5",
+    assert main(["audit", "dp-fedavg", "--noise-multiplier", "4", "--sample-rate", "0.5", "--rounds", "5",
                  "--clients", "20", "--quiet", "--json", str(path)]) == 0
     audit = json.loads(path.read_text())["evidence"]["audit"]
     assert audit["accountant"]["epsilon"] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon)
     assert not audit["violation"] and audit["one_run"]["epsilon"] < audit["accountant"]["epsilon"]
     assert "PASS" in capsys.readouterr().out
     plot = tmp_path / "audit.png"
-    assert main(["audit", "fedavg-dp", "--noise-multiplier", "0.4", "--claimed-noise-multiplier", "4",
+    assert main(["audit", "dp-fedavg", "--noise-multiplier", "0.4", "--claimed-noise-multiplier", "4",
                  "--sample-rate", "0.5", "--rounds", "5", "--clients", "20", "--quiet", "--plot", str(plot)]) == 1
     assert plot.read_bytes().startswith(b"\x89PNG") and f"plot: {plot}" in capsys.readouterr().out
 
@@ -49,10 +49,10 @@ def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
     (["audit", "dpsgd", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "5"], "--noise-multiplier"),
     (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--delta", "0"], "delta"),
     (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--threat", "x"], "threat"),
-    (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "5", "--clients", "0"],
+    (["audit", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "5", "--clients", "0"],
      "clients"),
-    (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "0"], "rounds"),
-    (["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2", "--delta", "1"],
+    (["audit", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "0"], "rounds"),
+    (["audit", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2", "--delta", "1"],
      "delta"),
 ])
 def test_bad_audit_input_exits_2_with_one_line(argv, needle, capsys):

@@ -231,9 +231,9 @@ def test_run_refuses_bad_engine_flags_before_any_claim(extra, flag, tmp_path, ca
 @pytest.mark.parametrize("command", [
     ["audit", "variance", "--dim", "16", "--ks", "4", "--samples", "200"],
     ["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],
-    ["audit", "fedavg-dp", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2"],
+    ["audit", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.5", "--rounds", "2"],
     ["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],
-    ["account", "fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "2"],
+    ["account", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "2"],
     ["audit", "robustness", "--aggregator", "cwtm", "--n", "7", "--f", "1", "--trials", "2"],
 ])
 def test_every_heavy_command_takes_the_engine_flags_and_checks_them_first(command, tmp_path, capsys):

@@ -116,7 +116,7 @@ BAD = [
     (["--samples", "50"], "samples must be an integer in [100"),
     (["--mechanism", "nosuch", "--samples", "1000"], "unknown mechanism 'nosuch'"),
     (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--confidence", "1.5"], "confidence must be"),
-    (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--test", "magic"], "test must be one of"),
+    (["--mechanism", "rr", "--dim", "2", "--samples", "1000", "--distinguisher", "magic"], "distinguisher must be one of"),
     (["--sampler", "nosuch:fn", "--dim", "2", "--epsilon", "1"], "--sampler is not a sampler: sampler reference 'nosuch:fn': cannot import module 'nosuch'"),
     (["--sampler", "cli_samplers:missing", "--dim", "1", "--epsilon", "1"], "has no attribute 'missing'"),
     (["--sampler", "cli_samplers:not_callable", "--dim", "1", "--epsilon", "1"], "is not callable"),

@@ -72,7 +72,7 @@ def test_audit_sparse_upload_private_within_its_epsilon_writes_json(tmp_path, ca
 @pytest.mark.parametrize("argv, needle", [
     (["sparse", "--density", "1.5"], "--density must be a finite real number in (0, 1), got --density=1.5"),
     (["sparse", "--density", "0"], "--density must be a finite real number in (0, 1), got --density=0"),
-    (["sparse", "--temperature", "-1"], "--temperature must be a finite real number in [0, inf), got --temperature=-1"),
+    (["sparse", "--temperature", "-1"], "--temperature must be a finite real number >= 0, got --temperature=-1"),
     (["sparse", "--rounds", "0"], "--rounds must be an integer in [1, 100000], got --rounds=0"),
     (["sparse", "--clients", "0"], "--clients must be an integer in [1, 1000], got --clients=0"),
     (["sparse", "--clients", "200"], "clients must be at most 150 for the synthetic data"),

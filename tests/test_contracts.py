@@ -69,7 +69,7 @@ CHEAP_CLAIMS = {
 }
 SLOW_CLAIMS = {
     "dpsgd": {"noise_multiplier": 2.0, "sample_rate": 0.1, "steps": 60, "claimed_epsilon": 3.0, "curve_points": 4},
-    "fedavg-dp": {"noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5, "clients": 20, "claimed_epsilon": 2.0},
+    "dp-fedavg": {"noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5, "clients": 20, "claimed_epsilon": 2.0},
     "sparse-upload": {"samples": 200, "worst_samples": 4000},
     "flower-local-dp": {"epsilon": 4.0, "real_calls": 200, "samples": 20_000},
 }
@@ -91,7 +91,7 @@ def test_the_heavier_claim_kinds_rederive_and_repeat_their_verdicts(name):
 
 def test_the_builtin_kinds_are_a_subset_of_the_registry():
     """The built-in kinds stay registered (a kind added later does not break this)."""
-    assert {"ldp", "accounting", "convergence", "robustness", "stress", "variance", "dpsgd", "fedavg-dp",
+    assert {"ldp", "accounting", "convergence", "robustness", "stress", "variance", "dpsgd", "dp-fedavg",
             "sparse-upload", "flower", "flower-local-dp"} <= set(CLAIM_KINDS.names())
 
 

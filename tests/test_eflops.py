@@ -269,7 +269,7 @@ def test_small_cnn_with_unit_gates_trains():
 @pytest.mark.parametrize("kwargs, name, text", [
     ({"density": 0.0}, "density", "(0, 1)"),
     ({"density": 1.0}, "density", "(0, 1)"),
-    ({"density": 0.1, "temperature": -0.1}, "temperature", "[0, inf)"),
+    ({"density": 0.1, "temperature": -0.1}, "temperature", ">= 0"),
     ({"density": 0.1, "participation": 0.0}, "participation", "(0, 1]"),
     ({"density": 0.1, "participation": 1.5}, "participation", "(0, 1]"),
     ({"density": 0.1, "regularizer": "l1"}, "regularizer", "'entropy', 'kl'"),
@@ -287,7 +287,7 @@ def test_bad_training_input(problem):
     clients, _, _ = problem
     with pytest.raises(FedAuditError, match=r"density must be in \[1/dim, 1\) = \[0.005, 1\).*density=0.004 with dim=200"):
         train_eflops(linear(200), clients, method=EFLoPS(0.004), rounds=1)
-    with pytest.raises(FedAuditError, match=r"rounds must be an integer in \[1, inf\)"):
+    with pytest.raises(FedAuditError, match=r"rounds must be an integer >= 1"):
         train_eflops(linear(200), clients, method=EFLoPS(0.1), rounds=0)
     with pytest.raises(FedAuditError, match="clients must hold at least 1"):
         train_eflops(linear(200), [], method=EFLoPS(0.1), rounds=1)

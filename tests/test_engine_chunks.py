@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedaudit.engine import CHECKPOINT_FORMAT, config_digest, iter_chunks, run_chunks
+from fedaudit.engine import CHUNK_CHECKPOINT_FORMAT, config_digest, iter_chunks, run_chunks
 from fedaudit.errors import FedAuditError
 
 ROOT = 2026
@@ -88,7 +88,7 @@ def test_checkpoint_records_every_chunk_and_resume_of_a_finished_run_recomputes_
     first = run_chunks(seeded_sum, chunks(), backend="serial", checkpoint=ck, key=_key())
     assert first == independent()
     header = json.loads(ck.read_text().splitlines()[0])
-    assert header["format"] == CHECKPOINT_FORMAT and header["chunks"] == N_CHUNKS
+    assert header["format"] == CHUNK_CHECKPOINT_FORMAT and header["chunks"] == N_CHUNKS
     assert header["digest"] == config_digest(_key(), N_CHUNKS)
     assert sorted(r["chunk"] for r in _records(ck)) == list(range(N_CHUNKS))
 

@@ -1,4 +1,4 @@
-"""The accountant curves on the engine: the ε(steps) curve of the dpsgd / fedavg-dp kinds
+"""The accountant curves on the engine: the ε(steps) curve of the dpsgd / dp-fedavg kinds
 (:func:`~fedaudit.accounting.curves.epsilon_dpsgd_curve`) and the ε(rounds) curve of the accounting kind run their points as
 engine chunks; every point is the accountant's own value and the curve is bit-identical on the
 serial and the process backend (2 workers), whatever the grouping of points into chunks. The
@@ -140,7 +140,7 @@ def test_accounting_claim_and_accountant_curve_on_ray_equal_serial(ray_local, on
 
 
 def test_fedavg_dp_claim_on_two_processes_equals_serial(one_point_chunks):
-    claim = {"id": "fa", "kind": "fedavg-dp", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5,
+    claim = {"id": "fa", "kind": "dp-fedavg", "noise_multiplier": 4.0, "sample_rate": 0.5, "rounds": 5,
              "clients": 20, "claimed_epsilon": 2.0, "canaries": 200, "curve_points": 5}
     (serial,) = run_plan(plan({**claim, "backend": "serial"})).claims
     (two,) = run_plan(plan({**claim, **TWO})).claims
@@ -183,12 +183,12 @@ def test_convergence_claim_runs_one_chunk_per_optimizer_and_equals_serial():
     assert serial.plots[0]["series"]["dgd"]["y"] == pytest.approx(direct.loss, rel=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["accounting", "variance", "dpsgd", "fedavg-dp", "convergence"])
+@pytest.mark.parametrize("kind", ["accounting", "variance", "dpsgd", "dp-fedavg", "convergence"])
 def test_engine_plan_keys_are_checked_when_the_plan_loads(kind):
     base = {"accounting": RR, "variance": {"id": "v", "kind": "variance", "ks": [2], "max_mse": 1.0},
             "dpsgd": {"id": "s", "kind": "dpsgd", "noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 5,
                       "claimed_epsilon": 3.0},
-            "fedavg-dp": {"id": "f", "kind": "fedavg-dp", "noise_multiplier": 1.0, "sample_rate": 0.1,
+            "dp-fedavg": {"id": "f", "kind": "dp-fedavg", "noise_multiplier": 1.0, "sample_rate": 0.1,
                           "rounds": 5, "claimed_epsilon": 3.0},
             "convergence": {"id": "c", "kind": "convergence", "optimizers": ["dgd"], "max_final_loss": 1.0}}[kind]
     with pytest.raises(FedAuditError, match="backend"):

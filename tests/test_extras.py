@@ -87,7 +87,7 @@ def test_without_torch_and_opacus_fedaudit_audits_accounts_and_names_the_extra(t
 
         from fedaudit.cli import main
         for argv, needs in [(["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps",
-                              "10", "--delta", "1e-5", "--method", "rdp"], "opacus"),
+                              "10", "--delta", "1e-5", "--accountant", "rdp"], "opacus"),
                             (["audit", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "2"],
                              "torch")]:
             err = io.StringIO()

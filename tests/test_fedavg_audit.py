@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedaudit.audit.fedavg_audit import DPFedAvgAudit, audit_dpfedavg
+from fedaudit.audit.dp_fedavg_audit import DPFedAvgAudit, audit_dpfedavg
 from fedaudit.errors import FedAuditError
 
 CFG = dict(sample_rate=0.5, rounds=5, delta=1e-5, canaries=1000, clients=20)
@@ -121,3 +121,10 @@ def test_larger_audit_on_digits():
     bad = audit_dpfedavg(noise_multiplier=0.8, claimed_noise_multiplier=8.0, seed=0, **cfg)
     assert bad.violation and bad.one_run.epsilon > bad.accountant.epsilon
     assert np.isfinite(bad.gdp.epsilon)
+
+
+def test_the_former_module_path_still_imports():
+    """Issue #24: the module is ``fedaudit.audit.dp_fedavg_audit``; the old path re-exports it."""
+    from fedaudit.audit import fedavg_audit
+
+    assert fedavg_audit.audit_dpfedavg is audit_dpfedavg and fedavg_audit.DPFedAvgAudit is DPFedAvgAudit

@@ -229,12 +229,12 @@ def test_iid_sizes_and_gamma_extremes():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda y: partition(y, 4, "dirichlet", beta=0.0), r"beta .*\(0, inf\)"),
+    (lambda y: partition(y, 4, "dirichlet", beta=0.0), r"beta .*> 0"),
     (lambda y: partition(y, 4, "dirichlet", beta=-1.0), r"beta"),
     (lambda y: partition(y, 4, "dirichlet"), r"beta .*required"),
     (lambda y: partition(y, 4, "gamma", gamma=1.5), r"gamma .*\[0, 1\]"),
     (lambda y: partition(y, 4, "gamma", gamma=-0.1), r"gamma"),
-    (lambda y: partition(y, 0, "iid"), r"n_clients .*\[1, inf\)"),
+    (lambda y: partition(y, 0, "iid"), r"n_clients .*>= 1"),
     (lambda y: partition(y, 4, "zipf"), r"unknown partition scheme .*iid, dirichlet"),
     (lambda y: partition(y, 4, "iid", min_size=50), r"min_size"),
     (lambda y: partition(y.astype(float) + 0.5, 4, "iid"), r"integer class labels"),
@@ -517,7 +517,7 @@ def test_declared_f_configures_the_rule_not_the_adversary(digits):
     with pytest.raises(AggregatorBreakdown) as info:
         under.oracle(np.zeros(under.dim), 0)
     assert (info.value.n, info.value.nonfinite, info.value.tolerated) == (8, 3, 1)
-    with pytest.raises(FedAuditError, match=r"declared_f must be an integer in \[0, inf\)"):
+    with pytest.raises(FedAuditError, match=r"declared_f must be an integer >= 0"):
         Federation.build(digits, n_honest=5, f=1, declared_f=-1)
 
 

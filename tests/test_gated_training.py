@@ -157,13 +157,13 @@ def test_dense_rounds_log_dense_bytes_then_packets():
 def test_bad_input():
     with pytest.raises(FedAuditError, match="error_feedback must be True or False"):
         GatedSparseUpload(5, 2, error_feedback="yes")
-    with pytest.raises(FedAuditError, match=r"dense_rounds must be an integer in \[0, inf\)"):
+    with pytest.raises(FedAuditError, match=r"dense_rounds must be an integer >= 0"):
         GatedSparseUpload(5, 2, dense_rounds=-1)
     with pytest.raises(FedAuditError, match="density must be given for regularizer='kl'"):
         data_free_gates([0.0], lam=0.1, temperature=0.1, lr_gates=1.0, steps=1, regularizer="kl")
-    with pytest.raises(FedAuditError, match=r"steps must be an integer in \[1, inf\)"):
+    with pytest.raises(FedAuditError, match=r"steps must be an integer >= 1"):
         data_free_gates([0.0], lam=0.1, temperature=0.1, lr_gates=1.0, steps=0)
-    with pytest.raises(FedAuditError, match=r"lam must be a finite real number in \[0, inf\), got lam=-0.1"):
+    with pytest.raises(FedAuditError, match=r"lam must be a finite real number >= 0, got lam=-0.1"):
         data_free_gates([0.0], lam=-0.1, temperature=0.1, lr_gates=1.0, steps=1)
     ef = ErrorFeedback(2, 3)
     with pytest.raises(FedAuditError, match=r"client must be an integer in \[0, clients - 1=1\], got client=2"):

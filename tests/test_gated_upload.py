@@ -348,7 +348,7 @@ def test_private_audit_certifies_below_the_claim_and_close_on_the_extreme_pair()
     assert not res.violation and res.epsilon_lower <= M.epsilon
     assert res.epsilon_exact == pytest.approx(M.epsilon_for_pair(x0, x1))
     assert res.epsilon_lower >= 0.8 * res.epsilon_exact  # measured 1.78 of exact 1.935 (claim 2)
-    bb = audit_ldp(M, x0, x1, samples=100_000, seed=2, test="black-box")  # as a sampler would be audited
+    bb = audit_ldp(M, x0, x1, samples=100_000, seed=2, distinguisher="black-box")  # as a sampler would be audited
     assert 0.5 <= bb.epsilon_lower <= M.epsilon
 
 

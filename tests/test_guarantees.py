@@ -22,8 +22,8 @@ def test_values_and_json():
 
 
 @pytest.mark.parametrize("build, message", [
-    (lambda: PureLDP(0.0), r"epsilon must be a finite real number in \(0, inf\)"),
-    (lambda: PureLDP(float("inf")), r"epsilon must be a finite real number in \(0, inf\)"),
+    (lambda: PureLDP(0.0), r"epsilon must be a finite real number > 0"),
+    (lambda: PureLDP(float("inf")), r"epsilon must be a finite real number > 0"),
     (lambda: PureLDP(float("nan")), "epsilon"),
     (lambda: ApproxLDP(1.0, 0.0), r"delta must be a finite real number in \(0, 1\)"),
     (lambda: ApproxLDP(1.0, 1.0), r"delta must be a finite real number in \(0, 1\)"),

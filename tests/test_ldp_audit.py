@@ -47,9 +47,8 @@ def check_invariants(r):
     assert r.selection_samples + r.certification_samples == r.samples
     ev = r.event
     assert ev["n"] == r.certification_samples and 0 <= ev["tp"] <= ev["n"] and 0 <= ev["fp"] <= ev["n"]
-    alpha = 1 - r.confidence
     assert r.epsilon_lower == pytest.approx(
-        float(epsilon_lower_bound(ev["tp"], ev["n"], ev["fp"], ev["n"], delta=r.delta_claimed, alpha=alpha)), abs=1e-12)
+        float(epsilon_lower_bound(ev["tp"], ev["n"], ev["fp"], ev["n"], delta=r.delta_claimed, confidence=r.confidence)), abs=1e-12)
     json.dumps(r.to_dict(), allow_nan=False)  # strict JSON, inf included
     return r
 
@@ -110,7 +109,7 @@ def test_correct_mechanisms_never_violate_over_seeds(name):
        test=st.sampled_from(["auto", "black-box"]))
 def test_correct_mechanisms_never_violate_property(name, seed, samples, test):
     mech, x0, x1 = _MECHS[name]
-    _sound(audit_ldp(mech, x0, x1, samples=samples, seed=seed, test=test, confidence=SOUND_CONFIDENCE))
+    _sound(audit_ldp(mech, x0, x1, samples=samples, seed=seed, distinguisher=test, confidence=SOUND_CONFIDENCE))
 
 
 def test_correct_gaussian_black_box_never_violates():
@@ -146,7 +145,7 @@ def test_laplace_tightness_at_2e5_likelihood_ratio():
     ≈ 0.0055; 0.93 leaves ~10 SE for noise and the threshold chosen on 1e4 selection draws.
     (seed 0 gives 0.977)."""
     m = Laplace(1, 1.0)
-    r = audit(m, [1.0], [-1.0], samples=200_000, seed=0, test="likelihood-ratio")
+    r = audit(m, [1.0], [-1.0], samples=200_000, seed=0, distinguisher="likelihood-ratio")
     n = r.certification_samples
     q = 0.5 * math.exp(-r.epsilon_exact)
     assert float(epsilon_lower_bound(0.5 * n, n, q * n, n)) == pytest.approx(0.985, abs=1e-3)
@@ -206,7 +205,7 @@ PLANTED_CASES = [(name, t) for name, spec in PLANTED.items() for t in spec[4]]
 @pytest.mark.parametrize("name, test", PLANTED_CASES, ids=[f"{n}-{t}" for n, t in PLANTED_CASES])
 def test_planted_bugs_are_flagged(name, test):
     make, x0, x1, kw, _ = PLANTED[name]
-    r = audit(make(), x0, x1, samples=20_000, seed=0, test=test, **kw)
+    r = audit(make(), x0, x1, samples=20_000, seed=0, distinguisher=test, **kw)
     assert r.violation, (r.epsilon_lower, r.event)
     assert r.epsilon_lower > r.epsilon_claimed
     if r.epsilon_exact is not None:  # fixed seed: at 95% exceeding the truth is possible but rare
@@ -251,7 +250,7 @@ def test_published_sketch_flagged_with_large_epsilon(x1_scale, min_eps):
 @pytest.mark.slow
 def test_unsplit_budget_black_box_at_1e6():
     """Rotated d=16, k=4: the black box needs ~1e6 draws (1e5 certifies only ~1.01)."""
-    r = audit(UnsplitBudgetSSTQ(16, 4, 4, 1.0), E16[0], -E16[0], samples=1_000_000, seed=0, test="black-box")
+    r = audit(UnsplitBudgetSSTQ(16, 4, 4, 1.0), E16[0], -E16[0], samples=1_000_000, seed=0, distinguisher="black-box")
     assert r.violation
 
 
@@ -301,7 +300,7 @@ def test_numpy_integer_seed_is_recorded():
 
 # --------------------------------------------------------------------------- serialisation
 def test_to_dict_is_strict_json_with_infinities():
-    r = audit(LeakedNormSSTQ(16, 2, 4, 1.0), E16[0], 0.5 * E16[0], samples=2000, seed=0, test="likelihood-ratio")
+    r = audit(LeakedNormSSTQ(16, 2, 4, 1.0), E16[0], 0.5 * E16[0], samples=2000, seed=0, distinguisher="likelihood-ratio")
     d = r.to_dict()
     text = json.dumps(d, allow_nan=False)  # raises on inf/nan anywhere, nested included
     back = json.loads(text)
@@ -376,10 +375,10 @@ BAD = [
      "sampler failed on input x0: ZeroDivisionError"),
     ("not a mechanism", lambda: audit_ldp("laplace", [1.0], [-1.0], epsilon=1.0, samples=500),
      "mechanism must be a fedaudit Mechanism or a callable"),
-    ("unknown test", lambda: audit_ldp(Laplace(2, 1.0), [1.0, 0], [0, 1.0], samples=500, test="magic"),
-     "test must be one of"),
+    ("unknown test", lambda: audit_ldp(Laplace(2, 1.0), [1.0, 0], [0, 1.0], samples=500, distinguisher="magic"),
+     "distinguisher must be one of"),
     ("LR on a black box", lambda: audit_ldp(_ok_sampler, [1.0], [-1.0], epsilon=1.0, samples=500,
-                                            test="likelihood-ratio"), "needs a Mechanism with a tractable log_prob"),
+                                            distinguisher="likelihood-ratio"), "needs a Mechanism with a tractable log_prob"),
     ("chunk = 0", lambda: audit_ldp(Laplace(2, 1.0), [1.0, 0], [0, 1.0], samples=500, chunk=0), "chunk must be"),
     ("negative seed", lambda: audit_ldp(Laplace(2, 1.0), [1.0, 0], [0, 1.0], samples=500, seed=-1), "seed must be"),
     ("search without dim", lambda: search_pairs(_ok_sampler, epsilon=1.0, samples=500), "dim is required"),
@@ -463,7 +462,7 @@ def test_audit_worst_case_certifies_on_independent_seeds():
     # anything the search saw.
     search_seq, cert_seq = np.random.SeedSequence(7).spawn(2)
     found = pair_search._search_pairs(m, dim=None, clip=None, epsilon=None, delta=None, samples=1000, rounds=1,
-                                      streams=search_seq, test="auto", progress=None)
+                                      streams=search_seq, distinguisher="auto", progress=None)
     assert found.name == res.search["best"] and found.x0.tolist() == res.x0
     again = audit_ldp_streams(m, found.x0, found.x1, samples=3000, streams=cert_seq)
     drop = set(RUNTIME_FIELDS) | {"seed", "search"}
@@ -574,7 +573,7 @@ def test_the_training_cap_draws_whole_blocks_up_to_the_cap_and_counts_the_rest(m
         return x[None, :] + rng.laplace(size=(size, 2))
 
     r = audit_ldp(sampler, np.ones(2), -np.ones(2), epsilon=2.0, samples=30_000, seed=0, backend="serial",
-                  progress=seen.append, test="column")
+                  progress=seen.append, distinguisher="column")
     assert fitted == [(1000, 1000)]
     assert sum(seen) == 2 * r.samples
     assert sum(drawn) == 2 + 2 * (1024 + 1500 + r.certification_samples)
@@ -588,7 +587,7 @@ def test_every_split_and_input_draws_from_its_documented_child_stream():
         keys.append((int(x[0] < 0), rng.bit_generator.seed_seq.spawn_key))
         return x[None, :] + rng.laplace(size=(size, 1))
 
-    audit_ldp(sampler, [1.0], [-1.0], epsilon=2.0, samples=5000, seed=0, backend="serial", test="column")
+    audit_ldp(sampler, [1.0], [-1.0], epsilon=2.0, samples=5000, seed=0, backend="serial", distinguisher="column")
     blocks = sorted(k for k in keys if len(k[1]) == 3)
     assert blocks == sorted((w, (s, w, 0)) for s in (1, 2, 3) for w in (0, 1))
 
@@ -614,7 +613,32 @@ def test_the_likelihood_ratio_selects_on_each_inputs_own_training_draws(monkeypa
         return select(st, s0, s1, *args)
 
     monkeypatch.setattr(ldp_mod, "select_event", spy)
-    audit_ldp(Laplace(1, 2.0), [1.0], [-1.0], samples=5000, seed=0, test="likelihood-ratio", backend="serial")
+    audit_ldp(Laplace(1, 2.0), [1.0], [-1.0], samples=5000, seed=0, distinguisher="likelihood-ratio", backend="serial")
     (s0, s1), = pools.values()
     assert len(s0) == len(s1) == 2000
     assert np.mean(s0) > 0.5 and np.mean(s1) < -0.5
+
+
+def test_distinguisher_keyword_and_its_deprecated_name_test():
+    """Issue #24: the audits take ``distinguisher=`` (the plan key and the CLI flag's word); the
+    former ``test=`` still works, with one DeprecationWarning, and gives the same audit; the
+    report keeps its field ``test`` (the statistic chosen)."""
+    from fedaudit.audit.sparse_upload import audit_worst_pair
+    from fedaudit.mechanisms.gated import GatedPrivateUpload
+
+    kw = dict(samples=2000, seed=0, backend="serial")
+    new = audit_ldp(Laplace(1, 2.0), [1.0], [-1.0], distinguisher="likelihood-ratio", **kw)
+    with pytest.warns(DeprecationWarning, match=r"audit_ldp: test= is deprecated; use distinguisher="):
+        old = audit_ldp(Laplace(1, 2.0), [1.0], [-1.0], test="likelihood-ratio", **kw)
+    timing = {"runtime_s": 0, "sampling_s": 0}
+    assert new.to_dict() | timing == old.to_dict() | timing and new.test == "likelihood-ratio"
+    with pytest.raises(FedAuditError, match="give distinguisher .* not both"):
+        audit_ldp(Laplace(1, 2.0), [1.0], [-1.0], distinguisher="column", test="likelihood-ratio", **kw)
+    with pytest.warns(DeprecationWarning, match=r"search_pairs: test= is deprecated"):
+        search_pairs(Laplace(1, 2.0), samples=200, rounds=0, test="likelihood-ratio", backend="serial")
+    with pytest.warns(DeprecationWarning, match=r"audit_worst_case: test= is deprecated"):
+        audit_worst_case(Laplace(1, 2.0), samples=200, search_samples=200, rounds=0, test="likelihood-ratio",
+                         backend="serial")
+    with pytest.warns(DeprecationWarning, match=r"audit_worst_pair: test= is deprecated"):
+        worst = audit_worst_pair(GatedPrivateUpload(8, 2, 1.0), samples=200, test="black-box", backend="serial")
+    assert worst.mode == "black-box"

@@ -60,7 +60,7 @@ def test_rare_most_informative_event_is_selected():
     case = bits_case(16, 4.0)
     m, x0, x1, p0, p1 = case
     for seed in (2, 3, 4):  # the old rule lost 0.34 at seeds 2 and 4
-        r = audit_ldp(m, x0, x1, samples=300_000, seed=seed, test="likelihood-ratio")
+        r = audit_ldp(m, x0, x1, samples=300_000, seed=seed, distinguisher="likelihood-ratio")
         best = best_threshold_epsilon(p0, p1, r.certification_samples)
         assert best.epsilon == pytest.approx(2.859, abs=2e-3) and best.tpr < 0.01
         assert selected_event_value(case, r) >= best.epsilon - 0.05, (seed, r.event)
@@ -189,7 +189,7 @@ def test_threshold_event_epsilon_picks_the_right_outcomes():
     ({"p0": [0.5, 0.5], "p1": [1.0]}, "same length"),
     ({"p0": [1.0, np.nan], "p1": [0.5, 0.5]}, "p0 must be a probability vector"),
     ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "method": "mean"}, "method must be"),
-    ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "n": 0}, "n must be an integer in [1"),
+    ({"p0": [1.0, 0.0], "p1": [1.0, 0.0], "n": 0}, "n must be an integer >= 1"),
 ])
 def test_best_threshold_bad_input(kw, needle):
     args = {"n": 100, **kw}
@@ -226,7 +226,7 @@ def test_false_alarms_and_per_event_coverage_with_a_rare_best_event():
     exact = m.epsilon_for_pair(x0, x1)
     alarms = over = 0
     for s in range(RUNS):
-        r = audit_ldp(m, x0, x1, epsilon=exact, samples=4000, seed=s, test="likelihood-ratio")
+        r = audit_ldp(m, x0, x1, epsilon=exact, samples=4000, seed=s, distinguisher="likelihood-ratio")
         ev = r.event
         tpr, fpr = threshold_event_rates(p0, p1, threshold=ev["threshold"], upper=">=" in ev["event"],
                                          positive=int(ev["positive_input"][1]))

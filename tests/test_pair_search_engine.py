@@ -134,7 +134,7 @@ def test_audit_pair_search_passes_the_engine_keywords_on(tmp_path):
     """``audit_pair(pair="search")`` no longer refuses the engine keywords: it hands them to
     ``audit_worst_case`` (the checkpoint is written, a bad backend is audit_worst_case's error)."""
     kwargs = dict(dim=None, clip=1.0, samples=3000, search_samples=300, seed=1, epsilon=None, delta=None,
-                  confidence=0.95, test="auto")
+                  confidence=0.95, distinguisher="auto")
     ckpt = tmp_path / "rr.ckpt"
     res, x0, x1, label = audit_pair(RandomizedResponse(3, 1.0), "search", backend="serial", checkpoint=ckpt,
                                     **kwargs)

@@ -106,7 +106,7 @@ def test_a_variance_claim_of_unbounded_work_is_refused_with_its_estimate(tmp_pat
     ({"id": "st", "kind": "stress", "aggregators": ["cwtm"], "attacks": ["alie"], "min_accuracy": 0.1,
       "rounds": 10**6, "n_honest": 1000}, "client rounds"),
     ({"id": "up", "kind": "sparse-upload", "samples": 10**7, "worst_samples": 10**7}, "uploads × records"),
-    ({"id": "avg", "kind": "fedavg-dp", "noise_multiplier": 1.0, "sample_rate": 1.0, "rounds": 10**6,
+    ({"id": "avg", "kind": "dp-fedavg", "noise_multiplier": 1.0, "sample_rate": 1.0, "rounds": 10**6,
       "clients": 10**5, "claimed_epsilon": 1.0, "local_steps": 1000}, "client steps"),
 ])
 def test_claims_over_the_budget_are_refused_unless_large_is_allowed(claim, driver):

@@ -119,13 +119,13 @@ def test_sketch_bits_and_metadata():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"dim": 0, "k": 1, "levels": 2, "epsilon": 1.0}, r"dim must be an integer in \[1, inf\)"),
+    ({"dim": 0, "k": 1, "levels": 2, "epsilon": 1.0}, r"dim must be an integer >= 1"),
     ({"dim": 5, "k": 0, "levels": 2, "epsilon": 1.0}, r"k must be an integer in \[1, dim=5\]"),
     ({"dim": 5, "k": 6, "levels": 2, "epsilon": 1.0}, r"k must be an integer in \[1, dim=5\]"),
     ({"dim": 5, "k": 2.5, "levels": 2, "epsilon": 1.0}, r"k must be an integer"),
     ({"dim": 5, "k": 2, "levels": 1, "epsilon": 1.0}, r"levels must be an integer in \[2, 2\^24=16777216\]"),
     ({"dim": 5, "k": 2, "levels": 2.5, "epsilon": 1.0}, r"levels must be an integer"),
-    ({"dim": 5, "k": 2, "levels": 2, "epsilon": 0.0}, r"epsilon must be a finite real number in \(0, inf\)"),
+    ({"dim": 5, "k": 2, "levels": 2, "epsilon": 0.0}, r"epsilon must be a finite real number > 0"),
     ({"dim": 5, "k": 2, "levels": 2, "epsilon": -1.0}, r"epsilon"),
     ({"dim": 5, "k": 2, "levels": 2, "epsilon": float("nan")}, r"epsilon"),
     ({"dim": 5, "k": 2, "levels": 2, "epsilon": None}, r"epsilon"),

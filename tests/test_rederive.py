@@ -2,7 +2,7 @@
 ``ClaimKind.decide`` of the evidence as a report records it gives the verdict the run gave, an
 edited number moves it, and a missing or malformed number is an EvidenceError.
 
-Every built-in kind decides through ``decide``: the cheap ones run here; dpsgd, fedavg-dp,
+Every built-in kind decides through ``decide``: the cheap ones run here; dpsgd, dp-fedavg,
 sparse-upload, flower-local-dp and flower are checked next to their own runs
 (tests/test_claim_kinds_audits.py, test_claim_kinds_sparse.py, test_flower_local_dp.py,
 test_flower_simulation.py), the flower rule on its own below too."""

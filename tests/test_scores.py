@@ -121,7 +121,7 @@ def test_split_power_near_the_best_fixed_event(gaussian_runs):
     mu, delta, n, split, _ = gaussian_runs
     ts = np.linspace(-1.0, 6.0, 141)
     oracle = max(expected_epsilon_lower_bound(stats.norm.sf(t - mu), stats.norm.sf(t), n // 2, delta=delta,
-                                              alpha=ALPHA) for t in ts)
+                                              confidence=CONF) for t in ts)
     eps = np.array([r.epsilon_lower for r in split])
     se = eps.std(ddof=1) / np.sqrt(len(eps))
     z = z_tolerance(N_ASSERTIONS)
@@ -136,7 +136,7 @@ def test_bonferroni_power_at_least_its_best_grid_event(gaussian_runs):
     mu, delta, n, _, bonf = gaussian_runs
     m = 2 * len(GRID)
     oracle = max(expected_epsilon_lower_bound(stats.norm.sf(t - mu), stats.norm.sf(t), n, delta=delta,
-                                              alpha=ALPHA / m) for t in GRID)
+                                              confidence=1 - ALPHA / m) for t in GRID)
     eps = np.array([r.epsilon_lower for r in bonf])
     se = eps.std(ddof=1) / np.sqrt(len(eps))
     assert eps.mean() >= oracle - z_tolerance(N_ASSERTIONS) * se, (eps.mean(), oracle)
@@ -184,7 +184,7 @@ def test_certification_matches_the_shared_bound_on_its_counts(gaussian_runs):
     _, delta, _, split, bonf = gaussian_runs
     for r in split[:10] + bonf[:10]:
         assert r.epsilon_lower == pytest.approx(float(epsilon_lower_bound(r.tp, r.n_in, r.fp, r.n_out, delta=delta,
-                                                                          alpha=r.alpha_per_test)), abs=1e-12)
+                                                                          confidence=1 - r.alpha_per_test)), abs=1e-12)
         assert r.tpr_lower == pytest.approx(float(cp_lower(r.tp, r.n_in, r.alpha_per_test / 2)))
         assert r.fpr_upper == pytest.approx(float(cp_upper(r.fp, r.n_out, r.alpha_per_test / 2)))
         assert r.epsilon_lower == pytest.approx(max(0.0, np.log(r.tpr_lower - delta) - np.log(r.fpr_upper))
@@ -376,7 +376,7 @@ def test_result_fields_follow_from_the_certified_counts():
     assert (res.tpr, res.fpr) == (res.tp / res.n_in, res.fp / res.n_out)
     assert 0 < res.tpr < 1 and 0 < res.fpr < 1 and (res.n_in, res.n_out) == (400, 300)
     assert res.epsilon_lower == pytest.approx(float(epsilon_lower_bound(res.tp, 400, res.fp, 300,
-                                                                        alpha=res.alpha_per_test)), rel=1e-12)
+                                                                        confidence=1 - res.alpha_per_test)), rel=1e-12)
 
 
 def test_from_counts_accepts_values_seen_zero_times():
@@ -400,7 +400,7 @@ def _gdp_brute(scores_in, scores_out, confidence):
     for ge in (True, False):
         tp = np.array([(scores_in >= x).sum() if ge else (scores_in <= x).sum() for x in t])
         fp = np.array([(scores_out >= x).sum() if ge else (scores_out <= x).sum() for x in t])
-        best = max(best, float(np.max(gdp_mu_lower(tp, scores_in.size, fp, scores_out.size, alpha=a_test))))
+        best = max(best, float(np.max(gdp_mu_lower(tp, scores_in.size, fp, scores_out.size, confidence=1 - a_test))))
     return best
 
 
@@ -467,7 +467,7 @@ def test_pessimistic_projection_uses_clopper_pearson_at_half_alpha_each():
     tp, n_tp, fp, n_fp, alpha = np.array([180, 90]), 200, np.array([20, 5]), 200, 0.05
     tpr_lb = stats.beta.ppf(alpha / 2, tp, n_tp - tp + 1)
     fpr_ub = stats.beta.ppf(1 - alpha / 2, fp + 1, n_fp - fp)
-    proj, tpr = pessimistic_projection(tp, n_tp, fp, n_fp, 1000, 1000, delta=0.0, alpha=alpha)
+    proj, tpr = pessimistic_projection(tp, n_tp, fp, n_fp, 1000, 1000, delta=0.0, confidence=0.95)
     np.testing.assert_allclose(tpr, tpr_lb, rtol=1e-12)
-    want = epsilon_lower_bound(tpr_lb * 1000, 1000, fpr_ub * 1000, 1000, delta=0.0, alpha=alpha)
+    want = epsilon_lower_bound(tpr_lb * 1000, 1000, fpr_ub * 1000, 1000, delta=0.0, confidence=0.95)
     np.testing.assert_allclose(proj, want, rtol=1e-12)

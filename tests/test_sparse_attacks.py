@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fedaudit.attacks.registry import ATTACKS, SPARSE_ATTACKS, make_sparse_attack
 from fedaudit.attacks.sparse import ArbitraryPackets, SparseALIE, SparseAttack, SparseIPM
-from fedaudit.attacks.byzantine import Gaussian
+from fedaudit.attacks.byzantine import GaussianNoise
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.gated import ClientUpdate, GatedSparseUpload, SparsePacket
@@ -175,7 +175,7 @@ def test_any_wrapped_attack_emits_valid_packets(p, data):
     prev = ClientUpdate(rng.normal(size=p), rng.normal(size=p))
     honest = [g.select(ClientUpdate(rng.normal(size=p), rng.normal(size=p))) for _ in range(n)]
     attack = data.draw(st.sampled_from([SparseALIE(support="random"), SparseIPM(support="popular", gates="open"),
-                                        SparseAttack(Gaussian(sigma=100.0), support="impact")]))
+                                        SparseAttack(GaussianNoise(sigma=100.0), support="impact")]))
     out = attack(honest, 2, rng, upload=g, previous=prev)
     packets, dropped = g.receive(out)
     assert dropped == [] and all(isinstance(q, SparsePacket) and q.m == m for q in packets)

@@ -130,7 +130,7 @@ def test_classification_on_digits_with_minibatches():
     ({"density": 0.0}, "density must be a finite real number in \\(0, 1\\)"),
     ({"density": 1.0}, "density must be a finite real number in \\(0, 1\\)"),
     ({"density": 0.001}, "density must be in \\[1/dim, 1\\)"),
-    ({"rounds": 0}, "rounds must be an integer in \\[1"),
+    ({"rounds": 0}, "rounds must be an integer >= 1"),
     ({"lr": 0.0}, "lr must be"),
     ({"local_steps": 0}, "local_steps must be"),
     ({"participation": 1.5}, "participation must be"),

@@ -75,11 +75,11 @@ def test_scarce_regression_r2_of_the_truth_is_the_signal_fraction():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"d": 1}, "d must be an integer in \\[2"),
+    ({"d": 1}, "d must be an integer >= 2"),
     ({"support": 0}, "support must be an integer in \\[1"),
     ({"support": 100, "d": 100}, "support must be an integer in \\[1, d - 1"),
     ({"clients": 0}, "clients must be"),
-    ({"samples": 5, "clients": 3}, "samples must be an integer in \\[2·clients"),
+    ({"samples": 5, "clients": 3}, "samples must be an integer >= 2·clients"),
     ({"noise": -1.0}, "noise must be"),
     ({"heterogeneity": float("nan")}, "heterogeneity must be"),
     ({"d": 10**6, "samples": 300}, "at most 5e7"),

@@ -76,7 +76,7 @@ def test_plain_upload_bound_is_below_the_exact_epsilon_and_near_its_expectation(
     assert res.epsilon_lower <= EXACT
     n = res.ldp["certification_samples"]
     # the best event {gate 7 sent} has rates (P1, P0); three binomial sds of slack on the mean bound
-    expected = expected_epsilon_lower_bound(P1, P0, n, alpha=0.05)
+    expected = expected_epsilon_lower_bound(P1, P0, n, confidence=0.95)
     sd = math.sqrt((1 - P0) / (P0 * n) + (1 - P1) / (P1 * n))
     assert res.epsilon_lower >= expected - 3 * sd
     assert res.bytes_ratio == pytest.approx(M * 12 / (DIM * 4))
@@ -165,7 +165,7 @@ def test_a_private_upload_run_far_above_its_stated_epsilon_is_caught():
     ({"density": 0.0}, r"density must be"),
     ({"density": 1.0}, r"density must be"),
     ({"density": 0.01}, r"density must be in \[1/dim, 1\)"),  # m = floor(0.64) = 0
-    ({"temperature": -0.5}, r"temperature must be a finite real number in \[0"),
+    ({"temperature": -0.5}, r"temperature must be a finite real number >= 0"),
     ({"upload": "dense"}, r"upload must be one of 'plain', 'private'"),
     ({"dim": 2}, r"dim must be an integer in \[4, 4096\]"),
     ({"claimed_epsilon": 0.0}, r"claimed_epsilon must be"),
@@ -286,7 +286,7 @@ def test_worst_pair_input_errors_name_the_parameter():
 
     with pytest.raises(FedAuditError, match="mechanism must be a GatedPrivateUpload, got str"):
         worst_pair("gated-private")
-    with pytest.raises(FedAuditError, match=r"test='likelihood-ratio' needs m <= 5 .* got m=6"):
-        audit_worst_pair(GatedPrivateUpload(64, 6, 1.0), test="likelihood-ratio", samples=200)
+    with pytest.raises(FedAuditError, match=r"distinguisher='likelihood-ratio' needs m <= 5 .* got m=6"):
+        audit_worst_pair(GatedPrivateUpload(64, 6, 1.0), distinguisher="likelihood-ratio", samples=200)
     with pytest.raises(FedAuditError, match="claimed_epsilon must be"):
         audit_worst_pair(GatedPrivateUpload(8, 2, 1.0), claimed_epsilon=-1.0)

@@ -228,7 +228,7 @@ def _dpsgd_audits():
 
 
 def _fedavg_audits():
-    from fedaudit.audit.fedavg_audit import audit_dpfedavg
+    from fedaudit.audit.dp_fedavg_audit import audit_dpfedavg
 
     kw = dict(sample_rate=0.5, rounds=2, canaries=40, clients=5, seed=0)
     return [audit_dpfedavg(noise_multiplier=2.0, **kw),
@@ -301,7 +301,7 @@ BUILDERS = {
     "fedaudit.mechanisms.gated.GatedSparseUpload": lambda: [_gated()[0]],
     "fedaudit.audit.canaries.CanaryRun": _canary_runs,
     "fedaudit.audit.dpsgd_audit.DPSGDAudit": _dpsgd_audits,
-    "fedaudit.audit.fedavg_audit.DPFedAvgAudit": _fedavg_audits,
+    "fedaudit.audit.dp_fedavg_audit.DPFedAvgAudit": _fedavg_audits,
     "fedaudit.accounting.ledger.Ledger": _ledger,
     "fedaudit.accounting.ledger.LedgerEntry": lambda: list(_ledger()[0].entries()),
     "fedaudit.reports.integrity.VerifyResult": _verify_result,

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedaudit.kernels as kernels
-from fedaudit.attacks.byzantine import ALIE, IPM, Gaussian, MinMax, MinSum, SignFlip
+from fedaudit.attacks.byzantine import ALIE, IPM, GaussianNoise, MinMax, MinSum, SignFlip
 from fedaudit.defenses import Aggregator, compose, make_aggregator
 from fedaudit.defenses.registry import AGGREGATORS, PREAGGREGATORS
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
@@ -335,7 +335,7 @@ def test_attack_errors_match_numpy():
         ALIE(z=1.0)(torch.ones(1, 3), 1)
     out = ALIE(z=2.0)(torch.arange(12).reshape(4, 3).to(torch.int32), 2)
     assert out.dtype == torch.float64
-    assert not Gaussian().torch_native  # draws from the numpy Generator: the host path
+    assert not GaussianNoise().torch_native  # draws from the numpy Generator: the host path
 
 
 def test_alie_against_nnm_cwtm_on_torch_matches_numpy():

@@ -25,7 +25,7 @@ def shown(command: str) -> str:
 
 @pytest.mark.parametrize("command, key", [
     ("fedaudit account compose --epsilon 0.5 --uses 20 --delta 1e-6", "results"),
-    ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.004266 --steps 14062 --delta 1e-5 --method all",
+    ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.004266 --steps 14062 --delta 1e-5 --accountant all",
      "accounts"),
     ("fedaudit account shuffle --n 100000 --eps0 4 --delta 1e-6", "results"),
 ])

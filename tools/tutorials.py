@@ -126,7 +126,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("compose", "privacy-budgets.md", "fedaudit account compose --epsilon 0.5 --uses 20 --delta 1e-6"),
     Output("dpsgd", "privacy-budgets.md",
            "fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.004266 --steps 14062 --delta 1e-5 "
-           "--method all"),
+           "--accountant all"),
     Output("shuffle", "privacy-budgets.md", "fedaudit account shuffle --n 100000 --eps0 4 --delta 1e-6"),
     Output("audit-dpsgd", "privacy-budgets.md",
            "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 --steps 100",

@@ -23,7 +23,7 @@ dp-accounting and Opacus wherever they do the work.
 calibration (DeprecationWarning; removed in the next release).
 
 The canary audits that hold these accountants to account are in :mod:`fedaudit.audit`
-(:func:`~fedaudit.audit.dpsgd_audit.audit_dpsgd`, :func:`~fedaudit.audit.fedavg_audit.audit_dpfedavg`).
+(:func:`~fedaudit.audit.dpsgd_audit.audit_dpsgd`, :func:`~fedaudit.audit.dp_fedavg_audit.audit_dpfedavg`).
 """
 
 from fedaudit.accounting.accountants import (ACCOUNTANTS, NEIGHBOURING, Accountant, AccountantMemoryError, account,

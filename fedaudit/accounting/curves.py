@@ -4,8 +4,8 @@ A curve is a list of independent points (each its own accountant call, never an 
 previous one), so :func:`run_curve` spreads them over :func:`fedaudit.engine.run_chunks` in
 :func:`curve_groups` chunks and reassembles them in order: the curve is bit-identical on every
 backend and worker count. :func:`epsilon_dpsgd_curve` is the curve of Poisson-subsampled Gaussian
-steps (DP-SGD steps, or client-level DP-FedAvg rounds) that the ``dpsgd`` and ``fedavg-dp``
-claim kinds and ``fedaudit audit dpsgd|fedavg-dp --plot`` and ``fedaudit account --plot`` draw;
+steps (DP-SGD steps, or client-level DP-FedAvg rounds) that the ``dpsgd`` and ``dp-fedavg``
+claim kinds and ``fedaudit audit dpsgd|dp-fedavg --plot`` and ``fedaudit account --plot`` draw;
 the ``accounting`` kind's curve of a mechanism's schedule is
 :func:`fedaudit.accounting.schedule.schedule_curve`.
 """

@@ -6,13 +6,14 @@ attacker also picks its support; those emit packets and live in ``SPARSE_ATTACKS
 (n − f, d); attacks are omniscient and may return non-identical rows.
 """
 
+from fedaudit.deprecation import module_aliases
 from fedaudit.attacks.byzantine import (
     ALIE,
     IPM,
     Attack,
     Fang,
     FangKrumNotSelectedWarning,
-    Gaussian,
+    GaussianNoise,
     MinMax,
     MinSum,
     Mimic,
@@ -33,9 +34,13 @@ from fedaudit.attacks.inference import (
 )
 
 __all__ = [
-    "Attack", "ALIE", "IPM", "SignFlip", "Gaussian", "Mimic", "MinMax", "MinSum", "Fang", "FangKrumNotSelectedWarning", "NonFinite", "Optimal",
+    "Attack", "ALIE", "IPM", "SignFlip", "GaussianNoise", "Mimic", "MinMax", "MinSum", "Fang", "FangKrumNotSelectedWarning", "NonFinite", "Optimal",
     "ATTACKS", "make_attack", "register_attack",
     "SparseAttack", "SparseALIE", "SparseIPM", "ArbitraryPackets", "SPARSE_ATTACKS", "make_sparse_attack",
     "register_sparse_attack",
     "ColumnThreshold", "FrequencyTest", "LikelihoodRatio", "LogisticClassifier", "Projection", "Statistic",
 ]
+
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"Gaussian": ("GaussianNoise (fedaudit.mechanisms.Gaussian is the mechanism)", lambda: GaussianNoise)})

@@ -39,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
+from fedaudit.deprecation import module_aliases
 from fedaudit.arrays import as_array, is_torch, to_like, torch_input, torch_to_numpy
 from fedaudit.defenses.base import Aggregator
 from fedaudit.errors import FedAuditError
@@ -51,7 +52,7 @@ __all__ = [
     "ALIE",
     "IPM",
     "SignFlip",
-    "Gaussian",
+    "GaussianNoise",
     "Mimic",
     "MinMax",
     "MinSum",
@@ -274,7 +275,7 @@ class SignFlip(IPM):
         return {"scale": self.tau}
 
 
-class Gaussian(Attack):
+class GaussianNoise(Attack):
     """Gaussian noise: f independent rows of i.i.d. N(mu, sigma²) entries drawn from ``rng``
     (reproducible for a fixed seed; ``rng=None`` is fresh OS entropy). Scale = sigma ≥ 0."""
 
@@ -628,3 +629,6 @@ class Optimal(Attack):
         s = max(float(s), self.low)
         return s if self.high is None else min(s, self.high)
 
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"Gaussian": ("GaussianNoise (fedaudit.mechanisms.Gaussian is the mechanism)", lambda: GaussianNoise)})

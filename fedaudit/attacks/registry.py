@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fedaudit.attacks.byzantine import ALIE, IPM, Attack, Fang, Gaussian, MinMax, MinSum, Mimic, NonFinite, SignFlip
+from fedaudit.attacks.byzantine import ALIE, IPM, Attack, Fang, GaussianNoise, MinMax, MinSum, Mimic, NonFinite, SignFlip
 from fedaudit.attacks.sparse import ArbitraryPackets, SparseALIE, SparseIPM
 from fedaudit.errors import FedAuditError
 from fedaudit.registry import Registry, did_you_mean
@@ -21,7 +21,7 @@ __all__ = ["ATTACKS", "register_attack", "make_attack", "SPARSE_ATTACKS", "regis
 
 #: Byzantine attacks by name.
 ATTACKS: Registry[Attack] = Registry("attack")
-for _cls in (ALIE, IPM, SignFlip, Gaussian, Mimic, MinMax, MinSum, Fang, NonFinite):
+for _cls in (ALIE, IPM, SignFlip, GaussianNoise, Mimic, MinMax, MinSum, Fang, NonFinite):
     ATTACKS.register(_cls.name, _cls)
 del _cls
 

@@ -48,9 +48,9 @@ def __getattr__(name):  # these pull in defenses, attacks, fl or torch: load on 
 
         return getattr(sparse_upload, name)
     if name in ("audit_dpfedavg", "DPFedAvgAudit"):
-        from fedaudit.audit import fedavg_audit
+        from fedaudit.audit import dp_fedavg_audit
 
-        return getattr(fedavg_audit, name)
+        return getattr(dp_fedavg_audit, name)
     raise AttributeError(name)
 
 

@@ -7,7 +7,8 @@ TPR_lb, FPR_ub at α/2 each hold jointly with probability ≥ 1 − α, and then
 
     ε ≥ ε_lb = log((TPR_lb − δ) / FPR_ub)          (Jagielski et al. 2020; Nasr et al. 2021)
 
-is a certified lower bound at confidence 1 − α for *one* pre-selected event. Selecting the
+is a certified lower bound at confidence 1 − α for *one* pre-selected event (the public
+functions take that ``confidence``; ``cp_lower``/``cp_upper`` take their one-sided level). Selecting the
 event on the same data invalidates it; fedaudit selects on a separate split.
 
 Clopper–Pearson (1934): lower(k, n, a) = Beta.ppf(a, k, n − k + 1) (0 when k = 0),
@@ -17,10 +18,13 @@ upper(k, n, a) = Beta.ppf(1 − a, k + 1, n − k) (1 when k = n).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from decimal import Decimal
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from fedaudit.deprecation import warn_renamed
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.validation import check_int, check_probability, check_real
@@ -50,11 +54,34 @@ def cp_upper(k, n, alpha):
     return np.where(k >= n, 1.0, out)
 
 
-def epsilon_lower_bound(tp, n_pos, fp, n_neg, *, delta: float = 0.0, alpha: float = 0.05):
-    """Certified ε_lb = max(0, log((TPR_lb − δ)/FPR_ub)) with CP bounds at α/2 each (vectorised).
+def alpha_level(where: str, confidence: float | None, alpha: Any = None, *, default: float | None = 0.95) -> Any:
+    """The level α = 1 − confidence a public bound is computed at, for functions that take
+    ``confidence`` (the word every audit uses) and still accept the deprecated ``alpha=``.
 
-    Valid at confidence 1 − alpha for an event chosen independently of these counts.
+    ``confidence`` is read as the decimal it prints as and α = 1 − confidence is taken in decimal
+    arithmetic, then rounded to a float once: ``confidence=0.95`` gives α = 0.05 exactly (binary
+    ``1.0 - 0.95`` is 0.050000000000000044), so ``confidence=1 - a`` written out (0.95, 0.99, ...)
+    reproduces a former ``alpha=a`` call bit for bit. A deprecated ``alpha`` passes through
+    unchanged, with one DeprecationWarning naming ``where``. ``confidence=None`` means ``default``
+    (None: required). The audits that hold α = 1.0 − confidence themselves call the α-level
+    functions of this module (``epsilon_lower_bound_at`` ...) directly.
     """
+    if alpha is not None:
+        if confidence is not None and confidence != default:
+            raise FedAuditError(f"{where}: give confidence (or the deprecated alpha = 1 − confidence), not both")
+        warn_renamed("alpha=", "confidence= (= 1 − alpha)", where, stacklevel=4)
+        return alpha
+    if confidence is None:
+        if default is None:
+            raise FedAuditError(f"{where} needs confidence=, the confidence of the bound in (0, 1)")
+        confidence = default
+    confidence = check_probability("confidence", confidence)
+    return float(Decimal(1) - Decimal(repr(confidence)))
+
+
+def epsilon_lower_bound_at(tp, n_pos, fp, n_neg, delta, alpha):
+    """:func:`epsilon_lower_bound` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     tpr_lb = cp_lower(tp, n_pos, alpha / 2)
     fpr_ub = cp_upper(fp, n_neg, alpha / 2)
     num = tpr_lb - delta
@@ -63,9 +90,28 @@ def epsilon_lower_bound(tp, n_pos, fp, n_neg, *, delta: float = 0.0, alpha: floa
     return np.maximum(eps, 0.0)
 
 
-def max_certifiable_epsilon(n: int, *, delta: float = 0.0, alpha: float = 0.05) -> float:
-    """The largest ε any audit with n draws per input can certify (TP = n, FP = 0)."""
-    return float(epsilon_lower_bound(n, n, 0, n, delta=delta, alpha=alpha))
+def epsilon_lower_bound(tp, n_pos, fp, n_neg, *, delta: float = 0.0, confidence: float = 0.95,
+                        alpha: float | None = None):
+    """Certified ε_lb = max(0, log((TPR_lb − δ)/FPR_ub)) with CP bounds at α/2 each, α = 1 −
+    confidence (vectorised).
+
+    Valid at ``confidence`` for an event chosen independently of these counts. ``alpha``:
+    deprecated, the level 1 − confidence (see :func:`alpha_level`).
+    """
+    return epsilon_lower_bound_at(tp, n_pos, fp, n_neg, delta, alpha_level("epsilon_lower_bound", confidence, alpha))
+
+
+def max_certifiable_epsilon_at(n: int, delta: float, alpha) -> float:
+    """:func:`max_certifiable_epsilon` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
+    return float(epsilon_lower_bound_at(n, n, 0, n, delta, alpha))
+
+
+def max_certifiable_epsilon(n: int, *, delta: float = 0.0, confidence: float = 0.95,
+                            alpha: float | None = None) -> float:
+    """The largest ε any audit with n draws per input can certify at ``confidence`` (TP = n,
+    FP = 0). ``alpha``: deprecated, 1 − confidence."""
+    return max_certifiable_epsilon_at(n, delta, alpha_level("max_certifiable_epsilon", confidence, alpha))
 
 
 def gdp_mu_estimate(tpr, fpr):
@@ -81,7 +127,7 @@ def gdp_mu_estimate(tpr, fpr):
 
 
 def expected_epsilon_lower_bound(tpr: float, fpr: float, n: int, *, delta: float = 0.0,
-                                 alpha: float = 0.05, tail: float = 1e-12) -> float:
+                                 confidence: float = 0.95, tail: float = 1e-12, alpha: float | None = None) -> float:
     """E[ε_lb(TP, n, FP, n)] for independent TP ~ Bin(n, tpr), FP ~ Bin(n, fpr): the mean
     bound a certification of one fixed event with these true rates returns.
 
@@ -90,7 +136,15 @@ def expected_epsilon_lower_bound(tpr: float, fpr: float, n: int, *, delta: float
     and b·P[B = b] over the sorted values of B, E[max(0, a − B)] = a·F(a⁻) − G(a⁻), so the mean is
     Σ_a P[A = a]·(a·F(a⁻) − G(a⁻)): O(m log m) for the m counts in each binomial's central
     1 − 2·``tail`` range (the mass dropped changes the mean by < 2·tail·max_certifiable_epsilon(n)).
+    Each ε_lb is certified at ``confidence``; ``alpha``: deprecated, 1 − confidence.
     """
+    alpha = alpha_level("expected_epsilon_lower_bound", confidence, alpha)
+    return expected_epsilon_lower_bound_at(tpr, fpr, n, delta, alpha, tail)
+
+
+def expected_epsilon_lower_bound_at(tpr: float, fpr: float, n: int, delta: float, alpha, tail: float = 1e-12) -> float:
+    """:func:`expected_epsilon_lower_bound` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     n = check_int("n", n, low=1)
     tpr = check_real("tpr", tpr, low=0.0, high=1.0)
     fpr = check_real("fpr", fpr, low=0.0, high=1.0)
@@ -137,8 +191,8 @@ class ThresholdBound:
         return jsonable(asdict(self))
 
 
-def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, alpha: float = 0.05,
-                           method: str = "expected") -> ThresholdBound:
+def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, confidence: float = 0.95,
+                           method: str = "expected", alpha: float | None = None) -> ThresholdBound:
     """The most ε one certified threshold event can give at ``n`` draws per input, from the
     exact output pmfs ``p0``, ``p1`` of a finite-output randomizer at the pair (x0, x1).
 
@@ -153,8 +207,10 @@ def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, alpha: float =
     bound of a certification with ``n`` draws per input, what the audit's ε_lb averages to when
     it certifies that event) or by :func:`epsilon_lower_bound` at the expected counts
     (``method="plug-in"``); the maximum is returned. Only the top candidates under the plug-in
-    score (which is within a few hundredths of the mean) get the exact mean.
+    score (which is within a few hundredths of the mean) get the exact mean. Bounds are certified
+    at ``confidence``; ``alpha``: deprecated, 1 − confidence.
     """
+    alpha = alpha_level("best_threshold_epsilon", confidence, alpha)
     n = check_int("n", n, low=1)
     alpha = check_probability("alpha", alpha)
     delta = check_real("delta", delta, low=0.0, high=1.0, open_high=True)
@@ -181,13 +237,13 @@ def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, alpha: float =
     cands += [(levels[i], "x1", min(le1[i], 1.0), min(le0[i], 1.0)) for i in range(len(levels))]
     tpr = np.array([c[2] for c in cands])
     fpr = np.array([c[3] for c in cands])
-    plug = epsilon_lower_bound(tpr * n, n, fpr * n, n, delta=delta, alpha=alpha)
+    plug = epsilon_lower_bound_at(tpr * n, n, fpr * n, n, delta, alpha)
     if method == "plug-in":
         i = int(np.argmax(plug))
         value = float(plug[i])
     else:
         top = np.argsort(-plug, kind="stable")[:8]
-        means = [expected_epsilon_lower_bound(tpr[i], fpr[i], n, delta=delta, alpha=alpha) for i in top]
+        means = [expected_epsilon_lower_bound_at(tpr[i], fpr[i], n, delta, alpha) for i in top]
         j = int(np.argmax(means))
         i, value = int(top[j]), float(means[j])
     t, pos, _, _ = cands[i]
@@ -213,10 +269,12 @@ def threshold_event_rates(p0, p1, *, threshold: float, upper: bool, positive: in
 
 
 def threshold_event_epsilon(p0, p1, n: int, *, threshold: float, upper: bool, positive: int, delta: float = 0.0,
-                            alpha: float = 0.05, tolerance: float = 1e-9) -> float:
-    """Expected certified ε (:func:`expected_epsilon_lower_bound`) at ``n`` draws per input of the
-    threshold event described in :func:`threshold_event_rates`: what certifying it averages to,
-    free of the certification noise of any one audit."""
+                            confidence: float = 0.95, tolerance: float = 1e-9, alpha: float | None = None) -> float:
+    """Expected certified ε (:func:`expected_epsilon_lower_bound`, at ``confidence``) at ``n`` draws
+    per input of the threshold event described in :func:`threshold_event_rates`: what certifying
+    it averages to, free of the certification noise of any one audit. ``alpha``: deprecated,
+    1 − confidence."""
+    alpha = alpha_level("threshold_event_epsilon", confidence, alpha)
     tpr, fpr = threshold_event_rates(p0, p1, threshold=threshold, upper=upper, positive=positive,
                                      tolerance=tolerance)
-    return expected_epsilon_lower_bound(tpr, fpr, n, delta=delta, alpha=alpha)
+    return expected_epsilon_lower_bound_at(tpr, fpr, n, delta, alpha)

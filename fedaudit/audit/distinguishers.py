@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedaudit.attacks.inference import Statistic
-from fedaudit.audit.bounds import cp_lower, cp_upper, epsilon_lower_bound
-from fedaudit.audit.scores import candidate_thresholds, pessimistic_projection
+from fedaudit.audit.bounds import cp_lower, cp_upper, epsilon_lower_bound_at
+from fedaudit.audit.scores import candidate_thresholds, pessimistic_projection_at
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
 
@@ -50,10 +50,11 @@ class Event:
 
 
 def parse_test(test: str, has_lr: bool) -> tuple[bool, tuple[str, ...]]:
-    """(use the likelihood ratio, black-box families) for a comma-separated ``test``."""
+    """(use the likelihood ratio, black-box families) for a comma-separated distinguisher ``test``."""
     names = [p.strip().lower() for p in str(test).split(",") if p.strip()]
     if not names or any(n not in TESTS and n != "lr" for n in names):
-        raise FedAuditError(f"test must be one of {', '.join(TESTS)} (comma-separated allowed), got test={test!r}")
+        raise FedAuditError(f"distinguisher must be one of {', '.join(TESTS)} (comma-separated allowed), "
+                            f"got distinguisher={test!r}")
     use_lr, fams = False, []
     for n in names:
         if n == "auto":
@@ -62,7 +63,7 @@ def parse_test(test: str, has_lr: bool) -> tuple[bool, tuple[str, ...]]:
             fams += [f for f in BLACK_BOX_FAMILIES if not (has_lr and f in ESTIMATED_LR)]
         elif n in ("likelihood-ratio", "lr"):
             if not has_lr:
-                raise FedAuditError("test='likelihood-ratio' needs a Mechanism with a tractable log_prob")
+                raise FedAuditError("distinguisher='likelihood-ratio' needs a Mechanism with a tractable log_prob")
             use_lr = True
         elif n == "black-box":
             fams += BLACK_BOX_FAMILIES
@@ -112,7 +113,7 @@ def select_event(stat: Statistic, s0: np.ndarray, s1: np.ndarray, n_cert: int, d
         for positive, tp, fp in ((0, c0, c1), (1, c1, c0)):
             n_tp, n_fp = (n0, n1) if positive == 0 else (n1, n0)
             idx = _promising(tp, n_tp, fp, n_fp, delta, alpha)
-            score, _ = pessimistic_projection(tp[idx], n_tp, fp[idx], n_fp, n_cert, n_cert, delta=delta, alpha=alpha)
+            score, _ = pessimistic_projection_at(tp[idx], n_tp, fp[idx], n_fp, n_cert, n_cert, delta, alpha)
             i = int(np.argmax(score))
             if best is None or score[i] > best.projected:
                 best = Event(stat, upper, float(t[idx[i]]), positive, float(score[i]))
@@ -168,7 +169,7 @@ def _best_rate_event(stat: Statistic, t: np.ndarray, rates, n_cert: int, delta: 
     best = None
     for upper, r0, r1 in ((True, ge0, ge1), (False, le0, le1)):
         for positive, tpr, fpr in ((0, r0, r1), (1, r1, r0)):
-            score = epsilon_lower_bound(tpr * n_cert, n_cert, fpr * n_cert, n_cert, delta=delta, alpha=alpha)
+            score = epsilon_lower_bound_at(tpr * n_cert, n_cert, fpr * n_cert, n_cert, delta, alpha)
             i = int(np.argmax(score))
             if best is None or score[i] > best.projected:
                 best = Event(stat, upper, float(t[i]), positive, float(score[i]))

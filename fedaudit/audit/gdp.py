@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedaudit.audit.bounds import cp_lower, cp_upper, gdp_mu_estimate
+from fedaudit.audit.bounds import alpha_level, cp_lower, cp_upper, gdp_mu_estimate
 from fedaudit.guarantees import Bound
 from fedaudit.json import jsonable
 from fedaudit.validation import check_probability, check_real
@@ -50,9 +50,17 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
 
 
-def gdp_mu_lower(tp, n_in: int, fp, n_out: int, *, alpha: float) -> np.ndarray:
-    """μ = Φ⁻¹(TPR_lb) − Φ⁻¹(FPR_ub) of each event, the two Clopper–Pearson bounds at α/2 each
-    (vectorised): under μ-GDP each is ≤ the true μ with probability ≥ 1 − α."""
+def gdp_mu_lower(tp, n_in: int, fp, n_out: int, *, confidence: float | None = None,
+                 alpha: float | None = None) -> np.ndarray:
+    """μ = Φ⁻¹(TPR_lb) − Φ⁻¹(FPR_ub) of each event, the two Clopper–Pearson bounds at α/2 each,
+    α = 1 − ``confidence`` (vectorised): under μ-GDP each is ≤ the true μ with probability ≥
+    ``confidence``. ``alpha``: deprecated, 1 − confidence."""
+    return gdp_mu_lower_at(tp, n_in, fp, n_out, alpha_level("gdp_mu_lower", confidence, alpha, default=None))
+
+
+def gdp_mu_lower_at(tp, n_in: int, fp, n_out: int, alpha) -> np.ndarray:
+    """:func:`gdp_mu_lower` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     return np.atleast_1d(gdp_mu_estimate(cp_lower(tp, n_in, alpha / 2), cp_upper(fp, n_out, alpha / 2)))
 
 

@@ -61,10 +61,11 @@ from typing import Any
 import numpy as np
 
 from fedaudit.attacks.inference import LikelihoodRatio, Statistic, fit_black_box
-from fedaudit.audit.bounds import MAX_SAMPLES, gdp_mu_estimate, max_certifiable_epsilon
+from fedaudit.audit.bounds import MAX_SAMPLES, gdp_mu_estimate, max_certifiable_epsilon_at
 from fedaudit.audit.distinguishers import BLACK_BOX_FAMILIES, TESTS, has_log_prob, parse_test, select_event
 from fedaudit.audit.sampling import ProgressFn, ReportSource, Sampler, block_rows, block_sizes, draw_blocks
 from fedaudit.audit.scores import BonferroniSelection, ScoreAuditor
+from fedaudit.deprecation import renamed_keyword
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, Guarantee, epsilon_delta, make_guarantee
@@ -183,10 +184,10 @@ def claimed_guarantee(mechanism: Mechanism | Sampler, epsilon: float | None,
 # --------------------------------------------------------------------------- API
 def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: float | None = None,
               delta: float | None = None, samples: int = 1_000_000, confidence: float = 0.95,
-              test: str = "auto", seed: int | None = 0, selection_fraction: float = 0.1,
+              distinguisher: str = "auto", seed: int | None = 0, selection_fraction: float = 0.1,
               chunk: int | None = None, progress: ProgressFn | None = None, backend: str | None = None,
               workers: int | None = None, address: str | None = None, checkpoint: Any = None,
-              resume: bool = False) -> "LDPAudit":
+              resume: bool = False, test: str | None = None) -> "LDPAudit":
     """Certify a lower bound on the LDP ε of ``mechanism`` from the pair (x0, x1).
 
     The audit's randomness is ``SeedSequence(seed)`` (``seed=None``: fresh entropy), so
@@ -201,10 +202,11 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
     epsilon, delta : the claimed guarantee; default the mechanism's own (δ = 0 for samplers).
     samples : draws per input in total (selection + certification), in [100, 10^12].
     confidence : 1 − α for the certified bound.
-    test : "auto" (likelihood ratio when ``log_prob`` exists, plus every black-box family but
+    distinguisher : "auto" (likelihood ratio when ``log_prob`` exists, plus every black-box family but
         "naive-bayes", the fitted estimate of that likelihood ratio; without ``log_prob`` every
         black-box family), "likelihood-ratio", "black-box", or any of "column", "projection",
-        "classifier", "frequency", "naive-bayes" (comma-separated).
+        "classifier", "frequency", "naive-bayes" (comma-separated): the test that tells the two
+        inputs' reports apart. The report's field ``test`` names the statistic chosen.
     seed : root of all randomness (``SeedSequence(seed)``).
     selection_fraction : share of ``samples`` used to train and select (capped at 2·10^5).
     chunk : reports per processing step and per certification chunk (rounded to whole seeded
@@ -222,12 +224,15 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
         it (a checkpoint of another configuration is refused; a black-box sampler is identified
         by its qualified name, and by its ``config`` attribute when it has one, so give a
         configurable sampler object a ``config`` describing everything its draws depend on).
+    test : deprecated name of ``distinguisher``.
     """
+    distinguisher = renamed_keyword("audit_ldp", "test", "distinguisher", test, distinguisher, "auto")
     if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise FedAuditError(f"seed must be a non-negative integer or None, got seed={seed!r} (a stream of a larger "
                             f"experiment goes to audit_ldp_streams(streams=...))")
     res = audit_ldp_streams(mechanism, x0, x1, streams=as_seed_sequence(seed), epsilon=epsilon, delta=delta,
-                            samples=samples, confidence=confidence, test=test, selection_fraction=selection_fraction,
+                            samples=samples, confidence=confidence, distinguisher=distinguisher,
+                            selection_fraction=selection_fraction,
                             chunk=chunk, progress=progress, backend=backend, workers=workers, address=address,
                             checkpoint=checkpoint, resume=resume)
     return res if seed is None else replace(res, seed=int(seed))
@@ -235,17 +240,19 @@ def audit_ldp(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, epsilon: floa
 
 def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, streams: np.random.SeedSequence,
                       epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
-                      confidence: float = 0.95, test: str = "auto", selection_fraction: float = 0.1,
+                      confidence: float = 0.95, distinguisher: str = "auto", selection_fraction: float = 0.1,
                       chunk: int | None = None, progress: ProgressFn | None = None, backend: str | None = None,
                       workers: int | None = None, address: str | None = None, checkpoint: Any = None,
-                      resume: bool = False) -> "LDPAudit":
+                      resume: bool = False, test: str | None = None) -> "LDPAudit":
     """:func:`audit_ldp` drawing from the child streams of ``streams`` (a ``SeedSequence``, e.g. one
     child of a larger seeded experiment such as a pair search); ``LDPAudit.seed`` is None.
 
     Stream layout: ``streams.spawn(4)`` = (width probe, train, select, certify); each split
     spawns one child per input and each of those one child per block
-    (:func:`fedaudit.audit.sampling.stream`). ``backend`` … ``resume``: as in :func:`audit_ldp`.
+    (:func:`fedaudit.audit.sampling.stream`). ``backend`` … ``resume``: as in :func:`audit_ldp`;
+    ``test``: deprecated name of ``distinguisher``.
     """
+    distinguisher = renamed_keyword("audit_ldp_streams", "test", "distinguisher", test, distinguisher, "auto")
     if not isinstance(streams, np.random.SeedSequence):
         raise FedAuditError(f"streams must be a numpy SeedSequence, got {type(streams).__name__}")
     t_start = time.perf_counter()
@@ -310,7 +317,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     train0, train1 = (np.concatenate(rows)[:cap_rows] for rows in drawn)
     del drawn
     has_lr = source.mechanism is not None and has_log_prob(source.mechanism, train0[:1], x0)
-    use_lr, families = parse_test(test, has_lr)
+    use_lr, families = parse_test(distinguisher, has_lr)
     stats: list[Statistic] = [LikelihoodRatio(source.mechanism, x0, x1)] if use_lr else []
     decode = source.mechanism.decode if source.mechanism is not None else None
     # the exact likelihood ratio is not fitted, so it also selects on the (kept) training draws
@@ -318,7 +325,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     stats += fit_black_box(train0, train1, x0=x0, x1=x1, decode=decode, families=families)
     del train0, train1
     if not stats:
-        raise FedAuditError(f"no distinguisher applies for test={test!r} to reports of width {width}")
+        raise FedAuditError(f"no distinguisher applies for distinguisher={distinguisher!r} to reports of width {width}")
     scores: list[list[list[np.ndarray]]] = [[[] for _ in stats] for _ in range(2)]
     if lr_train is not None:
         scores[0][0], scores[1][0] = lr_train
@@ -335,7 +342,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
 
     # ---- 3. certification: count the chosen event on fresh draws (engine chunks), bound by ScoreAuditor
     tasks, owner = split("cert", n_cert, chosen)
-    key = None if checkpoint is None else _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, test,
+    key = None if checkpoint is None else _checkpoint_key(mechanism, x0, x1, streams, samples, confidence, distinguisher,
                                                           selection_fraction, delta_claim, chunk, chosen)
     counted = run(_count_chunk, tasks, checkpoint=checkpoint, resume=resume, key=key, validate=_check_count)
     hits = [0, 0]
@@ -348,7 +355,7 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     eps_exact = None if mech is None else mech.epsilon_for_pair(x0, x1)
     violation = eps_claim is not None and certified.epsilon_lower > eps_claim
     power = _pair_power(eps_exact, eps_claim)
-    max_cert = max_certifiable_epsilon(n_cert, delta=delta_claim, alpha=alpha)
+    max_cert = max_certifiable_epsilon_at(n_cert, delta_claim, alpha)
     tp, fp = certified.tp, certified.fp
     tpr, fpr = certified.tpr, certified.fpr
     return LDPAudit(

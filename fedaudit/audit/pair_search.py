@@ -34,6 +34,7 @@ import numpy as np
 
 from fedaudit.audit.bounds import MAX_SAMPLES
 from fedaudit.audit.ldp import audit_ldp_streams, audit_notes
+from fedaudit.deprecation import renamed_keyword
 from fedaudit.engine import check_run_options, run_chunks
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
@@ -89,8 +90,9 @@ def _project(x: np.ndarray, clip: float) -> np.ndarray:
 
 def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
                  epsilon: float | None = None, delta: float | None = None, samples: int = 20_000, rounds: int = 2,
-                 seed: int = 0, test: str = "auto", progress: Callable[[int], None] | None = None,
-                 backend: str | None = None, workers: int | None = None, address: str | None = None) -> PairSearch:
+                 seed: int = 0, distinguisher: str = "auto", progress: Callable[[int], None] | None = None,
+                 backend: str | None = None, workers: int | None = None, address: str | None = None,
+                 test: str | None = None) -> PairSearch:
     """Score structured pairs and ``rounds`` of local perturbations with small audits.
 
     Candidates rank by their small-sample certified bound; the exact pair loss
@@ -102,9 +104,12 @@ def search_pairs(mechanism: Mechanism | Callable, *, dim: int | None = None, cli
     ``backend``, ``workers``, ``address``: where the candidate audits run, one engine chunk per
     candidate (:func:`fedaudit.engine.run_chunks`; None: the engine's default); the result is
     bit-identical on each. ``progress`` is called with ``2 · samples`` (the reports of both
-    inputs) as each candidate's audit finishes."""
+    inputs) as each candidate's audit finishes. ``distinguisher``: as in
+    :func:`~fedaudit.audit.ldp.audit_ldp` (``test``: its deprecated name)."""
+    distinguisher = renamed_keyword("search_pairs", "test", "distinguisher", test, distinguisher, "auto")
     return _search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, delta=delta, samples=samples,
-                         rounds=rounds, streams=_entry_streams(seed), test=test, progress=progress,
+                         rounds=rounds, streams=_entry_streams(seed), distinguisher=distinguisher,
+                         progress=progress,
                          backend=backend, workers=workers, address=address)
 
 
@@ -116,19 +121,20 @@ def _entry_streams(seed: Any) -> np.random.SeedSequence:
 
 
 def _score_candidate(mechanism: Mechanism | Callable, epsilon: float | None, delta: float | None, samples: int,
-                     test: str, task: tuple[np.ndarray, np.ndarray, np.random.SeedSequence]) -> list:
+                     distinguisher: str, task: tuple[np.ndarray, np.ndarray, np.random.SeedSequence]) -> list:
     """One candidate's audit (an engine chunk): :func:`audit_ldp_streams` of the pair ``(a, b)``
     on its own stream, in the worker (``backend="serial"``, no nested pool). Returns
     ``[ε_lb, ε_exact or None]`` as Python floats."""
     a, b, seq = task
-    res = audit_ldp_streams(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples, test=test, streams=seq,
+    res = audit_ldp_streams(mechanism, a, b, epsilon=epsilon, delta=delta, samples=samples,
+                            distinguisher=distinguisher, streams=seq,
                             backend="serial")
     exact = res.epsilon_exact
     return [float(res.epsilon_lower), None if exact is None else float(exact)]
 
 
 def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: float | None, epsilon: float | None,
-                  delta: float | None, samples: int, rounds: int, streams: np.random.SeedSequence, test: str,
+                  delta: float | None, samples: int, rounds: int, streams: np.random.SeedSequence, distinguisher: str,
                   progress: Callable[[int], None] | None, backend: str | None = None, workers: int | None = None,
                   address: str | None = None) -> PairSearch:
     """:func:`search_pairs` on the child streams of ``streams``: spawn(3) = (random candidates,
@@ -149,7 +155,7 @@ def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: flo
     pairs = structured_pairs(dim, clip, np.random.default_rng(cand_seq), categorical=categorical)
     scored: list[tuple[tuple[float, float], str, np.ndarray, np.ndarray, float | None]] = []
     score_children = iter(score_seq.spawn(len(pairs) + rounds * 8))
-    audit = functools.partial(_score_candidate, mechanism, epsilon, delta, samples, test)
+    audit = functools.partial(_score_candidate, mechanism, epsilon, delta, samples, distinguisher)
 
     def score(candidates: list[tuple[str, np.ndarray, np.ndarray]]) -> None:
         """Audit one round's candidates as engine chunks; append them in candidate order."""
@@ -187,9 +193,9 @@ def _search_pairs(mechanism: Mechanism | Callable, *, dim: int | None, clip: flo
 def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None, clip: float | None = None,
                      epsilon: float | None = None, delta: float | None = None, samples: int = 1_000_000,
                      search_samples: int = 20_000, rounds: int = 2, confidence: float = 0.95,
-                     test: str = "auto", seed: int = 0, progress: Callable[[int], None] | None = None,
+                     distinguisher: str = "auto", seed: int = 0, progress: Callable[[int], None] | None = None,
                      backend: str | None = None, workers: int | None = None, address: str | None = None,
-                     checkpoint: Any = None, resume: bool = False):
+                     checkpoint: Any = None, resume: bool = False, test: str | None = None):
     """Search a pair on small budgets, then certify it on fresh draws: ``SeedSequence(seed).spawn(2)``
     = (search, certify), so the certification shares no stream with anything the search saw.
 
@@ -200,15 +206,17 @@ def audit_worst_case(mechanism: Mechanism | Callable, *, dim: int | None = None,
     writes to it — it is deterministic and cheap, so a resumed run recomputes it, finds the same
     pair and draws only the unfinished certification chunks (a checkpoint of another pair or
     configuration is refused). Every engine keyword is checked before any work. ``progress`` hears
-    ``2 · search_samples`` per finished candidate, then the certification's draws."""
+    ``2 · search_samples`` per finished candidate, then the certification's draws.
+    ``distinguisher``: as in :func:`~fedaudit.audit.ldp.audit_ldp` (``test``: its deprecated name)."""
+    distinguisher = renamed_keyword("audit_worst_case", "test", "distinguisher", test, distinguisher, "auto")
     t0 = time.perf_counter()
     check_run_options(backend, workers, address, checkpoint, resume)
     search_seq, cert_seq = _entry_streams(seed).spawn(2)
     found = _search_pairs(mechanism, dim=dim, clip=clip, epsilon=epsilon, delta=delta, samples=search_samples,
-                          rounds=rounds, streams=search_seq, test=test, progress=progress, backend=backend,
+                          rounds=rounds, streams=search_seq, distinguisher=distinguisher, progress=progress, backend=backend,
                           workers=workers, address=address)
     result = audit_ldp_streams(mechanism, found.x0, found.x1, epsilon=epsilon, delta=delta, samples=samples,
-                               confidence=confidence, test=test, streams=cert_seq, progress=progress,
+                               confidence=confidence, distinguisher=distinguisher, streams=cert_seq, progress=progress,
                                backend=backend, workers=workers, address=address, checkpoint=checkpoint,
                                resume=resume)
     notes = audit_notes(result.epsilon_exact, result.epsilon_claimed, result.pair_power, result.violation,

@@ -54,7 +54,7 @@ def pair_label(pair: str) -> str:
 
 
 def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples: int, search_samples: int,
-               seed: int, epsilon: float | None, delta: float | None, confidence: float, test: str,
+               seed: int, epsilon: float | None, delta: float | None, confidence: float, distinguisher: str,
                progress: Callable[[int], None] | None = None, backend: str | None = None,
                workers: int | None = None, address: str | None = None, checkpoint: Any = None,
                resume: bool = False) -> tuple[Any, np.ndarray, np.ndarray, str]:
@@ -73,7 +73,7 @@ def audit_pair(target: Any, pair: str, *, dim: int | None, clip: float, samples:
     from fedaudit.audit.ldp import audit_ldp
     from fedaudit.audit.pair_search import audit_worst_case
 
-    common = dict(epsilon=epsilon, delta=delta, confidence=confidence, test=test, progress=progress)
+    common = dict(epsilon=epsilon, delta=delta, confidence=confidence, distinguisher=distinguisher, progress=progress)
     engine = {k: v for k, v in (("backend", backend), ("workers", workers), ("address", address),
                                  ("checkpoint", checkpoint), ("resume", resume if resume is not False else None))
               if v is not None}

@@ -38,19 +38,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedaudit.audit.bounds import MAX_SAMPLES, cp_lower, cp_upper, epsilon_lower_bound
-from fedaudit.audit.gdp import GDPAudit, gdp_epsilon, gdp_mu_lower
+from fedaudit.deprecation import module_aliases
+from fedaudit.audit.bounds import MAX_SAMPLES, alpha_level, cp_lower, cp_upper, epsilon_lower_bound_at
+from fedaudit.audit.gdp import GDPAudit, gdp_epsilon, gdp_mu_lower_at
 from fedaudit.audit.one_run import OneRunAudit, one_run_audit
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_probability, check_real, check_vector
 from fedaudit.json import jsonable
 from fedaudit.rng import as_seed_sequence
 
-__all__ = ["ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection", "ORIENTATIONS",
+__all__ = ["ScoreAuditor", "ScoreAudit", "SplitSelection", "BonferroniSelection", "SCORE_ORIENTATIONS",
            "MIN_SCORES", "pessimistic_projection", "candidate_thresholds"]
 
 #: "in-high": E = {s ≥ t}; "in-low": E = {s ≤ t}; TPR is always measured on ``scores_in``
-ORIENTATIONS = ("in-high", "in-low")
+SCORE_ORIENTATIONS = ("in-high", "in-low")
 #: fewest scores per set an audit accepts
 MIN_SCORES = 10
 #: most candidate thresholds a split selection scores exactly (beyond: a quantile grid with dense tails)
@@ -111,8 +112,8 @@ def _check_values(name: str, value: Any) -> np.ndarray:
 
 def _check_orientations(value: Any) -> tuple[str, ...]:
     items = (value,) if isinstance(value, str) else tuple(value)
-    if not items or any(o not in ORIENTATIONS for o in items) or len(set(items)) != len(items):
-        raise FedAuditError(f"orientations must be a non-empty selection of {', '.join(ORIENTATIONS)} "
+    if not items or any(o not in SCORE_ORIENTATIONS for o in items) or len(set(items)) != len(items):
+        raise FedAuditError(f"orientations must be a non-empty selection of {', '.join(SCORE_ORIENTATIONS)} "
                             f"without repeats, got orientations={value!r}")
     return items
 
@@ -130,7 +131,7 @@ class SplitSelection:
 
     fraction: float = 0.5
     seed: int | None = 0
-    orientations: tuple[str, ...] = ORIENTATIONS
+    orientations: tuple[str, ...] = SCORE_ORIENTATIONS
 
     def __post_init__(self):
         object.__setattr__(self, "fraction", check_probability("fraction", self.fraction))
@@ -154,7 +155,7 @@ class BonferroniSelection:
     """
 
     thresholds: Sequence[float] = field(default=())
-    orientations: tuple[str, ...] = ORIENTATIONS
+    orientations: tuple[str, ...] = SCORE_ORIENTATIONS
 
     def __post_init__(self):
         try:
@@ -217,7 +218,7 @@ class ScoreAudit:
 
 
 def pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, *, delta: float,
-                           alpha: float) -> tuple[np.ndarray, np.ndarray]:
+                           confidence: float | None = None, alpha: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(projected bound, TPR_lb) of threshold events counted on a selection sample.
 
     The projected bound is the one a certification with ``n_cert_tp`` and ``n_cert_fp`` draws
@@ -225,11 +226,20 @@ def pessimistic_projection(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, *
     Clopper–Pearson lower and FPR at its upper bound (α/2 each):
     ``ε_lb(TPR_lb·n_cert_tp, n_cert_tp, FPR_ub·n_cert_fp, n_cert_fp)``. Few-count tail events are
     penalised twice (winner's curse), while events that certify well only at the larger
-    certification size are still preferred (vectorised over events).
+    certification size are still preferred (vectorised over events). α = 1 − ``confidence``;
+    ``alpha``: deprecated, 1 − confidence.
     """
+    alpha = alpha_level("pessimistic_projection", confidence, alpha, default=None)
+    return pessimistic_projection_at(tp, n_tp, fp, n_fp, n_cert_tp, n_cert_fp, delta, alpha)
+
+
+def pessimistic_projection_at(tp, n_tp, fp, n_fp, n_cert_tp: int, n_cert_fp: int, delta: float,
+                            alpha) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pessimistic_projection` at level α = 1 − confidence, for code that holds α itself
+    (the audits take α = 1.0 − confidence, a Bonferroni share α/m); not re-exported."""
     tpr = cp_lower(tp, n_tp, alpha / 2)
     fpr = cp_upper(fp, n_fp, alpha / 2)
-    return epsilon_lower_bound(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta=delta, alpha=alpha), tpr
+    return epsilon_lower_bound_at(tpr * n_cert_tp, n_cert_tp, fpr * n_cert_fp, n_cert_fp, delta, alpha), tpr
 
 
 def candidate_thresholds(a: np.ndarray, b: np.ndarray, *, tail_points: int = 200) -> np.ndarray:
@@ -332,17 +342,17 @@ class ScoreAuditor:
         delta = check_probability("delta", delta)
         a, b = self._tallies()
         t = np.unique(np.concatenate([a.values, b.values]))
-        tests = len(ORIENTATIONS) * t.size
+        tests = len(SCORE_ORIENTATIONS) * t.size
         a_test = (1.0 - confidence) / tests
         mu, threshold, orient, tp, fp = 0.0, None, None, 0, 0  # no event with μ > 0: the test "never in"
-        for o in ORIENTATIONS:
+        for o in SCORE_ORIENTATIONS:
             tps, fps = a.count(t, o), b.count(t, o)
             # μ_t grows with TP and falls with FP: only the (max TP per FP, min FP per TP) frontier can win
             keep = np.lexsort((-tps, fps))
             keep = keep[np.unique(fps[keep], return_index=True)[1]]
             keep = keep[np.lexsort((fps[keep], tps[keep]))]
             keep = keep[np.unique(tps[keep], return_index=True)[1]]
-            mus = gdp_mu_lower(tps[keep], a.size, fps[keep], b.size, alpha=a_test)
+            mus = gdp_mu_lower_at(tps[keep], a.size, fps[keep], b.size, a_test)
             j = int(np.argmax(mus))
             if mus[j] > mu:
                 i = keep[j]
@@ -371,7 +381,7 @@ class ScoreAuditor:
         best = None
         for orient in sel.orientations:
             tp, fp = _Tally(sel_in).count(t, orient), _Tally(sel_out).count(t, orient)
-            score, tpr = pessimistic_projection(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta=delta, alpha=alpha)
+            score, tpr = pessimistic_projection_at(tp, sel_in.size, fp, sel_out.size, n_ci, n_co, delta, alpha)
             # ties (e.g. every score 0): the largest TPR, then the first threshold
             i = int(np.lexsort((-tpr, -score))[0])
             if best is None or score[i] > best[0]:
@@ -394,7 +404,7 @@ class ScoreAuditor:
         best = None
         for orient in sel.orientations:
             tp, fp = a.count(t, orient), b.count(t, orient)
-            eps = epsilon_lower_bound(tp, a.size, fp, b.size, delta=delta, alpha=a_test)
+            eps = epsilon_lower_bound_at(tp, a.size, fp, b.size, delta, a_test)
             i = int(np.lexsort((-tp, -eps))[0])
             if best is None or eps[i] > best[0]:
                 best = (float(eps[i]), orient, float(t[i]), int(tp[i]), int(fp[i]))
@@ -404,7 +414,7 @@ class ScoreAuditor:
         return self._result(threshold, orient, tp, a.size, fp, b.size, confidence, a_test, delta, info)
 
     def _result(self, threshold, orient, tp, n_in, fp, n_out, confidence, a_test, delta, info) -> ScoreAudit:
-        eps = float(epsilon_lower_bound(tp, n_in, fp, n_out, delta=delta, alpha=a_test))
+        eps = float(epsilon_lower_bound_at(tp, n_in, fp, n_out, delta, a_test))
         size_in, size_out = self.sizes
         return ScoreAudit(
             epsilon_lower=eps, confidence=confidence, delta=delta, threshold=threshold, orientation=orient,
@@ -412,5 +422,9 @@ class ScoreAuditor:
             tp=tp, n_in=int(n_in), fp=fp, n_out=int(n_out), tpr=tp / n_in, fpr=fp / n_out,
             tpr_lower=float(cp_lower(tp, n_in, a_test / 2)), fpr_upper=float(cp_upper(fp, n_out, a_test / 2)),
             alpha_per_test=a_test,
-            max_certifiable=float(epsilon_lower_bound(n_in, n_in, 0, n_out, delta=delta, alpha=a_test)),
+            max_certifiable=float(epsilon_lower_bound_at(n_in, n_in, 0, n_out, delta, a_test)),
             selection=info, scores_in=size_in, scores_out=size_out)
+
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"ORIENTATIONS": ("SCORE_ORIENTATIONS", lambda: SCORE_ORIENTATIONS)})

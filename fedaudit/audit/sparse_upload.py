@@ -46,6 +46,7 @@ import numpy as np
 
 from fedaudit.audit.ldp import LDPAudit, audit_ldp
 from fedaudit.audit.sampling import ProgressFn
+from fedaudit.deprecation import module_aliases, renamed_keyword
 from fedaudit.engine import check_run_options
 from fedaudit.errors import FedAuditError
 from fedaudit.extras import require
@@ -67,16 +68,9 @@ UPLOADS = ("plain", "private")
 UPLOAD_PAIRS = ("data", "worst", "both")
 
 
-def __getattr__(name: str) -> Any:
-    """``PAIRS``, the former name of :data:`UPLOAD_PAIRS`, with a ``DeprecationWarning`` (it
-    will be removed in the next release)."""
-    if name == "PAIRS":
-        import warnings
-
-        warnings.warn("fedaudit.audit.sparse_upload.PAIRS is deprecated: use UPLOAD_PAIRS (the LDP audit's pairs "
-                      "are fedaudit.audit.pairs.LDP_PAIRS)", DeprecationWarning, stacklevel=2)
-        return UPLOAD_PAIRS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the name this had before issue #24 (deprecated for one release; a read warns with the new name)
+__getattr__ = module_aliases(__name__, {"PAIRS": ("UPLOAD_PAIRS (the LDP audit's pairs are fedaudit.audit.pairs.LDP_PAIRS)",
+                                                  lambda: UPLOAD_PAIRS)})
 
 #: the two audited inputs of the black-box game: the indicator of D0 / D1
 X0, X1 = np.zeros(1), np.ones(1)
@@ -200,9 +194,9 @@ _ONE_BLOCK = 1
 
 def audit_upload(sampler: UploadSampler, *, upload: str, epsilon: float | None, dim: int, m: int,
                  bytes_sparse: int, bytes_dense: int, neighbour: dict[str, Any], samples: int, confidence: float,
-                 seed: int | None, test: str = "black-box", progress: ProgressFn | None = None,
+                 seed: int | None, distinguisher: str = "black-box", progress: ProgressFn | None = None,
                  backend: str | None = None, workers: int | None = None, address: str | None = None,
-                 checkpoint: Any = None, resume: bool = False) -> SparseUploadAudit:
+                 checkpoint: Any = None, resume: bool = False, test: str | None = None) -> SparseUploadAudit:
     """Certify a lower bound on the ε of the pipeline ``sampler`` (:class:`UploadSampler`) with
     :func:`~fedaudit.audit.audit_ldp` in black-box mode on the indicator pair (0, 1).
 
@@ -210,14 +204,16 @@ def audit_upload(sampler: UploadSampler, *, upload: str, epsilon: float | None, 
     reported and nothing is claimed; the LDP game then runs against a nominal claim that only
     its verdict fields would read, which are reset). ``backend`` … ``resume``: the engine
     keywords of the audit's draws (:func:`~fedaudit.audit.audit_ldp`), one seeded block per task;
-    the result is the same on every backend.
+    the result is the same on every backend. ``distinguisher``: as in :func:`~fedaudit.audit.audit_ldp`
+    (``test``: its deprecated name).
     """
+    distinguisher = renamed_keyword("audit_upload", "test", "distinguisher", test, distinguisher, "black-box")
     if not isinstance(sampler, UploadSampler):
         raise FedAuditError(f"sampler must be an UploadSampler, got {type(sampler).__name__}")
     t0 = time.perf_counter()
     nominal = 1.0 if epsilon is None else epsilon
     res: LDPAudit = audit_ldp(sampler, X0, X1, epsilon=nominal, delta=0.0, samples=samples,
-                              confidence=confidence, test=test, seed=seed, progress=progress, chunk=_ONE_BLOCK,
+                              confidence=confidence, distinguisher=distinguisher, seed=seed, progress=progress, chunk=_ONE_BLOCK,
                               backend=backend, workers=workers, address=address, checkpoint=checkpoint,
                               resume=resume)
     if epsilon is None:
@@ -389,14 +385,15 @@ class WorstPairAudit:
 
 
 def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | None = None, samples: int = 100_000,
-                     confidence: float = 0.95, test: str = "auto", seed: int | None = 0,
+                     confidence: float = 0.95, distinguisher: str = "auto", seed: int | None = 0,
                      progress: ProgressFn | None = None, backend: str | None = None, workers: int | None = None,
-                     address: str | None = None, checkpoint: Any = None, resume: bool = False) -> WorstPairAudit:
+                     address: str | None = None, checkpoint: Any = None, resume: bool = False,
+                     test: str | None = None) -> WorstPairAudit:
     """Certify a lower bound on the LDP ε of ``mechanism`` on its :func:`worst_pair` with
     :func:`~fedaudit.audit.audit_ldp` (``samples`` reports per input, certified at ``confidence``),
     against ``claimed_epsilon`` (default the ε it runs at; a smaller claim is a mis-stated upload).
 
-    ``test="auto"``: the exact likelihood ratio log p(·|x0)/p(·|x1) from ``log_prob`` (white box,
+    ``distinguisher="auto"`` (``test``: its deprecated name): the exact likelihood ratio log p(·|x0)/p(·|x1) from ``log_prob`` (white box,
     m ≤ 5), else ``"black-box"``: the fitted families on each report reduced to three statistics of
     the pair — Σ_S clamp(v_j, ±c)/c, Σ_S sign(x0's gate j)·clamp(g_j, ±a)/a and |S ∩ S0| (a
     post-processing, so the bound stays sound; the Laplace part of the privacy loss is linear in
@@ -415,20 +412,22 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
     pair = worst_pair(mechanism)
     claim = mechanism.epsilon if claimed_epsilon is None else check_real("claimed_epsilon", claimed_epsilon, low=0.0,
                                                                           open_low=True)
-    test = check_choice("test", test, WORST_TESTS)
-    if test == "auto":
-        test = "likelihood-ratio" if mechanism.m <= MAX_LOG_PROB_M else "black-box"
-    elif test == "likelihood-ratio" and mechanism.m > MAX_LOG_PROB_M:
-        raise FedAuditError(f"test='likelihood-ratio' needs m <= {MAX_LOG_PROB_M} (log_prob sums m! orders), "
-                            f"got m={mechanism.m}; use test='black-box'")
+    distinguisher = renamed_keyword("audit_worst_pair", "test", "distinguisher", test, distinguisher, "auto")
+    mode = check_choice("distinguisher", distinguisher, WORST_TESTS)
+    if mode == "auto":
+        mode = "likelihood-ratio" if mechanism.m <= MAX_LOG_PROB_M else "black-box"
+    elif mode == "likelihood-ratio" and mechanism.m > MAX_LOG_PROB_M:
+        raise FedAuditError(f"distinguisher='likelihood-ratio' needs m <= {MAX_LOG_PROB_M} (log_prob sums m! "
+                            f"orders), got m={mechanism.m}; use distinguisher='black-box'")
     t0 = time.perf_counter()
-    source = mechanism if test == "likelihood-ratio" else ReducedReports(mechanism, pair)
-    res = audit_ldp(source, pair.x0, pair.x1, epsilon=claim, samples=samples, confidence=confidence, test=test,
+    source = mechanism if mode == "likelihood-ratio" else ReducedReports(mechanism, pair)
+    res = audit_ldp(source, pair.x0, pair.x1, epsilon=claim, samples=samples, confidence=confidence,
+                    distinguisher=mode,
                     seed=seed, progress=progress, backend=backend, workers=workers, address=address,
                     checkpoint=checkpoint, resume=resume)
     return WorstPairAudit(epsilon_lower=res.epsilon_lower, epsilon_claimed=claim, violation=res.violation,
                           epsilon_pair=pair.epsilon_pair, pair_exact=pair.pair_exact,
-                          tightness=res.epsilon_lower / pair.epsilon_pair, mode=test, samples=res.samples,
+                          tightness=res.epsilon_lower / pair.epsilon_pair, mode=mode, samples=res.samples,
                           confidence=res.confidence, max_certifiable=res.max_certifiable, seed=res.seed,
                           runtime_s=time.perf_counter() - t0, pair=pair, ldp=res.to_dict())
 

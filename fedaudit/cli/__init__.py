@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import sys
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -35,7 +36,7 @@ from fedaudit.cli.handlers import (LISTINGS, registries, report_key, run_plan_co
 from fedaudit.cli.options import (engine_command, engine_flags, engine_options, plan_engine,
                                   plan_engine_options, progress_options, sparse_model_options, workers_notice)
 from fedaudit.cli.outputs import check_output_file, save_plot, write_data, write_json
-from fedaudit.cli.parser import PLAN_REFERENCE, build_parser
+from fedaudit.cli.parser import PLAN_REFERENCE, build_parser, renamed_command
 from fedaudit.cli.progress import PROGRESS_EVERY, Heartbeat, note, PlanBars, err, out, progress_bar
 
 # the old module's private names, kept for code that imported them
@@ -107,8 +108,8 @@ def _oversubscribe(args: argparse.Namespace) -> contextlib.AbstractContextManage
 @contextlib.contextmanager
 def _deprecation_notes() -> Iterator[None]:
     """fedaudit's own DeprecationWarnings while a command runs (a plan's renamed key, e.g.
-    ``d`` for ``dim``) as one ``fedaudit: note: ...`` line each on stderr, instead of Python's
-    default of hiding them; other warnings are shown as Python shows them."""
+    ``method`` for ``accountant``) as one ``fedaudit: note: ...`` line each on stderr, instead of
+    Python's default of hiding them; other warnings are shown as Python shows them."""
     import warnings
 
     with warnings.catch_warnings():
@@ -127,6 +128,7 @@ def _deprecation_notes() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
+    argv = renamed_command(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
     from fedaudit.reports.integrity import key_out_of_environment
 

@@ -63,6 +63,26 @@ def scalar_value(raw: str) -> Any:
     return raw
 
 
+def mech_params(items: Sequence[str] | None) -> dict[str, Any] | None:
+    """``--mech-param KEY=VALUE`` items as the mechanism's own keywords (the plan key
+    ``mechanism_params``, checked as a plan checks it); None when none is given. The mechanism
+    registry then checks each keyword against the factory's signature."""
+    from fedaudit.experiments.keys import BadValue, coerce, mechanism_params_key, show
+
+    if not items:
+        return None
+    table: dict[str, Any] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise FedAuditError(f"--mech-param must look like KEY=VALUE (e.g. rounds=3), got {item!r}")
+        table[key.strip()] = scalar_value(raw.strip())
+    try:
+        return coerce(table, mechanism_params_key())
+    except BadValue:
+        raise FedAuditError(f"--mech-param must be {mechanism_params_key().describe()}, got {show(table)}") from None
+
+
 def scores_header(flag: str, path: str, fh: Any) -> None:
     """Check a .npy header before any data is read: a 1-D array of real numbers whose size fits
     in the file. A header may claim any shape (10^12 float64 is 8 TB): numpy would allocate it

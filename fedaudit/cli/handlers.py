@@ -10,7 +10,7 @@ from typing import Any
 
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.terminal import escape
-from fedaudit.cli.argtypes import load_scores, method_list, number_list
+from fedaudit.cli.argtypes import load_scores, mech_params, method_list, number_list
 from fedaudit.cli.options import engine_command, engine_flags, plan_engine
 from fedaudit.cli.outputs import save_plot, write_data, write_json, check_output_file
 from fedaudit.cli.progress import PlanBars, err, out, progress_bar
@@ -171,10 +171,12 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
     from fedaudit.validation import check_int, check_real
 
     check_output_file("--json", args.json)
-    methods = method_list("--method", args.method, METHODS)
+    methods = method_list("--accountant", args.accountant, METHODS)
     uses = check_int("--uses", args.uses, low=1)
     report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
     eps = number_list("--epsilon", args.epsilon, float) * uses
+    if args.mech_param and args.mechanism is None:
+        raise FedAuditError("--mech-param needs --mechanism (it sets that mechanism's own keywords)")
     if args.mechanism is not None:  # the mechanism's own PLD for pld, its guarantee for basic and advanced
         from fedaudit.mechanisms.registry import make_mechanism
 
@@ -182,7 +184,8 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
             raise FedAuditError("--mechanism takes one --epsilon (its parameter) and no --report-delta")
         from fedaudit.accounting.pld import pld_of
 
-        mech = make_mechanism(args.mechanism, args.dim, eps[0], delta=args.mechanism_delta)
+        mech = make_mechanism(args.mechanism, args.dim, eps[0], delta=args.mechanism_delta,
+                              params=mech_params(args.mech_param))
         try:
             pld_of(mech)
             reports, pld_note = [mech] * uses, "the mechanism's own PLD (upper bound)"
@@ -203,14 +206,14 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_account_dpsgd(args: argparse.Namespace) -> int:
-    """``fedaudit account dpsgd`` / ``fedaudit account fedavg``: ε of a Poisson-subsampled Gaussian
+    """``fedaudit account dpsgd`` / ``fedaudit account dp-fedavg``: ε of a Poisson-subsampled Gaussian
     run (per example or per client), or with --target-epsilon the noise multiplier it needs."""
     from fedaudit.reports.terminal import print_account
 
     check_output_file("--json", args.json)
     check_output_file("--plot", args.plot, plot=True)
     engine = engine_flags(args)
-    client = args.account == "fedavg"
+    client = args.account == "dp-fedavg"
     from fedaudit.accounting import DPSGD_METHODS, accountants_for, dpsgd_event
 
     if client:
@@ -221,8 +224,8 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
         count, unit = args.steps, "steps"
     # 'all' is the built-ins; any registered accountant of the Poisson-subsampled Gaussian may be named
     allowed = accountants_for(dpsgd_event(1.0, 0.5, 1))
-    methods = list(DPSGD_METHODS) if args.method.strip().lower() == "all" else method_list("--method", args.method,
-                                                                                            allowed)
+    methods = (list(DPSGD_METHODS) if args.accountant.strip().lower() == "all"
+               else method_list("--accountant", args.accountant, allowed))
     if (args.noise_multiplier is None) == (args.target_epsilon is None):
         raise FedAuditError("give exactly one of --noise-multiplier (to get ε) or --target-epsilon (to get the noise "
                             "multiplier it needs)")
@@ -268,11 +271,11 @@ def cmd_account_shuffle(args: argparse.Namespace) -> int:
     from fedaudit.reports.terminal import print_account
 
     check_output_file("--json", args.json)
-    every = args.method.strip().lower() == "all"
-    methods = method_list("--method", args.method, (*SHUFFLE_METHODS, "blanket"))
+    every = args.accountant.strip().lower() == "all"
+    methods = method_list("--accountant", args.accountant, (*SHUFFLE_METHODS, "blanket"))
     if args.k is None:
         if "blanket" in methods and not every:
-            raise FedAuditError("--method blanket is the privacy blanket of k-ary randomized response: give --k")
+            raise FedAuditError("--accountant blanket is the privacy blanket of k-ary randomized response: give --k")
         methods = [m for m in methods if m != "blanket"]
     results, notes = {}, []
     for m in methods:

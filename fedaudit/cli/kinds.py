@@ -26,9 +26,10 @@ checkpointed when it finishes, a stress grid's finished cells kept), which ``--r
 after an interruption and ``--force`` overwrites.
 
 Where a kind mirrors a command that existed before its flags were generated, the old flag
-spellings are kept for one release as hidden, deprecated aliases (:data:`DEPRECATED`): they still
-work and print a one-line note naming the new flag. Old flags that chose something the claim
-no longer offers are accepted, ignored and noted the same way (:data:`DROPPED`).
+spellings are kept for one release as hidden, deprecated aliases (:data:`DEPRECATED`), and so are
+the flags of the plan keys a kind renamed (``ClaimKind.renamed_keys``, e.g. ``--d`` for ``--dim``):
+they still work and print a one-line note naming the new flag. Old flags that chose something the
+claim no longer offers are accepted, ignored and noted the same way (:data:`DROPPED`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ _CHECKPOINT = {"--checkpoint": "out"}
 DEPRECATED: dict[str, dict[str, str]] = {
     "variance": {"--k": "ks"},
     "ldp": dict(_CHECKPOINT),
-    "robustness": {"--d": "dim", "--agg-param": "aggregator_params", **_CHECKPOINT},
+    "robustness": {"--agg-param": "aggregator_params", **_CHECKPOINT},
     "sparse-upload": {"--plain-epsilon": "plain_claimed_epsilon", **_CHECKPOINT},
     "stress": {"--f": "fs", "--beta": "betas", "--agg-param": "aggregator_params", "--target-accuracy": "min_accuracy"},
 }
@@ -76,6 +77,10 @@ DROPPED: dict[str, dict[str, str]] = {
                   "the plain one on neighbouring datasets",
     },
 }
+
+#: further spellings of a key's flag (shown in --help too): ``--mech-param`` as the hand-written
+#: commands spell ``mechanism_params``
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"mechanism_params": ("--mech-param",)}
 
 #: example command lines per kind (shown at the end of ``--help``; the first is also the
 #: command table's example in docs/index.md); a kind without any gets one made from its required keys
@@ -91,8 +96,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "dpsgd": ("fedaudit audit dpsgd --noise-multiplier 1 --sample-rate 0.1 --steps 100",
               "fedaudit audit dpsgd --noise-multiplier 0.2 --claimed-noise-multiplier 2 --sample-rate 0.1 "
               "--steps 50 --claimed-epsilon 8 --plot dpsgd.png"),
-    "fedavg-dp": ("fedaudit audit fedavg-dp --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
-                  "fedaudit audit fedavg-dp --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
+    "dp-fedavg": ("fedaudit audit dp-fedavg --noise-multiplier 1 --sample-rate 0.5 --rounds 20",
+                  "fedaudit audit dp-fedavg --noise-multiplier 0.4 --claimed-noise-multiplier 4 --sample-rate 0.5 "
                   "--rounds 10 --json fedavg.json"),
     "sparse-upload": ("fedaudit audit sparse-upload",
                       "fedaudit audit sparse-upload --plain-claimed-epsilon 1 --worst-samples 20000 --json upload.json"),
@@ -178,7 +183,7 @@ def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any]) -> None
         else:
             kw.update(type=_number(key.type) if key.type in ("int", "float") else str,
                       metavar="{" + ",".join(key.choices) + "}" if key.choices else key.type.upper())
-        group.add_argument(flag_of(name), **kw)
+        group.add_argument(flag_of(name), *FLAG_ALIASES.get(name, ()), **kw)
 
 
 def _split_numbers(kind: str) -> Callable[[str], tuple]:
@@ -253,6 +258,17 @@ class _Deprecated(argparse.Action):
         value, current = self.convert(values), getattr(namespace, self.key, None)
         setattr(namespace, self.key, current + value if isinstance(value, list) and isinstance(current, list)
                 else value)
+
+
+def _deprecated_flags(name: str, kind: Any, keys: Mapping[str, Any]) -> dict[str, str]:
+    """The hidden old flags of kind ``name``'s command, old flag -> the key it sets: :data:`DEPRECATED`'s,
+    and the flag of each plan key the kind renamed (``ClaimKind.renamed_keys``, e.g. ``--method`` for
+    ``--accountant``, ``--d`` for ``--dim``)."""
+    flags = dict(DEPRECATED.get(name, {}))
+    for old, new in kind.renamed_keys.items():
+        if new in keys:
+            flags.setdefault(flag_of(old), new)
+    return flags
 
 
 def _examples(name: str, path: tuple[str, ...], keys: Mapping[str, Any]) -> tuple[str, ...]:
@@ -340,7 +356,7 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
             epilog=examples_epilog(_examples(name, path, keys)))
         add_key_options(p, keys)
         add_run_options(p, kind)
-        for old, key in DEPRECATED.get(name, {}).items():
+        for old, key in _deprecated_flags(name, kind, keys).items():
             p.add_argument(old, action=_Deprecated, key=key, convert=_one_value(keys.get(key)),
                            help=argparse.SUPPRESS)
         for old, why in DROPPED.get(name, {}).items():

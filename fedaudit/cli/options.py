@@ -110,6 +110,38 @@ def progress_options() -> argparse.ArgumentParser:
     return common
 
 
+class _RenamedFlag(argparse.Action):
+    """A flag's old spelling (hidden from --help): stores into the new flag's ``dest`` and notes
+    the new name on stderr, as the generated commands' deprecated flags do."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from fedaudit.cli.progress import note
+
+        note(f"{option_string} is deprecated and will be removed in the next release; use {self.new}", quiet=False)
+        setattr(namespace, self.dest, values)
+
+
+def renamed_flag(p: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Accept ``old`` as a deprecated spelling of the flag ``new`` (issue #24: one word per concept,
+    e.g. ``--method`` for ``--accountant``)."""
+    p.add_argument(old, dest=new.lstrip("-").replace("-", "_"), action=_RenamedFlag, new=new,
+                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def mech_param_option(p: argparse.ArgumentParser) -> None:
+    """``--mech-param KEY=VALUE`` (repeatable): the plan key ``mechanism_params`` of a hand-written
+    command (a generated kind command has it as ``--mechanism-params``, or ``--mech-param``)."""
+    from fedaudit.experiments.keys import mechanism_params_key
+
+    p.add_argument("--mech-param", "--mechanism-params", dest="mech_param", action="append", default=None,
+                   metavar="KEY=VALUE", help=mechanism_params_key().help + "; repeatable, e.g. --mech-param rounds=3")
+
+
 def sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:
     p.add_argument("--density", type=float, default=0.05,
                    help="target density ρ = m/|θ| of the model and the upload, in (0, 1) (default 0.05)")

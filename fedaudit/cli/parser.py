@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import fedaudit
 from fedaudit.cli.argtypes import Parser, count_arg
@@ -17,10 +17,18 @@ from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dp
                                    cmd_aggregators, cmd_audit_scores, cmd_demo, cmd_list, cmd_mechanisms, cmd_plans,
                                    cmd_run,
                                    cmd_sign, cmd_sparse, cmd_verify)
-from fedaudit.cli.options import engine_options, plan_engine_options, progress_options, sparse_model_options
+from fedaudit.cli.options import (engine_options, mech_param_option, plan_engine_options, progress_options,
+                                  renamed_flag, sparse_model_options)
 
 
 PLAN_REFERENCE = "docs/plans.md"
+
+#: commands renamed since an earlier release, old path -> new path (issue #24: one spelling of
+#: DP-FedAvg): the old spelling still runs, with a one-line note (:func:`renamed_command`)
+RENAMED_COMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("audit", "fedavg-dp"): ("audit", "dp-fedavg"),
+    ("account", "fedavg"): ("account", "dp-fedavg"),
+}
 
 #: example command lines of every hand-written command (and group), shown at the end of its
 #: ``--help``; the first is the command's example in docs/index.md
@@ -42,13 +50,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "account": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
                 "fedaudit account shuffle --n 10000 --eps0 1"),
     "account compose": ("fedaudit account compose --epsilon 0.5 --uses 100",
-                        "fedaudit account compose --epsilon 1 --uses 50 --mechanism rr --dim 4 --method pld"),
+                        "fedaudit account compose --epsilon 1 --uses 50 --mechanism rr --dim 4 --accountant pld"),
     "account dpsgd": ("fedaudit account dpsgd --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000",
-                      "fedaudit account dpsgd --target-epsilon 3 --sample-rate 0.01 --steps 1000 --method all"),
-    "account fedavg": ("fedaudit account fedavg --noise-multiplier 1 --sample-rate 0.1 --rounds 500",
-                       "fedaudit account fedavg --target-epsilon 2 --sample-rate 0.1 --rounds 500 --plot eps.png"),
+                      "fedaudit account dpsgd --target-epsilon 3 --sample-rate 0.01 --steps 1000 --accountant all"),
+    "account dp-fedavg": ("fedaudit account dp-fedavg --noise-multiplier 1 --sample-rate 0.1 --rounds 500",
+                          "fedaudit account dp-fedavg --target-epsilon 2 --sample-rate 0.1 --rounds 500 --plot eps.png"),
     "account shuffle": ("fedaudit account shuffle --n 10000 --eps0 1",
-                        "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --method blanket"),
+                        "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --accountant blanket"),
     "verify": ("fedaudit verify reports/demo", "fedaudit verify report/ --key-file report.key --require-signature",
                "fedaudit verify report/ --plan plan.toml"),
     "sign": ("fedaudit sign reports/demo --key-file report.key",),
@@ -169,15 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mechanism", default=None,
                    help="compose reports of this mechanism (registry name, see `fedaudit mechanisms`) at --epsilon: "
                         "pld then uses its own privacy loss distribution, e.g. k-ary RR's")
+    mech_param_option(p)
     p.add_argument("--dim", type=int, default=2, help="with --mechanism: its dimension (categories for rr; default 2)")
     p.add_argument("--mechanism-delta", type=float, default=1e-5,
                    help="with --mechanism: its δ parameter (gaussian; default 1e-5)")
     p.add_argument("--delta", type=float, default=1e-6, help="total δ of the result, in (0, 1) (default 1e-6)")
-    p.add_argument("--method", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
+    p.add_argument("--accountant", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
+    renamed_flag(p, "--method", "--accountant")
     p.add_argument("--json", default=None, help="write the results as JSON here (checked first)")
     p.set_defaults(func=cmd_account_compose)
     for name, what, count in (("dpsgd", "DP-SGD (example-level)", "--steps"),
-                              ("fedavg", "DP-FedAvg (client-level)", "--rounds")):
+                              ("dp-fedavg", "DP-FedAvg (client-level)", "--rounds")):
         p = account.add_parser(name, help=f"ε of {what} by PLD, RDP or PRV, or the noise multiplier for a target ε")
         p.add_argument("--noise-multiplier", type=float, default=None,
                        help="noise standard deviation / clipping norm, > 0 (or give --target-epsilon)")
@@ -186,11 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
                             + " per " + ("step" if name == "dpsgd" else "round") + ", in (0, 1]")
         p.add_argument(count, type=count_arg, required=True, help=f"number of {count[2:]}, >= 1")
         p.add_argument("--delta", type=float, default=1e-5, help="δ, in (0, 1) (default 1e-5)")
-        p.add_argument("--method", default="pld",
-                       help="accountant: pld (default), rdp, prv, dpa-rdp or a registered one, comma-separated, or "
-                            "all (pld, rdp, prv)")
+        p.add_argument("--accountant", default="pld",
+                       help="pld (default), rdp, prv, dpa-rdp or a registered one, comma-separated, or all (pld, rdp, prv)")
+        renamed_flag(p, "--method", "--accountant")
         p.add_argument("--target-epsilon", type=float, default=None,
-                       help="print the smallest noise multiplier with ε <= this (by the first --method)")
+                       help="print the smallest noise multiplier with ε <= this (by the first --accountant)")
         p.add_argument("--json", default=None, help="write the accounts as JSON here (checked first)")
         p.add_argument("--plot", default=None, help=f"draw ε against {count[2:]} here (.png, .svg, .pdf, …; "
                                                     f"the target ε as a line; checked first)")
@@ -200,9 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=count_arg, required=True, help="number of shuffled reports, >= 1")
     p.add_argument("--eps0", type=float, required=True, help="ε0 of each local report, > 0")
     p.add_argument("--delta", type=float, default=1e-6, help="δ, in (0, 1) (default 1e-6)")
-    p.add_argument("--method", default="all",
+    p.add_argument("--accountant", default="all",
                    help="closed, numerical (Feldman–McMillan–Talwar), blanket (needs --k), comma-separated, or all "
                         "(default; blanket only with --k)")
+    renamed_flag(p, "--method", "--accountant")
     p.add_argument("--k", type=int, default=None,
                    help="categories of k-ary randomized response, for the privacy blanket (Balle et al. 2019)")
     p.add_argument("--json", default=None, help="write the bounds as JSON here (checked first)")
@@ -235,6 +246,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_kind_commands({(): sub, ("audit",): audit}, progress)
     add_examples(parser)
     return parser
+
+
+def renamed_command(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a renamed command (:data:`RENAMED_COMMANDS`, e.g. ``account fedavg``) spelled
+    the new way, and a one-line note saying so; other command lines are returned unchanged."""
+    from fedaudit.cli.progress import note
+
+    argv = list(argv)
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
+    if len(words) == 2 and words[1] == words[0] + 1:
+        old = (argv[words[0]], argv[words[1]])
+        if old in RENAMED_COMMANDS:
+            new = RENAMED_COMMANDS[old]
+            note(f"'fedaudit {' '.join(old)}' is deprecated and will be removed in the next release; use "
+                 f"'fedaudit {' '.join(new)}'", quiet=False)
+            argv[words[0]:words[1] + 1] = new
+    return argv
 
 
 def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()

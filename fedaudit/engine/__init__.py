@@ -46,7 +46,8 @@ importable from ``fedaudit.engine``.
 
 from __future__ import annotations
 
-from fedaudit.engine.checkpoints import CHECKPOINT_FORMAT, config_digest
+from fedaudit.deprecation import module_aliases
+from fedaudit.engine.checkpoints import CHUNK_CHECKPOINT_FORMAT, config_digest
 from fedaudit.engine.chunks import iter_chunks, run_chunks
 from fedaudit.engine.defaults import (
     BACKEND_ENV, BACKENDS, MAX_WORKERS, WORKERS_ENV, available_cores, check_run_options, default_backend,
@@ -56,6 +57,10 @@ from fedaudit.engine.ray_backend import require_ray
 from fedaudit.engine.tasks import run_tasks, shutdown
 from fedaudit.engine.workers import PRIVATE_ENV, WorkerError, private_env_removed
 
-__all__ = ["BACKENDS", "BACKEND_ENV", "WORKERS_ENV", "CHECKPOINT_FORMAT", "MAX_WORKERS", "WorkerError", "run_tasks", "run_chunks", "iter_chunks",
+__all__ = ["BACKENDS", "BACKEND_ENV", "WORKERS_ENV", "CHUNK_CHECKPOINT_FORMAT", "MAX_WORKERS", "WorkerError", "run_tasks", "run_chunks", "iter_chunks",
            "check_run_options", "config_digest", "default_workers", "available_cores", "process_workers",
            "default_backend", "engine_defaults", "require_ray", "shutdown", "PRIVATE_ENV", "private_env_removed"]
+
+
+#: the name this had before issue #24 (deprecated; a read warns with the new name)
+__getattr__ = module_aliases(__name__, {"CHECKPOINT_FORMAT": ("CHUNK_CHECKPOINT_FORMAT", lambda: CHUNK_CHECKPOINT_FORMAT)})

@@ -47,13 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from fedaudit import chain
+from fedaudit.deprecation import module_aliases
 from fedaudit.errors import FedAuditError, writing
 from fedaudit.json import dumps, jsonable, loads
 
-__all__ = ["CHECKPOINT_FORMAT", "config_digest", "Checkpoint"]
+__all__ = ["CHUNK_CHECKPOINT_FORMAT", "config_digest", "Checkpoint"]
 
 #: ``format`` field of a checkpoint header, and its version
-CHECKPOINT_FORMAT = "fedaudit-checkpoint"
+CHUNK_CHECKPOINT_FORMAT = "fedaudit-checkpoint"
 _CHECKPOINT_VERSION = 2
 
 
@@ -93,7 +94,7 @@ class Checkpoint:
             self.file.seek(valid)
         else:
             header, self.chain = chain.new_user_chain(chain.ENGINE_PURPOSE, {
-                "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "digest": self.digest, "chunks": n,
+                "format": CHUNK_CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "digest": self.digest, "chunks": n,
                 "key": jsonable(key)})
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
@@ -134,7 +135,7 @@ class Checkpoint:
             header = loads(lines[0], what=what)
         except FedAuditError:
             header = None
-        if (not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT or len(lines) < 2):
+        if (not isinstance(header, dict) or header.get("format") != CHUNK_CHECKPOINT_FORMAT or len(lines) < 2):
             raise FedAuditError(f"{what} is not a fedaudit checkpoint (no valid header line)")
         if header.get("version") != _CHECKPOINT_VERSION:
             raise FedAuditError(f"{what} has format version {header.get('version')!r}, this fedaudit reads "
@@ -228,3 +229,7 @@ def _differences(old_key: Any, old_n: Any, key: Any, n: int) -> str:
         if names:
             return "differs in " + ", ".join(names)
     return "its key differs"
+
+
+#: the name this had before issue #24 (deprecated; a read warns with the new name)
+__getattr__ = module_aliases(__name__, {"CHECKPOINT_FORMAT": ("CHUNK_CHECKPOINT_FORMAT", lambda: CHUNK_CHECKPOINT_FORMAT)})

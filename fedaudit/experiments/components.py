@@ -46,11 +46,12 @@ def load_sampler(where: str, reference: str) -> Any:
 
 def build_mechanism(p: Mapping[str, Any]) -> Any:
     """The mechanism of a claim's parameters (``make_mechanism`` with the plan keys ``mechanism``,
-    ``dim``, ``epsilon``, ``k``, ``levels``, ``clip``, ``delta`` and ``rotate``)."""
+    ``dim``, ``epsilon``, ``k``, ``levels``, ``clip``, ``delta`` and ``rotate``, and the
+    factory's own keywords from ``mechanism_params``)."""
     from fedaudit.mechanisms.registry import make_mechanism
 
     return make_mechanism(p["mechanism"], p["dim"], p["epsilon"], k=p["k"], levels=p["levels"], clip=p["clip"],
-                          delta=p["delta"], rotate=p["rotate"])
+                          delta=p["delta"], rotate=p["rotate"], params=p.get("mechanism_params"))
 
 
 def normalise_spec(spec: str) -> str:

@@ -4,8 +4,8 @@ A claim kind module holds one :class:`~fedaudit.experiments.kind.ClaimKind` and 
 formatting only it uses; what two kinds (or a kind and a ``fedaudit audit`` command) both need
 lives here, so no kind imports another.
 
-* The canary audits of DP training — the ``dpsgd`` and ``fedavg-dp`` kinds, ``fedaudit audit
-  dpsgd|fedavg-dp --plot``: their plan keys (:func:`canary_audit_keys`), their decision rule
+* The canary audits of DP training — the ``dpsgd`` and ``dp-fedavg`` kinds, ``fedaudit audit
+  dpsgd|dp-fedavg --plot``: their plan keys (:func:`canary_audit_keys`), their decision rule
   (:func:`canary_decision`), evidence and summary (:func:`canary_evidence`), figure
   (:func:`canary_plot`) and the one-run cap (:func:`one_run_ceiling`).
 * Robustness audits — the ``robustness`` kind and ``fedaudit audit robustness``:

@@ -18,9 +18,10 @@ from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.registry import did_you_mean
+from fedaudit.validation import in_range, range_text
 
 __all__ = ["REQUIRED", "Key", "BadValue", "coerce", "check_keys", "show", "key_error", "unknown_keys",
-           "require_bound", "engine_keys"]
+           "require_bound", "engine_keys", "mechanism_params_key"]
 
 #: the default of a key that must be given
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
@@ -62,21 +63,7 @@ class Key:
         if self.choices is not None:
             opts = ", ".join(repr(c) for c in self.choices)
             return f"one of {opts}" if self.type == "str" else f"{base} from {opts}"
-        return base + _range_text(self.low, self.high, self.open_low, self.open_high)
-
-
-def _fmt_num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
-
-
-def _range_text(low, high, open_low=False, open_high=False) -> str:
-    if low is None and high is None:
-        return ""
-    if high is None:
-        return f" {'>' if open_low else '>='} {_fmt_num(low)}"
-    if low is None:
-        return f" {'<' if open_high else '<='} {_fmt_num(high)}"
-    return f" in {'(' if open_low else '['}{_fmt_num(low)}, {_fmt_num(high)}{')' if open_high else ']'}"
+        return base + range_text(self.low, self.high, open_low=self.open_low, open_high=self.open_high)
 
 
 def show(value: Any) -> str:
@@ -94,11 +81,7 @@ class BadValue(Exception):
 
 
 def _in_range(v: float, key: Key) -> bool:
-    if key.low is not None and (v <= key.low if key.open_low else v < key.low):
-        return False
-    if key.high is not None and (v >= key.high if key.open_high else v > key.high):
-        return False
-    return True
+    return in_range(v, key.low, key.high, open_low=key.open_low, open_high=key.open_high)
 
 
 def _scalar(value: Any, kind: str, key: Key) -> Any:
@@ -226,3 +209,13 @@ def engine_keys(what: str) -> dict[str, Key]:
                        help="worker processes of backend 'process' (at most the machine's cores unless the run allows "
                             "large claims), or Ray tasks in flight / 2 (default: the CPUs)"),
     }
+
+
+def mechanism_params_key() -> Key:
+    """The plan key ``mechanism_params``: the mechanism's own keywords beyond the common ``k``,
+    ``levels``, ``clip``, ``delta`` and ``rotate`` (a user's factory's ``rounds``, say), passed to
+    :func:`~fedaudit.mechanisms.make_mechanism` as ``params`` and checked against the factory's
+    signature by the mechanism registry (the CLI's ``--mech-param KEY=VALUE``)."""
+    return Key("params", None, help="the mechanism's own keywords beyond k, levels, clip, delta and rotate, e.g. "
+                                    "{ rounds = 3 } for a factory that takes rounds (checked against its signature)")
+

@@ -238,9 +238,12 @@ class ClaimKind:
     figures: tuple[str, ...] = ()
     #: what the kind's claims audit: "privacy", "robustness", "utility" (None: unknown)
     guarantee: str | None = None
-    #: keys renamed in this release: old plan key -> its new name (the old one is still read, for one
-    #: release; a claim that gives both is refused)
+    #: plan keys renamed since an earlier release, old -> new (issue #24: one word per concept, e.g.
+    #: ``{"method": "accountant"}``): a plan with the old key still loads, with one DeprecationWarning
     renamed_keys: Mapping[str, str] = {}
+    #: the kind's names in earlier releases (issue #24: ``dp-fedavg`` was ``fedavg-dp``): a plan
+    #: naming one still loads, with one DeprecationWarning, and records ``name``
+    former_names: tuple[str, ...] = ()
     #: True for a kind that starts its own Ray simulation or process pool: the runner runs its
     #: claims in the driver process, one at a time, never as a task of the parallel batch
     runs_alone: bool = False

@@ -275,16 +275,38 @@ def engine_options(plan: Plan, override: Mapping[str, Any] | None = None) -> dic
 
 
 def _kind(where: str, name: str) -> tuple[str, ClaimKind]:
-    """The kind's name as the report records it (registered names lower-cased) and the kind."""
+    """The kind's name as the report records it (registered names lower-cased; a former name of a
+    kind, :attr:`ClaimKind.former_names`, becomes its name with one DeprecationWarning) and the kind."""
     key = name if ":" in name else name.lower()
     if key not in CLAIM_KINDS:
         names = CLAIM_KINDS.names()
         raise FedAuditError(f"{where}: key 'kind' must be one of {', '.join(repr(k) for k in names)} or "
                             f"'package.module:Class', got {show(name)}{did_you_mean(key, names)}")
     try:
-        return key, claim_kind(key)
+        kind = claim_kind(key)
     except FedAuditError as exc:
         raise FedAuditError(f"{where}: key 'kind' names no usable claim kind: {exc}") from None
+    if ":" not in key and key != kind.name and key in kind.former_names:
+        warn_renamed(f"kind {key!r}", f"{kind.name!r}", where, stacklevel=4)
+        key = kind.name
+    return key, kind
+
+
+def renamed_keys(where: str, raw: Mapping[str, Any], renames: Mapping[str, str]) -> Mapping[str, Any]:
+    """``raw`` with each deprecated key of ``renames`` (old -> new) under its new name and one
+    :class:`DeprecationWarning` per old key found (the CLI prints it as a one-line note); giving
+    both names is an error."""
+    found = [old for old in renames if old in raw]
+    if not found:
+        return raw
+    out = dict(raw)
+    for old in found:
+        new = renames[old]
+        if new in raw:
+            raise key_error(where, old, f"is the deprecated name of {new!r}; give {new!r} only")
+        warn_renamed(f"key {old!r}", f"{new!r}", where, stacklevel=4)
+        out[new] = out.pop(old)
+    return out
 
 
 def check_cost(where: str, name: str, kind: ClaimKind, params: Mapping[str, Any]) -> None:
@@ -300,23 +322,6 @@ def check_cost(where: str, name: str, kind: ClaimKind, params: Mapping[str, Any]
                             f"{cost.describe()}, over the budget of {MEMORY_BUDGET >> 30} GiB and "
                             f"{TIME_BUDGET / 3600:g} core-hours; lower those parameters, or pass --allow-large to "
                             f"run it anyway")
-
-
-def renamed_keys(where: str, raw: Mapping[str, Any], renames: Mapping[str, str]) -> Mapping[str, Any]:
-    """``raw`` with each deprecated key of ``renames`` (old -> new, :attr:`ClaimKind.renamed_keys`)
-    under its new name and one :class:`DeprecationWarning` per old key found (the CLI prints it as
-    a one-line note); giving both names is an error."""
-    found = [old for old in renames if old in raw]
-    if not found:
-        return raw
-    out = dict(raw)
-    for old in found:
-        new = renames[old]
-        if new in raw:
-            raise key_error(where, old, f"is the deprecated name of {new!r}; give {new!r} only")
-        warn_renamed(f"key {old!r}", f"{new!r}", where, stacklevel=4)
-        out[new] = out.pop(old)
-    return out
 
 
 def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[str, int],
@@ -339,7 +344,7 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
     common = check_keys(where, {k: raw[k] for k in COMMON_KEYS if k in raw}, COMMON_KEYS)
     name, kind = _kind(where, common["kind"])
     schema = kind.keys()
-    raw = renamed_keys(where, raw, getattr(kind, "renamed_keys", None) or {})
+    raw = renamed_keys(where, raw, kind.renamed_keys)
     unknown = [k for k in raw if k not in COMMON_KEYS and k not in schema]
     if unknown:
         raise unknown_keys(where, unknown, list(COMMON_KEYS) + list(schema), f"for kind {name!r}")

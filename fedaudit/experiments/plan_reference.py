@@ -133,6 +133,12 @@ def markdown() -> str:
         figures = ", ".join(f"`{t}`" for t in kind.figures) or "none"
         out += [f"Progress is counted in {kind.unit}; figures: {figures}.", ""]
         out += _table(kind.keys())
+        if kind.former_names:
+            former = ", ".join(f"`{n}`" for n in kind.former_names)
+            out += ["", f"Deprecated kind name, still read with a one-line note: {former}."]
+        if kind.renamed_keys:
+            renamed = ", ".join(f"`{old}` (now `{new}`)" for old, new in kind.renamed_keys.items())
+            out += ["", f"Deprecated key names, still read with a one-line note: {renamed}."]
     return "\n".join(out) + "\n"
 
 

@@ -85,6 +85,7 @@ import numpy as np
 
 from fedaudit import chain
 from fedaudit import json as fjson
+from fedaudit.deprecation import module_aliases
 from fedaudit.engine import (available_cores, check_run_options, default_backend, default_workers, engine_defaults,
                              require_ray, run_tasks)
 from fedaudit.errors import CheckpointError, FedAuditError, writing
@@ -99,7 +100,7 @@ __all__ = ["PlanProgress", "Checkpoints", "run_claim", "work_units", "run_plan",
            "CHECKPOINT_DIR", "WORK_DIR"]
 
 #: version of the checkpoint file layout (2: the chained, authenticated records)
-CHECKPOINT_FORMAT = 2
+RUN_CHECKPOINT_FORMAT = 2
 #: seconds between two looks at the parallel claims' progress files (``claims_running``)
 POLL_S = 0.5
 #: a parallel claim's worker rewrites its progress file at most this often (seconds)
@@ -475,7 +476,7 @@ class Checkpoints:
             data = fjson.loads(path.read_bytes(), what=where)
         except (OSError, FedAuditError) as exc:
             raise FedAuditError(f"cannot read {where}: {exc}; {_START_OVER}") from None
-        if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(data, dict) or data.get("format") != RUN_CHECKPOINT_FORMAT:
             raise FedAuditError(f"{where} has an unknown format; {_START_OVER}")
         if data.get("plan_sha256") != self.plan.sha256:
             raise FedAuditError(
@@ -497,7 +498,7 @@ class Checkpoints:
         return path
 
     def _header(self) -> dict[str, Any]:
-        return {"format": CHECKPOINT_FORMAT, "fedaudit": __version__, "plan_sha256": self.plan.sha256}
+        return {"format": RUN_CHECKPOINT_FORMAT, "fedaudit": __version__, "plan_sha256": self.plan.sha256}
 
     def begin(self, run_started: float) -> None:
         """Start the chain of a new run (plan SHA-256, version, seed, start time, a fresh nonce),
@@ -700,3 +701,7 @@ def run_plan_to_dir(plan: str | Path | Mapping[str, Any] | Plan, out_dir: str | 
                                             **({} if formats is None else {"formats": formats}))
         checkpoints.clear()
     return report, paths
+
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"CHECKPOINT_FORMAT": ("RUN_CHECKPOINT_FORMAT", lambda: RUN_CHECKPOINT_FORMAT)})

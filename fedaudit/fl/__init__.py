@@ -23,6 +23,7 @@ the server optimizers and the training loop, and the gossip simulator.
 * :mod:`fedaudit.fl.registry` — optimizers, partitions, datasets and sparse methods by name.
 """
 
+from fedaudit.deprecation import module_aliases
 from fedaudit.fl.data import (
     Dataset,
     load_dataset,
@@ -59,7 +60,7 @@ from fedaudit.fl.registry import (
     register_partition,
 )
 from fedaudit.fl.sparse_baselines import train_fed_ht, train_fedavg_prune, train_fediter_ht
-from fedaudit.fl.sparse_data import (ORIENTATIONS, FederatedData, load_gene_csv, r2_score, scarce_regression,
+from fedaudit.fl.sparse_data import (GENE_CSV_ORIENTATIONS, FederatedData, load_gene_csv, r2_score, scarce_regression,
                                      support_recovery)
 from fedaudit.fl.sparse_training import SparseTraining, train_sparse
 from fedaudit.fl.training import Trace, run
@@ -76,8 +77,12 @@ __all__ = [
     "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg",
     "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete",
     "ErrorFeedback", "data_free_gates",
-    "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv", "ORIENTATIONS",
+    "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv", "GENE_CSV_ORIENTATIONS",
     "r2_score", "support_recovery", "SparseTraining", "train_sparse", "GossipTrace", "simulate_gossip",
     "OPTIMIZERS", "PARTITIONS", "DATASETS", "register_optimizer", "register_partition", "register_dataset",
     "make_optimizer",
 ]
+
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"ORIENTATIONS": ("GENE_CSV_ORIENTATIONS", lambda: GENE_CSV_ORIENTATIONS)})

@@ -51,7 +51,7 @@ def _check_clients(n_clients: Any) -> int:
 def _check_beta(beta: Any) -> float:
     if beta is None:
         raise FedAuditError("beta (the Dirichlet concentration) is required for scheme 'dirichlet'; "
-                            "beta must be a real number in (0, inf)")
+                            "beta must be a real number > 0")
     return check_real("beta", beta, low=0.0, open_low=True)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from fedaudit.deprecation import module_aliases
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import Dataset, load_digits_dataset, load_mnist, stratified_split
 from fedaudit.fl.partition import partition
@@ -37,7 +38,7 @@ from fedaudit.rng import RngLike, as_generator
 from fedaudit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = ["FederatedData", "scarce_regression", "federate", "load_digits_federated", "load_mnist_federated",
-           "load_gene_csv", "ORIENTATIONS", "r2_score", "support_recovery", "gram_spectrum"]
+           "load_gene_csv", "GENE_CSV_ORIENTATIONS", "r2_score", "support_recovery", "gram_spectrum"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,7 +285,7 @@ def load_mnist_federated(path: str | Path, clients: int = 10, *, scheme: str = "
 # ----------------------------------------------------------------------------- gene expression CSV
 
 #: ``load_gene_csv(orientation=...)``: one sample per row, or one gene per row (samples as columns)
-ORIENTATIONS = ("samples", "genes")
+GENE_CSV_ORIENTATIONS = ("samples", "genes")
 
 
 def _read_csv(path: Path, delimiter: str | None, what: str) -> tuple[list[list[str]], list[int]]:
@@ -398,7 +399,7 @@ def load_gene_csv(path: str | Path, *, label_column: str | int = "label", drop_c
     are only centred).
     """
     path = Path(path)
-    orientation = check_choice("orientation", orientation, ORIENTATIONS)
+    orientation = check_choice("orientation", orientation, GENE_CSV_ORIENTATIONS)
     test_fraction = check_probability("test_fraction", test_fraction)
     rows, lines = _read_csv(path, delimiter, "gene-expression CSV")
     header = [h.strip() for h in rows[0]]
@@ -482,3 +483,7 @@ def load_gene_csv(path: str | Path, *, label_column: str | int = "label", drop_c
         info["samples_test"] = [samples[i] for i in te]
     return Dataset(X_train=np.ascontiguousarray(X_train), y_train=y[tr], X_test=np.ascontiguousarray(X_test),
                    y_test=y[te], n_classes=len(classes), name=path.stem, info=info)
+
+
+#: the names these had before issue #24 (deprecated; each read warns once with the new name)
+__getattr__ = module_aliases(__name__, {"ORIENTATIONS": ("GENE_CSV_ORIENTATIONS", lambda: GENE_CSV_ORIENTATIONS)})

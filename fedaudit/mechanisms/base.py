@@ -342,7 +342,7 @@ def check_epsilon(epsilon: Any, *, allow_none: bool = False) -> float | None:
     if epsilon is None:
         if allow_none:
             return None
-        raise FedAuditError("epsilon must be a finite real number in (0, inf), got epsilon=None")
+        raise FedAuditError("epsilon must be a finite real number > 0, got epsilon=None")
     return check_positive("epsilon", epsilon)
 
 

@@ -101,7 +101,7 @@ def gaussian_pair_epsilon(mu: float, delta: float) -> float:
     mu = float(mu)
     delta = check_probability("delta", delta)
     if not (math.isfinite(mu) and mu >= 0.0):
-        raise FedAuditError(f"mu must be a finite real number in [0, inf), got mu={mu!r}")
+        raise FedAuditError(f"mu must be a finite real number >= 0, got mu={mu!r}")
     target = math.log(delta)
     if mu == 0.0 or _log_delta(1.0, 0.0, mu) <= target:
         return 0.0

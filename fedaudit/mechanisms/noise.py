@@ -407,7 +407,7 @@ def discrete_laplace_logpmf(z: Any, scale: float) -> np.ndarray:
     """``log P[Z = z] = log tanh(1/(2 scale)) - |z|/scale`` for integer z (``-inf`` off the integers)."""
     scale = float(scale)
     if not (math.isfinite(scale) and scale > 0):
-        raise FedAuditError(f"scale must be a finite real number in (0, inf), got scale={scale!r}")
+        raise FedAuditError(f"scale must be a finite real number > 0, got scale={scale!r}")
     z = np.asarray(z, dtype=np.float64)
     log_c = math.log(math.tanh(0.5 / scale))
     out = log_c - np.abs(z) / scale
@@ -424,7 +424,7 @@ def discrete_gaussian_log_normalizer(sigma: float) -> float:
     """
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
-        raise FedAuditError(f"sigma must be a finite real number in (0, inf), got sigma={sigma!r}")
+        raise FedAuditError(f"sigma must be a finite real number > 0, got sigma={sigma!r}")
     if sigma >= 0.5:
         c = 2.0 * math.pi**2 * sigma * sigma
         tail = 0.0

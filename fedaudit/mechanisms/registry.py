@@ -8,7 +8,7 @@ or name a factory ``"package.module:attr"`` wherever a mechanism name is accepte
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import Mechanism
@@ -103,13 +103,17 @@ def _gated_private(dim: int, epsilon: float, *, k: int | None = None, clip: floa
                               gate_clip=gate_clip, select_share=select_share, gate_share=gate_share)
 
 
+#: the keywords ``make_mechanism`` offers every factory (each passed when its signature names it)
+COMMON_KEYWORDS = ("k", "levels", "clip", "delta", "rotate")
+
 #: what ``make_mechanism`` passes a mechanism factory (the docs and its error messages say this)
 FACTORY_RECEIVES = ("(dim, epsilon) positionally and, of k, levels, clip, delta and rotate, the keywords its "
                     "signature names")
 
 
 def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None = None, levels: int = 4,
-                   clip: float = 1.0, delta: float = 1e-5, rotate: bool = True) -> Mechanism:
+                   clip: float = 1.0, delta: float = 1e-5, rotate: bool = True,
+                   params: Mapping[str, Any] | None = None) -> Mechanism:
     """Build a mechanism by registry name or ``"module:attr"`` reference.
 
     The factory is called as ``factory(dim, epsilon, **keywords)``: the common keywords ``k``,
@@ -121,11 +125,22 @@ def make_mechanism(name: str, dim: int, epsilon: float | None, *, k: int | None 
     one line (exit 2). ``k`` defaults to
     max(1, dim // 16); for ``rr``, ``dim`` is the number of categories. Use
     ``MECHANISMS.build(name, dim, epsilon, **keywords)`` to reject keywords a mechanism does not take.
+
+    ``params`` holds the mechanism's own further keywords (a plan's ``mechanism_params``, the CLI's
+    ``--mech-param KEY=VALUE``), e.g. ``{"rounds": 3}`` for a user's factory that takes ``rounds``;
+    unlike the common five they are checked strictly: a keyword the factory does not take is an
+    error with the keywords it does take, and the common five are set by their own arguments.
     """
     keywords = {"k": default_k(dim) if k is None else k, "levels": levels, "clip": clip, "delta": delta, "rotate": rotate}
     accepted = MECHANISMS.accepted(name)
     if accepted is not None:
         keywords = {key: v for key, v in keywords.items() if key in accepted}
+    own = {str(key): value for key, value in (params or {}).items()}
+    common = sorted(set(own) & set(COMMON_KEYWORDS))
+    if common:
+        raise FedAuditError(f"mechanism parameter {common[0]!r} is a common keyword of every mechanism: set it with "
+                            f"its own argument ({', '.join(COMMON_KEYWORDS)}), not as a mechanism parameter")
+    keywords.update(own)
     MECHANISMS.check_keywords(name, keywords)  # a user factory's required keyword beyond these: say so
     mechanism = MECHANISMS.call(name, (dim, epsilon), keywords, receives=FACTORY_RECEIVES)
     if not isinstance(mechanism, Mechanism):  # e.g. "builtins:print": called fine, built nothing

@@ -1,8 +1,7 @@
 """Terminal renderings of results: the tables and lines the ``fedaudit`` commands print.
 
 Every function takes a :class:`rich.console.Console` and the result to show (registry listings,
-mechanisms, LDP and robustness audits, variance curves, stress grids, integrity checks, plan
-reports); it reads the result's attributes and imports nothing that computes one.
+mechanisms, accountants, aggregators, a claim, integrity checks, plan reports); it reads the result's attributes and imports nothing that computes one.
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-__all__ = ["printable", "escape", "SafeConsole", "print_claim", "print_registry", "print_mechanisms", "print_showcase", "print_variance", "print_ldp_audit",
-           "print_aggregators", "print_robustness", "print_stress", "print_verify", "print_plan_report",
+__all__ = ["printable", "escape", "SafeConsole", "print_claim", "print_registry", "print_mechanisms", "print_showcase",
+           "print_aggregators", "print_verify", "print_plan_report",
            "print_account", "TONE_STYLE", "verdict_markup"]
 
 #: characters that move the cursor, clear the screen, ring, or reorder text (C0 but tab and newline,
@@ -88,55 +87,6 @@ def print_showcase(console: Console, rows: Sequence[Any], *, n: int, dim: int, e
     console.print(table)
 
 
-def print_variance(console: Console, curve: Any) -> None:
-    """``fedaudit audit variance``: MSE per k with CIs, the log–log slopes and the references."""
-    table = Table(title=f"MSE vs d/k — d={curve.dim}, ε={curve.epsilon:g}, s={curve.levels}, "
-                        f"{curve.samples:,} reports each")
-    for col in ("k", "d/k", "SSTQ ε MSE ± 95% CI", "no privacy MSE ± 95% CI", "unbiased"):
-        table.add_column(col, justify="right")
-    for k, dk, p, q in zip(curve.ks, curve.d_over_k, curve.sstq, curve.sstq_nonprivate):
-        table.add_row(str(k), f"{dk:g}", f"{p.mse:.4g} ± {p.ci_high - p.mse:.2g}",
-                      f"{q.mse:.4g} ± {q.ci_high - q.mse:.2g}", "yes" if p.unbiased and q.unbiased else "NO")
-    console.print(table)
-    console.print(f"log–log slope of MSE on d/k: private {curve.slope_private:+.3f}, "
-                  f"non-private {curve.slope_nonprivate:+.3f} (the seed claims +1)")
-    console.print(f"vqSGD ε={curve.epsilon:g}: MSE {curve.vqsgd.mse:.4g}; vqSGD no privacy: MSE "
-                  f"{curve.vqsgd_nonprivate.mse:.4g};  PrivUnitG ε={curve.epsilon:g}: MSE {curve.privunitg.mse:.4g} "
-                  f"(optimal unbiased reference)")
-
-
-def print_ldp_audit(console: Console, res: Any, name: str) -> None:
-    """``fedaudit audit ldp``: an ``LDPAudit`` as a two-column table, then its notes (``LDPAudit.notes``:
-    a weak pair, a claim beyond what the samples can certify) as caveats."""
-    verdict = "[bold red]VIOLATION[/]" if res.violation else "[bold green]no violation[/]"
-    table = Table(title=f"LDP audit of {name}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    exact = "—" if res.epsilon_exact is None else f"{res.epsilon_exact:.4g}"
-    rows = [
-        ("verdict", verdict),
-        ("claimed", f"ε = {res.epsilon_claimed:g}, δ = {res.delta_claimed:g}"),
-        (f"certified ε lower bound ({res.confidence:.0%})", f"{res.epsilon_lower:.4f}"),
-        ("exact ε of the pair (white box)", exact),
-        ("tightness ε_lb / ε", "—" if res.tightness is None else f"{res.tightness:.3f}"),
-        ("distinguisher", f"{res.test}  ({res.event['event']}, positive {res.event['positive_input']})"),
-        ("event counts", f"TP {res.event['tp']:,} / FP {res.event['fp']:,} of {res.event['n']:,}  "
-                         f"(TPR {res.tpr:.4g}, FPR {res.fpr:.4g})"),
-        ("GDP μ (estimate, not a bound)", "—" if res.gdp_mu is None else f"{res.gdp_mu:.3f}"),
-        ("max certifiable at this N", f"{res.max_certifiable:.3f}"),
-        ("samples per input", f"{res.samples:,} ({res.selection_samples:,} select, "
-                              f"{res.certification_samples:,} certify)"),
-        ("runtime", f"{res.runtime_s:.2f} s ({res.sampling_s:.2f} s drawing samples)"),
-    ]
-    if res.search:
-        rows.insert(5, ("pair (searched)", f"{res.search['best']} — {len(res.search['candidates'])} candidates"))
-    for k, v in rows:
-        table.add_row(escape(k), v if k == "verdict" else escape(v))
-    console.print(table)
-    for note in getattr(res, "notes", None) or ():  # what the verdict does and does not show, under it
-        console.print(f"[yellow]caveat:[/] {escape(str(note))}", highlight=False, soft_wrap=True)
-
-
 def print_account(console: Console, title: str, rows: Sequence[tuple[str, float, float, str]],
                   notes: Sequence[str] = ()) -> None:
     """``fedaudit account …``: one row per accountant or method, (label, ε, δ, note), then notes."""
@@ -165,111 +115,6 @@ def print_aggregators(console: Console, rows: Sequence[tuple[str, str, Any, Any]
     console.print(table)
     console.print("Bounds: Allouah et al., AISTATS 2023 (formulas as recorded in the research notes; not "
                   "re-verified against the paper here). `fedaudit audit robustness` measures each rule from below.")
-
-
-def _fmt(v: float | None) -> str:
-    return "—" if v is None else ("unbounded" if v == float("inf") else f"{v:.4g}")
-
-
-def print_robustness(console: Console, res: Any, caveats: Sequence[str] = ()) -> None:
-    """``fedaudit audit robustness``: a ``RobustnessAudit``, the ``caveats`` of its verdict (a
-    published bound that was not re-verified) and its worst configurations."""
-    verdict = "[bold red]VIOLATION of the published bound[/]" if res.violation else (
-        "[bold yellow]unbounded (not robust)[/]" if res.unbounded else "[bold green]within the published bound[/]"
-        if res.nu_bound is not None else "no published bound")
-    table = Table(title=f"(f, ν)-robustness of {res.aggregator} at n={res.n}, f={res.f}, d={res.d}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for k, v in (("verdict", verdict),
-                 ("ν̂ (empirical, lower bound on κ)", _fmt(res.nu_empirical)),
-                 ("published upper bound κ", _fmt(res.nu_bound)),
-                 ("universal lower bound f/(n−2f)", _fmt(res.nu_lower)),
-                 ("search reached the lower bound", "yes" if res.reaches_lower_bound else "no"),
-                 ("worst configuration", escape(res.worst_attack)),
-                 ("subsets S", res.subsets),
-                 ("trials / runtime", f"{res.trials} / {res.runtime_s:.2f} s")):
-        table.add_row(escape(k), v)
-    console.print(table)
-    for caveat in caveats:
-        console.print(f"[yellow]caveat:[/] {escape(caveat)}", highlight=False, soft_wrap=True)
-    top = Table(title="worst configurations")
-    top.add_column("configuration")
-    top.add_column("ν̂", justify="right")
-    for label, nu in list(res.per_configuration.items())[:8]:
-        top.add_row(escape(label), _fmt(nu))
-    console.print(top)
-
-
-def _short_reason(reasons: list[str]) -> str:
-    """The first breakdown reason of a stress cell, in a few characters."""
-    first = reasons[0] if reasons else ""
-    for prefix, short in (("diverged", "diverged"), ("training raised", "error"), ("loss not finite", "loss ∞"),
-                          ("loss >", "loss↑"), ("accuracy <", "chance acc")):
-        if first.startswith(prefix):
-            return short
-    return first or "yes"
-
-
-def print_stress(console: Console, config: Any, res: Any, missed: Mapping[tuple[str, int, float], int]) -> None:
-    """``fedaudit stress``: every cell (or, for grids of more than 48 cells, the worst case over
-    attacks per aggregator, f and β) and where the results are. ``missed`` counts, per
-    (aggregator, f, β), the cells that never reached the target accuracy."""
-    s = res.summary
-    num = lambda v, spec=".4g": "—" if v is None else format(v, spec)
-    rtt = lambda v: "—" if config.target_accuracy is None else ("never" if v is None else str(v))
-    title = (f"Final honest loss and test accuracy on {config.dataset}: {config.optimizer} lr={config.lr:g}, "
-             f"{config.rounds} rounds, "
-             f"n_honest={config.n_honest}, μ={config.mu:g}"
-             + ("" if config.target_accuracy is None else f", target accuracy {config.target_accuracy:g}"))
-    if len(s["cells"]) <= 48:
-        table = Table(title=title)
-        wide = lambda field: max(len(field), *(len(r[field]) for r in s["cells"]))
-        table.add_column("aggregator", min_width=wide("aggregator"), no_wrap=True)
-        table.add_column("attack", min_width=wide("attack"), no_wrap=True)
-        table.add_column("f", justify="right", no_wrap=True)
-        table.add_column("β", justify="right", no_wrap=True)
-        table.add_column("loss", justify="right", min_width=8, no_wrap=True)
-        table.add_column("accuracy", justify="right", no_wrap=True)
-        if config.target_accuracy is not None:
-            table.add_column("rounds to target", justify="right", min_width=5)
-        table.add_column("breakdown", min_width=10, no_wrap=True)
-        for r in s["cells"]:
-            loss = "diverged" if r["final_loss"] is None else f"{r['final_loss']:.4g}"
-            row = [escape(r["aggregator"]), escape(r["attack"]), str(r["f"]), f"{r['beta']:g}", loss,
-                   num(r["final_accuracy"], ".3f")]
-            if config.target_accuracy is not None:
-                row.append(rtt(r["rounds_to_target"]))
-            row.append(f"[bold red]{escape(_short_reason(r['breakdown_reasons']))}[/]" if r["breakdown"] else "no")
-            table.add_row(*row)
-    else:  # summarised: worst case over attacks per (aggregator, f, β)
-        table = Table(title=title + " — worst case over attacks")
-        table.add_column("aggregator", min_width=max(len(a) for a in s["aggregators"]), no_wrap=True)
-        for col in ("f", "β", "worst acc", "attack", "worst loss", "attack", "broken") + (
-                ("missed target",) if config.target_accuracy is not None else ()):
-            table.add_column(col, justify="left" if col == "attack" else "right")
-        for agg, a in s["aggregators"].items():
-            for i, f in enumerate(s["fs"]):
-                for j, b in enumerate(s["betas"]):
-                    if a["worst_accuracy_attack"][i][j] is None and a["worst_loss_attack"][i][j] is None:
-                        continue
-                    acc = num(a["worst_accuracy"][i][j], ".3f") if a["worst_accuracy"][i][j] is not None else "diverged"
-                    loss = "diverged" if a["loss_diverged"][i][j] else num(a["worst_loss"][i][j])
-                    n_brk = a["breakdowns"][i][j]
-                    row = [escape(agg), str(f), f"{b:g}", acc, escape(str(a["worst_accuracy_attack"][i][j] or "—")),
-                           loss, escape(str(a["worst_loss_attack"][i][j] or "—")),
-                           f"[bold red]{n_brk}/{a['attacks']}[/]" if n_brk else f"0/{a['attacks']}"]
-                    if config.target_accuracy is not None:
-                        k = missed.get((agg, f, b), 0)
-                        row.append(f"[bold red]{k}/{a['attacks']}[/]" if k else f"0/{a['attacks']}")
-                    table.add_row(*row)
-    console.print(table)
-    console.print(f"{s['n_done']}/{s['n_cells']} cells ({len(res.computed)} computed, {len(res.skipped)} resumed) "
-                  f"in {res.runtime_s:.1f} s; {s['n_breakdown']} breakdown(s)", highlight=False)
-    console.print(f"results: {escape(str(res.out_dir))}/ (cells.jsonl, summary.json, "
-                  f"{escape(', '.join(s['heatmaps']))})", highlight=False, soft_wrap=True)
-    if config.target_accuracy is not None and res.missed_target:
-        console.print(f"[bold red]{len(res.missed_target)} cell(s) never reached accuracy "
-                      f"{config.target_accuracy:g}[/]")
 
 
 def print_verify(console: Console, res: Any, report: str, *, key_set: bool, require_signature: bool = False,

@@ -33,7 +33,7 @@ def register_claim_kind(cls: type[ClaimKind] | None = None, *, replace: bool = F
     if cls is None:
         return lambda c: register_claim_kind(c, replace=replace)
     check_kind(cls)
-    return CLAIM_KINDS.register(cls.name, cls, replace=replace)
+    return CLAIM_KINDS.register(cls.name, cls, replace=replace, aliases=tuple(cls.former_names))
 
 
 def check_kind(cls: Any) -> None:

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_mechanism_key
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
-from fedaudit.experiments.keys import Key, engine_keys, key_error
+from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key
 
 __all__ = ["Accounting"]
 
@@ -43,6 +43,7 @@ class Accounting(ClaimKind):
     """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition; the claim holds when the composed ε at target_delta is at most max_epsilon."""
 
     name = "accounting"
+    renamed_keys = {"method": "accountant"}
     guarantee = "privacy"
     unit = "compositions"
     figures = ("epsilon_vs_steps",)
@@ -64,6 +65,7 @@ class Accounting(ClaimKind):
             "levels": Key("int", 4, low=2, high=MAX_LEVELS, help="quantization levels"),
             "clip": Key("float", 1.0, low=0, open_low=True, help="L2 clip radius of the inputs"),
             "rotate": Key("bool", True, help="SSTQ random rotation"),
+            "mechanism_params": mechanism_params_key(),
             "rounds": Key("int", low=1, high=1_000_000, help="rounds of the schedule"),
             "sampling": Key("float", 1.0, low=0, high=1, open_low=True,
                             help="probability that the client takes part in a round (does not amplify LDP: "
@@ -77,7 +79,7 @@ class Accounting(ClaimKind):
             "shuffle_method": Key("str", "numerical", choices=(*SHUFFLE_METHODS, "blanket"),
                                   help="Feldman–McMillan–Talwar closed form or numerical bound (any ε0-LDP "
                                        "randomizer), or the privacy blanket of Balle et al. (mechanism 'rr' only)"),
-            "method": Key("str", "pld", choices=METHODS, help="composition: basic, advanced (Kairouz–Oh–Viswanath) "
+            "accountant": Key("str", "pld", choices=METHODS, help="composition: basic, advanced (Kairouz–Oh–Viswanath) "
                                                               "or pld (exact numerical, dp-accounting)"),
             "max_epsilon": Key("float", low=0, open_low=True, help="the budget: largest ε allowed at target_delta"),
             "target_delta": Key("float", 1e-6, low=0, high=1, open_high=True,
@@ -109,12 +111,12 @@ class Accounting(ClaimKind):
         if p["participation"] == "tail" and p["sampling"] >= 1.0:
             raise key_error(where, "participation", "'tail' needs sampling < 1 (with sampling = 1 every round is "
                                                     "charged anyway)")
-        if p["method"] == "pld" and p["shuffle_n"] is None and p["rounds"] * mech.guarantee.epsilon > PLD_MAX_LOSS:
-            raise key_error(where, "method", f"'pld' composes at most a total loss rounds × ε = {PLD_MAX_LOSS:g} "
+        if p["accountant"] == "pld" and p["shuffle_n"] is None and p["rounds"] * mech.guarantee.epsilon > PLD_MAX_LOSS:
+            raise key_error(where, "accountant", f"'pld' composes at most a total loss rounds × ε = {PLD_MAX_LOSS:g} "
                                              f"(memory), got {p['rounds']} × {mech.guarantee.epsilon:g}; use 'advanced' "
                                              f"(exact for equal per-report guarantees)")
         if p["target_delta"] == 0.0:
-            why = ("method must be 'basic'" if p["method"] != "basic" else
+            why = ("accountant must be 'basic'" if p["accountant"] != "basic" else
                    "no shuffling (shuffle_n unset)" if p["shuffle_n"] is not None else
                    "participation 'every-round'" if p["participation"] == "tail" else
                    "a pure-LDP mechanism" if not pure else None)
@@ -129,7 +131,7 @@ class Accounting(ClaimKind):
             sched += f", shuffled in batches of {p['shuffle_n']}"
         verb = "exceed" if expect == "violation" else "stay within"
         return (f"{p['mechanism']} (ε={p['epsilon']:g}) over {sched} must {verb} ε = {p['max_epsilon']:g} at "
-                f"δ = {p['target_delta']:g} ({METHOD_NAMES[p['method']]})")
+                f"δ = {p['target_delta']:g} ({METHOD_NAMES[p['accountant']]})")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         from fedaudit.accounting.curves import curve_points
@@ -143,7 +145,7 @@ class Accounting(ClaimKind):
 
         p = spec.params
         mech = build_mechanism(p)
-        delta, method = p["target_delta"], p["method"]
+        delta, method = p["target_delta"], p["accountant"]
         count, tail = participations(p["rounds"], p["sampling"], p["participation"], delta)
         left = delta - tail
         common = dict(shuffle_n=p["shuffle_n"], shuffle_method=p["shuffle_method"])

@@ -32,7 +32,7 @@ from fedaudit.experiments.components import (check_aggregator, check_attacks, ch
                                              normalise_spec)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, mapping, number
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.keys import Key, key_error
+from fedaudit.experiments.keys import Key, key_error, mechanism_params_key
 
 __all__ = ["Flower"]
 
@@ -90,6 +90,7 @@ class Flower(ClaimKind):
             "delta": Key("float", 1e-5, low=0, high=1, open_high=True,
                          help="δ of one report (approximate mechanisms)"),
             "clip": Key("float", 1.0, low=0, open_low=True, help="L2 radius the mechanism clips the update to"),
+            "mechanism_params": mechanism_params_key(),
             "budget": Key("float", None, low=0, open_low=True,
                           help="each client's total ε (basic composition); refused past it"),
             "budget_delta": Key("float", None, low=0, high=1, open_high=True,
@@ -137,7 +138,7 @@ class Flower(ClaimKind):
 
     def _check_ldp(self, where: str, p: dict[str, Any]) -> None:
         if p["mechanism"] is None:
-            for key in ("epsilon", "budget", "budget_delta"):
+            for key in ("epsilon", "budget", "budget_delta", "mechanism_params"):
                 if p[key] is not None:
                     raise key_error(where, key, "needs a mechanism (set mechanism = 'sstq', 'gaussian', ...)")
             return
@@ -156,7 +157,8 @@ class Flower(ClaimKind):
         from fedaudit.integrations.flower.simulation import model_dim
         from fedaudit.mechanisms.registry import make_mechanism
 
-        return make_mechanism(p["mechanism"], model_dim(p["dataset"]), p["epsilon"], clip=p["clip"], delta=p["delta"])
+        return make_mechanism(p["mechanism"], model_dim(p["dataset"]), p["epsilon"], clip=p["clip"], delta=p["delta"],
+                              params=p["mechanism_params"])
 
     def _budget_delta(self, p: Mapping[str, Any], mechanism: Any) -> float:
         return p["budget_delta"] if p["budget_delta"] is not None else min(p["rounds"] * mechanism.delta, 0.5)

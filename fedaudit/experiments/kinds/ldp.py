@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_mechanism_key, load_sampler
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
-from fedaudit.experiments.keys import Key, engine_keys, key_error, show
+from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key, show
 
 __all__ = ["LDP", "proven_power", "ldp_caveats"]
 
@@ -89,6 +89,7 @@ class LDP(ClaimKind):
 
     name = "ldp"
     guarantee = "privacy"
+    renamed_keys = {"test": "distinguisher"}
     unit = "samples"
     figures = ("epsilon_vs_samples", "privacy_region")
 
@@ -112,6 +113,7 @@ class LDP(ClaimKind):
             "levels": Key("int", 4, low=2, high=MAX_LEVELS, help="quantization levels"),
             "clip": Key("float", 1.0, low=0, open_low=True, help="L2 clip radius of the inputs"),
             "rotate": Key("bool", True, help="SSTQ random rotation"),
+            "mechanism_params": mechanism_params_key(),
             "claimed_epsilon": Key("float", None, low=0, open_low=True,
                                    help="the ε claim under audit (default: the mechanism's ε)"),
             "claimed_delta": Key("float", None, low=0, high=1, open_high=True,
@@ -122,7 +124,7 @@ class LDP(ClaimKind):
             "search_samples": Key("int", 20_000, low=200, high=MAX_SAMPLES,
                                   help="draws per input per searched candidate"),
             "confidence": Key("float", 0.95, low=0, high=1, open_low=True, open_high=True),
-            "test": Key("str", "auto", help="distinguisher: auto, likelihood-ratio, black-box, column, ..."),
+            "distinguisher": Key("str", "auto", help="the test that tells the two inputs' reports apart: auto, likelihood-ratio, black-box, column, ..."),
             "curve": Key("bool", True, help="also certify at samples/16 and samples/4 (epsilon_vs_samples plot)"),
             "min_pair_power": Key("float", None, low=0, high=1, open_low=True,
                                   help="least proven pair power — max(certified ε lower bound, the pair's exact ε) / "
@@ -141,14 +143,16 @@ class LDP(ClaimKind):
             if p["mechanism"] is not None:
                 raise key_error(where, "sampler", "audits a black-box sampler instead of a mechanism: give mechanism "
                                                   "or sampler, not both")
+            if p["mechanism_params"]:
+                raise key_error(where, "mechanism_params", "are a mechanism's keywords; a sampler takes none")
             load_sampler(where, p["sampler"])
         elif p["mechanism"] is None:
             p["mechanism"] = "sstq"
-        names = [t.strip().lower() for t in p["test"].split(",") if t.strip()]
+        names = [t.strip().lower() for t in p["distinguisher"].split(",") if t.strip()]
         if not names or any(t not in TESTS and t != "lr" for t in names):
-            raise key_error(where, "test", f"must be one of {', '.join(repr(t) for t in TESTS)} (comma-separated "
-                                           f"allowed), got {show(p['test'])}")
-        p["test"] = ",".join(names)
+            raise key_error(where, "distinguisher", f"must be one of {', '.join(repr(t) for t in TESTS)} "
+                                                    f"(comma-separated allowed), got {show(p['distinguisher'])}")
+        p["distinguisher"] = ",".join(names)
         if p["sampler"] is not None:
             if p["curve"] and p["samples"] < 1600:
                 p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
@@ -207,7 +211,8 @@ class LDP(ClaimKind):
             mech = build_mechanism(p)
             claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
         eps = epsilon_delta(claim)[0]
-        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], test=p["test"], progress=progress,
+        common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], distinguisher=p["distinguisher"],
+                      progress=progress,
                       **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         res, x0, x1, pair_name = audit_pair(mech, p["pair"], dim=p["dim"] if p["sampler"] else None, clip=p["clip"],
                                             samples=p["samples"],

@@ -91,7 +91,7 @@ def _check_mod_parameters(clipping_norm: Any, sensitivity: Any, epsilon: Any, de
     δ = 0 → ZeroDivisionError at call time, δ ≥ 1.25 → σ = NaN, sensitivity = 0 → no noise at all)."""
     clipping_norm = check_positive("clipping_norm", clipping_norm)
     if isinstance(sensitivity, (int, float)) and not isinstance(sensitivity, bool) and sensitivity == 0:
-        raise FedAuditError("sensitivity must be a finite real number in (0, inf), got sensitivity=0: "
+        raise FedAuditError("sensitivity must be a finite real number > 0, got sensitivity=0: "
                             "LocalDpMod then adds no noise and is not ε-LDP for any finite ε")
     return (clipping_norm, check_positive("sensitivity", sensitivity), check_positive("epsilon", epsilon),
             check_gaussian_delta(delta))
