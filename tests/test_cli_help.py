@@ -103,13 +103,17 @@ def test_no_claim_kind_command_is_hand_written():
                                                     ("stress", "--beta", "betas", "0.5,1"),
                                                     ("sparse-upload", "--plain-epsilon", "plain_claimed_epsilon", "2"),
                                                     ("robustness", "--agg-param", "aggregator_params", "s=2"),
-                                                    ("variance", "--k", "ks", "4,8")])
+                                                    ("variance", "--k", "ks", "4,8"),
+                                                    ("ldp", "--test", "distinguisher", "column")])
 def test_old_flags_are_deprecated_aliases_that_still_work(kind, old, new, value, capsys):
+    """An old flag is DEPRECATED's or the flag of a plan key the kind renamed (ClaimKind.renamed_keys:
+    robustness's d, ldp's test), one mechanism for plans and the command."""
     path = KIND_COMMANDS.get(kind, ("audit", kind))
     args = build_parser().parse_args([*path, old, value])
-    assert old in DEPRECATED[kind]
+    renamed = {flag_of(k): v for k, v in claim_kind(kind).renamed_keys.items()}
+    assert DEPRECATED.get(kind, {}).get(old, renamed.get(old)) == new
     expected = {"--d": 10, "--f": [(1, 3)], "--beta": [(0.5, 1.0)], "--plain-epsilon": 2.0,
-                "--agg-param": ["s=2"], "--k": [(4, 8)]}[old]
+                "--agg-param": ["s=2"], "--k": [(4, 8)], "--test": "column"}[old]
     assert getattr(args, new) == expected
     assert capsys.readouterr().err.strip() == (f"fedaudit: note: {old} is deprecated and will be removed in the next "
                                                f"release; use {flag_of(new)}")
