@@ -239,7 +239,7 @@ def test_ledger_to_dict():
     (lambda l: l.record("a", None), "guarantee"),
     (lambda l: l.record("a", 0.1, round=-1), "round"),
     (lambda l: l.record("a", 0.1, round=1.5), "round"),
-    (lambda l: l.spent("a", method="rdp"), "method"),
+    (lambda l: l.spent("a", method="no-such-accountant"), "method"),
     (lambda l: l.spent("nobody", method="pld"), "delta"),
     (lambda l: l.remaining("a", 0.0), "budget_epsilon"),
     (lambda l: l.can_run("a", math.nan, 1.0), "next_guarantee"),

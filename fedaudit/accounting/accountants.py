@@ -58,6 +58,8 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant, UnsupportedEventError
 
 from fedaudit.accounting.blanket import BlanketAccountant
+from fedaudit.accounting.events import EpsilonDeltaDpEvent, PldDpEvent
+from fedaudit.accounting.pld import build_pld
 from fedaudit.accounting.result import Account
 from fedaudit.accounting.shuffling import ShuffleAccountant
 from fedaudit.extras import require
@@ -118,23 +120,88 @@ def _relation(neighbouring: Any) -> NeighboringRelation:
 
 class PldAccountant(PLDAccountant):
     """``"pld"``: dp-accounting's ``PLDAccountant`` (numerical, tight; losses rounded up to multiples
-    of ``discretization``, so an upper bound), recording its grid in :meth:`details`."""
+    of ``discretization``, so an upper bound), recording its grid in :meth:`details`, and extended
+    to three events:
+
+    * fedaudit's :class:`~fedaudit.accounting.events.EpsilonDeltaDpEvent` (the dominating pair of an
+      (ε, δ) claim, ``from_privacy_parameters``) and :class:`~fedaudit.accounting.events.PldDpEvent`
+      (the PLD :func:`~fedaudit.accounting.pld.pld_of` builds), under either relation;
+    * dp-accounting's ``RandomizedResponseDpEvent`` under replace-one, whose ``count`` dp-accounting
+      0.6's ``PLDAccountant`` drops (its randomized-response branch never self-composes: 10 reports
+      of 5-RR at ε = 1 come out at ε ≈ 1.0 instead of 9.99 — an under-count).
+
+    Each such event's PLD is built once and self-composed ``count`` times (as dp-accounting does for
+    its Laplace and subsampled-Gaussian events; error ≤ count · discretization); equal events
+    composed at different places are counted together, and the distinct ones are composed pairwise
+    (each FFT joins two PLDs of similar support) when ε or δ is asked for, then with what
+    dp-accounting's own branches composed (its private ``_pld``, read only). This is the path of
+    :func:`~fedaudit.accounting.compose` (``method="pld"``), :class:`~fedaudit.accounting.Ledger`
+    and the ``accounting`` claim kind."""
 
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE, *,
                  discretization: float = PLD_DISCRETIZATION):
         self.discretization = check_real("discretization", discretization, low=0.0, high=0.1, open_low=True)
         super().__init__(neighboring_relation, value_discretization_interval=self.discretization)
+        self._identity = self._pld  # dp-accounting's branches replace it once they compose an event
+        self._parts: dict[tuple, int] = {}  # the extended events' PLD keys and counts, in order
+        self._reveals_input = False
+        self._composed: Any = None
+
+    def _key(self, event: dp_event.DpEvent) -> tuple | None:
+        """The PLD key of an event this class accounts itself (``()``: the identity), None for the
+        events left to dp-accounting's branches."""
+        if isinstance(event, EpsilonDeltaDpEvent):
+            return () if event.epsilon == 0.0 and event.delta == 0.0 else ("privacy", event.epsilon, event.delta)
+        if isinstance(event, PldDpEvent):
+            return event.key
+        if (isinstance(event, dp_event.RandomizedResponseDpEvent) and event.num_buckets > 1
+                and event.noise_parameter > 0 and self.neighboring_relation is NeighboringRelation.REPLACE_ONE):
+            return ("rr", event.noise_parameter, event.num_buckets)  # dp-accounting's factory at REPLACE_ONE
+        return None
 
     def _maybe_compose(self, event, count, do_compose):
-        """dp-accounting 0.6's ``PLDAccountant`` composes a ``RandomizedResponseDpEvent`` once whatever
-        its ``count`` (its randomized-response branch never self-composes: 10 reports of 5-RR at ε = 1
-        come out at ε ≈ 1.0 instead of 9.99 — an under-count). Here such an event with ``count > 1``
-        is passed on as the composition of ``count`` single events, which dp-accounting composes one
-        by one (exact; ``count`` FFT compositions, so for many reports prefer
-        ``fedaudit.accounting.compose(method="pld")``, which self-composes the PLD)."""
-        if isinstance(event, dp_event.RandomizedResponseDpEvent) and count > 1:
-            return super()._maybe_compose(dp_event.ComposedDpEvent([event] * count), 1, do_compose)
-        return super()._maybe_compose(event, count, do_compose)
+        key = self._key(event)
+        if key is None:
+            if isinstance(event, dp_event.RandomizedResponseDpEvent) and count > 1:
+                # REPLACE_SPECIAL: dp-accounting's branch drops count, so pass the uses one by one
+                return super()._maybe_compose(dp_event.ComposedDpEvent([event] * count), 1, do_compose)
+            return super()._maybe_compose(event, count, do_compose)
+        if do_compose and count > 0 and key:
+            self._composed = None
+            if isinstance(event, PldDpEvent) and event.reveals_input:
+                self._reveals_input = True
+            else:
+                self._parts[key] = self._parts.get(key, 0) + count
+        return None
+
+    def _pld_now(self) -> Any:
+        """The PLD of everything composed so far (module docstring of the class for the order)."""
+        if self._composed is None:
+            parts = []
+            for key, count in self._parts.items():
+                one = build_pld(key, self.discretization)
+                parts.append(one.self_compose(count) if count > 1 else one)
+            while len(parts) > 1:  # pairwise, so that each FFT composes two PLDs of similar support
+                parts = [a.compose(b) for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) - len(parts) % 2:]
+            if self._pld is not self._identity:
+                parts = [self._pld.compose(parts[0])] if parts else [self._pld]
+            self._composed = parts[0] if parts else None
+        return self._composed
+
+    def _non_private(self) -> bool:
+        return self._reveals_input or self._contains_non_dp_event
+
+    def get_epsilon(self, target_delta: float) -> float:
+        if self._non_private():
+            return math.inf
+        pld = self._pld_now()
+        return 0.0 if pld is None else float(pld.get_epsilon_for_delta(target_delta))
+
+    def get_delta(self, target_epsilon: float) -> float:
+        if self._non_private():
+            return 1.0
+        pld = self._pld_now()
+        return 0.0 if pld is None else float(pld.get_delta_for_epsilon(target_epsilon))
 
     def details(self) -> dict[str, Any]:
         return {"value_discretization_interval": self.discretization}
@@ -340,13 +407,30 @@ def accountants_for(event: dp_event.DpEvent, neighbouring: Any = "add-remove") -
     return tuple(out)
 
 
+def _has_additive_noise(event: dp_event.DpEvent) -> bool:
+    """True when ``event`` holds a Laplace, discrete-Laplace or Gaussian event (dp-accounting's
+    add/remove-sensitivity events)."""
+    if isinstance(event, (dp_event.LaplaceDpEvent, dp_event.DiscreteLaplaceDpEvent, dp_event.GaussianDpEvent)):
+        return True
+    if isinstance(event, (dp_event.SelfComposedDpEvent, dp_event.PoissonSampledDpEvent)):
+        return _has_additive_noise(event.event)
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return any(_has_additive_noise(e) for e in event.events)
+    return False
+
+
 def _compose(acc: Accountant, event: dp_event.DpEvent, name: str) -> None:
     if not isinstance(event, dp_event.DpEvent):
         raise FedAuditError(f"an event must be a dp_accounting DpEvent, got {type(event).__name__}")
     if not acc.supports(event):
+        hint = ""
+        if acc.neighboring_relation is not NeighboringRelation.ADD_OR_REMOVE_ONE and _has_additive_noise(event):
+            hint = ("; dp-accounting states Laplace and Gaussian events for an add/remove sensitivity (its PLD "
+                    "refuses Laplace events under replace-one): a fedaudit mechanism's event carries the diameter "
+                    "of its inputs as that sensitivity, so neighbouring='add-remove' gives its replace-one guarantee")
         raise FedAuditError(f"accountant {name!r} does not support {event} under "
                             f"{acc.neighboring_relation.name}; accountants that do: "
-                            f"{', '.join(accountants_for(event, acc.neighboring_relation)) or 'none'}")
+                            f"{', '.join(accountants_for(event, acc.neighboring_relation)) or 'none'}{hint}")
     try:
         acc.compose(event)
     except UnsupportedEventError as err:

@@ -1,6 +1,6 @@
 """Composition of per-report guarantees: what k uses of (ε_l, δ_l)-LDP randomizers cost together.
 
-Three methods, from loosest to tightest:
+Basic and advanced in closed form, then any accountant over events, from loosest to tightest:
 
 * ``"basic"``: ``(Σ ε_l, Σ δ_l)`` (Dwork, McSherry, Nissim, Smith 2006; Dwork et al. 2006).
 * ``"advanced"``: the optimal composition theorem of Kairouz, Oh and Viswanath (ICML 2015).
@@ -16,16 +16,23 @@ Three methods, from loosest to tightest:
   ``ε = min{Σε_l, S + √(2 Σε_l² log(e + √(Σε_l²)/δ̃)), S + √(2 Σε_l² log(1/δ̃))}``,
   ``S = Σ ε_l (e^{ε_l} − 1)/(e^{ε_l} + 1)``. Neither exceeds basic's Σε_l (the exact curve is 0
   at ε' = kε, and Σε_l is the first term of the minimum).
-* ``"pld"``: exact numerical composition of privacy loss distributions through dp-accounting.
-  A guarantee (or a float ε) enters as its dominating PLD (ε_l with probability
-  (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l); a mechanism or a noise
-  specification enters as its own PLD (:func:`fedaudit.accounting.pld.pld_of`), which is tighter
-  (e.g. k-ary randomized response, Gaussian noise). Every such PLD is symmetric, so the uses may
-  meet their pairs in any mix of directions: an asymmetric
-  :class:`~fedaudit.accounting.pld.PmfPair` enters as its dominating pair
-  (:func:`~fedaudit.accounting.pld.dominating_pair`). The loss values are rounded up to multiples of
-  ``discretization``, so the result is an upper bound at most ``k · discretization`` above the exact ε
-  of the composed PLDs.
+* ``"pld"``: exact numerical composition of privacy loss distributions by the ``"pld"`` accountant
+  (:data:`~fedaudit.accounting.ACCOUNTANTS`, dp-accounting's PLD): each entry is an event
+  (:func:`~fedaudit.accounting.events.event_of`). A guarantee (or a float ε) is an
+  :class:`~fedaudit.accounting.events.EpsilonDeltaDpEvent`, accounted as its dominating PLD (ε_l
+  with probability (1−δ_l)/(1+e^{−ε_l}), −ε_l with (1−δ_l)/(1+e^{ε_l}), ∞ with δ_l); a mechanism
+  or a noise specification enters with its own PLD (:func:`fedaudit.accounting.pld.pld_of`;
+  randomized response as dp-accounting's ``RandomizedResponseDpEvent``, the rest as a
+  :class:`~fedaudit.accounting.events.PldDpEvent`), which is tighter (e.g. k-ary randomized
+  response, Gaussian noise). Every such PLD is symmetric, so the uses may meet their pairs in any
+  mix of directions: an asymmetric :class:`~fedaudit.accounting.pld.PmfPair` enters as its
+  dominating pair (:func:`~fedaudit.accounting.pld.dominating_pair`). Equal entries are composed
+  as one self-composition. The loss values are rounded up to multiples of ``discretization``, so
+  the result is an upper bound at most ``k · discretization`` above the exact ε of the composed
+  PLDs.
+* any other accountant registered in :data:`~fedaudit.accounting.ACCOUNTANTS` (``method="dpa-rdp"``,
+  a user's): the same events, replace-one neighbours; an accountant that cannot account an entry's
+  event says so and names those that can.
 
 Basic and advanced compose the (ε_l, δ_l) *claims*: a mechanism enters through its guarantee, and
 an entry without one (a :class:`~fedaudit.accounting.pld.GaussianPLD`, say) needs ``"pld"``.
@@ -46,7 +53,10 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp
 
-from fedaudit.accounting.pld import build_pld, guarantee_of, pld_key
+from dp_accounting import dp_event
+
+from fedaudit.accounting.events import EpsilonDeltaDpEvent, event_of
+from fedaudit.accounting.pld import guarantee_of
 from fedaudit.accounting.result import Account
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
@@ -55,8 +65,20 @@ from fedaudit.validation import check_choice, check_positive, check_real
 
 __all__ = ["METHODS", "Composition", "compose"]
 
-#: the composition methods of :func:`compose`
+#: the built-in composition methods of :func:`compose` (any registered accountant is accepted too)
 METHODS = ("basic", "advanced", "pld")
+#: the methods :func:`compose` computes in closed form; every other is an accountant of
+#: :data:`~fedaudit.accounting.ACCOUNTANTS`
+CLOSED_FORMS = ("basic", "advanced")
+
+
+def _method(method: Any) -> str:
+    """``method`` checked: a closed form or the name of a registered accountant."""
+    from fedaudit.accounting.accountants import ACCOUNTANTS
+
+    if method in CLOSED_FORMS or method in ACCOUNTANTS:  # a registered name or a "module:attr" reference
+        return method
+    return check_choice("method", method, (*CLOSED_FORMS, *ACCOUNTANTS.names()))
 
 
 @dataclass(frozen=True)
@@ -141,31 +163,27 @@ def _advanced(pairs: list[tuple[float, float]], slack: float) -> float:
                s + math.sqrt(2 * sq * math.log(1 / slack)))
 
 
-def _pld(items: list[Any], delta: float, discretization: float) -> float:
-    keys = []
-    for item in items:
-        if isinstance(item, tuple):
-            if item == (0.0, 0.0):
-                continue  # a perfectly private report composes as the identity
-            keys.append(("privacy", *item))
-        else:
-            keys.append(pld_key(item))
-    parts = []
-    for key, count in Counter(keys).items():
-        if key[0] == "pmf" and not any(a > 0 and b > 0 for a, b in zip(key[1], key[2])):
-            return math.inf  # disjoint supports: one report reveals the input (δ(ε) = 1 for every ε)
-        one = build_pld(key, discretization)
-        parts.append(one.self_compose(count) if count > 1 else one)
-    if not parts:
-        return 0.0
-    while len(parts) > 1:  # pairwise, so that each FFT composes two PLDs of similar support
-        parts = [a.compose(b) for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) - len(parts) % 2:]
-    return float(parts[0].get_epsilon_for_delta(delta))
+def _events(items: list[Any]) -> dp_event.DpEvent:
+    """The event of the uses: each entry's :func:`~fedaudit.accounting.events.event_of`, equal
+    events gathered into one self-composition (so each distinct PLD is built once), in order of
+    first use."""
+    counts = Counter(EpsilonDeltaDpEvent(*item) if isinstance(item, tuple) else event_of(item) for item in items)
+    return dp_event.ComposedDpEvent([e if c == 1 else dp_event.SelfComposedDpEvent(e, c) for e, c in counts.items()])
+
+
+def _by_accountant(items: list[Any], delta: float, method: str, discretization: float) -> float:
+    """ε at ``delta`` of the uses' events by the registered accountant ``method`` (replace-one: the
+    relation of local DP; each entry's PLD covers both directions of its pair, so the same numbers
+    hold for entries stated for add/remove neighbours)."""
+    from fedaudit.accounting.accountants import ACCOUNTANTS, account
+
+    settings = {"discretization": discretization} if ACCOUNTANTS.canonical(method) == "pld" else {}
+    return account(_events(items), delta=delta, accountant=method, neighbouring="replace-one", **settings).epsilon
 
 
 def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, *,
             delta_slack: float | None = None, discretization: float = 1e-4) -> Composition:
-    """Compose per-report guarantees or mechanisms (module docstring for the three methods).
+    """Compose per-report guarantees or mechanisms (module docstring for the methods).
 
     Parameters
     ----------
@@ -175,15 +193,15 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
         specifications (:func:`~fedaudit.accounting.pld.pld_of`; basic and advanced use their
         guarantee, pld their own PLD).
     method
-        ``"basic"``, ``"advanced"`` or ``"pld"``.
+        ``"basic"``, ``"advanced"``, ``"pld"`` or another registered accountant's name.
     delta
-        Total δ in [0, 1) of the result. For basic, 0 means "report Σδ_l"; advanced and pld
+        Total δ in [0, 1) of the result. For basic, 0 means "report Σδ_l"; advanced and the accountants
         need δ > 0 (or ``delta_slack``).
     delta_slack
-        Instead of ``delta`` (advanced and pld only): the slack δ̃ in (0, 1) on top of the per-report
+        Instead of ``delta`` (advanced and the accountants only): the slack δ̃ in (0, 1) on top of the per-report
         δ_l; the total is then ``1 − (1 − δ̃) Π (1 − δ_l)``.
     discretization
-        pld only: the loss discretisation interval (error ≤ ``count · discretization``).
+        pld only: the loss discretisation interval, in (0, 0.1] (error ≤ ``count · discretization``).
 
     Returns
     -------
@@ -191,9 +209,9 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
         ``epsilon`` (``inf`` when δ is below what the δ_l spend), the total ``delta``, ``method``
         and ``count = len(epsilons)``.
     """
-    method = check_choice("method", method, METHODS)
+    method = _method(method)
     items = _items(epsilons)
-    if method == "pld":  # only bare guarantees spend a δ_l outside their PLD
+    if method not in CLOSED_FORMS:  # only bare guarantees spend a δ_l outside their PLD
         pairs = [_pair(i, item) for i, item in enumerate(items) if isinstance(item, (tuple, PureLDP, ApproxLDP))]
     else:
         pairs = [_pair(i, item) for i, item in enumerate(items)]
@@ -215,9 +233,9 @@ def compose(epsilons: Sequence[Any], method: str = "basic", delta: float = 0.0, 
     else:
         delta = check_real("delta", delta, low=0.0, high=1.0, open_low=True, open_high=True)
         slack = -math.expm1(math.log1p(-delta) - log_keep)  # 1 − δ = (1 − δ̃) Π(1 − δ_l)
-    if method == "pld":
+    if method not in CLOSED_FORMS:
         discretization = check_positive("discretization", discretization)
-        return Composition(_pld(items, delta, discretization), delta, method, len(items))
+        return Composition(_by_accountant(items, delta, method, discretization), delta, method, len(items))
     if slack <= 0.0:
         return Composition(math.inf, delta, method, len(items))
     return Composition(_advanced(pairs, slack), delta, method, len(items))

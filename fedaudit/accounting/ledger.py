@@ -1,9 +1,11 @@
 """A per-client privacy budget ledger: each use of a randomizer is an entry (client, guarantee,
 round, and the mechanism when one was recorded), and a client's spend is the
 :func:`~fedaudit.accounting.composition.compose` of its entries by the chosen method: basic and
-advanced compose the entries' guarantees, ``"pld"`` composes the recorded mechanisms' own privacy
-loss distributions (:func:`~fedaudit.accounting.pld.pld_of`) exactly, and the dominating PLD of
-the guarantee for entries recorded as a bare guarantee.
+advanced compose the entries' guarantees; ``"pld"`` (or any accountant registered in
+:data:`~fedaudit.accounting.ACCOUNTANTS`) accounts the entries' events
+(:func:`~fedaudit.accounting.events.event_of`): the recorded mechanisms' own privacy loss
+distributions (:func:`~fedaudit.accounting.pld.pld_of`), exactly, and the dominating pair of the
+guarantee for entries recorded as a bare guarantee.
 
 A budget is (``budget_epsilon``, ``delta``): a client is within it when its composed ε at total
 δ = ``delta`` is at most ``budget_epsilon``. With ``method="basic"`` and ``delta=0`` the composed δ
@@ -39,8 +41,8 @@ from typing import Any, Union
 import numpy as np
 
 from fedaudit.accounting.composition import Composition, compose
-from fedaudit.accounting.pld import (DiscreteGaussianPLD, DiscreteLaplacePLD, GaussianPLD, LaplacePLD, guarantee_of,
-                                     pld_key)
+from fedaudit.accounting.events import event_of
+from fedaudit.accounting.pld import DiscreteGaussianPLD, DiscreteLaplacePLD, GaussianPLD, LaplacePLD, guarantee_of
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 from fedaudit.json import jsonable
@@ -76,7 +78,7 @@ def _as_use(name: str, use: Any) -> tuple[PureLDP | ApproxLDP | None, Any]:
     except FedAuditError as err:
         raise FedAuditError(f"{name}: {err}") from None
     if guarantee is None:
-        pld_key(use)  # no claim: only its PLD can account it (raises if it has none, e.g. VQSGD(None))
+        event_of(use)  # no claim: only its event can account it (raises if it has none, e.g. VQSGD(None))
     return guarantee, use
 
 

@@ -3,8 +3,9 @@
 Each round in which the client takes part it sends one report of a mechanism (its typed
 guarantee, :attr:`~fedaudit.mechanisms.Mechanism.guarantee`). :func:`account_schedule` composes
 ``count`` such rounds by ``method`` (:func:`fedaudit.accounting.compose`: basic, optimal advanced
-of Kairouz–Oh–Viswanath, or exact PLD composition through dp-accounting from the mechanism's own
-privacy loss distribution, :func:`fedaudit.accounting.pld.pld_of`). This is the library behind the
+of Kairouz–Oh–Viswanath, or exact PLD composition by the ``"pld"`` accountant of the mechanism's
+event, :func:`fedaudit.accounting.events.event_of`, whose PLD is the mechanism's own,
+:func:`fedaudit.accounting.pld.pld_of`). This is the library behind the
 ``accounting`` claim kind.
 
 * Participation (:func:`participations`). With probability q of taking part in a round, under
@@ -143,20 +144,29 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
 
 
 def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: float, info: dict) -> float:
-    """ε at ``delta`` of ``count`` reports composed from the mechanism's own PLD
-    (:func:`fedaudit.accounting.pld.pld_of`: its worst pair where fedaudit knows it, tighter than
-    the dominating pair of its (ε, δ) claim), or from its guarantee's PLD for a mechanism
-    ``pld_of`` does not cover; ``info["pld"]`` says which."""
-    from fedaudit.accounting.pld import pld_of
+    """ε at ``delta`` of ``count`` reports of the mechanism's event
+    (:func:`fedaudit.accounting.events.event_of`: its own worst pair where fedaudit knows it,
+    tighter than the dominating pair of its (ε, δ) claim) by the ``"pld"`` accountant, or of its
+    guarantee's event for a mechanism without one; ``info["pld"]`` says which."""
+    from dp_accounting import dp_event
 
-    try:
-        one = pld_of(mech, discretization=discretization)
+    from fedaudit.accounting.accountants import AccountantMemoryError, account
+    from fedaudit.accounting.events import event_of
+
+    def spent(one: Any) -> float:
+        event = dp_event.SelfComposedDpEvent(one, count) if count > 1 else one
+        return account(event, delta=delta, accountant="pld", neighbouring="replace-one",
+                       discretization=discretization).epsilon
+
+    try:  # a mechanism of one's own may declare an event the pld accountant refuses: use its claim then
+        eps = spent(event_of(mech))
         info["pld"] = "the mechanism's own privacy loss distribution (worst pair)"
+    except AccountantMemoryError:
+        raise
     except FedAuditError:
-        one = pld_of(mech.guarantee, discretization=discretization)
+        eps = spent(event_of(mech.guarantee))
         info["pld"] = "the dominating pair of the mechanism's (ε, δ) claim"
-    composed = one.self_compose(count) if count > 1 else one
-    return float(composed.get_epsilon_for_delta(delta))
+    return eps
 
 
 def schedule_curve(mech: Any, jobs: list[list[tuple[int, float, str, tuple[float, ...]]]],
