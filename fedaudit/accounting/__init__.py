@@ -6,8 +6,11 @@ dp-accounting and Opacus wherever they do the work.
   dp-accounting, RDP and PRV of Opacus, shuffling, the privacy blanket; a user registers their own):
   :func:`account` answers ε(δ) or δ(ε) of an event as an :class:`Account`, :func:`calibrate` finds
   the parameter of an event factory that meets a target ε (:mod:`fedaudit.accounting.accountants`);
-* :func:`compose` — basic, optimal advanced (Kairouz–Oh–Viswanath) and exact PLD composition of
-  per-report guarantees or mechanisms; :class:`Ledger` — a per-client budget ledger;
+* :func:`compose` — basic, optimal advanced (Kairouz–Oh–Viswanath) and exact PLD composition (or
+  any registered accountant) of per-report guarantees or mechanisms, each entry an event
+  (:func:`event_of`; fedaudit's own :class:`EpsilonDeltaDpEvent` for an (ε, δ) claim and
+  :class:`PldDpEvent` for a PLD dp-accounting has no event for); :class:`Ledger` — a per-client
+  budget ledger;
 * :func:`pld_of` — the dp-accounting privacy loss distribution of a fedaudit mechanism, a typed
   noise specification (:class:`LaplacePLD`, :class:`GaussianPLD`, :class:`DiscreteLaplacePLD`,
   :class:`DiscreteGaussianPLD`, :class:`PmfPair`) or a guarantee;
@@ -33,6 +36,7 @@ from fedaudit.accounting.accountants import (ACCOUNTANTS, NEIGHBOURING, Accounta
 from fedaudit.accounting.blanket import (BLANKET_BOUNDS, BLANKET_MECHANISMS, BlanketBound, BlanketDpEvent,
                                         blanket_delta, blanket_epsilon, blanket_gamma)
 from fedaudit.accounting.composition import METHODS, Composition, compose
+from fedaudit.accounting.events import EpsilonDeltaDpEvent, PldDpEvent, event_of
 from fedaudit.accounting.dpsgd import (DPSGD_METHODS, DPSGDAccount, calibrate_dpsgd, epsilon_dpsgd,
                                       noise_multiplier_for)
 from fedaudit.accounting.fedavg import (DPFEDAVG_METHODS, DPFedAvgAccount, calibrate_dpfedavg, epsilon_dpfedavg,
@@ -48,7 +52,7 @@ from fedaudit.guarantees import Bound
 __all__ = [
     "ACCOUNTANTS", "Accountant", "AccountantMemoryError", "Account", "Bound", "account", "calibrate", "make_accountant",
     "register_accountant", "accountants_for", "dpsgd_event", "schedule_event", "NEIGHBOURING",
-    "ShuffledDpEvent", "BlanketDpEvent", "calibrate_dpsgd", "calibrate_dpfedavg",
+    "ShuffledDpEvent", "BlanketDpEvent", "EpsilonDeltaDpEvent", "PldDpEvent", "event_of", "calibrate_dpsgd", "calibrate_dpfedavg",
     "compose", "Composition", "METHODS", "Ledger", "LedgerEntry",
     "epsilon_dpsgd", "noise_multiplier_for", "DPSGDAccount", "DPSGD_METHODS",
     "epsilon_dpfedavg", "noise_multiplier_for_dpfedavg", "DPFedAvgAccount", "DPFEDAVG_METHODS",

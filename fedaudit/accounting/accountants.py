@@ -4,9 +4,13 @@
 event algebra): a mechanism's report (:meth:`fedaudit.mechanisms.Mechanism.dp_event`), one DP-SGD
 step or DP-FedAvg round (:func:`dpsgd_event`: the Poisson-subsampled Gaussian), a schedule whose σ or
 q changes over time (:func:`schedule_event`), and their compositions (``ComposedDpEvent``,
-``SelfComposedDpEvent``). Two events dp-accounting has no type for are fedaudit's own ``DpEvent``
-subclasses: a shuffled round of ε0-LDP reports (:class:`~fedaudit.accounting.shuffling.ShuffledDpEvent`)
-and the privacy blanket of k-RR or Laplace reports (:class:`~fedaudit.accounting.blanket.BlanketDpEvent`).
+``SelfComposedDpEvent``). What dp-accounting has no type for are fedaudit's own ``DpEvent``
+subclasses: a shuffled round of ε0-LDP reports (:class:`~fedaudit.accounting.shuffling.ShuffledDpEvent`),
+the privacy blanket of k-RR or Laplace reports (:class:`~fedaudit.accounting.blanket.BlanketDpEvent`),
+an (ε, δ) claim (:class:`~fedaudit.accounting.events.EpsilonDeltaDpEvent`) and a PLD fedaudit builds
+(:class:`~fedaudit.accounting.events.PldDpEvent`); :func:`~fedaudit.accounting.compose` and
+:class:`~fedaudit.accounting.Ledger` turn each use into an event
+(:func:`~fedaudit.accounting.events.event_of`) and ask an accountant of this registry.
 
 **Accountant.** An :class:`Accountant` is dp-accounting's ``PrivacyAccountant`` interface:
 ``supports(event)``, ``compose(event, count)``, ``get_epsilon(δ)``, ``get_delta(ε)`` (optional:
@@ -17,7 +21,8 @@ and ``details()`` (the settings and by-products recorded with an answer). The re
 name to a factory ``factory(neighboring_relation, **settings)``; the built-ins:
 
 * ``"pld"`` — dp-accounting's ``PLDAccountant`` (privacy loss distributions, pessimistic
-  discretisation ``discretization``, default 1e-4): every event dp-accounting's PLD supports;
+  discretisation ``discretization``, default 1e-4): every event dp-accounting's PLD supports, and
+  ``EpsilonDeltaDpEvent`` and ``PldDpEvent`` (:class:`PldAccountant`);
 * ``"rdp"`` — Opacus's Rényi-DP analysis (``opacus.accountants.analysis.rdp``, the orders of
   ``RDPAccountant.DEFAULT_ALPHAS``) of (Poisson-subsampled) Gaussian events, add/remove neighbours;
   δ(ε) by dp-accounting's RDP-to-DP conversion (``compute_delta``) of the same RDP curve;
@@ -31,7 +36,8 @@ name to a factory ``factory(neighboring_relation, **settings)``; the built-ins:
 
 Register your own with ``ACCOUNTANTS.register("mine", factory)``; it is then accepted everywhere an
 accountant is named (:func:`account`, :func:`calibrate`, :func:`~fedaudit.accounting.epsilon_dpsgd`,
-the ``dpsgd`` and ``dp-fedavg`` claims, ``fedaudit account``). A ``"package.module:attr"`` reference
+the ``dpsgd`` and ``dp-fedavg`` claims, ``fedaudit account``, the ``method`` of
+:func:`~fedaudit.accounting.compose` and :class:`~fedaudit.accounting.Ledger`). A ``"package.module:attr"`` reference
 works without registering.
 
 **Neighbours.** :data:`NEIGHBOURING` maps fedaudit's words to dp-accounting's relations:

@@ -101,6 +101,15 @@ class NoiseSpec:
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"type": self.kind, **asdict(self)})
 
+    def dp_event(self) -> Any:
+        """One use as a dp-accounting ``DpEvent`` where dp-accounting has one for this noise (stated
+        for **add/remove** neighbours at ``sensitivity``; the noise is symmetric, so with the
+        diameter of the inputs as sensitivity that is the replace-one guarantee); a one-line
+        FedAuditError naming the alternatives where it has none."""
+        raise FedAuditError(f"{type(self).__name__} has no dp-accounting event: account it with "
+                            f"fedaudit.accounting.pld_of(spec) or the event fedaudit.accounting.PldDpEvent(spec) "
+                            f"(the 'pld' accountant; compose(..., method='pld'))")
+
 
 @dataclass(frozen=True)
 class LaplacePLD(NoiseSpec):
@@ -119,6 +128,11 @@ class LaplacePLD(NoiseSpec):
     def guarantee(self) -> PureLDP:
         return PureLDP(self.sensitivity / self.scale)
 
+    def dp_event(self) -> Any:
+        """``LaplaceDpEvent(scale/sensitivity)`` (add/remove; :meth:`NoiseSpec.dp_event`)."""
+        from dp_accounting import dp_event
+
+        return dp_event.LaplaceDpEvent(noise_multiplier=self.scale / self.sensitivity)
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,11 @@ class GaussianPLD(NoiseSpec):
         object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
 
+    def dp_event(self) -> Any:
+        """``GaussianDpEvent(sigma/sensitivity)`` (add/remove; :meth:`NoiseSpec.dp_event`)."""
+        from dp_accounting import dp_event
+
+        return dp_event.GaussianDpEvent(noise_multiplier=self.sigma / self.sensitivity)
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,11 @@ class DiscreteLaplacePLD(NoiseSpec):
     def guarantee(self) -> PureLDP:
         return PureLDP(self.sensitivity / self.scale)
 
+    def dp_event(self) -> Any:
+        """``DiscreteLaplaceDpEvent(1/scale, sensitivity)`` (add/remove; :meth:`NoiseSpec.dp_event`)."""
+        from dp_accounting import dp_event
+
+        return dp_event.DiscreteLaplaceDpEvent(noise_parameter=1.0 / self.scale, sensitivity=self.sensitivity)
 
 
 @dataclass(frozen=True)
@@ -213,11 +237,6 @@ def _unsupported(obj: Any) -> FedAuditError:
                          f"generic (epsilon, delta) bound)")
 
 
-def _lattice_shift(mech: Laplace | Gaussian) -> int:
-    """Largest attainable |k0 − k1| of a 1-D lattice mechanism: k(clip) − k(−clip) = 2 rint(clip/grid)."""
-    return 2 * int(np.rint(mech.clip / mech.grid))
-
-
 def pld_key(obj: Any) -> tuple:
     """A hashable description ``(factory, *arguments)`` of the PLD of ``obj`` (module docstring);
     equal keys give equal PLDs, so a composition builds each distinct PLD once."""
@@ -236,12 +255,12 @@ def pld_key(obj: Any) -> tuple:
         return ("pmf", (pi, 1.0 - pi), (1.0 - pi, pi))
     if isinstance(obj, Laplace):
         if obj.dim == 1:
-            return ("discrete-laplace", 1.0 / obj.scale_grid, _lattice_shift(obj))
+            return ("discrete-laplace", 1.0 / obj.scale_grid, obj.lattice_shift)
         return ("privacy", obj.epsilon, 0.0)
     if isinstance(obj, Gaussian):
         if obj.dim == 1:
-            return ("discrete-gaussian", obj.sigma_grid, _lattice_shift(obj))
-        return ("gaussian", math.sqrt(obj.sigma2_grid - 4), obj.sensitivity_grid)
+            return ("discrete-gaussian", obj.sigma_grid, obj.lattice_shift)
+        return ("gaussian", obj.proof_sigma_grid, obj.sensitivity_grid)
     if isinstance(obj, LaplacePLD):
         return ("laplace", obj.scale, obj.sensitivity)
     if isinstance(obj, GaussianPLD):

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import stats
 
 from fedaudit.deprecation import warn_renamed
 from fedaudit.errors import FedAuditError
+from fedaudit.guarantees import Bound
 from fedaudit.json import jsonable
 from fedaudit.validation import check_int, check_probability, check_real
 
@@ -176,7 +177,8 @@ class ThresholdBound:
     ``n`` draws per input. ``threshold`` is the privacy-loss level t of E = {L ≥ t} (positive
     input x0) or E = {L ≤ t} (positive input x1), L = log p0/p1; ``method`` says whether
     ``epsilon`` is the mean certified bound ("expected") or the bound at the true rates
-    ("plug-in")."""
+    ("plug-in"). Either is a prediction of what an audit would certify, not a bound certified by
+    data: ``epsilon_bound`` is ESTIMATE, and verdicts never rest on it."""
 
     epsilon: float
     threshold: float
@@ -186,9 +188,11 @@ class ThresholdBound:
     n: int
     method: str
     events: int
+    #: what ``epsilon`` is (:class:`~fedaudit.guarantees.Bound`): a power-analysis estimate
+    epsilon_bound: ClassVar[Bound] = Bound.ESTIMATE
 
     def to_dict(self) -> dict:
-        return jsonable(asdict(self))
+        return jsonable({**asdict(self), "epsilon_bound": self.epsilon_bound.value})
 
 
 def best_threshold_epsilon(p0, p1, n: int, *, delta: float = 0.0, confidence: float = 0.95,

@@ -23,7 +23,8 @@ from fedaudit.guarantees import Guarantee, epsilon_delta
 from fedaudit.validation import check_int, check_matrix, check_positive, check_vector
 from fedaudit.rng import RngLike, as_generator
 
-__all__ = ["Mechanism", "GridMechanism", "has_categorical_inputs", "rr_noise", "randomized_response_event", "clip_l2",
+__all__ = ["Mechanism", "GridMechanism", "has_categorical_inputs", "rr_noise", "randomized_response_event", "no_event",
+           "clip_l2",
            "signed_directions", "pow2_floor", "parallel_sign",
            "halfspace_pair_sup", "MAX_LEVELS", "check_levels"]
 
@@ -145,6 +146,14 @@ def rr_noise(k: int, epsilon: float) -> float:
     return noise
 
 
+def no_event(mech: Any, what: str) -> str:
+    """The one-line message of a mechanism without a dp-accounting event for ``what``."""
+    return (f"{type(mech).__name__} has no dp-accounting event for {what}: account it with "
+            f"fedaudit.accounting.pld_of(mech) or the event fedaudit.accounting.PldDpEvent(mech) (the 'pld' "
+            f"accountant; compose(..., method='pld')), or through its guarantee, "
+            f"fedaudit.accounting.EpsilonDeltaDpEvent(epsilon, delta)")
+
+
 def randomized_response_event(k: int, epsilon: float) -> Any:
     """dp-accounting's ``RandomizedResponseDpEvent`` of ε-randomized response over ``k`` outputs
     (replace-one neighbours): the event of one report of :class:`RandomizedResponse`-like mechanisms."""
@@ -215,18 +224,20 @@ class Mechanism(ABC):
 
     def dp_event(self) -> Any:
         """One report as a dp-accounting ``DpEvent`` — the currency of
-        :data:`fedaudit.accounting.ACCOUNTANTS` — for **replace-one** neighbours (any two inputs, as
-        local DP is stated), where dp-accounting has an event whose pair is the mechanism's worst pair:
-        randomized response over k outputs (:func:`randomized_response_event`; also VQSGD and Duchi).
+        :data:`fedaudit.accounting.ACCOUNTANTS` — where dp-accounting has an event whose pair is the
+        mechanism's worst pair: randomized response over k outputs for **replace-one** neighbours
+        (:func:`randomized_response_event`; also VQSGD and Duchi), the lattice Laplace of one
+        dimension (``DiscreteLaplaceDpEvent``) and the Gaussian of several (``GaussianDpEvent``),
+        whose events are stated for **add/remove** neighbours at the diameter of the inputs (module
+        :mod:`fedaudit.accounting.pld`: for symmetric noise that is the replace-one guarantee).
 
-        The base raises a :class:`~fedaudit.errors.FedAuditError`: dp-accounting states its Laplace
-        and Gaussian events for add/remove sensitivity, which its PLD refuses under replace-one, and
-        has no event for a discrete Gaussian or an arbitrary pmf pair; such a mechanism is accounted
-        by its own privacy loss distribution (:func:`fedaudit.accounting.pld_of`,
-        ``compose(method="pld")``) or its guarantee."""
-        raise FedAuditError(f"{type(self).__name__} has no dp-accounting event for its worst pair under replace-one "
-                            f"neighbours: account it with fedaudit.accounting.pld_of or compose(..., method='pld'), "
-                            f"or through its guarantee")
+        The base raises a one-line :class:`~fedaudit.errors.FedAuditError` naming the alternatives: a
+        mechanism dp-accounting has no event for (a pmf pair, a discrete Gaussian, a product of
+        lattice noises) is accounted by its own privacy loss distribution
+        (:func:`fedaudit.accounting.pld_of`, or the event :class:`fedaudit.accounting.PldDpEvent` of
+        the ``"pld"`` accountant) or through its guarantee
+        (:class:`fedaudit.accounting.EpsilonDeltaDpEvent`)."""
+        raise FedAuditError(no_event(self, "its worst pair"))
 
     # ------------------------------------------------------------------ API
     @property
@@ -364,6 +375,12 @@ class GridMechanism(Mechanism):
     @property
     def bits_per_report(self) -> int:
         return 64 * self.dim
+
+    @property
+    def lattice_shift(self) -> int:
+        """The largest attainable |k0 − k1| of one coordinate, k(clip) − k(−clip) = 2·rint(clip/grid):
+        the diameter of the inputs on the lattice, and the exact worst shift when ``dim`` is 1."""
+        return 2 * int(np.rint(self.clip / self.grid))
 
     @abstractmethod
     def _noise(self, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray: ...

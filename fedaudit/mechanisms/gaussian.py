@@ -23,7 +23,7 @@ from scipy.special import log_ndtr
 from fedaudit.guarantees import ApproxLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_positive, check_probability
-from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
+from fedaudit.mechanisms.base import GridMechanism, check_epsilon, no_event, pow2_floor
 from fedaudit.mechanisms.noise import discrete_gaussian, discrete_gaussian_logpmf
 
 __all__ = ["Gaussian", "check_gaussian_delta", "analytic_gaussian_sigma", "analytic_gaussian_delta", "gaussian_pair_epsilon",
@@ -216,6 +216,8 @@ class Gaussian(GridMechanism):
         if self.sigma2_grid > _MAX_SIGMA2_GRID:  # pragma: no cover - excluded by grid_min
             raise FedAuditError(f"internal: sigma2_grid={self.sigma2_grid} exceeds 2^52")
         s1_actual = math.sqrt(self.sigma2_grid - SMOOTHING_S2**2)
+        #: s1 (grid units): the σ of the continuous Gaussian N(k, s1² I) the privacy proof post-processes
+        self.proof_sigma_grid = s1_actual
         if _log_delta(s1_actual, eps_cal, self.sensitivity_grid) > math.log(delta_cal):  # pragma: no cover
             raise FedAuditError("internal: discrete Gaussian calibration failed its check")
         self.sigma_grid = math.sqrt(self.sigma2_grid)
@@ -227,6 +229,22 @@ class Gaussian(GridMechanism):
 
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "delta": self.delta, "clip": self.clip}
+
+    def dp_event(self) -> Any:
+        """For ``dim > 1``: dp-accounting's ``GaussianDpEvent(s1/Δ_grid)``, the continuous Gaussian
+        N(k, s1² I) at the L2 sensitivity bound ``sensitivity_grid`` that the privacy proof
+        post-processes (class docstring; up to a likelihood factor below float64 resolution), the
+        PLD :func:`fedaudit.accounting.pld_of` uses. It is stated for **add/remove** neighbours at the
+        diameter of the inputs: account it with ``neighbouring="add-remove"``, which for this
+        symmetric noise is the replace-one (local DP) guarantee (dp-accounting reads a
+        ``GaussianDpEvent`` under replace-one as a shift of twice its sensitivity). For ``dim == 1``
+        the report is a discrete Gaussian on the lattice, which dp-accounting has no event for: a
+        one-line FedAuditError naming ``pld_of`` and :class:`fedaudit.accounting.PldDpEvent`."""
+        if self.dim == 1:
+            raise FedAuditError(no_event(self, "a discrete Gaussian on the lattice (dim=1)"))
+        from dp_accounting import dp_event
+
+        return dp_event.GaussianDpEvent(noise_multiplier=self.proof_sigma_grid / self.sensitivity_grid)
 
     # ----------------------------------------------------------------- pair
     def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:

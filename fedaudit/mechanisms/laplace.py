@@ -18,7 +18,7 @@ import numpy as np
 from fedaudit.guarantees import PureLDP
 from fedaudit.errors import FedAuditError
 from fedaudit.validation import check_int, check_positive
-from fedaudit.mechanisms.base import GridMechanism, check_epsilon, pow2_floor
+from fedaudit.mechanisms.base import GridMechanism, check_epsilon, no_event, pow2_floor
 from fedaudit.mechanisms.noise import discrete_laplace, discrete_laplace_logpmf, rational_at_least
 
 __all__ = ["Laplace"]
@@ -80,6 +80,21 @@ class Laplace(GridMechanism):
 
     def params(self) -> dict[str, Any]:
         return {"dim": self.dim, "epsilon": self.epsilon, "clip": self.clip}
+
+    def dp_event(self) -> Any:
+        """For ``dim == 1``: dp-accounting's ``DiscreteLaplaceDpEvent(1/t, S)`` with S =
+        :attr:`lattice_shift` (the lattice diameter of the inputs, attained at x = ±clip), exact.
+        It is stated for **add/remove** neighbours (dp-accounting's PLD refuses it under
+        replace-one): account it with ``neighbouring="add-remove"``, which for this symmetric noise
+        at the diameter is the replace-one (local DP) guarantee. For ``dim > 1`` the worst pair of a
+        product of lattice Laplaces over the L2 ball has no event: a one-line FedAuditError naming
+        ``pld_of`` and the event of the guarantee."""
+        if self.dim > 1:
+            raise FedAuditError(no_event(self, f"its worst pair at dim={self.dim} (a product of lattice Laplaces "
+                                               f"over the L2 ball)"))
+        from dp_accounting import dp_event
+
+        return dp_event.DiscreteLaplaceDpEvent(noise_parameter=1.0 / self.scale_grid, sensitivity=self.lattice_shift)
 
     def epsilon_for_pair(self, x0: np.ndarray, x1: np.ndarray) -> float:
         """``|k0 − k1|_1 / t`` on the rounded grid points ``k_i = rint(clip_l2(x_i)/grid)``.
