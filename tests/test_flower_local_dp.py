@@ -129,10 +129,10 @@ def test_a_calibration_that_delivers_the_claim_is_not_refuted():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"clipping_norm": 0.0}, "clipping_norm must be a finite real number in \\(0, inf\\)"),
+    ({"clipping_norm": 0.0}, "clipping_norm must be a finite real number > 0"),
     ({"sensitivity": 0}, "sensitivity must be .*adds no noise"),
-    ({"sensitivity": -1.0}, "sensitivity must be a finite real number in \\(0, inf\\)"),
-    ({"epsilon": 0.0}, "epsilon must be a finite real number in \\(0, inf\\)"),
+    ({"sensitivity": -1.0}, "sensitivity must be a finite real number > 0"),
+    ({"epsilon": 0.0}, "epsilon must be a finite real number > 0"),
     ({"epsilon": float("nan")}, "epsilon must be a finite real number"),
     ({"delta": 0.0}, "delta must be in \\(0, 1\\)"),
     ({"delta": 1.25}, "delta must be a finite real number in \\(0, 1\\)"),

@@ -90,7 +90,7 @@ def test_cli_mech_param(user_module, tmp_path, capsys):
     out = tmp_path / "a.json"
     assert main(["audit", "ldp", "--mechanism", user_module, "--mech-param", "rounds=4", "--dim", "2",
                  "--samples", "2000", "--quiet", "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["epsilon_claimed"] == pytest.approx(0.25)  # the default ε 1, over 4 rounds
+    assert json.loads(out.read_text())["evidence"]["epsilon_claimed"] == pytest.approx(0.25)  # default ε 1, 4 rounds
     assert main(["audit", "ldp", "--mechanism", user_module, "--mech-param", "round=4", "--dim", "2",
                  "--samples", "2000", "--quiet"]) == 2
     assert "takes no keyword 'round' (did you mean 'rounds'?)" in capsys.readouterr().err
