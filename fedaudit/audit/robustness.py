@@ -83,6 +83,17 @@ TRIAL_CHUNK = 32
 class RobustnessAudit:
     """ν̂ (a lower bound on the rule's robustness constant) next to the published bound.
 
+    ``nu_empirical`` is the audited ν̂: the largest ν found, certified by the saved
+    configuration (∞ when the rule's output is unbounded). ``nu_bound`` is the rule's
+    published κ (None when it has none). ``nu_lower`` is *not* about this rule: it is the
+    universal lower bound f/(n − 2f) that no (f, ν)-robust rule can beat, shown for scale.
+    ``violation`` means only "ν̂ is certified above the published κ"
+    (:func:`exceeds_bound`); ``unbounded`` means ν̂ = ∞: the rule is not (f, ν)-robust for
+    any ν. ``unbounded=True`` is a failure of robustness even when ``violation`` is False
+    (the mean's published κ is ∞ too, and ∞ ≤ ∞ guarantees nothing): the ``robustness``
+    claim kind and ``fedaudit audit robustness`` fail it. Test ``violation or unbounded``
+    for "the rule failed".
+
     ``worst`` describes the configuration that attains ν̂: ``stage`` ("construction", "attack",
     "hill climb" or "optimiser"), ``label`` (a one-line description for titles), ``attack``,
     ``optimal``, ``shape``, ``d`` (dimension of the certified inputs), ``subspace`` and ``k``

@@ -6,6 +6,7 @@ mechanisms, accountants, aggregators, a claim, integrity checks, plan reports); 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -194,12 +195,23 @@ def _short(text: str, limit: int = 140) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: row labels for evidence keys whose plain spelling misleads: ``nu_lower`` is the universal lower
+#: bound f/(n − 2f) on ν for *any* rule, not the audited ν̂ (``nu_empirical``) printed above it
+EVIDENCE_LABELS = {
+    "nu_empirical": "ν̂ (audited)",
+    "nu_bound": "published bound κ",
+    "nu_lower": "any rule's ν ≥ f/(n−2f)",
+}
+
+
 def _cell(value: Any) -> str:
-    """One evidence value in a table cell: numbers as 4 significant digits, short JSON-like text for
-    the rest."""
+    """One evidence value in a table cell: numbers as 4 significant digits (±∞ in words, as the
+    summaries write them), short JSON-like text for the rest."""
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "—"}[value]
     if isinstance(value, float):
+        if math.isinf(value):
+            return "∞ (unbounded)" if value > 0 else "−∞"
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
         return ", ".join(_cell(v) for v in value)
@@ -222,7 +234,7 @@ def print_claim(console: Console, claim: Any) -> None:
             subtables.append((name, value))
         else:
             text = _cell(value) if value != [] else "—"
-            table.add_row(escape(name.replace("_", " ")), escape(text if len(text) <= 240 else "(long: in --json)"))
+            table.add_row(escape(EVIDENCE_LABELS.get(name, name.replace("_", " "))), escape(text if len(text) <= 240 else "(long: in --json)"))
     console.print(table)
     for name, rows in subtables:
         sub = Table(title=escape(name.replace("_", " ")))

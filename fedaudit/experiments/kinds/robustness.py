@@ -107,8 +107,10 @@ class Robustness(ClaimKind):
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         attacks = "all attacks" if p["attacks"] == "all" else "/".join(a.upper() for a in p["attacks"])
-        bound = f", ν ≤ {p['max_nu']:g}" if p["max_nu"] is not None else ""
-        return f"{p['aggregator'].upper()} is robust at n={p['n']}, f={p['f']} under {attacks}{bound}"
+        bound = f", claimed ν ≤ {p['max_nu']:g}" if p["max_nu"] is not None else ""
+        # worded as what was audited, not as its outcome: a FAIL (e.g. the mean's ν̂ = ∞) must not
+        # sit under a title saying the rule "is robust"
+        return f"Robustness of {p['aggregator'].upper()} at n={p['n']}, f={p['f']} under {attacks}{bound}"
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         from fedaudit.audit.robustness import progress_units
