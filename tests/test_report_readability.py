@@ -154,6 +154,27 @@ def test_robustness_verdicts_on_fixed_values(monkeypatch, nu, bound, max_nu, exp
     assert run_one(claim).verdict == verdict
 
 
+def test_unbounded_robustness_reads_as_a_failure_in_the_terminal(monkeypatch):
+    """The mean's ν̂ = ∞ FAILs: no "is robust" title above it, ∞ in words, and the universal
+    lower bound f/(n − 2f) labelled so that it cannot pass for the audited ν̂."""
+    import io
+
+    from rich.console import Console
+
+    import fedaudit.audit.robustness as robustness
+    from fedaudit.reports.terminal import print_claim
+
+    monkeypatch.setattr(robustness, "audit_robustness", lambda *a, **k: _robustness_result(math.inf, math.inf))
+    c = run_one({**ROBUST, "aggregator": "mean"})
+    assert c.verdict == "FAIL" and "is robust" not in c.title and c.title.startswith("Robustness of MEAN")
+    out = io.StringIO()
+    print_claim(Console(file=out, width=100), c)
+    text = out.getvalue()
+    assert "inf" not in text.replace("(long: in --json)", "")
+    assert "ν̂ (audited)" in text and "∞ (unbounded)" in text and "any rule's ν ≥ f/(n−2f)" in text
+    assert "nu lower" not in text
+
+
 def test_robustness_names_the_worst_configuration(monkeypatch):
     import fedaudit.audit.robustness as robustness
 
