@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fedaudit.cli import main
-from fedaudit.cli.kinds import DEPRECATED, DROPPED, KIND_COMMANDS, claim_keys, flag_of
+from fedaudit.cli.kinds import DEPRECATED, DROPPED, KIND_COMMANDS, claim_keys, cmd_kind, flag_of, kind_plan
+from fedaudit.errors import FedAuditError
 from fedaudit.cli.parser import build_parser, subcommands
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 
@@ -21,7 +22,13 @@ COMMANDS = [path for path, _, _ in subcommands(build_parser())]
 
 
 @pytest.mark.parametrize("path", [(), *COMMANDS], ids=lambda p: " ".join(p) or "fedaudit")
-def test_every_help_ends_with_examples_that_parse(path, capsys):
+def test_every_help_ends_with_examples_that_parse(path, capsys, monkeypatch):
+    import types
+
+    noise = types.ModuleType("mypkg.noise")  # the user's sampler that audit ldp's example names
+    noise.sample = lambda x, size, rng: rng.normal(size=(size, len(x)))
+    monkeypatch.setitem(sys.modules, "mypkg", types.ModuleType("mypkg"))
+    monkeypatch.setitem(sys.modules, "mypkg.noise", noise)
     with pytest.raises(SystemExit) as exit_:
         main([*path, "--help"])
     assert exit_.value.code == 0
@@ -34,7 +41,18 @@ def test_every_help_ends_with_examples_that_parse(path, capsys):
         argv = shlex.split(line)[1:]
         if argv[-1] == "--help":
             continue
-        build_parser().parse_args(argv)  # an unknown flag or a bad value exits 2 here
+        args = build_parser().parse_args(argv)  # an unknown flag or a bad value exits 2 here
+        if args.func is cmd_kind:  # a generated command's example is a valid one-claim plan (nothing runs)
+            kind_plan(args)
+
+
+def test_an_example_with_a_placeholder_value_fails_validation():
+    """The check above can fail: the old generated example of audit accounting named no real
+    mechanism, and its plan is refused."""
+    args = build_parser().parse_args(["audit", "accounting", "--mechanism", "NAME", "--rounds", "1",
+                                      "--max-epsilon", "1"])
+    with pytest.raises(FedAuditError, match="mechanism"):
+        kind_plan(args)
 
 
 def _command(name):

@@ -85,6 +85,11 @@ FLAG_ALIASES: dict[str, tuple[str, ...]] = {"mechanism_params": ("--mech-param",
 #: example command lines per kind (shown at the end of ``--help``; the first is also the
 #: command table's example in docs/index.md); a kind without any gets one made from its required keys
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    "accounting": ("fedaudit audit accounting --mechanism rr --dim 4 --rounds 20 --max-epsilon 25",
+                   "fedaudit audit accounting --mechanism gaussian --dim 8 --rounds 5 --sampling 0.1 --max-epsilon 10 "
+                   "--json accounting.json"),
+    "flower": ("fedaudit audit flower --min-accuracy 0.5",
+               "fedaudit audit flower --max-accuracy-drop 0.1 --json flower.json"),
     "variance": ("fedaudit audit variance --dim 1024 --ks 16 32 64 128 256 --samples 20000",
                  "fedaudit audit variance --dim 64 --ks 4 8 16 --max-slope 1.2 --json variance.json --plot mse.png"),
     "ldp": ("fedaudit audit ldp --mechanism sstq --dim 64 --epsilon 1 --samples 200000",
@@ -272,13 +277,19 @@ def _deprecated_flags(name: str, kind: Any, keys: Mapping[str, Any]) -> dict[str
 
 
 def _examples(name: str, path: tuple[str, ...], keys: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``Examples:`` lines of kind ``name``'s command: :data:`EXAMPLES`' when declared, else the
+    command with each required key set to its first choice, or 1 for a number. A required key
+    with no choices and no numeric type (a mechanism's name, a table) has no value that can be
+    made up: a built-in kind with such a key declares its examples in :data:`EXAMPLES`
+    (tests/test_cli_help.py validates every example line as a plan); a user's kind gets the
+    metavar as a visible placeholder."""
     if name in EXAMPLES:
         return EXAMPLES[name]
     words = ["fedaudit", *path]
     for key_name, key in keys.items():
         if key.required:
-            sample = {"int": "1", "float": "1", "str": key.choices[0] if key.choices else "NAME",
-                      "bool": None}.get(key.type.removeprefix("list[").removesuffix("]"), "NAME=1")
+            sample = {"int": "1", "float": "1", "str": key.choices[0] if key.choices else key.type.upper(),
+                      "bool": None}.get(key.type.removeprefix("list[").removesuffix("]"), "KEY=VALUE")
             if sample is not None:
                 words += [flag_of(key_name), sample]
     return (" ".join(words), " ".join(words) + " --json claim.json")
@@ -401,24 +412,14 @@ def _command_line(args: argparse.Namespace, raw: Mapping[str, Any]) -> str:
     return shlex.join(words + (["--allow-large"] if args.allow_large else []))
 
 
-def cmd_kind(args: argparse.Namespace) -> int:
-    """A generated kind command: build the one-claim plan from the flags (the run options as its
-    ``[engine]`` table), validate it as a plan is validated, run it as the runner runs a claim —
-    with ``--out``, as ``fedaudit run`` runs a plan, into a report directory — and print the claim."""
-    from fedaudit.engine import engine_defaults
+def kind_plan(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The one-claim plan of a generated kind command's flags (the run options as its ``[engine]``
+    table), validated as a plan is validated, and the claim's raw table; a bad value is a
+    FedAuditError in the command's words (flags, not keys). Nothing runs here."""
     from fedaudit.experiments.kinds import claim_kind
-    from fedaudit.experiments.plan import ENGINE_KEYS, engine_options, load_plan
-    from fedaudit.experiments.runner import run_claim, work_units, workers_notice
-    from fedaudit.reports.terminal import print_claim
+    from fedaudit.experiments.plan import ENGINE_KEYS, load_plan
 
-    kind = claim_kind(args.kind_name)
-    keys = claim_keys(kind.keys())
-    plot = getattr(args, "plot", None)
-    if (args.resume or args.force) and args.out is None:
-        raise FedAuditError(f"{args.kind_command}: {'--resume' if args.resume else '--force'} needs --out DIR "
-                            f"(the report directory)")
-    check_output_file("--json", args.json)
-    check_output_file("--plot", plot, plot=True)
+    keys = claim_keys(claim_kind(args.kind_name).keys())
     params = {name: _value(key, flag_of(name), getattr(args, name)) for name, key in keys.items()
               if getattr(args, name, None) is not None}
     raw = {"id": args.kind_name, "kind": args.kind_name, "seed": args.seed, "expect": args.expect, **params}
@@ -427,6 +428,27 @@ def cmd_kind(args: argparse.Namespace) -> int:
         plan = load_plan({"claim": [raw], **({"engine": engine} if engine else {})}, allow_large=args.allow_large)
     except FedAuditError as exc:
         raise FedAuditError(_flag_message(str(exc), {**keys, **ENGINE_KEYS}, args.kind_command)) from None
+    return plan, raw
+
+
+def cmd_kind(args: argparse.Namespace) -> int:
+    """A generated kind command: build the one-claim plan from the flags (the run options as its
+    ``[engine]`` table), validate it as a plan is validated, run it as the runner runs a claim —
+    with ``--out``, as ``fedaudit run`` runs a plan, into a report directory — and print the claim."""
+    from fedaudit.engine import engine_defaults
+    from fedaudit.experiments.kinds import claim_kind
+    from fedaudit.experiments.plan import engine_options
+    from fedaudit.experiments.runner import run_claim, work_units, workers_notice
+    from fedaudit.reports.terminal import print_claim
+
+    kind = claim_kind(args.kind_name)
+    plot = getattr(args, "plot", None)
+    if (args.resume or args.force) and args.out is None:
+        raise FedAuditError(f"{args.kind_command}: {'--resume' if args.resume else '--force'} needs --out DIR "
+                            f"(the report directory)")
+    check_output_file("--json", args.json)
+    check_output_file("--plot", plot, plot=True)
+    plan, raw = kind_plan(args)
     spec, paths = plan.claims[0], None
     if args.out is not None:
         from fedaudit.cli.handlers import report_key
