@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
 from fedaudit.cli import main
+
+
+MU = math.sqrt(10) / 2  # ten unsampled Gaussian steps of σ = 2 are one μ-GDP step
 
 
 def run_json(tmp_path, argv, capsys):
@@ -141,7 +145,12 @@ def test_shuffle_blanket_for_k_ary_randomized_response(tmp_path, capsys):
     (["account", "compose", "--epsilon", "a,b"], "--epsilon expects comma-separated numbers"),
     (["account", "compose", "--epsilon", "1", "--uses", "0"], "--uses"),
     (["account", "compose", "--epsilon", "1", "--delta", "1"], "delta"),
-    (["account", "compose", "--epsilon", "1", "--accountant", "rdp"], "--accountant must be 'all' or"),
+    (["account", "compose", "--epsilon", "1", "--accountant", "rdpp"],
+     "--accountant: unknown accountant 'rdpp' (did you mean 'rdp'?); give 'all' (basic, advanced, pld), or "
+     "comma-separated names from basic, advanced, pld, rdp, prv, dpa-rdp, shuffle, blanket or 'package.module:attr'"),
+    (["account", "compose", "--epsilon", "1", "--accountant", "rdp"], "accountant 'rdp' does not support"),
+    (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--accountant",
+      "no_such_module_xyz:Acct"], "--accountant: accountant reference 'no_such_module_xyz:Acct': cannot import"),
     (["account", "compose", "--epsilon", "1,2", "--mechanism", "rr"], "--mechanism takes one --epsilon"),
     (["account", "compose", "--epsilon", "1", "--mechanism", "rrr"], "unknown mechanism 'rrr'"),
     (["account", "dpsgd", "--noise-multiplier", "1", "--sample-rate", "0", "--steps", "10"], "sample_rate"),
@@ -189,3 +198,63 @@ def test_former_command_names_still_run_with_a_note(tmp_path, capsys):
     assert renamed_command(["audit", "fedavg-dp", "--rounds", "2"]) == ["audit", "dp-fedavg", "--rounds", "2"]
     assert renamed_command(["audit", "ldp", "--distinguisher", "fedavg"]) == ["audit", "ldp", "--distinguisher",
                                                                               "fedavg"]
+
+
+USER_ACCOUNTANT = """
+import math
+
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+
+class ExactGaussian(PrivacyAccountant):
+    def __init__(self, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE):
+        super().__init__(neighboring_relation)
+        self.mu2 = 0.0
+
+    def _maybe_compose(self, event, count, do_compose):
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return self._maybe_compose(event.event, count * event.count, do_compose)
+        if isinstance(event, dp_event.PoissonSampledDpEvent) and event.sampling_probability == 1.0:
+            return self._maybe_compose(event.event, count, do_compose)
+        if not isinstance(event, dp_event.GaussianDpEvent):
+            return PrivacyAccountant.CompositionErrorDetails(event, "unsampled Gaussian steps only")
+        if do_compose:
+            self.mu2 += count / event.noise_multiplier ** 2
+        return None
+
+    def get_delta(self, target_epsilon):
+        mu = math.sqrt(self.mu2)
+        return norm.cdf(-target_epsilon / mu + mu / 2) - math.exp(target_epsilon) * norm.cdf(-target_epsilon / mu - mu / 2)
+
+    def get_epsilon(self, target_delta):
+        return brentq(lambda e: self.get_delta(e) - target_delta, 0.0, 100.0)
+"""
+
+
+def test_a_users_accountant_reference_and_any_registered_accountant_are_accepted(tmp_path, monkeypatch, capsys):
+    """--accountant takes what the Python API takes: a ``module:attr`` reference (the working directory's
+    module) in account dpsgd|dp-fedavg, and any registered accountant as compose's method."""
+    (tmp_path / "cli_user_acct.py").write_text(USER_ACCOUNTANT, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_user_acct", raising=False)
+    try:
+        exact = brentq(lambda e: norm.cdf(-e / MU + MU / 2) - math.exp(e) * norm.cdf(-e / MU - MU / 2) - 1e-5, 0, 100)
+        for command, count in (("dpsgd", "--steps"), ("dp-fedavg", "--rounds")):
+            res, _ = run_json(tmp_path, ["account", command, "--noise-multiplier", "2", "--sample-rate", "1", count,
+                                         "10", "--accountant", "cli_user_acct:ExactGaussian,pld"], capsys)
+            accounts = res["accounts"]
+            assert list(accounts) == ["cli_user_acct:ExactGaussian", "pld"]
+            assert accounts["cli_user_acct:ExactGaussian"]["epsilon"] == pytest.approx(exact, rel=1e-6)
+            assert accounts["pld"]["epsilon"] == pytest.approx(exact, rel=1e-3)
+    finally:
+        sys.modules.pop("cli_user_acct", None)
+    res, text = run_json(tmp_path, ["account", "compose", "--epsilon", "1", "--uses", "10", "--mechanism", "rr",
+                                    "--dim", "4", "--accountant", "DPA-RDP,pld"], capsys)
+    assert list(res["results"]) == ["dpa-rdp", "pld"] and "dpa-rdp" in text
+    assert res["results"]["dpa-rdp"]["epsilon"] == pytest.approx(res["results"]["pld"]["epsilon"], rel=0.05)
+    assert list(run_json(tmp_path, ["account", "compose", "--epsilon", "1"], capsys)[0]["results"]) == \
+        ["basic", "advanced", "pld"]  # all is still the built-ins

@@ -153,3 +153,35 @@ def method_list(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
     if bad or not names:
         raise FedAuditError(f"{flag} must be 'all' or comma-separated names from {', '.join(allowed)}, got {text!r}")
     return list(dict.fromkeys(names))
+
+
+def accountant_list(flag: str, text: str, builtins: Sequence[str], closed_forms: Sequence[str] = ()) -> list[str]:
+    """``--accountant a,b`` as a list of accountants: ``all`` is ``builtins``; otherwise each name is
+    one of ``closed_forms`` (compose's basic and advanced), a name (or alias) of the
+    :data:`~fedaudit.accounting.ACCOUNTANTS` registry, or a ``package.module:attr`` reference that
+    imports — what the Python API's ``accountant=``/``method=`` takes. An unknown name is one line
+    (exit 2) listing the registered names."""
+    from fedaudit.accounting.accountants import ACCOUNTANTS
+    from fedaudit.registry import did_you_mean
+
+    if text.strip().lower() == "all":
+        return list(builtins)
+    names = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name = part if ":" in part else ACCOUNTANTS.canonical(part)
+        if name not in closed_forms and name not in ACCOUNTANTS:
+            known = [*closed_forms, *ACCOUNTANTS.names()]
+            raise FedAuditError(f"{flag}: unknown accountant {part!r}{did_you_mean(name, known)}; give 'all' "
+                                f"({', '.join(builtins)}), or comma-separated names from {', '.join(known)} or "
+                                f"'package.module:attr' references")
+        if ":" in name:
+            try:
+                ACCOUNTANTS.factory(name)  # the reference imports and names something callable
+            except FedAuditError as exc:
+                raise FedAuditError(f"{flag}: {exc}") from None
+        names.append(name)
+    if not names:
+        raise FedAuditError(f"{flag} needs at least one accountant name, got {text!r}")
+    return list(dict.fromkeys(names))

@@ -10,7 +10,7 @@ from typing import Any
 
 from fedaudit.errors import FedAuditError
 from fedaudit.reports.terminal import escape
-from fedaudit.cli.argtypes import load_scores, mech_params, method_list, number_list
+from fedaudit.cli.argtypes import accountant_list, load_scores, mech_params, method_list, number_list
 from fedaudit.cli.options import engine_command, engine_flags, plan_engine
 from fedaudit.cli.outputs import save_plot, write_data, write_json, check_output_file
 from fedaudit.cli.progress import PlanBars, err, out, progress_bar
@@ -171,7 +171,9 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
     from fedaudit.validation import check_int, check_real
 
     check_output_file("--json", args.json)
-    methods = method_list("--accountant", args.accountant, METHODS)
+    from fedaudit.accounting.composition import CLOSED_FORMS
+
+    methods = accountant_list("--accountant", args.accountant, METHODS, CLOSED_FORMS)
     uses = check_int("--uses", args.uses, low=1)
     report_delta = check_real("--report-delta", args.report_delta, low=0.0, high=1.0, open_high=True)
     eps = number_list("--epsilon", args.epsilon, float) * uses
@@ -198,7 +200,8 @@ def cmd_account_compose(args: argparse.Namespace) -> int:
         pld_note = "dp-accounting PLD (upper bound)"
     results = {m: compose(reports, m, args.delta) for m in methods}
     rows = [(m, r.epsilon, r.delta, {"basic": "Σε", "advanced": "Kairouz–Oh–Viswanath (optimal for ε-DP)",
-                                     "pld": pld_note}[m]) for m, r in results.items()]
+                                     "pld": pld_note}.get(m, "accountant (events of the reports)"))
+            for m, r in results.items()]
     print_account(out, f"Composition of {what}", rows)
     write_data(args.json, {"epsilons": eps, "report_delta": report_delta, "mechanism": args.mechanism,
                             "results": {m: r.to_dict() for m, r in results.items()}})
@@ -214,7 +217,7 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
     check_output_file("--plot", args.plot, plot=True)
     engine = engine_flags(args)
     client = args.account == "dp-fedavg"
-    from fedaudit.accounting import DPSGD_METHODS, accountants_for, dpsgd_event
+    from fedaudit.accounting import DPSGD_METHODS
 
     if client:
         from fedaudit.accounting.fedavg import calibrate_dpfedavg as inverse, epsilon_dpfedavg as account
@@ -222,10 +225,9 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
     else:
         from fedaudit.accounting import calibrate_dpsgd as inverse, epsilon_dpsgd as account
         count, unit = args.steps, "steps"
-    # 'all' is the built-ins; any registered accountant of the Poisson-subsampled Gaussian may be named
-    allowed = accountants_for(dpsgd_event(1.0, 0.5, 1))
-    methods = (list(DPSGD_METHODS) if args.accountant.strip().lower() == "all"
-               else method_list("--accountant", args.accountant, allowed))
+    # 'all' is the built-ins; any registered accountant or module:attr reference may be named (one that
+    # does not support the Poisson-subsampled Gaussian is refused by the accountant, naming those that do)
+    methods = accountant_list("--accountant", args.accountant, DPSGD_METHODS)
     if (args.noise_multiplier is None) == (args.target_epsilon is None):
         raise FedAuditError("give exactly one of --noise-multiplier (to get ε) or --target-epsilon (to get the noise "
                             "multiplier it needs)")

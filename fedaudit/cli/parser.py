@@ -182,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mechanism-delta", type=float, default=1e-5,
                    help="with --mechanism: its δ parameter (gaussian; default 1e-5)")
     p.add_argument("--delta", type=float, default=1e-6, help="total δ of the result, in (0, 1) (default 1e-6)")
-    p.add_argument("--accountant", default="all", help="basic, advanced, pld, comma-separated, or all (default)")
+    p.add_argument("--accountant", default="all",
+                   help="basic, advanced, pld, any registered accountant (dpa-rdp, ...) or a package.module:attr "
+                        "reference, comma-separated, or all (basic, advanced, pld; default)")
     renamed_flag(p, "--method", "--accountant")
     p.add_argument("--json", default=None, help="write the results as JSON here (checked first)")
     p.set_defaults(func=cmd_account_compose)
@@ -197,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(count, type=count_arg, required=True, help=f"number of {count[2:]}, >= 1")
         p.add_argument("--delta", type=float, default=1e-5, help="δ, in (0, 1) (default 1e-5)")
         p.add_argument("--accountant", default="pld",
-                       help="pld (default), rdp, prv, dpa-rdp or a registered one, comma-separated, or all (pld, rdp, prv)")
+                       help="pld (default), rdp, prv, dpa-rdp, another registered accountant or a "
+                            "package.module:attr reference, comma-separated, or all (pld, rdp, prv)")
         renamed_flag(p, "--method", "--accountant")
         p.add_argument("--target-epsilon", type=float, default=None,
                        help="print the smallest noise multiplier with ε <= this (by the first --accountant)")
