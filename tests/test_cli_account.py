@@ -258,3 +258,18 @@ def test_a_users_accountant_reference_and_any_registered_accountant_are_accepted
     assert res["results"]["dpa-rdp"]["epsilon"] == pytest.approx(res["results"]["pld"]["epsilon"], rel=0.05)
     assert list(run_json(tmp_path, ["account", "compose", "--epsilon", "1"], capsys)[0]["results"]) == \
         ["basic", "advanced", "pld"]  # all is still the built-ins
+
+
+def test_dp_accountings_absl_warnings_do_not_reach_stderr(caplog, capsys):
+    """The RDP accountant's ``_compute_log_a_frac failed to converge`` warnings (logger ``absl``) are
+    dp-accounting's internals: a command shows none of them, and leaves the logger's level as it was."""
+    import logging
+
+    before = logging.getLogger("absl").level
+    caplog.set_level(logging.WARNING)
+    argv = ["account", "dp-fedavg", "--noise-multiplier", "1", "--sample-rate", "0.1", "--rounds", "20",
+            "--accountant", "dpa-rdp,pld"]
+    assert main(argv) == 0
+    assert not [r for r in caplog.records if r.name == "absl"], [r.getMessage() for r in caplog.records]
+    assert "absl" not in capsys.readouterr().err
+    assert logging.getLogger("absl").level == before

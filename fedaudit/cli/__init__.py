@@ -126,6 +126,25 @@ def _deprecation_notes() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _quiet_library_logs() -> Iterator[None]:
+    """While a command runs, the ``absl`` logger (dp-accounting's) shows errors only: its warnings,
+    such as ``_compute_log_a_frac failed to converge ... Excluding this order`` of the RDP
+    accountant (which excludes that order and still returns an upper bound), are the library's
+    internals, not a fedaudit message, and would reach stderr as raw ``WARNING:absl:`` lines. The
+    level is restored afterwards: importing fedaudit, or calling ``main()`` from a program, leaves
+    the program's logging as it was."""
+    import logging
+
+    logger = logging.getLogger("absl")
+    previous = logger.level
+    logger.setLevel(max(previous, logging.ERROR))
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
     argv = renamed_command(sys.argv[1:] if argv is None else argv)
@@ -135,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # FEDAUDIT_REPORT_KEY leaves the environment before anything runs: no worker inherits it
         with (_sigterm_as_interrupt(), key_out_of_environment() as args.report_key, _oversubscribe(args),
-              _deprecation_notes()):
+              _deprecation_notes(), _quiet_library_logs()):
             return int(args.func(args))
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)
