@@ -160,3 +160,19 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path):
     assert again.returncode == 0, again.stderr
     report = json.loads((out / "report.json").read_text())
     assert [c["id"] for c in report["claims"]] == ["fast", "slow"] and report["overall"] == "PASS"
+
+
+def test_a_closed_stdout_exits_141_not_1():
+    """``fedaudit ... | head`` whose reader has gone: rich's own handler exited 1 ("a claim failed")
+    with nothing on stderr; the command exits 141 (128 + SIGPIPE), still nothing on stderr. The
+    pipe's read end is closed before the command starts, so its first table hits the broken pipe."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fedaudit", "audit", "ldp", "--mechanism", "rr", "--dim", "4",
+                               "--samples", "100", "--quiet"], stdout=write, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""

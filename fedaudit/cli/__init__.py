@@ -1,8 +1,8 @@
 """``fedaudit`` command line: a thin shell over the Python API.
 
 Exit codes (:data:`EXIT_CODES`, printed by ``fedaudit --help``): 0 every claim holds, 1 a claim
-failed, 2 bad input (one line on stderr), 130 interrupted, 143 terminated (SIGTERM is handled as
-Ctrl-C). Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
+failed, 2 bad input (one line on stderr), 130 interrupted, 141 stdout closed by its reader (``| head``),
+143 terminated (SIGTERM is handled as Ctrl-C). Tables go to stdout; progress goes to stderr: bars on a terminal, otherwise a line
 every few seconds (``--progress-every``) so logs of long runs show that work is going on.
 Output paths (``--out``, ``--json``, ``--plot``) are checked before any work starts.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -146,7 +147,8 @@ def _quiet_library_logs() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted)."""
+    """Run the command line; returns the exit code (0 holds, 1 failed, 2 bad input, 130 interrupted,
+    141 the output's pipe closed, 143 terminated)."""
     argv = renamed_command(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)  # the working directory is never put on sys.path here: see load_reference
     from fedaudit.reports.integrity import key_out_of_environment
@@ -159,6 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedAuditError as exc:
         err.print(f"fedaudit: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return 2
+    except BrokenPipeError:
+        # the reader of stdout went away (`| head`): stop quietly; stdout goes to /dev/null so that the
+        # interpreter's last flush cannot raise again, and the code is the shell's for SIGPIPE, not 1
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt as exc:
         hint = {"run": " (finished claims are checkpointed: rerun with --resume)",
                 "demo": " (finished claims are checkpointed: rerun with --resume)"}.get(getattr(args, "command", ""), "")

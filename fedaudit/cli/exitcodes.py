@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 
-#: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130 and 143 mean the same
+#: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130, 141 and 143 mean the same
 #: for every command (:data:`COMMON_EXIT_CODES`). The ``--help`` epilog and docs/running.md show
 #: this table; tests/test_exit_codes.py checks each row.
 EXIT_CODES: tuple[tuple[str, str, str], ...] = (
@@ -30,6 +30,8 @@ COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
         "(verify: the path or --plan is unreadable or not a report folder; FEDAUDIT_REPORT_KEY set but empty); "
         "also a file that cannot be written (a full disk), named in one line"),
     (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
+    (141, "stdout's reader went away (output piped into head): the output stops there, nothing on stderr; "
+          "not a failed claim (128 + SIGPIPE, as a shell reports it)"),
     (143, "terminated (SIGTERM), handled as Ctrl-C: one line on stderr, checkpoints kept, lock released"),
 )
 

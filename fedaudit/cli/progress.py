@@ -17,8 +17,18 @@ from fedaudit.reports.terminal import SafeConsole, escape
 
 # soft_wrap: a long line (a path, a summary) is left for the terminal to wrap, never broken by a
 # newline, so a printed path can be copied or grepped whole; tables still fit the width.
-out = SafeConsole(soft_wrap=True)
-err = SafeConsole(stderr=True, soft_wrap=True)
+class _PipeConsole(SafeConsole):
+    """The CLI's consoles: a closed pipe (``fedaudit ... | head``) raises :class:`BrokenPipeError`
+    for :func:`fedaudit.cli.main` to exit 141, where rich's own handler would exit 1 (which
+    means "a claim failed") with nothing on stderr."""
+
+    def on_broken_pipe(self) -> None:  # rich's hook
+        self.quiet = True
+        raise BrokenPipeError("the output's reader closed the pipe")
+
+
+out = _PipeConsole(soft_wrap=True)
+err = _PipeConsole(stderr=True, soft_wrap=True)
 
 #: seconds between progress lines when stderr is not a terminal (``--progress-every``)
 PROGRESS_EVERY = 5.0
