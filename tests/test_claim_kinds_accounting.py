@@ -201,8 +201,9 @@ def test_an_approximate_dp_mechanism_spends_its_delta():
     ({"mechanism": "gaussian", "shuffle_n": 1000}, r"key 'shuffle_n' needs a pure ε-LDP mechanism"),
     ({"shuffle_n": 0}, r"key 'shuffle_n' must be an integer >= 1, got 0"),
     ({"participation": "tail"}, r"key 'participation' 'tail' needs sampling < 1"),
-    ({"target_delta": 0.0}, r"key 'target_delta' = 0 needs accountant must be 'basic'"),
-    ({"target_delta": 0.0, "accountant": "basic", "shuffle_n": 100}, r"key 'target_delta' = 0 needs no shuffling"),
+    ({"target_delta": 0.0}, r"key 'target_delta' = 0 \(pure ε\) needs key 'accountant' = 'basic'; give a δ in"),
+    ({"target_delta": 0.0, "accountant": "basic", "shuffle_n": 100},
+     r"key 'target_delta' = 0 \(pure ε\) needs no shuffling \(key 'shuffle_n' unset\)"),
     ({k: None for k in ("max_epsilon",)}, r"missing required key 'max_epsilon'"),
 ])
 def test_bad_schedules_are_refused_when_the_plan_is_loaded(overrides, pattern):

@@ -80,6 +80,13 @@ def test_a_generated_command_names_the_flag_and_its_range(capsys):
     assert err == ["fedaudit: error: audit variance: --samples must be an integer in [100, 1000000000000], got 50"]
 
 
+def test_a_generated_command_names_the_flags_a_pure_epsilon_target_needs(capsys):
+    assert main(["audit", "accounting", "--mechanism", "gaussian", "--dim", "8", "--rounds", "5", "--max-epsilon",
+                 "10", "--target-delta", "0", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == ("fedaudit: error: audit accounting: --target-delta = 0 (pure ε) needs "
+                                               "--accountant = 'basic'; give a δ in (0, 1) otherwise")
+
+
 def test_python_dash_m_fedaudit_runs_the_cli():
     proc = subprocess.run([sys.executable, "-m", "fedaudit", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("fedaudit ")

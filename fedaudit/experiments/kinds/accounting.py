@@ -116,12 +116,12 @@ class Accounting(ClaimKind):
                                              f"(memory), got {p['rounds']} × {mech.guarantee.epsilon:g}; use 'advanced' "
                                              f"(exact for equal per-report guarantees)")
         if p["target_delta"] == 0.0:
-            why = ("accountant must be 'basic'" if p["accountant"] != "basic" else
-                   "no shuffling (shuffle_n unset)" if p["shuffle_n"] is not None else
-                   "participation 'every-round'" if p["participation"] == "tail" else
+            why = ("key 'accountant' = 'basic'" if p["accountant"] != "basic" else
+                   "no shuffling (key 'shuffle_n' unset)" if p["shuffle_n"] is not None else
+                   "key 'participation' = 'every-round'" if p["participation"] == "tail" else
                    "a pure-LDP mechanism" if not pure else None)
             if why:
-                raise key_error(where, "target_delta", f"= 0 needs {why}; give a δ in (0, 1)")
+                raise key_error(where, "target_delta", f"= 0 (pure ε) needs {why}; give a δ in (0, 1) otherwise")
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         sched = f"{p['rounds']} rounds"
