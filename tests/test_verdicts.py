@@ -45,8 +45,8 @@ def test_expected_violation_has_its_own_label_and_tone():
     assert r.overall == "PASS" and r.overall_label == "all expectations met"
     assert r.overall_tone == "violation"  # never green over violations
     assert r.counts_line() == "4 claim(s): 1 PASS, 3 VIOLATION DETECTED (as expected), 0 FAIL"
-    assert r.guarantee_lines() == [("violation", "privacy: 3 of 4 privacy claim(s) FAILED — a violation was detected "
-                                                 "(expected by the plan: c0, c1, c2)")]
+    assert r.guarantee_lines() == [("violation", "privacy: 3 of 4 privacy claim(s) FAILED, as expected — a violation "
+                                                 "was detected (expected by the plan: c0, c1, c2)")]
     ok = Report(manifest=_manifest(), claims=[r.claims[3]])
     assert ok.overall_tone == "pass" and ok.guarantee_lines() == [("pass", "privacy: no privacy claim failed "
                                                                            "(1 audited)")]
@@ -56,8 +56,8 @@ def test_expected_violation_has_its_own_label_and_tone():
     mixed = Report(manifest=_manifest(), claims=[r.claims[0], broken, _claim(7, "pass", "PASS", "robustness")])
     assert mixed.overall_label == "1 claim(s) did not meet their expectation" and mixed.overall_tone == "fail"
     assert mixed.guarantee_lines() == [
-        ("fail", "privacy: 2 of 2 privacy claim(s) FAILED — a violation was detected (expected by the plan: c0; "
-                 "NOT expected: c6)"),
+        ("fail", "privacy: 2 of 2 privacy claim(s) FAILED, 1 of them NOT expected — a violation was detected "
+                 "(expected by the plan: c0; NOT expected: c6)"),
         ("pass", "robustness: no robustness claim failed (1 audited)")]
 
 
@@ -69,7 +69,7 @@ def test_html_never_shows_green_over_expected_violations():
     assert badges.count(("violation", "VIOLATION DETECTED (as expected)")) == 6
     assert badges.count(("pass", "PASS")) == 2 and len(badges) == 9
     assert re.findall(r'<section class="claim (\w+)"', page) == ["violation"] * 3 + ["pass"]
-    assert '<li class="violation">privacy: 3 of 4 privacy claim(s) FAILED' in page
+    assert '<li class="violation">privacy: 3 of 4 privacy claim(s) FAILED, as expected' in page
     # the violation colour is not the pass colour
     css = dict(re.findall(r"--(pass|violation):(#[0-9a-f]{6})", page))
     assert css["violation"] != css["pass"]
@@ -84,7 +84,7 @@ def test_html_never_shows_green_over_expected_violations():
 def test_markdown_never_shows_a_check_mark_over_expected_violations():
     md = render_markdown(three_not_ldp())
     assert "**Overall:** 🚨 **all expectations met** — 4 claim(s): 1 PASS, 3 VIOLATION DETECTED (as expected)" in md
-    assert "- 🚨 privacy: 3 of 4 privacy claim(s) FAILED" in md
+    assert "- 🚨 privacy: 3 of 4 privacy claim(s) FAILED, as expected" in md
     for line in md.splitlines():
         if "NOT 1-LDP" in line:
             assert "✅" not in line and "🚨 **VIOLATION DETECTED (as expected)**" in line, line
@@ -108,7 +108,7 @@ def test_terminal_shows_the_violation_colour_caveats_and_the_overall_lines():
     assert "\x1b[32mVIOLATION" not in text and plain.count("VIOLATION DETECTED (as expected)") == 3 + 1  # rows + counts
     assert "Overall: all expectations met — 4 claim(s): 1 PASS, 3 VIOLATION DETECTED (as expected), 0 FAIL" in plain
     assert "\x1b[1;35mall expectations met" in text
-    assert "privacy: 3 of 4 privacy claim(s) FAILED" in plain
+    assert "privacy: 3 of 4 privacy claim(s) FAILED, as expected" in plain
     assert "caveat c3: this pair carries 35% of the claim: a PASS here says little" in plain
 
 

@@ -504,9 +504,13 @@ class Report:
                 why.append(f"expected by the plan: {', '.join(expected)}")
             if unexpected:
                 why.append(f"NOT expected: {', '.join(unexpected)}")
+            # say in the head whether the failure was expected: the line stands under the overall verdict,
+            # which reads "all expectations met" when every failure was a plan's expected violation
+            as_expected = (", as expected" if not unexpected else
+                           f", {len(unexpected)} of them NOT expected" if expected else "")
             lines.append(("violation" if not unexpected else "fail",
-                          f"{name}: {len(broken)} of {len(claims)} {name} claim(s) FAILED — a violation was "
-                          f"detected ({'; '.join(why)})"))
+                          f"{name}: {len(broken)} of {len(claims)} {name} claim(s) FAILED{as_expected} — a violation "
+                          f"was detected ({'; '.join(why)})"))
         return lines
 
     def claim(self, claim_id: str) -> Claim:
