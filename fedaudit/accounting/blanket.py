@@ -50,9 +50,10 @@ from typing import Any
 import attr
 import numpy as np
 from dp_accounting import dp_event
-from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
+from dp_accounting.privacy_accountant import NeighboringRelation
 
 from fedaudit.accounting.result import Account
+from fedaudit.accounting.shuffling import OneRoundAccountant
 from fedaudit.errors import FedAuditError
 from fedaudit.json import jsonable
 from fedaudit.mechanisms import RandomizedResponse
@@ -218,35 +219,19 @@ class BlanketDpEvent(dp_event.DpEvent):
     k: int | None = None
 
 
-class BlanketAccountant(PrivacyAccountant):
+class BlanketAccountant(OneRoundAccountant):
     """The ``"blanket"`` accountant: ε at δ (:func:`blanket_epsilon`) or δ at ε (:func:`blanket_delta`;
     0 at ε ≥ ε0, where the reports are ε0-LDP already) of one :class:`BlanketDpEvent` by the tail
     ``bound``; an upper bound, replace-one neighbours."""
+
+    event_type = BlanketDpEvent
+    name = "blanket"
 
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE, *,
                  bound: str = "hoeffding"):
         super().__init__(neighboring_relation)
         self.bound = check_choice("bound", bound, BLANKET_BOUNDS)
-        self.event: BlanketDpEvent | None = None
         self.result: BlanketBound | None = None
-
-    def _maybe_compose(self, event, count, do_compose):
-        if isinstance(event, dp_event.NoOpDpEvent):
-            return None
-        if isinstance(event, dp_event.SelfComposedDpEvent) and event.count * count == 1:
-            return self._maybe_compose(event.event, 1, do_compose)
-        if not isinstance(event, BlanketDpEvent):
-            return PrivacyAccountant.CompositionErrorDetails(event, "the blanket accountant accounts one "
-                                                                    "BlanketDpEvent only")
-        if self.neighboring_relation is not NeighboringRelation.REPLACE_ONE:
-            return PrivacyAccountant.CompositionErrorDetails(event, "the blanket bound is stated for replace-one "
-                                                                    "neighbours")
-        if self.event is not None or count > 1:
-            return PrivacyAccountant.CompositionErrorDetails(event, "one shuffled round per accountant: compose "
-                                                                    "rounds through their guarantees (compose())")
-        if do_compose:
-            self.event = event
-        return None
 
     def get_epsilon(self, target_delta: float) -> float:
         if self.event is None:

@@ -77,35 +77,52 @@ class ShuffledDpEvent(dp_event.DpEvent):
     eps0: float
 
 
-class ShuffleAccountant(PrivacyAccountant):
-    """The ``"shuffle"`` accountant: ε at δ of one :class:`ShuffledDpEvent` by :func:`shuffle_epsilon`
-    (``method``: the FMT21 closed form or numerical bound; an upper bound). Replace-one neighbours
-    (one user's report changed); ε(δ) only."""
+class OneRoundAccountant(PrivacyAccountant):
+    """An accountant of one shuffled round: it accepts exactly one event of type :attr:`event_type`
+    (also inside a one-fold SelfComposedDpEvent; NoOpDpEvents are ignored) under replace-one
+    neighbours, kept in ``self.event``; more rounds compose through their guarantees
+    (:func:`~fedaudit.accounting.compose`). Subclasses set :attr:`event_type` and :attr:`name` and
+    implement ``get_epsilon``."""
 
-    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE, *,
-                 method: str = "numerical"):
+    event_type: type = dp_event.DpEvent
+    name = "one-round"
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE):
         super().__init__(neighboring_relation)
-        self.method = check_choice("method", method, SHUFFLE_METHODS)
-        self.event: ShuffledDpEvent | None = None
-        self.result: ShuffleBound | None = None
+        self.event: Any = None
 
     def _maybe_compose(self, event, count, do_compose):
         if isinstance(event, dp_event.NoOpDpEvent):
             return None
         if isinstance(event, dp_event.SelfComposedDpEvent) and event.count * count == 1:
             return self._maybe_compose(event.event, 1, do_compose)
-        if not isinstance(event, ShuffledDpEvent):
-            return PrivacyAccountant.CompositionErrorDetails(event, "the shuffle accountant accounts one "
-                                                                    "ShuffledDpEvent only")
+        if not isinstance(event, self.event_type):
+            return PrivacyAccountant.CompositionErrorDetails(
+                event, f"the {self.name} accountant accounts one {self.event_type.__name__} only")
         if self.neighboring_relation is not NeighboringRelation.REPLACE_ONE:
-            return PrivacyAccountant.CompositionErrorDetails(event, "the shuffle bound is stated for replace-one "
-                                                                    "neighbours")
+            return PrivacyAccountant.CompositionErrorDetails(
+                event, f"the {self.name} bound is stated for replace-one neighbours")
         if self.event is not None or count > 1:
             return PrivacyAccountant.CompositionErrorDetails(event, "one shuffled round per accountant: compose "
                                                                     "rounds through their guarantees (compose())")
         if do_compose:
             self.event = event
         return None
+
+
+class ShuffleAccountant(OneRoundAccountant):
+    """The ``"shuffle"`` accountant: ε at δ of one :class:`ShuffledDpEvent` by :func:`shuffle_epsilon`
+    (``method``: the FMT21 closed form or numerical bound; an upper bound). Replace-one neighbours
+    (one user's report changed); ε(δ) only."""
+
+    event_type = ShuffledDpEvent
+    name = "shuffle"
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE, *,
+                 method: str = "numerical"):
+        super().__init__(neighboring_relation)
+        self.method = check_choice("method", method, SHUFFLE_METHODS)
+        self.result: ShuffleBound | None = None
 
     def get_epsilon(self, target_delta: float) -> float:
         if self.event is None:
