@@ -35,7 +35,8 @@ from fedaudit.cli.handlers import (LISTINGS, registries, report_key, run_plan_co
                                    cmd_demo, cmd_list, cmd_mechanisms, cmd_run, cmd_showcase, cmd_sign, cmd_sparse,
                                    cmd_verify)
 from fedaudit.cli.options import (engine_command, engine_flags, engine_options, plan_engine,
-                                  plan_engine_options, progress_options, sparse_model_options, workers_notice)
+                                  plan_engine_options, progress_options, sparse_model_options,
+                                  flag_workers_notice)
 from fedaudit.cli.outputs import check_output_file, save_plot, write_data, write_json
 from fedaudit.cli.parser import PLAN_REFERENCE, build_parser, renamed_command
 from fedaudit.cli.progress import PROGRESS_EVERY, Heartbeat, note, PlanBars, err, out, progress_bar
@@ -56,7 +57,7 @@ _sparse_model_options = sparse_model_options
 _engine_command = engine_command
 _engine_flags = engine_flags
 _plan_engine = plan_engine
-_workers_notice = workers_notice
+_workers_notice = flag_workers_notice
 _save_plot = save_plot
 _write_data = write_data
 _write_json = write_json

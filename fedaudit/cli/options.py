@@ -30,16 +30,18 @@ def engine_flags(args: argparse.Namespace) -> dict[str, Any]:
             raise FedAuditError(f"{flag}: {exc}") from None
     flags = dict(backend=args.backend, workers=args.workers, address=args.address)
     if not hasattr(args, "sequential_claims"):  # run/demo: the runner says it, for every claim's workers too
-        workers_notice(args, *check_run_options(args.backend, args.workers, args.address)[:2])
+        flag_workers_notice(args, *check_run_options(args.backend, args.workers, args.address)[:2])
     if hasattr(args, "checkpoint"):
         check_output_file("--checkpoint", checkpoint)
         flags.update(checkpoint=checkpoint, resume=resume)
     return flags
 
 
-def workers_notice(args: argparse.Namespace, backend: str, workers: int | None) -> None:
+def flag_workers_notice(args: argparse.Namespace, backend: str, workers: int | None) -> None:
     """Say once that ``--workers`` (or FEDAUDIT_WORKERS) above the cores is capped there on the
-    process backend (:func:`fedaudit.engine.process_workers`), unless ``--allow-large``."""
+    process backend (:func:`fedaudit.engine.process_workers`), unless ``--allow-large``: the notice
+    of a command's own engine flags (a plan's, with every claim's ``workers`` key, is
+    :func:`fedaudit.experiments.runner.workers_notice`)."""
     from fedaudit.engine import available_cores
 
     cores = available_cores()
