@@ -10,7 +10,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,full]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,full,targets]'
 	touch $(STAMP)
 
 demo: $(STAMP)

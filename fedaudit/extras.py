@@ -19,7 +19,8 @@ from fedaudit.errors import FedAuditError
 __all__ = ["EXTRAS", "require"]
 
 #: top-level module → the extra of ``pip install 'fedaudit[EXTRA]'`` that installs it
-EXTRAS: dict[str, str] = {"torch": "torch", "opacus": "torch", "flwr": "flower", "ray": "ray"}
+EXTRAS: dict[str, str] = {"torch": "torch", "opacus": "torch", "flwr": "flower", "ray": "ray",
+                          "diffprivlib": "diffprivlib", "opendp": "opendp", "nvflare": "nvflare"}
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -37,7 +37,7 @@ def test_torch_and_opacus_are_an_extra_and_the_makefile_installs_everything():
     assert {d.split(">")[0] for d in extras["torch"]} == {"torch", "opacus"}
     assert extras["full"] == ["fedaudit[torch,flower,ray]"]
     assert {EXTRAS[m] for m in EXTRAS} <= set(extras)
-    assert "'.[test,full]'" in (REPO / "Makefile").read_text()
+    assert "'.[test,full,targets]'" in (REPO / "Makefile").read_text()
 
 
 def test_require_names_the_extra_of_a_missing_package(monkeypatch):
