@@ -193,6 +193,71 @@ def test_each_kind_module_defines_one_claim_kind():
         assert len(own) == 1, f"{m} defines {len(own)} ClaimKind classes, not one"
 
 
+#: dp-accounting's abstract hook a ``PrivacyAccountant`` subclass implements (and may recurse into on ``self``)
+DP_ACCOUNTING_HOOKS = frozenset({"_maybe_compose"})
+
+
+def dp_accounting_private_names() -> frozenset[str]:
+    """Every private name dp-accounting defines, read from its source: its modules' and classes'
+    ``_x`` functions, classes and variables, and the ``self._x`` / ``cls._x`` attributes its
+    objects keep (``_pld``, ``_contains_non_dp_event``, ``_ledger``, ...)."""
+    import dp_accounting
+
+    names = set()
+    for path in Path(dp_accounting.__file__).resolve().parent.rglob("*.py"):
+        if path.name.endswith("_test.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+    return frozenset(n for n in names if n.startswith("_") and not n.endswith("__"))
+
+
+def dp_accounting_private_uses(root: Path = ROOT) -> list[str]:
+    """Attribute accesses in fedaudit (``x._name``) whose name is one of dp-accounting's private
+    names: fedaudit uses dp-accounting's public API only (issue #24), so such an access either reads
+    a dp-accounting object's internals (``acc._pld``, ``super()._maybe_compose(...)``) or gives a
+    fedaudit attribute a name a dp-accounting base class may already use (rename it). The one
+    exception is the hook :data:`DP_ACCOUNTING_HOOKS` on ``self``: a ``PrivacyAccountant`` subclass
+    implements ``_maybe_compose`` and recurses into its own implementation."""
+    private = dp_accounting_private_names()
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Attribute) or node.attr not in private:
+                continue
+            if node.attr in DP_ACCOUNTING_HOOKS and isinstance(node.value, ast.Name) and node.value.id == "self":
+                continue
+            bad.append(f"{path.relative_to(root.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+def test_only_dp_accountings_public_api_is_used():
+    bad = dp_accounting_private_uses()
+    assert not bad, "dp-accounting private names used (use its public API):\n" + "\n".join(bad)
+
+
+def test_checker_sees_a_planted_dp_accounting_private_read(tmp_path):
+    """The check can fail: what the "pld" accountant read before issue #24 (its base class's
+    ``_pld`` and ``_contains_non_dp_event``, the base's ``_maybe_compose``) is caught, the hook
+    implemented on ``self`` is not."""
+    (tmp_path / "fedaudit").mkdir()
+    (tmp_path / "fedaudit" / "probe.py").write_text(
+        "class A:\n"
+        "    def _maybe_compose(self, event, count, do_compose):\n"
+        "        self._maybe_compose(event, count, do_compose)\n"
+        "        return super()._maybe_compose(event, count, do_compose)\n"
+        "    def get_epsilon(self, d):\n"
+        "        return self._contains_non_dp_event or self._pld.get_epsilon_for_delta(d)\n", encoding="utf-8")
+    assert dp_accounting_private_uses(tmp_path / "fedaudit") == [
+        "fedaudit/probe.py:4: super()._maybe_compose", "fedaudit/probe.py:6: self._contains_non_dp_event",
+        "fedaudit/probe.py:6: self._pld"]
+
+
 @pytest.mark.parametrize("pattern", ["matplotlib.use(", "import matplotlib.pyplot", "from matplotlib import pyplot"])
 def test_no_process_wide_matplotlib_state(pattern):
     users = [str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py") if pattern in p.read_text(encoding="utf-8")]

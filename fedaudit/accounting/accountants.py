@@ -20,9 +20,10 @@ and ``details()`` (the settings and by-products recorded with an answer). The re
 :data:`ACCOUNTANTS` (the same :class:`~fedaudit.registry.Registry` as every other family) maps a
 name to a factory ``factory(neighboring_relation, **settings)``; the built-ins:
 
-* ``"pld"`` — dp-accounting's ``PLDAccountant`` (privacy loss distributions, pessimistic
-  discretisation ``discretization``, default 1e-4): every event dp-accounting's PLD supports, and
-  ``EpsilonDeltaDpEvent`` and ``PldDpEvent`` (:class:`PldAccountant`);
+* ``"pld"`` — dp-accounting's privacy loss distributions (pessimistic discretisation
+  ``discretization``, default 1e-4) through its public constructors and composition only: every
+  event dp-accounting's ``PLDAccountant`` supports, with its numbers, and ``EpsilonDeltaDpEvent``
+  and ``PldDpEvent`` (:class:`PldAccountant`);
 * ``"rdp"`` — Opacus's Rényi-DP analysis (``opacus.accountants.analysis.rdp``, the orders of
   ``RDPAccountant.DEFAULT_ALPHAS``) of (Poisson-subsampled) Gaussian events, add/remove neighbours;
   δ(ε) by dp-accounting's RDP-to-DP conversion (``compute_delta``) of the same RDP curve;
@@ -60,7 +61,6 @@ import math
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from dp_accounting import dp_event
-from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant, UnsupportedEventError
 
 from fedaudit.accounting.blanket import BlanketAccountant
@@ -124,38 +124,130 @@ def _relation(neighbouring: Any) -> NeighboringRelation:
 
 # -- the built-in accountants -------------------------------------------------------------------
 
-class PldAccountant(PLDAccountant):
-    """``"pld"``: dp-accounting's ``PLDAccountant`` (numerical, tight; losses rounded up to multiples
-    of ``discretization``, so an upper bound), recording its grid in :meth:`details`, and extended
-    to three events:
+#: the relations under which dp-accounting states its Laplace-type events (sensitivity of add/remove)
+_ADDITIVE_RELATIONS = (NeighboringRelation.ADD_OR_REMOVE_ONE, NeighboringRelation.REPLACE_SPECIAL)
 
+
+def _refused(event: dp_event.DpEvent, relation: NeighboringRelation, allowed: tuple[NeighboringRelation, ...],
+             what: str) -> PrivacyAccountant.CompositionErrorDetails | None:
+    """The refusal of ``event`` (a ``what``) under ``relation`` when dp-accounting states it only for ``allowed``."""
+    if relation in allowed:
+        return None
+    return PrivacyAccountant.CompositionErrorDetails(
+        event, f"neighboring_relation must be {' or '.join(r.name for r in allowed)} for {what}, got {relation.name}")
+
+
+def _noise_part(event: dp_event.DpEvent, count: int, relation: NeighboringRelation) -> tuple:
+    """What ``count`` uses of one of dp-accounting's noise events add to the ``"pld"`` accountant's
+    PLD, as dp-accounting 0.6 states them: ``("pld", key, options, times)`` — the PLD
+    :func:`~fedaudit.accounting.pld.build_pld` ``(key, discretization, **options)``, self-composed
+    ``count`` times when ``times`` is ``"self"``, composed ``count`` times one by one when
+    ``"each"``, built once at σ/√count when ``"sqrt"`` (``count`` Gaussians are one) — or
+    ``("noop",)``, ``("non-private",)`` (a zero noise: nothing is hidden) or ``("error", details)``."""
+    if isinstance(event, dp_event.RandomizedResponseDpEvent):
+        refused = _refused(event, relation, (NeighboringRelation.REPLACE_ONE, NeighboringRelation.REPLACE_SPECIAL),
+                           "RandomizedResponseDpEvent")
+        if refused:
+            return ("error", refused)
+        if event.num_buckets == 1:  # one bucket: nothing to hide, whatever the noise
+            return ("noop",)
+        if event.noise_parameter == 0:
+            return ("non-private",)
+        # one by one: dp-accounting 0.6's own PLDAccountant composes this event once whatever its count
+        return ("pld", ("rr", event.noise_parameter, event.num_buckets), {"neighboring_relation": relation}, "each")
+    if isinstance(event, dp_event.GaussianDpEvent):
+        if event.noise_multiplier == 0:
+            return ("non-private",)
+        return ("pld", ("gaussian", event.noise_multiplier), {"neighboring_relation": relation}, "sqrt")
+    if isinstance(event, (dp_event.LaplaceDpEvent, dp_event.DiscreteLaplaceDpEvent)):
+        refused = _refused(event, relation, _ADDITIVE_RELATIONS, type(event).__name__)
+        if refused:
+            return ("error", refused)
+        if isinstance(event, dp_event.LaplaceDpEvent):
+            noise, key = event.noise_multiplier, ("laplace", event.noise_multiplier)
+        else:
+            noise, key = event.noise_parameter, ("discrete-laplace", event.noise_parameter, event.sensitivity)
+        return ("non-private",) if noise == 0 else ("pld", key, {}, "self")
+    if isinstance(event, dp_event.MixtureOfGaussiansDpEvent):
+        refused = _refused(event, relation, _ADDITIVE_RELATIONS, "MixtureOfGaussiansDpEvent")
+        if refused:
+            return ("error", refused)
+        if len(event.sensitivities) == 1 and event.sensitivities[0] == 0.0:
+            return ("noop",)
+        if event.standard_deviation == 0:
+            return ("non-private",)
+        return ("pld", ("mixture-gaussian", event.standard_deviation, event.sensitivities, event.sampling_probs), {},
+                "self")
+    if isinstance(event, dp_event.PoissonSampledDpEvent):
+        inner = event.event
+        if isinstance(inner, dp_event.LaplaceDpEvent):
+            refused = _refused(event, relation, _ADDITIVE_RELATIONS, "PoissonSampledDpEvent of a LaplaceDpEvent")
+            if refused:
+                return ("error", refused)
+            options: dict[str, Any] = {"sampling_prob": event.sampling_probability}
+        elif isinstance(inner, dp_event.GaussianDpEvent):
+            options = {"sampling_prob": event.sampling_probability, "neighboring_relation": relation}
+        else:
+            return ("error", PrivacyAccountant.CompositionErrorDetails(
+                event, f"the subevent of a PoissonSampledDpEvent must be a GaussianDpEvent or a LaplaceDpEvent, "
+                       f"got {inner}"))
+        if event.sampling_probability == 0:
+            return ("noop",)
+        if inner.noise_multiplier == 0:
+            return ("non-private",)
+        kind = "laplace" if isinstance(inner, dp_event.LaplaceDpEvent) else "gaussian"
+        return ("pld", (kind, inner.noise_multiplier), options, "self")
+    if isinstance(event, dp_event.TruncatedSubsampledGaussianDpEvent):
+        if event.sampling_probability == 0 or event.truncated_batch_size == 0 or event.dataset_size == 0:
+            return ("noop",)
+        if event.noise_multiplier == 0:
+            return ("non-private",)
+        return ("pld", ("truncated-subsampled-gaussian", event.dataset_size, event.sampling_probability,
+                        event.truncated_batch_size, event.noise_multiplier), {"neighboring_relation": relation}, "self")
+    return ("error", PrivacyAccountant.CompositionErrorDetails(event, "Unsupported event."))
+
+
+class PldAccountant(PrivacyAccountant):
+    """``"pld"``: privacy loss distributions through dp-accounting's public API only (numerical,
+    tight; losses rounded up to multiples of ``discretization``, so an upper bound), recording its
+    grid in :meth:`details`. It walks the event itself and builds every PLD with dp-accounting's
+    public constructors (:func:`~fedaudit.accounting.pld.build_pld`), composing them with the
+    PLDs' public ``compose``/``self_compose`` and answering by ``get_epsilon_for_delta`` /
+    ``get_delta_for_epsilon``:
+
+    * dp-accounting's own events (Gaussian, Laplace, discrete Laplace, mixture of Gaussians,
+      Poisson-subsampled Gaussian and Laplace, truncated subsampled Gaussian, randomized response;
+      :func:`_noise_part`) as dp-accounting 0.6's ``PLDAccountant`` accounts them, in the order
+      they come, so its numbers are that accountant's, bit for bit;
     * fedaudit's :class:`~fedaudit.accounting.events.EpsilonDeltaDpEvent` (the dominating pair of an
       (ε, δ) claim, ``from_privacy_parameters``) and :class:`~fedaudit.accounting.events.PldDpEvent`
       (the PLD :func:`~fedaudit.accounting.pld.pld_of` builds), under either relation;
-    * dp-accounting's ``RandomizedResponseDpEvent`` under replace-one, whose ``count`` dp-accounting
-      0.6's ``PLDAccountant`` drops (its randomized-response branch never self-composes: 10 reports
-      of 5-RR at ε = 1 come out at ε ≈ 1.0 instead of 9.99 — an under-count).
+    * dp-accounting's ``RandomizedResponseDpEvent`` under replace-one counted ``count`` times, which
+      dp-accounting 0.6's ``PLDAccountant`` does not (its randomized-response branch never
+      self-composes: 10 reports of 5-RR at ε = 1 come out at ε ≈ 1.0 instead of 9.99 — an
+      under-count); under REPLACE_SPECIAL its uses are composed one by one.
 
-    Each such event's PLD is built once and self-composed ``count`` times (as dp-accounting does for
-    its Laplace and subsampled-Gaussian events; error ≤ count · discretization); equal events
-    composed at different places are counted together, and the distinct ones are composed pairwise
-    (each FFT joins two PLDs of similar support) when ε or δ is asked for, then with what
-    dp-accounting's own branches composed (its private ``_pld``, read only). This is the path of
+    Each event of the last two items has its PLD built once and self-composed ``count`` times (as
+    dp-accounting does for its Laplace and subsampled-Gaussian events; error ≤ count ·
+    discretization); equal events composed at different places are counted together, and the
+    distinct ones are composed pairwise (each FFT joins two PLDs of similar support) when ε or δ is
+    asked for, then with what dp-accounting's events composed. This is the path of
     :func:`~fedaudit.accounting.compose` (``method="pld"``), :class:`~fedaudit.accounting.Ledger`
     and the ``accounting`` claim kind."""
 
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE, *,
                  discretization: float = PLD_DISCRETIZATION):
+        super().__init__(neighboring_relation)
         self.discretization = check_real("discretization", discretization, low=0.0, high=0.1, open_low=True)
-        super().__init__(neighboring_relation, value_discretization_interval=self.discretization)
-        self._identity = self._pld  # dp-accounting's branches replace it once they compose an event
+        self._noise: Any = None  # the PLD of dp-accounting's events so far (None: none composed yet)
         self._parts: dict[tuple, int] = {}  # the extended events' PLD keys and counts, in order
+        self._non_dp = False  # a zero-noise event (dp-accounting's NonPrivateDpEvent among them)
         self._reveals_input = False
         self._composed: Any = None
 
     def _key(self, event: dp_event.DpEvent) -> tuple | None:
-        """The PLD key of an event this class accounts itself (``()``: the identity), None for the
-        events left to dp-accounting's branches."""
+        """The PLD key of an event whose uses this class gathers (``()``: the identity), None for
+        dp-accounting's noise events (:func:`_noise_part`)."""
         if isinstance(event, EpsilonDeltaDpEvent):
             return () if event.epsilon == 0.0 and event.delta == 0.0 else ("privacy", event.epsilon, event.delta)
         if isinstance(event, PldDpEvent):
@@ -166,22 +258,55 @@ class PldAccountant(PLDAccountant):
         return None
 
     def _maybe_compose(self, event, count, do_compose):
+        """dp-accounting's ``PrivacyAccountant`` hook (its abstract method): check ``event`` and,
+        with ``do_compose``, account ``count`` uses of it."""
+        if isinstance(event, dp_event.NoOpDpEvent):
+            return None
+        if isinstance(event, dp_event.NonPrivateDpEvent):
+            self._non_dp = self._non_dp or do_compose
+            return None
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return self._maybe_compose(event.event, event.count * count, do_compose)
+        if isinstance(event, dp_event.ComposedDpEvent):
+            for e in event.events:
+                error = self._maybe_compose(e, count, do_compose)
+                if error is not None:
+                    return error
+            return None
         key = self._key(event)
-        if key is None:
-            if isinstance(event, dp_event.RandomizedResponseDpEvent) and count > 1:
-                # REPLACE_SPECIAL: dp-accounting's branch drops count, so pass the uses one by one
-                return super()._maybe_compose(dp_event.ComposedDpEvent([event] * count), 1, do_compose)
-            return super()._maybe_compose(event, count, do_compose)
-        if do_compose and count > 0 and key:
-            self._composed = None
-            if isinstance(event, PldDpEvent) and event.reveals_input:
-                self._reveals_input = True
-            else:
-                self._parts[key] = self._parts.get(key, 0) + count
+        if key is not None:
+            if do_compose and count > 0 and key:
+                self._composed = None
+                if isinstance(event, PldDpEvent) and event.reveals_input:
+                    self._reveals_input = True
+                else:
+                    self._parts[key] = self._parts.get(key, 0) + count
+            return None
+        part = _noise_part(event, count, self.neighboring_relation)
+        if part[0] == "error":
+            return part[1]
+        if do_compose and count > 0:
+            if part[0] == "non-private":
+                self._non_dp = True
+            elif part[0] == "pld":
+                self._add_noise(*part[1:], count)
         return None
 
+    def _add_noise(self, key: tuple, options: dict[str, Any], times: str, count: int) -> None:
+        """Compose ``count`` uses of one of dp-accounting's events (:func:`_noise_part`) into the PLD
+        of those composed so far, starting from the identity as dp-accounting's accountant does."""
+        if times == "sqrt":
+            key = (key[0], key[1] / math.sqrt(count))
+        one = build_pld(key, self.discretization, **options)
+        uses = one.self_compose(count) if times == "self" else one
+        if self._noise is None:
+            self._noise = build_pld(("identity",), self.discretization)
+        for _ in range(count if times == "each" else 1):
+            self._noise = self._noise.compose(uses)
+        self._composed = None
+
     def _pld_now(self) -> Any:
-        """The PLD of everything composed so far (module docstring of the class for the order)."""
+        """The PLD of everything composed so far (the class docstring says in which order)."""
         if self._composed is None:
             parts = []
             for key, count in self._parts.items():
@@ -189,13 +314,13 @@ class PldAccountant(PLDAccountant):
                 parts.append(one.self_compose(count) if count > 1 else one)
             while len(parts) > 1:  # pairwise, so that each FFT composes two PLDs of similar support
                 parts = [a.compose(b) for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) - len(parts) % 2:]
-            if self._pld is not self._identity:
-                parts = [self._pld.compose(parts[0])] if parts else [self._pld]
+            if self._noise is not None:
+                parts = [self._noise.compose(parts[0])] if parts else [self._noise]
             self._composed = parts[0] if parts else None
         return self._composed
 
     def _non_private(self) -> bool:
-        return self._reveals_input or self._contains_non_dp_event
+        return self._reveals_input or self._non_dp
 
     def get_epsilon(self, target_delta: float) -> float:
         if self._non_private():
@@ -270,18 +395,18 @@ class OpacusRdpAccountant(_OpacusGaussian):
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE, *,
                  orders: Sequence[float] | None = None):
         super().__init__(neighboring_relation)
-        self._orders = None if orders is None else list(orders)
+        self._given_orders = None if orders is None else list(orders)
         self.best_order: float | None = None
 
     @property
     def orders(self) -> list[float]:
         """The Rényi orders: ``orders`` as given, or Opacus's ``RDPAccountant.DEFAULT_ALPHAS`` (looked
         up when first needed, so the accountant is listed, and named in errors, without Opacus)."""
-        if self._orders is None:
-            self._orders = list(require("opacus.accountants", "the rdp accountant (Opacus)").RDPAccountant.DEFAULT_ALPHAS)
-        return self._orders
+        if self._given_orders is None:
+            self._given_orders = list(require("opacus.accountants", "the rdp accountant (Opacus)").RDPAccountant.DEFAULT_ALPHAS)
+        return self._given_orders
 
-    def _rdp(self):
+    def _rdp_curve(self):
         analysis = require("opacus.accountants.analysis.rdp", "the rdp accountant (Opacus)")
 
         return sum(analysis.compute_rdp(q=q, noise_multiplier=s, steps=n, orders=self.orders)
@@ -292,7 +417,7 @@ class OpacusRdpAccountant(_OpacusGaussian):
             return 0.0
         analysis = require("opacus.accountants.analysis.rdp", "the rdp accountant (Opacus)")
 
-        eps, order = analysis.get_privacy_spent(orders=self.orders, rdp=self._rdp(), delta=target_delta)
+        eps, order = analysis.get_privacy_spent(orders=self.orders, rdp=self._rdp_curve(), delta=target_delta)
         self.best_order = float(order)
         return float(eps)
 
@@ -301,7 +426,7 @@ class OpacusRdpAccountant(_OpacusGaussian):
             return 0.0
         from dp_accounting.rdp.rdp_privacy_accountant import compute_delta
 
-        delta, order = compute_delta(self.orders, list(self._rdp()), target_epsilon)
+        delta, order = compute_delta(self.orders, list(self._rdp_curve()), target_epsilon)
         self.best_order = float(order)
         return float(delta)
 

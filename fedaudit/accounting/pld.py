@@ -278,25 +278,41 @@ def _rr_key(k: int, epsilon: float) -> tuple:
     return ("rr", rr_noise(k, epsilon), k)  # k/(e^ε + k − 1)
 
 
-def build_pld(key: tuple, discretization: float) -> Any:
-    """The dp-accounting PLD of a :func:`pld_key` at loss discretisation ``discretization``."""
+def build_pld(key: tuple, discretization: float, **options: Any) -> Any:
+    """The dp-accounting PLD of a :func:`pld_key` at loss discretisation ``discretization``, through
+    dp-accounting's public constructors only (``privacy_loss_distribution.from_*``); the one place
+    fedaudit builds a PLD. ``options`` go to the constructor as keywords (``sampling_prob``,
+    ``neighboring_relation``: what the ``"pld"`` accountant passes for dp-accounting's events).
+
+    Besides the kinds :func:`pld_key` returns, the ``"pld"`` accountant uses ``("identity",)``,
+    ``("mixture-gaussian", σ, sensitivities, sampling_probs)`` and
+    ``("truncated-subsampled-gaussian", dataset_size, q, batch_size, noise_multiplier)``."""
     from dp_accounting.pld import privacy_loss_distribution as pld
     from dp_accounting.pld.common import DifferentialPrivacyParameters
 
     kind, *args = key
+    if kind == "identity":
+        return pld.identity(value_discretization_interval=discretization)
+    if kind == "mixture-gaussian":
+        std, sensitivities, probs = args
+        return pld.from_mixture_gaussian_mechanism(std, sensitivities, probs,
+                                                   value_discretization_interval=discretization, **options)
+    if kind == "truncated-subsampled-gaussian":
+        return pld.from_truncated_subsampled_gaussian_mechanism(*args, value_discretization_interval=discretization,
+                                                                **options)
     if kind == "privacy":
         return pld.from_privacy_parameters(DifferentialPrivacyParameters(*args),
                                            value_discretization_interval=discretization)
     if kind == "rr":
-        return pld.from_randomized_response(*args, value_discretization_interval=discretization)
+        return pld.from_randomized_response(*args, value_discretization_interval=discretization, **options)
     if kind == "laplace":
-        return pld.from_laplace_mechanism(*args, value_discretization_interval=discretization)
+        return pld.from_laplace_mechanism(*args, value_discretization_interval=discretization, **options)
     if kind == "gaussian":
-        return pld.from_gaussian_mechanism(*args, value_discretization_interval=discretization)
+        return pld.from_gaussian_mechanism(*args, value_discretization_interval=discretization, **options)
     if kind == "discrete-laplace":
-        return pld.from_discrete_laplace_mechanism(*args, value_discretization_interval=discretization)
+        return pld.from_discrete_laplace_mechanism(*args, value_discretization_interval=discretization, **options)
     if kind == "discrete-gaussian":
-        return pld.from_discrete_gaussian_mechanism(*args, value_discretization_interval=discretization)
+        return pld.from_discrete_gaussian_mechanism(*args, value_discretization_interval=discretization, **options)
     p, q = dominating_pair(*args)  # "pmf": symmetric, so one direction ("remove" = P̂‖Q̂) is both
     with np.errstate(divide="ignore"):
         log_p = dict(enumerate(np.log(p).tolist()))
