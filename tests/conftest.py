@@ -1,8 +1,10 @@
 """Shared test configuration: deterministic hypothesis profile, derived tolerances."""
 
 import atexit
+import functools
 import importlib.util
 import itertools
+import math
 import os
 import shutil
 import sys
@@ -186,3 +188,62 @@ def reseal_checkpoint(path, purpose=None) -> None:
     link = chain.Chain(key, header)
     records = [link.seal(json.loads(line)) for line in lines[1:]]
     path.write_text("\n".join(json.dumps(r) for r in [header, *records]) + "\n", encoding="utf-8")
+
+
+def gaussian_delta(mu: float, eps: float) -> float:
+    """Exact δ(ε) of the Gaussian mechanism at sensitivity/σ = μ (Balle and Wang 2018), the reference
+    the accountant tests check against."""
+    return float(stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2))
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact ε(δ) of the Gaussian mechanism at sensitivity/σ = μ (:func:`gaussian_delta` inverted)."""
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda e: gaussian_delta(mu, e) - delta, 0.0, 100.0, xtol=1e-12))
+
+
+def analytic_gaussian(neighboring_relation, *, slack: float = 0.0):
+    """The toy accountant of the tests, a user's accountant as the docs show one: the exact ε of
+    composed unsampled Gaussian steps under add/remove neighbours (ten steps of σ are one Gaussian
+    of σ/√10), plus ``slack``. A factory ``factory(neighboring_relation, **settings)``: registered
+    under a name (``ACCOUNTANTS.register(name, analytic_gaussian)``) or named by a ``module:attr``
+    reference, it is accepted wherever fedaudit takes an accountant. Its class subclasses
+    dp-accounting's ``PrivacyAccountant`` and is made on first use, so that conftest does not import
+    dp-accounting (seconds) for every test."""
+    return _analytic_gaussian_class()(neighboring_relation, slack=slack)
+
+
+@functools.lru_cache(maxsize=1)
+def _analytic_gaussian_class() -> type:
+    from dp_accounting import dp_event
+    from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
+
+    from fedaudit.guarantees import Bound
+
+    class _AnalyticGaussian(PrivacyAccountant):
+        __doc__ = analytic_gaussian.__doc__
+
+        def __init__(self, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE, *, slack: float = 0.0):
+            super().__init__(neighboring_relation)
+            self.slack, self.mu2 = slack, 0.0
+            self.epsilon_bound = Bound.UPPER
+
+        def _maybe_compose(self, event, count, do_compose):
+            if isinstance(event, dp_event.SelfComposedDpEvent):
+                return self._maybe_compose(event.event, count * event.count, do_compose)
+            if isinstance(event, dp_event.PoissonSampledDpEvent) and event.sampling_probability == 1.0:
+                return self._maybe_compose(event.event, count, do_compose)
+            if not isinstance(event, dp_event.GaussianDpEvent):
+                return PrivacyAccountant.CompositionErrorDetails(event, "unsampled Gaussian steps only")
+            if do_compose:
+                self.mu2 += count / event.noise_multiplier ** 2
+            return None
+
+        def get_delta(self, target_epsilon):
+            return gaussian_delta(math.sqrt(self.mu2), target_epsilon)
+
+        def get_epsilon(self, target_delta):
+            return gaussian_epsilon(math.sqrt(self.mu2), target_delta) + self.slack
+
+    return _AnalyticGaussian

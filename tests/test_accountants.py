@@ -15,11 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dp_accounting import dp_event, pld, rdp
-from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 import fedaudit
+from conftest import analytic_gaussian, gaussian_delta, gaussian_epsilon
 from fedaudit.accounting import (ACCOUNTANTS, Account, Bound, account, accountants_for, calibrate, calibrate_dpsgd,
                                  compose, dpsgd_event, epsilon_dpfedavg, epsilon_dpsgd, make_accountant,
                                  noise_multiplier_for, noise_multiplier_for_dpfedavg, pld_of, schedule_event,
@@ -32,15 +30,6 @@ from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms import Duchi, Laplace, RandomizedResponse, VQSGD
 
 GAUSSIAN_ACCOUNTANTS = ("pld", "rdp", "prv", "dpa-rdp")
-
-
-def _gaussian_delta(mu: float, eps: float) -> float:
-    """Exact δ(ε) of the Gaussian mechanism at sensitivity/σ = μ (Balle and Wang 2018)."""
-    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
-
-
-def _gaussian_epsilon(mu: float, delta: float) -> float:
-    return float(brentq(lambda e: _gaussian_delta(mu, e) - delta, 0.0, 100.0, xtol=1e-12))
 
 
 # -- each built-in against an independent computation --------------------------------------------
@@ -88,14 +77,14 @@ def test_no_accountant_undercounts_the_analytic_gaussian(name, sigma, steps):
     """q = 1: ``steps`` Gaussian steps are one Gaussian of σ/√steps; every accountant's ε is at least
     the exact ε, and every δ(ε) (where offered) at least the exact δ."""
     delta, mu = 1e-5, math.sqrt(steps) / sigma
-    exact = _gaussian_epsilon(mu, delta)
+    exact = gaussian_epsilon(mu, delta)
     got = account(dpsgd_event(sigma, 1.0, steps), delta=delta, accountant=name).epsilon
     assert got >= exact - 1e-9
     assert got <= exact * 1.5 + 0.5  # and not absurdly loose
     if name != "prv":
         eps = exact / 2
         assert account(dpsgd_event(sigma, 1.0, steps), epsilon=eps, accountant=name).delta >= \
-            _gaussian_delta(mu, eps) * (1 - 1e-9)
+            gaussian_delta(mu, eps) * (1 - 1e-9)
 
 
 def test_prv_answers_epsilon_only():
@@ -122,38 +111,15 @@ def test_shuffle_and_blanket_are_accountants_of_their_own_events():
 
 # -- the registry: a user's accountant ------------------------------------------------------------
 
-class _AnalyticGaussian(PrivacyAccountant):
-    """A user's accountant: the exact ε of composed Gaussians (add/remove)."""
-
-    def __init__(self, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE, *, slack: float = 0.0):
-        super().__init__(neighboring_relation)
-        self.slack, self.mu2 = slack, 0.0
-        self.epsilon_bound = Bound.UPPER
-
-    def _maybe_compose(self, event, count, do_compose):
-        if isinstance(event, dp_event.SelfComposedDpEvent):
-            return self._maybe_compose(event.event, count * event.count, do_compose)
-        if isinstance(event, dp_event.PoissonSampledDpEvent) and event.sampling_probability == 1.0:
-            return self._maybe_compose(event.event, count, do_compose)
-        if not isinstance(event, dp_event.GaussianDpEvent):
-            return PrivacyAccountant.CompositionErrorDetails(event, "Gaussian only")
-        if do_compose:
-            self.mu2 += count / event.noise_multiplier ** 2
-        return None
-
-    def get_epsilon(self, target_delta):
-        return _gaussian_epsilon(math.sqrt(self.mu2), target_delta) + self.slack
-
-
 @pytest.fixture
 def analytic():
-    ACCOUNTANTS.register("analytic", _AnalyticGaussian)
+    ACCOUNTANTS.register("analytic", analytic_gaussian)
     yield "analytic"
     ACCOUNTANTS.unregister("analytic")
 
 
 def test_a_users_accountant_is_registered_once_and_works_everywhere(analytic):
-    exact = _gaussian_epsilon(math.sqrt(10) / 2.0, 1e-5)
+    exact = gaussian_epsilon(math.sqrt(10) / 2.0, 1e-5)
     assert account(dpsgd_event(2.0, 1.0, 10), delta=1e-5, accountant="analytic").epsilon == pytest.approx(exact)
     assert epsilon_dpsgd(2.0, 1.0, 10, 1e-5, method="analytic").epsilon == pytest.approx(exact)
     assert epsilon_dpfedavg(2.0, 1.0, 10, 1e-5, method="analytic").epsilon == pytest.approx(exact)

@@ -12,6 +12,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from conftest import gaussian_epsilon
 from fedaudit.cli import main
 
 
@@ -200,38 +201,8 @@ def test_former_command_names_still_run_with_a_note(tmp_path, capsys):
                                                                               "fedavg"]
 
 
-USER_ACCOUNTANT = """
-import math
-
-from dp_accounting import dp_event
-from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
-from scipy.optimize import brentq
-from scipy.stats import norm
-
-
-class ExactGaussian(PrivacyAccountant):
-    def __init__(self, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE):
-        super().__init__(neighboring_relation)
-        self.mu2 = 0.0
-
-    def _maybe_compose(self, event, count, do_compose):
-        if isinstance(event, dp_event.SelfComposedDpEvent):
-            return self._maybe_compose(event.event, count * event.count, do_compose)
-        if isinstance(event, dp_event.PoissonSampledDpEvent) and event.sampling_probability == 1.0:
-            return self._maybe_compose(event.event, count, do_compose)
-        if not isinstance(event, dp_event.GaussianDpEvent):
-            return PrivacyAccountant.CompositionErrorDetails(event, "unsampled Gaussian steps only")
-        if do_compose:
-            self.mu2 += count / event.noise_multiplier ** 2
-        return None
-
-    def get_delta(self, target_epsilon):
-        mu = math.sqrt(self.mu2)
-        return norm.cdf(-target_epsilon / mu + mu / 2) - math.exp(target_epsilon) * norm.cdf(-target_epsilon / mu - mu / 2)
-
-    def get_epsilon(self, target_delta):
-        return brentq(lambda e: self.get_delta(e) - target_delta, 0.0, 100.0)
-"""
+#: a module of the user's working directory naming their accountant: the tests' toy accountant
+USER_ACCOUNTANT = "from conftest import analytic_gaussian as ExactGaussian\n"
 
 
 def test_a_users_accountant_reference_and_any_registered_accountant_are_accepted(tmp_path, monkeypatch, capsys):
@@ -242,7 +213,7 @@ def test_a_users_accountant_reference_and_any_registered_accountant_are_accepted
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "cli_user_acct", raising=False)
     try:
-        exact = brentq(lambda e: norm.cdf(-e / MU + MU / 2) - math.exp(e) * norm.cdf(-e / MU - MU / 2) - 1e-5, 0, 100)
+        exact = gaussian_epsilon(MU, 1e-5)
         for command, count in (("dpsgd", "--steps"), ("dp-fedavg", "--rounds")):
             res, _ = run_json(tmp_path, ["account", command, "--noise-multiplier", "2", "--sample-rate", "1", count,
                                          "10", "--accountant", "cli_user_acct:ExactGaussian,pld"], capsys)
