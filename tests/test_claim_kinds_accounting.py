@@ -196,7 +196,11 @@ def test_an_approximate_dp_mechanism_spends_its_delta():
     ({"sampling": 1.5}, r"key 'sampling' must be a number in \(0, 1\]"),
     ({"target_delta": 1.0}, r"key 'target_delta' must be a number in \[0, 1\)"),
     ({"max_epsilon": -1}, r"key 'max_epsilon' must be a number > 0"),
-    ({"accountant": "rdp"}, r"key 'accountant' must be one of 'basic', 'advanced', 'pld'"),
+    ({"accountant": "gdp"}, r"key 'accountant' must be one of 'basic', 'advanced', 'pld', 'rdp', 'prv', 'dpa-rdp', "
+                            r"'shuffle', 'blanket', got 'gdp'$"),
+    ({"accountant": "rdp"}, r"key 'accountant' 'rdp' does not account the mechanism's reports under replace-one "
+                            r"neighbours \(events RandomizedResponseDpEvent, EpsilonDeltaDpEvent\); those that do: "
+                            r"basic, advanced, pld, dpa-rdp$"),
     ({"mechanism": "rrr"}, r"key 'mechanism' is not a mechanism: unknown mechanism 'rrr' \(did you mean 'rr'\?\)"),
     ({"mechanism": "gaussian", "shuffle_n": 1000}, r"key 'shuffle_n' needs a pure ε-LDP mechanism"),
     ({"shuffle_n": 0}, r"key 'shuffle_n' must be an integer >= 1, got 0"),
@@ -271,3 +275,69 @@ def test_pld_is_refused_beyond_its_memory_budget_and_dropped_as_a_reference():
     assert ev["epsilon"] == pytest.approx(rr_composed_epsilon(1000, 1.0, 1e-6), abs=1e-6)
     assert ev["references"]["pld"]["epsilon"] is None and "exceeds a total loss of 250" in ev["references"]["pld"]["note"]
     assert set(claim.plots[0]["references"]) == {"basic composition"}
+
+
+class _SummedClaims:
+    """A user's accountant for the accounting kind: basic composition of (ε, δ) claims (Σε while Σδ
+    is within the δ asked for), so its number is known in closed form."""
+
+    def __init__(self, neighboring_relation):
+        self.neighboring_relation, self.epsilon, self.delta = neighboring_relation, 0.0, 0.0
+        self.ledger = None
+
+    def supports(self, event):
+        from fedaudit.accounting.events import EpsilonDeltaDpEvent
+
+        inner = getattr(event, "event", event)  # one SelfComposedDpEvent deep, as the kind composes
+        return isinstance(inner, EpsilonDeltaDpEvent)
+
+    def compose(self, event, count=1):
+        if not self.supports(event):
+            from dp_accounting.privacy_accountant import UnsupportedEventError
+
+            raise UnsupportedEventError(f"summed claims only, not {event}")
+        times = count * getattr(event, "count", 1)
+        inner = getattr(event, "event", event)
+        self.epsilon += times * inner.epsilon
+        self.delta += times * inner.delta
+        return self
+
+    def get_epsilon(self, target_delta):
+        return self.epsilon if self.delta <= target_delta else math.inf
+
+    def get_delta(self, target_epsilon):
+        return self.delta if target_epsilon >= self.epsilon else 1.0
+
+
+@pytest.fixture
+def summed():
+    from fedaudit.accounting import ACCOUNTANTS
+
+    ACCOUNTANTS.register("summed-claims", _SummedClaims)
+    yield "summed-claims"
+    ACCOUNTANTS.unregister("summed-claims")
+
+
+def test_a_registered_accountant_is_named_in_a_plan_and_on_the_cli(summed, tmp_path, capsys):
+    """The accountant key takes any name of ACCOUNTANTS: a user's accountant registered once runs from
+    a plan claim and from ``fedaudit audit accounting --accountant NAME`` (the flag generated from
+    the key), with the same evidence; an unknown name is one line listing the registered ones."""
+    from fedaudit.cli import main
+
+    claim, _ = run(accountant=summed, rounds=20, curve_points=4)
+    ev = claim.evidence
+    assert ev["method"] == summed and ev["epsilon"] == pytest.approx(20 * 1.0)  # Σε of 20 reports of 1-RR
+    assert ev["per_round"]["event"] == "the event of the mechanism's (ε, δ) claim"  # it refuses RR's own event
+    assert set(ev["references"]) == {"basic", "advanced", "pld"}
+    assert claim.title.endswith(f"({summed})") and f"({summed};" in claim.summary
+    out = tmp_path / "cli.json"
+    argv = ["audit", "accounting", "--mechanism", "rr", "--dim", "2", "--rounds", "20", "--max-epsilon", "30",
+            "--curve-points", "4", "--quiet", "--json", str(out)]
+    assert main([*argv, "--accountant", summed]) == 0
+    cli = json.loads(out.read_text(encoding="utf-8"))
+    assert cli["evidence"]["method"] == summed and cli["evidence"]["epsilon"] == ev["epsilon"]
+    assert summed in capsys.readouterr().out
+    assert main([*argv, "--accountant", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--accountant must be one of 'basic', 'advanced', 'pld'" in err[0]
+    assert f"'{summed}', got 'nope'" in err[0]

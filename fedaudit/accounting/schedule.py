@@ -5,8 +5,10 @@ guarantee, :attr:`~fedaudit.mechanisms.Mechanism.guarantee`). :func:`account_sch
 ``count`` such rounds by ``method`` (:func:`fedaudit.accounting.compose`: basic, optimal advanced
 of Kairouz–Oh–Viswanath, or exact PLD composition by the ``"pld"`` accountant of the mechanism's
 event, :func:`fedaudit.accounting.events.event_of`, whose PLD is the mechanism's own,
-:func:`fedaudit.accounting.pld.pld_of`). This is the library behind the
-``accounting`` claim kind.
+:func:`fedaudit.accounting.pld.pld_of`; any other accountant registered in
+:data:`~fedaudit.accounting.ACCOUNTANTS` is given the same events under replace-one neighbours,
+:func:`schedule_accountant_refusal` saying beforehand whether it can account them). This is the
+library behind the ``accounting`` claim kind.
 
 * Participation (:func:`participations`). With probability q of taking part in a round, under
   local DP the server sees who reports, so subsampling does **not** amplify privacy.
@@ -37,8 +39,8 @@ from typing import Any, Callable, Mapping
 from fedaudit.accounting.curves import CURVE_DISCRETIZATION, run_curve
 from fedaudit.errors import FedAuditError
 
-__all__ = ["participations", "account_schedule", "schedule_curve", "blanket_covers", "PLD_DISCRETIZATION",
-           "PLD_MAX_LOSS", "SHUFFLE_SHARES"]
+__all__ = ["participations", "account_schedule", "schedule_curve", "schedule_accountant_refusal", "blanket_covers",
+           "PLD_DISCRETIZATION", "PLD_MAX_LOSS", "SHUFFLE_SHARES"]
 
 #: the discretisation of a schedule's PLD composition (dp-accounting's default)
 PLD_DISCRETIZATION = 1e-4
@@ -115,6 +117,7 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
     the share s in ``shares`` giving the smallest ε (each is a valid bound, chosen without looking
     at any data); ``info["delta_share"]`` records it."""
     from fedaudit.accounting import compose
+    from fedaudit.accounting.composition import CLOSED_FORMS
     from fedaudit.guarantees import epsilon_delta
 
     shares = (1.0,) if method == "basic" or shuffle_n is None else shares
@@ -133,8 +136,8 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
             comp = compose([g] * count, "basic", 0.0)  # reports (Σε, Σδ); over budget when Σδ > δ
             ok = comp.delta <= delta * (1 + 1e-9)
             found = (comp.epsilon, comp.delta, g, info) if ok else (math.inf, delta, g, info)
-        elif method == "pld" and shuffle_n is None:
-            found = (_mechanism_pld_epsilon(mech, count, delta, discretization, info), delta, g, info)
+        elif method not in CLOSED_FORMS and shuffle_n is None:
+            found = (_mechanism_epsilon(mech, count, delta, method, discretization, info), delta, g, info)
         else:
             comp = compose([g] * count, method, delta, discretization=discretization)
             found = (comp.epsilon, comp.delta, g, info)
@@ -143,30 +146,66 @@ def account_schedule(mech: Any, *, count: int, method: str, delta: float, shuffl
     return best
 
 
-def _mechanism_pld_epsilon(mech: Any, count: int, delta: float, discretization: float, info: dict) -> float:
+def _mechanism_epsilon(mech: Any, count: int, delta: float, method: str, discretization: float, info: dict) -> float:
     """ε at ``delta`` of ``count`` reports of the mechanism's event
     (:func:`fedaudit.accounting.events.event_of`: its own worst pair where fedaudit knows it,
-    tighter than the dominating pair of its (ε, δ) claim) by the ``"pld"`` accountant, or of its
-    guarantee's event for a mechanism without one; ``info["pld"]`` says which."""
+    tighter than the dominating pair of its (ε, δ) claim) by the accountant ``method`` under
+    replace-one neighbours, or of its guarantee's event for a mechanism (or an accountant) without
+    one; ``info["pld"]`` (``info["event"]`` for an accountant other than pld) says which."""
     from dp_accounting import dp_event
 
-    from fedaudit.accounting.accountants import AccountantMemoryError, account
+    from fedaudit.accounting.accountants import ACCOUNTANTS, AccountantMemoryError, account
     from fedaudit.accounting.events import event_of
+
+    settings = {"discretization": discretization} if ACCOUNTANTS.canonical(method) == "pld" else {}
+    said = "pld" if ACCOUNTANTS.canonical(method) == "pld" else "event"
 
     def spent(one: Any) -> float:
         event = dp_event.SelfComposedDpEvent(one, count) if count > 1 else one
-        return account(event, delta=delta, accountant="pld", neighbouring="replace-one",
-                       discretization=discretization).epsilon
+        return account(event, delta=delta, accountant=method, neighbouring="replace-one", **settings).epsilon
 
-    try:  # a mechanism of one's own may declare an event the pld accountant refuses: use its claim then
+    try:  # a mechanism of one's own may declare an event the accountant refuses: use its claim then
         eps = spent(event_of(mech))
-        info["pld"] = "the mechanism's own privacy loss distribution (worst pair)"
+        info[said] = "the mechanism's own privacy loss distribution (worst pair)" if said == "pld" else \
+            "the mechanism's own event"
     except AccountantMemoryError:
         raise
     except FedAuditError:
         eps = spent(event_of(mech.guarantee))
-        info["pld"] = "the dominating pair of the mechanism's (ε, δ) claim"
+        info[said] = "the dominating pair of the mechanism's (ε, δ) claim" if said == "pld" else \
+            "the event of the mechanism's (ε, δ) claim"
     return eps
+
+
+def schedule_accountant_refusal(mech: Any, method: str, *, shuffled: bool) -> str | None:
+    """Why ``method`` cannot account a schedule of ``mech``'s reports (None when it can): a
+    closed form (basic, advanced) composes any guarantee; an accountant of
+    :data:`~fedaudit.accounting.ACCOUNTANTS` must support, under replace-one neighbours, the
+    mechanism's event or its guarantee's event (:func:`_mechanism_epsilon`) or, for shuffled
+    rounds, the event of a round's (ε, δ) guarantee. The plan check of the ``accounting`` kind
+    asks this before anything runs."""
+    from fedaudit.accounting.accountants import accountants_for, make_accountant
+    from fedaudit.accounting.composition import CLOSED_FORMS
+    from fedaudit.accounting.events import event_of
+
+    if method in CLOSED_FORMS:
+        return None
+    try:
+        acc = make_accountant(method, "replace-one")
+    except FedAuditError as err:
+        return str(err)
+    events = [event_of(mech.guarantee)]
+    if not shuffled:
+        try:
+            events.insert(0, event_of(mech))
+        except FedAuditError:
+            pass
+    if any(acc.supports(e) for e in events):
+        return None
+    able = dict.fromkeys([*CLOSED_FORMS, *(n for e in events for n in accountants_for(e, "replace-one"))])
+    what = "a shuffled round's (ε, δ) guarantee" if shuffled else "the mechanism's reports"
+    return (f"{method!r} does not account {what} under replace-one neighbours (events "
+            f"{', '.join(type(e).__name__ for e in events)}); those that do: {', '.join(able)}")
 
 
 def schedule_curve(mech: Any, jobs: list[list[tuple[int, float, str, tuple[float, ...]]]],

@@ -2,9 +2,11 @@
 
 Each round in which the client takes part it sends one report of the plan's mechanism (its
 typed guarantee, :attr:`~fedaudit.mechanisms.Mechanism.guarantee`). The composed ε at
-``target_delta`` is computed by ``method`` (:func:`fedaudit.accounting.compose`: basic, optimal
+``target_delta`` is computed by ``accountant`` (:func:`fedaudit.accounting.compose`: basic, optimal
 advanced of Kairouz–Oh–Viswanath, or exact PLD composition through dp-accounting, from the
-mechanism's own privacy loss distribution, :func:`fedaudit.accounting.pld.pld_of`). The claim
+mechanism's own privacy loss distribution, :func:`fedaudit.accounting.pld.pld_of`; or any
+accountant registered in :data:`fedaudit.accounting.ACCOUNTANTS` that accounts the reports' events
+under replace-one neighbours, which the plan check asks it first). The claim
 holds when it is at most ``max_epsilon``; otherwise the budget is violated (the computation is
 deterministic, so the verdict is never inconclusive).
 
@@ -16,8 +18,8 @@ its module docstring states the rules. Under local DP, sampling does **not** amp
 the server sees who reports. With sampling, give ``shuffle_n`` as the smallest batch a round may
 have.
 
-Evidence: the per-report and per-round guarantees, the composed (ε, δ) by ``method``, the same
-schedule composed by the other two methods (``references``), and ε after 1…rounds rounds
+Evidence: the per-report and per-round guarantees, the composed (ε, δ) by ``accountant``, the same
+schedule composed by the built-in methods other than it (basic, advanced, pld; ``references``), and ε after 1…rounds rounds
 (the ``epsilon_vs_steps`` figure with the budget as a line; PLD points before the last are
 computed at a 10× coarser discretisation, still an upper bound). The curve's points are independent:
 they run as engine chunks (:func:`fedaudit.accounting.schedule.schedule_curve`; plan keys ``backend`` and ``workers``), each point
@@ -39,8 +41,13 @@ __all__ = ["Accounting"]
 METHOD_NAMES = {"basic": "basic composition", "advanced": "advanced (KOV)", "pld": "PLD"}
 
 
+def _method_name(method: str) -> str:
+    """How a report names a composition method: the built-ins' words, an accountant's own name."""
+    return METHOD_NAMES.get(method, method)
+
+
 class Accounting(ClaimKind):
-    """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition; the claim holds when the composed ε at target_delta is at most max_epsilon."""
+    """Compose one client's reports of a mechanism over a schedule (rounds, client sampling, shuffling) by basic, advanced or PLD composition or a registered accountant; the claim holds when the composed ε at target_delta is at most max_epsilon."""
 
     name = "accounting"
     renamed_keys = {"method": "accountant"}
@@ -49,7 +56,8 @@ class Accounting(ClaimKind):
     figures = ("epsilon_vs_steps",)
 
     def keys(self) -> dict[str, Key]:
-        from fedaudit.accounting import METHODS, SHUFFLE_METHODS
+        from fedaudit.accounting import ACCOUNTANTS, SHUFFLE_METHODS
+        from fedaudit.accounting.composition import CLOSED_FORMS
         from fedaudit.mechanisms.base import MAX_LEVELS
         from fedaudit.mechanisms.registry import MECHANISMS
 
@@ -79,8 +87,11 @@ class Accounting(ClaimKind):
             "shuffle_method": Key("str", "numerical", choices=(*SHUFFLE_METHODS, "blanket"),
                                   help="Feldman–McMillan–Talwar closed form or numerical bound (any ε0-LDP "
                                        "randomizer), or the privacy blanket of Balle et al. (mechanism 'rr' only)"),
-            "accountant": Key("str", "pld", choices=METHODS, help="composition: basic, advanced (Kairouz–Oh–Viswanath) "
-                                                              "or pld (exact numerical, dp-accounting)"),
+            "accountant": Key("str", "pld", choices=(*CLOSED_FORMS, *ACCOUNTANTS.names()),
+                              help="composition: basic or advanced (Kairouz–Oh–Viswanath) of the reports' guarantees, "
+                                   "or an accountant registered in fedaudit.accounting.ACCOUNTANTS of their events "
+                                   "under replace-one neighbours (pld: exact numerical, dp-accounting; dpa-rdp; "
+                                   "your own once registered)"),
             "max_epsilon": Key("float", low=0, open_low=True, help="the budget: largest ε allowed at target_delta"),
             "target_delta": Key("float", 1e-6, low=0, high=1, open_high=True,
                                 help="the budget's δ (0: basic composition of pure-LDP reports only)"),
@@ -89,7 +100,7 @@ class Accounting(ClaimKind):
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
-        from fedaudit.accounting.schedule import PLD_MAX_LOSS, blanket_covers
+        from fedaudit.accounting.schedule import PLD_MAX_LOSS, blanket_covers, schedule_accountant_refusal
         from fedaudit.guarantees import PureLDP
 
         check_mechanism_key(where, p)
@@ -111,6 +122,9 @@ class Accounting(ClaimKind):
         if p["participation"] == "tail" and p["sampling"] >= 1.0:
             raise key_error(where, "participation", "'tail' needs sampling < 1 (with sampling = 1 every round is "
                                                     "charged anyway)")
+        refusal = schedule_accountant_refusal(mech, p["accountant"], shuffled=p["shuffle_n"] is not None)
+        if refusal:
+            raise key_error(where, "accountant", refusal)
         if p["accountant"] == "pld" and p["shuffle_n"] is None and p["rounds"] * mech.guarantee.epsilon > PLD_MAX_LOSS:
             raise key_error(where, "accountant", f"'pld' composes at most a total loss rounds × ε = {PLD_MAX_LOSS:g} "
                                              f"(memory), got {p['rounds']} × {mech.guarantee.epsilon:g}; use 'advanced' "
@@ -131,7 +145,7 @@ class Accounting(ClaimKind):
             sched += f", shuffled in batches of {p['shuffle_n']}"
         verb = "exceed" if expect == "violation" else "stay within"
         return (f"{p['mechanism']} (ε={p['epsilon']:g}) over {sched} must {verb} ε = {p['max_epsilon']:g} at "
-                f"δ = {p['target_delta']:g} ({METHOD_NAMES[p['accountant']]})")
+                f"δ = {p['target_delta']:g} ({_method_name(p['accountant'])})")
 
     def work_units(self, p: Mapping[str, Any]) -> int:
         from fedaudit.accounting.curves import curve_points
@@ -201,7 +215,7 @@ class Accounting(ClaimKind):
         ref_text = ", ".join(f"{m} {fmt_number(r['epsilon'], '.4g')}" for m, r in references.items())
         state = "within" if holds else "EXCEEDS"
         summary = (f"composed ε = {fmt_number(eps, '.4g')} at δ = {total_delta:.3g} after {count} report(s) "
-                   f"({METHOD_NAMES[method]}; {ref_text}) {state} the budget ε = {p['max_epsilon']:g}")
+                   f"({_method_name(method)}; {ref_text}) {state} the budget ε = {p['max_epsilon']:g}")
         if notes:
             summary += ". " + "; ".join(notes)
         own = mech.params() if callable(getattr(mech, "params", None)) else {}
@@ -219,10 +233,10 @@ class Accounting(ClaimKind):
             "curve": {"rounds": xs, "epsilon": ys},
             **({"notes": notes} if notes else {}),
         }
-        plot = {"type": "epsilon_vs_steps", "title": f"ε after r rounds ({METHOD_NAMES[method]}) against the budget",
+        plot = {"type": "epsilon_vs_steps", "title": f"ε after r rounds ({_method_name(method)}) against the budget",
                 "steps": xs, "epsilon": ys, "epsilon_claimed": p["max_epsilon"], "delta": delta,
-                "x_label": "rounds", "accountant": METHOD_NAMES[method],
-                "references": {METHOD_NAMES[m]: v for m, v in refs_curve.items()}}
+                "x_label": "rounds", "accountant": _method_name(method),
+                "references": {_method_name(m): v for m, v in refs_curve.items()}}
         return Evidence(holds=holds, violated=decision.violated, evidence=evidence, summary=summary, plots=(plot,),
                         caveats=tuple(caveats))
 
