@@ -14,7 +14,7 @@ Each row: accountant ε (PLD, RDP for the non-private row), Steinke et al. ε_lb
 the (ε, δ)-DP trade-off curve: certified for every algorithm), the GDP estimate, violation, test
 accuracy and the audit's seconds (training + bounds + accountant).
 
-Part "fedavg" (after it): :func:`fedaudit.audit.dp_fedavg_audit.audit_dpfedavg`, client-level
+Part "fedavg" (after it): :func:`fedaudit.audit.dp_fedavg_audit.audit_dp_fedavg`, client-level
 canaries, correct and z/10 configurations: the synthetic setting of its tests (z = 4, q = ½,
 5 rounds, 1000 canary clients, 20 clients) and a larger one on digits (z = 8, q = ½, 20 rounds,
 2000 canary clients, 50 clients).
@@ -65,7 +65,7 @@ def dpsgd_rows(cfg: dict, seed: int) -> list[dict]:
 
 
 def fedavg_rows(seed: int) -> list[dict]:
-    from fedaudit.audit.dp_fedavg_audit import audit_dpfedavg
+    from fedaudit.audit.dp_fedavg_audit import audit_dp_fedavg
 
     configs = [  # (name, settings): the synthetic setting of the tests, then a larger one on digits
         ("synthetic, 1000 canaries", dict(sample_rate=0.5, rounds=5, canaries=1000, clients=20, z=4.0)),
@@ -78,7 +78,7 @@ def fedavg_rows(seed: int) -> list[dict]:
         z = cfg.pop("z")
         for name, kw in (("correct", dict(noise_multiplier=z)),
                          ("z/10 broken", dict(noise_multiplier=z / 10, claimed_noise_multiplier=z))):
-            a = audit_dpfedavg(seed=seed, **cfg, **kw)
+            a = audit_dp_fedavg(seed=seed, **cfg, **kw)
             rows.append({
                 "part": "fedavg", "configuration": f"{name} ({label})", "noise_multiplier": a.noise_multiplier,
                 "claimed_noise_multiplier": a.claimed_noise_multiplier, "sample_rate": a.sample_rate,

@@ -19,12 +19,12 @@ from dp_accounting import dp_event, pld, rdp
 import fedaudit
 from conftest import analytic_gaussian, gaussian_delta, gaussian_epsilon
 from fedaudit.accounting import (ACCOUNTANTS, Account, Bound, account, accountants_for, calibrate, calibrate_dpsgd,
-                                 compose, dpsgd_event, epsilon_dpfedavg, epsilon_dpsgd, make_accountant,
+                                 compose, dpsgd_event, epsilon_dp_fedavg, epsilon_dpsgd, make_accountant,
                                  noise_multiplier_for, noise_multiplier_for_dpfedavg, pld_of, schedule_event,
                                  shuffle_epsilon)
 from fedaudit.accounting.blanket import BlanketBound, BlanketDpEvent, blanket_delta, blanket_epsilon
 from fedaudit.accounting.composition import Composition
-from fedaudit.accounting.fedavg import DPFedAvgAccount
+from fedaudit.accounting.dp_fedavg import DPFedAvgAccount
 from fedaudit.accounting.shuffling import ShuffleBound, ShuffledDpEvent
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms import Duchi, Laplace, RandomizedResponse, VQSGD
@@ -122,7 +122,7 @@ def test_a_users_accountant_is_registered_once_and_works_everywhere(analytic):
     exact = gaussian_epsilon(math.sqrt(10) / 2.0, 1e-5)
     assert account(dpsgd_event(2.0, 1.0, 10), delta=1e-5, accountant="analytic").epsilon == pytest.approx(exact)
     assert epsilon_dpsgd(2.0, 1.0, 10, 1e-5, method="analytic").epsilon == pytest.approx(exact)
-    assert epsilon_dpfedavg(2.0, 1.0, 10, 1e-5, method="analytic").epsilon == pytest.approx(exact)
+    assert epsilon_dp_fedavg(2.0, 1.0, 10, 1e-5, method="analytic").epsilon == pytest.approx(exact)
     assert account(dpsgd_event(2.0, 1.0, 10), delta=1e-5, accountant="analytic", slack=0.5).epsilon == \
         pytest.approx(exact + 0.5)
     with pytest.raises(FedAuditError, match="takes no keyword 'discretization'"):
@@ -296,7 +296,7 @@ def test_a_mechanism_without_a_dp_accounting_event_says_what_to_use():
 # -- typed bounds ---------------------------------------------------------------------------------
 
 def test_every_accounting_result_is_an_account_with_an_upper_bound():
-    results = [epsilon_dpsgd(1.0, 0.1, 10, 1e-5), epsilon_dpfedavg(1.0, 0.1, 10, 1e-5),
+    results = [epsilon_dpsgd(1.0, 0.1, 10, 1e-5), epsilon_dp_fedavg(1.0, 0.1, 10, 1e-5),
                compose([1.0, 1.0], "basic"), shuffle_epsilon(10_000, 1.0, 1e-6),
                blanket_epsilon(10_000, "krr", 1.0, 1e-6, k=3)]
     for r, cls in zip(results, (Account, DPFedAvgAccount, Composition, ShuffleBound, BlanketBound)):

@@ -15,7 +15,7 @@ import pytest
 from scipy.optimize import brentq
 
 from fedaudit.accounting import GaussianPLD, Ledger, LaplacePLD, PmfPair, compose, epsilon_dpsgd
-from fedaudit.accounting.fedavg import epsilon_dpfedavg, noise_multiplier_for_dpfedavg
+from fedaudit.accounting.dp_fedavg import epsilon_dp_fedavg, noise_multiplier_for_dpfedavg
 from fedaudit.accounting.ledger import RELATIONS, to_replace_one
 from fedaudit.accounting.pld import dominating_pair, pld_of
 from fedaudit.errors import FedAuditError
@@ -182,11 +182,11 @@ def test_to_replace_one_conversions():
 
 def test_dp_fedavg_charges_are_add_remove_and_do_not_mix_silently():
     from fedaudit.fl import Federation
-    from fedaudit.fl.dp_fedavg import train_dpfedavg
+    from fedaudit.fl.dp_fedavg import train_dp_fedavg
 
     digits_fed = Federation.build("digits", n_honest=10, f=0, attack=None, aggregator="mean", scheme="iid", rng=0)
     ledger = Ledger()
-    tr = train_dpfedavg(digits_fed, rounds=2, sample_rate=0.5, noise_multiplier=2.0, ledger=ledger, delta=None, rng=0)
+    tr = train_dp_fedavg(digits_fed, rounds=2, sample_rate=0.5, noise_multiplier=2.0, ledger=ledger, delta=None, rng=0)
     assert ledger.entries() and {e.relation for e in ledger.entries()} == {"add-remove"}
     i = next(i for i in range(digits_fed.n_honest) if any(i in ids for ids in tr.extras["sampled_clients"]))
     k = len(ledger.entries(i))
@@ -211,7 +211,7 @@ def test_accuracy_settings_reach_the_accountants_and_are_recorded():
     assert loose.parameters["eps_error"] == 0.3 and tight.parameters["eps_error"] == 0.1
     assert loose.epsilon > tight.epsilon + 0.05                 # the upper end of a wider interval
     assert tight.epsilon >= default.epsilon - 1e-3              # both upper bounds of the same ε
-    fed = epsilon_dpfedavg(sigma, q, steps, delta, pld_discretization=1e-2)
+    fed = epsilon_dp_fedavg(sigma, q, steps, delta, pld_discretization=1e-2)
     assert fed.epsilon == coarse.epsilon and fed.parameters["value_discretization_interval"] == 1e-2
     z_coarse = noise_multiplier_for_dpfedavg(0.5, q, steps, delta, pld_discretization=5e-2, tol=1e-2)
     z_fine = noise_multiplier_for_dpfedavg(0.5, q, steps, delta, pld_discretization=1e-2, tol=1e-2)
@@ -235,6 +235,6 @@ def test_default_pld_never_under_counts_a_finer_grid():
     (dict(prv_eps_error=2.0), "prv_eps_error"),
 ])
 def test_accuracy_settings_bad_input_names_the_parameter(kw, name):
-    for fn in (epsilon_dpsgd, epsilon_dpfedavg):
+    for fn in (epsilon_dpsgd, epsilon_dp_fedavg):
         with pytest.raises(FedAuditError, match=name):
             fn(1.0, 0.01, 10, 1e-5, **kw)

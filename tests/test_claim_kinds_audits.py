@@ -124,20 +124,20 @@ AVG = {"id": "avg", "kind": "dp-fedavg", "noise_multiplier": 4.0, "sample_rate":
 
 
 def test_fedavg_dp_calibrated_passes_and_under_calibrated_is_caught():
-    from fedaudit.accounting.fedavg import epsilon_dpfedavg
+    from fedaudit.accounting.dp_fedavg import epsilon_dp_fedavg
 
     broken = {**AVG, "id": "weak", "noise_multiplier": 0.4, "claimed_noise_multiplier": 4.0, "expect": "violation"}
     report = run_plan(plan(AVG, broken))
     ok, weak = report.claims
     assert [c.error for c in report.claims] == [None, None]
-    acc = epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon  # client level, the claimed z
+    acc = epsilon_dp_fedavg(4.0, 0.5, 5, 1e-5).epsilon  # client level, the claimed z
     assert ok.evidence["accountant_epsilon"] == pytest.approx(acc) and acc < 2.0
     assert ok.verdict == "PASS" and not ok.evidence["violation"]
     assert weak.evidence["accountant_epsilon"] == pytest.approx(acc) and weak.evidence["violation"]
     assert weak.evidence["epsilon_one_run"] > acc and weak.verdict == "PASS"
     xs, ys = ok.evidence["curve"]["rounds"], ok.evidence["curve"]["epsilon"]
     assert xs == [1, 2, 3, 4, 5] and ys[-1] == acc
-    assert ys[0] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 1, 1e-5).epsilon, rel=5e-3)
+    assert ys[0] == pytest.approx(epsilon_dp_fedavg(4.0, 0.5, 1, 1e-5).epsilon, rel=5e-3)
     assert ok.plots[0]["x_label"] == "rounds" and render_png(ok.plots[0]).startswith(b"\x89PNG")
     check_rederived(ok, flips=[(lambda e: e.update(epsilon_one_run=acc * 1.01), "FAIL")],
                     missing=[lambda e: e.pop("claimed_epsilon")])

@@ -29,13 +29,13 @@ def test_audit_dpsgd_flags_sigma_over_10_and_writes_json(tmp_path, capsys):
 
 
 def test_audit_fedavg_dp_calibrated_exits_0(tmp_path, capsys):
-    from fedaudit.accounting.fedavg import epsilon_dpfedavg
+    from fedaudit.accounting.dp_fedavg import epsilon_dp_fedavg
 
     path = tmp_path / "f.json"
     assert main(["audit", "dp-fedavg", "--noise-multiplier", "4", "--sample-rate", "0.5", "--rounds", "5",
                  "--clients", "20", "--quiet", "--json", str(path)]) == 0
     audit = json.loads(path.read_text())["evidence"]["audit"]
-    assert audit["accountant"]["epsilon"] == pytest.approx(epsilon_dpfedavg(4.0, 0.5, 5, 1e-5).epsilon)
+    assert audit["accountant"]["epsilon"] == pytest.approx(epsilon_dp_fedavg(4.0, 0.5, 5, 1e-5).epsilon)
     assert not audit["violation"] and audit["one_run"]["epsilon"] < audit["accountant"]["epsilon"]
     assert "PASS" in capsys.readouterr().out
     plot = tmp_path / "audit.png"

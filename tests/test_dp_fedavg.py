@@ -13,10 +13,10 @@ from dp_accounting import dp_event, pld, rdp
 from scipy import stats
 
 from fedaudit.accounting import Ledger
-from fedaudit.accounting.fedavg import DPFedAvgAccount, epsilon_dpfedavg, noise_multiplier_for_dpfedavg
+from fedaudit.accounting.dp_fedavg import DPFedAvgAccount, epsilon_dp_fedavg, noise_multiplier_for_dpfedavg
 from fedaudit.errors import FedAuditError
 from fedaudit.fl import DNAG, Federation
-from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dpfedavg
+from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dp_fedavg
 from fedaudit.mechanisms.gaussian import gaussian_pair_epsilon
 
 
@@ -34,11 +34,11 @@ def test_pld_and_rdp_match_dp_accounting_on_the_same_event(z, q, rounds):
     racc = rdp.RdpAccountant()
     racc.compose(_event(z, q, rounds))
     ref_rdp = racc.get_epsilon(delta)
-    got = epsilon_dpfedavg(z, q, rounds, delta)
+    got = epsilon_dp_fedavg(z, q, rounds, delta)
     # the finer grid (1e-4) is tighter than dp-accounting at 1e-3, and both are pessimistic
     assert got.epsilon == pytest.approx(ref_pld, rel=5e-3) and got.epsilon <= ref_pld + 1e-9
-    assert epsilon_dpfedavg(z, q, rounds, delta, method="rdp").epsilon == pytest.approx(ref_rdp, rel=5e-3)
-    assert epsilon_dpfedavg(z, q, rounds, delta, method="prv").epsilon == pytest.approx(got.epsilon, rel=1e-2)
+    assert epsilon_dp_fedavg(z, q, rounds, delta, method="rdp").epsilon == pytest.approx(ref_rdp, rel=5e-3)
+    assert epsilon_dp_fedavg(z, q, rounds, delta, method="prv").epsilon == pytest.approx(got.epsilon, rel=1e-2)
 
 
 @pytest.mark.parametrize("z,rounds", [(2.0, 10), (5.0, 1), (10.0, 40)])
@@ -46,12 +46,12 @@ def test_full_participation_is_the_exact_gaussian_curve(z, rounds):
     """q = 1: T rounds compose to N(0, 1) vs N(√T/z, 1) exactly (Dong, Roth, Su: GDP composition),
     whose curve is Balle–Wang's; PLD is a pessimistic estimate of it."""
     exact = gaussian_pair_epsilon(math.sqrt(rounds) / z, 1e-5)
-    got = epsilon_dpfedavg(z, 1.0, rounds, 1e-5).epsilon
+    got = epsilon_dp_fedavg(z, 1.0, rounds, 1e-5).epsilon
     assert exact <= got <= exact * 1.002 + 1e-4
 
 
 def test_result_states_unit_relation_and_is_strict_json():
-    a = epsilon_dpfedavg(3.0, 0.5, 30, 1e-5)
+    a = epsilon_dp_fedavg(3.0, 0.5, 30, 1e-5)
     assert isinstance(a, DPFedAvgAccount)
     assert (a.unit, a.neighbouring) == ("client", "add-or-remove-one-client")
     assert (a.noise_multiplier, a.sample_rate, a.rounds, a.method) == (3.0, 0.5, 30, "pld")
@@ -61,20 +61,45 @@ def test_result_states_unit_relation_and_is_strict_json():
 
 
 def test_monotone_in_rounds_noise_and_rate():
-    eps = [epsilon_dpfedavg(2.0, 0.2, t, 1e-5, method="rdp").epsilon for t in (1, 10, 100)]
+    eps = [epsilon_dp_fedavg(2.0, 0.2, t, 1e-5, method="rdp").epsilon for t in (1, 10, 100)]
     assert eps[0] < eps[1] < eps[2]
-    eps = [epsilon_dpfedavg(z, 0.2, 50, 1e-5, method="rdp").epsilon for z in (4.0, 2.0, 1.0)]
+    eps = [epsilon_dp_fedavg(z, 0.2, 50, 1e-5, method="rdp").epsilon for z in (4.0, 2.0, 1.0)]
     assert eps[0] < eps[1] < eps[2]
-    eps = [epsilon_dpfedavg(2.0, q, 50, 1e-5, method="rdp").epsilon for q in (0.01, 0.1, 1.0)]
+    eps = [epsilon_dp_fedavg(2.0, q, 50, 1e-5, method="rdp").epsilon for q in (0.01, 0.1, 1.0)]
     assert eps[0] < eps[1] < eps[2]
 
 
 def test_inverse_meets_the_target_tightly():
-    target = epsilon_dpfedavg(3.0, 1.0, 30, 1e-5, method="rdp").epsilon
+    target = epsilon_dp_fedavg(3.0, 1.0, 30, 1e-5, method="rdp").epsilon
     z = noise_multiplier_for_dpfedavg(target, 1.0, 30, 1e-5, method="rdp")
     assert z == pytest.approx(3.0, rel=2e-3)
-    assert epsilon_dpfedavg(z, 1.0, 30, 1e-5, method="rdp").epsilon <= target
-    assert epsilon_dpfedavg(z * (1 - 2e-3), 1.0, 30, 1e-5, method="rdp").epsilon > target
+    assert epsilon_dp_fedavg(z, 1.0, 30, 1e-5, method="rdp").epsilon <= target
+    assert epsilon_dp_fedavg(z * (1 - 2e-3), 1.0, 30, 1e-5, method="rdp").epsilon > target
+
+
+@pytest.mark.parametrize("module,old,new", [
+    ("fedaudit.accounting", "epsilon_dpfedavg", "epsilon_dp_fedavg"),
+    ("fedaudit.accounting", "calibrate_dpfedavg", "calibrate_dp_fedavg"),
+    ("fedaudit.accounting", "DPFEDAVG_METHODS", "DP_FEDAVG_METHODS"),
+    ("fedaudit.accounting.fedavg", "epsilon_dpfedavg", "fedaudit.accounting.dp_fedavg.epsilon_dp_fedavg"),
+    ("fedaudit.accounting.fedavg", "calibrate_dpfedavg", "fedaudit.accounting.dp_fedavg.calibrate_dp_fedavg"),
+    ("fedaudit.accounting.fedavg", "DPFEDAVG_METHODS", "fedaudit.accounting.dp_fedavg.DP_FEDAVG_METHODS"),
+    ("fedaudit.accounting.fedavg", "DPFedAvgAccount", "fedaudit.accounting.dp_fedavg.DPFedAvgAccount"),
+    ("fedaudit.fl", "train_dpfedavg", "train_dp_fedavg"),
+    ("fedaudit.fl.dp_fedavg", "train_dpfedavg", "train_dp_fedavg"),
+    ("fedaudit.audit", "audit_dpfedavg", "audit_dp_fedavg"),
+    ("fedaudit.audit.dp_fedavg_audit", "audit_dpfedavg", "audit_dp_fedavg"),
+])
+def test_the_former_dpfedavg_spellings_warn_and_name_the_new_one(module, old, new):
+    """One spelling, dp_fedavg (issue #24): the former names and module path work for one release,
+    each read with a DeprecationWarning naming the new name, and give the same object."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated; use {new}$"):
+        got = getattr(mod, old)
+    where, _, name = new.rpartition(".")
+    assert got is getattr(importlib.import_module(where) if where else mod, name)
 
 
 @pytest.mark.parametrize("kw,name", [
@@ -87,7 +112,7 @@ def test_accountant_bad_input_names_the_parameter(kw, name):
     args = dict(noise_multiplier=1.0, sample_rate=0.1, rounds=10, delta=1e-5, **{})
     args.update(kw)
     with pytest.raises(FedAuditError, match=name):
-        epsilon_dpfedavg(**args)
+        epsilon_dp_fedavg(**args)
     if name != "noise_multiplier":
         args.pop("noise_multiplier")
         with pytest.raises(FedAuditError, match=name):
@@ -144,13 +169,13 @@ def digits_fed():
 
 
 def test_dp_fedavg_trains_digits_with_moderate_noise(digits_fed):
-    tr = train_dpfedavg(digits_fed, rounds=40, sample_rate=0.5, noise_multiplier=1.0, clip=1.0, local_lr=1.0,
+    tr = train_dp_fedavg(digits_fed, rounds=40, sample_rate=0.5, noise_multiplier=1.0, clip=1.0, local_lr=1.0,
                         record_every=20, accountant="rdp", rng=3)
     assert tr.optimizer == "dp-fedavg" and tr.rounds == [0, 20, 40]
     assert tr.loss[0] == pytest.approx(math.log(10)) and tr.loss[-1] < 0.6
     assert tr.test_acc[-1] > 0.85
     assert tr.extras["epsilon_rounds"] == [20, 40]
-    assert tr.extras["epsilon"][-1] == pytest.approx(epsilon_dpfedavg(1.0, 0.5, 40, 1e-5, method="rdp").epsilon)
+    assert tr.extras["epsilon"][-1] == pytest.approx(epsilon_dp_fedavg(1.0, 0.5, 40, 1e-5, method="rdp").epsilon)
     assert tr.extras["epsilon"][0] < tr.extras["epsilon"][1]
     assert tr.info["unit"] == "client" and tr.params["noise_std"] == pytest.approx(1.0 / 30)
     json.dumps(tr.to_dict(), allow_nan=False)
@@ -160,7 +185,7 @@ def test_zero_noise_is_plain_clipped_fedavg_by_hand(digits_fed):
     """z = 0: x ← x + (1/(qN)) Σ_{sampled} clip_C(x_i^(2) − x), the local model after two gradient
     steps, recomputed here from the client gradients and the recorded samples."""
     q, C, lr, N = 0.3, 0.5, 0.5, digits_fed.n_honest
-    tr = train_dpfedavg(digits_fed, rounds=4, sample_rate=q, noise_multiplier=0.0, clip=C, local_steps=2,
+    tr = train_dp_fedavg(digits_fed, rounds=4, sample_rate=q, noise_multiplier=0.0, clip=C, local_steps=2,
                         local_lr=lr, rng=7)
     x = np.zeros(digits_fed.dim)
     for ids in tr.extras["sampled_clients"]:
@@ -174,7 +199,7 @@ def test_zero_noise_is_plain_clipped_fedavg_by_hand(digits_fed):
     np.testing.assert_allclose(tr.x_final, x, rtol=1e-12, atol=1e-14)
     assert sum(map(len, tr.extras["sampled_clients"])) > 0 and tr.extras["epsilon"] == [math.inf] * 4
     # the same seed samples the same clients whatever the noise
-    noisy = train_dpfedavg(digits_fed, rounds=4, sample_rate=q, noise_multiplier=2.0, clip=C, local_steps=2,
+    noisy = train_dp_fedavg(digits_fed, rounds=4, sample_rate=q, noise_multiplier=2.0, clip=C, local_steps=2,
                            local_lr=lr, rng=7, delta=None)
     assert noisy.extras["sampled_clients"] == tr.extras["sampled_clients"] and noisy.extras["epsilon"] == []
     assert not np.allclose(noisy.x_final, tr.x_final)
@@ -184,7 +209,7 @@ def test_server_momentum_and_ledger_charges(digits_fed):
     """Each client is charged one Gaussian use per round it took part in; PLD composition of k
     of them is N(0, 1) vs N(√k/z, 1) (Balle–Wang curve), computed here independently."""
     ledger = Ledger()
-    tr = train_dpfedavg(digits_fed, rounds=3, sample_rate=0.3, noise_multiplier=2.0, server=DNAG(lr=1.0, momentum=0.5),
+    tr = train_dp_fedavg(digits_fed, rounds=3, sample_rate=0.3, noise_multiplier=2.0, server=DNAG(lr=1.0, momentum=0.5),
                         ledger=ledger, delta=None, rng=0)
     counts = [sum(i in ids for ids in tr.extras["sampled_clients"]) for i in range(digits_fed.n_honest)]
     assert {0, 1, 2} <= set(counts)
@@ -202,7 +227,7 @@ def test_fixed_update_clients_enter_the_sum(digits_fed):
     u = np.zeros((2, digits_fed.dim))
     u[0, 0], u[1, 1] = 3.0, -0.5  # the first is clipped to norm 1
     base = dict(rounds=3, sample_rate=0.5, noise_multiplier=0.0, delta=None, rng=11, population=70)
-    with_u = train_dpfedavg(digits_fed, fixed_updates=u, **base)
+    with_u = train_dp_fedavg(digits_fed, fixed_updates=u, **base)
     k = np.zeros(2)
     for rows in with_u.extras["sampled_fixed"]:
         k[rows] += 1
@@ -236,14 +261,14 @@ def test_training_bad_input(digits_fed, kw, name):
     args = dict(rounds=2, sample_rate=0.5, noise_multiplier=1.0)
     args.update(kw)
     with pytest.raises(FedAuditError, match=name):
-        train_dpfedavg(digits_fed, **args)
+        train_dp_fedavg(digits_fed, **args)
 
 
 def test_zero_clients_and_byzantine_federations_are_refused(digits_fed):
     with pytest.raises(FedAuditError, match="at least 1 client"):
-        train_dpfedavg(_Empty(), rounds=1, sample_rate=0.5, noise_multiplier=1.0)
+        train_dp_fedavg(_Empty(), rounds=1, sample_rate=0.5, noise_multiplier=1.0)
     byz = Federation.build("digits", n_honest=5, f=1, aggregator="mean", attack="alie", rng=0)
     with pytest.raises(FedAuditError, match="f=0"):
-        train_dpfedavg(byz, rounds=1, sample_rate=0.5, noise_multiplier=1.0)
+        train_dp_fedavg(byz, rounds=1, sample_rate=0.5, noise_multiplier=1.0)
     with pytest.raises(FedAuditError, match="ledger"):
-        train_dpfedavg(digits_fed, rounds=1, sample_rate=0.5, noise_multiplier=0.0, ledger=Ledger())
+        train_dp_fedavg(digits_fed, rounds=1, sample_rate=0.5, noise_multiplier=0.0, ledger=Ledger())

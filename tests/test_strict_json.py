@@ -228,11 +228,11 @@ def _dpsgd_audits():
 
 
 def _fedavg_audits():
-    from fedaudit.audit.dp_fedavg_audit import audit_dpfedavg
+    from fedaudit.audit.dp_fedavg_audit import audit_dp_fedavg
 
     kw = dict(sample_rate=0.5, rounds=2, canaries=40, clients=5, seed=0)
-    return [audit_dpfedavg(noise_multiplier=2.0, **kw),
-            audit_dpfedavg(noise_multiplier=0.4, claimed_noise_multiplier=4.0, **kw)]
+    return [audit_dp_fedavg(noise_multiplier=2.0, **kw),
+            audit_dp_fedavg(noise_multiplier=0.4, claimed_noise_multiplier=4.0, **kw)]
 
 
 def _gated():

@@ -14,7 +14,7 @@ is Σδ_l, so any :class:`~fedaudit.guarantees.ApproxLDP` entry exceeds a δ = 0
 **Neighbouring relation.** Every entry records the relation its guarantee is stated for
 (:data:`RELATIONS`): ``"replace-one"`` (the client's data replaced by any other: local DP, the
 default) or ``"add-remove"`` (the client present or absent: DP-FedAvg's client-level charges,
-:func:`~fedaudit.fl.dp_fedavg.train_dpfedavg`). Guarantees under different relations do not add
+:func:`~fedaudit.fl.dp_fedavg.train_dp_fedavg`). Guarantees under different relations do not add
 up: a spend is stated for one relation, and entries under the other are converted or refused,
 never summed silently (:meth:`Ledger.spent`):
 

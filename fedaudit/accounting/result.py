@@ -22,7 +22,7 @@ class Account:
     ε is (:class:`~fedaudit.guarantees.Bound`; every built-in accountant gives an upper bound).
     ``inf`` means the accountant certifies no finite ε at that δ (never NaN).
 
-    The base of every accounting result (:class:`~fedaudit.accounting.fedavg.DPFedAvgAccount`,
+    The base of every accounting result (:class:`~fedaudit.accounting.dp_fedavg.DPFedAvgAccount`,
     :class:`~fedaudit.accounting.composition.Composition`,
     :class:`~fedaudit.accounting.shuffling.ShuffleBound`,
     :class:`~fedaudit.accounting.blanket.BlanketBound`); ``DPSGDAccount`` is this class."""

@@ -8,7 +8,7 @@
 * :meth:`ScoreAuditor.one_run` / :func:`one_run_epsilon` / :func:`one_run_epsilon_fdp` — one-run
   bounds from m canaries (Steinke–Nasr–Jagielski 2023; the f-DP analysis of Mahloujifar–Melis–
   Chaudhuri 2024); :meth:`ScoreAuditor.gdp` — the Gaussian-DP estimate (Nasr et al. 2023);
-* :func:`audit_dpsgd` / :func:`audit_dpfedavg` — canary audits of an Opacus DP-SGD run and of
+* :func:`audit_dpsgd` / :func:`audit_dp_fedavg` — canary audits of an Opacus DP-SGD run and of
   client-level DP-FedAvg, next to the accountant's ε (loaded on first use: they train);
 * :func:`audit_sparse_upload` — the certified ε of E-FLoPS's gated sparse upload (plain and private)
   on neighbouring local datasets (loaded on first use);
@@ -47,10 +47,15 @@ def __getattr__(name):  # these pull in defenses, attacks, fl or torch: load on 
         from fedaudit.audit import sparse_upload
 
         return getattr(sparse_upload, name)
-    if name in ("audit_dpfedavg", "DPFedAvgAudit"):
+    if name in ("audit_dp_fedavg", "DPFedAvgAudit"):
         from fedaudit.audit import dp_fedavg_audit
 
         return getattr(dp_fedavg_audit, name)
+    if name == "audit_dpfedavg":  # its spelling before issue #24 (deprecated)
+        from fedaudit.deprecation import warn_renamed
+
+        warn_renamed("fedaudit.audit.audit_dpfedavg", "audit_dp_fedavg", "fedaudit.audit")
+        return __getattr__("audit_dp_fedavg")
     raise AttributeError(name)
 
 
@@ -60,7 +65,7 @@ __all__ = [
     "LDP_PAIRS", "audit_pair", "input_pair", "pair_power",
     "audit_robustness", "RobustnessAudit",
     "OneRunAudit", "one_run_audit", "one_run_epsilon", "one_run_epsilon_fdp", "one_run_p_value",
-    "GDPAudit", "gdp_epsilon", "audit_dpsgd", "DPSGDAudit", "audit_dpfedavg", "DPFedAvgAudit",
+    "GDPAudit", "gdp_epsilon", "audit_dpsgd", "DPSGDAudit", "audit_dp_fedavg", "DPFedAvgAudit",
     "audit_sparse_upload", "SparseUploadAudit", "audit_worst_pair", "worst_pair", "WorstPair", "WorstPairAudit",
     "MSEResult", "VarianceCurve", "measure_mse", "variance_vs_dk",
     "cp_lower", "cp_upper", "epsilon_lower_bound", "expected_epsilon_lower_bound", "best_threshold_epsilon",

@@ -5,7 +5,7 @@ with random update directions as in Andrew, Kairouz, Oh, Oprea, McMahan, Suriyak
 "One-shot empirical privacy estimation for federated learning"):
 
 * ``clients`` honest clients hold iid shards of a classification dataset and train normally
-  (:func:`fedaudit.fl.dp_fedavg.train_dpfedavg`: local gradient steps, clipping to C, Gaussian
+  (:func:`fedaudit.fl.dp_fedavg.train_dp_fedavg`: local gradient steps, clipping to C, Gaussian
   noise zC on the sum, fixed denominator q·N, N = clients + canaries, server step of size η);
 * m = ``canaries`` canary clients, each included in the population independently with
   probability ½ (seeded coins); an included canary is Poisson-sampled with rate q like every
@@ -23,7 +23,7 @@ score of canary i, the final model's alignment with its direction normalised by 
     s_i = ⟨θ_T − θ_0, u_i⟩ · qN / (η C) = K_i + N(0, T z²),   K_i ~ Bin(T, q) if included, 0 if not,
 
 is exactly the sum of its T Poisson-subsampled Gaussian observations — the event the client-level
-accountant composes (:func:`fedaudit.accounting.fedavg.epsilon_dpfedavg`).
+accountant composes (:func:`fedaudit.accounting.dp_fedavg.epsilon_dp_fedavg`).
 
 Bounds (:class:`fedaudit.audit.scores.ScoreAuditor`): the certified one-run lower bound
 (Steinke et al.), its f-DP refinement (Mahloujifar, Melis, Chaudhuri 2024; with the (ε, δ)
@@ -51,19 +51,20 @@ import numpy as np
 from scipy.linalg import hadamard
 
 from fedaudit.accounting.dpsgd import check_method
-from fedaudit.accounting.fedavg import epsilon_dpfedavg
+from fedaudit.accounting.dp_fedavg import epsilon_dp_fedavg
 from fedaudit.audit.canary_verdict import CanaryAudit, canary_bounds
 from fedaudit.audit.one_run import FDP_CURVES, MIN_CANARIES
+from fedaudit.deprecation import module_aliases
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.data import Dataset, load_dataset
-from fedaudit.fl.dp_fedavg import train_dpfedavg
+from fedaudit.fl.dp_fedavg import train_dp_fedavg
 from fedaudit.fl.federation import Federation
 from fedaudit.fl.optimizers import DGD
 from fedaudit.json import jsonable
 from fedaudit.rng import derive_generator, derive_seed
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability, check_real
 
-__all__ = ["DPFedAvgAudit", "audit_dpfedavg", "FEDAVG_AUDIT_DATASETS", "MAX_AUDIT_CANARIES", "CANARY_NORM"]
+__all__ = ["DPFedAvgAudit", "audit_dp_fedavg", "FEDAVG_AUDIT_DATASETS", "MAX_AUDIT_CANARIES", "CANARY_NORM"]
 
 FEDAVG_AUDIT_DATASETS = ("synthetic", "digits")
 #: a canary sends CANARY_NORM·C·u_i: the server must clip it to C·u_i (a server that skips
@@ -75,7 +76,7 @@ MAX_AUDIT_CANARIES = 4096
 
 @dataclass(frozen=True)
 class DPFedAvgAudit(CanaryAudit):
-    """Result of :func:`audit_dpfedavg`. ``accountant`` is the client-level (ε, δ) of the *claimed*
+    """Result of :func:`audit_dp_fedavg`. ``accountant`` is the client-level (ε, δ) of the *claimed*
     configuration; ``one_run`` (Steinke et al., certified for every DP mechanism) and
     ``one_run_fdp`` (f-DP, certified under its trade-off curve) are lower bounds at ``confidence``,
     ``gdp`` an estimate. ``violated_by`` names the certified bounds above the accountant's ε
@@ -158,7 +159,7 @@ def _canary_block(fed: Federation, k: int) -> np.ndarray:
     return (np.arange(classes)[:, None] * p + np.arange(p - k, p)[None, :]).ravel()
 
 
-def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: float, rounds: int,
+def audit_dp_fedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: float, rounds: int,
                    delta: float = 1e-5, canaries: int = 1000, clients: int = 50,
                    claimed_noise_multiplier: float | None = None, dataset: str = "synthetic",
                    local_lr: float = 0.5, local_steps: int = 1, server_lr: float = 1.0,
@@ -172,7 +173,7 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
     ≥ 1, ``canaries`` in [10, 4096], ``dataset`` "synthetic" (40 samples per client, 20
     features, 2 classes) or "digits". ``seed`` drives the data, the canary directions and coins and
     the training (independent :func:`~fedaudit.rng.derive_seed` streams). ``accountant`` is the
-    method of :func:`~fedaudit.accounting.fedavg.epsilon_dpfedavg` ("pld", "rdp", "prv");
+    method of :func:`~fedaudit.accounting.dp_fedavg.epsilon_dp_fedavg` ("pld", "rdp", "prv");
     ``fdp_curve`` the trade-off curve the f-DP bound assumes ("dp", the default: the (ε, δ) curve
     itself, certified for every mechanism and counted in ``violation``; "gaussian": μ-GDP, reported
     as an estimate and not counted). ``progress(k)`` is called after training round k.
@@ -195,7 +196,7 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
     seed = check_int("seed", seed, low=0)
     method = check_method(accountant, "accountant")
     curve = check_choice("fdp_curve", fdp_curve, FDP_CURVES)
-    account = epsilon_dpfedavg(claimed, q, rounds, delta, method)
+    account = epsilon_dp_fedavg(claimed, q, rounds, delta, method)
 
     data, k = _audit_dataset(dataset, m, clients, seed)
     fed = Federation.build(data, n_honest=clients, f=0, scheme="iid", mu=0.0, aggregator="mean", attack=None,
@@ -206,7 +207,7 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
     crafted = np.zeros((int(included.sum()), fed.dim))
     crafted[:, block] = CANARY_NORM * C * Q[:, included].T
     theta0 = np.zeros(fed.dim)
-    trace = train_dpfedavg(fed, rounds=rounds, sample_rate=q, noise_multiplier=z, clip=C, local_steps=local_steps,
+    trace = train_dp_fedavg(fed, rounds=rounds, sample_rate=q, noise_multiplier=z, clip=C, local_steps=local_steps,
                            local_lr=local_lr, server=DGD(server_lr), delta=None, x0=theta0, fixed_updates=crafted,
                            population=clients + m, record_every=rounds,
                            rng=derive_seed(seed, "fedavg-audit/training"), progress=progress)
@@ -222,3 +223,7 @@ def audit_dpfedavg(*, noise_multiplier: float, clip: float = 1.0, sample_rate: f
         rounds=rounds, delta=delta, confidence=confidence, canaries=m, canaries_in=int(included.sum()),
         clients=clients, dataset=data.name, dim=int(fed.dim), scores_in=_stats(s_in), scores_out=_stats(s_out),
         test_accuracy=float(trace.test_acc[-1]), seed=seed, seconds=time.perf_counter() - t0)
+
+
+#: the spelling this had before issue #24 (deprecated; a read warns with the new name)
+__getattr__ = module_aliases(__name__, {"audit_dpfedavg": ("audit_dp_fedavg", lambda: audit_dp_fedavg)})

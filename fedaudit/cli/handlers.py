@@ -220,7 +220,7 @@ def cmd_account_dpsgd(args: argparse.Namespace) -> int:
     from fedaudit.accounting import DPSGD_METHODS
 
     if client:
-        from fedaudit.accounting.fedavg import calibrate_dpfedavg as inverse, epsilon_dpfedavg as account
+        from fedaudit.accounting.dp_fedavg import calibrate_dp_fedavg as inverse, epsilon_dp_fedavg as account
         count, unit = args.rounds, "rounds"
     else:
         from fedaudit.accounting import calibrate_dpsgd as inverse, epsilon_dpsgd as account

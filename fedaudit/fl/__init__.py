@@ -12,7 +12,7 @@ the server optimizers and the training loop, and the gossip simulator.
 * :mod:`fedaudit.fl.optimizers` — D-GD, D-NAG, robust accelerated, PIGS;
 * :mod:`fedaudit.fl.training` — :func:`run` and its :class:`Trace`;
 * :mod:`fedaudit.fl.dp_fedavg` — client-level DP-FedAvg: :class:`DPFedAvgAggregator` (clip, sum,
-  Gaussian noise, fixed denominator qN) and :func:`train_dpfedavg`;
+  Gaussian noise, fixed denominator qN) and :func:`train_dp_fedavg`;
 * :mod:`fedaudit.fl.gates` / :mod:`fedaudit.fl.eflops` — Hard Concrete gates and E-FLoPS
   (:func:`train_eflops`: density-constrained, entropy-regularised federated sparse learning);
 * :mod:`fedaudit.fl.sparse_data` / :mod:`fedaudit.fl.sparse_baselines` — scarce sparse regression,
@@ -33,7 +33,7 @@ from fedaudit.fl.data import (
     synthetic_linear,
     synthetic_logistic,
 )
-from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dpfedavg
+from fedaudit.fl.dp_fedavg import DPFedAvgAggregator, clip_updates, train_dp_fedavg
 from fedaudit.fl.eflops import EFLoPS, EFLoPSState, SparseRun, local_update, top_m_mask, train_eflops
 from fedaudit.fl.federation import Federation, LabelFlip
 from fedaudit.fl.gated_training import ErrorFeedback, data_free_gates
@@ -74,7 +74,7 @@ __all__ = [
     "Federation", "LabelFlip",
     "Problem", "QuadraticProblem", "FederationProblem", "as_problem",
     "Optimizer", "DGD", "DNAG", "RobustAccelerated", "PIGS", "nesterov_schedule", "estimate_delta",
-    "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dpfedavg",
+    "Trace", "run", "DPFedAvgAggregator", "clip_updates", "train_dp_fedavg",
     "EFLoPS", "EFLoPSState", "SparseRun", "local_update", "top_m_mask", "train_eflops", "GatedModel", "HardConcrete",
     "ErrorFeedback", "data_free_gates",
     "train_fed_ht", "train_fediter_ht", "train_fedavg_prune", "FederatedData", "scarce_regression", "load_gene_csv", "GENE_CSV_ORIENTATIONS",
@@ -85,4 +85,5 @@ __all__ = [
 
 
 #: the names these had before issue #24 (deprecated; each read warns once with the new name)
-__getattr__ = module_aliases(__name__, {"ORIENTATIONS": ("GENE_CSV_ORIENTATIONS", lambda: GENE_CSV_ORIENTATIONS)})
+__getattr__ = module_aliases(__name__, {"ORIENTATIONS": ("GENE_CSV_ORIENTATIONS", lambda: GENE_CSV_ORIENTATIONS),
+                                        "train_dpfedavg": ("train_dp_fedavg", lambda: train_dp_fedavg)})

@@ -15,7 +15,7 @@ Why the denominator is the *expected* number of sampled clients q·N and not the
 a constant denominator is post-processing of the noisy sum, so adding or removing one client
 changes the sum by at most C in L2 and each round is exactly the Poisson-subsampled Gaussian
 mechanism with noise multiplier z at the client level (accounted by
-:func:`fedaudit.accounting.fedavg.epsilon_dpfedavg`); dividing by the realised count would make the
+:func:`fedaudit.accounting.dp_fedavg.epsilon_dp_fedavg`); dividing by the realised count would make the
 scale of the output depend on who took part. N must therefore be fixed in advance
 (``population``), not counted from the clients present. The estimate is unbiased for the mean
 update of the population when no update is clipped; its noise std per coordinate is zC/(qN).
@@ -24,7 +24,7 @@ Non-finite updates: a row with any NaN or ±inf entry is replaced by the zero ve
 norm 0) before summation, and counted. Dropping it would give the same sum (the denominator is
 fixed), and no NaN ever reaches the model; the sensitivity bound C is unchanged.
 
-Design: DP-FedAvg is its own training loop (:func:`train_dpfedavg`), not an optimizer in
+Design: DP-FedAvg is its own training loop (:func:`train_dp_fedavg`), not an optimizer in
 ``fl.registry.OPTIMIZERS``: the optimizers there consume one aggregated *gradient* of the honest
 losses at a query point from an inexact oracle, whereas a DP-FedAvg round samples clients, runs
 local training from the broadcast model, clips *model updates* and adds noise calibrated to the
@@ -42,8 +42,9 @@ from typing import Any, Callable
 import numpy as np
 
 from fedaudit.accounting.dpsgd import check_method
-from fedaudit.accounting.fedavg import NEIGHBOURING, UNIT, epsilon_dpfedavg
+from fedaudit.accounting.dp_fedavg import NEIGHBOURING, UNIT, epsilon_dp_fedavg
 from fedaudit.accounting.pld import GaussianPLD
+from fedaudit.deprecation import module_aliases
 from fedaudit.errors import FedAuditError
 from fedaudit.fl.optimizers import DGD, Optimizer
 from fedaudit.fl.problems import as_problem
@@ -52,7 +53,7 @@ from fedaudit.rng import RngLike, as_generator, as_seed_sequence
 from fedaudit.validation import (check_int, check_matrix, check_positive, check_probability, check_real,
                                  check_vector)
 
-__all__ = ["clip_updates", "DPFedAvgAggregator", "train_dpfedavg"]
+__all__ = ["clip_updates", "DPFedAvgAggregator", "train_dp_fedavg"]
 
 
 def clip_updates(updates: Any, clip: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,7 +138,7 @@ def _local_updates(federation: Any, x: np.ndarray, ids: np.ndarray, steps: int, 
     return out
 
 
-def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_multiplier: float,
+def train_dp_fedavg(federation: Any, *, rounds: int, sample_rate: float, noise_multiplier: float,
                    clip: float = 1.0, local_steps: int = 1, local_lr: float = 0.1, server: Optimizer | None = None,
                    delta: float | None = 1e-5, accountant: str = "pld", fixed_updates: Any = None,
                    population: int | None = None, ledger: Any = None,
@@ -158,7 +159,7 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
     with different z sample the same clients round by round.
 
     Accounting: with ``delta`` given and z > 0, ``Trace.extras["epsilon"]`` holds
-    :func:`~fedaudit.accounting.fedavg.epsilon_dpfedavg` (method ``accountant``) after each
+    :func:`~fedaudit.accounting.dp_fedavg.epsilon_dp_fedavg` (method ``accountant``) after each
     recorded round (≈ 0.1–1 s per value by PLD; record less often or pass ``delta=None`` to skip);
     with z = 0 the values are ``inf`` (no privacy). ``ledger`` (a
     :class:`~fedaudit.accounting.Ledger`) is charged, for every sampled client (id = its index;
@@ -234,7 +235,7 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
         log["test_acc"].append(float(problem.test_accuracy(x)) if has_acc else None)
         log["wall_time"].append(elapsed)
         if k > 0 and delta is not None:
-            eps = epsilon_dpfedavg(z, q, k, delta, accountant).epsilon if z > 0 else math.inf
+            eps = epsilon_dp_fedavg(z, q, k, delta, accountant).epsilon if z > 0 else math.inf
             extras["epsilon_rounds"].append(k)
             extras["epsilon"].append(eps)
 
@@ -275,3 +276,7 @@ def train_dpfedavg(federation: Any, *, rounds: int, sample_rate: float, noise_mu
             "denominator": q * population}
     return Trace(optimizer="dp-fedavg", params=params, **log, info=info, extras=extras, diverged=diverged,
                  seed_entropy=root.entropy, x_final=np.array(state.output(), dtype=np.float64, copy=True))
+
+
+#: the spelling this had before issue #24 (deprecated; a read warns with the new name)
+__getattr__ = module_aliases(__name__, {"train_dpfedavg": ("train_dp_fedavg", lambda: train_dp_fedavg)})

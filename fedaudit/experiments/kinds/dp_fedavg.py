@@ -1,9 +1,9 @@
 """Claim kind ``dp-fedavg`` (formerly ``fedavg-dp``): a DP-FedAvg configuration is client-level (ε, δ)-DP — its accountant
 says so and a canary-client audit of one training run does not refute it.
 
-The run (:func:`fedaudit.audit.dp_fedavg_audit.audit_dpfedavg`) samples clients with probability q
+The run (:func:`fedaudit.audit.dp_fedavg_audit.audit_dp_fedavg`) samples clients with probability q
 per round, clips their updates to ``clip`` and adds N(0, (z·clip)²) to the sum with the real z
-(``noise_multiplier``), while the accountant (:func:`fedaudit.accounting.fedavg.epsilon_dpfedavg`,
+(``noise_multiplier``), while the accountant (:func:`fedaudit.accounting.dp_fedavg.epsilon_dp_fedavg`,
 PLD) is told ``claimed_noise_multiplier``. m canary clients, each included with probability ½, send
 a fixed random direction and are scored by the final model's alignment with it. The verdict is the
 one of the ``dpsgd`` kind (:func:`fedaudit.experiments.evidence.canary_decision`): the accountant within the claim
@@ -73,11 +73,11 @@ class DPFedAvg(ClaimKind):
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.accounting.curves import epsilon_dpsgd_curve
-        from fedaudit.audit.dp_fedavg_audit import audit_dpfedavg
+        from fedaudit.audit.dp_fedavg_audit import audit_dp_fedavg
         from fedaudit.progress import increments_from_totals
 
         p = spec.params
-        res = audit_dpfedavg(noise_multiplier=p["noise_multiplier"], clip=p["clip"], sample_rate=p["sample_rate"],
+        res = audit_dp_fedavg(noise_multiplier=p["noise_multiplier"], clip=p["clip"], sample_rate=p["sample_rate"],
                              rounds=p["rounds"], delta=p["delta"], canaries=p["canaries"], clients=p["clients"],
                              claimed_noise_multiplier=p["claimed_noise_multiplier"], dataset=p["dataset"],
                              local_lr=p["local_lr"], local_steps=p["local_steps"], server_lr=p["server_lr"],
