@@ -228,6 +228,9 @@ def dp_accounting_private_uses(root: Path = ROOT) -> list[str]:
     bad = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "dp_accounting":
+                bad.extend(f"{path.relative_to(root.parent)}:{node.lineno}: from {node.module} import {a.name}"
+                           for a in node.names if a.name.startswith("_") or "._" in f".{node.module}")
             if not isinstance(node, ast.Attribute) or node.attr not in private:
                 continue
             if node.attr in DP_ACCOUNTING_HOOKS and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -252,10 +255,14 @@ def test_checker_sees_a_planted_dp_accounting_private_read(tmp_path):
         "        self._maybe_compose(event, count, do_compose)\n"
         "        return super()._maybe_compose(event, count, do_compose)\n"
         "    def get_epsilon(self, d):\n"
-        "        return self._contains_non_dp_event or self._pld.get_epsilon_for_delta(d)\n", encoding="utf-8")
-    assert dp_accounting_private_uses(tmp_path / "fedaudit") == [
+        "        return self._contains_non_dp_event or self._pld.get_epsilon_for_delta(d)\n"
+        "from dp_accounting.pld.privacy_loss_distribution import _pld_for_subsampled_mechanism\n"
+        "from dp_accounting.pld import privacy_loss_distribution\n", encoding="utf-8")
+    assert sorted(dp_accounting_private_uses(tmp_path / "fedaudit")) == [
         "fedaudit/probe.py:4: super()._maybe_compose", "fedaudit/probe.py:6: self._contains_non_dp_event",
-        "fedaudit/probe.py:6: self._pld"]
+        "fedaudit/probe.py:6: self._pld",
+        "fedaudit/probe.py:7: from dp_accounting.pld.privacy_loss_distribution import "
+        "_pld_for_subsampled_mechanism"]
 
 
 @pytest.mark.parametrize("pattern", ["matplotlib.use(", "import matplotlib.pyplot", "from matplotlib import pyplot"])
