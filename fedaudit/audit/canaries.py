@@ -64,7 +64,7 @@ from fedaudit.json import jsonable
 from fedaudit.rng import derive_generator, derive_seed
 from fedaudit.validation import check_choice, check_int, check_positive, check_probability
 
-__all__ = ["CanaryRun", "train_with_canaries", "CANARY_DATASETS", "THREATS", "MAX_CANARIES"]
+__all__ = ["CanaryRun", "train_with_canaries", "subsampled_gaussian_llr", "CANARY_DATASETS", "THREATS", "MAX_CANARIES"]
 
 CANARY_DATASETS = ("digits", "synthetic")
 THREATS = ("white-box", "white-box-final", "black-box")
@@ -78,6 +78,15 @@ MAX_STEPS = 1_000_000
 CANARY_SCALE = 10.0
 #: memory cap on one batch's per-example gradients (expected batch × classes × features × 8 bytes)
 _GRAD_BYTES = 256 * 2**20
+
+
+def subsampled_gaussian_llr(o: np.ndarray, sample_rate: float, sigma: float) -> np.ndarray:
+    """log(1 − q + q·exp((o − ½)/σ²)): the log-likelihood ratio of one normalised observation
+    o = b + N(0, σ²) of a canary, b ~ Bernoulli(q) ("in") against b = 0 ("out") — one
+    Poisson-subsampled Gaussian step. Summed over the steps it is the Neyman–Pearson score of
+    the white-box threat (module docstring)."""
+    log_out = math.log1p(-sample_rate) if sample_rate < 1 else -math.inf
+    return np.logaddexp(log_out, math.log(sample_rate) + (np.asarray(o, dtype=np.float64) - 0.5) / sigma ** 2)
 
 
 @dataclass(frozen=True)
@@ -231,8 +240,7 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, n_ref
     cols = torch.from_numpy(d + 1 + np.arange(m)) if dirac else None
     rows = torch.from_numpy(labels)
     first = prev = weight.detach()[rows, cols].clone() if dirac else None
-    log_out, log_in = math.log1p(-q) if q < 1 else -math.inf, math.log(q)
-    inv_var = 1.0 / p["score_noise_multiplier"] ** 2
+    score_sigma = p["score_noise_multiplier"]
     scores = np.zeros(m)
     step = 0
     with warnings.catch_warnings():
@@ -250,7 +258,7 @@ def _train(torch, p, X, y, linear, X_test, y_test, canary_x, labels, k, d, n_ref
                 if iterates:
                     cur = weight.detach()[rows, cols]
                     o = ((cur - prev) / (eta * C)).numpy()
-                    scores += np.logaddexp(log_out, log_in + (o - 0.5) * inv_var)
+                    scores += subsampled_gaussian_llr(o, q, score_sigma)
                     prev = cur
                 step += 1
                 if progress is not None:
