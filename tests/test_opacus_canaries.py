@@ -118,6 +118,10 @@ def test_observations_follow_the_subsampled_gaussian_law(correct):
     assert abs(o_in.mean() - q) <= z * math.sqrt(SIGMA ** 2 + q * (1 - q)) / math.sqrt(o_in.size)
     lo, hi = stats.chi2.ppf([1e-6, 1 - 1e-6], o_out.size - 1) / (o_out.size - 1)
     assert lo <= o_out.var(ddof=1) / SIGMA ** 2 <= hi
+    # no drift left on any coordinate: the excluded canaries' means over the steps vary as σ²/T
+    means = obs[:, ~audit.included].mean(axis=0)
+    lo, hi = stats.chi2.ppf([1e-6, 1 - 1e-6], means.size - 1) / (means.size - 1)
+    assert lo <= means.var(ddof=1) / (SIGMA ** 2 / STEPS) <= hi
 
 
 def test_correct_run_is_not_flagged_and_is_compared_with_the_engine(correct):

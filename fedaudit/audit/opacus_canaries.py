@@ -173,7 +173,7 @@ class OpacusAudit(CanaryAudit):
         """One line: threat, engine's claim, fedaudit's accountants, the bounds and the verdict."""
         others = ", ".join(f"{a.method} {a.epsilon:.4g}" for a in self.accountants)
         below = "; the engine reports LESS than fedaudit's accountants" if self.engine_under_reports else ""
-        ratio = "" if self.noise_ratio is None else f"; released noise {self.noise_ratio:.3g}× the claimed σ"
+        ratio = "" if self.noise_ratio is None else f"; released noise {self.noise_ratio:.3f} × the claimed σ"
         return (f"Opacus {self.threat} audit ({self.canaries} canaries, {self.canary_steps} of {self.steps} steps): "
                 f"{self.describe_bounds()}; fedaudit accountants on the same events: {others or 'none asked'}{below}"
                 f"{ratio}")
