@@ -200,6 +200,12 @@ def test_make_private_with_epsilon_adam_and_batch_memory_manager():
     assert abs(o_in.mean() - 0.05) <= z_tolerance() * math.sqrt(sigma ** 2 + 0.05) / math.sqrt(o_in.size)
     audit.detach()
     assert "clip_and_accumulate" not in opt.__dict__ and "add_noise" not in opt.__dict__
+    before = audit.scores()
+    opt.noise_multiplier = 3.0  # after detach: no canaries, and the scores keep the σ of their own steps
+    train(model, opt, loader, 5)
+    again = audit.result(1e-5, accountants=())
+    assert again.steps == r.steps + 5 and again.canary_steps == r.canary_steps == r.steps
+    assert again.history[-1] == (3.0, 0.05, 5) and np.array_equal(audit.scores(), before)
 
 
 def test_black_box_input_canaries():

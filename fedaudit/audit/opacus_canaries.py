@@ -318,6 +318,7 @@ class OpacusCanaryAudit:
         self._real = np.zeros(m)
         self._observations: list[np.ndarray] = []
         self._rates: list[float] = []
+        self._step_ids: list[int] = []
         self.noise_ratio: float | None = None
         self._attach()
 
@@ -443,6 +444,8 @@ class OpacusCanaryAudit:
                 if sel.size and p.grad is not None:
                     released[sel] = p.grad.detach().reshape(-1)[local].double().cpu().numpy()
         self._observations.append((self.signs * (released - self._real) / C).astype(np.float32))
+        # the accountant's hook runs after this one: the steps it holds now index this step
+        self._step_ids.append(sum(n for _, _, n in engine_history(self.engine)))
         self._real[:] = 0.0
         self.hook_seconds += time.perf_counter() - start
 
@@ -458,8 +461,11 @@ class OpacusCanaryAudit:
 
     @property
     def canary_steps(self) -> int:
-        """Optimizer steps since the audit was built (those the canaries could join)."""
-        return sum(n for _, _, n in engine_history(self.engine)) - self._start_steps
+        """Optimizer steps the canaries could join: since the audit was built (until
+        :meth:`detach`, for gradient canaries)."""
+        if self.threat == "black-box":
+            return sum(n for _, _, n in engine_history(self.engine)) - self._start_steps
+        return len(self._rates)
 
     def scores(self) -> np.ndarray:
         """One score per canary (higher = more likely included), by the threat model."""
@@ -472,16 +478,17 @@ class OpacusCanaryAudit:
         T = len(self._observations)
         if T == 0:
             raise FedAuditError("no optimizer step has run since the audit was built: train, then call result()")
-        if sigma.size < T:
-            raise FedAuditError(f"the engine's accountant records {sigma.size} steps but the canaries saw {T}: the "
-                                f"accountant's step hook was removed or replaced")
-        sigma, q = sigma[-T:], q[-T:]
+        ids = np.asarray(self._step_ids)
+        if sigma.size <= ids[-1]:
+            raise FedAuditError(f"the engine's accountant records {sigma.size} steps but the canaries saw step "
+                                f"{ids[-1] + 1}: the accountant's step hook was removed or replaced")
+        sigma, q = sigma[ids], q[ids]
         rates = np.asarray(self._rates[:T])
         bad = np.flatnonzero(np.abs(rates - q) > 1e-9 * np.maximum(q, 1e-300))
         if bad.size:
             t = int(bad[0])
             raise FedAuditError(f"the canaries were sampled at q={rates[t]:g} but the accountant records q={q[t]:g} "
-                                f"at step {t + 1}: pass the DPDataLoader make_private returned (or its sample_rate)")
+                                f"at step {ids[t] + 1}: pass the DPDataLoader make_private returned (or its sample_rate)")
         if (sigma <= 0).any():
             raise FedAuditError("the accountant records noise_multiplier=0: its ε is infinite, there is no claim to "
                                 "audit")
