@@ -47,7 +47,7 @@ __all__ = ["KIND_COMMANDS", "DEPRECATED", "DROPPED", "EXAMPLES", "RUN_OPTIONS", 
            "add_key_options", "add_run_options", "cmd_kind"]
 
 #: kinds whose command is not ``fedaudit audit <kind>``
-KIND_COMMANDS: dict[str, tuple[str, ...]] = {"stress": ("stress",)}
+KIND_COMMANDS: dict[str, tuple[str, ...]] = {"stress": ("stress",), "config-check": ("check",)}
 
 
 def _same(text: str) -> Any:
@@ -106,6 +106,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                   "--rounds 10 --json fedavg.json"),
     "sparse-upload": ("fedaudit audit sparse-upload",
                       "fedaudit audit sparse-upload --plain-claimed-epsilon 1 --worst-samples 20000 --json upload.json"),
+    "config-check": ("fedaudit check local-dp-mod --clipping-norm 1 --sensitivity 1 --epsilon 10",
+                     "fedaudit check flower-central --noise-multiplier 1 --num-sampled-clients 10 --population 1000 "
+                     "--rounds 100 --claimed-epsilon 8",
+                     "fedaudit check nvflare-svt --model-size 1000000 --fraction 0.1 --epsilon 0.1 --noise-var 0.1",
+                     "fedaudit check opacus --noise-multiplier 1.1 --sample-rate 0.004 --steps 10000 --json check.json",
+                     "fedaudit check flower-central --config pyproject.toml --config-keys noise_multiplier=noise-mult "
+                     "--population 1000 --claimed-epsilon 8"),
     "stress": ("fedaudit stress --min-accuracy 0.8 --out stress-report",
                "fedaudit stress --aggregators cwtm krum --attacks alie ipm --fs 1 3 --betas 0.5 1 --max-loss 1 "
                "--out stress-report",
@@ -167,11 +174,19 @@ def claim_keys(keys: Mapping[str, Any]) -> dict[str, Any]:
     return {name: key for name, key in keys.items() if name not in ENGINE_KEYS}
 
 
-def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any]) -> None:
+def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any], positional: tuple[str, ...] = ()) -> None:
     """One flag per key of ``keys`` (the module docstring says how a key becomes a flag); every
-    flag's value lands in ``args.<key>`` (None when not given: the key's default applies)."""
+    flag's value lands in ``args.<key>`` (None when not given: the key's default applies). The
+    keys in ``positional`` (a kind's ``positional_keys``: ``fedaudit check TARGET``) are positional
+    arguments instead, with their choices."""
     group = p.add_argument_group("claim parameters (the kind's plan keys; docs/plans.md)")
+    for name in positional:
+        key = keys[name]
+        p.add_argument(name, choices=key.choices, metavar=name.upper(),
+                       help=(key.help + f"; {key.describe()}").replace("%", "%%"))
     for name, key in keys.items():
+        if name in positional:
+            continue
         helptext = (key.help.removesuffix(".") if not key.help.endswith("...") else key.help) if key.help \
             else name.replace("_", " ")
         default = _default_text(key)
@@ -365,7 +380,7 @@ def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.
             description=f"{doc} Runs one claim of kind {name!r} (the flags are its plan keys) through the plan "
                         f"runner and prints its verdict: exit 0 PASS, 1 FAIL or INCONCLUSIVE, 2 bad input.",
             epilog=examples_epilog(_examples(name, path, keys)))
-        add_key_options(p, keys)
+        add_key_options(p, keys, tuple(getattr(kind, "positional_keys", ())))
         add_run_options(p, kind)
         for old, key in _deprecated_flags(name, kind, keys).items():
             p.add_argument(old, action=_Deprecated, key=key, convert=_one_value(keys.get(key)),
@@ -390,9 +405,12 @@ def _command_line(args: argparse.Namespace, raw: Mapping[str, Any]) -> str:
     it ran (values as the plan holds them)."""
     import shlex
 
-    words = ["fedaudit", *args.kind_command.split()]
+    from fedaudit.experiments.kinds import claim_kind
+
+    positional = tuple(getattr(claim_kind(args.kind_name), "positional_keys", ()))
+    words = ["fedaudit", *args.kind_command.split(), *(str(raw[name]) for name in positional if name in raw)]
     for name, value in raw.items():
-        if name in ("id", "kind") or value is None:
+        if name in ("id", "kind", *positional) or value is None:
             continue
         if isinstance(value, bool):
             words.append(flag_of(name) if value else "--no-" + name.replace("_", "-"))

@@ -99,8 +99,8 @@ def adaptive_noise(noise_multiplier: float, num_sampled_clients: int,
     σ_b defaults to m/20; Flower refuses z ≥ 2σ_b, and so does this)."""
     sigma_b = num_sampled_clients / 20 if clipped_count_stddev is None else clipped_count_stddev
     if noise_multiplier >= 2 * sigma_b:
-        raise FedAuditError(f"adaptive clipping needs noise_multiplier < 2·clipped_count_stddev = {2 * sigma_b:g} "
-                            f"(Flower refuses it too: raise clipped_count_stddev or lower noise_multiplier)")
+        raise FedAuditError(f"= {noise_multiplier:g} must be < 2·clipped_count_stddev = {2 * sigma_b:g} under "
+                            f"adaptive clipping (Flower refuses it too; clipped_count_stddev defaults to m/20)")
     return sigma_b, (noise_multiplier ** -2 - (2 * sigma_b) ** -2) ** -0.5
 
 
@@ -124,6 +124,18 @@ def flower_central_event(noise_multiplier: float, num_sampled_clients: int, popu
     return dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(noise_multiplier), rounds), "add-remove", "pld"
 
 
+def _validate_central(p: dict[str, Any], where: str) -> None:
+    """m ≤ N, and adaptive clipping's z < 2σ_b (Flower refuses it)."""
+    if p["num_sampled_clients"] > p["population"]:
+        raise FedAuditError(f"{where}: key 'num_sampled_clients' ({p['num_sampled_clients']}) must be at most key "
+                            f"'population' ({p['population']})")
+    if p["clipping"] == "adaptive" and p["noise_multiplier"] > 0:
+        try:
+            adaptive_noise(p["noise_multiplier"], p["num_sampled_clients"], p["clipped_count_stddev"])
+        except FedAuditError as exc:
+            raise FedAuditError(f"{where}: key 'noise_multiplier' {exc}") from None
+
+
 def _epsilon(z: float, m: int, n: int, rounds: int, sampling: str, delta: float, accountant: str | None) -> float:
     from fedaudit.accounting import account
 
@@ -142,9 +154,8 @@ def check_flower_central(noise_multiplier: float, clipping_norm: float | None, n
     from fedaudit.accounting import calibrate
 
     m, n, z = num_sampled_clients, population, noise_multiplier
-    if m > n:
-        raise FedAuditError(f"check flower-central: key 'num_sampled_clients' ({m}) must be at most key "
-                            f"'population' ({n})")
+    _validate_central(dict(num_sampled_clients=m, population=n, noise_multiplier=z, clipping=clipping,
+                           clipped_count_stddev=clipped_count_stddev), "check flower-central")
     acc_name = accountant or flower_central_event(1.0, m, n, 1, sampling)[2]
     notes = [f"client-level DP, neighbours: {'replace one client (N public)' if sampling == 'without-replacement' else 'add or remove one client'}; "
              f"{sampling} sampling of m = {m} of N = {n} per round; accountant {acc_name!r} (an upper bound)",
@@ -240,4 +251,4 @@ register_target("flower-central", "Flower's central-DP wrappers (fixed or adapti
                  "delta", "sampling", "clipping", "clipped_count_stddev", "clip_norm_lr", "target_clipped_quantile",
                  "accountant"),
                 ("noise_multiplier", "num_sampled_clients", "population", "rounds", "claimed_epsilon"),
-                check_flower_central, "flower-app")
+                check_flower_central, "flower-app", validate=_validate_central)

@@ -160,8 +160,18 @@ def check_nvflare_svt(model_size: int, fraction: float, epsilon: float | None, n
         details={**r.to_dict(), "tau": tau}, notes=notes)
 
 
+def _validate_svt(p: dict[str, Any], where: str) -> None:
+    """The split nvflare would accept (its ValueError, as a FedAuditError naming ``where``)."""
+    try:
+        svt_privacy_epsilon(p["model_size"], fraction=p["fraction"], epsilon=0.1 if p["epsilon"] is None else p["epsilon"],
+                            noise_var=p["noise_var"], gamma=p["gamma"], epsilon_threshold=p["epsilon_threshold"],
+                            epsilon_query=p["epsilon_query"], epsilon_release=p["epsilon_release"])
+    except FedAuditError as exc:
+        raise FedAuditError(f"{where}: {exc}") from None
+
+
 register_target("nvflare-svt", "NVIDIA FLARE's SVTPrivacy filter (nvflare 2.9.0) on a model of d coordinates: "
                 "certified ε per release", ("model_size", "fraction", "epsilon", "noise_var", "gamma", "tau",
                                             "epsilon_threshold", "epsilon_query", "epsilon_release",
                                             "scalar_parameters", "claimed_epsilon"),
-                ("model_size",), check_nvflare_svt, "nvflare-job")
+                ("model_size",), check_nvflare_svt, "nvflare-job", validate=_validate_svt)

@@ -198,6 +198,7 @@ class Target:
     required: tuple[str, ...]
     check: Callable[..., CheckResult]
     config_format: str | None = None
+    validate: Callable[[dict[str, Any], str], None] | None = None
 
 
 #: target name -> :class:`Target`
@@ -206,8 +207,10 @@ TARGETS: Registry[Target] = Registry("check target")
 
 def register_target(name: str, summary: str, params: tuple[str, ...], required: tuple[str, ...],
                     check: Callable[..., CheckResult], config_format: str | None = None, *,
-                    replace: bool = False) -> Target:
-    """Register a target (the module docstring); its parameters must be in :data:`PARAMS`."""
+                    validate: Callable[[dict[str, Any], str], None] | None = None, replace: bool = False) -> Target:
+    """Register a target (the module docstring); its parameters must be in :data:`PARAMS`. ``validate(params,
+    where)``, when given, checks the parameters against each other (each valid on its own) before anything
+    runs, raising one FedAuditError that starts with ``where``."""
     unknown = [p for p in (*params, *required) if p not in PARAMS]
     if unknown:
         raise FedAuditError(f"check target {name!r}: unknown parameter {unknown[0]!r}; add it to PARAMS")
@@ -215,7 +218,7 @@ def register_target(name: str, summary: str, params: tuple[str, ...], required: 
         raise FedAuditError(f"check target {name!r}: required parameters must be among its parameters")
     if config_format is not None and config_format not in CONFIG_FORMATS:
         raise FedAuditError(f"check target {name!r}: config_format must be one of {', '.join(CONFIG_FORMATS)}")
-    target = Target(name, summary, tuple(params), tuple(required), check, config_format)
+    target = Target(name, summary, tuple(params), tuple(required), check, config_format, validate)
     TARGETS.register(name, lambda: target, summary=summary, replace=replace)
     return target
 
@@ -242,6 +245,8 @@ def validate_params(target: Target, given: Mapping[str, Any], where: str | None 
         if good is None:
             raise FedAuditError(f"{where}: key {name!r} must be {param.describe()}, got {value!r}")
         out[name] = good
+    if target.validate is not None:
+        target.validate(out, where)
     return out
 
 
