@@ -51,9 +51,10 @@ class ConfigCheck(ClaimKind):
                                                     "the parameter's own name, snake or kebab case)"),
         }
         for name, p in params.items():
-            default = "" if p.default is None else f" (default for the targets that take it: {p.default!r})"
+            users = [n for n in targets.names() if name in targets.factory(n)().params]
+            default = "" if p.default is None else f"; default {p.default!r}"
             keys[name] = Key(p.type, None, low=p.low, high=p.high, open_low=p.open_low, open_high=p.open_high,
-                             choices=p.choices, help=p.help + default)
+                             choices=p.choices, help=f"{p.help} [{', '.join(users) or 'no target'}{default}]")
         return keys
 
     def cross_check(self, where: str, params: dict[str, Any], expect: str) -> None:

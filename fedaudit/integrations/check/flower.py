@@ -179,6 +179,20 @@ def check_flower_central(noise_multiplier: float, clipping_norm: float | None, n
                                  accountant=acc_name, neighbouring=flower_central_event(1.0, m, n, 1, sampling)[1])
             fix = f"set noise_multiplier ≥ {z_needed:.4g}"
             details["noise_multiplier_needed"] = z_needed
+        if sampling == "without-replacement" and m < n:
+            from dp_accounting import dp_event
+
+            from fedaudit.accounting import account
+
+            at_c = account(dp_event.SelfComposedDpEvent(dp_event.SampledWithoutReplacementDpEvent(
+                n, m, dp_event.GaussianDpEvent(z)), rounds), delta=delta, accountant=acc_name,
+                neighbouring="replace-one").epsilon if z > 0 else math.inf
+            details["epsilon_if_replace_one_sensitivity_were_c"] = at_c
+            notes.append(f"replacing one client moves the clipped sum by up to 2C, so the noise over that sensitivity "
+                         f"is z/2; an accountant that takes it as C reports ε = {at_c:.4g} — Flower's own RdpAccountant "
+                         f"with sampling_method='without-replacement' composes SampledWithoutReplacementDpEvent(N, m, "
+                         f"GaussianDpEvent(z)) under REPLACE_ONE (flwr/supercore/privacy_accounting/rdp_accountant.py, "
+                         f"_to_backend_event)")
         if acc_name == "pld":
             notes.append("pld: dp-accounting's PLD with pessimistic discretisation, an upper bound within 0.01 % of "
                          "the exact ε")

@@ -59,8 +59,9 @@ def _check(history: list[tuple[float, float, int]], delta: float, claimed_epsilo
              "dp-accounting's PLD, pessimistic (an upper bound)"]
     if own is not None:
         notes.append(f"Opacus's {opacus_accountant} accountant reports ε = {own:.4g}"
-                     + (" (gdp is a central-limit approximation, not an upper bound)" if opacus_accountant == "gdp"
-                        else ""))
+                     + (" (gdp is a central-limit approximation, not an upper bound; Opacus warns that it "
+                        "'can underestimate privacy expenditure', opacus/accountants/gdp.py)"
+                        if opacus_accountant == "gdp" else ""))
     return CheckResult(target="opacus", library=library_version("opacus"), configuration=configuration,
                        claimed_epsilon=claim, claim_source=source, epsilon_true=eps, delta=delta,
                        unit=f"after {steps} steps", bound="upper", fix=fix,
