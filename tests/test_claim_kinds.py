@@ -110,7 +110,7 @@ def test_a_kind_named_by_reference_runs_without_registration():
 
 
 def test_unknown_and_broken_kinds_are_refused():
-    with pytest.raises(FedAuditError, match=r"key 'kind' must be one of 'accounting', 'convergence', .*'ldp', .*got 'cion'"):
+    with pytest.raises(FedAuditError, match=r"key 'kind' must be one of 'accounting', .*'convergence', .*'ldp', .*got 'cion'"):
         load_plan(plan({**FAIR, "kind": "cion"}))
     with pytest.raises(FedAuditError, match=r"key 'kind' names no usable claim kind: .*ClaimKind subclass"):
         load_plan(plan({**FAIR, "kind": "fedaudit.mechanisms.laplace:Laplace"}))

@@ -111,8 +111,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                      "--rounds 100 --claimed-epsilon 8",
                      "fedaudit check nvflare-svt --model-size 1000000 --fraction 0.1 --epsilon 0.1 --noise-var 0.1",
                      "fedaudit check opacus --noise-multiplier 1.1 --sample-rate 0.004 --steps 10000 --json check.json",
-                     "fedaudit check flower-central --config pyproject.toml --config-keys noise_multiplier=noise-mult "
-                     "--population 1000 --claimed-epsilon 8"),
+                     "fedaudit check flower-central --noise-multiplier 1 --num-sampled-clients 100 --population 1000 "
+                     "--rounds 100 --claimed-epsilon 8 --clipping adaptive"),
     "stress": ("fedaudit stress --min-accuracy 0.8 --out stress-report",
                "fedaudit stress --aggregators cwtm krum --attacks alie ipm --fs 1 3 --betas 0.5 1 --max-loss 1 "
                "--out stress-report",
