@@ -118,6 +118,35 @@ def test_svt_closed_form_and_split_match_nvflare():
     assert svt._compute_release_epsilon(c, noise_var) == pytest.approx(r.epsilon_release)
 
 
+def test_nvflares_real_filter_accepts_more_than_n_upload(caplog):
+    """The premise of the (d/c)·ε2 bound: the installed SVTPrivacy's acceptance does not stop at c."""
+    import logging
+
+    import numpy as np
+
+    svt = pytest.importorskip("nvflare.app_common.filters.svt_privacy")
+    from nvflare.apis.dxo import DXO, DataKind
+    from nvflare.apis.fl_context import FLContext
+    from nvflare.apis.shareable import Shareable
+
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        with caplog.at_level(logging.INFO):
+            out = svt.SVTPrivacy(fraction=0.1, epsilon=0.1, noise_var=0.1).process_dxo(
+                DXO(DataKind.WEIGHT_DIFF, data={"w": np.full(1000, 1e-3)}), Shareable(), FLContext())
+    finally:
+        np.random.set_state(state)
+    done = [r.getMessage() for r in caplog.records if "acceptance completed" in r.getMessage()]
+    accepted, n_upload = map(int, done[0].split("reach ")[1].split(" ")[0].split("/"))
+    assert n_upload == 100 and accepted > n_upload  # 475 of 1000 accepted for 100 uploads
+    assert np.count_nonzero(out.data["w"]) <= n_upload
+    ledger = out.get_meta_prop("svt_privacy_budget")
+    r = svt_privacy_epsilon(1000, fraction=0.1, epsilon=0.1, noise_var=0.1)
+    assert ledger["epsilon_total"] == pytest.approx(r.epsilon_ledger)
+    assert r.epsilon_selection_bound > r.epsilon_threshold + r.epsilon_query
+
+
 def test_svt_is_flagged_against_its_ledger_unless_everything_is_uploaded():
     r = check_target("nvflare-svt", model_size=1000, fraction=0.1, epsilon=0.5, noise_var=0.01)
     assert r.claimed_epsilon == pytest.approx(0.5 + 1.0) and not r.meets and r.bound == "upper"
