@@ -255,6 +255,8 @@ def test_the_command_exits_0_1_2_and_reads_a_config_file(tmp_path, capsys):
     assert claim["verdict"] == "FAIL" and "to meet the claim, set epsilon = " in claim["summary"]
     assert main(base + ["--noise-multiplier", "-1", "--claimed-epsilon", "1"]) == 2
     assert "--noise-multiplier must be a number >= 0, got -1.0" in capsys.readouterr().err
+    assert main(base + ["--noise-multiplier", "1", "--claimed-epsilon", "1", "--accountant", "bogus"]) == 2
+    assert "--accountant must be one of pld" in capsys.readouterr().err
     assert main(["check", "nvflare-svt", "--model-size", "10", "--delta", "1e-5"]) == 2
     assert "--delta is not a parameter of target 'nvflare-svt'" in capsys.readouterr().err
     app = tmp_path / "pyproject.toml"

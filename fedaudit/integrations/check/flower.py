@@ -125,7 +125,12 @@ def flower_central_event(noise_multiplier: float, num_sampled_clients: int, popu
 
 
 def _validate_central(p: dict[str, Any], where: str) -> None:
-    """m ≤ N, and adaptive clipping's z < 2σ_b (Flower refuses it)."""
+    """m ≤ N, a known accountant, and adaptive clipping's z < 2σ_b (Flower refuses it)."""
+    from fedaudit.accounting import ACCOUNTANTS
+
+    if p.get("accountant") is not None and not ACCOUNTANTS.known(p["accountant"]):
+        raise FedAuditError(f"{where}: key 'accountant' must be one of {', '.join(ACCOUNTANTS.names())}, got "
+                            f"{p['accountant']!r}")
     if p["num_sampled_clients"] > p["population"]:
         raise FedAuditError(f"{where}: key 'num_sampled_clients' ({p['num_sampled_clients']}) must be at most key "
                             f"'population' ({p['population']})")
@@ -155,7 +160,7 @@ def check_flower_central(noise_multiplier: float, clipping_norm: float | None, n
 
     m, n, z = num_sampled_clients, population, noise_multiplier
     _validate_central(dict(num_sampled_clients=m, population=n, noise_multiplier=z, clipping=clipping,
-                           clipped_count_stddev=clipped_count_stddev), "check flower-central")
+                           clipped_count_stddev=clipped_count_stddev, accountant=accountant), "check flower-central")
     acc_name = accountant or flower_central_event(1.0, m, n, 1, sampling)[2]
     notes = [f"client-level DP, neighbours: {'replace one client (N public)' if sampling == 'without-replacement' else 'add or remove one client'}; "
              f"{sampling} sampling of m = {m} of N = {n} per round; accountant {acc_name!r} (an upper bound)",
