@@ -54,9 +54,9 @@ from fedaudit.integrations.check.targets import CheckResult, library_version, re
 __all__ = ["check_local_dp_mod", "check_flower_central", "flower_central_event", "adaptive_noise"]
 
 #: lines of flwr 1.42's code the central check rests on (cited in its notes)
-_ADAPTIVE_ORDER = ("flwr/serverapp/strategy/dp_adaptive_clipping.py: DifferentialPrivacyServerSideAdaptiveClipping."
-                   "aggregate_train updates the clipping norm (_geometric_update) before "
-                   "_add_noise_to_aggregated_arrays scales the noise with it; the client-side wrapper likewise")
+_ADAPTIVE_ORDER = ("flwr/serverapp/strategy/dp_adaptive_clipping.py: the server-side wrapper's aggregate_train updates "
+                   "the clipping norm (_geometric_update, line 216) before _add_noise_to_aggregated_arrays scales the "
+                   "noise with it (line 223); the client-side one likewise (lines 319 and 322)")
 
 
 def check_local_dp_mod(clipping_norm: float, sensitivity: float | None, epsilon: float, delta: float,
@@ -197,7 +197,8 @@ def check_flower_central(noise_multiplier: float, clipping_norm: float | None, n
                          f"is z/2; an accountant that takes it as C reports ε = {at_c:.4g} — Flower's own RdpAccountant "
                          f"with sampling_method='without-replacement' composes SampledWithoutReplacementDpEvent(N, m, "
                          f"GaussianDpEvent(z)) under REPLACE_ONE (flwr/supercore/privacy_accounting/rdp_accountant.py, "
-                         f"_to_backend_event)")
+                         f"_to_backend_event, lines 209 and 215-220; Flower's fixed-clipping wrappers take an accountant only "
+                         f"with sampling_method='no-amplification', dp_fixed_clipping.py line 104)")
         if acc_name == "pld":
             notes.append("pld: dp-accounting's PLD with pessimistic discretisation, an upper bound within 0.01 % of "
                          "the exact ε")
