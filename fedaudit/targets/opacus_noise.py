@@ -1,0 +1,112 @@
+"""Opacus's noise generation (``opacus.optimizers.optimizer._generate_noise``) as a fedaudit target.
+
+``DPOptimizer.add_noise`` calls ``_generate_noise(std=self.noise_multiplier * self.max_grad_norm,
+reference=p.summed_grad, generator=self.generator, secure_mode=self.secure_mode)``
+(``optimizer.py`` l. 484–489), and the claim every Opacus accountant makes is that the noise is
+N(0, (z·C)²) per coordinate. :func:`noise_check` draws it for real, in the parameter's dtype
+(float64, float32, float16, bfloat16), with and without ``secure_mode``, and reports:
+
+* the sample std against z·C with a 99.9 % chi-square interval (a std outside it is a finding);
+* the dtype the noise is generated in and how many distinct values it takes (a low-precision
+  gradient gets noise on the float16/bfloat16 grid; ``secure_mode`` draws default-dtype (float32)
+  normals whatever the parameter's dtype — l. 144–157 pass no ``dtype`` — and sums four of them);
+* :func:`blackbox_audit`: the one-step Gaussian mechanism x ↦ x + noise (x ∈ {0, C}, rounded to the
+  dtype as Opacus's in-place ``p.grad = summed_grad + noise`` is) certified against the exact ε of
+  N(0, (zC)²) at sensitivity C and δ.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from fedaudit.extras import require
+from fedaudit.json import jsonable
+from fedaudit.mechanisms.gaussian import gaussian_pair_epsilon
+from fedaudit.targets.base import BlackBoxAudit, CountingSampler, audit_sampler, library_version
+from fedaudit.validation import check_int, check_positive
+
+__all__ = ["NoiseCheck", "noise_check", "blackbox_audit", "DTYPES"]
+
+torch = require("torch", "auditing Opacus noise")
+_opt = require("opacus.optimizers.optimizer", "auditing Opacus noise")
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _dtype(name: str) -> Any:
+    from fedaudit.errors import FedAuditError
+
+    if name not in DTYPES:
+        raise FedAuditError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+@dataclass(frozen=True)
+class NoiseCheck:
+    """Std of ``samples`` real noise draws against ``std_claimed`` = z·C, its 99.9 % interval
+    [``std_low``, ``std_high``], the returned dtype and the number of distinct values."""
+
+    dtype: str
+    secure_mode: bool
+    std_claimed: float
+    std_measured: float
+    std_low: float
+    std_high: float
+    returned_dtype: str
+    distinct_values: int
+    samples: int
+    draws_per_second: float
+
+    @property
+    def violation(self) -> bool:
+        return not (self.std_low <= self.std_claimed <= self.std_high)
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({**asdict(self), "violation": self.violation})
+
+
+def _noise(std: float, n: int, dtype: Any, secure: bool, seed: int) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    return _opt._generate_noise(std, torch.zeros(n, dtype=dtype), generator=g, secure_mode=secure)
+
+
+def noise_check(noise_multiplier: float, max_grad_norm: float, *, dtype: str = "float32", secure_mode: bool = False,
+                samples: int = 200_000, seed: int = 0) -> NoiseCheck:
+    """Draw ``samples`` coordinates of Opacus's noise at std = z·C and compare the measured std."""
+    from scipy.stats import chi2
+
+    std = check_positive("noise_multiplier", noise_multiplier) * check_positive("max_grad_norm", max_grad_norm)
+    n = check_int("samples", samples, low=1000)
+    t0 = time.perf_counter()
+    z = _noise(std, n, _dtype(dtype), secure_mode, seed)
+    dt = time.perf_counter() - t0
+    v = z.double().numpy()
+    ss = float(np.sum(v * v))  # mean 0 known: ss/σ² ~ χ²_n
+    lo, hi = np.sqrt(ss / chi2.ppf(0.9995, n)), np.sqrt(ss / chi2.ppf(0.0005, n))
+    return NoiseCheck(dtype, secure_mode, std, float(np.sqrt(ss / n)), float(lo), float(hi), str(z.dtype).replace(
+        "torch.", ""), int(torch.unique(z).numel()), n, n / dt if dt > 0 else float("inf"))
+
+
+def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype: str = "float32",
+                   secure_mode: bool = False, delta: float = 1e-5, samples: int = 20_000, seed: int = 0,
+                   confidence: float = 0.95) -> BlackBoxAudit:
+    """Certify a lower bound on the ε of one noised coordinate x + noise (x ∈ {0, C}) against the
+    exact ε of the Gaussian mechanism N(0, (zC)²) at sensitivity C and ``delta``."""
+    std = check_positive("noise_multiplier", noise_multiplier) * check_positive("max_grad_norm", max_grad_norm)
+    tdt = _dtype(dtype)
+    t0 = time.perf_counter()
+
+    def draw(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        ref = torch.full((size,), float(x[0]), dtype=tdt)
+        return (ref + _noise(std, size, tdt, secure_mode, int(rng.integers(0, 2**63)))).double().numpy()
+
+    counter = CountingSampler(draw)
+    eps = gaussian_pair_epsilon(1.0 / noise_multiplier, delta)
+    audit = audit_sampler(counter, [0.0], [max_grad_norm], epsilon=eps, delta=delta, samples=samples, seed=seed,
+                          confidence=confidence)
+    return BlackBoxAudit("opacus", library_version("opacus"), f"_generate_noise[{dtype}{', secure' if secure_mode else ''}]",
+                         eps, delta, [0.0], [max_grad_norm], audit, real_calls=counter.calls,
+                         calls_per_second=counter.rate, reproducible=True, seconds=time.perf_counter() - t0)
