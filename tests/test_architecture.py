@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "fl": 3,
     "audit": 4,
     "integrations": 5,
+    "targets": 5,
     "reports": 5,
     "experiments": 6, "testing": 6,
     "cli": 7, "__init__": 7, "__main__": 7,
