@@ -46,9 +46,25 @@ def test_diffprivlib_pure_mechanisms_and_equivalence():
         assert not calibration_check(m, epsilons=(0.5, 2.0)).violation
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        b = blackbox_audit(M.Laplace(epsilon=1.0, sensitivity=1.0), samples=20_000, real_calls=2_000, seed=3)
+        b = blackbox_audit(M.Laplace(epsilon=1.0, sensitivity=1.0), samples=20_000, real_calls=2_000, seed=3,
+                           lattice=False)
     assert b.equivalence_calls == 4_000 and b.equivalence_mismatches == 0 and b.vectorised == 20_000
     assert not b.violation and 0.5 < b.epsilon_lower <= 1.0
+
+
+def test_diffprivlib_float_output_support_is_caught_and_snapping_passes():
+    """Mironov 2012: fl(x − b·L) near 0 is on the ulp(Δ)/2 lattice for x = Δ, not for x = 0."""
+    M = _lib("diffprivlib.mechanisms")
+    from fedaudit.targets import blackbox_audit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lap = blackbox_audit(M.Laplace(epsilon=1.0, sensitivity=1.0), samples=20_000, real_calls=2_000, seed=0)
+        snap = blackbox_audit(M.Snapping(epsilon=1.0, sensitivity=1.0, lower=-10, upper=10), samples=4_000, seed=0)
+        off = blackbox_audit(M.Laplace(epsilon=1.0, sensitivity=1.0), samples=20_000, real_calls=2_000, seed=0,
+                             lattice=False)
+    assert lap.violation and lap.epsilon_lower > 5 and lap.equivalence_mismatches == 0
+    assert not snap.violation and not off.violation  # the indicator is what exposes it
 
 
 def test_diffprivlib_unsupported_is_a_user_error():
@@ -62,7 +78,7 @@ def test_diffprivlib_unsupported_is_a_user_error():
 # --------------------------------------------------------------------------- OpenDP and the planted regression
 def test_opendp_claims_match_exact_profiles():
     _lib("opendp")
-    from fedaudit.targets import calibration_check
+    from fedaudit.targets import blackbox_audit, calibration_check
     from fedaudit.targets.opendp import OpenDPTarget
 
     for t in (OpenDPTarget.laplace(2.0, integer=True), OpenDPTarget.randomized_response_bool(0.75),
@@ -70,6 +86,8 @@ def test_opendp_claims_match_exact_profiles():
               OpenDPTarget.gaussian(2.0, integer=True)):
         c = calibration_check(t, deltas=(1e-6, 1e-12)) if t.kind == "gaussian" else calibration_check(t)
         assert not c.violation, c.summary()
+    b = blackbox_audit(OpenDPTarget.laplace(1.0), samples=1_500, seed=0)  # float output snapped to its grid
+    assert not b.violation and b.real_calls >= 3_000 and not b.reproducible
 
 
 def test_planted_unrandomised_bit_is_caught_and_current_bitvec_passes():
@@ -80,12 +98,12 @@ def test_planted_unrandomised_bit_is_caught_and_current_bitvec_passes():
 
     planted = UnrandomisedBitRR(0.99, nbits=16)
     bad = audit_sampler(planted, np.zeros(16), np.ones(16), epsilon=planted.claimed_epsilon(16), delta=0.0,
-                        samples=4_000, seed=0)
+                        samples=2_000, seed=0)
     assert bad.violation and bad.epsilon_lower > 3 * planted.claimed_epsilon(16)
     t = OpenDPTarget.bitvec(0.99, nbytes=2)  # the same f, bits and pair, the real 0.16 measurement
     assert abs(t.claimed()[0] - planted.claimed_epsilon(16)) < 1e-12
     good = audit_sampler(bitvec_sampler(t.measurement, 2), np.zeros(16), np.ones(16), epsilon=t.claimed()[0],
-                         delta=0.0, samples=4_000, seed=0)
+                         delta=0.0, samples=2_000, seed=0)
     assert not good.violation
 
 
@@ -111,6 +129,15 @@ def test_opacus_noise_std_and_low_precision():
         c = noise_check(1.2, 0.5, dtype=dtype, samples=20_000, seed=1)
         assert not c.violation and c.returned_dtype == dtype
     assert noise_check(1.0, 1.0, dtype="bfloat16", samples=20_000).distinct_values < 3_000
+
+
+def test_opacus_float_noising_step_support_is_caught():
+    _lib("opacus")
+    from fedaudit.targets.opacus_noise import blackbox_audit, off_lattice_probability
+
+    b = blackbox_audit(1.0, 1.0, dtype="float32", secure_mode=True, samples=10_000, seed=0)
+    assert b.violation and b.audit.fpr == 0.0
+    assert 0.38 < off_lattice_probability(1.0) < 0.39
 
 
 @pytest.mark.slow

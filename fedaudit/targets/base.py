@@ -33,7 +33,7 @@ from fedaudit.json import jsonable
 
 __all__ = ["DEFAULT_EPSILONS", "DEFAULT_DELTAS", "TOLERANCE", "CalibrationPoint", "CalibrationCheck",
            "BlackBoxAudit", "gaussian_delta", "discrete_gaussian_delta", "laplace_delta", "epsilon_at_delta",
-           "library_version", "audit_sampler", "CountingSampler"]
+           "library_version", "audit_sampler", "CountingSampler", "off_lattice", "WithLattice"]
 
 #: the default grid: small to large ε and δ from 10⁻³ down to 10⁻³⁰ (constructors may refuse some)
 DEFAULT_EPSILONS: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 100.0)
@@ -275,8 +275,34 @@ def audit_sampler(sampler: Callable, x0: Sequence[float], x1: Sequence[float], *
                   distinguisher: str = "black-box") -> LDPAudit:
     """:func:`fedaudit.audit.audit_ldp` of a library sampler on (x0, x1), in this process (a sampler
     holding a library object need not be picklable), with the black-box distinguishers."""
-    if not np.isfinite(epsilon) or epsilon <= 0:
-        raise FedAuditError(f"the claimed epsilon must be finite and > 0, got {epsilon!r}")
+    if not np.isfinite(epsilon) or epsilon < 0:
+        raise FedAuditError(f"the claimed epsilon must be finite and >= 0, got {epsilon!r}")
+    if epsilon == 0:  # a (0, δ) claim (e.g. diffprivlib's Uniform): any certified ε > 1e-12 exceeds it
+        epsilon = 1e-12
     return audit_ldp(sampler, np.asarray(x0, dtype=float), np.asarray(x1, dtype=float), epsilon=float(epsilon),
                      delta=float(delta), samples=samples, seed=seed, confidence=confidence,
                      distinguisher=distinguisher, backend="serial")
+
+
+def off_lattice(y: np.ndarray, c: float, half_ulp: float | None = None) -> np.ndarray:
+    """ℓ(y) = 1 where 0 < |y| < c/2 and y is not a multiple of ulp(c)/2 (float64 unless ``half_ulp``).
+
+    For an additive mechanism y = fl(x + n) on the pair x0 = 0, x1 = c > 0: under x1 an output with
+    |y| < c/2 needs n ∈ (−3c/2, −c/2), where fl(c + n) = c + n exactly (Sterbenz) is a multiple of
+    ulp(c)/2, so ℓ = 0 surely; under x0 the output is n itself, finer-grained near 0. A report
+    augmented with ℓ is post-processing of the output, so a bound certified from it is about the
+    mechanism (Mironov 2012: floating-point outputs have input-dependent support)."""
+    h = np.spacing(float(c)) / 2 if half_ulp is None else half_ulp
+    y = np.asarray(y, dtype=np.float64)
+    return ((np.abs(y) < c / 2) & (y != 0) & (np.mod(y, h) != 0)).astype(np.float64)
+
+
+class WithLattice:
+    """A scalar-report sampler whose reports become (y, ℓ(y)) for the pair (0, c) (see :func:`off_lattice`)."""
+
+    def __init__(self, sampler: Callable, c: float, half_ulp: float | None = None):
+        self.sampler, self.c, self.half_ulp = sampler, float(c), half_ulp
+
+    def __call__(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        y = np.asarray(self.sampler(x, size, rng), dtype=np.float64).reshape(size, -1)[:, 0]
+        return np.column_stack([y, off_lattice(y, self.c, self.half_ulp)])

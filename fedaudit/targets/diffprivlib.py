@@ -48,7 +48,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.extras import require
 from fedaudit.targets.base import (DEFAULT_DELTAS, DEFAULT_EPSILONS, TOLERANCE, BlackBoxAudit, CalibrationCheck,
-                                   CalibrationPoint, CountingSampler, audit_sampler, discrete_gaussian_delta,
+                                   CalibrationPoint, CountingSampler, WithLattice, audit_sampler, discrete_gaussian_delta,
                                    gaussian_delta, laplace_delta, library_version, make_point)
 from fedaudit.validation import check_int
 
@@ -69,6 +69,9 @@ NOT_AUDITED = {"Exponential": "input is a utility list, not a scalar (neighbours
                "PermuteAndFlip": "input is a utility list", "Vector": "input is a function to perturb",
                "Bingham": "input is a symmetric matrix"}
 _EQUIVALENT = ("Laplace", "Gaussian", "GaussianAnalytic")
+#: mechanisms with a floating-point output, where the off-lattice indicator applies
+_CONTINUOUS = ("Laplace", "LaplaceTruncated", "LaplaceFolded", "LaplaceBoundedDomain", "LaplaceBoundedNoise",
+               "Gaussian", "GaussianAnalytic", "Staircase", "Snapping", "Uniform")
 
 
 def _name(mech: Any) -> str:
@@ -218,12 +221,14 @@ def _pair(mech: Any) -> tuple[float, float]:
 
 
 def blackbox_audit(mech: Any, *, samples: int = 20_000, real_calls: int | None = None, seed: int = 0,
-                   confidence: float = 0.95) -> BlackBoxAudit:
+                   confidence: float = 0.95, lattice: bool = True) -> BlackBoxAudit:
     """Black box: certify a lower bound on ε of ``mech`` on (lower, lower + Δ) against its claim.
 
     ``samples`` draws per input. Mechanisms with a vectorised equivalent make ``real_calls`` real
     calls per input (default: all ``samples``), checked bit for bit against it; when ``samples`` is
-    larger, the remaining audit draws come from the equivalent only if every real call matched."""
+    larger, the remaining audit draws come from the equivalent only if every real call matched.
+    ``lattice``: for a continuous mechanism on the pair (0, Δ), report (y, ℓ(y)) — the output and
+    its floating-point off-lattice indicator (:func:`fedaudit.targets.base.off_lattice`)."""
     name = _name(mech)
     if name in NOT_AUDITED:
         raise FedAuditError(f"diffprivlib.{name} is not audited in black box: {NOT_AUDITED[name]}")
@@ -256,6 +261,9 @@ def blackbox_audit(mech: Any, *, samples: int = 20_000, real_calls: int | None =
         if name in _EQUIVALENT and mismatches:
             notes.append(f"{mismatches:,} of {calls:,} real calls differ from the equivalent: real calls only")
         samples = min(samples, real_calls) if name in _EQUIVALENT else samples
+    if lattice and x0 == 0.0 and name in _CONTINUOUS:
+        target = WithLattice(target, x1)
+        notes.append("reports are (y, off-lattice indicator ℓ(y)): post-processing of the output")
     audit = audit_sampler(target, [x0], [x1], epsilon=eps, delta=delta, samples=samples, seed=seed,
                           confidence=confidence)
     return BlackBoxAudit(library="diffprivlib", version=library_version("diffprivlib"), mechanism=name,

@@ -10,9 +10,17 @@ N(0, (z·C)²) per coordinate. :func:`noise_check` draws it for real, in the par
 * the dtype the noise is generated in and how many distinct values it takes (a low-precision
   gradient gets noise on the float16/bfloat16 grid; ``secure_mode`` draws default-dtype (float32)
   normals whatever the parameter's dtype — l. 144–157 pass no ``dtype`` — and sums four of them);
-* :func:`blackbox_audit`: the one-step Gaussian mechanism x ↦ x + noise (x ∈ {0, C}, rounded to the
-  dtype as Opacus's in-place ``p.grad = summed_grad + noise`` is) certified against the exact ε of
-  N(0, (zC)²) at sensitivity C and δ.
+* :func:`blackbox_audit`: the noising step ``p.grad = p.summed_grad + noise`` (l. 490), computed in
+  the dtype, on the summed gradients x0 = 0 and x1 = C (one coordinate), certified against the exact
+  ε of N(0, (zC)²) at sensitivity C and δ. The report is (y, ℓ(y)) with ℓ(y) = 1 when 0 < |y| < C/2
+  and y is not a multiple of ulp(C)/2 — a deterministic function of the output, so post-processing.
+  Why ℓ: for x1 = C an output y = fl(C + n) with |y| < C/2 needs n ∈ (−3C/2, −C/2), where the
+  subtraction is exact (Sterbenz) and y = C + n is a multiple of ulp(C)/2; for x0 = 0 the output is
+  n itself, finer-grained near 0. So ℓ(y) = 1 has probability ≈ P(|N(0, z²C²)| < C/2) under x0 and
+  exactly 0 under x1: the floating-point output is not (ε, δ)-DP for δ below that probability
+  (Mironov 2012 for the Laplace; the same holds for any noise added in floating point). It concerns
+  the addition, not how the noise is sampled, so ``secure_mode`` (which Opacus documents as
+  preventing "certain floating-point arithmetic-based attacks") does not change it.
 """
 
 from __future__ import annotations
@@ -26,10 +34,10 @@ import numpy as np
 from fedaudit.extras import require
 from fedaudit.json import jsonable
 from fedaudit.mechanisms.gaussian import gaussian_pair_epsilon
-from fedaudit.targets.base import BlackBoxAudit, CountingSampler, audit_sampler, library_version
+from fedaudit.targets.base import BlackBoxAudit, CountingSampler, audit_sampler, library_version, off_lattice
 from fedaudit.validation import check_int, check_positive
 
-__all__ = ["NoiseCheck", "noise_check", "blackbox_audit", "DTYPES"]
+__all__ = ["NoiseCheck", "noise_check", "blackbox_audit", "off_lattice_probability", "DTYPES"]
 
 torch = require("torch", "auditing Opacus noise")
 _opt = require("opacus.optimizers.optimizer", "auditing Opacus noise")
@@ -93,15 +101,21 @@ def noise_check(noise_multiplier: float, max_grad_norm: float, *, dtype: str = "
 def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype: str = "float32",
                    secure_mode: bool = False, delta: float = 1e-5, samples: int = 20_000, seed: int = 0,
                    confidence: float = 0.95) -> BlackBoxAudit:
-    """Certify a lower bound on the ε of one noised coordinate x + noise (x ∈ {0, C}) against the
-    exact ε of the Gaussian mechanism N(0, (zC)²) at sensitivity C and ``delta``."""
+    """Certify a lower bound on the ε of one noised coordinate fl(x + noise), x ∈ {0, C}, against the
+    exact ε of the Gaussian mechanism N(0, (zC)²) at sensitivity C and ``delta`` (module docstring:
+    the report is the output and its off-lattice indicator ℓ)."""
     std = check_positive("noise_multiplier", noise_multiplier) * check_positive("max_grad_norm", max_grad_norm)
     tdt = _dtype(dtype)
     t0 = time.perf_counter()
 
+    c = torch.tensor(float(max_grad_norm), dtype=tdt)
+    half_ulp = float((torch.nextafter(c, torch.tensor(float("inf"), dtype=tdt)) - c).double()) / 2
+    half_c = float(c.double()) / 2
+
     def draw(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
         ref = torch.full((size,), float(x[0]), dtype=tdt)
-        return (ref + _noise(std, size, tdt, secure_mode, int(rng.integers(0, 2**63)))).double().numpy()
+        y = (ref + _noise(std, size, tdt, secure_mode, int(rng.integers(0, 2**63)))).double().numpy()
+        return np.column_stack([y, off_lattice(y, 2 * half_c, half_ulp)])
 
     counter = CountingSampler(draw)
     eps = gaussian_pair_epsilon(1.0 / noise_multiplier, delta)
@@ -110,3 +124,11 @@ def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype
     return BlackBoxAudit("opacus", library_version("opacus"), f"_generate_noise[{dtype}{', secure' if secure_mode else ''}]",
                          eps, delta, [0.0], [max_grad_norm], audit, real_calls=counter.calls,
                          calls_per_second=counter.rate, reproducible=True, seconds=time.perf_counter() - t0)
+
+
+def off_lattice_probability(noise_multiplier: float, max_grad_norm: float = 1.0) -> float:
+    """≈ P[ℓ(y) = 1 | x0 = 0] = P(|N(0, (zC)²)| < C/2) (the off-lattice share of that interval is ≈ 1
+    in every dtype but the coarsest: a lower bound on the δ of the floating-point output at ε = ∞)."""
+    from scipy.special import erf
+
+    return float(erf(0.5 / (noise_multiplier * np.sqrt(2.0))))

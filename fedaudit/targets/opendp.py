@@ -35,7 +35,7 @@ import numpy as np
 from fedaudit.errors import FedAuditError
 from fedaudit.extras import require
 from fedaudit.targets.base import (DEFAULT_DELTAS, TOLERANCE, BlackBoxAudit, CalibrationCheck, CalibrationPoint,
-                                   CountingSampler, audit_sampler, discrete_gaussian_delta, epsilon_at_delta,
+                                   CountingSampler, WithLattice, audit_sampler, discrete_gaussian_delta, epsilon_at_delta,
                                    gaussian_delta, library_version)
 from fedaudit.validation import check_int
 
@@ -172,12 +172,15 @@ def blackbox_audit(target: OpenDPTarget, *, samples: int = 20_000, seed: int = 0
                    confidence: float = 0.95) -> BlackBoxAudit:
     """Black box: certify a lower bound on ε from ``samples`` real calls per input against the claim
     (for the Gaussian, the ε of the zCDP conversion at δ = 10⁻⁶). Pairs: (0, d_in); RR: two
-    categories; bitvec: the zero vector against the first ``max_weight`` bits set."""
+    categories; bitvec: the zero vector against the first ``max_weight`` bits set. Float Laplace and
+    Gaussian report (y, ℓ(y)), the floating-point off-lattice indicator
+    (:func:`fedaudit.targets.base.off_lattice`)."""
     samples = check_int("samples", samples, low=100)
     t0 = time.perf_counter()
     sampler, x0, x1 = _sampler_and_pair(target)
     eps, delta = target.claimed()
-    audit = audit_sampler(sampler, x0, x1, epsilon=eps, delta=delta, samples=samples, seed=seed,
+    floating = target.kind in ("laplace", "gaussian") and not target.params.get("integer")
+    audit = audit_sampler(WithLattice(sampler, x1[0]) if floating else sampler, x0, x1, epsilon=eps, delta=delta, samples=samples, seed=seed,
                           confidence=confidence)
     return BlackBoxAudit("opendp", library_version("opendp"), f"make_{target.kind}", eps, delta, x0, x1, audit,
                          real_calls=sampler.calls, calls_per_second=sampler.rate, reproducible=False,
