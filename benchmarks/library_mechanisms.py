@@ -26,6 +26,7 @@ def main() -> None:
     from fedaudit.targets.opendp import OpenDPTarget
     from fedaudit.targets.planted import UnrandomisedBitRR
     from fedaudit.targets.base import audit_sampler
+    from fedaudit.targets.opacus_noise import blackbox_audit as opacus_audit
 
     rows = []
     lap = Laplace(epsilon=1.0, sensitivity=1.0)
@@ -40,11 +41,21 @@ def main() -> None:
                  rate(lambda n: [bv.measurement(x) for _ in range(n)], 10_000), float("nan")))
     for name, real, own in rows:
         print(f"{name:55s} {real:12,.0f} calls/s   vectorised numpy {own:14,.0f} draws/s")
+    import torch
+    from opacus.optimizers.optimizer import _generate_noise
+
+    ref = torch.zeros(10**6)
+    print(f"{'opacus _generate_noise (float32, 10^6 per call)':55s} "
+          f"{rate(lambda n: [_generate_noise(1.0, ref) for _ in range(n)], 20) * 1e6:12,.0f} draws/s")
     for label, fn in (
         ("GaussianAnalytic δ=1e-30 under-calibration (white box)",
          lambda: calibration_check(GaussianAnalytic(epsilon=1.0, delta=1e-30, sensitivity=1.0), epsilons=(), deltas=())),
         ("GaussianDiscrete ε=20, δ=1e-6 (white box)",
          lambda: calibration_check(GaussianDiscrete(epsilon=20.0, delta=1e-6, sensitivity=1), epsilons=(), deltas=())),
+        ("diffprivlib Laplace float support (black box, 20,000 draws)",
+         lambda: blackbox_audit(Laplace(epsilon=1.0, sensitivity=1.0), samples=20_000, real_calls=2_000, seed=0)),
+        ("Opacus float32 noising step, secure_mode (black box, 20,000 draws)",
+         lambda: opacus_audit(1.0, 1.0, dtype="float32", secure_mode=True, samples=20_000, seed=0)),
         ("planted pre-0.15 bitvec (black box, 4,000 draws)",
          lambda: audit_sampler(UnrandomisedBitRR(0.99), np.zeros(16), np.ones(16),
                                epsilon=UnrandomisedBitRR(0.99).claimed_epsilon(16), delta=0.0, samples=4_000, seed=0)),

@@ -148,3 +148,15 @@ def test_diffprivlib_full_default_grid_and_discrete_gaussian():
     c = calibration_check(M.GaussianDiscrete(epsilon=1.0, delta=1e-6, sensitivity=1))
     assert c.violation and c.worst.delta == 1e-30
     assert not calibration_check(M.Gaussian(epsilon=1.0, delta=1e-6, sensitivity=1.0)).violation
+
+
+@pytest.mark.slow
+def test_nvflare_svt_release_float_support_is_caught():
+    _lib("nvflare")
+    from nvflare.app_common.filters import SVTPrivacy
+
+    from fedaudit.targets import blackbox_audit
+
+    f = SVTPrivacy(fraction=0.25, epsilon=1.0, noise_var=0.25, gamma=1.0, tau=0.5)
+    assert blackbox_audit(f, samples=3_000, seed=1).violation
+    assert not blackbox_audit(f, samples=3_000, seed=1, lattice=False).violation

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedaudit.errors import FedAuditError
 from fedaudit.extras import require
-from fedaudit.targets.base import BlackBoxAudit, CountingSampler, audit_sampler, library_version
+from fedaudit.targets.base import BlackBoxAudit, CountingSampler, audit_sampler, library_version, off_lattice
 from fedaudit.validation import check_int
 
 __all__ = ["svt_claim", "blackbox_audit", "FilterSampler"]
@@ -89,10 +89,12 @@ def svt_claim(flt: Any, dim: int) -> dict[str, Any]:
 
 
 def blackbox_audit(flt: Any, *, dim: int = 8, samples: int = 5_000, seed: int = 0,
-                   confidence: float = 0.95) -> BlackBoxAudit:
+                   confidence: float = 0.95, lattice: bool = True) -> BlackBoxAudit:
     """Black box on the pair x0 = 0, x1 = γ·1 (every coordinate at the clip bound) for a model of
     ``dim`` parameters; the claim: SVTPrivacy's ``epsilon_total`` (δ = 0); PercentilePrivacy claims
-    none, so it is audited against ε = 1 only to report the certified bound (read ``epsilon_lower``)."""
+    none, so it is audited against ε = 1 only to report the certified bound (read ``epsilon_lower``).
+    ``lattice`` (SVTPrivacy): add the count of released coordinates off the ulp(γ)/2 lattice
+    (:func:`fedaudit.targets.base.off_lattice`: the release fl(clip(v) + noise) is a float addition)."""
     samples = check_int("samples", samples, low=100)
     dim = check_int("dim", dim, low=2)
     t0 = time.perf_counter()
@@ -102,8 +104,15 @@ def blackbox_audit(flt: Any, *, dim: int = 8, samples: int = 5_000, seed: int = 
     counter = CountingSampler(real)
     x1 = [float(flt.gamma)] * dim
     x0 = [0.0] * dim if svt else [float(flt.gamma) * 0.5] * dim
-    audit = audit_sampler(counter, x0, x1, epsilon=eps, delta=0.0, samples=samples, seed=seed, confidence=confidence)
+    target: Any = counter
     notes = [] if svt else ["PercentilePrivacy states no ε; the claim 1.0 is a reference point only"]
+    if svt and lattice:
+        def target(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+            r = counter(x, size, rng)
+            return np.column_stack([r, off_lattice(r[:, :dim], float(flt.gamma)).sum(axis=1)])
+
+        notes.append("reports carry the number of released coordinates off the ulp(γ)/2 lattice (post-processing)")
+    audit = audit_sampler(target, x0, x1, epsilon=eps, delta=0.0, samples=samples, seed=seed, confidence=confidence)
     return BlackBoxAudit("nvflare", library_version("nvflare"), type(flt).__name__, eps, 0.0, x0, x1, audit,
                          real_calls=counter.calls, calls_per_second=counter.rate, reproducible=True,
                          seconds=time.perf_counter() - t0, notes=notes)
