@@ -53,7 +53,8 @@ def library_version(dist: str) -> str:
 
 # --------------------------------------------------------------------------- exact profiles (mpmath)
 def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> mp.mpf:
-    """δ(ε) of N(0, σ²) vs N(Δ, σ²): Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ) (Balle & Wang 2018, Thm. 8)."""
+    """δ(ε) of N(0, σ²) vs N(Δ, σ²): Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ)
+    (Balle & Wang 2018, Thm. 8)."""
     with mp.workdps(_DPS):
         s, e, d = mp.mpf(sigma), mp.mpf(epsilon), mp.mpf(sensitivity)
         return max(mp.mpf(0), mp.ncdf(d / (2 * s) - e * s / d) - mp.exp(e) * mp.ncdf(-d / (2 * s) - e * s / d))

@@ -96,6 +96,11 @@ class OpenDPTarget:
         return float(self.measurement.map(self.d_in)), 0.0
 
 
+def _floating(t: OpenDPTarget) -> bool:
+    """A Laplace or Gaussian measurement over floats (output in floating point)."""
+    return t.kind in ("laplace", "gaussian") and not t.params.get("integer")
+
+
 def _true_pure_epsilon(t: OpenDPTarget) -> float:
     p = t.params
     if t.kind == "laplace":
@@ -114,8 +119,9 @@ def calibration_check(target: OpenDPTarget, *, deltas: Sequence[float] = DEFAULT
     """White box: the exact ε of the mechanism (pure kinds), or the exact Gaussian curve against the
     zCDP-converted claim at every δ of ``deltas`` (gaussian)."""
     version = library_version("opendp")
-    exact = not (t_float := (target.kind in ("laplace", "gaussian") and not target.params.get("integer")))
-    notes = ["float domain: OpenDP samples on a 2^k grid; the profile is the continuous idealisation"] if t_float else []
+    floating = _floating(target)
+    exact = not floating
+    notes = ["float domain: OpenDP samples on a 2^k grid; the profile is the continuous idealisation"] if floating else []
     if target.kind == "gaussian":
         s, d_in = target.params["scale"], target.d_in
         curve = dp.c.make_zCDP_to_approxDP(target.measurement).map(d_in)
@@ -179,8 +185,8 @@ def blackbox_audit(target: OpenDPTarget, *, samples: int = 20_000, seed: int = 0
     t0 = time.perf_counter()
     sampler, x0, x1 = _sampler_and_pair(target)
     eps, delta = target.claimed()
-    floating = target.kind in ("laplace", "gaussian") and not target.params.get("integer")
-    audit = audit_sampler(WithLattice(sampler, x1[0]) if floating else sampler, x0, x1, epsilon=eps, delta=delta, samples=samples, seed=seed,
+    target_sampler = WithLattice(sampler, x1[0]) if _floating(target) else sampler
+    audit = audit_sampler(target_sampler, x0, x1, epsilon=eps, delta=delta, samples=samples, seed=seed,
                           confidence=confidence)
     return BlackBoxAudit("opendp", library_version("opendp"), f"make_{target.kind}", eps, delta, x0, x1, audit,
                          real_calls=sampler.calls, calls_per_second=sampler.rate, reproducible=False,
