@@ -16,8 +16,8 @@ N(0, (z·C)²) per coordinate. :func:`noise_check` draws it for real, in the par
   and y is not a multiple of ulp(C)/2 — a deterministic function of the output, so post-processing.
   Why ℓ: for x1 = C an output y = fl(C + n) with |y| < C/2 needs n ∈ (−3C/2, −C/2), where the
   subtraction is exact (Sterbenz) and y = C + n is a multiple of ulp(C)/2; for x0 = 0 the output is
-  n itself, finer-grained near 0. So ℓ(y) = 1 has probability ≈ P(|N(0, z²C²)| < C/2) under x0 and
-  exactly 0 under x1: the floating-point output is not (ε, δ)-DP for δ below that probability
+  n itself, finer-grained near 0. So ℓ(y) = 1 has probability :func:`off_lattice_probability`
+  (0.26 at z = 1) under x0 and exactly 0 under x1: the floating-point output is not (ε, δ)-DP for δ below that probability
   (Mironov 2012 for the Laplace; the same holds for any noise added in floating point). It concerns
   the addition, not how the noise is sampled, so ``secure_mode`` (which Opacus documents as
   preventing "certain floating-point arithmetic-based attacks") does not change it.
@@ -127,8 +127,13 @@ def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype
 
 
 def off_lattice_probability(noise_multiplier: float, max_grad_norm: float = 1.0) -> float:
-    """≈ P[ℓ(y) = 1 | x0 = 0] = P(|N(0, (zC)²)| < C/2) (the off-lattice share of that interval is ≈ 1
-    in every dtype but the coarsest: a lower bound on the δ of the floating-point output at ε = ∞)."""
+    """≈ P[ℓ(y) = 1 | x0 = 0] for noise N(0, (zC)²) in a wide float format: the binade
+    [C/2^{k+1}, C/2^k), k ≥ 1, has spacing ulp(C)/2^{k+1}, so a share 1 − 2^{−k} of its values is off
+    the ulp(C)/2 lattice (values spread evenly within a binade). That probability is a lower bound on
+    the δ of the floating-point output at ε = ∞, against the Gaussian claim."""
     from scipy.special import erf
 
-    return float(erf(0.5 / (noise_multiplier * np.sqrt(2.0))))
+    s = check_positive("noise_multiplier", noise_multiplier) * np.sqrt(2.0)
+    k = np.arange(1, 200)
+    mass = erf(0.5 ** k / s) - erf(0.5 ** (k + 1) / s)  # P(C/2^{k+1} ≤ |n| < C/2^k), C = 1 by scale
+    return float(np.sum(mass * (1.0 - 0.5 ** k)))
