@@ -52,7 +52,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 __all__ = ["StrategySpec", "StrategyOutcome", "FlowerRun", "run_flower", "DATASETS", "MODELS", "PARTITIONS",
-           "backend_config", "model_dim"]
+           "backend_config", "model_dim", "simulate"]
 
 DATASETS = ("digits",)
 MODELS = ("logreg",)
@@ -377,6 +377,36 @@ class DeprecationNoise(logging.Filter):
 
 
 
+def simulate(server_app: Any, client_app: Any, clients: int, num_cpus: int) -> float:
+    """Run ``flwr.simulation.run_simulation`` of ``server_app`` and ``client_app`` on ``clients`` supernodes
+    (Ray, :func:`backend_config`), quietly, and return its wall time in seconds.
+
+    Flower's INFO logs are held at WARNING and its deprecation notice of ``run_simulation`` dropped
+    (:class:`DeprecationNoise`); the Ray processes never see the report key (``private_env_removed``);
+    the ``PYTHONPATH`` that Flower's Ray backend writes into ``os.environ`` is restored afterwards.
+    """
+    from flwr.simulation import run_simulation
+
+    flwr_logger = logging.getLogger("flwr")
+    level, pythonpath = flwr_logger.level, os.environ.get("PYTHONPATH")
+    quiet = DeprecationNoise()
+    t0 = time.perf_counter()
+    try:
+        flwr_logger.setLevel(max(level, logging.WARNING))
+        flwr_logger.addFilter(quiet)
+        with private_env_removed():  # the simulation's Ray processes never see the report key
+            run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
+                           backend_config=backend_config(num_cpus))
+    finally:
+        flwr_logger.removeFilter(quiet)
+        flwr_logger.setLevel(level)
+        if pythonpath is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = pythonpath
+    return time.perf_counter() - t0
+
+
 def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[StrategySpec | Mapping[str, Any]],
                dataset: str = "digits", model: str = "logreg", seed: int = 0, num_cpus: int = 2,
                local_steps: int = 20, lr: float = 0.5, partition: str = "iid", beta: float | None = None,
@@ -472,26 +502,7 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
                 diagnostics=tuple(strategy.diagnostics), errors=sum(d["errors"] for d in strategy.diagnostics),
                 client_byzantine=spec.client_partitions(clients, seed), wall_time_s=time.perf_counter() - t0)
 
-    from flwr.simulation import run_simulation
-
-    flwr_logger = logging.getLogger("flwr")
-    level, pythonpath = flwr_logger.level, os.environ.get("PYTHONPATH")
-    quiet = DeprecationNoise()
-    t0 = time.perf_counter()
-    try:
-        flwr_logger.setLevel(max(level, logging.WARNING))
-        flwr_logger.addFilter(quiet)
-        with private_env_removed():  # the simulation's Ray processes never see the report key
-            run_simulation(server_app=server_app, client_app=_client_app(mods + spec_mods + byz_mods),
-                           num_supernodes=clients, backend_config=backend_config(num_cpus))
-    finally:
-        flwr_logger.removeFilter(quiet)
-        flwr_logger.setLevel(level)
-        if pythonpath is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = pythonpath
-    wall = time.perf_counter() - t0
+    wall = simulate(server_app, _client_app(mods + spec_mods + byz_mods), clients, num_cpus)
     missing = [n for n in names if n not in results]
     if missing:
         raise FedAuditError(f"the Flower simulation ended without running strategies {missing}")
