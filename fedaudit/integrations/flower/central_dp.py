@@ -61,7 +61,6 @@ from fedaudit.validation import check_choice, check_int, check_positive, check_p
 require_flwr()
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
-from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from flwr.serverapp.strategy import (  # noqa: E402
@@ -76,7 +75,7 @@ from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant  # no
 
 from fedaudit.integrations.flower.accountant_check import flower_epsilon  # noqa: E402
 from fedaudit.integrations.flower.records import flatten, unflatten  # noqa: E402
-from fedaudit.integrations.flower.simulation import _CFG, _federated_digits, _train, simulate  # noqa: E402
+from fedaudit.integrations.flower.simulation import client_app, federated_digits, simulate, train_config  # noqa: E402
 from fedaudit.integrations.flower.strategy import PARTITION_KEY  # noqa: E402
 
 __all__ = ["WRAPPERS", "CentralDpRound", "CentralDpRun", "CentralDpAudit", "run_central_dp", "audit_central_dp"]
@@ -210,13 +209,14 @@ def run_central_dp(wrapper: str, *, noise_multiplier: float, clipping_norm: floa
     cls, client_mod, adaptive = WRAPPERS[wrapper]
     if not adaptive and noise_multiplier == 0:
         raise FedAuditError("noise_multiplier must be > 0 for the fixed wrappers (their accountant needs it)")
-    parts, (A_test, _) = _federated_digits(seed, clients, "iid", None)
+    _, (A_test, _) = federated_digits(seed, clients, "iid", None)
     n_features = A_test.shape[1]
     d = (n_features + 1) * 10
     scale = canary_scale * clipping_norm
     records: dict[int, dict[str, Any]] = {}
     released: dict[int, np.ndarray] = {}
     out: dict[str, Any] = {}
+    failures: list[str] = []
 
     server_app = ServerApp()
 
@@ -241,6 +241,8 @@ def run_central_dp(wrapper: str, *, noise_multiplier: float, clipping_norm: floa
             replies = list(replies)
             prev = released[server_round - 1]
             norms = {}
+            errors = [str(reply.error.reason) for reply in replies if reply.has_error()]
+            failures.extend(errors)
             for reply in replies:
                 if not reply.has_error():
                     x, _ = flatten(reply.content["arrays"])
@@ -270,20 +272,18 @@ def run_central_dp(wrapper: str, *, noise_multiplier: float, clipping_norm: floa
             strategy.start(grid=grid, initial_arrays=ArrayRecord({"W": Array(np.zeros((10, n_features))),
                                                                   "b": Array(np.zeros(10))}),
                            num_rounds=rounds, evaluate_fn=central,
-                           train_config=ConfigRecord({_CFG + "seed": seed, _CFG + "clients": clients,
-                                                      _CFG + "partition": "iid", _CFG + "lr": float(lr),
-                                                      _CFG + "local-steps": int(local_steps)}))
+                           train_config=ConfigRecord(train_config(seed=seed, clients=clients, partition="iid",
+                                                                  lr=lr, local_steps=local_steps)))
         finally:
             np.random.set_state(state)
         out["eps_flower_run"] = None if adaptive else float(strategy.privacy_spent().epsilon)
 
-    app = ClientApp()
     mods = ([client_mod] if client_mod is not None else []) + [_canary_mod(seed, canaries, scale, canary_scale)]
-    app.train(mods=mods)(_train)
-    wall = simulate(server_app, app, clients, num_cpus)
+    wall = simulate(server_app, client_app(mods), clients, num_cpus)
     missing = [t for t in range(1, rounds + 1) if t not in released or "noise" not in records.get(t, {})]
     if missing:
-        raise FedAuditError(f"the Flower simulation of {wrapper} released no noised model in rounds {missing}")
+        why = f"; client errors: {sorted(set(failures))}" if failures else ""
+        raise FedAuditError(f"the Flower simulation of {wrapper} released no noised model in rounds {missing}{why}")
     rows = []
     for t in range(1, rounds + 1):
         rec = records[t]

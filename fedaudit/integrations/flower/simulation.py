@@ -52,7 +52,8 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 __all__ = ["StrategySpec", "StrategyOutcome", "FlowerRun", "run_flower", "DATASETS", "MODELS", "PARTITIONS",
-           "backend_config", "model_dim", "simulate"]
+           "backend_config", "model_dim", "simulate", "client_app",
+           "federated_digits", "train_config"]
 
 DATASETS = ("digits",)
 MODELS = ("logreg",)
@@ -299,7 +300,7 @@ class FlowerRun:
 
 
 @functools.lru_cache(maxsize=4)
-def _federated_digits(seed: int, clients: int, scheme: str, beta: float | None):
+def federated_digits(seed: int, clients: int, scheme: str, beta: float | None):
     """(train parts [(A_p, y_p)], (A_test, y_test)) — cached per process (each Ray actor loads it once)."""
     from fedaudit.fl.data import load_digits_dataset
     from fedaudit.fl.partition import partition
@@ -322,7 +323,7 @@ def _train(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
     seed, server_round = int(cfg[_CFG + "seed"]), int(cfg["server-round"])
     beta = float(cfg[_CFG + "beta"]) if _CFG + "beta" in cfg else None
-    parts, _ = _federated_digits(seed, int(cfg[_CFG + "clients"]), str(cfg[_CFG + "partition"]), beta)
+    parts, _ = federated_digits(seed, int(cfg[_CFG + "clients"]), str(cfg[_CFG + "partition"]), beta)
     A, y = parts[pid]
     model = _model(A.shape[1], 10)
     if bool(cfg.get(LABEL_FLIP_KEY, False)):
@@ -352,7 +353,19 @@ def _for_strategy(mod: Callable[..., Any], name: str) -> Callable[..., Any]:
     return gated
 
 
-def _client_app(mods: Sequence[Callable[..., Any]]) -> Any:
+def train_config(*, seed: int, clients: int, partition: str, lr: float, local_steps: int,
+                 beta: float | None = None) -> dict[str, Any]:
+    """The train-config entries the client function reads (seed, partitioning, local steps and rate)."""
+    config: dict[str, Any] = {_CFG + "seed": seed, _CFG + "clients": clients, _CFG + "partition": partition,
+                              _CFG + "lr": float(lr), _CFG + "local-steps": int(local_steps)}
+    if beta is not None:
+        config[_CFG + "beta"] = beta
+    return config
+
+
+def client_app(mods: Sequence[Callable[..., Any]]) -> Any:
+    """A ClientApp whose train function is the digits client of the module docstring, under ``mods``
+    (outermost first)."""
     app = ClientApp()
     app.train(mods=list(mods))(_train)
     return app
@@ -459,16 +472,14 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
         raise FedAuditError(f"client_mods must be Flower mods (callables), got {type(bad[0]).__name__}")
     if progress is not None and not callable(progress):
         raise FedAuditError(f"progress must be None or a callable, got {type(progress).__name__}")
-    parts, (A_test, y_test) = _federated_digits(seed, clients, partition, beta)
+    parts, (A_test, y_test) = federated_digits(seed, clients, partition, beta)
     n_features = A_test.shape[1]
     evaluator = _model(n_features, 10)
     spec_mods = [_for_strategy(m, spec.name) for spec in specs for m in spec.client_mods]
     byz_mods = [byzantine_mod(spec.client_mod_attack(), spec.client_partitions(clients, seed), seed=seed,
                               when=spec.name) for spec in specs if spec.client_attack is not None]
-    base_config: dict[str, Any] = {_CFG + "seed": seed, _CFG + "clients": clients, _CFG + "partition": partition,
-                                   _CFG + "lr": lr, _CFG + "local-steps": local_steps}
-    if beta is not None:
-        base_config[_CFG + "beta"] = beta
+    base_config = train_config(seed=seed, clients=clients, partition=partition, lr=lr, local_steps=local_steps,
+                               beta=beta)
     results: dict[str, StrategyOutcome] = {}
 
     server_app = ServerApp()
@@ -502,7 +513,7 @@ def run_flower(*, clients: int = 10, rounds: int = 5, strategies: Iterable[Strat
                 diagnostics=tuple(strategy.diagnostics), errors=sum(d["errors"] for d in strategy.diagnostics),
                 client_byzantine=spec.client_partitions(clients, seed), wall_time_s=time.perf_counter() - t0)
 
-    wall = simulate(server_app, _client_app(mods + spec_mods + byz_mods), clients, num_cpus)
+    wall = simulate(server_app, client_app(mods + spec_mods + byz_mods), clients, num_cpus)
     missing = [n for n in names if n not in results]
     if missing:
         raise FedAuditError(f"the Flower simulation ended without running strategies {missing}")
