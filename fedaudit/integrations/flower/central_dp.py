@@ -39,9 +39,9 @@ it only through the released model (post-processing). So each canary is protecte
 ε_claim = Flower's own ``RdpAccountant`` after one ``GaussianPrivacyEvent(z_claimed, m, m)``. The score
 of canary (j, t) is ⟨x_t − x_{t−1}, u_{j,t}⟩·m/C_t and the k·T scores, split by the coins, go to
 :func:`fedaudit.audit.one_run.one_run_audit` (Steinke–Nasr–Jagielski 2023): a certified lower bound
-ε_lb at ``confidence``. ε_lb > ε_claim is a certified violation. With tens of canaries the bound is
-far below a correct claim (a correct run is not flagged) but catches a wrapper configured with a
-tenth or less of the noise its accountant is told.
+ε_lb at ``confidence``. ε_lb > ε_claim is a certified violation. With tens of canaries the bound stays
+far below a correct claim (a correct run is not flagged; with 32 canaries ε_lb cannot exceed ≈ 2.4) and
+catches only gross mismatches, such as a wrapper run at z = 0.02 whose accountant is told z = 3.
 """
 
 from __future__ import annotations
