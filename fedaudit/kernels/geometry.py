@@ -283,20 +283,36 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 b = buf[:, :xb.shape[1]]
                 np.copyto(b, xb)
                 sqn += np.einsum("ij,ij->i", b, b)
-    nu = np.sqrt(sqn)
-    P = np.zeros(n, dtype=np.int64)
-    low = _NORM_LOW32 if X.dtype == np.float32 else GRAM_LOW
+
+    def rows64(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        B = X[rows].astype(np.float64)
+        return B, np.abs(B).max(axis=1)
+
+    return _rescaled_norms(sqn, _NORM_LOW32 if X.dtype == np.float32 else GRAM_LOW, d, rows64, np.ldexp,
+                           lambda U: np.einsum("ij,ij->i", U, U))
+
+
+def _rescaled_norms(sqn: np.ndarray, low: float, d: int, rows64: Callable[[np.ndarray], tuple[Any, np.ndarray]],
+                    scale: Callable[[Any, np.ndarray], Any], squares: Callable[[Any], np.ndarray]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The (ν, P) of :func:`row_norms` from the direct pass's squared norms ``sqn``, for NumPy
+    arrays and torch tensors alike: rows whose ``sqn`` overflowed or lies below ``low`` are
+    recomputed in float64 after scaling their largest entry into [1, 2) by a power of two.
+    ``rows64(rows)`` gives those rows in float64 and their largest absolute entries (NumPy),
+    ``scale(B, p)`` is B · 2^p, ``squares(U)`` the row sums of U² (NumPy): the array library's
+    own operations, so both inputs share this one loop."""
+    with np.errstate(invalid="ignore"):
+        nu = np.sqrt(sqn)
+    P = np.zeros(sqn.shape[0], dtype=np.int64)
     bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < low))
     rows_per = max(1, _CHUNK // d)
     for a in range(0, bad.size, rows_per):
         rows = bad[a:a + rows_per]
-        B = X[rows].astype(np.float64)
-        top = np.abs(B).max(axis=1)
+        B, top = rows64(rows)
         if not np.isfinite(top).all():
             raise NonFiniteInput("row_norms: a row holds NaN or ±inf")
         p = (1 - np.frexp(top)[1]).astype(np.int64)
-        U = np.ldexp(B, p[:, None])
-        nu[rows], P[rows] = np.sqrt(np.einsum("ij,ij->i", U, U)), p
+        nu[rows], P[rows] = np.sqrt(squares(scale(B, p[:, None]))), p
     return nu, P
 
 
@@ -319,20 +335,10 @@ def _row_norms_torch(X: Any) -> tuple[np.ndarray, np.ndarray]:
         for j in range(0, d, step):
             b = X[:, j:j + step].to(torch.float64)
             sq += torch.einsum("ij,ij->i", b, b)
-    sqn = sq.cpu().numpy()
-    with np.errstate(invalid="ignore"):
-        nu = np.sqrt(sqn)
-    P = np.zeros(n, dtype=np.int64)
-    low = _NORM_LOW32 if X.dtype == torch.float32 else GRAM_LOW
-    bad = np.flatnonzero(~np.isfinite(sqn) | (sqn < low))
-    rows_per = max(1, _CHUNK // d)
-    for a in range(0, bad.size, rows_per):
-        rows = bad[a:a + rows_per]
+
+    def rows64(rows: np.ndarray) -> tuple[Any, np.ndarray]:
         B = X[torch.as_tensor(rows, device=X.device)].to(torch.float64)
-        top = B.abs().amax(dim=1).cpu().numpy()
-        if not np.isfinite(top).all():
-            raise NonFiniteInput("row_norms: a row holds NaN or ±inf")
-        p = (1 - np.frexp(top)[1]).astype(np.int64)
-        U = _pow2(B, p[:, None])
-        nu[rows], P[rows] = np.sqrt(torch.einsum("ij,ij->i", U, U).cpu().numpy()), p
-    return nu, P
+        return B, B.abs().amax(dim=1).cpu().numpy()
+
+    return _rescaled_norms(sq.cpu().numpy(), _NORM_LOW32 if X.dtype == torch.float32 else GRAM_LOW, d, rows64,
+                           _pow2, lambda U: torch.einsum("ij,ij->i", U, U).cpu().numpy())
