@@ -244,3 +244,30 @@ def test_dp_accountings_absl_warnings_do_not_reach_stderr(caplog, capsys):
     assert not [r for r in caplog.records if r.name == "absl"], [r.getMessage() for r in caplog.records]
     assert "absl" not in capsys.readouterr().err
     assert logging.getLogger("absl").level == before
+
+
+def _absl_warning_in_worker(message: str) -> tuple[int, int]:
+    """An engine task that logs an absl warning (as dp-accounting does in a worker) and returns its
+    process id and its absl logger's effective level."""
+    import logging
+    import os
+
+    logging.getLogger("absl").warning(message)
+    return os.getpid(), logging.getLogger("absl").getEffectiveLevel()
+
+
+def test_absl_warnings_are_quiet_in_process_workers_too(capfd):
+    """While a command runs, the engine's process workers started meanwhile are as quiet as the
+    main process: an absl warning logged in a worker does not reach stderr (issue #24)."""
+    import logging
+
+    from fedaudit.cli import _quiet_library_logs
+    from fedaudit.engine import run_chunks
+
+    import os
+
+    with _quiet_library_logs():
+        results = run_chunks(_absl_warning_in_worker, ["absl-in-a-worker"] * 2, backend="process", workers=2)
+    assert all(pid != os.getpid() for pid, _ in results)  # two chunks: they ran in worker processes
+    assert [level for _, level in results] == [logging.ERROR] * 2
+    assert "absl-in-a-worker" not in capfd.readouterr().err

@@ -130,21 +130,21 @@ def _deprecation_notes() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet_library_logs() -> Iterator[None]:
-    """While a command runs, the ``absl`` logger (dp-accounting's) shows errors only: its warnings,
-    such as ``_compute_log_a_frac failed to converge ... Excluding this order`` of the RDP
-    accountant (which excludes that order and still returns an upper bound), are the library's
-    internals, not a fedaudit message, and would reach stderr as raw ``WARNING:absl:`` lines. The
-    level is restored afterwards: importing fedaudit, or calling ``main()`` from a program, leaves
-    the program's logging as it was."""
-    import logging
+    """While a command runs, the ``absl`` logger (dp-accounting's) shows errors only, in this
+    process and in the engine's worker processes started meanwhile
+    (:func:`fedaudit.engine.workers.library_log_levels`): its warnings, such as
+    ``_compute_log_a_frac failed to converge ... Excluding this order`` of the RDP accountant
+    (which excludes that order and still returns an upper bound), are the library's internals,
+    not a fedaudit message, and would reach stderr as raw ``WARNING:absl:`` lines. The level is
+    restored afterwards: importing fedaudit, or calling ``main()`` from a program, leaves the
+    program's logging as it was."""
+    from fedaudit.engine.workers import library_log_levels
 
-    logger = logging.getLogger("absl")
-    previous = logger.level
-    logger.setLevel(max(previous, logging.ERROR))
+    previous = library_log_levels()
     try:
         yield
     finally:
-        logger.setLevel(previous)
+        library_log_levels(previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,7 +35,8 @@ from typing import Any
 from fedaudit import chain
 from fedaudit.engine.inflight import bounded
 from fedaudit.engine.workers import (
-    EngineContext, LoadError, WorkerError, call_pickled, cloudpickle_module, install_preparation_hook, worker_init,
+    EngineContext, LoadError, WorkerError, call_pickled, cloudpickle_module, install_preparation_hook,
+    library_log_levels, worker_init,
 )
 from fedaudit.errors import FedAuditError
 
@@ -55,13 +56,13 @@ class _SharedPool:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pool: Any = None
-        self.key: tuple | None = None  # (pid, workers, sys.path, cwd, state dir)
+        self.key: tuple | None = None  # (pid, workers, sys.path, cwd, state dir, library log levels)
         self.busy = False
 
     def acquire(self, workers: int) -> tuple[Any, bool]:
         """``(pool, shared)``: the kept pool for ``workers`` (created on first use), or a private
         one when the kept pool is in use."""
-        key = (os.getpid(), workers, tuple(sys.path), os.getcwd(), str(chain.state_dir()))
+        key = (os.getpid(), workers, tuple(sys.path), os.getcwd(), str(chain.state_dir()), _log_levels())
         with self.lock:
             if self.busy:
                 return _new_pool(workers), False
@@ -107,7 +108,14 @@ def _new_pool(workers: int):
 
     install_preparation_hook()
     return ProcessPoolExecutor(max_workers=workers, mp_context=EngineContext(),
-                               initializer=worker_init, initargs=(os.getpid(),))
+                               initializer=worker_init, initargs=(os.getpid(), dict(_log_levels())))
+
+
+def _log_levels() -> tuple[tuple[str, int], ...]:
+    """This process's levels of the library loggers (:data:`~fedaudit.engine.workers.LIBRARY_LOGGERS`), which a new pool's
+    workers take over; part of the kept pool's key, so workers started under other levels are
+    not reused."""
+    return tuple(library_log_levels({}).items())  # {}: read, set nothing
 
 
 _SERIAL_HINT = "or with backend='serial' (FEDAUDIT_BACKEND=serial), which computes in this process"

@@ -32,7 +32,7 @@ from typing import Any
 from fedaudit.engine.defaults import IN_WORKER_ENV
 from fedaudit.errors import FedAuditError
 
-__all__ = ["PRIVATE_ENV", "private_env_removed", "worker_init", "become_worker", "WorkerError", "LoadError",
+__all__ = ["PRIVATE_ENV", "LIBRARY_LOGGERS", "library_log_levels", "private_env_removed", "worker_init", "become_worker", "WorkerError", "LoadError",
            "call_pickled", "cloudpickle_module", "EngineContext", "install_preparation_hook"]
 
 #: secrets no worker inherits: removed from the environment while a pool process or a Ray instance
@@ -91,14 +91,39 @@ def _watch_parent(parent_pid: int, poll_s: float = _PARENT_POLL_S) -> threading.
     return thread
 
 
-def worker_init(parent_pid: int) -> None:
+#: loggers of the libraries fedaudit calls whose warnings are those libraries' internals (absl:
+#: dp-accounting's, e.g. the RDP accountant's ``_compute_log_a_frac failed to converge ... Excluding
+#: this order``, after which it still returns an upper bound), not fedaudit messages
+LIBRARY_LOGGERS: tuple[str, ...] = ("absl",)
+
+
+def library_log_levels(levels: dict[str, int] | None = None) -> dict[str, int]:
+    """The levels of the :data:`LIBRARY_LOGGERS` before this call; sets them to ``levels`` (None:
+    each at least ERROR, so their warnings are not shown; a logger ``levels`` does not name keeps
+    its level, so ``{}`` only reads them). The one function that quiets them: the
+    CLI calls it while a command runs (and with the returned levels afterwards, to restore them),
+    and each process-pool worker calls it with the levels its parent had when the pool started
+    (:func:`worker_init`), so a worker prints what the main process would print."""
+    import logging
+
+    previous = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(previous[name], logging.ERROR) if levels is None else levels.get(name, previous[name]))
+    return previous
+
+
+def worker_init(parent_pid: int, log_levels: dict[str, int] | None = None) -> None:
     """Process-pool initializer: exit with the parent (see the module docstring), then one
-    BLAS/OpenMP/torch thread per worker."""
+    BLAS/OpenMP/torch thread per worker, and the parent's levels of the library loggers
+    (``log_levels``, :func:`library_log_levels`: a CLI command's workers are as quiet as it is)."""
     _kill_on_parent_death()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
     _watch_parent(parent_pid)
     become_worker()
+    if log_levels is not None:
+        library_log_levels(log_levels)
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops the workers
