@@ -165,3 +165,24 @@ def test_a_run_option_is_refused_with_its_flag(capsys):
     assert main(["stress", "--quiet"]) == 2
     assert capsys.readouterr().err.strip() == ("fedaudit: error: stress: set --min-accuracy or --max-loss (the "
                                                "requirement every cell must meet)")
+
+
+def test_the_run_options_are_declared_once():
+    """--allow-large, --out, --force and --resume of ``fedaudit run``, the engine flags and the
+    generated kind commands are one declaration each in fedaudit/cli/ (options.py), not one per
+    command module (issue #24)."""
+    import ast
+
+    import fedaudit.cli
+
+    places: dict[str, list[str]] = {}
+    for path in sorted(Path(fedaudit.cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and arg.value in ("--allow-large", "--out", "--force", "--resume"):
+                        places.setdefault(arg.value, []).append(path.name)
+    # besides options.py's: demo's --out/--resume (a fixed directory, overwritten), sign's --force
+    # (replace a signature) and the engine checkpoint's --resume are other options of the same name
+    assert places == {"--allow-large": ["options.py"], "--out": ["options.py", "parser.py"],
+                      "--force": ["options.py", "parser.py"], "--resume": ["options.py", "options.py", "parser.py"]}

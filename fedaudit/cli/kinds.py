@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.cli.argtypes import scalar_value
+from fedaudit.cli.options import allow_large_option, report_dir_options
 from fedaudit.cli.outputs import check_output_file, save_plot, write_data
 from fedaudit.cli.progress import note, out, progress_bar
 
@@ -339,18 +340,13 @@ def add_run_options(p: argparse.ArgumentParser, kind: Any) -> None:
         run.add_argument(flag_of(name), default=None, type=_number("int") if key.type == "int" else str,
                          metavar="{" + ",".join(key.choices) + "}" if key.choices else key.type.upper(),
                          help=key.help.replace("%", "%%"))
-    run.add_argument("--allow-large", action="store_true",
-                     help="accept a claim estimated to need more than 8 GiB of memory or 24 core-hours, and start "
-                          "more worker processes than cores")
-    run.add_argument("--out", default=None, metavar="DIR",
-                     help="run the claim as `fedaudit run` runs a plan: write report.json/.html/.md into DIR "
-                          "(new or empty unless --force or --resume), checkpointing the claim when it finishes")
-    mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--force", action="store_true", help="with --out: write into a non-empty directory "
-                                                            "(starts over)")
-    mode.add_argument("--resume", action="store_true",
-                      help="with --out: continue an interrupted run (a finished claim is reloaded, a stress grid "
-                           "keeps its finished cells); a checkpoint of other flags is refused")
+    allow_large_option(run, "accept a claim estimated to need more than 8 GiB of memory or 24 core-hours, and "
+                            "start more worker processes than cores")
+    report_dir_options(run, "run the claim as `fedaudit run` runs a plan: write report.json/.html/.md into DIR "
+                            "(new or empty unless --force or --resume), checkpointing the claim when it finishes",
+                       force_help="with --out: write into a non-empty directory (starts over)",
+                       resume_help="with --out: continue an interrupted run (a finished claim is reloaded, a stress "
+                                   "grid keeps its finished cells); a checkpoint of other flags is refused")
 
 
 def add_kind_commands(groups: Mapping[tuple[str, ...], Any], progress: argparse.ArgumentParser,

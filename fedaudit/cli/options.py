@@ -78,6 +78,23 @@ def engine_command(args: argparse.Namespace) -> list[str]:
         (["--allow-large"] if args.allow_large else [])
 
 
+def allow_large_option(group: Any, helptext: str) -> None:
+    """``--allow-large`` (what it allows is ``helptext``): declared here once, for the engine flags
+    of the hand-written commands and the run options of the generated ones."""
+    group.add_argument("--allow-large", action="store_true", help=helptext)
+
+
+def report_dir_options(group: Any, out_help: str, *, force_help: str, resume_help: str,
+                       required: bool = False) -> None:
+    """``--out DIR`` and the mutually exclusive ``--force`` / ``--resume`` of a command that writes
+    a report directory (``fedaudit run`` and the generated kind commands): declared here once, each
+    command saying in the help what they mean for it."""
+    group.add_argument("--out", required=required, default=None, metavar="DIR", help=out_help)
+    mode = group.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help=force_help)
+    mode.add_argument("--resume", action="store_true", help=resume_help)
+
+
 def engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | None = None,
                     allow_large: str = "start more worker processes than this machine has cores") -> None:
     """Add ``--backend/--workers/--address/--allow-large`` (and, when ``checkpoint`` names what is
@@ -90,7 +107,7 @@ def engine_options(p: argparse.ArgumentParser, what: str, *, checkpoint: str | N
     eng.add_argument("--workers", type=int, default=None, metavar="N",
                      help="worker processes (at most the cores unless --allow-large), or Ray tasks in flight / 2 "
                           "(default: the CPUs, or $FEDAUDIT_WORKERS; at most 1024; ignored by serial)")
-    eng.add_argument("--allow-large", action="store_true", help=allow_large)
+    allow_large_option(eng, allow_large)
     eng.add_argument("--address", default=None, metavar="ADDR",
                      help="--backend ray: the cluster to join, 'auto' or [ray://]host:port (default: a new local "
                           "instance)")

@@ -18,7 +18,7 @@ from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dp
                                    cmd_run,
                                    cmd_sign, cmd_sparse, cmd_verify)
 from fedaudit.cli.options import (engine_options, mech_param_option, plan_engine_options, progress_options,
-                                  renamed_flag, sparse_model_options)
+                                  renamed_flag, report_dir_options, sparse_model_options)
 
 
 PLAN_REFERENCE = "docs/plans.md"
@@ -116,12 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "OUT/.checkpoint/, so an interrupted run continues with --resume.")
     p.add_argument("plan", help=f"the plan: a TOML file (a [plan] table and [[claim]] tables; keys: {PLAN_REFERENCE}) "
                                 "or the name of a shipped plan (fedaudit plans lists them)")
-    p.add_argument("--out", required=True, help="report directory (must be empty or new unless --force or --resume)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--force", action="store_true", help="write into a non-empty report directory (starts over)")
-    mode.add_argument("--resume", action="store_true",
-                      help="continue an interrupted run into --out: claims with a checkpoint are not recomputed "
-                           "(checkpoints of a different plan are refused)")
+    report_dir_options(p, "report directory (must be empty or new unless --force or --resume)", required=True,
+                       force_help="write into a non-empty report directory (starts over)",
+                       resume_help="continue an interrupted run into --out: claims with a checkpoint are not "
+                                   "recomputed (checkpoints of a different plan are refused)")
     plan_engine_options(p)
     p.set_defaults(func=cmd_run)
 
