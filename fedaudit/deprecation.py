@@ -10,7 +10,9 @@ the helpers here:
 - :func:`warn_renamed` is the one warning (a plan's renamed key, a CLI flag's old spelling);
 - :func:`renamed_keyword` serves a function's renamed keyword argument (``test=`` for
   ``distinguisher=``);
-- :func:`module_aliases` gives a module a ``__getattr__`` that serves an old attribute name.
+- :func:`module_aliases` gives a module a ``__getattr__`` that serves an old attribute name;
+- :func:`flag_note` is the one-line note of a CLI flag's old spelling (the CLI prints it once per
+  flag and command line, however often the flag is given).
 
 Each warns with the old and the new name, so a user's code says what to change.
 """
@@ -22,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from fedaudit.errors import FedAuditError
 
-__all__ = ["warn_renamed", "renamed_keyword", "module_aliases"]
+__all__ = ["warn_renamed", "renamed_keyword", "module_aliases", "flag_note"]
 
 
 def warn_renamed(old: str, new: str, where: str, *, stacklevel: int = 3) -> None:
@@ -54,3 +56,12 @@ def renamed_keyword(where: str, old: str, new: str, old_value: Any, new_value: A
         raise FedAuditError(f"{where}: give {new} (or its deprecated name {old}), not both")
     warn_renamed(f"{old}=", f"{new}=", where, stacklevel=4)
     return old_value
+
+
+def flag_note(old: str, new: str | None = None, why: str = "") -> str:
+    """The note of a deprecated command-line flag (or command) ``old``: "<old> is deprecated and will be removed
+    in the next release; use <new>", or, for a flag that chose what no longer exists (``new``
+    None), "<old> is deprecated and ignored (<why>); it will be removed in the next release"."""
+    if new is None:
+        return f"{old} is deprecated and ignored ({why}); it will be removed in the next release"
+    return f"{old} is deprecated and will be removed in the next release; use {new}"

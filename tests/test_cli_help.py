@@ -186,3 +186,23 @@ def test_the_run_options_are_declared_once():
     # (replace a signature) and the engine checkpoint's --resume are other options of the same name
     assert places == {"--allow-large": ["options.py"], "--out": ["options.py", "parser.py"],
                       "--force": ["options.py", "parser.py"], "--resume": ["options.py", "options.py", "parser.py"]}
+
+
+@pytest.mark.parametrize("argv, new", [(["audit", "robustness", "--d", "8", "--d", "16"], "--dim"),
+                                       (["stress", "--f", "1", "--f", "3"], "--fs"),
+                                       (["account", "compose", "--epsilon", "1", "--method", "pld", "--method",
+                                         "basic"], "--accountant")])
+def test_a_deprecated_flag_given_twice_is_noted_once(argv, new, capsys):
+    """One note per deprecated flag, however often the command line gives it (issue #24); the
+    values still count as the new flag's would (the last one, or all of a list flag's)."""
+    args = build_parser().parse_args(argv)
+    old = argv[-2]
+    assert capsys.readouterr().err.strip().splitlines() == \
+        [f"fedaudit: note: {old} is deprecated and will be removed in the next release; use {new}"]
+    assert {"--dim": lambda: args.dim == 16, "--fs": lambda: args.fs == [(1,), (3,)],
+            "--accountant": lambda: args.accountant == "basic"}[new]()
+
+
+def test_a_dropped_flag_given_twice_is_noted_once(capsys):
+    build_parser().parse_args(["audit", "sparse-upload", "--upload", "private", "--upload", "plain"])
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

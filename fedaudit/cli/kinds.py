@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.cli.argtypes import scalar_value
-from fedaudit.cli.options import allow_large_option, report_dir_options
+from fedaudit.cli.options import allow_large_option, note_deprecated_flag, report_dir_options
 from fedaudit.cli.outputs import check_output_file, save_plot, write_data
 from fedaudit.cli.progress import note, out, progress_bar
 
@@ -270,12 +270,11 @@ class _Deprecated(argparse.Action):
         self.key, self.convert, self.why = key, convert, why
 
     def __call__(self, parser, namespace, values, option_string=None):
+        flag = option_string or self.option_strings[0]
         if self.key is None:
-            note(f"{option_string} is deprecated and ignored ({self.why}); it will be removed in the next release",
-                 quiet=False)
+            note_deprecated_flag(namespace, flag, why=self.why)
             return
-        note(f"{option_string} is deprecated and will be removed in the next release; use {flag_of(self.key)}",
-             quiet=False)
+        note_deprecated_flag(namespace, flag, flag_of(self.key))
         value, current = self.convert(values), getattr(namespace, self.key, None)
         setattr(namespace, self.key, current + value if isinstance(value, list) and isinstance(current, list)
                 else value)

@@ -129,6 +129,25 @@ def progress_options() -> argparse.ArgumentParser:
     return common
 
 
+#: the attribute of a parsed command line that holds the deprecated flags already noted
+_NOTED = "_deprecated_flags_noted"
+
+
+def note_deprecated_flag(namespace: argparse.Namespace, flag: str, new: str | None = None, why: str = "") -> None:
+    """The one-line note of a deprecated flag (:func:`fedaudit.deprecation.flag_note`) on stderr,
+    once per flag and command line: a flag given twice (``--d 8 --d 16``) is noted once. The flags
+    noted are kept on ``namespace``, the one object a parse of one command line shares."""
+    from fedaudit.deprecation import flag_note
+
+    noted = getattr(namespace, _NOTED, None)
+    if noted is None:
+        noted = set()
+        setattr(namespace, _NOTED, noted)
+    if flag not in noted:
+        noted.add(flag)
+        note(flag_note(flag, new, why), quiet=False)
+
+
 class _RenamedFlag(argparse.Action):
     """A flag's old spelling (hidden from --help): stores into the new flag's ``dest`` and notes
     the new name on stderr, as the generated commands' deprecated flags do."""
@@ -139,9 +158,7 @@ class _RenamedFlag(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from fedaudit.cli.progress import note
-
-        note(f"{option_string} is deprecated and will be removed in the next release; use {self.new}", quiet=False)
+        note_deprecated_flag(namespace, option_string or self.option_strings[0], self.new)
         setattr(namespace, self.dest, values)
 
 

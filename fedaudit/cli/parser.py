@@ -253,6 +253,7 @@ def renamed_command(argv: Sequence[str]) -> list[str]:
     """``argv`` with a renamed command (:data:`RENAMED_COMMANDS`, e.g. ``account fedavg``) spelled
     the new way, and a one-line note saying so; other command lines are returned unchanged."""
     from fedaudit.cli.progress import note
+    from fedaudit.deprecation import flag_note
 
     argv = list(argv)
     words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
@@ -260,8 +261,7 @@ def renamed_command(argv: Sequence[str]) -> list[str]:
         old = (argv[words[0]], argv[words[1]])
         if old in RENAMED_COMMANDS:
             new = RENAMED_COMMANDS[old]
-            note(f"'fedaudit {' '.join(old)}' is deprecated and will be removed in the next release; use "
-                 f"'fedaudit {' '.join(new)}'", quiet=False)
+            note(flag_note(f"'fedaudit {' '.join(old)}'", f"'fedaudit {' '.join(new)}'"), quiet=False)
             argv[words[0]:words[1] + 1] = new
     return argv
 
