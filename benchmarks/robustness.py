@@ -71,7 +71,7 @@ def _tightness_row(args: tuple) -> dict:
     rule, n, f, d, trials, budget, de_iters, de_time, seed, reference = args
     t0 = time.perf_counter()
     # serial: the rows themselves run in parallel (--workers), so no engine pool per row
-    res = audit_robustness(rule, n=n, f=f, d=d, trials=trials, seed=seed, search=budget, backend="serial")
+    res = audit_robustness(rule, n=n, f=f, dim=d, trials=trials, seed=seed, search=budget, backend="serial")
     audit_s = time.perf_counter() - t0
     if reference is not None:  # the independent optimiser's result from an earlier run (same seeds)
         ind = [(reference["independent_per_k"][f"k={k}"], reference["independent_evals"] // 2,
@@ -156,7 +156,7 @@ def table(argv: list[str] | None = None) -> None:
         try:
             agg = make_aggregator(rule, args.f, **EXTRA.get(rule, {}))
             agg.name = rule
-            r = audit_robustness(agg, n=args.n, f=args.f, d=args.d, trials=args.trials, seed=args.seed,
+            r = audit_robustness(agg, n=args.n, f=args.f, dim=args.d, trials=args.trials, seed=args.seed,
                                  search=args.evals, backend=args.backend, workers=args.workers)
         except Exception as exc:  # a rule whose requirement (e.g. Bulyan n ≥ 4f+3) fails at this (n, f)
             print(f"{rule:<16} skipped: {exc}")

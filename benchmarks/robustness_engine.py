@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--rule", default="gm")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
-    call = dict(n=10, f=3, d=10, trials=48, seed=0, search={"evals": 3000, "restarts": 4})
+    call = dict(n=10, f=3, dim=10, trials=48, seed=0, search={"evals": 3000, "restarts": 4})
     print(f"{args.rule} n=10 f=3 d=10, 48 trials, optimiser 3000 evals x 4 restarts; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     seen, last = {}, {}

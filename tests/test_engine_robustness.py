@@ -12,7 +12,7 @@ from fedaudit.errors import FedAuditError
 
 # Krum with the non-finite attack: trials that carry NaN/inf rows (strict JSON in the checkpoint)
 # next to finite attacks; several chunks of TRIAL_CHUNK trials
-CALL = dict(n=9, f=2, d=4, trials=3 * TRIAL_CHUNK + 3, attacks="nonfinite,alie,ipm", search_evals=5, search=150,
+CALL = dict(n=9, f=2, dim=4, trials=3 * TRIAL_CHUNK + 3, attacks="nonfinite,alie,ipm", search_evals=5, search=150,
             seed=2)
 
 
@@ -87,4 +87,4 @@ def test_resume_refuses_a_checkpoint_of_other_arguments(tmp_path):
                                            ({"address": "127.0.0.1:6379"}, "address")])
 def test_bad_engine_options_are_refused_before_any_work(kwargs, match):
     with pytest.raises(FedAuditError, match=match):
-        audit_robustness("cwtm", n=9, f=2, d=3, trials=2, **kwargs)
+        audit_robustness("cwtm", n=9, f=2, dim=3, trials=2, **kwargs)

@@ -78,7 +78,7 @@ ENTRY_POINTS = textwrap.dedent('''
             return self.combine(X)
 
 
-    rob = audit_robustness(Combine(1, lambda X: np.median(X, axis=0)), n=5, f=1, d=3, trials=64,
+    rob = audit_robustness(Combine(1, lambda X: np.median(X, axis=0)), n=5, f=1, dim=3, trials=64,
                            attacks="signflip", search=0, search_evals=4)
     mse = measure_mse(Laplace(dim=4, epsilon=1.0, clip=1.0), np.full(4, 0.5), samples=3000, chunk=1000)
     curve = variance_vs_dk(8, [2, 4], 2.0, samples=400)

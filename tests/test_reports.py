@@ -482,7 +482,7 @@ def test_real_audit_results_are_valid_evidence(tmp_path):
     x0[0] = 1.0
     ldp = audit_ldp(mech, x0, -x0, samples=20_000, seed=0)
     var = variance_vs_dk(64, [8, 16, 32], 1.0, samples=500, seed=0)
-    rob = audit_robustness("cwtm", n=9, f=2, d=10, trials=10, seed=0)
+    rob = audit_robustness("cwtm", n=9, f=2, dim=10, trials=10, seed=0)
     claims = [
         Claim("ldp", "ldp", "sketch", "violation", "PASS" if ldp.violation else "FAIL", ldp.to_dict(), seed=ldp.seed),
         Claim("var", "variance", "variance", "pass", "PASS", var.to_dict(),

@@ -23,9 +23,9 @@ from fedaudit.json import loads
 
 # CWMed at n=15, f=5: C(15, 5) = 3003 subsets, so each chunk scores on its own working set of
 # subsets (the path with state inside a local run); three families (d=1, d=2, embedded in d=4)
-WIDE = dict(n=15, f=5, d=4, trials=4, attacks="alie", search_evals=0, search={"evals": 120, "restarts": 1}, seed=4)
+WIDE = dict(n=15, f=5, dim=4, trials=4, attacks="alie", search_evals=0, search={"evals": 120, "restarts": 1}, seed=4)
 # Krum at n=9: forced selection, clusters, phase-1 runs and phase-2 rounds all on the engine
-KRUM = dict(n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0, search={"evals": 200, "restarts": 2}, seed=1)
+KRUM = dict(n=9, f=2, dim=3, trials=4, attacks="alie", search_evals=0, search={"evals": 200, "restarts": 2}, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -113,16 +113,16 @@ def test_an_existing_optimiser_checkpoint_is_refused_without_resume(tmp_path):
 def test_progress_counts_every_run_of_the_engine_stages():
     calls = []
     audit_robustness("krum", backend="serial", progress=calls.append, **KRUM)
-    assert len(calls) == progress_units(2, 4, 0, KRUM["search"], d=3, aggregator="krum", n=9)
+    assert len(calls) == progress_units(2, 4, 0, KRUM["search"], dim=3, aggregator="krum", n=9)
 
 
 _CHILD = """
 import sys
 from fedaudit.audit.robustness import audit_robustness
-audit_robustness("gm", n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0,
+audit_robustness("gm", n=9, f=2, dim=3, trials=4, attacks="alie", search_evals=0,
                  search={"evals": 2400, "restarts": 3}, seed=6, backend="serial", checkpoint=sys.argv[1])
 """
-KILLED = dict(n=9, f=2, d=3, trials=4, attacks="alie", search_evals=0, search={"evals": 2400, "restarts": 3}, seed=6)
+KILLED = dict(n=9, f=2, dim=3, trials=4, attacks="alie", search_evals=0, search={"evals": 2400, "restarts": 3}, seed=6)
 
 
 @pytest.mark.slow  # 6–20 s (machine load): a child process runs GM's optimiser until phase-1 runs are recorded

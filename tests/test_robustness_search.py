@@ -71,7 +71,7 @@ class _FragileMedian(Aggregator):
 
 
 def test_breakdown_is_recorded_not_raised():
-    res = audit_robustness(_FragileMedian(0), n=9, f=2, d=3, trials=12, attacks=["nonfinite", "ipm"],
+    res = audit_robustness(_FragileMedian(0), n=9, f=2, dim=3, trials=12, attacks=["nonfinite", "ipm"],
                            search_evals=5, search=200, seed=0)
     assert res.breakdown is not None and res.breakdown["count"] >= 1
     assert all(lbl.startswith("nonfinite") for lbl in res.breakdown["labels"])
@@ -83,7 +83,7 @@ def test_breakdown_is_recorded_not_raised():
 
 
 def test_no_breakdown_field_without_one():
-    res = audit_robustness("cwtm", n=7, f=1, d=3, trials=8, search_evals=0, search=100, seed=0)
+    res = audit_robustness("cwtm", n=7, f=1, dim=3, trials=8, search_evals=0, search=100, seed=0)
     assert res.breakdown is None
 
 
@@ -91,13 +91,13 @@ def test_cwmed_with_f_nonfinite_rows_does_not_raise():
     """The issue's reproduction: CWMed (no f) at n=13, f=3 with the non-finite attack."""
     from fedaudit.defenses import CWMed
 
-    res = audit_robustness(CWMed(), n=13, f=3, d=4, trials=18, search_evals=5, search=300, seed=0)
+    res = audit_robustness(CWMed(), n=13, f=3, dim=4, trials=18, search_evals=5, search=300, seed=0)
     assert math.isfinite(res.nu_empirical) and res.nu_empirical >= res.nu_lower * (1 - 1e-3)
 
 
 def test_optimiser_beats_the_constructions_and_its_worst_case_replays():
     agg = make_aggregator("cwmed", 2)
-    res = audit_robustness(agg, n=8, f=2, d=6, trials=16, search_evals=10,
+    res = audit_robustness(agg, n=8, f=2, dim=6, trials=16, search_evals=10,
                            search={"evals": 1500, "restarts": 4}, seed=2)
     assert res.worst["stage"] == "optimiser" and res.worst["subspace"] and res.worst["k"] in (1, 2)
     assert res.worst["d"] == 6 and np.asarray(res.config["inputs"]).shape == (8, 6)
@@ -114,29 +114,29 @@ def test_optimiser_beats_the_constructions_and_its_worst_case_replays():
 
 def test_budget_zero_disables_the_optimiser_and_progress_units_match():
     calls = []
-    res = audit_robustness("krum", n=9, f=2, d=4, trials=10, search_evals=7, search=0, seed=0,
+    res = audit_robustness("krum", n=9, f=2, dim=4, trials=10, search_evals=7, search=0, seed=0,
                            progress=lambda k: calls.append(k))
     assert res.search["stopped"] == "disabled" and res.search["evals"] == 0
     assert res.worst["stage"] != "optimiser"
-    assert len(calls) == progress_units(2, 10, 7, 0, d=4)
+    assert len(calls) == progress_units(2, 10, 7, 0, dim=4)
     calls.clear()
     budget = {"evals": 300, "restarts": 3}
-    audit_robustness("krum", n=9, f=2, d=4, trials=10, search_evals=7, search=budget, seed=0,
+    audit_robustness("krum", n=9, f=2, dim=4, trials=10, search_evals=7, search=budget, seed=0,
                      progress=lambda k: calls.append(k))
     # Krum at n=9 is in the cheap class: ⌈2.5·3⌉ = 8 restarts, three families (d=1, d=2, embedded),
     # plus one forced-selection unit per low-dimensional family
-    assert len(calls) == progress_units(2, 10, 7, budget, d=4, aggregator="krum", n=9) == 10 + 3 + 7 + 1 + (3 + 2) * 8 + 2
-    assert progress_units(2, 10, 7, budget, d=4) == 10 + 3 + 7 + 1 + (3 + 2) * 3  # no rule given: base budget
+    assert len(calls) == progress_units(2, 10, 7, budget, dim=4, aggregator="krum", n=9) == 10 + 3 + 7 + 1 + (3 + 2) * 8 + 2
+    assert progress_units(2, 10, 7, budget, dim=4) == 10 + 3 + 7 + 1 + (3 + 2) * 3  # no rule given: base budget
 
 
 @pytest.mark.parametrize("rule, n, f", [("gm", 9, 2), ("nnm+cwtm", 9, 2), ("cwtm", 21, 5)])
 def test_progress_units_match_for_other_cost_classes(rule, n, f):
     calls = []
     budget = {"evals": 200, "restarts": 2}
-    audit_robustness(rule, n=n, f=f, d=3, trials=4, search_evals=2, search=budget, seed=0,
+    audit_robustness(rule, n=n, f=f, dim=3, trials=4, search_evals=2, search=budget, seed=0,
                      progress=lambda k: calls.append(k))
-    assert len(calls) == progress_units(f, 4, 2, budget, d=3, aggregator=rule, n=n)
-    assert len(calls) == progress_units(f, 4, 2, budget, d=3, aggregator=make_aggregator(rule, f), n=n)
+    assert len(calls) == progress_units(f, 4, 2, budget, dim=3, aggregator=rule, n=n)
+    assert len(calls) == progress_units(f, 4, 2, budget, dim=3, aggregator=make_aggregator(rule, f), n=n)
 
 
 def test_cost_class_is_decided_by_rule_type_and_size():
@@ -156,12 +156,12 @@ def test_cost_class_is_decided_by_rule_type_and_size():
         pass
 
     assert not cheap_rule(MyKrum(2), 9, 2) and cheap_rule(Krum(2), 9, 2)
-    res = audit_robustness("krum", n=9, f=2, d=3, trials=4, search_evals=0, search=300, seed=0)
+    res = audit_robustness("krum", n=9, f=2, dim=3, trials=4, search_evals=0, search=300, seed=0)
     assert res.search["budget"]["evals"] == 300 and res.search["effective_budget"]["evals"] == 900
 
 
 def test_time_limit_stops_the_search():
-    res = audit_robustness("gm", n=9, f=2, d=4, trials=4, search_evals=0,
+    res = audit_robustness("gm", n=9, f=2, dim=4, trials=4, search_evals=0,
                            search={"evals": 10**6, "restarts": 2, "time_s": 0.3}, seed=0)
     assert res.search["stopped"] == "time limit" and res.search["runtime_s"] < 3.0
     assert res.search["evals"] < 10**6
@@ -177,7 +177,7 @@ def test_time_limit_stops_the_search():
 ])
 def test_bad_budget(search, needle):
     with pytest.raises(FedAuditError, match=needle):
-        audit_robustness("cwtm", n=7, f=1, d=2, trials=2, search=search)
+        audit_robustness("cwtm", n=7, f=1, dim=2, trials=2, search=search)
 
 
 def _de_reference(rule, n, f, seed):
@@ -199,7 +199,7 @@ def _de_reference(rule, n, f, seed):
 def test_held_out_tightness_against_differential_evolution(rule, n, f):
     """Held-out (rule, n, f) not used by any other test or by the benchmark's defaults. Both rules
     are coordinate-wise, so 1-D is their worst dimension (robustness_search docstring)."""
-    res = audit_robustness(rule, n=n, f=f, d=2, trials=4, search_evals=0, seed=5)
+    res = audit_robustness(rule, n=n, f=f, dim=2, trials=4, search_evals=0, seed=5)
     reference = _de_reference(rule, n, f, seed=11)
     assert res.nu_empirical >= 0.95 * reference, (res.nu_empirical, reference)
 
@@ -212,7 +212,7 @@ def test_search_reaches_a_hand_built_coincident_worst_case():
     X = np.r_[np.zeros(6), np.ones(8)][:, None]
     built = robustness_ratio(X, make_aggregator("cwmed", f)(X), f)[0]
     assert built == pytest.approx(1.0)
-    res = audit_robustness("cwmed", n=n, f=f, d=2, trials=4, search_evals=0, seed=5)
+    res = audit_robustness("cwmed", n=n, f=f, dim=2, trials=4, search_evals=0, seed=5)
     assert res.nu_empirical >= 0.99 * built
 
 
@@ -255,7 +255,7 @@ def test_held_out_krum_reaches_an_independent_optimiser(n, f):
     """Held-out Krum configurations (not in the benchmark's pairs nor any other test): the
     auditor's default search (cheap class + forced-selection phase) reaches ≥ 95% of a small
     differential-evolution run in 1-D and 2-D."""
-    res = audit_robustness("krum", n=n, f=f, d=3, trials=4, search_evals=0, seed=5)
+    res = audit_robustness("krum", n=n, f=f, dim=3, trials=4, search_evals=0, seed=5)
     reference = max(_de_reference("krum", n, f, seed=13), _de_reference_2d("krum", n, f, seed=17))
     assert res.nu_empirical >= 0.95 * reference, (res.nu_empirical, reference)
     assert replay(res.config, make_aggregator("krum", f)) == pytest.approx(res.nu_empirical, rel=1e-9)
@@ -270,7 +270,7 @@ def test_forced_selection_phase_runs_for_krum_only_and_is_certified_by_the_rule(
     assert forced_selection_runs("multikrum", 11, 3, SearchBudget(), d=10) == 0
     assert forced_selection_runs("krum", 21, 5, SearchBudget(), d=10) == 0  # C(21, 5) > 2000
     agg = make_aggregator("krum", 3)
-    res = audit_robustness(agg, n=11, f=3, d=2, trials=4, search_evals=0,
+    res = audit_robustness(agg, n=11, f=3, dim=2, trials=4, search_evals=0,
                            search={"evals": 400, "restarts": 1, "dims": [1], "embedded": False}, seed=1)
     X = np.asarray(res.config["inputs"])
     assert robustness_ratio(X, agg(X), 3)[0] == pytest.approx(res.nu_empirical, rel=1e-9)
@@ -286,5 +286,5 @@ def test_search_outcome_to_dict_is_strict_json_and_feeds_the_audit_report():
     d = out.to_dict()
     assert d["X"] == [[1.0, 0.0], [0.0, 1.0]] and d["S"] == [0] and d["per_subspace"] == {"full": 0.5, "pca": "inf"}
     assert fjson.loads(fjson.dumps(d)) == d
-    res = audit_robustness("cwtm", n=5, f=1, d=2, trials=8, seed=0)
+    res = audit_robustness("cwtm", n=5, f=1, dim=2, trials=8, seed=0)
     assert {"evals", "local_runs", "stopped", "per_subspace"} <= set(res.search)

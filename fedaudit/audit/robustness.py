@@ -63,6 +63,7 @@ from fedaudit.audit.robustness_search import (EXHAUSTIVE_LIMIT, UNBOUNDED, Searc
                                               effective_budget, forced_selection_runs,
                                               optimise_configuration, optimiser_checkpoint_files, robustness_ratio,
                                               tick)
+from fedaudit.deprecation import renamed_keyword
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
 from fedaudit.json import is_numbers, jsonable
 from fedaudit.validation import check_int
@@ -184,13 +185,16 @@ def _resolve_attacks(attacks: str | Sequence[str]) -> list[str]:
 
 
 def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBudget | dict | int | None = None,
-                   d: int = 100, *, aggregator: Any = None, n: int | None = None) -> int:
+                   dim: int = 100, *, aggregator: Any = None, n: int | None = None, d: int | None = None) -> int:
     """How many times :func:`audit_robustness` calls ``progress(1)`` (for progress bars).
+
+    ``dim`` is the dimension of the vectors (``d``: its deprecated name, one release).
 
     ``aggregator`` (the rule or its registry spec) and ``n`` decide the optimiser's cost class
     (:func:`~fedaudit.audit.robustness_search.effective_budget`: cheap rules run more restarts)
     and whether Krum's forced-selection phase runs (one unit per low-dimensional family);
     without them the count for the base budget and no forced-selection phase is returned."""
+    d = renamed_keyword("progress_units", "d", "dim", d, dim, 100)
     budget = SearchBudget.coerce(search)
     forced = 0
     if aggregator is not None and n is not None:
@@ -203,15 +207,18 @@ def progress_units(f: int, trials: int, search_evals: int = 60, search: SearchBu
     return trials + (3 if f > 0 else 0) + climb + (families + 2) * budget.restarts * (families > 0) + forced
 
 
-def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 100, trials: int = 200,
+def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, dim: int = 100, trials: int = 200,
                      attacks: str | Sequence[str] = "all", seed: int | None = 0, search_evals: int = 60,
                      search: SearchBudget | dict | int | None = None,
                      progress: Callable[[int], None] | None = None, backend: str | None = None,
                      workers: int | None = None, address: str | None = None, checkpoint: Any = None,
-                     resume: bool = False) -> RobustnessAudit:
+                     resume: bool = False, d: int | None = None) -> RobustnessAudit:
     """Estimate the rule's robustness constant from below (see the module docstring).
 
     ``aggregator`` is an Aggregator or a registry spec such as "nnm+cwtm" (built with f).
+    ``dim`` is the dimension of the vectors, as the plan key and the ``--dim`` flag name it (``d``:
+    its deprecated name, kept for one release with a DeprecationWarning; the result's field is
+    still ``RobustnessAudit.d``).
     ``trials`` honest draws are spread round-robin over shapes × attacks (plain and Optimal).
     ``search_evals`` bounds the hill climb over the Byzantine rows; ``search`` is the budget of
     the optimiser over whole configurations (:class:`~fedaudit.audit.robustness_search.SearchBudget`,
@@ -232,7 +239,7 @@ def audit_robustness(aggregator: Aggregator | str, *, n: int, f: int, d: int = 1
     f = check_int("f", f, low=0)
     if n <= 2 * f:
         raise FedAuditError(f"robustness needs n > 2f, got n={n}, f={f}")
-    d = check_int("d", d, low=1)
+    d = check_int("dim", renamed_keyword("audit_robustness", "d", "dim", d, dim, 100), low=1)
     trials = check_int("trials", trials, low=1)
     search_evals = check_int("search_evals", search_evals, low=0)
     budget = SearchBudget.coerce(search)

@@ -116,7 +116,7 @@ class Robustness(ClaimKind):
         from fedaudit.audit.robustness import progress_units
 
         # run passes no search budget, so the optimiser runs with the defaults
-        return progress_units(p["f"], p["trials"], p["search_evals"], None, d=p["dim"], aggregator=p["aggregator"],
+        return progress_units(p["f"], p["trials"], p["search_evals"], None, dim=p["dim"], aggregator=p["aggregator"],
                               n=p["n"])
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
@@ -138,7 +138,7 @@ class Robustness(ClaimKind):
         p = spec.params
         params = dict(p["aggregator_params"] or {})
         rule = make_aggregator(p["aggregator"], p["f"], **params) if params else p["aggregator"]
-        res = audit_robustness(rule, n=p["n"], f=p["f"], d=p["dim"], trials=p["trials"], attacks=p["attacks"],
+        res = audit_robustness(rule, n=p["n"], f=p["f"], dim=p["dim"], trials=p["trials"], attacks=p["attacks"],
                                seed=spec.seed, search_evals=p["search_evals"], progress=progress,
                                **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
         nu = res.nu_empirical
