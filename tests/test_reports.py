@@ -385,6 +385,25 @@ def test_every_plot_type_renders_png():
                     "epsilon_claimed": 1.0, "epsilon_exact": None})
 
 
+def test_an_epsilon_figure_of_rounds_says_rounds_not_steps(capsys):
+    """The accounting schedule and DP-FedAvg count rounds: their ε figure says rounds on its axis,
+    in its caption (the reports' alt text) and in --plot's help, never steps (issue #24)."""
+    from fedaudit.cli.parser import build_parser, subcommands
+    from fedaudit.reports.plots import describe, render_figure
+
+    spec = {"type": "epsilon_vs_steps", "steps": [1, 2, 3], "epsilon": [0.5, 0.9, 1.2], "epsilon_claimed": 2.0,
+            "delta": 1e-6, "x_label": "rounds"}
+    ax = render_figure(spec).axes[0]
+    assert ax.get_xlabel() == "rounds" and "steps" not in ax.get_title()
+    assert "against rounds" in describe(spec) and "steps" not in describe(spec)
+    assert "against steps" in describe({**spec, "x_label": None})  # DP-SGD's figure counts steps
+    helps = {path: child.format_help() for path, child, _ in subcommands(build_parser())}
+    for command in (("audit", "accounting"), ("audit", "dp-fedavg")):
+        plot = helps[command].split("\n  --plot PLOT", 1)[1].split("\n  --", 1)[0]
+        assert "ε against rounds" in " ".join(plot.split()) and "steps" not in plot, plot
+    assert "epsilon vs steps" in " ".join(helps[("audit", "dpsgd")].split())
+
+
 def test_cli_figures_are_drawn_in_reports_without_touching_the_backend(tmp_path):
     import matplotlib
 

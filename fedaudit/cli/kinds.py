@@ -329,9 +329,9 @@ def add_run_options(p: argparse.ArgumentParser, kind: Any) -> None:
     claim.add_argument("--json", default=None, help="write the claim (verdict, evidence, plots) as JSON here "
                                                     "(checked before the claim runs)")
     if kind.figures:
+        figure = kind.figure_names.get(kind.figures[0], kind.figures[0].replace("_", " "))
         claim.add_argument("--plot", default=None,
-                           help=f"draw the claim's {kind.figures[0].replace('_', ' ')} figure here (.png, .svg, "
-                                f".pdf, …; checked first)")
+                           help=f"draw the claim's {figure} figure here (.png, .svg, .pdf, …; checked first)")
     run = p.add_argument_group("run (where the claim runs; the plan's [engine] table — the result is the same on "
                                "every setting)")
     for name in ("backend", "workers", "address"):

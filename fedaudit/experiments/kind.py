@@ -236,6 +236,10 @@ class ClaimKind:
     unit: str = "steps"
     #: plot types the evidence carries
     figures: tuple[str, ...] = ()
+    #: how ``--plot``'s help names a figure whose type name would mislead, type -> words (the
+    #: ``epsilon_vs_steps`` figure of a kind that counts rounds: ``"ε against rounds"``); a type
+    #: not listed is named by its words ("epsilon vs steps")
+    figure_names: Mapping[str, str] = {}
     #: what the kind's claims audit: "privacy", "robustness", "utility" (None: unknown)
     guarantee: str | None = None
     #: plan keys renamed since an earlier release, old -> new (issue #24: one word per concept, e.g.

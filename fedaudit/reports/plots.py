@@ -31,7 +31,8 @@ figure). Specifications (required keys; optional keys in brackets):
   each its own reference style; they do not stretch the axes), the claimed budget as a horizontal
   line, and audited lower bounds as points (filled: certified at their confidence, a point above the
   accountant's curve or the budget is a violation; hollow: ``certified = false``, an estimate);
-  ε = ∞ ends a curve.
+  ε = ∞ ends a curve. ``steps`` holds the counts of steps or rounds: ``x_label`` names them (default
+  "steps"), on the axis, in the default title and in the caption.
 
 Numbers may be JSON specials ("inf", "-inf", "nan") or null.
 """
@@ -419,6 +420,12 @@ def _curves(spec: Mapping[str, Any]):
     return fig
 
 
+def _count_name(spec: Mapping[str, Any]) -> str:
+    """What an ``epsilon_vs_steps`` figure counts along x, in its words: its ``x_label`` ("rounds"
+    for DP-FedAvg and the accounting schedule), else "steps" (the field ``steps`` holds either)."""
+    return str(spec.get("x_label") or "steps")
+
+
 def _epsilon_vs_steps(spec: Mapping[str, Any]):
     x = _arr(spec["steps"], "steps")
     y = _arr(spec["epsilon"], "epsilon")
@@ -469,9 +476,9 @@ def _epsilon_vs_steps(spec: Mapping[str, Any]):
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and rounds are counts
-    ax.set_xlabel(spec.get("x_label", "steps"))
+    ax.set_xlabel(_count_name(spec))
     ax.set_ylabel("ε")
-    _set_title(ax, spec.get("title", "Accountant ε against steps, with the claimed budget"))
+    _set_title(ax, spec.get("title", f"Accountant ε against {_count_name(spec)}, with the claimed budget"))
     ax.grid(True, which="both", alpha=0.3)
     fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     return fig
@@ -525,7 +532,7 @@ def describe(spec: Mapping[str, Any]) -> str:
     if kind == "nu_vs_bound":
         return "Empirical ν̂ per attack configuration against the published bound and the lower bound f/(n−2f)."
     if kind == "epsilon_vs_steps":
-        return ("Accountant ε upper bound against steps at fixed δ, the claimed budget as a dashed line"
+        return (f"Accountant ε upper bound against {_count_name(spec)} at fixed δ, the claimed budget as a dashed line"
                 + (", audited lower bounds as points" if spec.get("lower_bounds") else "") + ".")
     if kind in ("heatmap", "curves"):
         return str(spec.get("title", kind))

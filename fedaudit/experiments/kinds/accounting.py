@@ -54,6 +54,7 @@ class Accounting(ClaimKind):
     guarantee = "privacy"
     unit = "compositions"
     figures = ("epsilon_vs_steps",)
+    figure_names = {"epsilon_vs_steps": "ε against rounds"}
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import ACCOUNTANTS, SHUFFLE_METHODS

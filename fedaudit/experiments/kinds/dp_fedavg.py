@@ -35,6 +35,7 @@ class DPFedAvg(ClaimKind):
     guarantee = "privacy"
     unit = "rounds"
     figures = ("epsilon_vs_steps",)
+    figure_names = {"epsilon_vs_steps": "ε against rounds"}
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.dp_fedavg_audit import FEDAVG_AUDIT_DATASETS, MAX_AUDIT_CANARIES
