@@ -175,6 +175,25 @@ def test_unbounded_robustness_reads_as_a_failure_in_the_terminal(monkeypatch):
     assert "nu lower" not in text
 
 
+def test_reports_write_infinity_in_the_terminals_words(monkeypatch):
+    """HTML and Markdown say an infinite ν̂ as the terminal does, "∞ (unbounded)", through the one
+    shared function (reports.model.nonfinite_text), also when read back from report.json (issue #24)."""
+    import fedaudit.audit.robustness as robustness
+    from fedaudit.experiments.runner import run_plan
+    from fedaudit.reports.html import render_html
+    from fedaudit.reports.markdown import render_markdown
+    from fedaudit.reports.model import format_value, nonfinite_text
+    from fedaudit.reports.terminal import _cell
+
+    assert nonfinite_text(math.inf) == nonfinite_text("inf") == format_value(math.inf) == _cell(math.inf) \
+        == format_value("inf") == "∞ (unbounded)"
+    assert nonfinite_text(-math.inf) == "−∞" and nonfinite_text(math.nan) == "NaN" and nonfinite_text(1.0) is None
+    monkeypatch.setattr(robustness, "audit_robustness", lambda *a, **k: _robustness_result(math.inf, math.inf))
+    report = run_plan(plan({**ROBUST, "aggregator": "mean"}))
+    for text in (render_html(report), render_markdown(report)):
+        assert "∞ (unbounded)" in text
+
+
 def test_robustness_names_the_worst_configuration(monkeypatch):
     import fedaudit.audit.robustness as robustness
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 from typing import Any
 
@@ -104,8 +105,9 @@ def _caveats(claim: Claim) -> str:
 
 
 def _runtime(seconds: float) -> str:
-    text = format_value(seconds)
-    return text if text in ("∞", "NaN", "−∞") else (f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s")
+    if not math.isfinite(seconds):
+        return format_value(seconds)
+    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
 
 
 def _figure(spec: dict[str, Any]) -> str:

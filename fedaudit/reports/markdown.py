@@ -16,6 +16,7 @@ than any backtick run inside.
 
 from __future__ import annotations
 
+import math
 import re
 
 from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
@@ -61,8 +62,7 @@ def _verdict(label: str, tone: str) -> str:
 
 
 def _runtime(seconds: float) -> str:
-    text = format_value(seconds)
-    return text if text in ("∞", "NaN", "−∞") else f"{seconds:.3g} s"
+    return format_value(seconds) if not math.isfinite(seconds) else f"{seconds:.3g} s"
 
 
 def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:

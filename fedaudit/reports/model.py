@@ -50,7 +50,7 @@ from fedaudit.version import __version__
 
 __all__ = [
     "Verdict", "Expect", "VERDICTS", "EXPECTS", "TONES", "PLOT_TYPES", "SCHEMA_VERSION",
-    "Claim", "Manifest", "Report", "utc_now", "check_plot_spec", "flatten_evidence", "format_value",
+    "Claim", "Manifest", "Report", "utc_now", "check_plot_spec", "flatten_evidence", "format_value", "nonfinite_text",
 ]
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -588,6 +588,20 @@ class Report:
 
 
 # ------------------------------------------------------------------------------ display helpers
+#: how every renderer (terminal, HTML, Markdown) writes a non-finite number, keyed by its strict-JSON
+#: spelling (:mod:`fedaudit.json`): an infinite ν̂ or ε in words, as the summaries say it
+_NONFINITE = {"inf": "∞ (unbounded)", "-inf": "−∞", "nan": "NaN"}
+
+
+def nonfinite_text(value: Any) -> str | None:
+    """The words for a non-finite number — a float, or its strict-JSON string "inf"/"-inf"/"nan"
+    as a report file holds it: "∞ (unbounded)", "−∞", "NaN"; None for anything else. The one
+    place the terminal, HTML and Markdown renderers take them from."""
+    if isinstance(value, float) and not math.isfinite(value):
+        value = fjson.jsonable(value)
+    return _NONFINITE.get(value) if isinstance(value, str) else None
+
+
 def format_value(value: Any, max_items: int = 6) -> str:
     """A short human-readable rendering of one evidence value (shared by HTML and Markdown)."""
     if value is None:
@@ -596,14 +610,12 @@ def format_value(value: Any, max_items: int = 6) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    special = nonfinite_text(value)
+    if special is not None:
+        return special
     if isinstance(value, float):
-        if not math.isfinite(value):
-            return format_value(fjson.jsonable(value))
         return f"{value:.6g}"
     if isinstance(value, str):
-        special = {"inf": "∞", "-inf": "−∞", "nan": "NaN"}.get(value)
-        if special is not None:
-            return special
         return value if len(value) <= 160 else value[:157] + "…"
     if isinstance(value, Mapping):
         return f"{{{len(value)} fields}}" if value else "{}"

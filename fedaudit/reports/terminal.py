@@ -6,13 +6,14 @@ mechanisms, accountants, aggregators, a claim, integrity checks, plan reports); 
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
+
+from fedaudit.reports.model import nonfinite_text
 
 __all__ = ["printable", "escape", "SafeConsole", "print_claim", "print_registry", "print_mechanisms", "print_showcase",
            "print_aggregators", "print_verify", "print_plan_report",
@@ -210,9 +211,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "—"}[value]
     if isinstance(value, float):
-        if math.isinf(value):
-            return "∞ (unbounded)" if value > 0 else "−∞"
-        return f"{value:.4g}"
+        return nonfinite_text(value) or f"{value:.4g}"
     if isinstance(value, (list, tuple)):
         return ", ".join(_cell(v) for v in value)
     if isinstance(value, Mapping):
