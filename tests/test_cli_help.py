@@ -61,6 +61,8 @@ def _command(name):
 
 @pytest.mark.parametrize("name", CLAIM_KINDS.names())
 def test_kind_commands_are_generated_from_the_keys(name):
+    from fedaudit.cli.kinds import _describe
+
     p = _command(name)
     flags = {opt: action for action in p._actions for opt in action.option_strings}
     positional = getattr(claim_kind(name), "positional_keys", ())
@@ -70,7 +72,8 @@ def test_kind_commands_are_generated_from_the_keys(name):
             assert list(action.choices) == list(key.choices) and key.describe() in " ".join(action.help.split())
             continue
         action = flags[flag_of(key_name)]
-        assert key.describe() in " ".join(action.help.split()), (key_name, action.help)
+        # the key's description, a table's in the CLI's syntax (cli.kinds._describe)
+        assert _describe(key) in " ".join(action.help.split()), (key_name, action.help)
         assert action.default is None  # unset: the key's own default applies, stated in the help
         if key.type.startswith("list["):
             assert action.nargs == "+"
@@ -206,3 +209,32 @@ def test_a_deprecated_flag_given_twice_is_noted_once(argv, new, capsys):
 def test_a_dropped_flag_given_twice_is_noted_once(capsys):
     build_parser().parse_args(["audit", "sparse-upload", "--upload", "private", "--upload", "plain"])
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_table_flags_show_the_cli_syntax_with_examples_that_parse_back():
+    """A table or params key's flag (--aggregator-params, --mech-param, ...) shows the CLI's own
+    KEY=VALUE / SPEC:KEY=VALUE syntax with an example, never a plan's TOML inline table, and its
+    examples, given on the command line, are the key's example values (issue #24)."""
+    from fedaudit.cli.kinds import _value
+    from fedaudit.cli.options import cli_items
+
+    seen = 0
+    for name in CLAIM_KINDS.names():
+        path = KIND_COMMANDS.get(name, ("audit", name))
+        keys = claim_keys(claim_kind(name).keys())
+        text = " ".join(_command(name).format_help().split())
+        for key_name, key in keys.items():
+            if key.type != "params" and not key.type.startswith("table["):
+                continue
+            flag = flag_of(key_name)
+            part = text.split(f" {flag} ")[-1]
+            assert "{" not in part.split(" --")[0], (name, flag, part[:200])
+            for example in key.examples:
+                items = cli_items(example)
+                assert " ".join(f"{flag} {item}" for item in items) in text.split("e.g. ", 1)[-1], (name, flag)
+                args = build_parser().parse_args([*path, *(w for item in items for w in (flag, item))])
+                assert _value(key, flag, getattr(args, key_name)) == example
+                seen += 1
+    assert seen >= 6
+    help_text = " ".join(_command("stress").format_help().split())
+    assert "e.g. --aggregator-params s=2 or --aggregator-params bucketing+cwtm:s=2" in help_text

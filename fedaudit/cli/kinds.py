@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.cli.argtypes import scalar_value
-from fedaudit.cli.options import allow_large_option, note_deprecated_flag, report_dir_options
+from fedaudit.cli.options import allow_large_option, example_text, note_deprecated_flag, report_dir_options
 from fedaudit.cli.outputs import check_output_file, save_plot, write_data
 from fedaudit.cli.progress import note, out, progress_bar
 
@@ -191,7 +191,7 @@ def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any], positio
         helptext = (key.help.removesuffix(".") if not key.help.endswith("...") else key.help) if key.help \
             else name.replace("_", " ")
         default = _default_text(key)
-        helptext += f"; {key.describe()}" + (f" ({default})" if default else "")
+        helptext += f"; {_describe(key)}" + (f" ({default})" if default else "") + example_text(flag_of(name), key)
         kw: dict[str, Any] = dict(dest=name, default=None, help=helptext.replace("%", "%%"))
         inner = key.type[5:-1] if key.type.startswith("list[") else key.type
         if key.type == "bool":
@@ -205,6 +205,20 @@ def add_key_options(p: argparse.ArgumentParser, keys: Mapping[str, Any], positio
             kw.update(type=_number(key.type) if key.type in ("int", "float") else str,
                       metavar="{" + ",".join(key.choices) + "}" if key.choices else key.type.upper())
         group.add_argument(flag_of(name), *FLAG_ALIASES.get(name, ()), **kw)
+
+
+def _describe(key: Any) -> str:
+    """What a valid value of the key's flag is: the key's own words (:meth:`Key.describe`), but a
+    table or ``params`` key's in the CLI's syntax (repeatable ``NAME=VALUE`` items) rather than a
+    plan's inline table."""
+    if key.type == "params":
+        return "repeatable KEY=VALUE (a number, string or boolean)"
+    if key.type.startswith("table["):
+        from fedaudit.validation import range_text
+
+        return (f"repeatable NAME={'INTEGER' if key.type == 'table[int]' else 'NUMBER'}"
+                + range_text(key.low, key.high, open_low=key.open_low, open_high=key.open_high))
+    return key.describe()
 
 
 def _split_numbers(kind: str) -> Callable[[str], tuple]:

@@ -5,7 +5,7 @@ sparse-model flags, with the helpers that read them back (engine flags checked o
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.cli.argtypes import count_arg, seconds_arg
@@ -169,13 +169,32 @@ def renamed_flag(p: argparse.ArgumentParser, old: str, new: str) -> None:
                    default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+def cli_items(value: Mapping[str, Any]) -> list[str]:
+    """A table or ``params`` value as the CLI's items (the inverse of :func:`fedaudit.cli.kinds._table`):
+    ``{"s": 2}`` -> ``["s=2"]``, ``{"bucketing+cwtm": {"s": 2}}`` -> ``["bucketing+cwtm:s=2"]``."""
+    def text(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    return [f"{k}:{sub}={text(v)}" if isinstance(val, Mapping) else f"{k}={text(val)}"
+            for k, val in value.items() for sub, v in (val.items() if isinstance(val, Mapping) else [(None, val)])]
+
+
+def example_text(flag: str, key: Any) -> str:
+    """``"; e.g. --flag s=2 or --flag spec:s=2"``: a key's ``examples`` in the CLI's syntax (the
+    plan reference writes them as TOML, :func:`fedaudit.experiments.keys.plan_help`); "" without."""
+    if not key.examples:
+        return ""
+    return "; e.g. " + " or ".join(" ".join(f"{flag} {item}" for item in cli_items(v)) for v in key.examples)
+
+
 def mech_param_option(p: argparse.ArgumentParser) -> None:
     """``--mech-param KEY=VALUE`` (repeatable): the plan key ``mechanism_params`` of a hand-written
     command (a generated kind command has it as ``--mechanism-params``, or ``--mech-param``)."""
     from fedaudit.experiments.keys import mechanism_params_key
 
+    key = mechanism_params_key()
     p.add_argument("--mech-param", "--mechanism-params", dest="mech_param", action="append", default=None,
-                   metavar="KEY=VALUE", help=mechanism_params_key().help + "; repeatable, e.g. --mech-param rounds=3")
+                   metavar="KEY=VALUE", help=key.help + "; repeatable" + example_text("--mech-param", key))
 
 
 def sparse_model_options(p: argparse.ArgumentParser, *, rounds: bool) -> None:

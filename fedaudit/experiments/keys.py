@@ -21,7 +21,7 @@ from fedaudit.registry import did_you_mean
 from fedaudit.validation import in_range, range_text
 
 __all__ = ["REQUIRED", "Key", "BadValue", "coerce", "check_keys", "show", "key_error", "unknown_keys",
-           "require_bound", "engine_keys", "mechanism_params_key"]
+           "require_bound", "engine_keys", "mechanism_params_key", "toml_inline", "plan_help"]
 
 #: the default of a key that must be given
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
@@ -48,6 +48,10 @@ class Key:
     choices: tuple[str, ...] | None = None
     min_items: int = 1
     help: str = ""
+    #: example values of a table or ``params`` key (``{"s": 2}``), kept apart from ``help`` so that
+    #: each place writes them in its own syntax: a plan as an inline table (:func:`plan_help`:
+    #: ``{ s = 2 }``), the CLI as its ``KEY=VALUE`` items (``--aggregator-params s=2``)
+    examples: tuple[Any, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -64,6 +68,28 @@ class Key:
             opts = ", ".join(repr(c) for c in self.choices)
             return f"one of {opts}" if self.type == "str" else f"{base} from {opts}"
         return base + range_text(self.low, self.high, open_low=self.open_low, open_high=self.open_high)
+
+
+def toml_inline(value: Any) -> str:
+    """``value`` as TOML writes it inline: ``{ s = 2 }``, ``{ "bucketing+cwtm" = { s = 2 } }``,
+    ``true``, ``"text"``, ``2``."""
+    if isinstance(value, Mapping):
+        items = [f"{k if k.replace('_', '').replace('-', '').isalnum() else json.dumps(k)} = {toml_inline(v)}"
+                 for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_inline(v) for v in value) + "]"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def plan_help(key: Key) -> str:
+    """A key's help as a plan reader sees it (``docs/plans.md``): its ``help`` followed by its
+    ``examples`` as TOML inline tables."""
+    if not key.examples:
+        return key.help
+    return f"{key.help}, e.g. {' or '.join(toml_inline(v) for v in key.examples)}"
 
 
 def show(value: Any) -> str:
@@ -216,6 +242,7 @@ def mechanism_params_key() -> Key:
     ``levels``, ``clip``, ``delta`` and ``rotate`` (a user's factory's ``rounds``, say), passed to
     :func:`~fedaudit.mechanisms.make_mechanism` as ``params`` and checked against the factory's
     signature by the mechanism registry (the CLI's ``--mech-param KEY=VALUE``)."""
-    return Key("params", None, help="the mechanism's own keywords beyond k, levels, clip, delta and rotate, e.g. "
-                                    "{ rounds = 3 } for a factory that takes rounds (checked against its signature)")
+    return Key("params", None, help="the mechanism's own keywords beyond k, levels, clip, delta and rotate (checked "
+                                    "against its factory's signature; rounds for a factory that takes rounds, say)",
+               examples=({"rounds": 3},))
 

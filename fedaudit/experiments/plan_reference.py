@@ -39,9 +39,11 @@ def _default(key) -> str:
 
 
 def _table(keys: Mapping[str, object]) -> list[str]:
+    from fedaudit.experiments.keys import plan_help
+
     rows = ["| key | value | default | meaning |", "|---|---|---|---|"]
     for name, key in keys.items():
-        rows.append(f"| `{name}` | {_cell(key.describe())} | {_default(key)} | {_cell(key.help)} |")
+        rows.append(f"| `{name}` | {_cell(key.describe())} | {_default(key)} | {_cell(plan_help(key))} |")
     return rows
 
 

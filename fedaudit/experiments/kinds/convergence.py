@@ -148,8 +148,8 @@ class Convergence(ClaimKind):
             "f": Key("int", 1, low=0),
             "beta": Key("float", 5.0, low=0, open_low=True),
             "aggregator": Key("str", "nnm+cwtm", help="registry spec; a stage may be 'package.module:attr'"),
-            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
-                                                          "e.g. { s = 2 } for bucketing"),
+            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params) "
+                                                          "(bucketing's s, say)", examples=({"s": 2},)),
             "attack": Key("str", "alie"),
             "optimal_attack": Key("bool", True),
             "mu": Key("float", 1e-2, low=0),
@@ -165,9 +165,11 @@ class Convergence(ClaimKind):
                                                         "taken (default min(10, rounds - 1))"),
             "plateau_tol": Key("float", 0.01, low=0, high=1, open_low=True,
                                help="τ: a plateau changes the loss by at most τ (relative) over w rounds"),
-            "max_rounds": Key("table[int]", None, low=0, help="optimizer = most rounds to reach the target loss"),
+            "max_rounds": Key("table[int]", None, low=0, help="per optimizer, the most rounds to reach the target loss",
+                              examples=({"dnag": 40},)),
             "min_speedup": Key("table[float]", None, low=0, open_low=True,
-                               help="optimizer = least speedup over the baseline (ratio of rounds to the target loss)"),
+                               help="per optimizer, the least speedup over the baseline (ratio of rounds to the target "
+                                    "loss)", examples=({"dnag": 1.5},)),
             "max_final_loss": Key("float", None, low=0, open_low=True, help="every optimizer's final honest loss"),
             "min_final_accuracy": Key("float", None, low=0, high=1, help="every optimizer's final test accuracy"),
             **engine_keys("the optimizers' training runs (one chunk each)"),

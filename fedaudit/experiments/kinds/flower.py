@@ -71,7 +71,7 @@ class Flower(ClaimKind):
             "aggregator": Key("str", "nnm+cwtm", help="make_aggregator spec of the strategy under test"),
             "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params)"),
             "attack": Key("str", "alie", help="attack name, 'optimal-<name>', 'labelflip' or 'none'"),
-            "attack_params": Key("params", None, help="keywords of the attack, e.g. { z = 30 } for alie"),
+            "attack_params": Key("params", None, help="keywords of the attack (alie's z, say)", examples=({"z": 30},)),
             "attack_at": Key("str", None, choices=("server", "clients"),
                              help="'server' (omniscient, attack-in-the-loop; default) or 'clients' (a client "
                                   "mod on the client's own update; the only choice for labelflip)"),

@@ -87,8 +87,8 @@ class Robustness(ClaimKind):
             "dim": Key("int", 100, low=1, high=100_000, help="dimension of the vectors (plans before this release: d)"),
             "trials": Key("int", 200, low=1, help="honest draws spread over shapes × attacks"),
             "attacks": Key("list[str]", ["all"], help="attack names or 'all'"),
-            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params), "
-                                                          "e.g. { s = 2 } for bucketing"),
+            "aggregator_params": Key("params", None, help="keywords of make_aggregator(aggregator, f, **params) "
+                                                          "(bucketing's s, say)", examples=({"s": 2},)),
             "search_evals": Key("int", 60, low=0,
                                 help="evaluations of the final search around the worst configuration"),
             "max_nu": Key("float", None, low=0, open_low=True,

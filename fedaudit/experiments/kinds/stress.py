@@ -111,8 +111,8 @@ class Stress(ClaimKind):
             "aggregators": Key("list[str]", ["cwtm", "nnm+cwtm", "krum", "gm"],
                                help="registry specs (`fedaudit list aggregators`; a stage may be 'package.module:attr')"),
             "aggregator_params": Key("params", None,
-                                     help="make_aggregator keywords for every aggregator ({ s = 2 }), or per "
-                                          "spec ({ \"bucketing+cwtm\" = { s = 2 } })"),
+                                     help="make_aggregator keywords for every aggregator, or per aggregator spec",
+                                     examples=({"s": 2}, {"bucketing+cwtm": {"s": 2}})),
             "attacks": Key("list[str]", ["alie", "ipm", "signflip", "minmax"], help="attack names (or labelflip)"),
             "fs": Key("list[int]", [1], low=0, help="Byzantine counts, each < n_honest"),
             "declared_f": Key("int", None, low=0,
