@@ -271,3 +271,26 @@ def test_absl_warnings_are_quiet_in_process_workers_too(capfd):
     assert all(pid != os.getpid() for pid, _ in results)  # two chunks: they ran in worker processes
     assert [level for _, level in results] == [logging.ERROR] * 2
     assert "absl-in-a-worker" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--levels", "8"), ("--k", "2"), ("--clip", "2"), ("--delta", "0.001"),
+                                         ("--no-rotate", None)])
+def test_audit_accounting_refuses_a_parameter_the_mechanism_ignores(flag, value, capsys):
+    """rr takes none of the common mechanism parameters: setting one is a one-line error naming the
+    flag and the mechanism, not a claim that silently audits something else (issue #24)."""
+    argv = ["audit", "accounting", "--mechanism", "rr", "--dim", "4", "--rounds", "5", "--max-epsilon", "25",
+            flag, *([value] if value is not None else []), "--quiet"]
+    assert main(argv) == 2
+    name = flag.removeprefix("--no-")
+    assert capsys.readouterr().err.strip() == (
+        f"fedaudit: error: audit accounting: --{name.removeprefix('--')} is not a parameter of mechanism 'rr', which "
+        f"ignores it (it takes none of k, levels, clip, delta, rotate); leave it unset")
+
+
+def test_audit_accounting_takes_the_parameters_its_mechanism_uses(capsys):
+    """gaussian takes delta and clip; its other common parameters at their defaults are not an error."""
+    argv = ["audit", "accounting", "--mechanism", "gaussian", "--dim", "4", "--rounds", "5", "--max-epsilon", "25",
+            "--delta", "1e-4", "--clip", "2", "--levels", "4", "--quiet"]
+    assert main(argv) == 0
+    assert main([*argv[:-1], "--levels", "8", "--quiet"]) == 2
+    assert "--levels is not a parameter of mechanism 'gaussian'" in capsys.readouterr().err

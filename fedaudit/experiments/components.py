@@ -30,6 +30,26 @@ def check_mechanism_key(where: str, p: dict[str, Any]) -> None:
         raise key_error(where, "mechanism", f"is not a mechanism: {exc}") from None
 
 
+def check_common_keywords(where: str, p: Mapping[str, Any], keys: Mapping[str, Any]) -> None:
+    """Refuse a common mechanism key (``k``, ``levels``, ``clip``, ``delta``, ``rotate``) set to
+    something other than its default when the claim's mechanism does not take it (``rr`` takes
+    none of them): :func:`build_mechanism` would drop it silently, so the claim would not audit
+    what it says. One line naming the key (the CLI: its flag) and the mechanism, with the ones it
+    takes. A key at its default is the default's, given or not; a factory with ``**keywords``
+    takes them all."""
+    from fedaudit.mechanisms.registry import COMMON_KEYWORDS, MECHANISMS
+
+    accepted = MECHANISMS.accepted(p["mechanism"])
+    if accepted is None:
+        return
+    for name in COMMON_KEYWORDS:
+        if name in keys and name not in accepted and p[name] != keys[name].default:
+            takes = [k for k in COMMON_KEYWORDS if k in accepted]
+            which = ", ".join(takes) if takes else "none of " + ", ".join(COMMON_KEYWORDS)
+            raise key_error(where, name, f"is not a parameter of mechanism {p['mechanism']!r}, which ignores it "
+                                         f"(it takes {which}); leave it unset")
+
+
 def load_sampler(where: str, reference: str) -> Any:
     """The black-box sampler ``package.module:function`` of an ldp claim's ``sampler`` key."""
     from fedaudit.registry import load_reference

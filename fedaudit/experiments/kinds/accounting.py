@@ -32,7 +32,7 @@ import math
 from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.components import build_mechanism, check_mechanism_key
+from fedaudit.experiments.components import build_mechanism, check_common_keywords, check_mechanism_key
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key
 
@@ -105,6 +105,7 @@ class Accounting(ClaimKind):
         from fedaudit.guarantees import PureLDP
 
         check_mechanism_key(where, p)
+        check_common_keywords(where, p, self.keys())
         if p["k"] is not None and p["k"] > p["dim"]:
             raise key_error(where, "k", f"must be an integer in [1, dim={p['dim']}], got {p['k']}")
         try:

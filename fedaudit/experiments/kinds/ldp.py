@@ -19,7 +19,7 @@ import math
 from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.components import build_mechanism, check_mechanism_key, load_sampler
+from fedaudit.experiments.components import build_mechanism, check_common_keywords, check_mechanism_key, load_sampler
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key, show
 
@@ -158,6 +158,7 @@ class LDP(ClaimKind):
                 p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
             return
         check_mechanism_key(where, p)
+        check_common_keywords(where, p, self.keys())
         if p["mechanism"] == "rr" and p["dim"] < 2:
             raise key_error(where, "dim", f"must be an integer >= 2 for mechanism 'rr' (categories), got {p['dim']}")
         try:
