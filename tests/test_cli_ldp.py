@@ -170,3 +170,27 @@ def test_audit_ldp_prints_its_notes_as_caveats(capsys):
     assert code == 0 and "no violation" in out
     assert ("caveat this pair carries 35% of the claim (its exact ε 0.346 of the claimed 1): a PASS here says "
             "little; use pair = 'search'") in out
+
+
+def test_too_few_samples_to_certify_any_epsilon_are_refused(tmp_path, capsys):
+    """Samples whose certification draws cannot certify any ε > 0 at the chosen confidence would
+    only ever PASS with "certified ε ≥ 0.000": refused with one line naming --samples and the
+    minimum; the curve leaves out points below that minimum instead of certifying nothing there
+    (issue #24)."""
+    from fedaudit.audit.bounds import max_certifiable_epsilon_at
+    from fedaudit.audit.ldp import min_certifying_samples, sample_splits
+
+    confidence = 1 - 1e-15
+    least = min_certifying_samples(confidence)
+    assert min_certifying_samples(0.95) == 100 and least == 101
+    assert max_certifiable_epsilon_at(sample_splits(least)[2], 0.0, 1 - confidence) > 0
+    assert max_certifiable_epsilon_at(sample_splits(least - 1)[2], 0.0, 1 - confidence) == 0
+    assert main(["audit", "ldp", "--samples", "100", "--confidence", repr(confidence), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"fedaudit: error: audit ldp: --samples must be at least 101 at confidence {confidence!r}, got 100: with "
+        f"fewer draws no audit can certify any ε > 0, so a PASS would say nothing")
+    out = tmp_path / "ldp.json"
+    assert main(["audit", "ldp", "--dim", "8", "--samples", "1600", "--confidence", repr(confidence), "--quiet",
+                 "--json", str(out)]) == 0
+    curve = json.loads(out.read_text())["evidence"]["curve"]
+    assert [c["samples"] for c in curve] == [1600]  # 100 and 400 left out: 100 draws certify nothing here

@@ -74,7 +74,8 @@ from fedaudit.mechanisms.base import Mechanism
 from fedaudit.rng import as_seed_sequence
 from fedaudit.validation import check_int, check_positive, check_probability, check_real, check_vector
 
-__all__ = ["LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_notes", "claimed_guarantee", "Sampler", "BLACK_BOX_FAMILIES", "TESTS",
+__all__ = ["LDPAudit", "audit_ldp", "audit_ldp_streams", "audit_notes", "claimed_guarantee", "Sampler",
+           "sample_splits", "min_certifying_samples", "BLACK_BOX_FAMILIES", "TESTS",
            "LOW_PAIR_POWER"]
 
 #: cap on the selection split per input (train + select), and on stored training bytes
@@ -153,6 +154,39 @@ def audit_notes(eps_exact: float | None, eps_claim: float | None, power: float |
                        f"the mechanism does not meet the claim"
                        + ("" if violation else " (this audit's samples did not certify it)"))
     return out
+
+
+def sample_splits(samples: int, selection_fraction: float = 0.1) -> tuple[int, int, int]:
+    """How an audit of ``samples`` draws per input splits them (module docstring): ``(n_train,
+    n_select, n_cert)`` with n_sel = n_train + n_select = min(2·10^5, max(⌊selection_fraction·N⌉,
+    min(2000, N/2))) to fit and choose the distinguisher and n_cert = N − n_sel to certify."""
+    n_sel = min(_MAX_SELECTION, max(int(round(selection_fraction * samples)), min(2000, samples // 2)))
+    return n_sel // 2, n_sel - n_sel // 2, samples - n_sel
+
+
+def min_certifying_samples(confidence: float = 0.95, delta: float = 0.0, selection_fraction: float = 0.1) -> int:
+    """The fewest draws per input (at least 100, the audit's minimum) with which an audit at
+    ``confidence`` (and the claim's ``delta``) can certify any ε > 0 at all: below it every
+    certification draw coming out in the audit's favour (TP = n_cert, FP = 0) still certifies
+    ε ≥ 0 only (:func:`~fedaudit.audit.bounds.max_certifiable_epsilon_at` is 0), so no result could
+    say anything. 100 at the usual confidences (n_cert ≥ 6 certifies ε > 0 at 95 %); it grows as
+    confidence nears 1 (1 − 10^-15 needs 101). None of the search's candidate audits is
+    affected: this bounds the certification."""
+    alpha = 1.0 - confidence
+
+    def certifies(n: int) -> bool:
+        return max_certifiable_epsilon_at(sample_splits(n, selection_fraction)[2], delta, alpha) > 0
+
+    low, high = 100, MAX_SAMPLES  # n_cert grows with n: bisect the first n that certifies
+    if certifies(low):
+        return low
+    if not certifies(high):
+        raise FedAuditError(f"no sample size up to 10^12 certifies an ε > 0 at confidence {confidence!r} "
+                            f"and δ = {delta!r}")
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if certifies(mid) else (mid, high)
+    return high
 
 
 # --------------------------------------------------------------------------- claim
@@ -274,10 +308,8 @@ def audit_ldp_streams(mechanism: Mechanism | Sampler, x0: Any, x1: Any, *, strea
     width = source.probe_width(x0, np.random.default_rng(probe_seq))
     block = block_rows(width)
     chunk_blocks = 1 if chunk is None else max(1, check_int("chunk", chunk, low=1) // block)
-    n_sel = min(_MAX_SELECTION, max(int(round(selection_fraction * samples)), min(2000, samples // 2)))
-    n_train = n_sel // 2
-    n_select = n_sel - n_train
-    n_cert = samples - n_sel
+    n_train, n_select, n_cert = sample_splits(samples, selection_fraction)
+    n_sel = n_train + n_select
     halves = {name: seq.spawn(2) for name, seq in (("train", train_seq), ("select", select_seq), ("cert", cert_seq))}
     inputs = ((0, x0), (1, x1))
     target = mechanism if source.mechanism is None else source.mechanism

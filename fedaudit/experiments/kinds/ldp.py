@@ -79,6 +79,26 @@ def _mechanism_params(mech: Any) -> dict[str, Any]:
 DRAWS_PER_SECOND = 3e6
 
 
+def _check_samples(where: str, p: dict[str, Any], delta: float) -> None:
+    """Refuse ``samples`` too few for the audit to certify any ε > 0 at the claim's ``confidence``
+    and δ (:func:`~fedaudit.audit.ldp.min_certifying_samples`): such a run could only report
+    "certified ε ≥ 0" and PASS whatever the mechanism. The curve's points (samples/16 and
+    samples/4, :func:`_curve_sizes`) must each be such an audit too; below 16 × that minimum the
+    curve is left out, as it was below the audit's minimum of 100 draws."""
+    from fedaudit.audit.ldp import min_certifying_samples
+
+    try:
+        least = min_certifying_samples(p["confidence"], delta)
+    except FedAuditError as exc:
+        raise key_error(where, "confidence", f"is too close to 1: {exc}") from None
+    if p["samples"] < least:
+        raise key_error(where, "samples", f"must be at least {least} at confidence {p['confidence']!r}"
+                                          f"{f' and δ = {delta:g}' if delta else ''}, got {p['samples']}: with fewer "
+                                          f"draws no audit can certify any ε > 0, so a PASS would say nothing")
+    if p["curve"] and p["samples"] // 16 < least:
+        p["curve"] = False  # samples/16 could certify nothing (or fall below the audit's minimum of 100)
+
+
 def _curve_sizes(p: Mapping[str, Any]) -> list[int]:
     n = p["samples"]
     return [n // 16, n // 4] if p["curve"] else []
@@ -134,7 +154,7 @@ class LDP(ClaimKind):
         }
 
     def cross_check(self, where: str, p: dict[str, Any], expect: str) -> None:
-        from fedaudit.audit.ldp import TESTS
+        from fedaudit.audit.ldp import TESTS, claimed_guarantee
         from fedaudit.mechanisms.base import has_categorical_inputs
 
         if p["k"] is not None and p["k"] > p["dim"]:
@@ -154,8 +174,7 @@ class LDP(ClaimKind):
                                                     f"(comma-separated allowed), got {show(p['distinguisher'])}")
         p["distinguisher"] = ",".join(names)
         if p["sampler"] is not None:
-            if p["curve"] and p["samples"] < 1600:
-                p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
+            _check_samples(where, p, 0.0 if p["claimed_delta"] is None else p["claimed_delta"])
             return
         check_mechanism_key(where, p)
         check_common_keywords(where, p, self.keys())
@@ -167,8 +186,11 @@ class LDP(ClaimKind):
             raise FedAuditError(f"{where}: mechanism {p['mechanism']!r} rejects its parameters: {exc}") from None
         if has_categorical_inputs(mech) and p["pair"] != "search":
             p["pair"] = "one-hot"  # e_0 vs e_1: e.g. rr takes categories, not vectors
-        if p["curve"] and p["samples"] < 1600:
-            p["curve"] = False  # samples/16 would fall below the audit's minimum of 100
+        try:
+            delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])[1]
+        except FedAuditError:
+            delta = 0.0  # a claim the mechanism refuses: the run says so, as it always did
+        _check_samples(where, p, delta)
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else p["epsilon"]
