@@ -18,8 +18,8 @@ report records it, ``--plot`` draws its first figure. Exit 0 when the verdict is
 (FAIL or INCONCLUSIVE), 2 for bad input.
 
 Where the claim runs is not a claim parameter: every generated command has the same run options
-(:func:`add_run_options`), declared here once. ``--backend``, ``--workers`` and ``--address`` are
-the one-claim plan's ``[engine]`` table (:data:`fedaudit.experiments.plan.ENGINE_KEYS`, so a kind's
+(:func:`add_run_options`, from the declarations :mod:`fedaudit.cli.options` shares with ``fedaudit
+run``). ``--backend``, ``--workers`` and ``--address`` are the one-claim plan's ``[engine]`` table (:data:`fedaudit.experiments.plan.ENGINE_KEYS`, so a kind's
 own ``backend``/``workers`` keys get no flag of their own); ``--out DIR`` runs the claim as
 ``fedaudit run`` runs a plan, into a report directory (report.json/.html/.md, the claim
 checkpointed when it finishes, a stress grid's finished cells kept), which ``--resume`` continues

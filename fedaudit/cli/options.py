@@ -1,5 +1,8 @@
-"""Option groups shared by several commands: progress, engine, aggregator keywords and the
-sparse-model flags, with the helpers that read them back (engine flags checked one at a time).
+"""Option groups shared by several commands: progress, engine, ``--allow-large`` and the report
+directory's ``--out/--force/--resume`` (one declaration each, for ``fedaudit run`` and the generated
+kind commands), aggregator and mechanism keywords (their examples in the CLI's ``KEY=VALUE``
+syntax) and the sparse-model flags, with the helpers that read them back (engine flags checked one
+at a time), and the once-per-flag note of a deprecated flag.
 """
 
 from __future__ import annotations
