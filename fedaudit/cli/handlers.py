@@ -309,29 +309,73 @@ def cmd_verify(args: argparse.Namespace) -> int:
     text, the provenance and, with ``--plan``, that the report was made from that plan. Exit 0
     when the report is intact and verified (signed: valid under the key; unsigned: no key given,
     printed as "integrity only"); 1 otherwise, including a signed report checked without the key
-    and, with ``--require-signature``, an unsigned one; 2 when unreadable. Nothing in the folder is
-    imported or run: this command never puts the folder or the working directory on ``sys.path``."""
+    and, with ``--require-signature``, an unsigned one; 2 when unreadable. The detached Ed25519
+    signature (``signature.ed25519.json``) is checked too (:func:`fedaudit.reports.signatures.verify_folder`):
+    against ``--public-key`` and/or the fingerprint ``--signer``, it must verify, be by that key and
+    bind the folder's facts (exit 1 otherwise); without either it is "present but unverified".
+    Nothing in the folder is imported or run: this command never puts the folder or the working
+    directory on ``sys.path``."""
     from fedaudit.experiments.rederive import rederive_claim
-    from fedaudit.reports.integrity import read_bounded, read_key_file, verify_report
+    from fedaudit.reports.integrity import read_bounded, read_key_file
+    from fedaudit.reports.signatures import load_public_key, parse_fingerprint, verify_folder
     from fedaudit.reports.terminal import print_verify
 
     key = read_key_file(args.key_file) if args.key_file is not None else report_key(args)
     plan = None if args.plan is None else read_bounded(args.plan, 1 << 24, "--plan", "a plan is a small TOML file")
+    trusted = None if args.public_key is None else load_public_key(args.public_key)
+    pin = None if args.signer is None else parse_fingerprint(args.signer)
     # unreadable or missing: FedAuditError, exit 2
-    res = verify_report(args.report, key=key, plan=plan, rederive=rederive_claim)
+    res = verify_folder(args.report, key=key, plan=plan, rederive=rederive_claim, trusted=trusted, signer=pin)
     print_verify(out, res, str(args.report), key_set=key is not None, require_signature=args.require_signature,
                  plan=args.plan)
     return 0 if res.ok and (res.authenticated or not args.require_signature) else 1
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """``fedaudit keygen``: an Ed25519 key pair for ``fedaudit sign`` (private key PEM PKCS#8,
+    mode 0600, encrypted under the passphrase in ``--passphrase-env``'s variable; public key PEM),
+    never replacing a file without ``--force``; prints the fingerprint and the commands that
+    use the keys."""
+    from fedaudit.reports.signatures import generate_keypair, key_paths, passphrase_from_env
+
+    private, public = key_paths(args.out, args.private_key, args.public_key)
+    passphrase = None if args.passphrase_env is None else passphrase_from_env(args.passphrase_env)
+    key = generate_keypair(private, public, passphrase=passphrase, name=args.name, force=args.force)
+    unlock = "" if passphrase is None else f" --passphrase-env {shlex.quote(args.passphrase_env)}"
+    out.print(f"Ed25519 key pair{f' of {key.name}' if key.name else ''}: fingerprint {key.fingerprint}\n"
+              f"  private key {private} (mode 0600, {'encrypted' if passphrase else 'NOT encrypted'}): keep it to "
+              f"yourself; sign with: fedaudit sign DIR --key-file {shlex.quote(str(private))}{unlock}\n"
+              f"  public key  {public}: give it to verifiers; they check with: fedaudit verify DIR --public-key "
+              f"{shlex.quote(str(public))} (or --signer {key.fingerprint})", highlight=False, markup=False,
+              soft_wrap=True)
+    return 0
+
+
 def cmd_sign(args: argparse.Namespace) -> int:
     """``fedaudit sign DIR --key-file F``: verify the report (every verdict re-derived from its
-    evidence too), then seal it with an HMAC-SHA256 under the key in F (a separate step after the
-    run: no plugin of the run sees the key)."""
+    evidence too), then sign it, as a separate step after the run (no plugin of the run sees the
+    key): with an Ed25519 private key (a PEM file, ``fedaudit keygen``) a detached signature
+    ``signature.ed25519.json`` (:func:`fedaudit.reports.signatures.sign_folder`); with any other
+    file, an HMAC-SHA256 under the key it holds, sealed into report.json."""
     from fedaudit.experiments.rederive import rederive_claim
-    from fedaudit.reports.integrity import read_key_file
+    from fedaudit.reports.integrity import read_bounded, read_key_file
     from fedaudit.reports.io import sign_report
+    from fedaudit.reports.signatures import (MAX_PEM_BYTES, is_private_key_pem, load_signing_key, passphrase_from_env,
+                                             sign_folder)
 
+    if is_private_key_pem(read_bounded(args.key_file, MAX_PEM_BYTES, "--key-file", "a key file holds one key")):
+        passphrase = None if args.passphrase_env is None else passphrase_from_env(args.passphrase_env)
+        signing = load_signing_key(args.key_file, passphrase)
+        outcome, res = sign_folder(args.report, signing, force=args.force, rederive=rederive_claim)
+        who = f"{signing.public.name}, " if signing.public.name else ""
+        out.print(f"{outcome}: {args.report} (Ed25519 by {who}key fingerprint {signing.public.fingerprint}; "
+                  f"{res.ed25519.statement['report']['digest']} is the report digest it binds); check it with: "
+                  f"fedaudit verify {args.report} --public-key PUBLIC.pem (or --signer {signing.public.fingerprint})",
+                  highlight=False, markup=False, soft_wrap=True)
+        return 0
+    if args.passphrase_env is not None:
+        raise FedAuditError(f"--passphrase-env unlocks an Ed25519 private key (a PEM file); --key-file "
+                            f"{args.key_file} holds an HMAC key")
     key = read_key_file(args.key_file)
     outcome, res = sign_report(args.report, key, force=args.force, rederive=rederive_claim)
     out.print(f"{outcome}: {args.report} (HMAC-SHA256; content digest {res.content_digest}); check it with: "

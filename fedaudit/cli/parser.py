@@ -16,7 +16,7 @@ from fedaudit.cli.kinds import add_kind_commands, examples_epilog
 from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dpsgd, cmd_account_shuffle,
                                    cmd_aggregators, cmd_audit_scores, cmd_demo, cmd_list, cmd_mechanisms, cmd_plans,
                                    cmd_run,
-                                   cmd_sign, cmd_sparse, cmd_verify)
+                                   cmd_keygen, cmd_sign, cmd_sparse, cmd_verify)
 from fedaudit.cli.options import (engine_options, mech_param_option, plan_engine_options, progress_options,
                                   renamed_flag, report_dir_options, sparse_model_options)
 
@@ -58,8 +58,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "account shuffle": ("fedaudit account shuffle --n 10000 --eps0 1",
                         "fedaudit account shuffle --n 10000 --eps0 2 --k 8 --accountant blanket"),
     "verify": ("fedaudit verify reports/demo", "fedaudit verify report/ --key-file report.key --require-signature",
-               "fedaudit verify report/ --plan plan.toml"),
-    "sign": ("fedaudit sign reports/demo --key-file report.key",),
+               "fedaudit verify report/ --plan plan.toml",
+               "fedaudit verify report/ --public-key keys/ed25519-public.pem --require-signature",
+               "fedaudit verify report/ --signer 5b2e0c4f8d1a9e7b3c6f0a2d4e8b1c7f9a3d5e2b8c0f4a6d1e9b7c3f5a8d2e0b"),
+    "sign": ("fedaudit sign reports/demo --key-file report.key",
+             "fedaudit sign reports/demo --key-file keys/ed25519-private.pem",
+             "fedaudit sign reports/demo --key-file keys/ed25519-private.pem --passphrase-env "
+             "FEDAUDIT_SIGNING_PASSPHRASE"),
+    "keygen": ("fedaudit keygen --out keys --name 'Privacy team <privacy@example.org>'",
+               "fedaudit keygen --private-key signer.pem --public-key signer.pub.pem --passphrase-env "
+               "FEDAUDIT_SIGNING_PASSPHRASE"),
 }
 
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
@@ -233,17 +241,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", default=None, metavar="PLAN.toml",
                    help="exit 1 unless the report was made from this plan file (its SHA-256, and the plan text "
                         "the report embeds); read as data, nothing it names is imported")
+    p.add_argument("--public-key", default=None, metavar="PUBLIC.pem",
+                   help="the signer's Ed25519 public key (fedaudit keygen): exit 1 unless the folder's "
+                        "signature.ed25519.json verifies, is by this key and binds this report, plan, code, seeds and "
+                        "environment; without it (or --signer) an Ed25519 signature is 'present but unverified'")
+    p.add_argument("--signer", default=None, metavar="FINGERPRINT",
+                   help="pin the Ed25519 signer: exit 1 unless the signature is by the key with this fingerprint "
+                        "(the 64 hex digits keygen and sign print; SHA-256 of the raw public key)")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("sign", help="sign a written report with the HMAC key in --key-file, as a step after the run "
-                                    "(so that no plugin of the run can read the key); refuses a report that is "
+    p = sub.add_parser("sign", help="sign a written report with the key in --key-file, as a step after the run "
+                                    "(so that no plugin of the run can read the key): an Ed25519 private key writes "
+                                    "signature.ed25519.json, an HMAC key seals report.json; refuses a report that is "
                                     "not intact")
     p.add_argument("report", help="report directory (or its report.json)")
     p.add_argument("--key-file", required=True,
-                   help="file holding the HMAC key (one trailing newline is ignored), e.g. made by: "
-                        "python3 -c \"import secrets; print(secrets.token_hex(32))\" > report.key")
+                   help="an Ed25519 private key (PEM, from fedaudit keygen): a detached signature that only its "
+                        "holder can make; or a file holding an HMAC key (one trailing newline is ignored), e.g. made "
+                        "by: python3 -c \"import secrets; print(secrets.token_hex(32))\" > report.key")
+    p.add_argument("--passphrase-env", default=None, metavar="VAR",
+                   help="the environment variable holding the passphrase of an encrypted private key")
     p.add_argument("--force", action="store_true", help="replace a signature made under another key")
     p.set_defaults(func=cmd_sign)
+
+    p = sub.add_parser("keygen", help="make an Ed25519 key pair for fedaudit sign: a private key (PEM PKCS#8, "
+                                      "mode 0600) and the public key verifiers pass to fedaudit verify --public-key",
+                       description="Make an Ed25519 key pair. The private key signs reports (fedaudit sign DIR "
+                                   "--key-file PRIVATE.pem) and stays with its holder; the public key (or its "
+                                   "fingerprint, printed here) lets anyone check who signed, and no one without "
+                                   "the private key can sign. Existing files are never replaced without --force.")
+    p.add_argument("--out", default=None, metavar="KEYDIR",
+                   help="write KEYDIR/ed25519-private.pem and KEYDIR/ed25519-public.pem (KEYDIR is made, mode 0700)")
+    p.add_argument("--private-key", default=None, metavar="FILE", help="instead of --out: the private key file")
+    p.add_argument("--public-key", default=None, metavar="FILE", help="instead of --out: the public key file")
+    p.add_argument("--name", default=None,
+                   help="the signer's name or identity (one line), stored in both files and bound in every "
+                        "signature; verify prints it")
+    p.add_argument("--passphrase-env", default=None, metavar="VAR",
+                   help="encrypt the private key with the passphrase in this environment variable (e.g. "
+                        "FEDAUDIT_SIGNING_PASSPHRASE, which fedaudit never passes to a worker process)")
+    p.add_argument("--force", action="store_true", help="replace existing key files")
+    p.set_defaults(func=cmd_keygen)
     add_kind_commands({(): sub, ("audit",): audit}, progress)
     add_examples(parser)
     return parser

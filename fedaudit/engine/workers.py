@@ -38,7 +38,9 @@ __all__ = ["PRIVATE_ENV", "LIBRARY_LOGGERS", "library_log_levels", "private_env_
 #: secrets no worker inherits: removed from the environment while a pool process or a Ray instance
 #: starts (:func:`private_env_removed`), and from a worker's ``os.environ`` before its first task.
 #: The HMAC key of reports (:data:`fedaudit.reports.integrity.KEY_ENV`, which cannot be imported here)
-PRIVATE_ENV: tuple[str, ...] = ("FEDAUDIT_REPORT_KEY",)
+#: and the passphrase variable the docs use for an Ed25519 signing key
+#: (:data:`fedaudit.reports.signatures.PASSPHRASE_ENV`)
+PRIVATE_ENV: tuple[str, ...] = ("FEDAUDIT_REPORT_KEY", "FEDAUDIT_SIGNING_PASSPHRASE")
 #: the values :func:`private_env_removed` took out of the environment, and how many blocks are open
 _ENV_LOCK = threading.Lock()
 _PRIVATE_SAVED: list[dict | None] = [None]

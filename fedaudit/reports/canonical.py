@@ -16,7 +16,15 @@ from typing import Any, Mapping
 
 from fedaudit import json as fjson
 
-__all__ = ["canonical_json_bytes", "digest", "sign"]
+__all__ = ["canonical_bytes", "canonical_json_bytes", "digest", "sign"]
+
+
+def canonical_bytes(data: Any) -> bytes:
+    """The canonical form of any JSON data: sorted keys, no whitespace, non-ASCII kept, UTF-8
+    encoded (strict JSON of :mod:`fedaudit.json`). A report's form drops its seal first
+    (:func:`canonical_json_bytes`); an Ed25519 signature statement is signed in this form whole
+    (:mod:`fedaudit.reports.signatures`)."""
+    return fjson.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def canonical_json_bytes(data: Mapping[str, Any], *, without_artifacts: bool = False) -> bytes:
@@ -27,7 +35,7 @@ def canonical_json_bytes(data: Mapping[str, Any], *, without_artifacts: bool = F
     body = {k: v for k, v in data.items() if k not in ("digest", "signature")}
     if without_artifacts and isinstance(body.get("manifest"), Mapping):
         body["manifest"] = {**body["manifest"], "artifacts": None}
-    return fjson.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return canonical_bytes(body)
 
 
 def digest(canonical: bytes) -> str:

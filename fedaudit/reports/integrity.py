@@ -59,7 +59,7 @@ from fedaudit.reports.model import Report
 
 __all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "key_out_of_environment", "read_key_file",
            "read_bounded", "load_schema", "schema_errors", "validate_report_dict", "VerifyResult", "Finding",
-           "Rederive", "covered", "verify_report"]
+           "Rederive", "covered", "verify_report", "SIGNATURE_FILE", "NotRegular", "read_regular"]
 
 #: environment variable holding the HMAC key (its bytes, as the environment holds them, are the key);
 #: the engine never passes it to a worker process (it is in :data:`fedaudit.engine.PRIVATE_ENV`)
@@ -138,9 +138,13 @@ def read_bounded(path: str | os.PathLike, limit: int, flag: str, why: str) -> by
 def read_key_file(path: str | os.PathLike) -> bytes:
     """The HMAC key stored in the file ``path`` (``--key-file``): its bytes, less one trailing
     newline (``\\n`` or ``\\r\\n``, as ``echo`` or an editor leaves it). An unreadable, empty or
-    larger than 64 KiB file is a :class:`FedAuditError`."""
+    larger than 64 KiB file is a :class:`FedAuditError`, and so is a PEM key (an Ed25519 key is
+    not a shared secret: :mod:`fedaudit.reports.signatures`)."""
     key = read_bounded(path, _MAX_KEY_BYTES, "--key-file", "a key file holds one key")
     key = key.removesuffix(b"\n").removesuffix(b"\r")
+    if b"-----BEGIN " in key and b" KEY-----" in key:  # an Ed25519 key given where the HMAC key goes
+        raise FedAuditError(f"--key-file {path}: holds a PEM key, not an HMAC key: fedaudit sign takes an Ed25519 "
+                            f"private key (fedaudit keygen makes one) and verify its public key as --public-key")
     if not key:
         raise FedAuditError(f"--key-file {path}: the file is empty; it must hold the key (e.g. 32 random bytes "
                             f"in hex: python3 -c \"import secrets; print(secrets.token_hex(32))\" > {path})")
@@ -189,6 +193,10 @@ UNCHECKED = "unchecked (no key)"
 #: renderings ``write_report`` may put beside report.json; present but unlisted ones are flagged
 RENDERINGS = ("report.html", "report.md")
 
+#: the detached Ed25519 signature ``fedaudit sign --key-file PRIVATE.pem`` writes beside report.json
+#: (:mod:`fedaudit.reports.signatures`); writing a new report into the folder removes a stale one
+SIGNATURE_FILE = "signature.ed25519.json"
+
 
 @dataclass(frozen=True)
 class VerifyResult:
@@ -223,6 +231,9 @@ class VerifyResult:
     rederived: int | None = None
     #: what was not checked and why (a kind without ``decide()``): no failure
     notes: list[str] = field(default_factory=list)
+    #: the check of the folder's detached Ed25519 signature (:class:`fedaudit.reports.signatures.Ed25519Check`,
+    #: set by :func:`fedaudit.reports.signatures.verify_folder`); None when it was not looked at
+    ed25519: Any = None
 
     @property
     def artifacts_ok(self) -> bool:
@@ -231,9 +242,11 @@ class VerifyResult:
 
     @property
     def authenticated(self) -> bool:
-        """True when the report is intact and its HMAC signature is valid under the key given: it
-        was written (or signed) by a holder of that key. False for an unsigned report."""
-        return self.ok and self.signature == "valid"
+        """True when the report is intact and a signature of it is verified: its HMAC signature
+        is valid under the key given (a holder of that key wrote or signed it), or its Ed25519
+        signature is by the public key or fingerprint given (:attr:`ed25519`). False for an
+        unsigned report, and for an Ed25519 signature checked against no trusted key."""
+        return self.ok and (self.signature == "valid" or getattr(self.ed25519, "status", None) == "verified")
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as strict-JSON data (``artifacts_ok`` included)."""
@@ -243,7 +256,8 @@ class VerifyResult:
                                "authenticated": self.authenticated,
                                "content_digest": self.content_digest, "unlisted": list(self.unlisted),
                                "plan_sha256": self.plan_sha256, "covers": list(self.covers),
-                               "rederived": self.rederived, "notes": list(self.notes)})
+                               "rederived": self.rederived, "notes": list(self.notes),
+                               "ed25519": None if self.ed25519 is None else self.ed25519.to_dict()})
 
 
 #: the largest report.json and rendering ``verify`` reads (a report folder is untrusted input)
@@ -252,40 +266,42 @@ MAX_ARTIFACT_BYTES = 256 << 20
 _CHUNK = 1 << 20
 
 
-class _NotRegular(OSError):
+class NotRegular(OSError):
     """A path that ``verify`` refuses to read: not a regular file, outside the folder, or too large."""
 
 
 def _open_regular(path: Path, limit: int, folder: Path | None = None) -> int:
     """A read-only descriptor of ``path`` when it is a regular file of at most ``limit`` bytes (and,
-    with ``folder``, really inside it); else :class:`_NotRegular`. The open never follows a final
+    with ``folder``, really inside it); else :class:`NotRegular`. The open never follows a final
     symlink and never blocks (a FIFO named ``report.html`` cannot hang ``verify``); the checks run
     on the opened descriptor, so the file cannot be swapped between check and read."""
     if folder is not None and not os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep):
-        raise _NotRegular(f"not inside the report folder (it resolves to {os.path.realpath(path)})")
+        raise NotRegular(f"not inside the report folder (it resolves to {os.path.realpath(path)})")
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
         if os.path.islink(path):
-            raise _NotRegular("a symbolic link, not a regular file") from None
+            raise NotRegular("a symbolic link, not a regular file") from None
         raise exc
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise _NotRegular("not a regular file (a FIFO, device or directory)")
+        raise NotRegular("not a regular file (a FIFO, device or directory)")
     if st.st_size > limit:
         os.close(fd)
-        raise _NotRegular(f"{st.st_size} bytes, more than the {limit >> 20} MiB a report file may have")
+        raise NotRegular(f"{st.st_size} bytes, more than the {limit >> 20} MiB a report file may have")
     return fd
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of ``path`` through :func:`_open_regular` (at most ``limit``)."""
-    with os.fdopen(_open_regular(path, limit), "rb") as fh:
+def read_regular(path: Path, limit: int, folder: Path | None = None) -> bytes:
+    """The bytes of ``path`` through :func:`_open_regular` (at most ``limit``; with ``folder``,
+    really inside it): :class:`NotRegular` for a link, a FIFO, a file outside ``folder`` or a
+    larger one."""
+    with os.fdopen(_open_regular(path, limit, folder), "rb") as fh:
         blob = fh.read(limit + 1)
     if len(blob) > limit:  # it grew while read
-        raise _NotRegular(f"more than the {limit >> 20} MiB a report file may have")
+        raise NotRegular(f"more than the {limit >> 20} MiB a report file may have")
     return blob
 
 
@@ -296,7 +312,7 @@ def _sha256_regular(path: Path, limit: int, folder: Path) -> str:
         while block := fh.read(_CHUNK):
             seen += len(block)
             if seen > limit:
-                raise _NotRegular(f"more than the {limit >> 20} MiB a report file may have")
+                raise NotRegular(f"more than the {limit >> 20} MiB a report file may have")
             h.update(block)
     return h.hexdigest()
 
@@ -321,7 +337,7 @@ def _check_artifacts(data: dict, folder: Path, content: str) -> tuple[dict[str, 
         path = folder / name
         try:
             sha = _sha256_regular(path, MAX_ARTIFACT_BYTES, folder)
-        except _NotRegular as exc:
+        except NotRegular as exc:
             status[name] = "changed"
             problems.append(f"artifact {name}: refused, {exc}")
             continue
@@ -451,8 +467,8 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: by
             raise FedAuditError(f"{path} is not a report folder: it holds no report.json")
         path = path / "report.json"
     try:
-        raw = _read_regular(path, MAX_REPORT_BYTES)
-    except _NotRegular as exc:
+        raw = read_regular(path, MAX_REPORT_BYTES)
+    except NotRegular as exc:
         raise FedAuditError(f"refusing to read report {path}: {exc}") from None
     except OSError as exc:
         raise FedAuditError(f"cannot read report {path}: {exc.strerror or exc}") from None

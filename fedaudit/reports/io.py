@@ -32,7 +32,8 @@ from typing import Iterable
 from fedaudit.errors import FedAuditError
 from fedaudit.locking import create_directory
 from fedaudit import json as fjson
-from fedaudit.reports.integrity import Rederive, VerifyResult, signing_key, validate_report_dict, verify_report
+from fedaudit.reports.integrity import (SIGNATURE_FILE, Rederive, VerifyResult, signing_key, validate_report_dict,
+                                        verify_report)
 from fedaudit.reports.model import Report
 
 __all__ = ["FORMATS", "FILENAMES", "prepare_out_dir", "write_report", "write_sealed_report", "read_report", "atomic_write",
@@ -99,7 +100,8 @@ def write_sealed_report(report: Report, out_dir: str | os.PathLike, *, force: bo
     Returns the sealed report as written (``report`` itself is frozen and stays unsealed) and
     ``{format: path}`` for the files written. With ``force`` an existing report directory
     is reused: the report files are replaced, stale report files of formats not written are removed,
-    other files are left alone. ``report.manifest.artifacts`` is (re)computed here, and the
+    and so is a detached Ed25519 signature (``signature.ed25519.json``: it signed the report replaced,
+    whose digest this one does not have); other files are left alone. ``report.manifest.artifacts`` is (re)computed here, and the
     report is sealed with it (see the module docstring), signed under ``key`` when one is given,
     else under ``FEDAUDIT_REPORT_KEY`` when that is set.
     """
@@ -146,6 +148,8 @@ def write_sealed_report(report: Report, out_dir: str | os.PathLike, *, force: bo
         for fmt in FORMATS:
             if fmt not in texts and (out / FILENAMES[fmt]).is_file():
                 (out / FILENAMES[fmt]).unlink()  # a stale rendering of an older report
+        if (out / SIGNATURE_FILE).is_file() and not (out / SIGNATURE_FILE).is_symlink():
+            (out / SIGNATURE_FILE).unlink()  # the Ed25519 signature of the report just replaced
     except OSError as exc:
         raise FedAuditError(f"cannot write report into {out}: {exc.strerror or exc}") from None
     fsync_dir(out)
@@ -177,7 +181,10 @@ def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False,
     "signed") and the report is sealed under ``key`` (:func:`fedaudit.reports.io.write_sealed_report`);
     the content digest, and so every claim and number, is unchanged (checked). Returns
     ``("signed" | "already signed", VerifyResult of the signed report)``. A report signed under
-    another key is refused unless ``force``."""
+    another key is refused unless ``force``, and so is one that carries a detached Ed25519
+    signature (:data:`~fedaudit.reports.integrity.SIGNATURE_FILE`): sealing rewrites the
+    renderings, so the digest that signature binds would change (with ``force`` it is removed; sign
+    with the HMAC key first, then with Ed25519)."""
     folder = Path(path)
     folder = folder.parent if folder.name == "report.json" and not folder.is_dir() else folder
     before = verify_report(folder, key=key, rederive=rederive)
@@ -190,6 +197,11 @@ def sign_report(path: str | os.PathLike, key: bytes, *, force: bool = False,
     if before.signature == "invalid" and not force:
         raise FedAuditError(f"refusing to sign {folder}: it is signed under another key (or that signature was "
                             f"forged); pass --force to replace the signature")
+    if (folder / SIGNATURE_FILE).exists() and not force:
+        raise FedAuditError(f"refusing to sign {folder} with the HMAC key: it carries an Ed25519 signature "
+                            f"({SIGNATURE_FILE}) of its current digest, which HMAC signing would change; sign with "
+                            f"the HMAC key first and with Ed25519 after, or pass --force to drop the Ed25519 "
+                            f"signature")
     data = fjson.loads((folder / "report.json").read_bytes(), what="report.json")
     files = (data["manifest"].get("artifacts") or {}).get("files") or {}
     formats = ["json"] + [fmt for fmt, name in FILENAMES.items() if fmt != "json" and name in files]

@@ -123,12 +123,18 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
                  plan: str | None = None) -> None:
     """``fedaudit verify``: a ``VerifyResult`` (``key_set``: a key was given; ``plan``: the plan
     file it was matched against). After the table, the problems and notes: the plan's hash, what
-    the signature (or, unsigned, the digest) covers, then a last line saying which guarantee
-    holds: "intact and signed" (a holder of the HMAC key wrote or signed it), "integrity only:
-    authenticity not established" (unsigned: the files agree with each other, nothing says who
-    wrote them), or why it is not verified."""
+    the signature (or, unsigned, the digest) covers, who made the Ed25519 signature and every
+    fact it binds, the guarantee each signature present gives (:data:`~fedaudit.reports.signatures.HMAC_GUARANTEE`,
+    :func:`~fedaudit.reports.signatures.ed25519_guarantee`), then a last line saying which
+    guarantee holds: "intact and signed" (by the Ed25519 key named, or by a holder of the HMAC
+    key), "integrity only: authenticity not established" (unsigned, or an Ed25519 signature
+    checked against no trusted key: the files agree with each other, nothing says who wrote
+    them), or why it is not verified."""
     from fedaudit.reports.integrity import KEY_ENV, UNCHECKED
+    from fedaudit.reports.signatures import HMAC_GUARANTEE, ed25519_guarantee
 
+    ed = getattr(res, "ed25519", None)
+    ed_status = getattr(ed, "status", "absent")
     mark = lambda ok: "[green]✓[/]" if ok else "[bold red]✗[/]"
     table = Table(title=f"Integrity of {escape(report)}")
     table.add_column("check")
@@ -137,11 +143,17 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
     table.add_row("schema", mark(res.schema_ok), "valid" if res.schema_ok else "invalid")
     table.add_row("digest (SHA-256)", mark(res.digest_ok), "matches the content" if res.digest_ok else "mismatch")
     note = {UNCHECKED: f"signed, signature not checked (set {KEY_ENV} or pass --key-file)",
-            "absent": "absent (unsigned report: authorship not established)"}.get(res.signature, res.signature)
+            "absent": "absent" if ed_status != "absent" else "absent (unsigned report: authorship not established)"
+            }.get(res.signature, res.signature)
     sig_mark = {"valid": mark(True), "invalid": mark(False)}.get(
-        res.signature, "[bold red]✗[/]" if res.signature == "absent" and (key_set or require_signature)
-        else "[bold yellow]?[/]")
+        res.signature, "[bold red]✗[/]" if res.signature == "absent" and (
+            key_set or (require_signature and ed_status != "verified")) else "[bold yellow]?[/]")
     table.add_row("signature (HMAC-SHA256)", sig_mark, escape(note))
+    if ed is not None and (ed_status != "absent" or ed.problems):
+        table.add_row("signature (Ed25519)", {"verified": mark(True), "unverified": "[bold yellow]?[/]"}.get(
+            ed_status, mark(False)), {"verified": "valid, by the key given",
+                                      "unverified": "present, NOT verified (pass --public-key or --signer)",
+                                      "invalid": "invalid", "absent": "absent"}[ed_status])
     for name, state in res.artifacts.items():
         table.add_row(escape(name), mark(state == "ok"),
                       {"ok": "matches its recorded SHA-256"}.get(state, state))
@@ -165,29 +177,58 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
                    else f": it does NOT match {escape(plan)}") if plan is not None else ""
         console.print(f"plan SHA-256 {plan_sha}{matched}", highlight=False, soft_wrap=True)
     if getattr(res, "covers", None):
-        what = "the signature covers" if res.signature != "absent" else "the digest covers (unsigned: anyone can recompute it)"
+        what = ("the signature covers" if res.signature != "absent" or ed_status in ("verified", "unverified")
+                else "the digest covers (unsigned: anyone can recompute it)")
         console.print(f"{what}: " + "; ".join(escape(c) for c in res.covers), highlight=False, soft_wrap=True)
     if res.content_digest and res.artifacts:
         console.print(f"renderings show content digest {res.content_digest}", highlight=False, soft_wrap=True)
     if getattr(res, "unlisted", None):
         console.print("[yellow]not covered by the report[/] (neither verified nor read): "
                       + ", ".join(escape(n) for n in res.unlisted), highlight=False, soft_wrap=True)
-    if res.authenticated:
-        console.print("[bold green]intact and signed[/]: the HMAC-SHA256 is valid under the key given, so a holder "
-                      "of that key wrote or signed this report (every holder of the key could have)",
+    if ed_status in ("verified", "unverified"):
+        console.print("the Ed25519 signature binds:" if ed_status == "verified" else
+                      "[yellow]an Ed25519 signature is present but NOT verified[/] (no --public-key or --signer "
+                      "given; whoever edits the folder can sign it with a key of their own); it states:",
                       highlight=False, soft_wrap=True)
+        for line in ed.bound():
+            console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+    if res.signature != "absent":
+        console.print(f"guarantee of HMAC-SHA256 ({escape(note)}): {HMAC_GUARANTEE}", highlight=False,
+                      soft_wrap=True)
+    if ed_status == "verified":
+        console.print(f"guarantee of Ed25519 (verified): {escape(ed25519_guarantee(ed.fingerprint))}",
+                      highlight=False, soft_wrap=True)
+    elif ed_status == "unverified":
+        console.print(f"guarantee of Ed25519 (present, unverified): none until it is checked with --public-key or "
+                      f"--signer; once it is, {escape(ed25519_guarantee(ed.fingerprint))}",
+                      highlight=False, soft_wrap=True)
+    if res.authenticated:
+        done = []
+        if ed_status == "verified":
+            done.append(f"the Ed25519 signature is valid and binds this report: it was made by {escape(ed.signer)}")
+        if res.signature == "valid":
+            done.append("the HMAC-SHA256 is valid under the key given, so a holder of that key wrote or signed this "
+                        "report (every holder of the key could have)")
+        console.print("[bold green]intact and signed[/]: " + "; ".join(done), highlight=False, soft_wrap=True)
     elif res.ok:
-        console.print("[bold yellow]integrity only: authenticity not established[/] (unsigned report: its files "
-                      "agree with each other, but anyone could have written them; sign it with fedaudit sign)"
+        console.print("[bold yellow]integrity only: authenticity not established[/] ("
+                      + ("its Ed25519 signature was not checked against a trusted key: its files agree with each "
+                         "other, but anyone could have written them; check it with --public-key or --signer)"
+                         if ed_status == "unverified" else "unsigned report: its files agree with each other, but "
+                         "anyone could have written them; sign it with fedaudit sign)")
                       + (" — --require-signature: NOT accepted" if require_signature else ""),
                       highlight=False, soft_wrap=True)
     elif res.signature == UNCHECKED and len(res.problems) == 1:
         console.print(f"[bold yellow]NOT verified: signed, signature not checked (set {KEY_ENV} or pass "
                       f"--key-file)[/]", highlight=False, soft_wrap=True)
-    elif res.schema_ok and res.digest_ok and res.artifacts_ok and (
-            res.signature == "valid" or (res.signature == "absent" and not key_set)):
+    elif res.schema_ok and res.digest_ok and res.artifacts_ok and not any(
+            p.startswith("signature:") for p in res.problems):
         console.print("[bold red]NOT verified[/]: the report's files are intact, but its content is not consistent "
                       "(see above)", highlight=False, soft_wrap=True)
+    elif res.schema_ok and res.digest_ok and res.artifacts_ok and ed is not None and ed.problems and all(
+            p in ed.problems for p in res.problems if p.startswith("signature:")):
+        console.print("[bold red]NOT verified[/]: the report's files are intact, but its Ed25519 signature is not "
+                      "one by the key given over this report (see above)", highlight=False, soft_wrap=True)
     else:
         console.print("[bold red]NOT intact[/]")
 
