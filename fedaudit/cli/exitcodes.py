@@ -19,15 +19,18 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
      "the claim's verdict is PASS (as in a plan)", "its verdict is FAIL or INCONCLUSIVE (e.g. a certified violation)"),
     ("verify", "intact and verified", "not intact; a verdict, the overall or the plan text contradicts the "
                                       "report's own records; made from another plan than --plan; stale bytecode "
-                                      "ran; signed but checked without the key; unsigned with --require-signature"),
+                                      "ran; signed but checked without the key; unsigned with --require-signature; "
+                                      "an Ed25519 signature that does not verify, binds other facts than the folder's "
+                                      "or is not by --public-key/--signer"),
     ("sign", "signed (the report was intact and consistent)", "—"),
-    ("mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
+    ("keygen, mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
 )
 
 #: exit codes with one meaning for every command
 COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
-        "(verify: the path or --plan is unreadable or not a report folder; FEDAUDIT_REPORT_KEY set but empty); "
+        "(verify: the path, --plan or --public-key is unreadable or not a report folder or key; FEDAUDIT_REPORT_KEY "
+        "set but empty); "
         "also a file that cannot be written (a full disk), named in one line"),
     (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
     (141, "stdout's reader went away (output piped into head): the output stops there, nothing on stderr; "

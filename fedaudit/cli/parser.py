@@ -228,16 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="write the bounds as JSON here (checked first)")
     p.set_defaults(func=cmd_account_shuffle)
 
-    p = sub.add_parser("verify", help="check a report's schema, digest, renderings (SHA-256 each) and signature "
-                                      "(key from --key-file or FEDAUDIT_REPORT_KEY; a signed report without the key "
-                                      "exits 1; an unsigned one is 'integrity only')")
+    p = sub.add_parser("verify", help="check a report's schema, digest, renderings (SHA-256 each) and signatures "
+                                      "(HMAC key from --key-file or FEDAUDIT_REPORT_KEY: an HMAC-signed report without "
+                                      "the key exits 1; Ed25519 against --public-key or --signer, and who signed; an "
+                                      "unsigned report, or one whose Ed25519 signature no key checked, is 'integrity "
+                                      "only')")
     p.add_argument("report", help="report.json, or a report directory holding one (renderings are looked up "
                                   "beside it); read as data only, nothing in it is imported or run")
     p.add_argument("--key-file", default=None,
                    help="file holding the HMAC key (one trailing newline is ignored); overrides FEDAUDIT_REPORT_KEY")
     p.add_argument("--require-signature", action="store_true",
-                   help="exit 1 unless the report carries a valid signature under the key (an unsigned report "
-                        "proves only that its files agree with each other, not who wrote them)")
+                   help="exit 1 unless the report carries a verified signature: HMAC valid under the key, or "
+                        "Ed25519 by --public-key/--signer (an unsigned report proves only that its files agree with "
+                        "each other, not who wrote them)")
     p.add_argument("--plan", default=None, metavar="PLAN.toml",
                    help="exit 1 unless the report was made from this plan file (its SHA-256, and the plan text "
                         "the report embeds); read as data, nothing it names is imported")

@@ -5,6 +5,8 @@
   rendering view; provenance of the fedaudit checkout);
 * :mod:`~fedaudit.reports.integrity` — schema validation, ``verify_report`` (digest, signature,
   the SHA-256 of every rendering, the content's consistency), the signing key from ``FEDAUDIT_REPORT_KEY``;
+* :mod:`~fedaudit.reports.signatures` — Ed25519 key pairs, detached signatures of a report folder
+  that prove who signed and bind the report digest, plan hash, code, seeds and environment;
 * :mod:`~fedaudit.reports.provenance` — what code computed a report: the fedaudit modules imported
   (stale bytecode included), the plugins' sources, the dependencies' versions;
 * :mod:`~fedaudit.reports.io` — ``write_report`` (renders, records artifact hashes, seals; atomic,

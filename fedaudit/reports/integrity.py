@@ -8,7 +8,8 @@
   ``fedaudit sign DIR --key-file F`` as a separate step after the run
   (:func:`fedaudit.reports.io.sign_report`, so that
   no plugin loaded by the run can read the key). Only a holder of the key can produce it, and every
-  holder can: HMAC proves the report came from someone with the key, not which of them. When a key
+  holder can: HMAC proves the report came from someone with the key, not which of them (an Ed25519
+  signature, :mod:`fedaudit.reports.signatures`, proves which key holder signed). When a key
   is given, :func:`verify_report` requires a valid signature (an unsigned report then fails: its
   signature could have been stripped). A signed report checked *without* the key is not verified
   either: the digest alone can be forged. An unsigned report checked without a key is *intact*
