@@ -192,9 +192,11 @@ def print_verify(console: Console, res: Any, report: str, *, key_set: bool, requ
                       highlight=False, soft_wrap=True)
         for line in ed.bound():
             console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
-    if res.signature != "absent":
-        console.print(f"guarantee of HMAC-SHA256 ({escape(note)}): {HMAC_GUARANTEE}", highlight=False,
-                      soft_wrap=True)
+    if res.signature == "valid":
+        console.print(f"guarantee of HMAC-SHA256 (valid): {HMAC_GUARANTEE}", highlight=False, soft_wrap=True)
+    elif res.signature == UNCHECKED:
+        console.print(f"guarantee of HMAC-SHA256 (not checked): none until it is checked with the key; once it is, "
+                      f"{HMAC_GUARANTEE}", highlight=False, soft_wrap=True)
     if ed_status == "verified":
         console.print(f"guarantee of Ed25519 (verified): {escape(ed25519_guarantee(ed.fingerprint))}",
                       highlight=False, soft_wrap=True)
