@@ -15,7 +15,7 @@ from __future__ import annotations
 EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("run, demo", "every claim met its expectation", "some claim did not (FAIL or INCONCLUSIVE)"),
     ("audit accounting, audit convergence, audit dp-fedavg, audit dpsgd, audit flower, audit flower-local-dp, "
-     "audit ldp, audit robustness, audit sparse-upload, audit variance, stress",
+     "audit ldp, audit robustness, audit sparse-upload, audit variance, check, stress",
      "the claim's verdict is PASS (as in a plan)", "its verdict is FAIL or INCONCLUSIVE (e.g. a certified violation)"),
     ("verify", "intact and verified", "not intact; a verdict, the overall or the plan text contradicts the "
                                       "report's own records; made from another plan than --plan; stale bytecode "
