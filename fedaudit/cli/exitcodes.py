@@ -23,6 +23,9 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
                                       "an Ed25519 signature that does not verify, binds other facts than the folder's "
                                       "or is not by --public-key/--signer"),
     ("sign", "signed (the report was intact and consistent)", "—"),
+    ("diff", "no claim got worse beyond its noise (under --fail-on; default: no privacy claim)",
+     "a claim got worse beyond its noise: a verdict (PASS → INCONCLUSIVE or FAIL), a certified bound, an "
+     "accountant ε or ν̂ (under --fail-on any, also a removed claim)"),
     ("keygen, mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
 )
 
@@ -30,7 +33,7 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
 COMMON_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (2, "bad input: one line on stderr naming the parameter, path or component, nothing has run "
         "(verify: the path, --plan or --public-key is unreadable or not a report folder or key; FEDAUDIT_REPORT_KEY "
-        "set but empty); "
+        "set but empty; diff: OLD or NEW unreadable or not intact); "
         "also a file that cannot be written (a full disk), named in one line"),
     (130, "interrupted (Ctrl-C): one line on stderr; finished claims/cells are kept (rerun with --resume)"),
     (141, "stdout's reader went away (output piped into head): the output stops there, nothing on stderr; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 from typing import Any
 
 from fedaudit.errors import FedAuditError
@@ -349,6 +350,39 @@ def cmd_keygen(args: argparse.Namespace) -> int:
               f"{shlex.quote(str(public))} (or --signer {key.fingerprint})", highlight=False, markup=False,
               soft_wrap=True)
     return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """``fedaudit diff OLD NEW``: compare two reports claim by claim
+    (:func:`fedaudit.reports.diff.compare_reports`), each loaded as ``verify`` checks it (every
+    verdict re-derived too; a report that fails is exit 2). Prints (or writes to ``--out``) the
+    summary line, the table of changes and the plan diff in ``--format``; exit 1 when, under
+    ``--fail-on``, a claim got worse beyond its noise, else 0. Nothing in either folder is imported
+    or run."""
+    from fedaudit.experiments.rederive import rederive_claim, tracked_of
+    from fedaudit.reports.diff import Tolerance, compare_reports, load_verified
+    from fedaudit.reports.diff_render import render_diff
+    from fedaudit.reports.integrity import read_key_file
+    from fedaudit.reports.io import atomic_write
+
+    check_output_file("--out", args.out)
+    tolerance = Tolerance(rel=args.rel_tol, abs=args.abs_tol)
+    key = read_key_file(args.key_file) if args.key_file is not None else report_key(args)
+    old = load_verified(args.old, what="OLD", key=key, rederive=rederive_claim)
+    new = load_verified(args.new, what="NEW", key=key, rederive=rederive_claim)
+    diff = compare_reports(old, new, tracked=tracked_of, tolerance=tolerance, fail_on=args.fail_on,
+                           old_label=str(args.old), new_label=str(args.new))
+    text = render_diff(diff, args.format)
+    if args.out is None:
+        out.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True, end="")
+    else:
+        try:
+            atomic_write(Path(args.out), text)
+        except OSError as exc:
+            raise FedAuditError(f"--out {args.out} cannot be written: {exc.strerror or exc}") from None
+        out.print(f"{diff.summary()}\n{diff.outcome()}\n{args.format}: {args.out}", markup=False, highlight=False,
+                  emoji=False, soft_wrap=True)
+    return diff.exit_code()
 
 
 def cmd_sign(args: argparse.Namespace) -> int:

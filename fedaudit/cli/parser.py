@@ -14,8 +14,8 @@ from fedaudit.cli.argtypes import Parser, count_arg
 from fedaudit.cli.exitcodes import exit_code_table
 from fedaudit.cli.kinds import add_kind_commands, examples_epilog
 from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dpsgd, cmd_account_shuffle,
-                                   cmd_aggregators, cmd_audit_scores, cmd_demo, cmd_list, cmd_mechanisms, cmd_plans,
-                                   cmd_run,
+                                   cmd_aggregators, cmd_audit_scores, cmd_demo, cmd_diff, cmd_list, cmd_mechanisms,
+                                   cmd_plans, cmd_run,
                                    cmd_keygen, cmd_sign, cmd_sparse, cmd_verify)
 from fedaudit.cli.options import (engine_options, mech_param_option, plan_engine_options, progress_options,
                                   renamed_flag, report_dir_options, sparse_model_options)
@@ -68,6 +68,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "keygen": ("fedaudit keygen --out keys --name 'Privacy team <privacy@example.org>'",
                "fedaudit keygen --private-key signer.pem --public-key signer.pub.pem --passphrase-env "
                "FEDAUDIT_SIGNING_PASSPHRASE"),
+    "diff": ("fedaudit diff last-week/ reports/accounting",
+             "fedaudit diff old/report.json new/ --format markdown --out diff.md",
+             "fedaudit diff old/ new/ --rel-tol 0.1 --abs-tol 0.05 --fail-on any"),
 }
 
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
@@ -252,6 +255,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pin the Ed25519 signer: exit 1 unless the signature is by the key with this fingerprint "
                         "(the 64 hex digits keygen and sign print; SHA-256 of the raw public key)")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("diff", help="compare two reports claim by claim: verdicts, certified bounds and accountant ε "
+                                    "that moved beyond their noise, configurations, plans; exit 1 when a privacy "
+                                    "claim got worse",
+                       description="Compare two report folders claim by claim (matched by claim id): verdicts that "
+                                   "changed, the numbers each claim's kind declares (certified bounds, accountant "
+                                   "ε, ν̂) that moved beyond their recorded intervals or, for numbers recorded as "
+                                   "points, beyond max(--abs-tol, --rel-tol × |old|), the claims' parameters, added "
+                                   "and removed claims, the plans (hash and a unified diff of their texts) and "
+                                   "the versions that computed them. Both reports are checked as `fedaudit verify` "
+                                   "checks them first; one that is not intact is exit 2. Exit 1 when, under "
+                                   "--fail-on, something got worse beyond its noise, else 0.")
+    p.add_argument("old", metavar="OLD", help="the earlier report: a report folder or its report.json (read as data "
+                                              "only, nothing in it is imported or run)")
+    p.add_argument("new", metavar="NEW", help="the later report: a report folder or its report.json")
+    p.add_argument("--rel-tol", type=float, default=0.05,
+                   help="a number recorded as a point (no interval) counts as moved when it changes by more than "
+                        "this share of its old value (default 0.05), and by more than --abs-tol")
+    p.add_argument("--abs-tol", type=float, default=0.01,
+                   help="the smallest move of a number recorded as a point that counts (default 0.01)")
+    p.add_argument("--fail-on", default="privacy", choices=("privacy", "any", "none"),
+                   help="exit 1 when: a privacy claim's verdict or number got worse (privacy, default); any claim's "
+                        "got worse or a claim was removed (any); never (none)")
+    p.add_argument("--format", default="text", choices=("text", "markdown", "html", "json"),
+                   help="text (default), markdown (a pull-request comment), html (one self-contained page) or json")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write the comparison here instead of stdout (the summary line is still printed)")
+    p.add_argument("--key-file", default=None,
+                   help="file holding the HMAC key: both reports must then carry a valid signature under it "
+                        "(overrides FEDAUDIT_REPORT_KEY; without a key signatures are not checked)")
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("sign", help="sign a written report with the key in --key-file, as a step after the run "
                                     "(so that no plugin of the run can read the key): an Ed25519 private key writes "

@@ -18,10 +18,19 @@ from typing import Any, Callable, Mapping
 
 from fedaudit.experiments.keys import Key, engine_keys
 from fedaudit.experiments.kind import Decision, Evidence, fmt_number, number
+from fedaudit.guarantees import Bound
+from fedaudit.reports.diff import Tracked
 
-__all__ = ["canary_audit_keys", "canary_claimed_epsilon", "canary_claimed_text", "canary_decision", "canary_evidence",
+__all__ = ["CANARY_TRACKED", "canary_audit_keys", "canary_claimed_epsilon", "canary_claimed_text", "canary_decision", "canary_evidence",
            "canary_plot", "one_run_ceiling",
            "robustness_caveats", "CANARY_SETUP_SECONDS"]
+
+
+#: the numbers ``fedaudit diff`` compares in a DP-SGD or DP-FedAvg canary audit: the accountant's ε
+#: and the certified one-run lower bounds (the GDP estimate is not a bound and is left out)
+CANARY_TRACKED = (Tracked("accountant_epsilon", "accountant ε", bound=Bound.UPPER),
+                  Tracked("epsilon_one_run", "certified one-run ε (Steinke)", bound=Bound.LOWER),
+                  Tracked("epsilon_one_run_fdp", "certified one-run ε (f-DP)", bound=Bound.LOWER))
 
 
 #: core-seconds a canary audit of DP training needs before its first step (Opacus, the model, the

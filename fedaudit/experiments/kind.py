@@ -16,6 +16,8 @@ A claim kind is a :class:`ClaimKind` subclass registered in
 * ``figures`` — the plot types (:data:`fedaudit.reports.model.PLOT_TYPES`) its evidence carries;
 * ``guarantee`` — what its claims audit (``"privacy"``, ``"robustness"``, ``"utility"``), so a
   report says separately whether any privacy claim failed;
+* ``tracked`` — the numbers of its evidence ``fedaudit diff`` compares between two reports (a
+  certified bound, an accountant's ε, ν̂), each with the direction that is worse;
 * ``run(spec, rng, progress) -> Evidence`` — the experiment;
 * ``decide(evidence, expect) -> Decision`` — the decision re-derived from the evidence *as
   recorded* (the JSON data of a report or checkpoint): a resumed run and ``fedaudit verify`` take
@@ -48,6 +50,8 @@ from fedaudit.experiments.keys import Key
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from fedaudit.reports.diff import Tracked
 
 __all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
            "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError", "Cost", "MEMORY_BUDGET",
@@ -242,6 +246,10 @@ class ClaimKind:
     figure_names: Mapping[str, str] = {}
     #: what the kind's claims audit: "privacy", "robustness", "utility" (None: unknown)
     guarantee: str | None = None
+    #: the numbers of its evidence that ``fedaudit diff`` compares between two reports, each with
+    #: the direction that is worse and what kind of bound it is (:class:`fedaudit.reports.diff.Tracked`);
+    #: empty: only the verdict and the configuration are compared
+    tracked: tuple["Tracked", ...] = ()
     #: plan keys renamed since an earlier release, old -> new (issue #24: one word per concept, e.g.
     #: ``{"method": "accountant"}``): a plan with the old key still loads, with one DeprecationWarning
     renamed_keys: Mapping[str, str] = {}

@@ -1,4 +1,5 @@
-"""``fedaudit verify`` re-derives every verdict from the evidence the report records.
+"""``fedaudit verify`` re-derives every verdict from the evidence the report records, and
+``fedaudit diff`` compares the numbers each claim's kind declares (:func:`tracked_of`).
 
 :func:`rederive_claim` is the ``rederive`` check that :func:`fedaudit.reports.integrity.verify_report`
 takes (the reports package cannot import the claim kinds): it asks the claim's kind to decide
@@ -16,9 +17,25 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import EvidenceError, derived_verdict
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
+from fedaudit.reports.diff import Tracked
 from fedaudit.reports.integrity import Finding
+from fedaudit.reports.model import Claim
 
-__all__ = ["rederive_claim"]
+__all__ = ["rederive_claim", "tracked_of"]
+
+
+def tracked_of(claim: Claim) -> tuple[Tracked, ...] | None:
+    """The numbers ``fedaudit diff`` compares in ``claim`` (a claim of a report): its kind's
+    :attr:`~fedaudit.experiments.kind.ClaimKind.tracked`; None when the kind is not registered here
+    by name (a ``package.module:Class`` kind a report names is never imported, as for
+    :func:`rederive_claim`)."""
+    name = claim.kind.lower()
+    if ":" in name or name not in CLAIM_KINDS.names():
+        return None
+    try:
+        return tuple(claim_kind(name).tracked)
+    except FedAuditError:
+        return None
 
 
 def rederive_claim(claim: Mapping[str, Any]) -> Finding | None:

@@ -60,7 +60,8 @@ from fedaudit.reports.model import Report
 
 __all__ = ["KEY_ENV", "UNCHECKED", "RENDERINGS", "signing_key", "key_out_of_environment", "read_key_file",
            "read_bounded", "load_schema", "schema_errors", "validate_report_dict", "VerifyResult", "Finding",
-           "Rederive", "covered", "verify_report", "SIGNATURE_FILE", "NotRegular", "read_regular"]
+           "Rederive", "covered", "verify_report", "SIGNATURE_FILE", "NotRegular", "read_regular",
+           "verify_and_load"]
 
 #: environment variable holding the HMAC key (its bytes, as the environment holds them, are the key);
 #: the engine never passes it to a worker process (it is in :data:`fedaudit.engine.PRIVATE_ENV`)
@@ -451,6 +452,12 @@ def _check_content(data: Mapping[str, Any], plan: bytes | None, rederive: Rederi
 
 def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: bytes | None = None,
                   rederive: Rederive | None = None) -> VerifyResult:
+    """:func:`verify_and_load` without the data: the :class:`VerifyResult` of the report at ``path``."""
+    return verify_and_load(path, key=key, plan=plan, rederive=rederive)[0]
+
+
+def verify_and_load(path: str | os.PathLike, *, key: bytes | None = None, plan: bytes | None = None,
+                    rederive: Rederive | None = None) -> tuple[VerifyResult, dict[str, Any] | None]:
     """Check a written ``report.json`` (or a directory holding one): schema, digest, the SHA-256
     of every rendering in its artifact table and, when a key is given (``key``, else
     ``FEDAUDIT_REPORT_KEY``), the HMAC signature; then its content: overall and counts against the
@@ -461,7 +468,12 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: by
     import the claim kinds); a contradiction fails the report. An unreadable or missing file
     raises :class:`FedAuditError`; a file that is not strict JSON (NaN/Infinity tokens, a
     duplicated key) is reported as not intact. Nothing is imported or executed from the report's
-    folder."""
+    folder.
+
+    Returns the result and the report's JSON data as it was read and checked (one read of the
+    file: the data is the bytes that were verified, not a second read that could differ), or None
+    when the file is not JSON. Commands that use a report's content (``fedaudit diff``) load it
+    here, and use the data only when the result says it is intact."""
     path = Path(path)
     if path.is_dir():
         if not (path / "report.json").is_file():
@@ -477,7 +489,7 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: by
     try:
         data = fjson.loads(raw, what="report.json")
     except FedAuditError as exc:
-        return VerifyResult(False, False, False, "invalid" if key else UNCHECKED, [str(exc)])
+        return VerifyResult(False, False, False, "invalid" if key else UNCHECKED, [str(exc)]), None
     if not isinstance(data, dict) or not {"schema_version", "manifest", "claims"} & set(data):
         raise FedAuditError(f"{path} is not a fedaudit report (no schema_version, manifest or claims)")
 
@@ -545,7 +557,7 @@ def verify_report(path: str | os.PathLike, *, key: bytes | None = None, plan: by
                         artifacts=artifacts, content_digest=content,
                         unlisted=_unlisted(path.parent, {path.name, *artifacts}),
                         plan_sha256=plan_sha if isinstance(plan_sha, str) else None, covers=covered(data),
-                        rederived=rederived, notes=notes)
+                        rederived=rederived, notes=notes), data
 
 
 #: checkpoint directory a run keeps inside its report directory (:mod:`fedaudit.experiments.runner`)

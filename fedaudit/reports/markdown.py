@@ -22,7 +22,7 @@ import re
 from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
 from fedaudit.reports.plots import describe
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "markdown_text", "markdown_cell", "markdown_code"]
 
 #: the icon of each verdict tone (:data:`fedaudit.reports.model.TONES`)
 _ICON = {"pass": "✅", "violation": "🚨", "fail": "❌", "inconclusive": "⚠️"}
@@ -120,3 +120,10 @@ def render_markdown(report: Report, *, max_rows: int = 40) -> str:
               "report.json's own digest and signature also cover this file's SHA-256. "
               "Verify with `fedaudit verify DIR`.", ""]
     return "\n".join(lines)
+
+
+#: the escaping of user-controlled text above, for the other Markdown renderings (``fedaudit diff``):
+#: text as inert Markdown, text safe in a table cell, text as an inline code span
+markdown_text = _text
+markdown_cell = _cell
+markdown_code = _inline

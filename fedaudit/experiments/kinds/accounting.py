@@ -33,6 +33,8 @@ from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_common_keywords, check_mechanism_key
+from fedaudit.guarantees import Bound
+from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key
 
@@ -55,6 +57,7 @@ class Accounting(ClaimKind):
     unit = "compositions"
     figures = ("epsilon_vs_steps",)
     figure_names = {"epsilon_vs_steps": "ε against rounds"}
+    tracked = (Tracked("epsilon", "accountant ε", bound=Bound.UPPER),)
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import ACCOUNTANTS, SHUFFLE_METHODS

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, canary_audit_keys, canary_claimed_epsilon,
-                                           canary_claimed_text, canary_decision, canary_evidence)
+from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
+                                           canary_claimed_epsilon, canary_claimed_text, canary_decision,
+                                           canary_evidence)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
 
@@ -36,6 +37,7 @@ class DPFedAvg(ClaimKind):
     unit = "rounds"
     figures = ("epsilon_vs_steps",)
     figure_names = {"epsilon_vs_steps": "ε against rounds"}
+    tracked = CANARY_TRACKED
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.dp_fedavg_audit import FEDAVG_AUDIT_DATASETS, MAX_AUDIT_CANARIES

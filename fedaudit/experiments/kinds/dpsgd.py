@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, canary_audit_keys, canary_claimed_epsilon,
-                                           canary_claimed_text, canary_decision, canary_evidence)
+from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
+                                           canary_claimed_epsilon, canary_claimed_text, canary_decision,
+                                           canary_evidence)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
 
@@ -41,6 +42,7 @@ class DPSGD(ClaimKind):
     guarantee = "privacy"
     unit = "steps"
     figures = ("epsilon_vs_steps",)
+    tracked = CANARY_TRACKED
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import accountants_for, dpsgd_event

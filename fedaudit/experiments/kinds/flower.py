@@ -30,6 +30,8 @@ from typing import Any, Mapping
 
 from fedaudit.experiments.components import (check_aggregator, check_attacks, check_mechanism_key, flat_params,
                                              normalise_spec)
+from fedaudit.reports.diff import Tracked
+from fedaudit.guarantees import Bound
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, mapping, number
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import Key, key_error, mechanism_params_key
@@ -62,6 +64,8 @@ class Flower(ClaimKind):
     guarantee = "robustness"
     unit = "rounds"
     figures = ("curves",)
+    tracked = (Tracked("accuracy_attacked", "accuracy under attack", worse="lower"),
+               Tracked("ldp.spent_max", "spent ε (largest of the runs)", bound=Bound.UPPER, guarantee="privacy"))
     runs_alone = True  # it starts its own Ray simulation: never inside a parallel claim worker
 
     def keys(self) -> dict[str, Key]:

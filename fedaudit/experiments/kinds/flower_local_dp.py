@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from fedaudit.reports.diff import Tracked
+from fedaudit.guarantees import Bound
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import REQUIRED, Key
 
@@ -38,6 +40,9 @@ class FlowerLocalDp(ClaimKind):
     guarantee = "privacy"
     unit = "samples"
     figures = ()
+    tracked = (Tracked("epsilon_true", "ε of the calibration as implemented", bound=Bound.UPPER),
+               Tracked("epsilon_lower_real", "certified ε (real pipeline)", bound=Bound.LOWER),
+               Tracked("epsilon_lower_vectorised", "certified ε (vectorised)", bound=Bound.LOWER))
 
     def keys(self) -> dict[str, Key]:
         return {

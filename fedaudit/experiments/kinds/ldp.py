@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_common_keywords, check_mechanism_key, load_sampler
+from fedaudit.guarantees import Bound
+from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key, show
 
@@ -112,6 +114,7 @@ class LDP(ClaimKind):
     renamed_keys = {"test": "distinguisher"}
     unit = "samples"
     figures = ("epsilon_vs_samples", "privacy_region")
+    tracked = (Tracked("epsilon_lower", "certified ε", bound=Bound.LOWER),)
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.bounds import MAX_SAMPLES

@@ -18,6 +18,7 @@ from fedaudit.experiments.components import (
     normalise_spec,
 )
 from fedaudit.experiments.evidence import robustness_caveats
+from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import (ClaimKind, Decision, Evidence, EvidenceError, Progress, fmt_number, mapping,
                                        number)
 from fedaudit.experiments.keys import Key, engine_keys, key_error
@@ -74,6 +75,7 @@ class Robustness(ClaimKind):
     guarantee = "robustness"
     unit = "configurations"
     figures = ("nu_vs_bound",)
+    tracked = (Tracked("nu_empirical", "ν̂"),)
 
     #: ``d`` was the dimension's key before it became ``dim``, the word every other kind uses
     renamed_keys = {"d": "dim"}

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from fedaudit.reports.diff import Tracked
+from fedaudit.guarantees import Bound
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import Key, engine_keys
 
@@ -43,6 +45,9 @@ class SparseUpload(ClaimKind):
     guarantee = "privacy"
     unit = "uploads"
     figures = ()
+    tracked = (Tracked("epsilon_private_worst_lower", "certified ε (worst pair)", bound=Bound.LOWER),
+               Tracked("epsilon_private_lower", "certified ε (private upload)", bound=Bound.LOWER),
+               Tracked("epsilon_plain_lower", "certified ε (plain upload)", bound=Bound.LOWER))
 
     def keys(self) -> dict[str, Key]:
         return {

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, EvidenceError, Progress, mapping, number, rows
 from fedaudit.experiments.keys import Key, engine_keys, key_error, require_bound
 
@@ -97,6 +98,7 @@ class Variance(ClaimKind):
     guarantee = "utility"
     unit = "reports"
     figures = ("mse_vs_dk",)
+    tracked = (Tracked("slope_private", "MSE slope on d/k", ci="slope_private_ci"),)
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.bounds import MAX_SAMPLES
