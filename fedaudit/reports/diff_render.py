@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from fedaudit import json as fjson
 from fedaudit.reports.diff import ReportDiff, show
-from fedaudit.reports.markdown import markdown_cell, markdown_code
+from fedaudit.reports.markdown import markdown_cell
 from fedaudit.reports.terminal import printable
 
 __all__ = ["DiffRow", "diff_rows", "render_diff", "DIFF_FORMATS"]
@@ -121,11 +121,11 @@ def render_markdown_diff(diff: ReportDiff) -> str:
     failing = diff.exit_code() == 1
     head = "🔺 regression" if failing else ("no change" if diff.unchanged else "no regression")
     lines = [f"### fedaudit diff: {head}", "", f"**{_md(diff.summary())}**", "",
-             f"{markdown_code(printable(diff.old))} → {markdown_code(printable(diff.new))}", ""]
+             f"{_md(diff.old)} → {_md(diff.new)}", ""]
     rows = diff_rows(diff)
     if rows:
         lines += ["| claim | what | old | new | assessment |", "|---|---|---|---|---|"]
-        lines += [f"| {markdown_code(printable(r.claim), in_table=True)} | {_md(r.what)} | {_md(r.old)} | "
+        lines += [f"| {_md(r.claim)} | {_md(r.what)} | {_md(r.old)} | "
                   f"{_md(r.new)} | {_ICON.get(r.status, '')} {_md(_assessment(r))} |" for r in rows]
         lines.append("")
     if diff.plan.diff:

@@ -22,7 +22,7 @@ import re
 from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
 from fedaudit.reports.plots import describe
 
-__all__ = ["render_markdown", "markdown_text", "markdown_cell", "markdown_code"]
+__all__ = ["render_markdown", "markdown_cell"]
 
 #: the icon of each verdict tone (:data:`fedaudit.reports.model.TONES`)
 _ICON = {"pass": "✅", "violation": "🚨", "fail": "❌", "inconclusive": "⚠️"}
@@ -122,8 +122,5 @@ def render_markdown(report: Report, *, max_rows: int = 40) -> str:
     return "\n".join(lines)
 
 
-#: the escaping of user-controlled text above, for the other Markdown renderings (``fedaudit diff``):
-#: text as inert Markdown, text safe in a table cell, text as an inline code span
-markdown_text = _text
+#: the escaping of user-controlled text in a table cell, for the other Markdown renderings (``fedaudit diff``)
 markdown_cell = _cell
-markdown_code = _inline
