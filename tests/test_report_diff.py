@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
 
 import pytest
@@ -76,17 +75,12 @@ def _no_key(monkeypatch):
 def runs(tmp_path_factory):
     """{name: report folder} of the four plans, each run for real (report.json and report.md)."""
     root = tmp_path_factory.mktemp("diff")
-    saved = os.environ.pop(KEY_ENV, None)
-    try:
-        out = {}
+    with pytest.MonkeyPatch.context() as patch:  # unsigned reports, whatever the environment holds
+        patch.delenv(KEY_ENV, raising=False)
         for name, text in PLANS.items():
             (root / f"{name}.toml").write_text(text, encoding="utf-8")
             run_plan_to_dir(root / f"{name}.toml", root / name, formats=("json", "md"))
-            out[name] = root / name
-        return out
-    finally:
-        if saved is not None:
-            os.environ[KEY_ENV] = saved
+    return {name: root / name for name in PLANS}
 
 
 def diff(capsys, *argv) -> tuple[int, str, str]:
