@@ -32,6 +32,7 @@ from fedaudit.reports.canonical import canonical_json_bytes, digest
 from fedaudit.reports.diff import Tolerance, Tracked, assess, compare_reports
 from fedaudit.reports.diff_render import render_diff
 from fedaudit.reports.io import sign_report
+from fedaudit.reports.signatures import generate_keypair, load_signing_key, sign_folder
 
 KRR = """
 [[claim]]
@@ -165,6 +166,15 @@ def test_signatures_are_checked_with_a_key(runs, tmp_path, capsys):
     (tmp_path / "other").write_text("another key\n", encoding="utf-8")
     code, _, err = diff(capsys, signed, signed, "--key-file", tmp_path / "other")
     assert code == 2 and "HMAC-SHA256 does not match" in err
+    # Ed25519: both reports must be signed by the public key given
+    private, public = tmp_path / "ed.pem", tmp_path / "ed.pub.pem"
+    generate_keypair(private, public)
+    ed = tmp_path / "ed"
+    shutil.copytree(runs["base"], ed)
+    sign_folder(ed, load_signing_key(private))
+    assert diff(capsys, ed, ed, "--public-key", public)[0] == 0
+    code, _, err = diff(capsys, ed, runs["same"], "--public-key", public)
+    assert code == 2 and "NEW report" in err and "holds no Ed25519 signature" in err
 
 
 @pytest.mark.parametrize("flag", ["--rel-tol", "--abs-tol"])

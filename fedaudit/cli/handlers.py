@@ -357,19 +357,23 @@ def cmd_diff(args: argparse.Namespace) -> int:
     (:func:`fedaudit.reports.diff.compare_reports`), each loaded as ``verify`` checks it (every
     verdict re-derived too; a report that fails is exit 2). Prints (or writes to ``--out``) the
     summary line, the table of changes and the plan diff in ``--format``; exit 1 when, under
-    ``--fail-on``, a claim got worse beyond its noise, else 0. Nothing in either folder is imported
-    or run."""
+    ``--fail-on``, a claim got worse beyond its noise, else 0. With ``--key-file`` (HMAC) or
+    ``--public-key``/``--signer`` (Ed25519) both reports must carry a valid signature. Nothing in
+    either folder is imported or run."""
     from fedaudit.experiments.rederive import rederive_claim, tracked_of
     from fedaudit.reports.diff import Tolerance, compare_reports, load_verified
     from fedaudit.reports.diff_render import render_diff
     from fedaudit.reports.integrity import read_key_file
     from fedaudit.reports.io import atomic_write
+    from fedaudit.reports.signatures import load_public_key, parse_fingerprint
 
     check_output_file("--out", args.out)
     tolerance = Tolerance(rel=args.rel_tol, abs=args.abs_tol)
     key = read_key_file(args.key_file) if args.key_file is not None else report_key(args)
-    old = load_verified(args.old, what="OLD", key=key, rederive=rederive_claim)
-    new = load_verified(args.new, what="NEW", key=key, rederive=rederive_claim)
+    trusted = None if args.public_key is None else load_public_key(args.public_key)
+    pin = None if args.signer is None else parse_fingerprint(args.signer)
+    old, new = (load_verified(path, what=what, key=key, rederive=rederive_claim, trusted=trusted, signer=pin)
+                for what, path in (("OLD", args.old), ("NEW", args.new)))
     diff = compare_reports(old, new, tracked=tracked_of, tolerance=tolerance, fail_on=args.fail_on,
                            old_label=str(args.old), new_label=str(args.new))
     text = render_diff(diff, args.format)

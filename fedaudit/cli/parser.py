@@ -285,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", default=None,
                    help="file holding the HMAC key: both reports must then carry a valid signature under it "
                         "(overrides FEDAUDIT_REPORT_KEY; without a key signatures are not checked)")
+    p.add_argument("--public-key", default=None, metavar="PUBLIC.pem",
+                   help="an Ed25519 public key (fedaudit keygen): both reports must carry an Ed25519 signature by it "
+                        "that binds the folder's facts")
+    p.add_argument("--signer", default=None, metavar="FINGERPRINT",
+                   help="both reports must carry an Ed25519 signature by the key with this fingerprint (64 hex "
+                        "digits, as keygen and verify print it)")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("sign", help="sign a written report with the key in --key-file, as a step after the run "

@@ -429,19 +429,31 @@ class ReportDiff:
 
 
 # ------------------------------------------------------------------------------ loading
-def load_verified(path: Any, *, what: str, key: bytes | None = None, rederive: Rederive | None = None) -> Report:
+def load_verified(path: Any, *, what: str, key: bytes | None = None, rederive: Rederive | None = None,
+                  trusted: Any = None, signer: str | None = None) -> Report:
     """The report at ``path`` (a report folder or its report.json), checked as ``fedaudit verify``
     checks it and loaded from the bytes that were checked
     (:func:`~fedaudit.reports.integrity.verify_and_load`): schema, digest, every rendering's
-    SHA-256, the content (with ``rederive``, every verdict re-derived from its evidence) and, when
-    a ``key`` is given, a valid HMAC signature under it. Without a key a signature is not checked
-    (and not required). A report that fails is a one-line :class:`FedAuditError` naming ``what``
-    ("OLD", "NEW") and its first problem: a diff of a tampered report would compare forged numbers."""
+    SHA-256, the content (with ``rederive``, every verdict re-derived from its evidence) and,
+    when a ``key`` is given, a valid HMAC signature under it; with ``trusted`` (a
+    :class:`~fedaudit.reports.signatures.PublicKey`) and/or ``signer`` (a fingerprint), an Ed25519
+    signature by that key over the folder's facts
+    (:func:`~fedaudit.reports.signatures.check_signature`). Without a key a signature is not
+    checked (and not required). A report that fails is a one-line :class:`FedAuditError` naming
+    ``what`` ("OLD", "NEW") and its first problem: a diff of a tampered report would compare
+    forged numbers."""
+    from pathlib import Path
+
+    from fedaudit.reports.signatures import check_signature
+
     try:
         res, data = verify_and_load(path, key=key, rederive=rederive)
     except FedAuditError as exc:
         raise FedAuditError(f"{what}: {exc}") from None
     problems = [p for p in res.problems if key is not None or not p.startswith("signature:")]
+    if data is not None and (trusted is not None or signer is not None):
+        folder = Path(path) if Path(path).is_dir() else Path(path).parent
+        problems += check_signature(folder, trusted=trusted, signer=signer, content_digest=res.content_digest).problems
     if problems or data is None:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise FedAuditError(f"{what} report {path} is not intact: {problems[0] if problems else 'unreadable'}{more}; "
