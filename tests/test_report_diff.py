@@ -247,6 +247,8 @@ def test_a_larger_certified_lower_bound_is_worse(runs):
     # a kind not registered here: verdict and configuration only, with a note
     d = compare_reports(old, new, tracked=lambda c: None)
     assert d.claims[0].status == "unchanged" and "not a claim kind registered here" in d.claims[0].notes[0]
+    assert d.summary().endswith("the numbers of 1 claim(s) of kinds not registered here were not compared (ldp-sstq)")
+    assert "| ldp-sstq | note |  |  | ℹ️ note: kind 'ldp' is not a claim kind" in render_diff(d, "markdown")
 
 
 def test_malicious_strings_are_escaped_in_every_format(runs, tmp_path, capsys):

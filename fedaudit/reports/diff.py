@@ -270,6 +270,8 @@ class ClaimDiff:
     quantities: tuple[QuantityChange, ...] = ()
     config: tuple[Change, ...] = ()
     notes: tuple[str, ...] = ()
+    #: False when the claim's kind is not registered here: its numbers were not compared
+    numbers_compared: bool = True
 
     @property
     def verdict_change(self) -> str | None:
@@ -310,7 +312,8 @@ class ClaimDiff:
                 "new_label": self.new_label, "verdict_change": self.verdict_change,
                 "worse_guarantees": sorted(self.worse_guarantees),
                 "quantities": [q.to_dict() for q in self.quantities],
-                "config": [c.to_dict() for c in self.config], "notes": list(self.notes)}
+                "config": [c.to_dict() for c in self.config], "notes": list(self.notes),
+                "numbers_compared": self.numbers_compared}
 
 
 @dataclass(frozen=True)
@@ -374,8 +377,12 @@ class ReportDiff:
     def summary(self) -> str:
         """The one line that comes first: "2 claim(s) changed: 1 worse (ldp-sstq: certified ε ≥
         1.4 → ≥ 1.92 (beyond ±0.07 …)), 1 better; plan changed (ldp-sstq: epsilon 1 → 2)"."""
+        blind = [c.id for c in self.claims if not c.numbers_compared]
+        unknown = (f"; the numbers of {len(blind)} claim(s) of kinds not registered here were not compared "
+                   f"({', '.join(blind[:3])}{', …' if len(blind) > 3 else ''})") if blind else ""
         if self.unchanged:
-            return f"no change: {len(self.claims)} claim(s) compared, same verdicts, numbers, configuration and plan"
+            return (f"no change: {len(self.claims)} claim(s) compared, same verdicts, numbers, configuration and plan"
+                    + unknown)
         parts = []
         by = {s: [c for c in self.claims if c.status == s] for s in ("worse", "better", "changed", "within noise")}
         changed = len(by["worse"]) + len(by["better"]) + len(by["changed"])
@@ -407,7 +414,7 @@ class ReportDiff:
         if self.environment:
             parts.append("environment: " + ", ".join(ch.text() for ch in self.environment[:3])
                          + (", …" if len(self.environment) > 3 else ""))
-        return "; ".join(parts)
+        return "; ".join(parts) + unknown
 
     def outcome(self) -> str:
         """The last line: which claims fail the comparison under ``fail_on``, or that none does."""
@@ -567,7 +574,8 @@ def compare_reports(old: Report, new: Report, *,
     """Compare two (verified) reports claim by claim (see the module docstring).
 
     ``tracked(claim)`` gives the numbers its kind declares (None: the kind is not known here, so
-    only its verdict and configuration are compared, with a note); the CLI passes
+    only its verdict and configuration are compared, with a note; without ``tracked`` that is
+    every claim's case); the CLI passes
     :func:`fedaudit.experiments.rederive.tracked_of` (this package cannot import the claim kinds).
     Claims of both reports come in the new report's order."""
     tolerance = Tolerance() if tolerance is None else tolerance
@@ -583,15 +591,14 @@ def compare_reports(old: Report, new: Report, *,
         notes = [f"{side} report: {note}" for side, note in (("old", old_note), ("new", new_note)) if note]
         numbers: Iterable[Tracked] | None = None if tracked is None else tracked(c)
         if numbers is None:
-            numbers = ()
             notes.append(f"kind {c.kind!r} is not a claim kind registered here: only its verdict and configuration "
                          f"were compared")
         if c.kind != o.kind and tracked is not None:
             notes.append(f"the kind changed ({o.kind} → {c.kind}): its numbers were compared as the new kind's")
         config = _changes(_parameters(o, old_tables.get(c.id)), _parameters(c, new_tables.get(c.id)))
         diffs.append(ClaimDiff(c.id, c.kind, c.guarantee or o.guarantee, o.verdict, c.verdict, o.label, c.label,
-                               c.tone, tuple(_quantities(o, c, list(numbers), tolerance)), tuple(config),
-                               tuple(notes)))
+                               c.tone, tuple(_quantities(o, c, list(numbers or ()), tolerance)), tuple(config),
+                               tuple(notes), numbers_compared=numbers is not None))
     return ReportDiff(old=old_label, new=new_label, claims=tuple(diffs),
                       added=tuple(ClaimRef.of(c) for c in new.claims if c.id not in before),
                       removed=tuple(ClaimRef.of(c) for c in old.claims if c.id not in after),

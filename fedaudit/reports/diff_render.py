@@ -31,15 +31,15 @@ DIFF_FORMATS: tuple[str, ...] = ("text", "markdown", "html", "json")
 
 #: the icon of each row status in Markdown
 _ICON = {"worse": "🔺", "better": "✅", "within noise": "≈", "changed": "✏️", "not comparable": "❔",
-         "added": "➕", "removed": "➖"}
+         "added": "➕", "removed": "➖", "note": "ℹ️"}
 
 
 @dataclass(frozen=True)
 class DiffRow:
     """One line of the table: what changed in which claim (``claim`` is "(plan)" or
     "(environment)" for rows outside the claims), its old and new value and the assessment;
-    ``status`` is "worse", "better", "within noise", "changed", "not comparable", "added" or
-    "removed"."""
+    ``status`` is "worse", "better", "within noise", "changed", "not comparable", "added",
+    "removed" or "note"."""
 
     claim: str
     what: str
@@ -63,7 +63,7 @@ def diff_rows(diff: ReportDiff) -> list[DiffRow]:
                                     q.basis + ("" if q.guarantee == c.guarantee or not q.guarantee
                                                else f"; speaks to {q.guarantee}")))
         rows += [DiffRow(c.id, f"parameter {ch.key}", show(ch.old), show(ch.new), "changed") for ch in c.config]
-        rows += [DiffRow(c.id, "note", "", "", "changed" if "changed" in n else "not comparable", n) for n in c.notes]
+        rows += [DiffRow(c.id, "note", "", "", "note", n) for n in c.notes]
     rows += [DiffRow(r.id, f"claim ({r.kind})", "—", r.label, "added") for r in diff.added]
     rows += [DiffRow(r.id, f"claim ({r.kind})", r.label, "—", "removed",
                      "no longer audited" + (f" ({r.guarantee})" if r.guarantee else "")) for r in diff.removed]
