@@ -11,6 +11,9 @@
   (stale bytecode included), the plugins' sources, the dependencies' versions;
 * :mod:`~fedaudit.reports.io` — ``write_report`` (renders, records artifact hashes, seals; atomic,
   refuses to overwrite without force);
+* :mod:`~fedaudit.reports.diff`, :mod:`~fedaudit.reports.diff_render` — ``fedaudit diff``: two verified
+  reports compared claim by claim (verdicts, tracked bounds beyond their noise, parameters, plans) and
+  rendered as text, Markdown, HTML or JSON;
 * :mod:`~fedaudit.reports.html`, :mod:`~fedaudit.reports.markdown`, :mod:`~fedaudit.reports.plots` — renderers.
 
 It renders only: nothing in it runs an experiment.
