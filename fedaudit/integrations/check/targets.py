@@ -85,7 +85,7 @@ PARAMS: dict[str, Param] = {
     "claimed_epsilon": Param("float", "the ε the deployment claims (default: the target's own claim — LocalDpMod's "
                                       "and SVTPrivacy's ledger ε, Opacus's reported ε)", low=0, open_low=True),
     "delta": Param("float", "the δ of the claim", 1e-5, low=0, high=1, open_low=True, open_high=True),
-    "epsilon": Param("float", "the object's own epsilon parameter (LocalDpMod's, SVTPrivacy's)", low=0,
+    "epsilon": Param("float", "the object's own epsilon parameter (LocalDpMod's, SVTPrivacy's, a diffprivlib mechanism's)", low=0,
                      open_low=True),
     # Flower
     "clipping_norm": Param("float", "clipping norm C (LocalDpMod; the fixed-clipping wrappers; the initial norm of "
@@ -126,6 +126,26 @@ PARAMS: dict[str, Param] = {
     "steps": Param("int", "optimizer steps", low=1),
     "opacus_accountant": Param("str", "the Opacus accountant whose ε is compared ('none': skip Opacus)", "rdp",
                                choices=("rdp", "prv", "gdp", "none")),
+    # library mechanisms (diffprivlib, OpenDP; fedaudit.integrations.check.libraries)
+    "mechanism": Param("str", "diffprivlib: the class of diffprivlib.mechanisms (GaussianAnalytic, GaussianDiscrete, "
+                              "Gaussian, Laplace, LaplaceTruncated, LaplaceFolded, Geometric, GeometricTruncated, "
+                              "GeometricFolded, Binary)"),
+    "constructor": Param("str", "OpenDP: the measurement constructor (make_laplace, make_gaussian, "
+                                "make_randomized_response_bool, make_randomized_response, "
+                                "make_randomized_response_bitvec)",
+                         choices=("laplace", "gaussian", "randomized_response_bool", "randomized_response", "bitvec")),
+    "lower": Param("float", "diffprivlib: the mechanism's lower bound (the Truncated/Folded variants)"),
+    "upper": Param("float", "diffprivlib: the mechanism's upper bound (the Truncated/Folded variants)"),
+    "scale": Param("float", "OpenDP: the noise scale of make_laplace / make_gaussian", low=0, open_low=True),
+    "data_type": Param("str", "OpenDP: the input domain of make_laplace / make_gaussian, 'float' or 'int'", "float",
+                       choices=("float", "int")),
+    "prob": Param("float", "OpenDP: randomized response's probability of reporting the true value", low=0, high=1,
+                  open_low=True, open_high=True),
+    "categories": Param("int", "OpenDP: the number of categories of make_randomized_response", low=2),
+    "f": Param("float", "OpenDP: the bit-vector randomized response's f (each bit is a fair coin with probability f)",
+               low=0, high=1, open_low=True),
+    "nbytes": Param("int", "OpenDP: bytes in the bit vector", 2, low=1, high=1024),
+    "max_weight": Param("int", "OpenDP: the largest number of set bits of an input (default: every bit)", low=1),
 }
 
 
@@ -134,7 +154,8 @@ class CheckResult:
     """The true guarantee of one deployed configuration against its claim.
 
     ``epsilon_true`` is the ε at ``delta`` of the configuration as the library implements it
-    (``bound``: ``"exact"``, or ``"upper"`` for a certified upper bound that need not be attained);
+    (``bound``: ``"exact"``, ``"upper"`` for a certified upper bound that need not be attained, or
+    ``"idealised"``: exact for the continuous law a floating-point sampler approximates);
     ``claimed_epsilon`` the claim it is held to (``claim_source`` says whose); ``meets`` is
     ``epsilon_true ≤ claimed_epsilon``; ``fix`` the setting that would meet the claim (None when it is
     met, or when no setting of the target's own parameters can); ``unit`` what one ε covers ("per
@@ -164,7 +185,8 @@ class CheckResult:
         rel = "≤" if self.bound == "upper" else "="
         head = (f"{self.configuration}: claimed ε = {claim} {self.unit} ({self.claim_source}); "
                 f"true ε {rel} {eps} at δ = {self.delta:g} {self.unit}"
-                + (" (certified upper bound)" if self.bound == "upper" else ""))
+                + (" (certified upper bound)" if self.bound == "upper" else "")
+                + (" (of the continuous idealisation)" if self.bound == "idealised" else ""))
         if self.meets:
             return head + "; meets the claim"
         return head + ("; to meet the claim, " + self.fix if self.fix else "; does not meet the claim")
