@@ -113,7 +113,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                      "fedaudit check nvflare-svt --model-size 1000000 --fraction 0.1 --epsilon 0.1 --noise-var 0.1",
                      "fedaudit check opacus --noise-multiplier 1.1 --sample-rate 0.004 --steps 10000 --json check.json",
                      "fedaudit check flower-central --noise-multiplier 1 --num-sampled-clients 100 --population 1000 "
-                     "--rounds 100 --claimed-epsilon 8 --clipping adaptive"),
+                     "--rounds 100 --claimed-epsilon 8 --clipping adaptive",
+                     "fedaudit check diffprivlib --mechanism GaussianAnalytic --epsilon 1 --delta 1e-20 --sensitivity 1",
+                     "fedaudit check opendp --constructor gaussian --scale 2 --delta 1e-6 --claimed-epsilon 1"),
+    "library-mechanism": ("fedaudit audit library-mechanism --library diffprivlib --mechanism GaussianAnalytic "
+                          "--params epsilon=1 --params delta=1e-20 --params sensitivity=1 --mode calibration",
+                          "fedaudit audit library-mechanism --library diffprivlib --mechanism Laplace "
+                          "--params epsilon=1 --params sensitivity=1 --mode blackbox --samples 20000 --real-calls 2000",
+                          "fedaudit audit library-mechanism --library planted --mechanism bitvec-pre-0.15 "
+                          "--params f=0.99 --params nbits=16 --mode blackbox --samples 5000 --json planted.json"),
     "stress": ("fedaudit stress --min-accuracy 0.8 --out stress-report",
                "fedaudit stress --aggregators cwtm krum --attacks alie ipm --fs 1 3 --betas 0.5 1 --max-loss 1 "
                "--out stress-report",

@@ -3,7 +3,8 @@
 Nothing is trained or sampled: the claim is decided from the configuration alone, by the target's
 white-box computation (:mod:`fedaudit.integrations.check`) — the exact ε of Flower's ``LocalDpMod``,
 the client-level ε of Flower's central-DP wrappers and of an Opacus run by fedaudit's accountants,
-a certified upper bound on the ε of NVIDIA FLARE's ``SVTPrivacy`` as implemented. The kind's keys are
+a certified upper bound on the ε of NVIDIA FLARE's ``SVTPrivacy`` as implemented, the exact ε of a
+diffprivlib or OpenDP mechanism as built (:mod:`fedaudit.targets`' calibration check). The kind's keys are
 the targets' parameters (:data:`~fedaudit.integrations.check.targets.PARAMS`; each target takes
 its own and refuses the others'), ``target`` (the positional argument of ``fedaudit check``), and
 ``config``/``config_keys``, a library's configuration file to read them from (a Flower app's
@@ -30,7 +31,7 @@ def _targets():
 
 
 class ConfigCheck(ClaimKind):
-    """Check a deployed configuration's privacy claim without running it: the true ε of Flower's LocalDpMod or central-DP wrappers, NVIDIA FLARE's SVTPrivacy filter or an Opacus run (``target``), from its parameters or the library's configuration file, against the claim; it fails when the true ε (or its certified upper bound) exceeds the claimed ε, and says what to set."""
+    """Check a deployed configuration's privacy claim without running it: the true ε of Flower's LocalDpMod or central-DP wrappers, NVIDIA FLARE's SVTPrivacy filter, an Opacus run or one diffprivlib or OpenDP mechanism (``target``), from its parameters or the library's configuration file, against the claim; it fails when the true ε (or its certified upper bound) exceeds the claimed ε, and says what to set."""
 
     name = "config-check"
     guarantee = "privacy"
