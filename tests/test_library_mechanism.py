@@ -148,3 +148,17 @@ def test_the_ecosystem_plan_validates_with_every_library_and_expectation():
         "flower-localdpmod-sensitivity-eq-clip", "flower-central-fixed", "nvflare-svt-defaults",
         "diffprivlib-gaussiananalytic-tiny-delta", "diffprivlib-gaussiandiscrete-eps50", "diffprivlib-laplace-float",
         "planted-bitvec-pre-0.15"}
+
+
+def test_the_draft_maintainer_reproduction_runs_without_fedaudit_and_prints_what_the_page_shows(capsys):
+    """docs/findings.md's GaussianAnalytic reproduction (diffprivlib + mpmath only) prints its output block."""
+    _lib("diffprivlib")
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "findings.md").read_text(encoding="utf-8")
+    section = text.split("## Draft report: diffprivlib GaussianAnalytic", 1)[1]
+    code, shown = re.findall(r"```python\n(.*?)```", section, re.S)[0], re.findall(r"```text\n(.*?)```", section, re.S)[0]
+    assert "fedaudit" not in code
+    exec(compile(code, "findings.md", "exec"), {})
+    assert capsys.readouterr().out == shown
