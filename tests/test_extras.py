@@ -8,14 +8,13 @@ import subprocess
 import sys
 import textwrap
 import tomllib
-from pathlib import Path
 
 import pytest
 
 import fedaudit
 from fedaudit.extras import EXTRAS, require
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 class NotInstalled:
     """A finder, put in front of every other one, that refuses torch and opacus as if not installed."""

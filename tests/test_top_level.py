@@ -3,14 +3,13 @@
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
 import fedaudit
 from fedaudit.version import __version__
+from tests.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_version_matches_pyproject():

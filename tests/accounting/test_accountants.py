@@ -17,7 +17,6 @@ import pytest
 from dp_accounting import dp_event, pld, rdp
 
 import fedaudit
-from conftest import analytic_gaussian, gaussian_delta, gaussian_epsilon
 from fedaudit.accounting import (ACCOUNTANTS, Account, Bound, account, accountants_for, calibrate, calibrate_dpsgd,
                                  compose, dpsgd_event, epsilon_dp_fedavg, epsilon_dpsgd, make_accountant,
                                  noise_multiplier_for, noise_multiplier_for_dpfedavg, pld_of, schedule_event,
@@ -28,6 +27,7 @@ from fedaudit.accounting.dp_fedavg import DPFedAvgAccount
 from fedaudit.accounting.shuffling import ShuffleBound, ShuffledDpEvent
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms import Duchi, Laplace, RandomizedResponse, VQSGD
+from tests.helpers import REPO, analytic_gaussian, gaussian_delta, gaussian_epsilon
 
 GAUSSIAN_ACCOUNTANTS = ("pld", "rdp", "prv", "dpa-rdp")
 
@@ -353,7 +353,7 @@ def test_pld_out_of_memory_is_one_line(monkeypatch):
 
 
 def test_the_guide_runs_and_prints_what_it_shows(capsys):
-    page = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "accountants.md").read_text(encoding="utf-8")
+    page = (REPO / "docs" / "guides" / "accountants.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     shown = re.findall(r"```text\n(.*?)```", page, flags=re.S)
     assert len(blocks) == 4 and len(shown) == 2

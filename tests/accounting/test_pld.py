@@ -23,6 +23,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import ApproxLDP, PureLDP
 from fedaudit.mechanisms import VQSGD, Duchi, Gaussian, Laplace, PrivUnitG, RandomizedResponse
 from fedaudit.mechanisms.gaussian import gaussian_pair_epsilon
+from tests.helpers import REPO
 
 DISC = 1e-4
 
@@ -298,9 +299,8 @@ def test_bad_input_is_a_clear_error(make, match):
 def test_reference_page_examples_give_the_numbers_shown(section):
     """Each ``expr  # ≈ value`` line of the section's python block evaluates to the value shown."""
     import re
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "accounting.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "reference" / "accounting.md").read_text(encoding="utf-8")
     block = text.split(section, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     shown, lines = [], []
     for line in block.splitlines():

@@ -2,7 +2,7 @@
 
 Known answers come from scipy.stats.beta (the definition) and from closed forms that do not go
 through scipy at all (k = 0 and k = n); coverage is checked by simulation with a tolerance
-derived from the simulation's own standard error (conftest.z_tolerance).
+derived from the simulation's own standard error (tests/helpers.py, z_tolerance).
 """
 
 import math
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from conftest import z_tolerance
+from tests.helpers import z_tolerance
 from fedaudit.audit.bounds import (
     cp_lower,
     cp_upper,

@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from conftest import z_tolerance
+from tests.helpers import z_tolerance
 from fedaudit.audit.canaries import train_with_canaries
 from fedaudit.audit.dpsgd_audit import audit_dpsgd
 from fedaudit.audit.one_run import one_run_epsilon

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from conftest import SUITE_ALPHA
+from tests.helpers import SUITE_ALPHA
 from fedaudit import json as fjson
 from fedaudit.audit import ScoreAuditor
 from fedaudit.audit.gdp import GDPAudit, gdp_epsilon

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from conftest import SUITE_ALPHA
+from tests.helpers import SUITE_ALPHA
 from fedaudit import json as fjson
 from fedaudit.audit import ScoreAuditor
 from fedaudit.audit.gdp import gdp_epsilon

@@ -9,9 +9,9 @@ import json
 
 import numpy as np
 import pytest
-from test_cli_engine import evidence
+from tests.cli.test_engine import evidence
 
-from conftest import reseal_checkpoint
+from tests.helpers import reseal_checkpoint
 from fedaudit.audit.pair_search import audit_worst_case, search_pairs
 from fedaudit.errors import FedAuditError
 from fedaudit.audit.pairs import audit_pair

@@ -10,7 +10,7 @@ from fedaudit.audit.robustness import audit_robustness, replay, robustness_ratio
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.defenses.kappa import kappa_lower_bound
 from fedaudit.errors import FedAuditError
-from conftest import brute_ratio
+from tests.helpers import brute_ratio
 
 
 @pytest.mark.parametrize("n, f", [(5, 1), (7, 2), (9, 3)])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import reseal_checkpoint
+from tests.helpers import reseal_checkpoint
 from fedaudit.audit import robustness
 from fedaudit.audit.robustness import TRIAL_CHUNK, audit_robustness
 from fedaudit.errors import FedAuditError

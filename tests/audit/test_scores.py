@@ -4,7 +4,7 @@ Reference model: scores N(μ, 1) with the target and N(0, 1) without, the Gaussi
 (Dong, Roth, Su 2022): the threshold event {s ≥ t} has TPR = Φ(μ − t), FPR = Φ(−t), and the
 mechanism is (ε, δ(ε))-DP with δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), so the true ε(δ) is the
 root of that equation. Every statistical tolerance is derived from the suite's error budget
-(conftest.SUITE_ALPHA).
+(tests/helpers.py, SUITE_ALPHA).
 """
 
 import json
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from conftest import SUITE_ALPHA, z_tolerance
+from tests.helpers import SUITE_ALPHA, z_tolerance
 from fedaudit import json as fjson
 from fedaudit.audit import BonferroniSelection, ScoreAudit, ScoreAuditor, SplitSelection, audit_ldp
 from fedaudit.audit.bounds import cp_lower, cp_upper, epsilon_lower_bound, expected_epsilon_lower_bound

@@ -441,7 +441,7 @@ def test_stress_draws_nothing_itself(tmp_path):
 def test_cell_files_are_read_as_strict_json(tmp_path, serial_run):
     # fedaudit writes cells with fedaudit.json ("nan" strings); a bare NaN token or a duplicated
     # key is not one of its records, even under a valid MAC
-    from conftest import reseal_checkpoint
+    from tests.helpers import reseal_checkpoint
     from fedaudit import chain
 
     src, _ = serial_run

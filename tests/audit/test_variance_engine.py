@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import reseal_checkpoint
+from tests.helpers import reseal_checkpoint
 from fedaudit.audit import variance
 from fedaudit.audit.variance import measure_mse, variance_vs_dk
 from fedaudit.errors import FedAuditError

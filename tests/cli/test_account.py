@@ -12,7 +12,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from conftest import gaussian_epsilon
+from tests.helpers import gaussian_epsilon
 from fedaudit.cli import main
 
 
@@ -202,7 +202,7 @@ def test_former_command_names_still_run_with_a_note(tmp_path, capsys):
 
 
 #: a module of the user's working directory naming their accountant: the tests' toy accountant
-USER_ACCOUNTANT = "from conftest import analytic_gaussian as ExactGaussian\n"
+USER_ACCOUNTANT = "from tests.helpers import analytic_gaussian as ExactGaussian\n"
 
 
 def test_a_users_accountant_reference_and_any_registered_accountant_are_accepted(tmp_path, monkeypatch, capsys):

@@ -11,14 +11,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from fedaudit.cli import COMMON_EXIT_CODES, EXIT_CODES, build_parser, exit_code_table, main
-from test_runner_resume import _wait_for
+from tests.experiments.test_runner_resume import _wait_for
+from tests.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _commands() -> set[str]:

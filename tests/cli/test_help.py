@@ -7,7 +7,6 @@ import argparse
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,8 @@ from fedaudit.cli.kinds import DEPRECATED, DROPPED, KIND_COMMANDS, claim_keys, c
 from fedaudit.errors import FedAuditError
 from fedaudit.cli.parser import build_parser, subcommands
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
+from tests.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = [path for path, _, _ in subcommands(build_parser())]
 
 

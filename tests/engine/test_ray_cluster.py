@@ -18,9 +18,10 @@ import json
 
 import pytest
 
-from test_engine_ray import _chunks, normal_stats
+from tests.engine.test_ray import _chunks, normal_stats
 
 from fedaudit.engine import run_chunks
+from tests.helpers import REPO
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX process groups")
@@ -38,7 +39,7 @@ def head():
     group only, never by `ray stop` (which would stop every Ray on the machine)."""
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="fa-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     cli = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen([str(cli), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
                              "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp}"],
@@ -67,7 +68,7 @@ def head():
 DRIVER = """
 import json, sys
 import ray
-from test_engine_ray import _chunks, normal_stats
+from tests.engine.test_ray import _chunks, normal_stats
 from fedaudit.engine import run_chunks, shutdown
 
 address = sys.argv[1]
@@ -81,7 +82,7 @@ print(json.dumps({"joined": joined, "again": again, "kept": kept, "after_shutdow
 
 def test_run_chunks_joins_a_cluster_through_address(head):
     address, proc = head
-    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     run = subprocess.run([sys.executable, "-c", DRIVER, address], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": path})
     assert run.returncode == 0, run.stderr[-3000:]

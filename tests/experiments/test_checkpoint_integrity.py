@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reseal_checkpoint
+from tests.helpers import reseal_checkpoint
 from fedaudit.cli import main
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import Key
@@ -280,7 +280,7 @@ def test_a_kind_that_cannot_re_derive_its_verdict_is_run_again(plan_file, tmp_pa
     plan_file.write_text(PLAN + f"""
 [[claim]]
 id = "plain"
-kind = "test_checkpoint_integrity:Plain"
+kind = "{__name__}:Plain"
 marker = "{marker}"
 """)
     out = tmp_path / "out"
@@ -602,7 +602,7 @@ def test_plan_resume_of_valid_cells_gives_the_uninterrupted_report(plan_file, tm
     (lambda r: r.pop("trace"), "trace"),
 ])
 def test_cells_are_validated_even_with_a_valid_mac(tmp_path, state, monkeypatch, capsys, change, match):
-    from conftest import reseal_checkpoint
+    from tests.helpers import reseal_checkpoint
     from fedaudit import chain
 
     out = tmp_path / "stress"

@@ -104,9 +104,9 @@ def test_a_registered_kind_gets_key_checks_cross_checks_and_docs(coin_kind):
 
 
 def test_a_kind_named_by_reference_runs_without_registration():
-    report = run_plan(plan({**FAIR, "kind": "test_claim_kinds:Coin"}))
+    report = run_plan(plan({**FAIR, "kind": f"{__name__}:Coin"}))
     (c,) = report.claims
-    assert c.error is None and c.verdict == "PASS" and c.kind == "test_claim_kinds:Coin"
+    assert c.error is None and c.verdict == "PASS" and c.kind == f"{__name__}:Coin"
 
 
 def test_unknown_and_broken_kinds_are_refused():
@@ -140,19 +140,19 @@ def test_builtin_kinds_declare_units_and_figures_the_reports_draw():
 
 
 def laplace_factory(dim, epsilon, *, clip=1.0):
-    """A user's mechanism factory, named "test_claim_kinds:laplace_factory" in a plan."""
+    """A user's mechanism factory, named "MODULE:laplace_factory" in a plan (MODULE: this one)."""
     return Laplace(dim, epsilon, clip=clip)
 
 
 def test_module_attr_mechanism_and_aggregator_run_in_a_plan():
-    ldp = {"id": "mine", "kind": "ldp", "mechanism": "test_claim_kinds:laplace_factory", "dim": 4,
+    ldp = {"id": "mine", "kind": "ldp", "mechanism": f"{__name__}:laplace_factory", "dim": 4,
            "samples": 4000, "curve": False}
     rob = {"id": "rule", "kind": "robustness", "aggregator": "fedaudit.defenses.aggregators:CWTM", "n": 7, "f": 1,
            "trials": 8, "attacks": ["alie"], "search_evals": 0}
     report = run_plan(plan(ldp, rob))
     mine, rule = report.claims
     assert [c.error for c in report.claims] == [None, None]
-    assert mine.verdict == "PASS" and mine.evidence["mechanism"]["name"] == "test_claim_kinds:laplace_factory"
+    assert mine.verdict == "PASS" and mine.evidence["mechanism"]["name"] == f"{__name__}:laplace_factory"
     assert rule.verdict == "PASS" and rule.evidence["nu_empirical"] >= 0
     with pytest.raises(FedAuditError, match=r"key 'mechanism' is not a mechanism: .*cannot import module 'nope'"):
         load_plan(plan({**ldp, "mechanism": "nope:factory"}))

@@ -26,13 +26,14 @@ from fedaudit.experiments.plan_reference import markdown
 from fedaudit.experiments.runner import CHECKPOINT_DIR, Checkpoints, PlanProgress, run_plan, run_plan_to_dir
 from fedaudit.reports import verify_report
 from fedaudit.reports.canonical import canonical_json_bytes
+from tests.helpers import REPO
 
 VQ = {"id": "vq", "kind": "ldp", "mechanism": "vqsgd", "dim": 8, "samples": 4000}
 RR = {"id": "rr", "kind": "ldp", "mechanism": "rr", "dim": 4, "samples": 4000}
 ACC = {"id": "acc", "kind": "accounting", "mechanism": "rr", "dim": 4, "epsilon": 0.5, "rounds": 10,
        "max_epsilon": 8.0, "curve_points": 5}
 PARALLEL = {"backend": "process", "workers": 2}
-WHERE = "test_parallel_claims:Where"
+WHERE = f"{__name__}:Where"
 
 
 def plan(*claims, engine=None, seed=1):
@@ -223,7 +224,7 @@ def test_parallel_claims_are_the_serial_ones_whatever_the_other_claims_and_their
 
 def test_claims_run_in_workers_and_alone_ones_in_the_driver():
     claims = [{"id": "a", "kind": WHERE}, {"id": "b", "kind": WHERE}, {"id": "own", "kind": WHERE, "backend": "process"},
-              {"id": "solo", "kind": "test_parallel_claims:Alone"}]
+              {"id": "solo", "kind": f"{__name__}:Alone"}]
     report = run_plan(plan(*claims), engine=PARALLEL)
     ev = {c.id: c.evidence for c in report.claims}
     assert [c.verdict for c in report.claims] == ["PASS"] * 4
@@ -307,8 +308,7 @@ def test_a_run_killed_while_claims_run_in_parallel_resumes_with_the_finished_one
                          f'[[claim]]\nid = "hang"\nkind = "{WHERE}"\nfail = "hang"\nmarker = "{marker}"\n\n'
                          + "".join(f'[[claim]]\nid = "{c}"\nkind = "{WHERE}"\n\n' for c in ("a", "b")))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent),
-                                                                  os.environ.get("PYTHONPATH")) if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     cmd = [sys.executable, "-m", "fedaudit.cli", "run", str(plan_file), "--out", str(out), "--quiet"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -5,7 +5,6 @@ import copy
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,8 @@ from fedaudit.experiments.kinds.robustness import Robustness
 from fedaudit.reports.io import write_report
 from fedaudit.experiments.plan import claim_seed, load_plan
 from fedaudit.experiments.runner import PlanProgress, run_plan
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 # one cheap claim of every kind (a few seconds in all)
 SKETCH = {"id": "sketch", "kind": "ldp", "mechanism": "sstq-sketch", "dim": 16, "k": 4, "samples": 4000,

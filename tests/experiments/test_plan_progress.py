@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 from rich.console import Console
 
@@ -21,8 +20,8 @@ from fedaudit.experiments.kind import ClaimKind, Evidence
 from fedaudit.experiments.keys import Key
 from fedaudit.experiments.plan import load_plan
 from fedaudit.experiments.runner import PlanProgress, run_plan
+from tests.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class Ticks(ClaimKind):
@@ -49,7 +48,7 @@ class Ticks(ClaimKind):
 
 def _plan(*claims):
     return {"plan": {"title": "progress", "seed": 0}, "engine": {"backend": "process", "workers": 2},
-            "claim": [{"kind": "test_plan_progress:Ticks", **c} for c in claims]}
+            "claim": [{"kind": f"{__name__}:Ticks", **c} for c in claims]}
 
 
 class Seen(PlanProgress):
@@ -95,7 +94,7 @@ HEARTBEAT = re.compile(r"^\[(\d\d):(\d\d)\] (\d) running(?: \(([^)]*)\))?, (\d)/
 
 def test_heartbeat_when_stderr_is_not_a_terminal(tmp_path):
     plan = tmp_path / "plan.toml"
-    plan.write_text(textwrap.dedent('''
+    plan.write_text(textwrap.dedent(f'''
         [plan]
         title = "heartbeat"
         seed = 0
@@ -104,20 +103,20 @@ def test_heartbeat_when_stderr_is_not_a_terminal(tmp_path):
         workers = 2
         [[claim]]
         id = "slow-a"
-        kind = "test_plan_progress:Ticks"
+        kind = "{__name__}:Ticks"
         ticks = 25
         pause = 0.2
         [[claim]]
         id = "slow-b"
-        kind = "test_plan_progress:Ticks"
+        kind = "{__name__}:Ticks"
         ticks = 25
         pause = 0.2
         [[claim]]
         id = "quick"
-        kind = "test_plan_progress:Ticks"
+        kind = "{__name__}:Ticks"
         ticks = 1
     '''))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "fedaudit.cli", "run", str(plan), "--out", str(tmp_path / "out"),
                            "--progress-every", "0.5"], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import check_rederived, recorded
+from tests.helpers import check_rederived, recorded
 
 from fedaudit.experiments.kind import (ClaimKind, Decision, EvidenceError, derived_verdict, mapping, number,
                                        rows)

@@ -14,6 +14,7 @@ from fedaudit.fl.eflops import SparseRun  # noqa: E402
 from fedaudit.fl.sparse_baselines import (evaluate, hard_threshold, inference_macs, predict, train_fed_ht,  # noqa: E402
                                           train_fedavg_prune, train_fediter_ht, upload_bytes)
 from fedaudit.fl.sparse_data import load_digits_federated, scarce_regression, support_recovery  # noqa: E402
+from tests.helpers import REPO
 
 
 def zero_linear(d: int, out: int = 1, dtype=torch.float64):
@@ -199,9 +200,8 @@ def test_sparse_methods_registry_builds_every_method(easy):
 def test_synthetic_benchmark_writes_exactly_the_agreed_keys(tmp_path):
     import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "eflops_synthetic.py"
+    path = REPO / "benchmarks" / "eflops_synthetic.py"
     spec = importlib.util.spec_from_file_location("eflops_synthetic_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -352,11 +352,10 @@ def test_synthetic_benchmark_fair_protocol_pairs_seeds_with_t_intervals(tmp_path
     the validation rows, the comparisons paired by seed with the Student-t interval of scipy."""
     import importlib.util
     import json
-    from pathlib import Path
 
     from scipy import stats
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "eflops_synthetic.py"
+    path = REPO / "benchmarks" / "eflops_synthetic.py"
     spec = importlib.util.spec_from_file_location("eflops_synthetic_fair", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from conftest import z_tolerance
+from tests.helpers import z_tolerance
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import clip_l2
 from fedaudit.mechanisms.gaussian import Gaussian, analytic_gaussian_delta, analytic_gaussian_sigma

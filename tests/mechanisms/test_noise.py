@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from conftest import z_tolerance
+from tests.helpers import z_tolerance
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.noise import (
     _bexp_scalar,

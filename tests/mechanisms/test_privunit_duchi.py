@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import assert_unbiased, z_tolerance
+from tests.helpers import assert_unbiased, z_tolerance
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.duchi import Duchi, duchi_radius
 from fedaudit.mechanisms.privunit import PrivUnitG, optimal_p, privunitg_sigma

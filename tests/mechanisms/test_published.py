@@ -9,7 +9,7 @@ import pytest
 from scipy import integrate, stats
 
 import fedaudit.mechanisms.published as published
-from conftest import assert_unbiased
+from tests.helpers import assert_unbiased
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.published import SSTQSketch, sample_subsets
 

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 from scipy import stats
 from scipy.linalg import hadamard
 
-from conftest import assert_unbiased, z_tolerance
+from tests.helpers import assert_unbiased, z_tolerance
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.rotation import SEED_BITS, fwht, random_signs, random_subset, rotate, unrotate
 from fedaudit.mechanisms.sstq import SSTQ

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from conftest import assert_unbiased, z_tolerance
+from tests.helpers import assert_unbiased, z_tolerance
 from fedaudit.errors import FedAuditError
 from fedaudit.mechanisms.base import clip_l2
 from fedaudit.mechanisms.randomized_response import RandomizedResponse, one_hot

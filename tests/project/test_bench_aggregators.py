@@ -6,7 +6,7 @@ import importlib.metadata
 
 import numpy as np
 import pytest
-from conftest import load_benchmark
+from tests.helpers import load_benchmark
 
 torch = pytest.importorskip("torch")
 

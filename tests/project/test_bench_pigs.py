@@ -2,7 +2,7 @@
 with their parent), not on a pool of its own, and gets the numbers a direct call gives."""
 
 import pytest
-from conftest import load_benchmark
+from tests.helpers import load_benchmark
 
 import fedaudit.engine
 

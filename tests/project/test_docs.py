@@ -3,13 +3,12 @@
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from fedaudit.experiments import plan_reference
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.experiments.plan import COMMON_KEYS, PLAN_KEYS
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "plans.md"
 REGEN = "python -m fedaudit.experiments.plan_reference > docs/plans.md"
 

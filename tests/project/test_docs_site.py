@@ -9,13 +9,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fedaudit.experiments.plan import load_plan
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 PACKAGES = ("mechanisms", "defenses", "attacks", "audit", "fl", "experiments", "reports", "engine", "chain", "errors", "rng", "json")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")

@@ -17,8 +17,8 @@ import pytest
 import fedaudit
 from fedaudit import plans
 from fedaudit.experiments.plan import load_plan
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "fedaudit"
 
 

@@ -2,11 +2,10 @@
 (in order, each in a fresh namespace, from an empty folder)."""
 
 import re
-from pathlib import Path
 
 import pytest
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 #: the README and the docs pages that received the README's Python blocks (issue #24); the other
 #: pages' blocks are fragments of a larger setting (a Flower app, a training loop) and are covered
 #: by their own tests

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
 from fedaudit.cli import main
 from fedaudit.experiments.runner import run_plan
+from tests.helpers import REPO
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "tutorials" / "privacy-budgets.md"
+PAGE = REPO / "docs" / "tutorials" / "privacy-budgets.md"
 
 
 def shown(command: str) -> str:

@@ -4,11 +4,10 @@ stress grid and the CI plan (several seconds to a minute each) are ``slow``."""
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+from tests.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("tutorials_gen", ROOT / "tools" / "tutorials.py")
 gen = sys.modules.setdefault("tutorials_gen", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(gen)

@@ -36,6 +36,7 @@ from fedaudit.reports import (
 from fedaudit.json import jsonable
 from fedaudit.reports.canonical import canonical_json_bytes
 from fedaudit.reports.plots import render_png
+from tests.helpers import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -151,9 +152,8 @@ def test_manifest_fields(tmp_path):
     assert m.plan_sha256 == hashlib.sha256(b"[plan]\nname = 'test'\n").hexdigest()
     assert m.seed_entropy == str(2**70 + 12345)
     assert m.started == "2024-05-01T12:00:00.000Z" and m.finished.endswith("Z")
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / ".git").exists():
-        commit = Manifest.collect(None, None, 0.0, 1.0, package_dir=repo / "fedaudit").git_commit
+    if (REPO / ".git").exists():
+        commit = Manifest.collect(None, None, 0.0, 1.0, package_dir=REPO / "fedaudit").git_commit
         assert commit is not None and len(commit) == 40
     assert Manifest.collect(None, None, 0.0, 1.0, package_dir=tmp_path).git_commit is None  # not a checkout
     assert Manifest.from_dict(m.to_dict()) == m

@@ -192,9 +192,9 @@ def test_the_manifest_binds_plan_text_plugins_dependencies_and_provenance(writte
     assert prov["modules"] > 10 and prov["stale_bytecode"] == [] and len(prov["sources_sha256"]) == 64
 
     me = Path(__file__)
-    plan = {"plan": {"seed": 1}, "claim": [{"id": "e", "kind": "test_verify_binding:Echo"}]}
+    plan = {"plan": {"seed": 1}, "claim": [{"id": "e", "kind": f"{__name__}:Echo"}]}
     manifest = run_plan(plan).manifest
-    assert manifest.plugins == {"test_verify_binding:Echo": {"sha256": hashlib.sha256(me.read_bytes()).hexdigest(),
+    assert manifest.plugins == {f"{__name__}:Echo": {"sha256": hashlib.sha256(me.read_bytes()).hexdigest(),
                                                             "file": me.name}}
 
 
@@ -347,7 +347,7 @@ class Probe(NoDecide):
                                   "in_initial_environment": KEY_ENV.encode() + b"=" in initial})
 
 
-PROBES = [{"id": f"p{i}", "kind": "test_verify_binding:Probe"} for i in range(2)]
+PROBES = [{"id": f"p{i}", "kind": f"{__name__}:Probe"} for i in range(2)]
 
 
 def test_process_workers_never_inherit_the_key(tmp_path, monkeypatch):

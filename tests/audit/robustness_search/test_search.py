@@ -15,7 +15,7 @@ from fedaudit.audit.robustness_search.subsets import subset_masks
 from fedaudit.defenses.base import Aggregator
 from fedaudit.defenses.registry import make_aggregator
 from fedaudit.errors import AggregatorBreakdown, FedAuditError
-from conftest import brute_ratio
+from tests.helpers import brute_ratio
 
 
 @pytest.mark.parametrize("d", [1, 3, 20])  # d > n takes the Gram form

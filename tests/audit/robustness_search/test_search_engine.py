@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from test_engine_robustness import _numbers
+from tests.audit.test_robustness_engine import _numbers
 
-from conftest import reseal_checkpoint
+from tests.helpers import reseal_checkpoint
 from fedaudit.audit.robustness_search import staging
 from fedaudit.audit.robustness import audit_robustness, progress_units
 from fedaudit.audit.robustness_search import PHASE2_WIDTH, optimiser_checkpoint, optimiser_checkpoint_files

@@ -9,7 +9,7 @@ import json
 
 import jsonschema
 import pytest
-from conftest import UnitCounter, check_rederived
+from tests.helpers import UnitCounter, check_rederived
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.plan import load_plan

@@ -12,7 +12,7 @@ import math
 
 import jsonschema
 import pytest
-from conftest import UnitCounter, check_rederived
+from tests.helpers import UnitCounter, check_rederived
 
 from fedaudit.audit.bounds import expected_epsilon_lower_bound
 from fedaudit.cli import main

@@ -11,14 +11,14 @@ node and round (about 30 s on two idle cores).
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
+from tests.helpers import REPO
 
 pytest.importorskip("flwr")
 pytest.importorskip("psutil")
 
-RUN_LOCAL = Path(__file__).resolve().parents[1] / "examples" / "flower_app" / "run_local.py"
+RUN_LOCAL = REPO / "examples" / "flower_app" / "run_local.py"
 
 
 def _run_local():

@@ -20,7 +20,7 @@ pytest.importorskip("flwr")
 from flwr.app import (Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, Metadata, MetricRecord,  # noqa: E402
                       RecordDict)
 
-from conftest import assert_unbiased, z_tolerance  # noqa: E402
+from tests.helpers import assert_unbiased, z_tolerance  # noqa: E402
 from fedaudit.accounting import Ledger, compose  # noqa: E402
 from fedaudit.defenses import make_aggregator  # noqa: E402
 from fedaudit.errors import FedAuditError  # noqa: E402

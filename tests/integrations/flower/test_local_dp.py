@@ -14,7 +14,7 @@ import math
 import jsonschema
 import numpy as np
 import pytest
-from conftest import UnitCounter, check_rederived
+from tests.helpers import UnitCounter, check_rederived
 from scipy.optimize import brentq
 from scipy.stats import norm
 

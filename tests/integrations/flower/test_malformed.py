@@ -225,7 +225,7 @@ def test_as_held_casts_each_slice_to_its_dtype():
 
 
 def test_a_report_past_the_server_budget_is_excluded_and_counted_with_bits_and_epsilon_in_the_metrics():
-    from test_flower_ldp import OLD, Client, _context, _train
+    from tests.integrations.flower.test_ldp import OLD, Client, _context, _train
 
     from fedaudit.accounting import Ledger
     from fedaudit.integrations.flower.ldp import REFUSED_CODE, ldp_decoder, ldp_mod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import check_rederived
+from tests.helpers import check_rederived
 
 pytest.importorskip("flwr")
 
