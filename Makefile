@@ -16,7 +16,7 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/fedaudit demo
 
-# tests/test_reports.py renders report.html in a real browser. As root, install Debian's chromium;
+# tests/reports/test_reports.py renders report.html in a real browser. As root, install Debian's chromium;
 # otherwise stop with one line saying what to install.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \

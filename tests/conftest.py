@@ -21,8 +21,9 @@ for _key, _value in (("FLWR_TELEMETRY_ENABLED", "0"), ("FLWR_LOG_LEVEL", "ERROR"
 
 # The engine's default backend is "process" (fedaudit.engine.default_backend). The suite runs the
 # audits it does not aim at a backend in this process (2 cores, many small audits, monkeypatched
-# helpers that a worker would not see); the backends are compared explicitly in tests/engine/
-# and the tests/**/test_*_engine.py modules. `FEDAUDIT_BACKEND=process pytest` runs the whole suite on worker processes.
+# helpers that a worker would not see); the backends are compared explicitly in tests/engine/ and
+# the tests/**/test_*_engine.py modules. `FEDAUDIT_BACKEND=process pytest` runs the whole suite on
+# worker processes.
 os.environ.setdefault("FEDAUDIT_BACKEND", "serial")
 
 # Checkpoints are authenticated with the user's fedaudit secret (fedaudit.chain): the suite keeps

@@ -3,7 +3,7 @@
 Usage::
 
     python tools/command_table.py           # rewrite the table between the markers in docs/index.md
-    python tools/command_table.py --check   # exit 1 if the table is stale (tests/test_cli_help.py)
+    python tools/command_table.py --check   # exit 1 if the table is stale (tests/cli/test_help.py)
 
 The table lists every command (not the groups ``audit`` and ``account``) with its one-line help
 and the first line of its ``Examples:``, so a new command — a claim kind's generated one too —

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/mutate.py fedaudit/audit/bounds.py tests/test_bounds.py [more tests] [--n 24] [--seed 0]
+    python tools/mutate.py fedaudit/audit/bounds.py tests/audit/test_bounds.py [more tests] [--n 24] [--seed 0]
                            [--list] [--only 3,7] [--timeout 300]
 
 Mutation operators (one change per mutant): a comparison flipped (``<``/``<=``/``>``/``>=``/

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 #: what exit codes 0 and 1 mean, per command: ``(commands, 0, 1)``. 2, 130, 141 and 143 mean the same
 #: for every command (:data:`COMMON_EXIT_CODES`). The ``--help`` epilog and docs/running.md show
-#: this table; tests/test_exit_codes.py checks each row.
+#: this table; tests/cli/test_exitcodes.py checks each row.
 EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("run, demo", "every claim met its expectation", "some claim did not (FAIL or INCONCLUSIVE)"),
     # every command generated from a claim kind (fedaudit.cli.kinds): "audit …" is one per kind

@@ -318,7 +318,7 @@ def _examples(name: str, path: tuple[str, ...], keys: Mapping[str, Any]) -> tupl
     command with each required key set to its first choice, or 1 for a number. A required key
     with no choices and no numeric type (a mechanism's name, a table) has no value that can be
     made up: a built-in kind with such a key declares its examples in :data:`EXAMPLES`
-    (tests/test_cli_help.py validates every example line as a plan); a user's kind gets the
+    (tests/cli/test_help.py validates every example line as a plan); a user's kind gets the
     metavar as a visible placeholder."""
     if name in EXAMPLES:
         return EXAMPLES[name]

@@ -185,7 +185,7 @@ def cs_plus(w: Any, D: Any, b: Any) -> np.ndarray:
     worlds keep mixing only where a node's bridge weight exceeds 2b_i (more or heavier bridges
     than Byzantine weight); shrinking b below w_br/2 instead lets the Byzantine messages through
     unclipped (with dissensus on this graph the honest states then blow up). See
-    ``tests/test_gossip.py::test_cs_plus_stalls_on_two_worlds``."""
+    ``tests/defenses/test_gossip.py::test_cs_plus_stalls_on_two_worlds``."""
     w, D, b, single = _as_batch(w, D, b)
     dist = _norms(D)
     _, ws, ds, C, W = _sorted(w, dist)

@@ -1,6 +1,6 @@
 """The contract of a robust aggregation rule: :func:`check_aggregator`.
 
-The contract is the one :mod:`fedaudit.defenses.base` documents and ``tests/test_aggregators_extreme.py``
+The contract is the one :mod:`fedaudit.defenses.base` documents and ``tests/defenses/test_aggregators_extreme.py``
 tests for the built-ins: rows holding NaN/±inf are Byzantine, dropped up to ``rule.tolerance(n)``
 and past it an :class:`~fedaudit.errors.AggregatorBreakdown`; finite rows of any magnitude
 (1e308, the largest float32) give a finite result without an overflow warning; the dtype of the

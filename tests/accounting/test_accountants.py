@@ -64,7 +64,7 @@ def test_dpa_rdp_is_dp_accounting_rdp_called_directly():
 
 
 def test_numbers_of_epsilon_dpsgd_are_unchanged():
-    """The reference case of tests/test_accounting_dpsgd.py, bit for bit through the family."""
+    """The reference case of tests/accounting/test_dpsgd.py, bit for bit through the family."""
     ref = (1.1, 256 / 60000, 14062, 1e-5)
     assert epsilon_dpsgd(*ref, method="rdp").epsilon == 2.5965558689607486
     assert epsilon_dpsgd(*ref, method="pld").epsilon == 2.381686002234784

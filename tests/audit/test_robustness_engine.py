@@ -69,7 +69,7 @@ def test_resume_reads_the_recorded_trials(tmp_path):
     hit = next(r for r in rec["result"] if r["kind"] == "evaluated" and r["X"] is not None)
     hit["nu"] = 1e6
     ckpt.write_text("\n".join([lines[0], json.dumps(rec)] + lines[2:]) + "\n")
-    reseal_checkpoint(ckpt)  # unsealed, the changed record is refused (tests/test_checkpoint_integrity.py)
+    reseal_checkpoint(ckpt)  # unsealed, the changed record is refused (tests/experiments/test_checkpoint_integrity.py)
     res = audit_robustness("krum", checkpoint=ckpt, resume=True, **small)
     assert res.nu_empirical == 1e6 and res.worst_attack == hit["label"] == res.worst["label"]
 

@@ -326,7 +326,7 @@ def test_a_run_killed_while_claims_run_in_parallel_resumes_with_the_finished_one
             proc.wait()
     assert marker.exists() and not (out / "report.json").exists()
     saved = {c: (out / CHECKPOINT_DIR / f"{c}.json").read_text() for c in "ab"}
-    run_plan_to_dir(plan_file, out, resume=True)  # the CLI's --resume is tested in test_runner_resume.py
+    run_plan_to_dir(plan_file, out, resume=True)  # the CLI's --resume: test_runner_resume.py
     report = json.loads((out / "report.json").read_text())
     assert [c["id"] for c in report["claims"]] == ["hang", "a", "b"]
     assert [c["verdict"] for c in report["claims"]] == ["PASS"] * 3

@@ -4,8 +4,9 @@ edited number moves it, and a missing or malformed number is an EvidenceError.
 
 Every built-in kind decides through ``decide``: the cheap ones run here; dpsgd, dp-fedavg,
 sparse-upload, flower-local-dp and flower are checked next to their own runs
-(tests/test_claim_kinds_audits.py, test_claim_kinds_sparse.py, test_flower_local_dp.py,
-test_flower_simulation.py), the flower rule on its own below too."""
+(tests/experiments/kinds/test_dpsgd_dp_fedavg.py, kinds/test_sparse_upload.py,
+tests/integrations/flower/test_local_dp.py and test_simulation.py), the flower rule on its own below
+too."""
 
 from __future__ import annotations
 
@@ -244,7 +245,7 @@ FLOWER = {"accuracy_attacked": 0.9, "accuracy_clean": 0.92, "min_accuracy": 0.85
     ({"ldp": {"budget": None, "spent_max": 99.0}}, "PASS"), ({"ldp": None, "min_accuracy": None}, "PASS"),
 ])
 def test_the_flower_rule_on_its_recorded_numbers(edit, verdict):
-    """The flower kind's rule (its simulation runs in tests/test_flower_simulation.py)."""
+    """The flower kind's rule (its simulation runs in tests/integrations/flower/test_simulation.py)."""
     assert derived_verdict(claim_kind("flower"), "pass", {**FLOWER, **edit}) == verdict
 
 

@@ -1,6 +1,6 @@
 """fedaudit.fl.sparse_training: ``fedaudit sparse`` dispatches through the SPARSE_METHODS registry,
 so every registered method trains — FedIter-HT, the ``fed-ht`` name of Fed-HT, a method of one's
-own — with the per-dataset settings of TRAINING_SETTINGS (an unknown name: tests/test_cli_sparse.py)."""
+own — with the per-dataset settings of TRAINING_SETTINGS (an unknown name: tests/cli/test_sparse.py)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def test_resume_reads_the_recorded_runs(tmp_path):
     Y = [[0.0], [0.1], [0.3], [0.35], [0.9], [1.0], [1.2], [0.2], [0.25]]
     rec["result"].update(nu=1e7, Y=Y)
     opt2.write_text("\n".join([lines[0], json.dumps(rec)] + lines[2:]) + "\n")
-    reseal_checkpoint(opt2)  # unsealed, the changed record is refused (tests/test_checkpoint_integrity.py)
+    reseal_checkpoint(opt2)  # unsealed, the changed record is refused (tests/experiments/test_checkpoint_integrity.py)
     for p in optimiser_checkpoint_files(ckpt)[2:]:  # phase 2 reruns from the tampered incumbent
         p.unlink()
     res = audit_robustness("krum", backend="serial", checkpoint=ckpt, resume=True, **call)

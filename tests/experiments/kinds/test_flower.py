@@ -1,7 +1,7 @@
 """Claim kind ``flower``: keys, cross-checks, the strategies it runs, its title and work units (no simulation).
 
 In the fast suite the kind runs through ``run_plan`` on the outcomes of the one simulation of
-``tests/test_flower_simulation.py`` (its call of ``run_flower`` checked keyword by keyword); its own
+``tests/integrations/flower/test_simulation.py`` (its call of ``run_flower`` checked keyword by keyword); its own
 real simulation (which must reproduce that one exactly) is ``slow`` there, and the shipped plan
 through ``fedaudit run`` is ``slow`` here.
 """

@@ -145,7 +145,7 @@ def test_a_claim_that_the_plain_upload_is_1dp_fails_through_fedaudit_run(tmp_pat
     assert ev["epsilon_plain_stated"] == 1.0 and ev["audits"]["plain"]["epsilon_claimed"] == 1.0
     assert ev["epsilon_plain_lower"] == ev["audits"]["plain"]["epsilon_lower"] > 1.0
     # independent check of the size of the leak: the event {j* sent} has rates (≥ 0.5, ≤ 0.1)
-    # (tests/test_sparse_upload_audit.py); its expected certified bound on the certification draws
+    # (tests/audit/test_sparse_upload.py); its expected certified bound on the certification draws
     n = ev["audits"]["plain"]["ldp"]["certification_samples"]
     assert ev["epsilon_plain_lower"] >= expected_epsilon_lower_bound(0.5, 0.1, n) - 0.5
     shown = f"{ev['epsilon_plain_lower']:.3f}"
@@ -188,7 +188,7 @@ def test_bad_sparse_upload_claims_are_refused_when_the_plan_is_loaded(overrides,
 
 def test_the_plan_engine_keys_reach_both_audits(monkeypatch):
     """backend/workers of the claim go to both audit_sparse_upload calls; that they give the serial
-    bits is tests/test_sparse_engine.py's."""
+    bits is tests/audit/test_sparse_upload_engine.py's."""
     from fedaudit.audit import sparse_upload
 
     seen, real = [], sparse_upload.audit_sparse_upload

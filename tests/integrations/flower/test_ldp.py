@@ -573,7 +573,7 @@ def test_real_simulation_keeps_each_nodes_account_across_ray_actors(monkeypatch)
     """Ray actors hold pickled copies of the mod and serve different nodes: the budget must follow the node.
 
     Slow (a Ray instance of its own): in the fast suite, the shared simulation of
-    tests/test_flower_simulation.py fails on the same bugs — a budget kept in the mod object or reports
+    tests/integrations/flower/test_simulation.py fails on the same bugs — a budget kept in the mod object or reports
     seeded by node id — through test_ldp_run_is_the_numpy_recomputation_of_the_seeded_reports and
     test_a_strategy_with_its_own_ldp_mod_and_decoder (ten nodes on two actors)."""
     mech = make_mechanism("laplace", SIM_D, 1.0)

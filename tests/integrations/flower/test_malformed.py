@@ -6,7 +6,7 @@ NaN or fractional partition id, unreadable bytes, …); each used to raise (FedA
 ``InconsistentMessageReplies`` or a ValueError) in round 1. The float32 model: a float64 reply is
 cast to float32 before the rule sees it, so 1e300 is an ``inf`` row the rule drops, and the new
 model is checked as float32 holds it. The end-to-end run in a real simulation is in
-tests/test_flower_simulation.py.
+tests/integrations/flower/test_simulation.py.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ def test_bad_input_names_the_parameter(kwargs, match):
 
 
 def test_misuse_of_the_strategy_still_raises(data):
-    # malformed replies are Byzantine rows, not errors (tests/test_flower_malformed.py); misuse still raises
+    # malformed replies are Byzantine rows, not errors (tests/integrations/flower/test_malformed.py); misuse still raises
     g, models = data
     with pytest.raises(FedAuditError, match="before configure_train"):
         RobustStrategy("mean").aggregate_train(1, [_reply(models[0], 0, 5)])
