@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import z_tolerance
+from tests.helpers import z_tolerance
 from fedaudit.errors import FedAuditError
 
 torch = pytest.importorskip("torch")

@@ -267,7 +267,7 @@ def test_the_command_exits_0_1_2_and_reads_a_config_file(tmp_path, capsys):
 
 
 def test_a_plan_runs_the_check_and_its_verdict_is_rederived():
-    from conftest import check_rederived
+    from tests.helpers import check_rederived
 
     from fedaudit.experiments.plan import load_plan
     from fedaudit.experiments.runner import run_plan
