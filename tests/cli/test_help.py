@@ -7,6 +7,7 @@ import argparse
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
