@@ -354,7 +354,7 @@ def test_the_private_key_stays_out_of_the_run_and_the_folder(written, tmp_path, 
 
     sys.addaudithook(hook)  # audit hooks cannot be removed: this one stops listening at the end
     plan = tmp_path / "probe.toml"
-    plan.write_text('[plan]\nseed = 1\n' + "".join(f'\n[[claim]]\nid = "p{i}"\nkind = "test_signatures:EnvProbe"\n'
+    plan.write_text('[plan]\nseed = 1\n' + "".join(f'\n[[claim]]\nid = "p{i}"\nkind = "{__name__}:EnvProbe"\n'
                                                   for i in range(2)), encoding="utf-8")  # two: run by the workers
     shutdown()  # workers started earlier inherited whatever the environment held then
     try:
