@@ -11,6 +11,7 @@ import json
 import pytest
 
 from fedaudit.errors import FedAuditError
+from tests.helpers import REPO
 
 
 def _lib(name: str):
@@ -26,7 +27,7 @@ def _run(claims):
 def test_the_kind_fails_an_under_calibrated_mechanism_and_passes_a_correct_one():
     _lib("diffprivlib")
     _lib("opendp")
-    from conftest import check_rederived
+    from tests.helpers import check_rederived
 
     report = _run([
         {"id": "ga-tiny", "kind": "library-mechanism", "library": "diffprivlib", "mechanism": "GaussianAnalytic",
@@ -71,7 +72,7 @@ def test_a_missing_library_is_inconclusive_with_the_install_command(monkeypatch)
     claim = report.claims[0]
     assert claim.verdict == "INCONCLUSIVE" and claim.error is None
     assert "pip install 'fedaudit[nvflare]'" in claim.evidence["reason"]
-    from conftest import check_rederived
+    from tests.helpers import check_rederived
 
     check_rederived(claim)
 
@@ -154,9 +155,8 @@ def test_the_draft_maintainer_reproduction_runs_without_fedaudit_and_prints_what
     """docs/findings.md's GaussianAnalytic reproduction (diffprivlib + mpmath only) prints its output block."""
     _lib("diffprivlib")
     import re
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "findings.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "findings.md").read_text(encoding="utf-8")
     section = text.split("## Draft report: diffprivlib GaussianAnalytic", 1)[1]
     code, shown = re.findall(r"```python\n(.*?)```", section, re.S)[0], re.findall(r"```text\n(.*?)```", section, re.S)[0]
     assert "fedaudit" not in code
