@@ -228,7 +228,7 @@ def test_a_worker_killed_after_chunks_finished_says_how_to_resume_the_checkpoint
 
 def test_a_worker_that_cannot_start_is_one_line_naming_the_exit_status(tmp_path, monkeypatch):
     # a worker whose start-up ends the process: here its initializer exits with status 3
-    (tmp_path / "dies_at_start.py").write_text("import os\n\n\ndef init(parent_pid):\n    os._exit(3)\n")
+    (tmp_path / "dies_at_start.py").write_text("import os\n\n\ndef init(parent_pid, log_levels=None):\n    os._exit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import dies_at_start
 
