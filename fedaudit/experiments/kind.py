@@ -14,6 +14,9 @@ A claim kind is a :class:`ClaimKind` subclass registered in
   (:data:`MEMORY_BUDGET`, :data:`TIME_BUDGET`) unless the run allows large claims
   (``fedaudit run --allow-large``); the default estimates nothing and refuses nothing;
 * ``figures`` — the plot types (:data:`fedaudit.reports.model.PLOT_TYPES`) its evidence carries;
+* ``dp_facts(params)`` — for a differential-privacy claim, where its mechanism randomizes and
+  which unit its accountant counts, so the plan's ``[deployment]`` facts can be cross-checked
+  (:mod:`fedaudit.experiments.deployment`); None (the default) for any other claim;
 * ``guarantee`` — what its claims audit (``"privacy"``, ``"robustness"``, ``"utility"``), so a
   report says separately whether any privacy claim failed;
 * ``tracked`` — the numbers of its evidence ``fedaudit diff`` compares between two reports (a
@@ -143,6 +146,10 @@ class ClaimSpec:
     seed: int
     params: dict[str, Any] = field(repr=False)
     seed_pinned: bool = False
+    #: a privacy claim's deployment (:mod:`fedaudit.experiments.deployment`): ``{"dp": the kind's
+    #: :meth:`ClaimKind.dp_facts`, "facts": the plan's facts with the claim's own over them}``;
+    #: None for a claim that makes no DP claim. Not part of ``to_dict`` (checkpoints match on it).
+    deployment: Mapping[str, Any] | None = field(default=None, repr=False)
 
     @property
     def where(self) -> str:
@@ -282,6 +289,16 @@ class ClaimKind:
         :data:`MEMORY_BUDGET` or :data:`TIME_BUDGET` unless large claims are allowed. The default,
         ``Cost()``, estimates nothing: a kind that does not override it is never refused."""
         return Cost()
+
+    def dp_facts(self, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """What a differential-privacy claim of these ``params`` states about its deployment, for
+        the cross-checks of the plan's ``[deployment]`` table: ``trust`` ("local": each client
+        randomizes its own data, "shuffled": local reports whose ε assumes a shuffler, "central":
+        noise added to what clients send), ``unit`` ("example" when its accountant counts examples,
+        "client" when it counts clients), ``epsilon`` and ``delta`` claimed (None when none),
+        ``flavours`` (the DP flavours it can give; None: any) and ``accountant`` (the fedaudit
+        accountant its ε is computed with; None: none). The default, None, makes no DP claim."""
+        return None
 
     def run(self, spec: ClaimSpec, rng: "np.random.Generator", progress: Progress, *,
             workdir: str | None = None) -> Evidence:

@@ -10,6 +10,10 @@ A plan is a TOML file::
     backend = "process"            # process (default) | serial | ray
     workers = 2                    # default: the machine's cores
 
+    [deployment]                   # optional: the facts a reviewer expects (fedaudit.experiments.deployment)
+    privacy_unit = "client"
+    trust_model = "local"
+
     [[claim]]
     id = "sstq-eps1"               # unique; [A-Za-z0-9_.-], at most 64 characters
     kind = "ldp"                   # a registered claim kind (fedaudit.experiments.kinds.CLAIM_KINDS)
@@ -17,6 +21,7 @@ A plan is a TOML file::
     expect = "pass"                # "pass" (default) or "violation"
     mechanism = "sstq"             # the kind's own keys (ClaimKind.keys(), docs/plans.md)
     ...
+    [claim.deployment]             # optional: this claim's own deployment facts over the plan's
 
 This module checks what every plan and every claim has (the ``[plan]`` and ``[engine]`` tables, ids, kinds,
 ``expect``, seeds) and hands the rest to the claim's kind: its keys
@@ -58,6 +63,7 @@ from typing import Any, Mapping
 from fedaudit.deprecation import warn_renamed
 from fedaudit.engine import BACKENDS, MAX_WORKERS, check_run_options
 from fedaudit.errors import FedAuditError
+from fedaudit.experiments.deployment import check_deployment, claim_deployment
 from fedaudit.experiments.kind import MEMORY_BUDGET, TIME_BUDGET, ClaimKind, ClaimSpec
 from fedaudit.experiments.keys import Key, check_keys, key_error, show, unknown_keys
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
@@ -120,6 +126,8 @@ class Plan:
     path: str | None = None
     #: the validated [engine] table, every key of ENGINE_KEYS present (None: the engine's default)
     engine: Mapping[str, Any] = field(default_factory=lambda: check_engine("plan [engine]", {}))
+    #: the validated [deployment] table, every key present (None: the plan has none)
+    deployment: Mapping[str, Any] | None = None
 
     @property
     def sha256(self) -> str:
@@ -202,10 +210,10 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     if not isinstance(data, Mapping):
         raise FedAuditError(f"plan must be a table, got {type(data).__name__}")
     check_nesting(data, f"plan {path}" if path else "plan")
-    top = [k for k in data if k not in ("plan", "engine", "claim")]
+    top = [k for k in data if k not in ("plan", "engine", "deployment", "claim")]
     if top:
-        raise unknown_keys("plan file", top, ["plan", "engine", "claim"],
-                           "at the top level ([plan], [engine] and [[claim]])")
+        raise unknown_keys("plan file", top, ["plan", "engine", "deployment", "claim"],
+                           "at the top level ([plan], [engine], [deployment] and [[claim]])")
     header = data.get("plan", {})
     if not isinstance(header, Mapping):
         raise FedAuditError("plan: [plan] must be a table with title and seed")
@@ -217,6 +225,7 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     if not isinstance(engine, Mapping):
         raise FedAuditError("plan: [engine] must be a table with backend, workers, address and parallel_claims")
     engine = check_engine("plan [engine]", engine)
+    deployment = None if data.get("deployment") is None else check_deployment(data["deployment"])
     claims_raw = data.get("claim")
     if claims_raw is None:
         raise FedAuditError("plan: no claims; add at least one [[claim]] table")
@@ -227,14 +236,14 @@ def parse_plan(data: Mapping[str, Any], *, source_bytes: bytes | None = None, pa
     specs: list[ClaimSpec] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(claims_raw, 1):
-        spec = _parse_claim(index, raw, head["seed"], seen, allow_large)
+        spec = _parse_claim(index, raw, head["seed"], seen, allow_large, deployment)
         seen[spec.id] = index
         specs.append(spec)
     if source_bytes is None:
         source_bytes = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                                   default=str).encode("utf-8")
     return Plan(title=head["title"], seed=head["seed"], claims=tuple(specs), source=source_bytes, path=path,
-                engine=engine)
+                engine=engine, deployment=deployment)
 
 
 def check_engine(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -325,7 +334,7 @@ def check_cost(where: str, name: str, kind: ClaimKind, params: Mapping[str, Any]
 
 
 def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[str, int],
-                 allow_large: bool = False) -> ClaimSpec:
+                 allow_large: bool = False, deployment: Mapping[str, Any] | None = None) -> ClaimSpec:
     rid = raw.get("id")
     where = f"claim {rid!r} (#{index})" if isinstance(rid, str) and rid.strip() else f"claim #{index}"
     if "id" not in raw:
@@ -345,9 +354,11 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
     name, kind = _kind(where, common["kind"])
     schema = kind.keys()
     raw = renamed_keys(where, raw, kind.renamed_keys)
+    own_deployment = raw.get("deployment")
+    raw = {k: v for k, v in raw.items() if k != "deployment"}
     unknown = [k for k in raw if k not in COMMON_KEYS and k not in schema]
     if unknown:
-        raise unknown_keys(where, unknown, list(COMMON_KEYS) + list(schema), f"for kind {name!r}")
+        raise unknown_keys(where, unknown, list(COMMON_KEYS) + list(schema) + ["deployment"], f"for kind {name!r}")
     params = check_keys(where, {k: raw[k] for k in schema if k in raw}, schema)
     try:
         kind.cross_check(where, params, common["expect"])
@@ -357,7 +368,15 @@ def _parse_claim(index: int, raw: Mapping[str, Any], plan_seed: int, seen: dict[
         raise FedAuditError(f"{where}: checking kind {name!r} failed: {type(exc).__name__}: {exc}") from None
     if not allow_large:
         check_cost(where, name, kind, params)
+    try:
+        dp = kind.dp_facts(params)
+    except Exception as exc:  # a user's kind raised while stating its DP facts: one line, exit 2
+        raise FedAuditError(f"{where}: kind {name!r} failed to state its DP facts: {type(exc).__name__}: "
+                            f"{exc}") from None
+    facts = claim_deployment(where, name, dp, deployment if deployment is not None else check_deployment({}),
+                             own_deployment)
     seed = common["seed"] if common["seed"] is not None else claim_seed(plan_seed, rid)
     title = common["title"] or kind.default_title(params, common["expect"])
     return ClaimSpec(index=index, id=rid, kind=name, title=title, expect=common["expect"], seed=seed,
-                     params=params, seed_pinned=common["seed"] is not None)
+                     params=params, seed_pinned=common["seed"] is not None,
+                     deployment=None if facts is None else {"dp": dict(dp), "facts": facts})

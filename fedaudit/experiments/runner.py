@@ -91,6 +91,7 @@ from fedaudit.engine import (available_cores, check_run_options, default_backend
 from fedaudit.errors import CheckpointError, FedAuditError, writing
 from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progress, derived_verdict, trim, verdict
 from fedaudit.experiments.kinds import claim_kind
+from fedaudit.experiments.deployment import report_deployment
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
 from fedaudit.reports.integrity import CHECKPOINT_DIR, WORK_DIR
 from fedaudit.reports.model import Claim, Manifest, Report
@@ -614,7 +615,8 @@ def run_plan(plan: str | Path | Mapping[str, Any] | Plan, *, progress: PlanProgr
     finished = time.time()
     manifest = Manifest.collect(plan.source, str(plan.seed), started, finished, command=command, engine=options,
                                 plugins=plan.references)
-    return Report(manifest=manifest, claims=[claims[spec.id] for spec in plan.claims], title=plan.title)
+    return Report(manifest=manifest, claims=[claims[spec.id] for spec in plan.claims], title=plan.title,
+                  deployment=report_deployment(plan))
 
 
 def _run_parallel(batch, options, workdir, finish, hooks) -> None:

@@ -2,9 +2,10 @@
 
 A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — non-finite floats
 become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedaudit.json`) — and
-is described by ``schema.json`` (``schema_version`` "1.4": 1.2 added the ``epsilon_vs_steps`` plot,
+is described by ``schema.json`` (``schema_version`` "1.5": 1.2 added the ``epsilon_vs_steps`` plot,
 1.3 a claim's optional ``caveats`` and ``guarantee``, 1.4 the manifest's optional ``plan_text``,
-``plugins``, ``dependencies`` and ``provenance``).
+``plugins``, ``dependencies`` and ``provenance``, 1.5 the report's optional ``deployment`` facts,
+:mod:`fedaudit.reports.deployment`).
 
 Verdicts as a reviewer reads them. The verdict (PASS/FAIL/INCONCLUSIVE) says whether the outcome
 met the plan's *expectation*; it is not whether the audited system is safe. A claim that expects
@@ -58,7 +59,7 @@ Expect = Literal["pass", "violation"]
 
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "INCONCLUSIVE")
 EXPECTS: tuple[str, ...] = ("pass", "violation")
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 #: the colour classes of a verdict as a reviewer reads it (:attr:`Claim.tone`): the guarantee
 #: held as expected, a violation was detected (expected or not, bad news about the system), the
@@ -414,7 +415,11 @@ class Manifest:
 # ------------------------------------------------------------------------------ report
 @dataclass(frozen=True)
 class Report:
-    """A compliance report: a manifest, claims, and (once sealed) a digest and signature."""
+    """A compliance report: a manifest, claims, and (once sealed) a digest and signature.
+
+    ``deployment`` (schema 1.5; None in older reports and left out of their JSON, so their digests
+    do not change) holds the plan's deployment facts and each privacy claim's
+    (:mod:`fedaudit.reports.deployment`): part of the content the digest and a signature cover."""
 
     manifest: Manifest
     claims: list[Claim]
@@ -422,6 +427,7 @@ class Report:
     schema_version: str = SCHEMA_VERSION
     digest: str | None = None
     signature: str | None = None
+    deployment: dict | None = None
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -520,16 +526,18 @@ class Report:
         raise KeyError(claim_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "schema_version": self.schema_version,
             "title": self.title,
             "overall": self.overall,
             "counts": self.counts,
             "manifest": fjson.jsonable(self.manifest.to_dict(), ".manifest"),
             "claims": [c.to_dict() for c in self.claims],
-            "digest": self.digest,
-            "signature": self.signature,
         }
+        if self.deployment is not None:
+            d["deployment"] = fjson.jsonable(dict(self.deployment), ".deployment")
+        d.update(digest=self.digest, signature=self.signature)
+        return d
 
     def to_json(self, indent: int | None = 2) -> str:
         """Readable JSON (key order as in ``to_dict``); the digest is over ``canonical_json``."""
@@ -548,7 +556,8 @@ class Report:
         return cls(manifest=Manifest.from_dict(d["manifest"]),
                    claims=[Claim.from_dict(c) for c in d["claims"]],
                    title=d.get("title", "fedaudit compliance report"), schema_version=version,
-                   digest=d.get("digest"), signature=d.get("signature"))
+                   digest=d.get("digest"), signature=d.get("signature"),
+                   deployment=dict(d["deployment"]) if isinstance(d.get("deployment"), Mapping) else None)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Report":

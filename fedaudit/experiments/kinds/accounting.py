@@ -142,6 +142,13 @@ class Accounting(ClaimKind):
             if why:
                 raise key_error(where, "target_delta", f"= 0 (pure ε) needs {why}; give a δ in (0, 1) otherwise")
 
+    def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One client's local reports composed over rounds; shuffled when ``shuffle_n`` is set (the
+        ε then assumes a trusted shuffler). The claimed budget is ``max_epsilon`` at ``target_delta``."""
+        return {"trust": "shuffled" if p["shuffle_n"] is not None else "local", "unit": "client",
+                "epsilon": p["max_epsilon"], "delta": p["target_delta"], "flavours": None,
+                "accountant": p["accountant"]}
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         sched = f"{p['rounds']} rounds"
         if p["sampling"] < 1:

@@ -55,6 +55,11 @@ class DPFedAvg(ClaimKind):
             "server_lr": Key("float", 1.0, low=0, open_low=True, help="server step size"),
         }
 
+    def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Central Gaussian noise on the sum of clipped client updates, accounted per client."""
+        return {"trust": "central", "unit": "client", "epsilon": p["claimed_epsilon"], "delta": p["delta"],
+                "flavours": ("approximate", "renyi", "zcdp", "gdp"), "accountant": None}
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         z = p["noise_multiplier"] if p["claimed_noise_multiplier"] is None else p["claimed_noise_multiplier"]
         verb = "is not" if expect == "violation" else "is"

@@ -62,6 +62,12 @@ class DPSGD(ClaimKind):
             "learning_rate": Key("float", 0.5, low=0, open_low=True),
         }
 
+    def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Central noise on per-example clipped gradients, accounted per example (Poisson sampling of
+        examples): an example-level guarantee of Gaussian noise, never pure DP."""
+        return {"trust": "central", "unit": "example", "epsilon": p["claimed_epsilon"], "delta": p["delta"],
+                "flavours": ("approximate", "renyi", "zcdp", "gdp"), "accountant": p["accountant"]}
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         sigma = p["noise_multiplier"] if p["claimed_noise_multiplier"] is None else p["claimed_noise_multiplier"]
         verb = "is not" if expect == "violation" else "is"

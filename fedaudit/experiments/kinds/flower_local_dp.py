@@ -63,6 +63,11 @@ class FlowerLocalDp(ClaimKind):
         if params["sensitivity"] is None:
             params["sensitivity"] = params["clipping_norm"]
 
+    def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Flower's LocalDpMod: each client adds Gaussian noise to its own clipped update."""
+        return {"trust": "local", "unit": "client", "epsilon": p["epsilon"], "delta": p["delta"],
+                "flavours": ("approximate", "renyi", "zcdp", "gdp"), "accountant": None}
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         verb = "is not" if expect == "violation" else "is"
         return (f"Flower's LocalDpMod(clipping_norm={p['clipping_norm']:g}, sensitivity={p['sensitivity']:g}) {verb} "

@@ -195,6 +195,14 @@ class LDP(ClaimKind):
             delta = 0.0  # a claim the mechanism refuses: the run says so, as it always did
         _check_samples(where, p, delta)
 
+    def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A local randomizer: each client randomizes its own report (the unit is the client's input)."""
+        gaussian = p["mechanism"] == "gaussian"
+        delta = p["claimed_delta"] if p["claimed_delta"] is not None else (p["delta"] if gaussian else None)
+        return {"trust": "local", "unit": "client", "accountant": None,
+                "epsilon": p["claimed_epsilon"] if p["claimed_epsilon"] is not None else p["epsilon"], "delta": delta,
+                "flavours": ("approximate", "renyi", "zcdp", "gdp") if gaussian else None}
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else p["epsilon"]
         if p["sampler"] is not None:

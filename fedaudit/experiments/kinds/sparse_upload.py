@@ -74,6 +74,12 @@ class SparseUpload(ClaimKind):
             **engine_keys("the audits' draws (the uploads drawn on the data and the worst pair)"),
         }
 
+    def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One client's upload randomized on the client, audited for one record of its local data."""
+        stated = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+        return {"trust": "local", "unit": "example", "delta": None, "flavours": None, "accountant": None,
+                "epsilon": p["plain_claimed_epsilon"] if p["plain_claimed_epsilon"] is not None else stated}
+
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         verb = "is not" if expect == "violation" else "is"
         claim = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
