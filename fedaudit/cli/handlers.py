@@ -422,6 +422,39 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_registry(args: argparse.Namespace) -> int:
+    """``fedaudit export-registry DIR``: the report's deployment facts grouped by the DP Deployments
+    Registry's transparency tiers as JSON (:func:`fedaudit.reports.deployment.registry_export`), on
+    stdout or into ``--out``. The folder is data: it is verified and loaded from the checked bytes
+    as ``fedaudit diff`` loads a report (:func:`fedaudit.reports.diff.load_verified`: schema, digest,
+    renderings, content, every verdict re-derived; the HMAC signature with a key, the Ed25519 one
+    with ``--public-key``/``--signer``; nothing in the folder imported or run), and a report that is
+    not intact is refused (exit 2). The export records which signatures were checked."""
+    from fedaudit import json as fjson
+    from fedaudit.experiments.rederive import rederive_claim
+    from fedaudit.reports.deployment import registry_export
+    from fedaudit.reports.diff import load_verified
+    from fedaudit.reports.integrity import read_key_file
+    from fedaudit.reports.signatures import load_public_key, parse_fingerprint
+
+    check_output_file("--out", args.out)
+    key = read_key_file(args.key_file) if args.key_file is not None else report_key(args)
+    trusted = None if args.public_key is None else load_public_key(args.public_key)
+    pin = None if args.signer is None else parse_fingerprint(args.signer)
+    report = load_verified(args.report, what="export-registry", key=key, rederive=rederive_claim, trusted=trusted,
+                           signer=pin)
+    hmac_status = "valid" if key is not None and report.signature else \
+        ("present, not checked (no key)" if report.signature else "absent")
+    verification = {"intact": True, "verdicts_rederived": True, "hmac_signature": hmac_status,
+                    "ed25519_signature": "verified" if (trusted is not None or pin is not None) else "not checked",
+                    "content_digest": report.content_digest()}
+    entry = registry_export(report.to_dict(), verification=verification)
+    if args.out:
+        write_data(args.out, entry)
+    else:
+        out.print(fjson.dumps(entry, indent=2), highlight=False, markup=False, soft_wrap=True)
+    return 0
+
 def run_plan_command(plan_path, out_dir, *, force: bool, quiet: bool, print_html: bool = False,
                      command: str | None = None, resume: bool = False, every: float | None = None,
                      engine: dict[str, Any] | None = None, key: bytes | None = None,

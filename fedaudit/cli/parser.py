@@ -15,7 +15,7 @@ from fedaudit.cli.exitcodes import exit_code_table
 from fedaudit.cli.kinds import add_kind_commands, examples_epilog
 from fedaudit.cli.handlers import (LISTINGS, cmd_account_compose, cmd_account_dpsgd, cmd_account_shuffle,
                                    cmd_aggregators, cmd_audit_scores, cmd_demo, cmd_diff, cmd_list, cmd_mechanisms,
-                                   cmd_plans, cmd_run,
+                                   cmd_plans, cmd_run, cmd_export_registry,
                                    cmd_keygen, cmd_sign, cmd_sparse, cmd_verify)
 from fedaudit.cli.options import (engine_options, mech_param_option, plan_engine_options, progress_options,
                                   renamed_flag, report_dir_options, sparse_model_options)
@@ -71,6 +71,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "diff": ("fedaudit diff last-week/ reports/accounting",
              "fedaudit diff old/report.json new/ --format markdown --out diff.md",
              "fedaudit diff old/ new/ --rel-tol 0.1 --abs-tol 0.05 --fail-on any"),
+    "export-registry": ("fedaudit export-registry reports/demo",
+                        "fedaudit export-registry reports/demo --out registry.json"),
 }
 
 _RUN_EPILOG = (f"Every claim kind and plan key, with types, ranges and defaults: {PLAN_REFERENCE} in the source "
@@ -325,6 +327,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "FEDAUDIT_SIGNING_PASSPHRASE, which fedaudit never passes to a worker process)")
     p.add_argument("--force", action="store_true", help="replace existing key files")
     p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("export-registry",
+                       help="write a report's deployment facts as DP Deployments Registry tier fields (JSON); the "
+                            "report is verified first and read as data")
+    p.add_argument("report", help="report directory (or its report.json); nothing in it is imported or run")
+    p.add_argument("--out", default=None, metavar="FILE.json", help="write the JSON here instead of stdout")
+    p.add_argument("--key-file", default=None,
+                   help="file holding the HMAC key: the report must then carry a valid HMAC signature (overrides "
+                        "FEDAUDIT_REPORT_KEY)")
+    p.add_argument("--public-key", default=None, metavar="PUBLIC.pem",
+                   help="an Ed25519 public key (fedaudit keygen): the folder must carry a signature by it that binds "
+                        "its facts")
+    p.add_argument("--signer", default=None, metavar="FINGERPRINT", help="pin the Ed25519 signer's fingerprint")
+    p.set_defaults(func=cmd_export_registry)
     add_kind_commands({(): sub, ("audit",): audit}, progress)
     add_examples(parser)
     return parser

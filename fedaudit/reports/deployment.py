@@ -30,8 +30,8 @@ from typing import Any, Mapping
 
 __all__ = ["PRIVACY_UNITS", "EXAMPLE_UNITS", "CLIENT_UNITS", "NEIGHBOURING", "DP_FLAVOURS", "TRUST_MODELS",
            "SAMPLING", "DTYPES", "CSPRNG", "PRNG", "CONTINUOUS_NOISE", "KNOWN_NOISE", "CLIPPING",
-           "EXTERNAL_ACCOUNTANTS", "LARGE_EPSILON", "FIELDS", "unit_level", "Hazard", "hazards", "fact_rows",
-           "claim_rows", "REGISTRY_FORMAT", "registry_export", "plain"]
+           "EXTERNAL_ACCOUNTANTS", "LARGE_EPSILON", "FIELDS", "unit_level", "fact", "Hazard", "hazards", "fact_rows",
+           "claim_rows", "CLAIM_COLUMNS", "REGISTRY_FORMAT", "REGISTRY_TIERS", "registry_export", "plain"]
 
 #: privacy units the plan reference suggests (any other text is accepted as stated)
 PRIVACY_UNITS: tuple[str, ...] = ("example", "record", "event", "client", "user", "user-day", "user-week", "device",
@@ -122,7 +122,7 @@ def plain(value: Any) -> str:
     return _PLAIN.get(str(value), str(value))
 
 
-def _get(facts: Mapping[str, Any] | None, key: str) -> Any:
+def fact(facts: Mapping[str, Any] | None, key: str) -> Any:
     """``facts[key]``, ``key`` "table.name" reading a sub-table; None when absent."""
     if not isinstance(facts, Mapping):
         return None
@@ -211,29 +211,30 @@ def hazards(deployment: Mapping[str, Any] | None) -> list[Hazard]:
 
     for claim in claims:
         facts = claim.get("facts") if isinstance(claim.get("facts"), Mapping) else {}
-        unit = _get(facts, "privacy_unit")
+        unit = fact(facts, "privacy_unit")
         if unit is None:
             add("privacy-unit", "the privacy unit (whose data one ε protects: an example, a client, a user-day) is "
                                 "not stated", claim)
-        elif unit_level(unit) == "example" and _get(facts, "max_contributions") is None:
+        elif unit_level(unit) == "example" and fact(facts, "max_contributions") is None:
             add("unit-too-small", f"the privacy unit is one {unit}, smaller than the person behind it; how many "
                                   f"{unit}s one person contributes (max_contributions) is not stated, so the "
                                   f"protection of a person (group privacy: k·ε) is unknown", claim)
-        if _get(facts, "implementation.clipping") is None:
+        if fact(facts, "implementation.clipping") is None:
             add("contribution-bound", "how each unit's contribution is bounded (where clipping happens) is not "
                                       "stated", claim)
-        if _get(facts, "neighbouring") is None:
+        if fact(facts, "neighbouring") is None:
             add("neighbouring", "the neighbouring relation (add/remove or replace one unit) is not stated; ε under "
-                                "one is up to twice ε under the other", claim)
-        if _get(facts, "dp_flavour") is None:
+                                "replace-one can be up to twice ε under add/remove", claim)
+        if fact(facts, "dp_flavour") is None:
             add("flavour", "the DP flavour (pure, approximate, Rényi, zCDP, GDP) is not stated, so its ε cannot be "
                            "compared with others", claim)
         eps = _number(claim.get("epsilon"))
-        if eps is not None and eps > LARGE_EPSILON and _get(facts, "epsilon_rationale") is None:
-            add("large-epsilon", f"ε above {LARGE_EPSILON:g} is claimed without a stated rationale "
-                                 f"(epsilon_rationale): a large ε gives little protection", claim)
+        if eps is not None and eps > LARGE_EPSILON and fact(facts, "epsilon_rationale") is None:
+            add("large-epsilon", f"ε above {LARGE_EPSILON:g} (fedaudit's threshold; NIST SP 800-226 sets "
+                                 f"none) is claimed without a stated rationale (epsilon_rationale): a large ε gives "
+                                 f"little protection", claim)
         delta = _number(claim.get("delta"))
-        population = _number(_get(facts, "population"))
+        population = _number(fact(facts, "population"))
         if delta is not None and delta > 0:
             if population is None:
                 add("delta-population", "δ is not compared with the population size (population): δ must be far "
@@ -241,39 +242,39 @@ def hazards(deployment: Mapping[str, Any] | None) -> list[Hazard]:
             elif delta >= 1.0 / population:
                 add("delta-large", f"δ is at least 1/population (δ·population ≥ 1): the mechanism may release "
                                    f"some unit's data outright", claim)
-        if _get(facts, "accounting.composed") is None:
+        if fact(facts, "accounting.composed") is None:
             add("composition", "what is composed across rounds and releases (accounting.composed) is not stated: "
                                "privacy loss across releases is not accounted", claim)
-        if _get(facts, "accounting.sampling") is None:
+        if fact(facts, "accounting.sampling") is None:
             add("sampling", "the sampling assumption of the accounting (accounting.sampling) is not stated", claim)
-        if _get(facts, "unprotected") is None:
+        if fact(facts, "unprotected") is None:
             add("unprotected", "the quantities released without noise (metrics, counts, participation, model "
                                "sizes) are not listed (unprotected = [] declares none)", claim)
-        noise, dtype = _get(facts, "implementation.noise"), _get(facts, "implementation.dtype")
+        noise, dtype = fact(facts, "implementation.noise"), fact(facts, "implementation.dtype")
         if noise is None or dtype is None:
             add("floating-point", "the noise distribution and number type (implementation.noise, .dtype) are not "
                                   "stated, so floating-point vulnerabilities cannot be assessed", claim)
         elif (str(noise).lower() in CONTINUOUS_NOISE and str(dtype).startswith(("float", "bfloat"))
-              and _get(facts, "implementation.float_mitigation") is None):
+              and fact(facts, "implementation.float_mitigation") is None):
             add("floating-point", f"{noise} noise is sampled in {dtype} with no stated mitigation "
                                   f"(implementation.float_mitigation): floating-point attacks can read the data "
                                   f"from the noise's low bits", claim)
-        source = _get(facts, "implementation.randomness")
+        source = fact(facts, "implementation.randomness")
         if source is None:
             add("randomness", "the randomness source (implementation.randomness) is not stated", claim)
         elif str(source).lower() not in CSPRNG:
             add("randomness", f"the randomness source {source!r} is not a cryptographically secure generator: its "
                               f"noise is predictable from the generator's state", claim)
-        if _get(facts, "implementation.timing") is None:
+        if fact(facts, "implementation.timing") is None:
             add("timing", "timing side channels (running time that depends on the data) are not addressed "
                           "(implementation.timing)", claim)
-        trust = _get(facts, "trust_model")
+        trust = fact(facts, "trust_model")
         if trust is None:
             add("trust", "the trust model (who sees the data before noise is added) is not stated", claim)
-        elif trust == "central" and _get(facts, "implementation.security") is None:
+        elif trust == "central" and fact(facts, "implementation.security") is None:
             add("trust", "the central curator / server sees every unit's data before noise; what protects it "
                          "(implementation.security) is not stated", claim)
-        if _get(facts, "data_collection") is None:
+        if fact(facts, "data_collection") is None:
             add("data-collection", "how the data is collected, stored and retained (data_collection) is not stated: "
                                    "DP protects the releases, not the data at rest", claim)
     every = len(claims)
@@ -283,7 +284,7 @@ def hazards(deployment: Mapping[str, Any] | None) -> list[Hazard]:
 
 # ------------------------------------------------------------------------------ rows
 def _differs(claims: list[Mapping[str, Any]], key: str) -> bool:
-    values = {repr(_get(c.get("facts"), key)) for c in claims}
+    values = {repr(fact(c.get("facts"), key)) for c in claims}
     return len(values) > 1
 
 
@@ -294,7 +295,7 @@ def fact_rows(deployment: Mapping[str, Any]) -> list[tuple[str, str]]:
     facts = deployment.get("plan") if isinstance(deployment.get("plan"), Mapping) else {}
     rows = []
     for key, name in FIELDS:
-        value = _get(facts, key)
+        value = fact(facts, key)
         text = plain(value)
         if claims and _differs(claims, key):
             text = f"{text} (claims override it: see below)" if value is not None else "per claim (see below)"
@@ -318,10 +319,10 @@ def claim_rows(deployment: Mapping[str, Any]) -> list[tuple[str, ...]]:
         facts = c.get("facts") if isinstance(c.get("facts"), Mapping) else {}
         ident = str(c.get("id")) + (" (regression case)" if c.get("expect") == "violation" else "")
         eps, delta = _number(c.get("epsilon")), _number(c.get("delta"))
-        rows.append((ident, str(c.get("mechanism_trust") or "—"), str(_get(facts, "privacy_unit") or "not stated"),
-                     str(_get(facts, "neighbouring") or "not stated"), str(_get(facts, "dp_flavour") or "not stated"),
-                     str(_get(facts, "trust_model") or "not stated"), "—" if eps is None else f"{eps:g}",
-                     "—" if delta is None else f"{delta:g}", str(_get(facts, "accounting.accountant") or "—")))
+        rows.append((ident, str(c.get("mechanism_trust") or "—"), str(fact(facts, "privacy_unit") or "not stated"),
+                     str(fact(facts, "neighbouring") or "not stated"), str(fact(facts, "dp_flavour") or "not stated"),
+                     str(fact(facts, "trust_model") or "not stated"), "—" if eps is None else f"{eps:g}",
+                     "—" if delta is None else f"{delta:g}", str(fact(facts, "accounting.accountant") or "—")))
     return rows
 
 
@@ -367,8 +368,8 @@ def registry_export(report: Mapping[str, Any], *, verification: Mapping[str, Any
         losses.append({"claim": c.get("id"), "kind": c.get("kind"), "title": claim.get("title"),
                        "epsilon": c.get("epsilon"), "delta": c.get("delta"), "verdict": claim.get("verdict"),
                        "mechanism": c.get("mechanism_trust"),
-                       "differs_from_plan": {k: _get(own, k) for k, _ in FIELDS
-                                             if _get(own, k) != _get(facts, k)}})
+                       "differs_from_plan": {k: fact(own, k) for k, _ in FIELDS
+                                             if fact(own, k) != fact(facts, k)}})
     derived = {"publication_date": str(manifest.get("finished") or "")[:10] or None,
                "privacy_loss": losses or None}
     out: dict[str, Any] = {"format": REGISTRY_FORMAT}

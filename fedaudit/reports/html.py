@@ -41,6 +41,8 @@ th, td { border: 1px solid var(--line); padding: 5px 9px; text-align: left; vert
 th { background: #eef1f4; font-weight: 600; }
 tbody tr:nth-child(even) td { background: #f8f9fa; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.deployment td:first-child { width: 34%; font-weight: 600; }
+ul.hazards li { color: var(--fail); }
 table.evidence td:first-child, table.manifest td:first-child { font-family: "DejaVu Sans Mono", monospace;
        font-size: 13px; white-space: nowrap; width: 34%; }
 table.evidence td:last-child { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; word-break: break-word; }
@@ -163,6 +165,41 @@ def _claim_section(claim: Claim, index: int) -> str:
     return "\n".join(parts)
 
 
+# ------------------------------------------------------------------------------ deployment (issue #26 §1)
+def _deployment_section(report: Report) -> str:
+    """The "Deployment" section at the top of the report (:mod:`fedaudit.reports.deployment`): the
+    plan's deployment facts in plain names, one row per privacy claim, and the NIST SP 800-226
+    hazards the plan did not address. Empty for a report without deployment facts (before 1.5)."""
+    from fedaudit.reports.deployment import CLAIM_COLUMNS, claim_rows, fact_rows, hazards
+
+    if report.deployment is None:
+        return ""
+    parts = ['<section id="deployment"><h2>Deployment</h2>',
+             '<p class="muted">The facts the plan declares about the deployment its privacy claims describe '
+             '(NIST SP 800-226; DP Deployments Registry tiers). <code>fedaudit export-registry</code> writes them '
+             'as JSON.</p>',
+             '<table class="deployment"><tbody>']
+    parts += [f"<tr><td>{_e(name)}</td><td>{_e(value)}</td></tr>" for name, value in fact_rows(report.deployment)]
+    parts.append("</tbody></table>")
+    rows = claim_rows(report.deployment)
+    if rows:
+        parts.append('<table class="deployment-claims"><thead><tr>' + "".join(f"<th>{_e(c)}</th>" for c in CLAIM_COLUMNS)
+                     + "</tr></thead><tbody>")
+        parts += ["<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in rows]
+        parts.append("</tbody></table>")
+    found = hazards(report.deployment)
+    if found:
+        parts.append(f'<h3>Privacy hazards not addressed ({len(found)})</h3><ul class="hazards">')
+        parts += [f"<li>{_e(h.text)}" + (f' <span class="muted">(claims: {_e(", ".join(h.claims))})</span>'
+                                         if h.claims else "") + "</li>" for h in found]
+        parts.append("</ul>")
+    elif rows:
+        parts.append('<p class="pass-note">Every NIST SP 800-226 hazard fedaudit can check is addressed by a stated '
+                     'fact.</p>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML document (UTF-8 text)."""
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -180,6 +217,7 @@ def render_html(report: Report) -> str:
     out.append(f'<p class="muted">fedaudit {_e(m.fedaudit)} · started {_e(m.started)} · finished {_e(m.finished)}'
                + (f" · commit <code>{_e(m.git_commit[:12])}</code>" if m.git_commit else "") + "</p>")
     out.append("</header>")
+    out.append(_deployment_section(report))  # deployment facts first (issue #26 §1)
 
     out.append('<section id="summary"><h2>Summary</h2>')
     out.append('<table class="summary"><thead><tr><th>#</th><th>claim</th><th>kind</th><th>expectation</th>'

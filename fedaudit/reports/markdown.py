@@ -90,6 +90,29 @@ def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------------ deployment (issue #26 §1)
+def _deployment(report: Report) -> list[str]:
+    """The "Deployment" section at the top (:mod:`fedaudit.reports.deployment`): the plan's facts in
+    plain names, one row per privacy claim, and the NIST SP 800-226 hazards the plan did not
+    address. Nothing for a report without deployment facts (before schema 1.5)."""
+    from fedaudit.reports.deployment import CLAIM_COLUMNS, claim_rows, fact_rows, hazards
+
+    if report.deployment is None:
+        return []
+    lines = ["## Deployment", "", "| fact | value |", "|---|---|"]
+    lines += [f"| {_cell(name)} | {_cell(value)} |" for name, value in fact_rows(report.deployment)]
+    rows = claim_rows(report.deployment)
+    if rows:
+        lines += ["", "| " + " | ".join(CLAIM_COLUMNS) + " |", "|" + "---|" * len(CLAIM_COLUMNS)]
+        lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    found = hazards(report.deployment)
+    if found:
+        lines += ["", f"**Privacy hazards not addressed ({len(found)}):**", ""]
+        lines += [f"- {_cell(h.text)}" + (f" (claims: {_cell(', '.join(h.claims))})" if h.claims else "")
+                  for h in found]
+    return lines + [""]
+
+
 def render_markdown(report: Report, *, max_rows: int = 40) -> str:
     """The report as GitHub-flavoured Markdown (no images; figures are referenced). Pass
     :meth:`Report.rendering_view` (as ``write_report`` does) for the file whose hash is recorded:
@@ -100,6 +123,7 @@ def render_markdown(report: Report, *, max_rows: int = 40) -> str:
              ""]
     if report.claims:
         lines += [f"- {_ICON[tone]} {_cell(text)}" for tone, text in report.guarantee_lines()] + [""]
+    lines += _deployment(report)  # deployment facts first (issue #26 §1)
     lines += ["| # | claim | kind | expectation | verdict | runtime |", "|---:|---|---|---|---|---:|"]
     for i, claim in enumerate(report.claims, 1):
         lines.append(f"| {i} | {_cell(claim.title)} ({_inline(claim.id, in_table=True)}) | {_cell(claim.kind)} | {_cell(claim.expect)} | "

@@ -291,6 +291,26 @@ def print_claim(console: Console, claim: Any) -> None:
         console.print(f"[yellow]caveat[/] {escape(caveat)}", highlight=False, soft_wrap=True)
 
 
+# ------------------------------------------------------------------------------ deployment (issue #26 §1)
+def print_deployment(console: Console, report: Any) -> None:
+    """The deployment facts in one line (privacy unit, neighbours, flavour, trust model, accountant)
+    and one line per NIST SP 800-226 hazard the plan did not address; nothing for a report
+    without deployment facts."""
+    from fedaudit.reports.deployment import fact, hazards, plain
+
+    deployment = getattr(report, "deployment", None)
+    if deployment is None:
+        return
+    facts = deployment.get("plan") or {}
+    parts = [f"{name} {plain(fact(facts, key))}" for key, name in (
+        ("privacy_unit", "unit"), ("neighbouring", "neighbours"), ("dp_flavour", "flavour"),
+        ("trust_model", "trust"), ("accounting.accountant", "accountant"))]
+    console.print(f"[bold]Deployment[/]: {escape('; '.join(parts))}", highlight=False, soft_wrap=True)
+    for h in hazards(deployment):
+        console.print(f"[yellow]hazard:[/] {escape(h.text)}" + (f" ({escape(', '.join(h.claims))})" if h.claims else ""),
+                      highlight=False, soft_wrap=True)
+
+
 def print_plan_report(console: Console, report: Any, paths: Mapping[str, Any], *, print_html: bool = False) -> None:
     """``fedaudit run`` / ``demo``: one row per claim (verdict as :attr:`Claim.label` in its
     tone's colour, with its summary when the terminal is at least 150 columns wide, else a note
@@ -318,6 +338,7 @@ def print_plan_report(console: Console, report: Any, paths: Mapping[str, Any], *
                   f"{escape(report.counts_line())}", highlight=False, soft_wrap=True)
     for tone, text in report.guarantee_lines() if report.claims else ():
         console.print(verdict_markup(text, tone), highlight=False, soft_wrap=True)
+    print_deployment(console, report)  # deployment facts and open hazards (issue #26 §1)
     if print_html:
         console.print(f"report: {escape(str(paths['html'].resolve()))}", highlight=False, soft_wrap=True)
     else:
