@@ -182,28 +182,28 @@ def claim_deployment(where: str, kind_name: str, dp: Mapping[str, Any] | None, p
         raise FedAuditError(f"{where}: kind {kind_name!r} states malformed DP facts {show(dict(dp) if isinstance(dp, Mapping) else dp)} "
                             f"(trust must be local, shuffled, central or None; unit example, client or None)")
     facts = _merge(plan_facts, {} if own is None else _check_table(f"{where} deployment", own, fill=False))
-    src = "deployment" if own is None else f"{where} deployment"
+    src = "the plan's [deployment]" if own is None else "its deployment facts (the claim's over the plan's)"
     trust = dp.get("trust")
     if trust in _TRUST_FOR and facts.get("trust_model") is not None and facts["trust_model"] not in _TRUST_FOR[trust]:
         allowed = _TRUST_FOR[trust]
-        raise FedAuditError(f"{where}: key 'trust_model' of the {src} table must be "
+        raise FedAuditError(f"{where}: key 'trust_model' of {src} must be "
                             f"{' or '.join(repr(a) for a in allowed)} for kind {kind_name!r} ({_WHY[trust]}), got "
                             f"{facts['trust_model']!r}; override it in this claim's [claim.deployment]")
     if dp.get("unit") == "example" and unit_level(facts.get("privacy_unit")) == "client":
-        raise FedAuditError(f"{where}: key 'privacy_unit' of the {src} table is {facts['privacy_unit']!r} (client "
+        raise FedAuditError(f"{where}: key 'privacy_unit' of {src} is {facts['privacy_unit']!r} (client "
                             f"level), but kind {kind_name!r} is checked by an example-level accountant (per-example "
                             f"sampling and clipping): it proves nothing per client; state privacy_unit = 'example' "
                             f"for this claim, or audit it with kind 'dp-fedavg'")
     flavours = dp.get("flavours")
     if flavours and facts.get("dp_flavour") is not None and facts["dp_flavour"] not in flavours:
-        raise FedAuditError(f"{where}: key 'dp_flavour' of the {src} table must be one of "
+        raise FedAuditError(f"{where}: key 'dp_flavour' of {src} must be one of "
                             f"{', '.join(repr(f) for f in flavours)} for kind {kind_name!r}, got "
                             f"{facts['dp_flavour']!r}")
     mine = (facts.get("accounting") or {}).get("accountant")
     used = dp.get("accountant")
     if mine is not None and used is not None and mine in accountant_names(external=False) \
             and mine != str(used).lower():
-        raise FedAuditError(f"{where}: key 'accountant' of the {src} table's accounting is {mine!r}, but this "
+        raise FedAuditError(f"{where}: key 'accountant' of {src} [accounting] is {mine!r}, but this "
                             f"claim computes its ε with accountant {used!r}")
     return facts
 

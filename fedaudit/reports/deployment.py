@@ -352,7 +352,8 @@ def registry_export(report: Mapping[str, Any], *, verification: Mapping[str, Any
     """The registry entry of report ``report`` (its JSON data) as JSON data, format
     :data:`REGISTRY_FORMAT`: ``tier_1``, ``tier_2``, ``tier_3`` (fields per :data:`REGISTRY_TIERS`;
     an unstated one is null), ``tier`` (the highest tier whose fields are all stated, 0 for none),
-    ``missing`` (per tier, the fields not stated), ``hazards`` (:func:`hazards`) and ``source``
+    ``missing`` (per tier, the fields not stated; ``max_contributions`` only where a unit is one
+    example), ``hazards`` (:func:`hazards`) and ``source``
     (the report's title, schema version, digest, plan hash, fedaudit version, and ``verification``:
     what ``verify`` said of it). ``privacy_loss`` lists every privacy claim expected to hold, with
     its ε, δ, verdict and the facts that differ from the plan's. A report without deployment facts
@@ -372,14 +373,17 @@ def registry_export(report: Mapping[str, Any], *, verification: Mapping[str, Any
                                              if fact(own, k) != fact(facts, k)}})
     derived = {"publication_date": str(manifest.get("finished") or "")[:10] or None,
                "privacy_loss": losses or None}
+    # how many examples a person contributes matters only when the unit is one example
+    example_unit = unit_level(facts.get("privacy_unit")) == "example" or any(
+        unit_level(fact(c.get("facts"), "privacy_unit")) == "example" for c in _deployed(deployment))
     out: dict[str, Any] = {"format": REGISTRY_FORMAT}
     missing: dict[str, list[str]] = {}
     tier = 0
     for name, fields in REGISTRY_TIERS.items():
         entry = {field: derived[field] if key is None else facts.get(key) for field, key in fields}
         out[name] = entry
-        missing[name] = [f for f, v in entry.items() if v is None or (isinstance(v, Mapping)
-                                                                     and any(x is None for x in v.values()))]
+        missing[name] = [f for f, v in entry.items() if (v is None or (isinstance(v, Mapping) and any(
+            x is None for x in v.values()))) and not (f == "max_contributions" and not example_unit)]
         if not missing[name] and tier == int(name[-1]) - 1:
             tier = int(name[-1])
     out["tier"] = tier
