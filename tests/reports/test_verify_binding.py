@@ -184,7 +184,7 @@ class Echo(NoDecide):
 def test_the_manifest_binds_plan_text_plugins_dependencies_and_provenance(written):
     data = _data(written / "report")
     manifest = data["manifest"]
-    assert data["schema_version"] == "1.4"
+    assert data["schema_version"] == "1.5"
     assert manifest["plan_text"] == PLAN and manifest["plan_sha256"] == hashlib.sha256(PLAN.encode()).hexdigest()
     assert manifest["plugins"] == {}
     assert list(manifest["dependencies"]) == list(DEPENDENCIES) and manifest["dependencies"]["numpy"]
@@ -207,11 +207,12 @@ def test_the_embedded_plan_text_must_hash_to_plan_sha256(report):
     assert not res.ok and any(p.startswith("plan: the embedded plan text hashes to") for p in res.problems)
 
 
-@pytest.mark.parametrize("version", ["1.2", "1.3"])
+@pytest.mark.parametrize("version", ["1.2", "1.3", "1.4"])
 def test_older_reports_still_verify_and_sign_without_new_fields(report, version, tmp_path):
     folder, _ = report
     data = _data(folder)
     data["schema_version"] = version
+    data.pop("deployment")  # schema 1.5
     for name in ("plan_text", "plugins", "dependencies", "provenance"):
         del data["manifest"][name]
     _forge(folder, data)
