@@ -144,10 +144,11 @@ class Accounting(ClaimKind):
 
     def dp_facts(self, p: Mapping[str, Any]) -> Mapping[str, Any]:
         """One client's local reports composed over rounds; shuffled when ``shuffle_n`` is set (the
-        ε then assumes a trusted shuffler). The claimed budget is ``max_epsilon`` at ``target_delta``."""
+        ε then assumes a trusted shuffler). The claimed budget is ``max_epsilon`` at ``target_delta``:
+        an (ε, δ) guarantee, pure only under basic composition."""
         return {"trust": "shuffled" if p["shuffle_n"] is not None else "local", "unit": "client",
-                "epsilon": p["max_epsilon"], "delta": p["target_delta"], "flavours": None,
-                "accountant": p["accountant"]}
+                "epsilon": p["max_epsilon"], "delta": p["target_delta"], "accountant": p["accountant"],
+                "flavours": None if p["accountant"] == "basic" else ("approximate", "renyi", "zcdp", "gdp")}
 
     def default_title(self, p: Mapping[str, Any], expect: str) -> str:
         sched = f"{p['rounds']} rounds"
