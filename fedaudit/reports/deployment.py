@@ -304,25 +304,32 @@ def fact_rows(deployment: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 #: the per-claim columns of the Deployment section
-CLAIM_COLUMNS: tuple[str, ...] = ("claim", "mechanism", "privacy unit", "neighbours", "flavour", "trust model", "ε", "δ",
-                                  "accountant")
+CLAIM_COLUMNS: tuple[str, ...] = ("claim", "noise added", "privacy unit", "neighbours", "flavour", "trust model", "ε", "δ",
+                                  "accountant", "its own facts")
+
+_WHERE = {"local": "on the client", "shuffled": "on the client, then shuffled", "central": "on the server"}
 
 
 def claim_rows(deployment: Mapping[str, Any]) -> list[tuple[str, ...]]:
     """One row per privacy claim (:data:`CLAIM_COLUMNS`): its id (marked "regression case" when
-    it expects a violation), where its mechanism randomizes (local or central), the effective
-    privacy unit, neighbouring, flavour, trust model, its claimed ε and δ, and the accountant."""
+    it expects a violation), where its mechanism adds noise (on the client or the server), the
+    effective privacy unit, neighbouring, flavour, trust model, its claimed ε and δ, the
+    accountant, and the facts it states over the plan's ("—" when none)."""
     rows = []
+    plan_facts = deployment.get("plan") if isinstance(deployment.get("plan"), Mapping) else {}
     for c in deployment.get("claims") or []:
         if not isinstance(c, Mapping):
             continue
         facts = c.get("facts") if isinstance(c.get("facts"), Mapping) else {}
         ident = str(c.get("id")) + (" (regression case)" if c.get("expect") == "violation" else "")
         eps, delta = _number(c.get("epsilon")), _number(c.get("delta"))
-        rows.append((ident, str(c.get("mechanism_trust") or "—"), str(fact(facts, "privacy_unit") or "not stated"),
+        own = "; ".join(f"{name.split(' (')[0]}: {plain(fact(facts, key))}" for key, name in FIELDS
+                        if fact(facts, key) != fact(plan_facts, key)) or "—"
+        rows.append((ident, _WHERE.get(str(c.get("mechanism_trust")), "—"),
+                     str(fact(facts, "privacy_unit") or "not stated"),
                      str(fact(facts, "neighbouring") or "not stated"), str(fact(facts, "dp_flavour") or "not stated"),
                      str(fact(facts, "trust_model") or "not stated"), "—" if eps is None else f"{eps:g}",
-                     "—" if delta is None else f"{delta:g}", str(fact(facts, "accounting.accountant") or "—")))
+                     "—" if delta is None else f"{delta:g}", str(fact(facts, "accounting.accountant") or "—"), own))
     return rows
 
 
