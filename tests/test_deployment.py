@@ -102,6 +102,7 @@ def test_known_external_accountants_and_free_text_units_are_accepted():
                                                   "accountant 'pld'"),
     ({**ACCOUNTING, "shuffle_n": 1000, "accountant": "advanced"}, {"trust_model": "local"},
      "must be 'shuffled' for kind 'accounting' (its ε assumes the reports are shuffled"),
+    (ACCOUNTING, {"dp_flavour": "pure"}, "key 'dp_flavour' of the plan's [deployment] must be one of 'approximate'"),
 ])
 def test_cross_checks_refuse_facts_the_claim_contradicts(claim, table, message):
     with pytest.raises(FedAuditError) as info:
@@ -170,7 +171,8 @@ def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("deployment")
     facts = {**DEPLOYMENT, "unprotected": ["round count"],
              "implementation": {**DEPLOYMENT["implementation"], "timing": None}}
-    acc = {**ACCOUNTING, "deployment": {"accounting": {"accountant": "pld"}, "privacy_unit": "user-day"}}
+    acc = {**ACCOUNTING, "deployment": {"accounting": {"accountant": "pld"}, "privacy_unit": "user-day",
+                                        "dp_flavour": "approximate"}}
     saved = os.environ.pop(KEY_ENV, None)
     try:
         run_plan_to_dir(plan(LDP, acc, deployment=facts), root / "report", formats=("json", "html", "md"))
@@ -192,7 +194,7 @@ def test_the_deployment_is_signed_content_and_rendered_first(written, tmp_path):
     assert "Privacy unit (whose data one ε protects)" in html and "replace one unit" in html
     assert "not addressed by this plan: timing side channels" in html
     md = (written / "report.md").read_text()
-    assert md.index("## Deployment") < md.index("| # | claim |") and "| DP flavour | pure ε-DP |" in md
+    assert md.index("## Deployment") < md.index("| # | claim |") and "| DP flavour | pure ε-DP (claims override it: see below) |" in md
     assert "per claim (see below)" not in md and "client (claims override it: see below)" in md
     assert "- not addressed by this plan: timing side channels" in md
     # an edited fact breaks the digest: the facts are covered
@@ -211,7 +213,8 @@ def test_export_registry_writes_the_tier_fields(written, tmp_path, capsys):
     assert entry["tier_2"]["deployment_model"] == "local" and entry["tier_2"]["dp_flavour"] == "pure"
     assert [(x["claim"], x["epsilon"], x["verdict"]) for x in entry["tier_2"]["privacy_loss"]] == \
         [("lap", 1.0, "PASS"), ("acc", 5.0, "PASS")]
-    assert entry["tier_2"]["privacy_loss"][1]["differs_from_plan"] == {"privacy_unit": "user-day"}
+    assert entry["tier_2"]["privacy_loss"][1]["differs_from_plan"] == {"privacy_unit": "user-day",
+                                                                      "dp_flavour": "approximate"}
     assert entry["tier_3"]["unprotected_quantities"] == ["round count"]
     assert entry["tier"] == 2 and entry["missing"]["tier_3"] == ["implementation"]  # timing unstated
     assert [h["id"] for h in entry["hazards"]] == ["timing"]
