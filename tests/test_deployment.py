@@ -23,7 +23,7 @@ from fedaudit.reports import KEY_ENV, verify_report
 from fedaudit.reports.deployment import LARGE_EPSILON, hazards, registry_export
 from fedaudit.reports.canonical import canonical_json_bytes, digest
 from fedaudit.reports.html import render_html
-from fedaudit.reports.io import read_report
+from fedaudit.reports.io import read_report, sign_report
 from fedaudit.reports.markdown import render_markdown
 
 PLANS = Path(__file__).resolve().parents[1] / "fedaudit" / "plans"
@@ -189,6 +189,12 @@ def test_the_deployment_is_signed_content_and_rendered_first(written, tmp_path):
     assert [c["facts"]["privacy_unit"] for c in data["deployment"]["claims"]] == ["client", "user-day"]
     res = verify_report(written, rederive=rederive_claim)
     assert res.ok, res.problems
+    assert any(c.startswith("the deployment facts") for c in res.covers)
+    signed = tmp_path / "signed"
+    shutil.copytree(written, signed)
+    outcome, after = sign_report(signed, b"a key", rederive=rederive_claim)
+    assert outcome == "signed" and after.authenticated and after.content_digest == res.content_digest
+    assert json.loads((signed / "report.json").read_text())["deployment"] == data["deployment"]
     html = (written / "report.html").read_text()
     assert html.index('<section id="deployment">') < html.index('<section id="summary">')
     assert "Privacy unit (whose data one ε protects)" in html and "replace one unit" in html

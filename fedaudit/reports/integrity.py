@@ -389,6 +389,8 @@ def covered(data: Mapping[str, Any]) -> list[str]:
     else:
         out.append(f"the plan's SHA-256 only ({str(sha)[:16]}…; its text is not embedded)" if sha
                    else "no plan (none recorded)")
+    if isinstance(data.get("deployment"), Mapping):  # schema 1.5
+        out.append("the deployment facts (privacy unit, trust model, accounting, implementation)")
     plugins = manifest.get("plugins")
     if isinstance(plugins, Mapping):
         out.append(f"{len(plugins)} plugin source(s)")
