@@ -186,9 +186,10 @@ def test_the_run_options_are_declared_once():
                     if isinstance(arg, ast.Constant) and arg.value in ("--allow-large", "--out", "--force", "--resume"):
                         places.setdefault(arg.value, []).append(path.name)
     # besides options.py's: demo's --out/--resume (a fixed directory, overwritten), keygen's --out/--force
-    # (a key folder; replace key files), diff's --out (one file), sign's --force (replace a signature) and
+    # (a key folder; replace key files), diff's and export-registry's --out (one file), sign's --force (replace a
+    # signature) and
     # the engine checkpoint's --resume are other options of the same name
-    assert places == {"--allow-large": ["options.py"], "--out": ["options.py", "parser.py", "parser.py", "parser.py"],
+    assert places == {"--allow-large": ["options.py"], "--out": ["options.py", "parser.py", "parser.py", "parser.py", "parser.py"],
                       "--force": ["options.py", "parser.py", "parser.py"],
                       "--resume": ["options.py", "options.py", "parser.py"]}
 
