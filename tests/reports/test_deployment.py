@@ -9,7 +9,6 @@ import copy
 import json
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +24,9 @@ from fedaudit.reports.canonical import canonical_json_bytes, digest
 from fedaudit.reports.html import render_html
 from fedaudit.reports.io import read_report, sign_report
 from fedaudit.reports.markdown import render_markdown
+from tests.helpers import REPO
 
-PLANS = Path(__file__).resolve().parents[1] / "fedaudit" / "plans"
+PLANS = REPO / "fedaudit" / "plans"
 
 DEPLOYMENT = {
     "curator": "test server", "data_product": "reports", "intended_use": "tests",
