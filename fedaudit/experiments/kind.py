@@ -22,6 +22,10 @@ A claim kind is a :class:`ClaimKind` subclass registered in
 * ``tracked`` — the numbers of its evidence ``fedaudit diff`` compares between two reports (a
   certified bound, an accountant's ε, ν̂), each with the direction that is worse;
 * ``run(spec, rng, progress) -> Evidence`` — the experiment;
+* ``explain(params, evidence, verdict, expect) -> Explanation`` and ``evidence_fields`` — the
+  claim in plain language (what was claimed and tested, what the result means and does not show,
+  the next step), derived from the evidence, and the human names, units and groups of its evidence
+  keys (:mod:`fedaudit.reports.explain`); the default is a generic account;
 * ``decide(evidence, expect) -> Decision`` — the decision re-derived from the evidence *as
   recorded* (the JSON data of a report or checkpoint): a resumed run and ``fedaudit verify`` take
   a claim's verdict from it, never from a stored verdict (:func:`derived_verdict`).
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from fedaudit.reports.diff import Tracked
+    from fedaudit.reports.explain import Explanation, Field
 
 __all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
            "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError", "Cost", "MEMORY_BUDGET",
@@ -266,6 +271,11 @@ class ClaimKind:
     #: True for a kind that starts its own Ray simulation or process pool: the runner runs its
     #: claims in the driver process, one at a time, never as a task of the parallel batch
     runs_alone: bool = False
+    #: evidence key (or dotted path) -> :class:`~fedaudit.reports.explain.Field`: the human name,
+    #: unit and group (result / configuration / diagnostics) the report's evidence table shows it
+    #: under, in the order the table lists them (the decisive numbers first); keys not named here
+    #: fall back to :data:`fedaudit.reports.explain.COMMON_FIELDS`, then to their own spelling
+    evidence_fields: Mapping[str, "Field"] = {}
 
     def keys(self) -> dict[str, Key]:
         """The kind's plan keys (the keys every claim takes are added by the plan)."""
@@ -306,6 +316,20 @@ class ClaimKind:
         points that take an integer seed use ``spec.seed``); ``workdir``, when given, is a
         directory for intermediate files that a resumed run may reuse."""
         raise NotImplementedError
+
+    def explain(self, params: Mapping[str, Any], evidence: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> "Explanation":
+        """The claim in plain language (:class:`~fedaudit.reports.explain.Explanation`): what was
+        claimed, what was tested (threat model, pair, samples, confidence), what the result means
+        and what it does **not** show, and the next step — every sentence derived from ``params``
+        (the validated plan parameters) and ``evidence`` (as recorded: JSON data), so the words
+        cannot contradict the numbers. ``verdict`` is PASS, FAIL or INCONCLUSIVE under ``expect``.
+        The default is :func:`~fedaudit.reports.explain.generic_explanation`, which says that the
+        kind gives no account of its limits; the runner adds the ``fields`` layout."""
+        from fedaudit.reports.explain import generic_explanation
+
+        return generic_explanation(title=f"the {self.name} claim", kind=self.name, expect=expect, verdict=verdict,
+                                   parameters=params)
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The decision re-derived from ``evidence`` as a report records it (JSON data: non-finite

@@ -93,6 +93,7 @@ from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progr
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.deployment import report_deployment
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
+from fedaudit.reports.explain import Explanation, generic_explanation
 from fedaudit.reports.integrity import CHECKPOINT_DIR, WORK_DIR
 from fedaudit.reports.model import Claim, Manifest, Report
 from fedaudit.version import __version__
@@ -175,7 +176,25 @@ def _run_kind(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str
                              f"the run decided {decided}")
     return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=decided,
                  evidence=evidence, summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
-                 runtime_s=time.perf_counter() - t0, caveats=list(found.caveats), guarantee=kind.guarantee)
+                 runtime_s=time.perf_counter() - t0, caveats=list(found.caveats), guarantee=kind.guarantee,
+                 explanation=explain_claim(kind, spec, evidence, decided))
+
+
+def explain_claim(kind: ClaimKind, spec: ClaimSpec, evidence: Mapping[str, Any], decided: str) -> Explanation:
+    """The claim's plain-language :class:`~fedaudit.reports.explain.Explanation`: the kind's
+    ``explain`` of the evidence *as recorded* (JSON data, as a reader of report.json has it), with
+    the layout of the evidence keys present (``evidence_fields``). A kind whose ``explain`` raises
+    loses only its wording: the claim gets the generic account, which names the error."""
+    recorded = fjson.loads(fjson.dumps(evidence), what="evidence")
+    try:
+        found = kind.explain(spec.params, recorded, decided, spec.expect)
+    except Exception as exc:  # a user's kind: its verdict stands, its explanation says why it is generic
+        found = generic_explanation(title=spec.title, kind=spec.kind, expect=spec.expect, verdict=decided,
+                                    parameters=spec.params)
+        found = dataclasses.replace(found, does_not_show=found.does_not_show + (
+            f"the kind's own explanation, which failed: {type(exc).__name__}: {exc}",))
+    fields = {k: f for k, f in dict(kind.evidence_fields).items() if k.split(".")[0] in recorded}
+    return dataclasses.replace(found, fields={**fields, **dict(found.fields)})
 
 
 def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str | None) -> Claim:

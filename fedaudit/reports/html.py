@@ -3,8 +3,10 @@
 One file, no network: inline CSS, figures as ``data:image/png;base64`` images, no scripts, and a
 Content-Security-Policy that forbids loading anything else. Layout: the overall verdict (its
 words, colour and per-guarantee lines from the report model) and a summary table of every claim
-with its caveats first, then one section per claim (verdict, expectation, summary,
-evidence table, figures), then the manifest and integrity fields.
+with its caveats first, then one section per claim (verdict, caveats, the claim in plain language
+— claimed, tested, what it means and does not show, next step — expectation, summary, the evidence
+table grouped into result / configuration / diagnostics with human names and units, figures),
+then the manifest and integrity fields.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import math
 import re
 from typing import Any
 
-from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
+from fedaudit.reports.explain import GROUP_TITLES, Row, evidence_groups, summarize_rows
+from fedaudit.reports.model import Claim, Report, format_value
 from fedaudit.reports.plots import describe, render_png
 
 __all__ = ["render_html", "claim_anchor"]
@@ -43,9 +46,30 @@ tbody tr:nth-child(even) td { background: #f8f9fa; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.deployment td:first-child { width: 34%; font-weight: 600; }
 ul.hazards li { color: var(--fail); }
-table.evidence td:first-child, table.manifest td:first-child { font-family: "DejaVu Sans Mono", monospace;
-       font-size: 13px; white-space: nowrap; width: 34%; }
-table.evidence td:last-child { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; word-break: break-word; }
+table.manifest td:first-child { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; white-space: nowrap;
+       width: 34%; }
+table.evidence { width: auto; min-width: 50%; max-width: 100%; }
+table.evidence th.q { font-weight: normal; background: none; white-space: nowrap; padding-left: calc(9px + var(--depth, 0) * 18px); }
+table.evidence th.q .key { font-family: "DejaVu Sans Mono", monospace; font-size: 11px; color: var(--muted);
+       margin-left: .7em; }
+table.evidence tr.parent th.q { font-weight: 600; }
+table.evidence tr.group th { background: #e5e8ec; font-size: 14px; letter-spacing: .02em; }
+table.evidence td.v { font-family: "DejaVu Sans Mono", monospace; font-size: 13px; white-space: nowrap; }
+table.evidence td.v.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.evidence td.v.long { white-space: normal; overflow-wrap: anywhere; min-width: 36ch; max-width: 72ch; }
+table.evidence td.v .unit { color: var(--muted); margin-left: .4em; font-family: "DejaVu Sans", sans-serif; }
+table.evidence td.v details { margin: 4px 0 0; }
+table.evidence td.v pre { white-space: pre-wrap; overflow-wrap: anywhere; max-width: 72ch; max-height: 24em; overflow: auto;
+       background: #f4f6f7; padding: 6px 8px; margin: 4px 0 0; font-size: 12px; }
+table.records { width: auto; margin: 4px 0 6px; }
+table.records th, table.records td { font-size: 12px; padding: 3px 7px; white-space: nowrap; }
+table.records td { font-family: "DejaVu Sans Mono", monospace; text-align: right; font-variant-numeric: tabular-nums; }
+details.diagnostics > summary { font-size: 15px; font-weight: 600; color: var(--ink); margin: 6px 0; }
+.explain { display: grid; grid-template-columns: max-content 1fr; gap: 4px 14px; margin: 10px 0 14px;
+           padding: 10px 14px; background: #f4f8fb; border: 1px solid #c9dceb; border-radius: 6px; font-size: 15px; }
+.explain dt { font-weight: 700; color: #1b4f72; white-space: nowrap; }
+.explain dd { margin: 0; }
+.explain ul { margin: 0; padding-left: 18px; }
 .badge { display: inline-block; min-width: 92px; padding: 2px 10px; border-radius: 12px; color: #fff;
          font-weight: 700; font-size: 13px; text-align: center; letter-spacing: .03em; }
 .badge.pass { background: var(--pass); }
@@ -125,19 +149,75 @@ def _figure(spec: dict[str, Any]) -> str:
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
-#: evidence rows shown before the rest is folded into a <details> element
-_SHOWN_ROWS = 24
+def _explanation(claim: Claim) -> str:
+    """The claim in plain language (:meth:`Claim.plain`): claimed, tested, what the result means,
+    what it does not show, the next step — above the evidence, for a reader who is not the
+    audit's author."""
+    x = claim.plain()
+    items = [("Claimed", _e(x.claimed)), ("Tested", _e(x.tested)), ("What it means", _e(x.means))]
+    for title, lines in (("Does not show", x.does_not_show), ("Next step", x.next_steps)):
+        if lines:
+            items.append((title, "<ul>" + "".join(f"<li>{_e(t)}</li>" for t in lines) + "</ul>"))
+    body = "".join(f"<dt>{title}</dt><dd>{html_}</dd>" for title, html_ in items)
+    return f'<dl class="explain" aria-label="the claim in plain language">{body}</dl>'
 
 
-def _evidence_table(rows: list[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in rows)
-    return f'<table class="evidence"><thead><tr><th>field</th><th>value</th></tr></thead><tbody>{body}</tbody></table>'
+def _evidence_value(row: Row) -> str:
+    """The value cell of one evidence row: the number or text with its unit, a summarised array
+    with every value behind a details element, a list of records as a small table."""
+    classes = "v" + (" num" if row.numeric else "") + (" long" if row.long or row.full or row.records else "")
+    unit = f'<span class="unit">{_e(row.unit)}</span>' if row.unit and row.text and row.numeric else ""
+    inner = _e(row.text) + unit
+    if row.full is not None:
+        inner += f"<details><summary>show all values</summary><pre>{_e(row.full)}</pre></details>"
+    if row.records is not None:
+        head = "".join(f"<th>{_e(c)}</th>" for c in row.records.columns)
+        body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r) + "</tr>" for r in row.records.rows)
+        table = f'<table class="records"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        inner = (f"<details open><summary>{_e(row.text)}</summary>{table}</details>" if len(row.records.rows) <= 8
+                 else f"<details><summary>{_e(row.text)}: show the table</summary>{table}</details>")
+    return f'<td class="{classes}">{inner}</td>'
+
+
+def _evidence_rows(rows: list[Row]) -> str:
+    out = []
+    for row in rows:
+        parent = not row.text and row.records is None and row.full is None
+        cls = ' class="parent"' if parent else ""
+        out.append(f"<tr{cls}>"
+                   f'<th scope="row" class="q" style="--depth:{row.depth}">{_e(row.label)}'
+                   f'<span class="key">{_e(row.key)}</span></th>' + _evidence_value(row) + "</tr>")
+    return "".join(out)
+
+
+def _evidence(claim: Claim) -> str:
+    """The evidence table: result first (what decides the verdict), then configuration, both open;
+    diagnostics (raw records, curves, timings) folded, with what they hold in the summary line.
+    Every value is in the page, complete (arrays and long tables behind details elements)."""
+    fields = claim.explanation.fields if claim.explanation is not None else None
+    groups = evidence_groups(claim.evidence, fields)
+    if not groups:
+        return '<p class="muted">No evidence recorded.</p>'
+    out, folded = ['<table class="evidence"><tbody>'], []
+    for group, rows in groups:
+        if group == "diagnostics":
+            folded = rows
+            continue
+        out.append(f'<tr class="group"><th colspan="2">{_e(GROUP_TITLES[group])}</th></tr>')
+        out.append(_evidence_rows(rows))
+    out.append("</tbody></table>")
+    if folded:
+        out.append(f'<details class="diagnostics"><summary>{_e(GROUP_TITLES["diagnostics"])}: '
+                   f'{_e(summarize_rows(folded))} ({len(folded)} row(s))</summary>'
+                   f'<table class="evidence"><tbody>{_evidence_rows(folded)}</tbody></table></details>')
+    return "".join(out)
 
 
 def _claim_section(claim: Claim, index: int) -> str:
     parts = [f'<section class="claim {_e(claim.tone)}" id="{claim_anchor(claim.id, index)}">',
              f"<h2>{index + 1}. {_e(claim.title)} {_badge(claim.label, claim.tone)}</h2>"]
     parts.append(_caveats(claim))
+    parts.append(_explanation(claim))
     meta = [f"id <code>{_e(claim.id)}</code>", f"kind <b>{_e(claim.kind)}</b>",
             f"expectation <b>{_e(claim.expect)}</b> ({_e(_EXPECT_TEXT.get(claim.expect, claim.expect))})",
             f"seed {_e('—' if claim.seed is None else claim.seed)}", f"runtime {_e(_runtime(claim.runtime_s))}"]
@@ -146,18 +226,8 @@ def _claim_section(claim: Claim, index: int) -> str:
         parts.append(f'<p class="claim-summary">{_e(claim.summary)}</p>')
     if claim.error:
         parts.append(f'<div class="error">{_e(claim.error)}</div>')
-    rows = flatten_evidence(claim.evidence, max_rows=200)
     parts.append("<h3>Evidence</h3>")
-    if rows:
-        head, rest = rows[:_SHOWN_ROWS], rows[_SHOWN_ROWS:]
-        if len(rest) <= 4:  # not worth folding
-            head, rest = rows, []
-        parts.append(_evidence_table(head))
-        if rest:
-            parts.append(f"<details><summary>{len(rest)} more evidence field(s)</summary>{_evidence_table(rest)}"
-                         "</details>")
-    else:
-        parts.append('<p class="muted">No evidence recorded.</p>')
+    parts.append(_evidence(claim))
     if claim.plots:
         parts.append("<h3>Figures</h3>")
         parts.extend(_figure(spec) for spec in claim.plots)

@@ -4,8 +4,9 @@ A :class:`Report` is plain data. Its JSON form (``to_dict``) is strict JSON — 
 become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedaudit.json`) — and
 is described by ``schema.json`` (``schema_version`` "1.5": 1.2 added the ``epsilon_vs_steps`` plot,
 1.3 a claim's optional ``caveats`` and ``guarantee``, 1.4 the manifest's optional ``plan_text``,
-``plugins``, ``dependencies`` and ``provenance``, 1.5 the report's optional ``deployment`` facts,
-:mod:`fedaudit.reports.deployment`).
+``plugins``, ``dependencies`` and ``provenance``, 1.5 the report's optional ``deployment`` facts
+(:mod:`fedaudit.reports.deployment`) and a claim's optional ``explanation``, its plain-language
+account and evidence layout (:mod:`fedaudit.reports.explain`)).
 
 Verdicts as a reviewer reads them. The verdict (PASS/FAIL/INCONCLUSIVE) says whether the outcome
 met the plan's *expectation*; it is not whether the audited system is safe. A claim that expects
@@ -47,6 +48,7 @@ from typing import Any, Iterable, Literal, Mapping
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports import canonical
+from fedaudit.reports.explain import Explanation, generic_explanation
 from fedaudit.version import __version__
 
 __all__ = [
@@ -133,8 +135,11 @@ class Claim:
     published bound that was not re-verified, an estimate that is not a bound); every rendering
     shows them next to the verdict. ``guarantee`` names what the claim audits (``"privacy"``,
     ``"robustness"``, ``"utility"``; None when unknown), so a report can say separately whether
-    any privacy claim failed. Both are left out of ``to_dict`` when empty, so reports written
-    before they existed keep their digests.
+    any privacy claim failed. ``explanation`` is the claim in plain language (what was claimed
+    and tested, what the result means and does not show, the next step) with the evidence
+    table's layout (:class:`~fedaudit.reports.explain.Explanation`, written by the claim's kind);
+    :meth:`plain` gives it, or a generic one for claims without. All three are left out of
+    ``to_dict`` when empty, so reports written before they existed keep their digests.
     """
 
     id: str
@@ -150,6 +155,7 @@ class Claim:
     error: str | None = None
     caveats: list[str] = field(default_factory=list)
     guarantee: str | None = None
+    explanation: Explanation | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id.strip():
@@ -181,6 +187,18 @@ class Claim:
         object.__setattr__(self, "caveats", list(self.caveats))
         if self.guarantee is not None and (not isinstance(self.guarantee, str) or not _KIND_RE.match(self.guarantee)):
             raise FedAuditError(f"{where}: guarantee must be a word such as 'privacy' or None, got {self.guarantee!r}")
+        if self.explanation is not None and not isinstance(self.explanation, Explanation):
+            object.__setattr__(self, "explanation", Explanation.from_dict(self.explanation))
+
+    def plain(self) -> Explanation:
+        """The claim in plain language: its recorded :attr:`explanation`, or for a claim without
+        one (an older report, a kind that writes none) :func:`~fedaudit.reports.explain.generic_explanation`
+        of its own fields."""
+        if self.explanation is not None:
+            return self.explanation
+        params = self.evidence.get("parameters") if isinstance(self.evidence.get("parameters"), Mapping) else None
+        return generic_explanation(title=self.title, kind=self.kind, expect=self.expect, verdict=self.verdict,
+                                   summary=self.summary, error=self.error, parameters=params)
 
     @property
     def met(self) -> bool:
@@ -221,6 +239,8 @@ class Claim:
             d["caveats"] = list(self.caveats)
         if self.guarantee is not None:
             d["guarantee"] = self.guarantee
+        if self.explanation is not None:
+            d["explanation"] = self.explanation.to_dict()
         return d
 
     @classmethod
@@ -232,7 +252,8 @@ class Claim:
                        plots=[dict(p) for p in d.get("plots", [])],
                        runtime_s=fjson.from_special(runtime),
                        seed=d.get("seed"), error=d.get("error"), caveats=list(d.get("caveats", [])),
-                       guarantee=d.get("guarantee"))
+                       guarantee=d.get("guarantee"),
+                       explanation=None if d.get("explanation") is None else Explanation.from_dict(d["explanation"]))
         except (KeyError, TypeError) as exc:
             raise FedAuditError(f"claim {d.get('id', '?') if isinstance(d, Mapping) else '?'!r} is malformed: "
                                 f"{type(exc).__name__} {exc}") from None

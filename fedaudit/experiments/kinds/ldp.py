@@ -24,6 +24,7 @@ from fedaudit.guarantees import Bound
 from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key, show
+from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["LDP", "proven_power", "ldp_caveats"]
 
@@ -115,6 +116,27 @@ class LDP(ClaimKind):
     unit = "samples"
     figures = ("epsilon_vs_samples", "privacy_region")
     tracked = (Tracked("epsilon_lower", "certified ε", bound=Bound.LOWER),)
+    evidence_fields = {
+        "epsilon_claimed": Field("claimed ε"),
+        "epsilon_lower": Field("certified lower bound on ε"),
+        "violation": Field("violation detected (lower bound > claim)"),
+        "epsilon_exact": Field("exact ε of the audited pair"),
+        "pair_power": Field("pair power (pair's exact ε ÷ claim)"),
+        "proven_power": Field("proven power (what the audit showed the pair tests)"),
+        "min_pair_power": Field("required proven power"),
+        "max_certifiable": Field("largest ε these samples can certify"),
+        "delta_claimed": Field("claimed δ"),
+        "epsilon_mechanism": Field("ε the mechanism is calibrated for"),
+        "notes": Field("audit notes"),
+        "mechanism": Field("mechanism", "", "configuration"),
+        "pair": Field("audited input pair", "", "configuration"),
+        "distinguisher": Field("distinguishing test", "", "configuration"),
+        "samples": Field("reports drawn per input", "", "configuration"),
+        "search_samples": Field("reports per searched candidate", "", "configuration"),
+        "confidence": Field("confidence of the certified bound", "", "configuration"),
+        "curve": Field("certified bound at fewer samples (figure)", "", "diagnostics"),
+        "audit": Field("raw audit record", "", "diagnostics"),
+    }
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.bounds import MAX_SAMPLES
@@ -313,6 +335,94 @@ class LDP(ClaimKind):
         )
         return Evidence(holds=decision.holds, violated=violated, evidence=evidence, summary=summary, plots=plots,
                         inconclusive=weak, states_parameters=True, caveats=tuple(caveats))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The LDP claim in words: the black-box threat model (one report, two known candidate
+        inputs), what the certified lower bound shows against the claim, how much the pair could
+        show (its power), what a lower bound never shows (that the mechanism is LDP) and the next
+        step (a pair search, more samples, a calibration fix)."""
+        from fedaudit.audit.ldp import LOW_PAIR_POWER
+
+        num = display_number
+        eps, lb = number(ev, "epsilon_claimed"), number(ev, "epsilon_lower")
+        exact, power = number(ev, "epsilon_exact", optional=True), number(ev, "pair_power", optional=True)
+        proven = number(ev, "proven_power", optional=True)
+        maxc, n, conf = number(ev, "max_certifiable"), int(number(ev, "samples")), number(ev, "confidence")
+        delta = number(ev, "delta_claimed", optional=True)
+        mech = ev.get("mechanism") or {}
+        name, sampler = str(mech.get("name", "?")), bool(mech.get("sampler"))
+        searched = "search_samples" in ev
+        violated = lb > eps
+        guarantee = f"(ε = {eps:g}, δ = {delta:g})-LDP" if delta else f"ε = {eps:g}-LDP"
+        claimed = (f"The {'black-box sampler' if sampler else 'randomizer'} {name} is {guarantee}: whatever two inputs "
+                   f"a client holds, each report is at most e^{eps:g} ≈ {math.exp(eps):.3g} times likelier under one "
+                   f"than under the other" + (f", except with probability δ = {delta:g}" if delta else "") + ".")
+        if expect == "violation":
+            claimed += " The plan expects this claim to be false (a known-bad mechanism kept as a regression case)."
+        tested = (f"Black-box threat model: an adversary sees one report and knows it came from one of two inputs "
+                  f"({ev.get('pair')}" + (", the strongest pair a search found" if searched else "") + "). "
+                  f"The audit drew {num(n)} reports per input, told them apart with the {ev.get('distinguisher')} "
+                  f"test and certified a lower bound on ε at {percent(conf)} confidence (a false alarm has "
+                  f"probability at most {percent(1 - conf)}).")
+        if violated:
+            means = (f"The reports leak more than claimed: with {percent(conf)} confidence the true ε is at least "
+                     f"{lb:.3g}, above the claimed {eps:g}. One pair that leaks more than the claim refutes it.")
+            if expect == "violation":
+                means += " This is the violation the plan expected."
+        else:
+            means = f"No leak beyond the claim was found: the certified lower bound {lb:.3g} stays within ε = {eps:g}."
+            if power is None:
+                means += " How much of the claim this pair can reveal is unknown (its exact ε is not computed)."
+            elif power < LOW_PAIR_POWER:
+                means += (f" But this pair can reveal at most ε = {num(exact)}, {power:.0%} of the claim: a mechanism "
+                          f"that breaks its claim on other inputs would pass here too, so finding no violation on it says little.")
+            else:
+                means += (f" The pair is a strong one (its exact ε {num(exact)} is {power:.0%} of the claim), so the "
+                          f"test looked where a violation would show.")
+            if expect == "violation":
+                means += " The violation the plan expected was NOT detected."
+        if verdict == "INCONCLUSIVE" and ev.get("min_pair_power") is not None:
+            means += (f" The plan requires a proven pair power of {number(ev, 'min_pair_power'):g}; this audit proved "
+                      f"{num(proven, 2) if proven is not None else 'none'}, so no verdict is given.")
+        not_shown = []
+        if not violated:
+            not_shown.append("that the mechanism is LDP: an audit can refute a privacy claim, never prove it — a lower "
+                             "bound within the claim is not an upper bound")
+            if eps > maxc:
+                not_shown.append(f"any violation at all: {num(n)} reports per input can certify at most ε ≈ {maxc:.3g}, "
+                                 f"below the claimed {eps:g}")
+        else:
+            not_shown.append(f"how far beyond the claim the worst case goes: {lb:.3g} is a lower bound"
+                             + (f" (this pair's exact ε is {num(exact)})" if exact is not None else ""))
+        not_shown.append("other input pairs: only the candidates of the search were tried" if searched else
+                         f"other input pairs: only {ev.get('pair')} was tried")
+        if not sampler:
+            not_shown.append(f"the code you deploy: this audits fedaudit's implementation of {name}; audit your own "
+                             f"with sampler = \"package.module:function\"")
+        steps = []
+        if violated and expect == "violation":
+            steps.append("nothing to fix: keep the claim as a regression case (it fails if the audit ever stops "
+                         "catching this violation)")
+        elif violated:
+            steps.append(f"fix the calibration so the worst-case ε is at most {eps:g}"
+                         + (f" (this pair's exact ε is {num(exact)})" if exact is not None else "")
+                         + f", or state the guarantee the mechanism gives (ε ≥ {lb:.3g} is certified)")
+        else:
+            if expect == "violation":
+                steps.append("find out whether the mechanism was fixed (then set expect = \"pass\") or the audit lost "
+                             "power (use pair = \"search\" or more samples)")
+            if not searched and (power is None or power < 1):
+                steps.append("run with pair = \"search\" to look for a pair closer to the worst case")
+            if eps > maxc:
+                steps.append(f"raise samples (now {num(n)}) until the certifiable ε exceeds the claim")
+            elif exact is not None and lb < 0.9 * exact:
+                steps.append(f"a larger sample (now {num(n)} per input) brings the certified bound {lb:.3g} closer to "
+                             f"the pair's exact ε {num(exact)}")
+            steps.append("a white-box proof of the mechanism's ε for the guarantee itself: the audit only looks for "
+                         "counterexamples")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """A violation is a certified lower bound above the claim, ``epsilon_lower > epsilon_claimed``;
