@@ -7,7 +7,8 @@ lives here, so no kind imports another.
 * The canary audits of DP training — the ``dpsgd`` and ``dp-fedavg`` kinds, ``fedaudit audit
   dpsgd|dp-fedavg --plot``: their plan keys (:func:`canary_audit_keys`), their decision rule
   (:func:`canary_decision`), evidence and summary (:func:`canary_evidence`), figure
-  (:func:`canary_plot`) and the one-run cap (:func:`one_run_ceiling`).
+  (:func:`canary_plot`), the one-run cap (:func:`one_run_ceiling`), their plain-language account
+  (:func:`canary_explanation`) and evidence layout (:data:`CANARY_FIELDS`).
 * Robustness audits — the ``robustness`` kind and ``fedaudit audit robustness``:
   :func:`robustness_caveats`.
 """
@@ -20,9 +21,10 @@ from fedaudit.experiments.keys import Key, engine_keys
 from fedaudit.experiments.kind import Decision, Evidence, fmt_number, number
 from fedaudit.guarantees import Bound
 from fedaudit.reports.diff import Tracked
+from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["CANARY_TRACKED", "canary_audit_keys", "canary_claimed_epsilon", "canary_claimed_text", "canary_decision", "canary_evidence",
-           "canary_plot", "one_run_ceiling",
+           "canary_plot", "one_run_ceiling", "canary_explanation", "CANARY_FIELDS",
            "robustness_caveats", "CANARY_SETUP_SECONDS"]
 
 
@@ -158,6 +160,110 @@ def canary_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float
                                                  f"the audited lower bounds at the last {count_name[:-1]}",
             "steps": xs, "epsilon": ys, "epsilon_claimed": claimed_epsilon, "delta": delta, "x_label": count_name,
             "accountant": f"accountant ({res.accountant.method.upper()})", "lower_bounds": points}
+
+
+#: the evidence table of a canary audit (``dpsgd``, ``dp-fedavg``): the decisive numbers first
+CANARY_FIELDS: dict[str, Field] = {
+    "claimed_epsilon": Field("claimed ε"),
+    "accountant_epsilon": Field("accountant's ε (claimed configuration)"),
+    "epsilon_one_run": Field("certified lower bound on ε (one-run, Steinke)"),
+    "epsilon_one_run_fdp": Field("certified lower bound on ε (one-run, f-DP)"),
+    "violation": Field("violation detected (a certified bound above either ε)"),
+    "within_claim": Field("accountant's ε within the claim"),
+    "one_run_ceiling": Field("largest ε the Steinke bound can certify"),
+    "epsilon_gdp_estimate": Field("GDP ε estimate (not a bound)"),
+    "accountant_violated": Field("a certified bound above the accountant's ε"),
+    "delta": Field("δ", "", "configuration"),
+    "accountant_method": Field("accountant", "", "configuration"),
+    "noise_multiplier": Field("noise multiplier trained with", "", "configuration"),
+    "claimed_noise_multiplier": Field("noise multiplier the accountant is told", "", "configuration"),
+    "canaries": Field("canaries", "", "configuration"),
+    "canaries_in": Field("canaries included (drawn)", "", "configuration"),
+    "confidence": Field("confidence of certified bounds", "", "configuration"),
+    "accuracy": Field("test accuracy of the trained model", "", "diagnostics"),
+    "test_accuracy": Field("test accuracy of the trained model", "", "diagnostics"),
+    "clients": Field("honest clients", "", "configuration"),
+    "training_seconds": Field("training time", "s", "diagnostics"),
+    "curve": Field("accountant's ε curve (figure)", "", "diagnostics"),
+    "audit": Field("raw audit record", "", "diagnostics"),
+}
+
+#: what each threat model of a canary audit lets the adversary see (:data:`fedaudit.audit.canaries.THREATS`)
+_THREAT_WORDS = {
+    "white-box": "white-box: planted gradient canaries, scored by the likelihood ratio of every intermediate model",
+    "white-box-final": "white-box, final model only: planted gradient canaries, only the first and last models seen",
+    "black-box": "black-box: mislabelled canary inputs, scored by the final model's loss on them",
+}
+
+
+def canary_explanation(ev: Mapping[str, Any], verdict: str, expect: str, *, level: str,
+                       count_name: str) -> Explanation:
+    """The plain-language account of a DP-SGD or DP-FedAvg canary audit (``level``: "example"
+    or "client"; ``count_name``: "steps" or "rounds") from its recorded evidence: the accountant's
+    ε of the claimed configuration, the certified one-run bounds of one real training run, what
+    such lower bounds never show (that the run is DP; they are far below the true ε), and the
+    next step (the calibration fix, more canaries, a stronger threat model)."""
+    num = display_number
+    claimed, delta = number(ev, "claimed_epsilon"), number(ev, "delta")
+    acc, steinke, fdp = number(ev, "accountant_epsilon"), number(ev, "epsilon_one_run"), number(ev, "epsilon_one_run_fdp")
+    cap, conf = number(ev, "one_run_ceiling"), number(ev, "confidence")
+    sigma, told = number(ev, "noise_multiplier"), number(ev, "claimed_noise_multiplier")
+    audit = ev.get("audit") or {}
+    threat = str(audit.get("threat", "white-box"))
+    count = audit.get(count_name)
+    m = int(number(ev, "canaries"))
+    certified = max(steinke, fdp)
+    run = "DP-SGD training" if level == "example" else "DP-FedAvg training"
+    claimed_text = (f"The {run} run is (ε = {num(claimed)}, δ = {delta:g})-DP at the {level} level: adding or removing "
+                    f"one {level}'s data changes the probability of any trained model by at most a factor e^ε "
+                    f"(up to δ).")
+    if expect == "violation":
+        claimed_text += " The plan expects this claim to be refuted (a broken configuration kept as a regression case)."
+    tested = (f"Two things. (1) The {ev.get('accountant_method')} accountant's ε for the configuration as claimed "
+              f"(noise multiplier {num(told)}, {num(count)} {count_name}). (2) One real training run with noise "
+              f"multiplier {num(sigma)} and {num(m)} canaries, each included with probability ½ — threat model "
+              f"{_THREAT_WORDS.get(threat, threat)} — from which a one-run audit (Steinke, Nasr, Jagielski 2023, and "
+              f"its f-DP refinement) certifies lower bounds on ε at {percent(conf)} confidence.")
+    if certified > acc or certified > claimed:
+        over = "the accountant's ε" if certified > acc else "the claimed ε"
+        means = (f"The run leaks more than accounted: a certified lower bound ε ≥ {num(certified, 3)} exceeds {over} "
+                 f"({num(acc if certified > acc else claimed)}). The training does not do what its accountant is told"
+                 + (f" (it trains with noise multiplier {num(sigma)}, the accountant assumes {num(told)})."
+                    if sigma != told else "."))
+    else:
+        means = (f"The accountant's ε = {num(acc)} is " + ("within" if acc <= claimed else "ABOVE")
+                 + f" the claimed {num(claimed)}, and the certified one-run bounds (≥ {num(steinke, 3)}, "
+                   f"≥ {num(fdp, 3)} by f-DP) stay below both: no violation detected.")
+        if claimed > cap:
+            means += (f" With {num(m)} canaries the Steinke bound cannot exceed ε = {num(cap, 3)}, below the claim: "
+                      f"only the accountant or the f-DP refinement could have shown a violation.")
+    if expect == "violation":
+        means += " The plan expected a violation: " + ("detected." if verdict == "PASS" else "NOT detected.")
+    not_shown = [f"that the run is (ε, δ)-DP: one-run bounds are lower bounds, usually far below the true ε — they "
+                 f"catch implementations that leak far more than accounted, not small miscalibrations",
+                 f"the GDP estimate {num(ev.get('epsilon_gdp_estimate'), 3)}: it is an estimate, not a bound, and no "
+                 f"verdict rests on it",
+                 "releases beyond this run (hyper-parameter tuning, repeated training, published metrics)"]
+    if threat != "white-box":
+        not_shown.append("what an adversary who sees every intermediate model could extract (threat = \"white-box\")")
+    steps = []
+    if verdict != "PASS" and expect == "pass" and sigma != told:
+        steps.append(f"fix the calibration: train with the noise multiplier the accountant is told ({num(told)}), "
+                     f"not {num(sigma)}")
+    elif verdict != "PASS" and expect == "pass" and acc > claimed:
+        steps.append(f"claim what the accountant gives (ε = {num(acc)}) or raise the noise multiplier until its ε is "
+                     f"within {num(claimed)}")
+    elif verdict == "PASS" and expect == "violation":
+        steps.append("nothing to fix: keep the claim as a regression case")
+    else:
+        if claimed > cap:
+            steps.append(f"more canaries (now {num(m)}) raise the Steinke ceiling ε = {num(cap, 3)} toward the claim")
+        if threat != "white-box":
+            steps.append("a white-box audit (threat = \"white-box\": every intermediate model seen) certifies more")
+        steps.append("the accountant is the guarantee: check that the deployed code is configured exactly as the "
+                     "claimed configuration (noise multiplier, sampling rate, steps)")
+    return Explanation(claimed=claimed_text, tested=tested, means=means, does_not_show=tuple(not_shown),
+                       next_steps=tuple(steps))
 
 
 def robustness_caveats(res: Any) -> list[str]:

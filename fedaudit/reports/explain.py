@@ -24,6 +24,7 @@ report (:func:`fedaudit.experiments.kind.trim`) says so.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -159,8 +160,13 @@ def display_number(value: Any, digits: int = 4) -> str:
             return "∞" if value > 0 else "−∞"
         if value.is_integer() and abs(value) < 1e15:
             return f"{int(value):,}" if abs(value) >= 10_000 else f"{int(value)}"
-        return f"{value:.{digits}g}"
+        return _EXPONENT.sub(r"e\1\2", f"{value:.{digits}g}")
     return str(value)
+
+
+_EXPONENT = re.compile(r"e([+-])0*(\d)")
+#: nested evidence names that read better as symbols
+_SYMBOLS = {"epsilon": "ε", "delta": "δ", "nu": "ν", "kappa": "κ", "sigma": "σ"}
 
 
 def reading(expect: str, verdict: str) -> str:
@@ -176,8 +182,8 @@ def reading(expect: str, verdict: str) -> str:
 
 
 def humanize(key: str) -> str:
-    """A key as words: ``max_certifiable`` -> "max certifiable"."""
-    return str(key).replace("_", " ").strip() or str(key)
+    """A key as words: ``max_certifiable`` -> "max certifiable", ``epsilon`` -> "ε"."""
+    return _SYMBOLS.get(str(key), str(key).replace("_", " ").strip() or str(key))
 
 
 def generic_explanation(*, title: str, kind: str, expect: str, verdict: str, summary: str = "",
@@ -268,10 +274,10 @@ def _shape(value: Any) -> list[int]:
     return shape
 
 
-def _nested_text(value: Any) -> str:
+def _nested_text(value: Any, digits: int = 4) -> str:
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_nested_text(v) for v in value) + "]"
-    return display_number(value)
+        return "[" + ", ".join(_nested_text(v, digits) for v in value) + "]"
+    return display_number(value, digits)
 
 
 def _range(nums: list[Any]) -> str:
@@ -314,7 +320,8 @@ def _value_row(key: str, label: str, unit: str, value: Any, depth: int) -> Row:
             dims = "×".join(map(str, shape))
             what = f"{len(nums):,} values" if len(shape) == 1 else f"{dims} array"
             rng = _range(nums)
-            return Row(key, label, what + (f" ({rng})" if rng else ""), unit, depth=depth, full=_nested_text(value))
+            return Row(key, label, what + (f" ({rng})" if rng else ""), unit, depth=depth,
+                       full=_nested_text(value, 8))
         if all(isinstance(v, Mapping) for v in value):
             columns = tuple(dict.fromkeys(str(k) for v in value for k in v))
             rows = tuple(tuple(_cell(v.get(c)) for c in columns) for v in value)

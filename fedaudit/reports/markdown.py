@@ -1,9 +1,12 @@
 """Markdown rendering of a :class:`~fedaudit.reports.model.Report`, for pull requests and tickets.
 
 GitHub-flavoured: the overall verdict and per-guarantee lines, a verdict summary table (with each
-claim's caveats next to its verdict), then per claim its verdict, caveats, expectation, summary and
-evidence as bullets (nested fields as dotted keys, long lists shortened). Figures are not embedded;
-each claim names its figures, which are in ``report.html``.
+claim's caveats next to its verdict), then per claim its verdict, caveats, the claim in plain
+language (claimed, tested, what it means and does not show, next step), expectation, summary and
+the evidence as tables grouped like the HTML's (result, configuration, and diagnostics folded in a
+``<details>`` element; human names with the report.json key, every value complete: long arrays and
+lists of records in ``<details>``). Figures are not embedded; each claim names its figures, which
+are in ``report.html``.
 
 Everything that comes from a plan or a run (report and claim titles, ids, summaries, error
 strings, evidence keys and values, figure descriptions, manifest values such as the command
@@ -19,7 +22,8 @@ from __future__ import annotations
 import math
 import re
 
-from fedaudit.reports.model import Claim, Report, flatten_evidence, format_value
+from fedaudit.reports.explain import GROUP_TITLES, Row, evidence_groups, summarize_rows
+from fedaudit.reports.model import Claim, Report, format_value
 from fedaudit.reports.plots import describe
 
 __all__ = ["render_markdown", "markdown_cell"]
@@ -65,9 +69,68 @@ def _runtime(seconds: float) -> str:
     return format_value(seconds) if not math.isfinite(seconds) else f"{seconds:.3g} s"
 
 
+def _explanation(claim: Claim) -> list[str]:
+    """The claim in plain language (:meth:`Claim.plain`) as a bullet list."""
+    x = claim.plain()
+    lines = ["**In plain language**", "", f"- **Claimed:** {_cell(x.claimed)}", f"- **Tested:** {_cell(x.tested)}",
+             f"- **What it means:** {_cell(x.means)}"]
+    for title, items in (("Does not show", x.does_not_show), ("Next step", x.next_steps)):
+        if items:
+            lines.append(f"- **{title}:**")
+            lines += [f"  - {_cell(t)}" for t in items]
+    return lines + [""]
+
+
+def _value(row: Row) -> str:
+    text = row.text + (f" {row.unit}" if row.unit and row.numeric else "")
+    if row.full is not None or row.records is not None:
+        text += " (in full below)"
+    return _cell(text)
+
+
+def _evidence_table(rows: list[Row]) -> list[str]:
+    """One group's rows as a table, then each summarised array and list of records in full."""
+    lines = ["| quantity | value |", "|---|---:|"]
+    extra: list[str] = []
+    for row in rows:
+        label = ("↳ " * row.depth) + _cell(row.label)
+        lines.append(f"| {label} {_inline(row.key, in_table=True)} | {_value(row)} |")
+        if row.full is not None:  # numbers and brackets only: safe in a code block
+            extra += ["", f"<details><summary>{_cell(row.label)}: all values</summary>", "", "```", row.full, "```",
+                      "", "</details>"]
+        if row.records is not None:
+            rec = row.records
+            extra += ["", f"<details><summary>{_cell(row.label)}: {len(rec.rows)} row(s)</summary>", "",
+                      "| " + " | ".join(_cell(c) for c in rec.columns) + " |", "|" + "---:|" * len(rec.columns)]
+            extra += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in rec.rows]
+            extra += ["", "</details>"]
+    return lines + extra + [""]
+
+
+def _evidence(claim: Claim, max_rows: int) -> list[str]:
+    """The evidence grouped as in the HTML: result and configuration as tables (configuration
+    folded when both together exceed ``max_rows`` rows), diagnostics folded; nothing cut."""
+    groups = evidence_groups(claim.evidence, claim.explanation.fields if claim.explanation is not None else None)
+    lines: list[str] = []
+    shown = 0
+    for group, rows in groups:
+        shown += len(rows) if group != "diagnostics" else 0
+        fold = group == "diagnostics" or (group == "configuration" and shown > max_rows)
+        if fold:
+            title = f"{GROUP_TITLES[group]}: {summarize_rows(rows)} ({len(rows)} row(s))"
+            lines += [f"<details><summary>Evidence — {_cell(title)}</summary>", ""]
+        else:
+            lines += [f"**Evidence — {GROUP_TITLES[group]}**", ""]
+        lines += _evidence_table(rows)
+        if fold:
+            lines += ["</details>", ""]
+    return lines
+
+
 def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:
     lines = [f"### {index}. {_cell(claim.title)} — {_verdict(claim.label, claim.tone)}", ""]
     lines += [f"> ⚠️ **Caveat:** {_cell(c)}" for c in claim.caveats] + ([""] if claim.caveats else [])
+    lines += _explanation(claim)
     seed = "—" if claim.seed is None else str(claim.seed)
     lines.append(f"id {_inline(claim.id)} · kind **{_text(claim.kind)}** · expectation **{_text(claim.expect)}** · "
                  f"seed {seed} · runtime {_runtime(claim.runtime_s)}")
@@ -76,14 +139,7 @@ def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:
         lines += [_text(claim.summary), ""]
     if claim.error:
         lines += [f"> **Error:** {_text(claim.error)}".replace("\n", "\n> "), ""]
-    rows = flatten_evidence(claim.evidence, max_rows=max_rows)
-    if rows:
-        lines.append("<details><summary>Evidence</summary>" if len(rows) > 25 else "**Evidence**")
-        lines.append("")
-        lines += [f"- {_inline(k)}: {_cell(v)}" if k != "…" else f"- … {_cell(v)}" for k, v in rows]
-        if len(rows) > 25:
-            lines += ["", "</details>"]
-        lines.append("")
+    lines += _evidence(claim, max_rows)
     if claim.plots:
         names = "; ".join(_cell(describe(p).rstrip(".")) for p in claim.plots)
         lines += [f"_Figures ({len(claim.plots)}) in report.html: {names}._", ""]

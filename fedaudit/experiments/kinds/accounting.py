@@ -37,6 +37,7 @@ from fedaudit.guarantees import Bound
 from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key
+from fedaudit.reports.explain import Explanation, Field, display_number
 
 __all__ = ["Accounting"]
 
@@ -58,6 +59,22 @@ class Accounting(ClaimKind):
     figures = ("epsilon_vs_steps",)
     figure_names = {"epsilon_vs_steps": "ε against rounds"}
     tracked = (Tracked("epsilon", "accountant ε", bound=Bound.UPPER),)
+    evidence_fields = {
+        "epsilon": Field("composed ε after all rounds"),
+        "max_epsilon": Field("budget ε"),
+        "within_budget": Field("within the budget"),
+        "margin": Field("margin (budget − composed ε)"),
+        "delta": Field("total δ (sampling tail included)"),
+        "references": Field("the same schedule by the other accountants"),
+        "notes": Field("notes"),
+        "method": Field("accountant", "", "configuration"),
+        "target_delta": Field("budget δ", "", "configuration"),
+        "mechanism": Field("mechanism", "", "configuration"),
+        "per_report": Field("guarantee of one report (as the mechanism states it)", "", "configuration"),
+        "per_round": Field("guarantee of one round", "", "configuration"),
+        "schedule": Field("schedule", "", "configuration"),
+        "curve": Field("ε after r rounds (figure)", "", "diagnostics"),
+    }
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import ACCOUNTANTS, SHUFFLE_METHODS
@@ -252,6 +269,73 @@ class Accounting(ClaimKind):
                 "references": {_method_name(m): v for m, v in refs_curve.items()}}
         return Evidence(holds=holds, violated=decision.violated, evidence=evidence, summary=summary, plots=(plot,),
                         caveats=tuple(caveats))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The budget claim in words: what one client's reports over the schedule may spend, how
+        the accountant composed the mechanism's *stated* per-report guarantee (taken as given: the
+        ldp kind audits it), the composed ε against the budget and the other accountants, and
+        what accounting never shows (the per-report claim itself, what else is released)."""
+        num = display_number
+        eps, budget = number(ev, "epsilon"), number(ev, "max_epsilon")
+        delta, target = number(ev, "delta"), number(ev, "target_delta")
+        method = _method_name(str(ev.get("method")))
+        sched = ev.get("schedule") or {}
+        rounds, sampling = sched.get("rounds"), sched.get("sampling", 1.0)
+        charged = sched.get("reports_charged", rounds)
+        per = ev.get("per_report") or {}
+        per_text = (f"(ε = {num(per.get('epsilon'))}, δ = {num(per.get('delta'))})" if per.get("delta")
+                    else f"ε = {num(per.get('epsilon'))}") + f" ({per.get('type', 'its stated guarantee')})"
+        mech = (ev.get("mechanism") or {}).get("name", "the mechanism")
+        shuffled = bool((ev.get("per_round") or {}).get("shuffled"))
+        where = f"{num(rounds)} rounds" + (f" at participation probability {num(sampling)}" if sampling != 1 else "") \
+            + (", reports shuffled" if shuffled else "")
+        claimed = (f"Over {where}, one client's reports of {mech} spend at most ε = {budget:g} at δ = {target:g} in "
+                   f"total" + (" (the plan expects this budget to be exceeded)." if expect == "violation" else "."))
+        tested = (f"Accounting, not sampling: each report's guarantee as {mech} states it, {per_text}, composed over "
+                  f"the {num(charged)} report(s) charged by the {method} accountant (replace-one neighbours; an "
+                  f"adversary who sees every report of the client). The computation is deterministic: no samples, "
+                  f"no confidence level.")
+        refs = {m: r for m, r in (ev.get("references") or {}).items() if isinstance(r, Mapping)}
+        ref_text = ", ".join(f"{_method_name(m)} {num(r.get('epsilon'))}" for m, r in refs.items()
+                             if r.get("epsilon") is not None)
+        within = eps <= budget
+        if within:
+            means = (f"The composed ε = {num(eps)} at δ = {delta:.3g} is within the budget ε = {budget:g} "
+                     f"(margin {num(budget - eps, 3)}).")
+        else:
+            means = (f"The composed ε = {num(eps)} at δ = {delta:.3g} EXCEEDS the budget ε = {budget:g}"
+                     + (f" by {num(eps - budget, 3)}." if math.isfinite(eps) else " (no finite ε at this δ)."))
+        if ref_text:
+            over = [_method_name(m) for m, r in refs.items() if isinstance(r.get("epsilon"), (int, float))
+                    and r["epsilon"] > budget]
+            means += f" The other accountants give {ref_text}" + (
+                f" — {', '.join(over)} would exceed the budget: the choice of accountant matters here." if over and within
+                else ".")
+        if expect == "violation":
+            means += " The plan expected the budget to be exceeded: " + ("it is." if not within else "it is NOT.")
+        not_shown = [f"that each report is really {per_text.split(' (')[0]}: the accountant takes {mech}'s stated "
+                     f"guarantee as given (an ldp claim on the same mechanism audits it)",
+                     "anything released besides these reports (model updates, counts, metrics): only the reports "
+                     "are accounted",
+                     f"the true ε of the schedule: {num(eps)} is the {method} accountant's upper bound, which may "
+                     f"be loose"]
+        if sampling != 1 and not shuffled:
+            not_shown.append("amplification by sampling: under local DP the server sees who reports, so sampling "
+                             "buys nothing here")
+        steps = []
+        if within:
+            steps.append(f"audit the per-report claim with an ldp claim on {mech} (pair = \"search\")")
+            if budget - eps < 0.1 * budget:
+                steps.append(f"the margin is under 10% of the budget: a few more rounds would exceed it (the figure "
+                             f"shows ε after r rounds)")
+        elif expect != "violation":
+            cheaper = [f"{_method_name(m)} gives {num(r['epsilon'])}" for m, r in refs.items()
+                       if isinstance(r.get("epsilon"), (int, float)) and r["epsilon"] <= budget]
+            steps.append("fewer rounds, a smaller per-report ε, or client sampling with a shuffler (shuffle_n)"
+                         + (f"; a tighter accountant would do: {', '.join(cheaper)}" if cheaper else ""))
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The budget holds when the composed ε is within it, ``epsilon <= max_epsilon`` (an ε of

@@ -18,6 +18,8 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from fedaudit.reports.explain import Explanation, Field, display_number
+
 from fedaudit.experiments.components import (
     check_aggregator,
     check_attacks,
@@ -133,6 +135,18 @@ class Convergence(ClaimKind):
     """
 
     name = "convergence"
+    evidence_fields = {
+        "checks": Field("thresholds checked"),
+        "per_optimizer": Field("each optimizer's run"),
+        "target_loss": Field("target loss L*"),
+        "target_basis": Field("how L* was set"),
+        "best_loss": Field("best loss any optimizer reached"),
+        "baseline": Field("baseline optimizer", "", "configuration"),
+        "thresholds": Field("thresholds declared by the plan", "", "configuration"),
+        "federation": Field("federation", "", "configuration"),
+        "plateau_rule": Field("plateau rule", "", "configuration"),
+        "seeds": Field("seeds", "", "diagnostics"),
+    }
     guarantee = "utility"
     unit = "rounds"
     figures = ("curves",)
@@ -328,6 +342,55 @@ class Convergence(ClaimKind):
                   "hlines": hlines, "markers": markers, "markers_label": "first round at or below L*"},)
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
                         plots=plots)
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The comparison in words: the thresholds (rounds to L*, speedups over the baseline, final
+        loss or accuracy), one seeded run per optimizer on the same attacked federation, the
+        checks met or missed, and what one run cannot show."""
+        num = display_number
+        fed = ev.get("federation") or {}
+        per = ev.get("per_optimizer") or {}
+        base = ev.get("baseline")
+        checks = [c for c in ev.get("checks") or [] if isinstance(c, Mapping)]
+        said = "; ".join(f"{c.get('check')} {'≤' if str(c.get('check')).startswith('max_') else '≥'} "
+                         f"{num(c.get('bound'))}" for c in checks) or "no threshold (measurement only)"
+        claimed = (f"On {fed.get('dataset')} with {fed.get('f')} Byzantine client(s) running {fed.get('attack')} "
+                   f"against {fed.get('aggregator')}, the optimizers {', '.join(per)} meet: {said}."
+                   + (" The plan expects a threshold to be missed." if expect == "violation" else ""))
+        target = ev.get("target_loss")
+        tested = (f"One seeded training run per optimizer on the same federation ({fed.get('n_honest')} honest clients, "
+                  f"Dirichlet β = {num(fed.get('beta'))}, model dimension {num(fed.get('dim'))}); rounds to the "
+                  f"target loss L* = {num(target)} ({ev.get('target_basis')}), speedups as ratios of those rounds "
+                  f"against {base}. A diverged run meets no threshold.")
+        parts = []
+        for c in checks:
+            parts.append(f"{c.get('check')}: {num(c.get('value'), 3)} against {num(c.get('bound'))}, "
+                         + ("met" if c.get("holds") else "NOT met"))
+        runs = []
+        for name, r in per.items():
+            if not isinstance(r, Mapping):
+                continue
+            if r.get("diverged"):
+                runs.append(f"{name} diverged")
+            else:
+                runs.append(f"{name} reached L* in {num(r.get('rounds_to_target'))} round(s), final loss "
+                            f"{num(r.get('final_loss'), 3)}")
+        means = ("; ".join(parts) + ". " if parts else "") + ("; ".join(runs) + "." if runs else "")
+        lower = [n for n, r in per.items() if isinstance(r, Mapping) and r.get("speedup_is_lower_bound")]
+        if lower:
+            means += f" The speedup of {', '.join(lower)} is a lower bound: {base} never reached L*."
+        not_shown = ["the spread over seeds: each optimizer ran once, so a speedup has no confidence interval",
+                     "other attacks, aggregators, step sizes or data than this federation's",
+                     "privacy or robustness guarantees: this compares training speed under one attack"]
+        steps = []
+        if verdict != "PASS" and expect == "pass":
+            steps.append("tune the missing optimizer's step size or momentum, or run more rounds; check that "
+                         "the target L* is reachable by the baseline")
+        elif expect == "pass":
+            steps.append("repeat with other plan seeds to see whether the speedup is stable")
+        return Explanation(claimed=claimed, tested=tested, means=means.strip() or "No run produced a result.",
+                           does_not_show=tuple(not_shown), next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The claim holds when every threshold of ``thresholds`` is met by ``per_optimizer``: the

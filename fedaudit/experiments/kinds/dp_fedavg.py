@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
+from fedaudit.experiments.evidence import (CANARY_FIELDS, CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
                                            canary_claimed_epsilon, canary_claimed_text, canary_decision,
-                                           canary_evidence)
+                                           canary_evidence, canary_explanation)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
+from fedaudit.reports.explain import Explanation
 
 __all__ = ["DPFedAvg"]
 
@@ -38,6 +39,7 @@ class DPFedAvg(ClaimKind):
     figures = ("epsilon_vs_steps",)
     figure_names = {"epsilon_vs_steps": "ε against rounds"}
     tracked = CANARY_TRACKED
+    evidence_fields = CANARY_FIELDS
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.audit.dp_fedavg_audit import FEDAVG_AUDIT_DATASETS, MAX_AUDIT_CANARIES
@@ -101,6 +103,11 @@ class DPFedAvg(ClaimKind):
                                delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
                                what=what, extra={"test_accuracy": res.test_accuracy, "clients": res.clients},
                                decide=self.decide)
+
+    def explain(self, params: Mapping[str, Any], evidence: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The canary audit in words (:func:`~fedaudit.experiments.evidence.canary_explanation`, client level)."""
+        return canary_explanation(evidence, verdict, expect, level="client", count_name="rounds")
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The ``dpsgd`` kind's rule, :func:`~fedaudit.experiments.evidence.canary_decision`: the

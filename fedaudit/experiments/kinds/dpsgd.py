@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fedaudit.experiments.evidence import (CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
+from fedaudit.experiments.evidence import (CANARY_FIELDS, CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
                                            canary_claimed_epsilon, canary_claimed_text, canary_decision,
-                                           canary_evidence)
+                                           canary_evidence, canary_explanation)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
+from fedaudit.reports.explain import Explanation
 
 __all__ = ["DPSGD"]
 
@@ -43,6 +44,7 @@ class DPSGD(ClaimKind):
     unit = "steps"
     figures = ("epsilon_vs_steps",)
     tracked = CANARY_TRACKED
+    evidence_fields = CANARY_FIELDS
 
     def keys(self) -> dict[str, Key]:
         from fedaudit.accounting import accountants_for, dpsgd_event
@@ -108,6 +110,11 @@ class DPSGD(ClaimKind):
                                delta=p["delta"], confidence=p["confidence"], curve=curve, expect=spec.expect,
                                what=what, extra={"accuracy": res.accuracy, "training_seconds": res.training_seconds},
                                decide=self.decide)
+
+    def explain(self, params: Mapping[str, Any], evidence: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The canary audit in words (:func:`~fedaudit.experiments.evidence.canary_explanation`, example level)."""
+        return canary_explanation(evidence, verdict, expect, level="example", count_name="steps")
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """:func:`~fedaudit.experiments.evidence.canary_decision`: the accountant's ε within the claimed ε and no certified one-run

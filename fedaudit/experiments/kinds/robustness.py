@@ -23,8 +23,16 @@ from fedaudit.experiments.kind import (ClaimKind, Decision, Evidence, EvidenceEr
                                        number)
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 from fedaudit.json import finite_or_none
+from fedaudit.reports.explain import Explanation, Field, display_number
 
 __all__ = ["Robustness", "worst_configuration"]
+
+
+def exceeds_published(nu: float, bound: float | None) -> bool:
+    """Whether ν̂ exceeds the published κ (:func:`fedaudit.audit.robustness.exceeds_bound`)."""
+    from fedaudit.audit.robustness import exceeds_bound
+
+    return exceeds_bound(nu, bound)
 
 
 def worst_configuration(res: Any) -> dict[str, Any]:
@@ -73,6 +81,18 @@ class Robustness(ClaimKind):
 
     name = "robustness"
     guarantee = "robustness"
+    evidence_fields = {
+        "nu_empirical": Field("ν̂, worst ratio found (lower bound on κ)"),
+        "nu_bound": Field("published bound κ"),
+        "max_nu": Field("plan's bound on ν̂ (max_nu)"),
+        "bound_violation": Field("ν̂ above the published κ"),
+        "unbounded": Field("unbounded (ν̂ = ∞)"),
+        "worst": Field("configuration that attains ν̂"),
+        "nu_lower": Field("any rule's ν ≥ f/(n−2f)"),
+        "reaches_lower_bound": Field("ν̂ reaches f/(n−2f)"),
+        "aggregator_params": Field("rule's parameters", "", "configuration"),
+        "audit": Field("raw audit record", "", "diagnostics"),
+    }
     unit = "configurations"
     figures = ("nu_vs_bound",)
     tracked = (Tracked("nu_empirical", "ν̂"),)
@@ -172,6 +192,73 @@ class Robustness(ClaimKind):
                   "nu_max": p["max_nu"]},)
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
                         plots=plots, caveats=tuple(robustness_caveats(res)))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The robustness claim in words: (f, κ)-robustness of the rule, the omniscient attacker
+        and search that produced ν̂, what ν̂ is (a lower bound on κ: an attack found it), against
+        the plan's bound and the published κ (re-verified or not), and the next step."""
+        num = display_number
+        audit = ev.get("audit") or {}
+        p = {**audit, **dict(ev.get("parameters") or {})}
+        rule, n, f = p.get("aggregator", "the rule"), p.get("n"), p.get("f")
+        nu, bound, cap = number(ev, "nu_empirical"), number(ev, "nu_bound", nullable=True), \
+            number(ev, "max_nu", nullable=True)
+        lower = number(ev, "nu_lower")
+        verified = bool((audit.get("bound") or {}).get("verified", True))
+        worst = ev.get("worst") or {}
+        goals = ([f"{num(cap)} (the plan's max_nu)"] if cap is not None else []) + (
+            [f"the published κ = {num(bound)}"] if bound is not None else [])
+        claimed = (f"The aggregation rule {rule} is (f, κ)-robust at n = {n}, f = {f}: whatever f clients send, the "
+                   f"squared distance of its output to the honest clients' mean is at most κ times their spread "
+                   f"(mean squared distance to that mean)" + (f", and no attack drives that ratio ν above "
+                                                              f"{' or '.join(goals)}" if goals else "") + "."
+                   + (" The plan expects this to be refuted." if expect == "violation" else ""))
+        attacks = ", ".join(map(str, p.get("attacks") or [])) or "none"
+        tested = (f"Omniscient Byzantine threat model: f = {f} of n = {n} clients know every honest input and the rule. "
+                  f"{num(p.get('trials'))} trials of the attacks {attacks} and an optimiser search over all inputs "
+                  f"({num(p.get('search_evals'))} evaluations) in dimension {num(p.get('dim', p.get('d')))}; ν̂ is the "
+                  f"largest ratio any of them produced.")
+        where = worst.get("label", "?")
+        if not math.isfinite(nu):
+            means = "ν̂ = ∞: an attack drove the output arbitrarily far, so the rule is not (f, κ)-robust for any κ."
+        else:
+            means = f"The worst case found is ν̂ = {num(nu, 3)} ({where}): the rule's true κ is at least this."
+            if bound is not None:
+                means += (" It EXCEEDS the published κ = " + num(bound) + ": the bound does not hold for this "
+                          "implementation (or its recorded formula is wrong)." if exceeds_published(nu, bound) else
+                          f" It stays within the published κ = {num(bound)}.")
+            if cap is not None:
+                means += f" The plan's bound ν̂ ≤ {num(cap)} is " + ("met." if nu <= cap else "EXCEEDED.")
+            if nu < lower:
+                means += (f" ν̂ is below f/(n−2f) = {num(lower)}, which no rule's κ can beat: the attacks did not find "
+                          f"the worst case, so ν̂ understates κ.")
+            elif nu <= lower * 1.01:
+                means += (f" ν̂ equals f/(n−2f) = {num(lower)}, the least any rule can guarantee: on what the attacks "
+                          f"found, the rule is as robust as any rule can be.")
+        not_shown = ["that the rule is (f, κ)-robust: ν̂ is what the attacks found, a lower bound on κ; a stronger "
+                     "attack may find more"]
+        if bound is not None and not verified:
+            not_shown.append(f"that the published κ = {num(bound)} is right: its formula was recorded from the paper "
+                             f"and not re-verified, so staying within it is only as good as that formula")
+        if bound is None and cap is None:
+            not_shown.append("any bound: the rule has no published κ and the plan set no max_nu")
+        not_shown.append("how training behaves: ν̂ is about one aggregation step (stress and convergence claims test "
+                         "whole training runs)")
+        steps = []
+        if verdict == "PASS" and expect == "pass":
+            steps.append(f"a stronger search (raise search_evals, now {num(p.get('search_evals'))}, or trials) to "
+                         f"look for a worse configuration")
+            if cap is None:
+                steps.append("set max_nu to the κ your convergence analysis needs: without it only the published "
+                             "bound is checked")
+        elif expect == "pass":
+            steps.append(f"replay the worst configuration ({where}) to confirm it, then use a rule with a smaller κ "
+                         f"(e.g. with NNM or bucketing before it) or fewer Byzantine clients")
+        elif verdict == "PASS":
+            steps.append("nothing to fix: keep the claim as a regression case")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """ν̂ is re-derived from the recorded rows, the largest ν of ``audit.per_configuration`` (0

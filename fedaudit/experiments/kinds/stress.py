@@ -22,6 +22,7 @@ from fedaudit.experiments.components import (
 )
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, mapping, number, rows
 from fedaudit.experiments.keys import Key, key_error
+from fedaudit.reports.explain import Explanation, Field, display_number
 
 __all__ = ["Stress", "stress_config_keywords", "stress_plots"]
 
@@ -100,6 +101,21 @@ class Stress(ClaimKind):
     removes it); by default a temporary directory removed when the claim ends."""
 
     name = "stress"
+    evidence_fields = {
+        "cells_meeting": Field("cells meeting the requirement"),
+        "cells": Field("cells trained"),
+        "failing": Field("failing cells"),
+        "worst_accuracy": Field("worst final test accuracy"),
+        "worst_loss": Field("worst final honest loss"),
+        "requirement": Field("requirement every cell must meet"),
+        "per_cell": Field("every cell"),
+        "worst_case": Field("worst case per aggregator (over attacks)"),
+        "cells_in_grid": Field("cells in the grid", "", "configuration"),
+        "config": Field("training configuration", "", "configuration"),
+        "breakdown_rule": Field("when a cell counts as diverged", "", "configuration"),
+        "seed_rule": Field("seed rule", "", "diagnostics"),
+        "runtime_s": Field("run time", "s", "diagnostics"),
+    }
     guarantee = "robustness"
     unit = "cells"
     figures = ("heatmap", "curves")
@@ -232,6 +248,50 @@ class Stress(ClaimKind):
         decision = self.decide(evidence, spec.expect)
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary=summary,
                         plots=tuple(stress_plots(config, res, p)))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The grid claim in words: every cell (aggregator × attack × f × β) must keep the
+        requirement; one seeded training run per cell; how many cells met it, the worst ones, and
+        what one run per cell cannot show (the spread over seeds, other attacks)."""
+        num = display_number
+        cfg = {**dict(ev.get("config") or {}), **dict(ev.get("parameters") or {})}
+        req = ev.get("requirement") or {}
+        want = ([f"final test accuracy ≥ {num(req['min_accuracy'])}"] if req.get("min_accuracy") is not None else []) \
+            + ([f"final honest loss ≤ {num(req['max_loss'])}"] if req.get("max_loss") is not None else [])
+        aggs, attacks = ", ".join(map(str, cfg.get("aggregators", []))), ", ".join(map(str, cfg.get("attacks", [])))
+        claimed = (f"Federated training on {cfg.get('dataset', '?')} with each of the rules {aggs} keeps "
+                   f"{' and '.join(want)} under each of the attacks {attacks}, for f in {cfg.get('fs')} Byzantine "
+                   f"clients among {cfg.get('n_honest')} honest ones and Dirichlet β in {cfg.get('betas')}."
+                   + (" The plan expects some cell to fail." if expect == "violation" else ""))
+        cells, meeting = int(number(ev, "cells")), int(number(ev, "cells_meeting"))
+        tested = (f"{num(cells)} training runs, one per cell (rule × attack × f × β), {cfg.get('rounds')} rounds of "
+                  f"{cfg.get('optimizer', 'dgd')} each; omniscient attackers"
+                  + (" whose attack is scaled by a line search against the rule" if cfg.get("optimal_attack", True)
+                     else "") + ". A cell that diverges meets no requirement. One seeded run per cell, no repeats.")
+        worst_acc, worst_loss = ev.get("worst_accuracy"), ev.get("worst_loss")
+        means = (f"{meeting} of {cells} cells meet the requirement; the worst final accuracy is "
+                 + ("a diverged run" if worst_acc is None else num(worst_acc, 3))
+                 + ", the worst final loss " + ("a diverged run" if worst_loss is None else num(worst_loss, 3)) + ".")
+        failing = [r for r in ev.get("failing") or [] if isinstance(r, Mapping)]
+        if failing:
+            means += " Failing: " + "; ".join(f"{r.get('key')} ({r.get('why')})" for r in failing[:4]) \
+                + (f" and {len(failing) - 4} more" if len(failing) > 4 else "") + "."
+        not_shown = ["the spread over seeds: each cell is one seeded run, with no confidence interval",
+                     "other attacks, Byzantine counts, data partitions or longer training than the grid's",
+                     "privacy: the grid measures accuracy and loss only"]
+        steps = []
+        if failing and expect == "pass":
+            steps.append("for the failing cells, a rule with pre-aggregation (nnm+…, bucketing+…), fewer Byzantine "
+                         "clients or more honest ones; then rerun the grid")
+        elif not failing and expect == "pass":
+            lacking = [a for a in ("minmax", "signflip", "labelflip") if a not in cfg.get("attacks", [])]
+            steps.append("rerun with another plan seed to see the spread"
+                         + (f", and add attacks the grid lacks ({', '.join(lacking)})" if lacking else ""))
+        elif failing:
+            steps.append("nothing to fix: keep the claim as a regression case")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """Re-derived from the recorded ``per_cell`` rows: a violation is a cell that misses the

@@ -17,6 +17,7 @@ import numpy as np
 from fedaudit.reports.diff import Tracked
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, EvidenceError, Progress, mapping, number, rows
 from fedaudit.experiments.keys import Key, engine_keys, key_error, require_bound
+from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["Variance", "slope_ci", "rescaled_ci"]
 
@@ -96,6 +97,18 @@ class Variance(ClaimKind):
 
     name = "variance"
     guarantee = "utility"
+    evidence_fields = {
+        "checks": Field("bounds checked against the measurement"),
+        "slope_private": Field("log–log slope of private MSE on d/k"),
+        "slope_private_ci": Field("confidence interval of that slope"),
+        "slope_nonprivate": Field("slope without privacy (reference)"),
+        "per_k": Field("MSE at each k"),
+        "references": Field("MSE of other mechanisms at the same ε (reference)"),
+        "bounds": Field("bounds declared by the plan", "", "configuration"),
+        "confidence": Field("confidence of the intervals", "", "configuration"),
+        "samples": Field("reports per measurement", "", "configuration"),
+        "curve": Field("raw measurements (figure)", "", "diagnostics"),
+    }
     unit = "reports"
     figures = ("mse_vs_dk",)
     tracked = (Tracked("slope_private", "MSE slope on d/k", ci="slope_private_ci"),)
@@ -208,6 +221,57 @@ class Variance(ClaimKind):
                   "slopes": {label_p: slope, label_0: curve.slope_nonprivate}},)
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary="; ".join(parts),
                         plots=plots)
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The utility claim in words: the bound on SSTQ's MSE or on its growth with d/k, how the
+        MSE was measured (reports per k, confidence intervals), which bound the intervals settle
+        and which they leave open, and that utility says nothing of privacy."""
+        num = display_number
+        conf = percent(number(ev, "confidence"))
+        curve = ev.get("curve") or {}
+        dim, eps, ks = curve.get("dim"), curve.get("epsilon"), curve.get("ks") or [r.get("k") for r in ev["per_k"]]
+        wants = {"max_mse": "MSE ≤ {b} at every k", "max_slope": "MSE growing with d/k no faster than (d/k)^{b} "
+                 "(log–log slope ≤ {b})", "min_slope": "MSE growing with d/k at least as fast as (d/k)^{b} "
+                 "(log–log slope ≥ {b})"}
+        checks = rows(ev, "checks")
+        said = ["MSE not growing with d/k (log–log slope ≤ 0)" if c.get("check") == "max_slope" and c["bound"] == 0
+                else wants[c["check"]].format(b=num(c["bound"])) for c in checks if c.get("check") in wants]
+        claimed = (f"Private SSTQ at d = {num(dim)}, ε = {num(eps)} keeps "
+                   + ("; ".join(said) if said else "its MSE as measured (no bound declared)") + f", for k in {ks}."
+                   + (" The plan expects this claim to be refuted." if expect == "violation" else ""))
+        tested = (f"Utility, not privacy: {num(int(number(ev, 'samples')))} random inputs encoded and decoded at each k "
+                  f"(private and non-private), the MSE measured with {conf} confidence intervals and the log–log slope "
+                  f"of MSE on d/k fitted with its own {conf} interval; a bound holds when the interval lies on its "
+                  f"side, is violated when the interval lies entirely on the other.")
+        parts = []
+        for c in checks:
+            lo, hi = c["ci"]
+            state = ("holds: the whole interval meets the bound" if c["holds"] else
+                     "is VIOLATED: the whole interval lies beyond the bound" if c["violated"] else
+                     "is undecided: the interval straddles the bound")
+            parts.append(f"{c['check']} {num(c['bound'])} {state} (measured {num(c['value'])}, {conf} interval "
+                         f"[{num(lo)}, {num(hi)}])")
+        slope = number(ev, "slope_private")
+        means = ("; ".join(parts) + "." if parts else "No bound was declared: the report only records the measurement.")
+        if math.isfinite(slope):
+            means += (f" The private MSE's log–log slope is {num(slope, 3)}; without privacy it is "
+                      f"{num(number(ev, 'slope_nonprivate'), 3)} (for comparison).")
+        if expect == "violation":
+            means += " The plan expected the claim to be refuted: " + ("it is." if verdict == "PASS" else "it is NOT.")
+        not_shown = ["privacy: the MSE is measured at the stated ε; whether SSTQ is ε-LDP is an ldp claim's question",
+                     f"other dimensions, ε or levels, or k outside {ks}: a slope fitted on {len(ks)} points is not a "
+                     f"law beyond them"]
+        steps = []
+        if verdict == "INCONCLUSIVE" or any(not c["holds"] and not c["violated"] for c in checks):
+            steps.append(f"more samples (now {num(int(number(ev, 'samples')))}) narrow the intervals until the "
+                         f"bound is decided")
+        elif expect == "violation" and verdict == "PASS":
+            steps.append("nothing to fix: keep the claim as a regression case")
+        elif verdict == "FAIL" and expect == "pass":
+            steps.append("revise the claimed bound to what was measured, or change the mechanism's parameters")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """Each bound set in ``bounds`` is checked on the recorded CIs (:func:`_bound_checks`): the
