@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import ClaimKind, Cost, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import REQUIRED, Key
+from fedaudit.reports.explain import Explanation, Field, display_number
 
 __all__ = ["ConfigCheck"]
 
@@ -35,6 +36,20 @@ class ConfigCheck(ClaimKind):
 
     name = "config-check"
     guarantee = "privacy"
+    evidence_fields = {
+        "claimed_epsilon": Field("claimed ε"),
+        "epsilon_true": Field("true ε of the configuration (or its certified upper bound)"),
+        "meets": Field("meets the claim"),
+        "fix": Field("setting that would meet the claim"),
+        "delta": Field("δ"),
+        "bound": Field("kind of number (exact or upper bound)"),
+        "unit": Field("what one ε covers"),
+        "claim_source": Field("whose claim", "", "configuration"),
+        "library": Field("library", "", "configuration"),
+        "target": Field("target", "", "configuration"),
+        "configuration": Field("configuration", "", "configuration"),
+        "details": Field("computation details", "", "diagnostics"),
+    }
     unit = "checks"
     figures = ()
     #: keys that are positional arguments of the generated command (``fedaudit check TARGET``)
@@ -102,6 +117,45 @@ class ConfigCheck(ClaimKind):
         decision = self.decide(evidence, spec.expect)
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence, summary=result.line(),
                         caveats=tuple(result.notes), states_parameters=True)
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The configuration check in words: the library's claim, the white-box computation of its
+        true ε (exact, or a certified upper bound), the fix when it fails, and what a computation
+        from the configuration cannot show (that the deployed code is the configuration)."""
+        num = display_number
+        claimed_eps, true = number(ev, "claimed_epsilon"), number(ev, "epsilon_true")
+        upper = ev.get("bound") == "upper"
+        claimed = (f"{ev.get('library')}'s {ev.get('target')} configured as {ev.get('configuration')} is "
+                   f"ε = {num(claimed_eps)}-DP at δ = {num(ev.get('delta'))} ({ev.get('unit')}; the claim as "
+                   f"{ev.get('claim_source')} states it)."
+                   + (" The plan expects this claim to be false." if expect == "violation" else ""))
+        tested = ("White box, nothing run: the ε the library's code actually delivers for these parameters, "
+                  + ("a certified upper bound" if upper else "computed exactly")
+                  + " by fedaudit's own analysis or accountants, compared with the claim.")
+        if true > claimed_eps:
+            means = (f"The claim does not hold: the configuration's {'certified upper bound on ε' if upper else 'true ε'}"
+                     f" is {num(true)}, above the claimed {num(claimed_eps)}."
+                     + ("" if not upper else " (An upper bound above the claim means the claim is not certified; "
+                                             "the true ε may still be lower.)"))
+        else:
+            means = (f"The claim holds: the configuration's {'certified upper bound on ε' if upper else 'true ε'} is "
+                     f"{num(true)} ≤ {num(claimed_eps)}.")
+        if expect == "violation":
+            means += " The plan expected the claim to fail: " + ("it does." if verdict == "PASS" else "it does NOT.")
+        not_shown = ["that the deployed code runs this configuration: the check reads the parameters, it does not "
+                     "observe a run (an audit of the running system does)",
+                     f"anything beyond {ev.get('unit')}: other rounds, releases or data are not accounted here"]
+        steps = []
+        if ev.get("fix") and verdict != "PASS" and expect == "pass":
+            steps.append(f"fix the configuration: {ev.get('fix')}")
+        elif verdict == "PASS" and expect == "violation":
+            steps.append("nothing to fix: keep the claim as a regression case")
+        elif verdict == "PASS":
+            steps.append("audit the running system against the same claim (a canary or ldp audit) to check that it "
+                         "is configured as read")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """A violation is ``epsilon_true > claimed_epsilon`` (the true ε, or its certified upper bound

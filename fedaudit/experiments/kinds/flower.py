@@ -35,6 +35,7 @@ from fedaudit.guarantees import Bound
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, mapping, number
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.keys import Key, key_error, mechanism_params_key
+from fedaudit.reports.explain import Explanation, Field, display_number
 
 __all__ = ["Flower"]
 
@@ -67,6 +68,20 @@ class Flower(ClaimKind):
     tracked = (Tracked("accuracy_attacked", "accuracy under attack", worse="lower"),
                Tracked("ldp.spent_max", "spent ε (largest of the runs)", bound=Bound.UPPER, guarantee="privacy"))
     runs_alone = True  # it starts its own Ray simulation: never inside a parallel claim worker
+    evidence_fields = {
+        "accuracy_attacked": Field("test accuracy under attack"),
+        "accuracy_clean": Field("test accuracy without attack"),
+        "accuracy_drop": Field("accuracy drop (clean − attacked)"),
+        "min_accuracy": Field("required accuracy"),
+        "max_accuracy_drop": Field("largest drop allowed"),
+        "client_errors": Field("client errors"),
+        "accuracy_fedavg_attacked": Field("FedAvg's accuracy under the same attack (reference)"),
+        "refused": Field("reports refused by the LDP budget"),
+        "ldp": Field("local DP of the clients' reports"),
+        "attack_at": Field("where the attack runs", "", "configuration"),
+        "runs": Field("per-round records of each run", "", "diagnostics"),
+        "simulation": Field("Flower simulation record", "", "diagnostics"),
+    }
 
     def keys(self) -> dict[str, Key]:
         return {
@@ -310,6 +325,49 @@ class Flower(ClaimKind):
                 "bits_per_report": mech.bits_per_report, "budget": p["budget"],
                 "budget_delta": self._budget_delta(p, mech), "composition": "basic",
                 "spent_max": max(max(r["spent_epsilon"]) for r in runs.values()), "runs": runs}
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The Flower claim in words: the rule keeps its accuracy in a real Flower simulation under
+        the attack, one seeded simulation per run, the accuracies against the requirement, and
+        what one simulation on the digits partitions cannot show."""
+        num = display_number
+        p = {**dict(params or {}), **dict(ev.get("parameters") or {})}
+        want = ([f"test accuracy ≥ {num(ev.get('min_accuracy'))}"] if ev.get("min_accuracy") is not None else []) + (
+            [f"an accuracy drop ≤ {num(ev.get('max_accuracy_drop'))}"] if ev.get("max_accuracy_drop") is not None else [])
+        attack, f = p.get("attack", "?"), p.get("f")
+        claimed = (f"In a real Flower simulation of {num(p.get('clients'))} clients over {num(p.get('rounds'))} rounds, "
+                   f"the rule {p.get('aggregator')} keeps " + (" and ".join(want) or "its accuracy")
+                   + (f" while {num(f)} client(s) run the {attack} attack" if attack != "none" else " (no attack)")
+                   + " with no client failing." + (" The plan expects this to fail." if expect == "violation" else ""))
+        tested = (f"flwr.simulation.run_simulation with the strategy under test: a clean run, the run under attack"
+                  + (f" ({ev.get('attack_at')})" if ev.get("attack_at") else "")
+                  + (", and FedAvg under the same attack for reference" if ev.get("accuracy_fedavg_attacked") is not None
+                     else "") + f"; the final global model's test accuracy. Omniscient attackers"
+                  f" at the server see every honest update; one seeded simulation per run.")
+        acc, clean, drop = ev.get("accuracy_attacked"), ev.get("accuracy_clean"), ev.get("accuracy_drop")
+        means = (f"Under attack the model reaches {num(acc, 3)} test accuracy against {num(clean, 3)} without "
+                 f"(drop {num(drop, 3)})")
+        if ev.get("accuracy_fedavg_attacked") is not None:
+            means += f"; plain FedAvg under the same attack reaches {num(ev.get('accuracy_fedavg_attacked'), 3)}"
+        means += ". " + ("The requirement is met." if verdict == "PASS" and expect == "pass" else
+                         "The requirement is NOT met." if verdict == "FAIL" and expect == "pass" else
+                         "The plan expected a failure: " + ("it happened." if verdict == "PASS" else "it did NOT."))
+        errors = ev.get("client_errors") or []
+        if errors:
+            means += f" {len(errors)} client error(s) were recorded."
+        not_shown = ["the spread over seeds or partitions: one simulation per run",
+                     "other attacks, more Byzantine clients or other data than this simulation's",
+                     "privacy: accuracy under attack says nothing of what the updates reveal"
+                     + ("" if ev.get("ldp") else " (no local DP was configured)")]
+        steps = []
+        if verdict != "PASS" and expect == "pass":
+            steps.append("a rule with pre-aggregation (nnm+…) or fewer Byzantine clients; compare with the robustness "
+                         "kind's ν̂ for the same rule")
+        elif expect == "pass":
+            steps.append("rerun with other seeds, a stronger attack (optimal-<name>) or more rounds")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The claim holds when the attacked accuracy A_att (``accuracy_attacked``) is at least

@@ -23,6 +23,7 @@ from fedaudit.reports.diff import Tracked
 from fedaudit.guarantees import Bound
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import REQUIRED, Key
+from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["FlowerLocalDp"]
 
@@ -43,6 +44,30 @@ class FlowerLocalDp(ClaimKind):
     tracked = (Tracked("epsilon_true", "ε of the calibration as implemented", bound=Bound.UPPER),
                Tracked("epsilon_lower_real", "certified ε (real pipeline)", bound=Bound.LOWER),
                Tracked("epsilon_lower_vectorised", "certified ε (vectorised)", bound=Bound.LOWER))
+    evidence_fields = {
+        "epsilon_claimed": Field("configured (claimed) ε"),
+        "epsilon_true": Field("exact ε of the calibration under local DP"),
+        "epsilon_lower_real": Field("certified lower bound on ε (Flower's own mod)"),
+        "epsilon_lower_vectorised": Field("certified lower bound on ε (verified equivalent)"),
+        "violation": Field("violation detected"),
+        "white_box_violation": Field("exact ε above the claim"),
+        "certified_violation": Field("a certified bound above the claim"),
+        "delta_claimed": Field("configured δ"),
+        "delta_at_claimed_epsilon": Field("δ the calibration gives at the claimed ε"),
+        "sigma_flower": Field("σ Flower adds"),
+        "sigma_needed": Field("σ the claim needs"),
+        "sensitivity_needed": Field("sensitivity setting that delivers the claim"),
+        "l2_sensitivity": Field("L2 sensitivity under local DP (2·clipping_norm)"),
+        "epsilon_if_sensitivity": Field("ε if the sensitivity setting were the local-DP one"),
+        "confidence": Field("confidence of certified bounds", "", "configuration"),
+        "distinguisher": Field("distinguishing test", "", "configuration"),
+        "max_certifiable_real": Field("largest ε the real calls can certify", "", "diagnostics"),
+        "max_certifiable_vectorised": Field("largest ε the vectorised draws can certify", "", "diagnostics"),
+        "equivalence_calls": Field("real calls compared with the equivalent", "", "diagnostics"),
+        "equivalence_mismatches": Field("of them, mismatches", "", "diagnostics"),
+        "mod_calls_per_second": Field("real mod calls per second", "", "diagnostics"),
+        "audits": Field("raw audit records", "", "diagnostics"),
+    }
 
     def keys(self) -> dict[str, Key]:
         return {
@@ -138,6 +163,59 @@ class FlowerLocalDp(ClaimKind):
         }
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence,
                         summary=f"LocalDpMod claimed ε = {cal.epsilon:g}, δ = {cal.delta:g}: " + "; ".join(parts))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """LocalDpMod's claim in words: the configured (ε, δ) as local DP of one client's update,
+        the white-box exact ε of Flower's calibration and the black-box certified bounds, the
+        sensitivity setting that would deliver the claim, and what neither shows."""
+        num = display_number
+        p = dict(ev.get("parameters") or params or {})
+        eps, delta = number(ev, "epsilon_claimed"), number(ev, "delta_claimed")
+        true = number(ev, "epsilon_true")
+        real, vec = number(ev, "epsilon_lower_real"), number(ev, "epsilon_lower_vectorised", nullable=True)
+        conf = percent(number(ev, "confidence"))
+        c, sens = p.get("clipping_norm"), p.get("sensitivity")
+        claimed = (f"Flower's LocalDpMod(clipping_norm = {num(c)}, sensitivity = {num(sens)}, ε = {num(eps)}, "
+                   f"δ = {num(delta)}) makes each client's update ({num(eps)}, {num(delta)})-LDP: whatever two updates "
+                   f"a client could send, what leaves the client is at most e^ε times likelier under one (up to δ)."
+                   + (" The plan expects this to be false for this configuration." if expect == "violation" else ""))
+        tested = (f"White box: the exact ε of Flower's Gaussian calibration at the local-DP sensitivity 2·clipping_norm "
+                  f"= {num(number(ev, 'l2_sensitivity', optional=True))}. Black box: two updates ±u with ‖u‖ = "
+                  f"clipping_norm, {num(p.get('real_calls'))} calls of Flower's real mod and {num(p.get('samples'))} "
+                  f"draws of a vectorised equivalent (bit-identical on every real call compared) per input, told apart "
+                  f"by a projection test; certified lower bounds on ε at {conf}.")
+        if true > eps or real > eps or (vec is not None and vec > eps):
+            means = (f"The mod does not deliver the claim: its exact ε under local DP is {num(true, 3)}, above the "
+                     f"configured {num(eps)}" if true > eps else "A certified lower bound exceeds the configured ε")
+            means += (f" (certified ≥ {num(real, 3)} from the real mod" + (f", ≥ {num(vec, 3)} from its equivalent"
+                                                                          if vec is not None else "") + ").")
+            if ev.get("sensitivity_needed") is not None:
+                means += (f" Flower calibrates σ = {num(ev.get('sigma_flower'))} from its sensitivity setting; the claim "
+                          f"needs σ ≥ {num(ev.get('sigma_needed'))}, i.e. sensitivity = "
+                          f"{num(ev.get('sensitivity_needed'))}.")
+        else:
+            means = (f"The calibration delivers the claim: its exact ε under local DP is {num(true, 3)} ≤ {num(eps)}, "
+                     f"and the certified bounds (≥ {num(real, 3)} real, "
+                     + (f"≥ {num(vec, 3)} equivalent" if vec is not None else "no equivalent bound") + ") agree.")
+        if expect == "violation":
+            means += " The plan expected a violation: " + ("detected." if verdict == "PASS" else "NOT detected.")
+        not_shown = ["anything after the client: LocalDpMod protects one update; what the server aggregates, "
+                     "releases or composes over rounds is not accounted here (an accounting claim does that)",
+                     "that the black-box bounds are the true ε: they are lower bounds; the exact ε is the white-box number",
+                     "your deployment's settings unless they are the ones above (Flower passes sensitivity through "
+                     "as given; its documentation does not say it must be 2·clipping_norm)"]
+        steps = []
+        if verdict != "PASS" and expect == "pass" and ev.get("sensitivity_needed") is not None:
+            steps.append(f"fix the calibration: set sensitivity = {num(ev.get('sensitivity_needed'))} (the local-DP "
+                         f"sensitivity, 2·clipping_norm) so Flower adds σ ≥ {num(ev.get('sigma_needed'))}")
+        elif verdict == "PASS" and expect == "violation":
+            steps.append("nothing to fix: keep the claim as a regression case")
+        else:
+            steps.append("account the rounds: compose this per-round ε over the rounds each client takes part in "
+                         "(an accounting claim)")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """A violation is the calibration's exact ε under local DP above the claim,

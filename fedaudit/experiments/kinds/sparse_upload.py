@@ -31,6 +31,7 @@ from fedaudit.reports.diff import Tracked
 from fedaudit.guarantees import Bound
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
 from fedaudit.experiments.keys import Key, engine_keys
+from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["SparseUpload"]
 
@@ -40,6 +41,39 @@ OPS_PER_SECOND = 4e6
 
 class SparseUpload(ClaimKind):
     """Audit one client's gated sparse upload: the private variant's certified ε lower bound on its worst input pair must stay within its stated ε (its bound on neighbouring local datasets is reported), and the plain upload's bound on neighbouring datasets within ``plain_claimed_epsilon`` when the plan states one (else it is reported next to it, with the bytes per client per round against dense FedAvg)."""
+
+    evidence_fields = {
+        "epsilon_stated": Field("stated ε of the private upload"),
+        "epsilon_private_worst_lower": Field("certified lower bound on ε (private, worst pair)"),
+        "violation": Field("violation detected"),
+        "epsilon_plain_stated": Field("stated ε of the plain upload"),
+        "epsilon_plain_lower": Field("certified lower bound on ε (plain, one record)"),
+        "epsilon_worst_pair": Field("ε of the worst pair"),
+        "worst_pair_exact": Field("that ε is exact"),
+        "worst_claim_ratio": Field("certified share of the stated ε"),
+        "epsilon_private_lower": Field("certified lower bound on ε (private, one record)"),
+        "bytes_private": Field("private packet", "bytes"),
+        "bytes_plain": Field("plain packet", "bytes"),
+        "bytes_dense": Field("dense FedAvg upload (float32)", "bytes"),
+        "bytes_ratio": Field("private ÷ dense bytes"),
+        "max_bytes_ratio": Field("largest ratio allowed"),
+        "private_violation": Field("private bound above its stated ε"),
+        "plain_violation": Field("plain bound above its stated ε"),
+        "private_data_violation": Field("one-record bound above the stated ε"),
+        "epsilon_run": Field("ε the private upload runs at", "", "configuration"),
+        "confidence": Field("confidence of certified bounds", "", "configuration"),
+        "neighbour": Field("neighbouring datasets", "", "configuration"),
+        "m": Field("coordinates uploaded (m)", "", "configuration"),
+        "dim": Field("model dimension", "", "configuration"),
+        "worst_mode": Field("how the worst pair was found", "", "configuration"),
+        "worst_samples": Field("draws per input (worst pair)", "", "configuration"),
+        "private_tightness": Field("one-record bound ÷ stated ε", "", "diagnostics"),
+        "worst_tightness": Field("worst-pair bound ÷ the pair's ε", "", "diagnostics"),
+        "worst_max_certifiable": Field("largest ε the worst-pair draws can certify", "", "diagnostics"),
+        "max_certifiable": Field("largest ε the one-record draws can certify", "", "diagnostics"),
+        "plain_max_certifiable": Field("largest ε the plain draws can certify", "", "diagnostics"),
+        "audits": Field("raw audit records", "", "diagnostics"),
+    }
 
     name = "sparse-upload"
     guarantee = "privacy"
@@ -179,6 +213,57 @@ class SparseUpload(ClaimKind):
             "audits": {"plain": plain.to_dict(), "private": private.to_dict()},
         }
         return Evidence(holds=decision.holds, violated=violated, evidence=evidence, summary="; ".join(parts))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """The sparse-upload claim in words: the private upload's stated ε (and the plain one's,
+        when stated) against certified lower bounds on the worst input pair and on one record,
+        the bytes saved, and what lower bounds never show."""
+        num = display_number
+        stated, worst = number(ev, "epsilon_stated"), number(ev, "epsilon_private_worst_lower")
+        plain_stated = number(ev, "epsilon_plain_stated", nullable=True)
+        plain = number(ev, "epsilon_plain_lower")
+        conf = percent(number(ev, "confidence"))
+        ratio, most = number(ev, "bytes_ratio"), number(ev, "max_bytes_ratio", nullable=True)
+        claimed = (f"One client's gated private sparse upload (the top-{num(ev.get('m'))} of {num(ev.get('dim'))} "
+                   f"coordinates) is ε = {num(stated)}-DP for any two inputs"
+                   + (f", and the plain upload is ε = {num(plain_stated)}-DP on datasets differing in one record"
+                      if plain_stated is not None else "")
+                   + (f"; the private packet is at most {percent(most)} of a dense FedAvg upload" if most is not None
+                      else "") + "." + (" The plan expects this to be refuted." if expect == "violation" else ""))
+        tested = (f"Black-box audits of the upload pipeline D ↦ upload(local_update(state, D)): the private upload on "
+                  f"its worst input pair ({ev.get('worst_mode')}, {num(ev.get('worst_samples'))} draws per input) and "
+                  f"both uploads on local datasets that differ in one outlier record ({ev.get('neighbour')}); "
+                  f"certified lower bounds on ε at {conf}.")
+        parts = []
+        if plain_stated is not None:
+            parts.append(f"the plain upload leaks ε ≥ {num(plain, 3)}, " + ("ABOVE" if plain > plain_stated else
+                                                                          "within") + f" its stated {num(plain_stated)}")
+        else:
+            parts.append(f"the plain upload leaks ε ≥ {num(plain, 3)} on one record (no claim is made for it)")
+        parts.append(f"the private upload's worst pair certifies ε ≥ {num(worst, 3)}, "
+                     + ("ABOVE" if worst > stated else "within") + f" its stated {num(stated)}"
+                     + f" ({num(number(ev, 'worst_claim_ratio'), 2)} of it)")
+        parts.append(f"the private packet is {percent(ratio)} of a dense upload"
+                     + ("" if most is None else (" (within " if ratio <= most else " (ABOVE ") + f"{percent(most)})"))
+        means = "; ".join(parts).capitalize() + "."
+        if expect == "violation":
+            means += " The plan expected a violation: " + ("detected." if verdict == "PASS" else "NOT detected.")
+        not_shown = ["that the private upload is ε-DP: a certified bound within the stated ε is a lower bound, not a "
+                     "proof",
+                     "what the rest of training releases (the model, other rounds): one upload is audited"]
+        if worst <= stated and number(ev, "worst_claim_ratio") < 0.5:
+            not_shown.append(f"that the stated ε is tight: the worst-pair audit certified only "
+                             f"{num(number(ev, 'worst_claim_ratio'), 2)} of it")
+        steps = []
+        if verdict != "PASS" and expect == "pass":
+            steps.append("raise the private upload's noise (lower epsilon) or state the ε it was shown to leak")
+        elif verdict == "PASS" and expect == "violation":
+            steps.append("nothing to fix: keep the claim as a regression case")
+        else:
+            steps.append(f"more worst_samples (now {num(ev.get('worst_samples'))}) certify more of the stated ε")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """A violation is a certified bound above a stated ε: the private upload's worst-pair bound
