@@ -15,7 +15,7 @@ from rich.table import Table
 
 from fedaudit.reports.model import nonfinite_text
 
-__all__ = ["printable", "escape", "SafeConsole", "print_claim", "print_registry", "print_mechanisms", "print_showcase",
+__all__ = ["printable", "escape", "SafeConsole", "print_claim", "print_explanation", "print_registry", "print_mechanisms", "print_showcase",
            "print_aggregators", "print_verify", "print_plan_report",
            "print_account", "TONE_STYLE", "verdict_markup"]
 
@@ -262,6 +262,18 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def print_explanation(console: Console, claim: Any, *, compact: bool = False) -> None:
+    """The claim in plain language (:meth:`~fedaudit.reports.model.Claim.plain`) as short labelled
+    lines: claimed, tested, what it means, what it does not show, next step. ``compact`` (a plan
+    run's many claims): what it means, the first thing it does not show and the first next step."""
+    x = claim.plain()
+    rows = ([] if compact else [("claimed", x.claimed), ("tested", x.tested)]) + [("means", x.means)]
+    rows += [("not shown", t) for t in (x.does_not_show[:1] if compact else x.does_not_show)]
+    rows += [("next", t) for t in (x.next_steps[:1] if compact else x.next_steps)]
+    for label, text in rows:
+        console.print(f"  [bold cyan]{label:>9}[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
 def print_claim(console: Console, claim: Any) -> None:
     """A claim run on its own (the commands generated from the claim kinds): its title and verdict,
     the summary, the evidence's scalars and objects as rows, each list of objects (per k, per
@@ -289,6 +301,8 @@ def print_claim(console: Console, claim: Any) -> None:
     console.print(escape(claim.summary), highlight=False, soft_wrap=True)
     for caveat in claim.caveats:
         console.print(f"[yellow]caveat[/] {escape(caveat)}", highlight=False, soft_wrap=True)
+    console.print("[bold]In plain language[/]", highlight=False)
+    print_explanation(console, claim)
 
 
 # ------------------------------------------------------------------------------ deployment (issue #26 §1)
@@ -314,7 +328,8 @@ def print_deployment(console: Console, report: Any) -> None:
 def print_plan_report(console: Console, report: Any, paths: Mapping[str, Any], *, print_html: bool = False) -> None:
     """``fedaudit run`` / ``demo``: one row per claim (verdict as :attr:`Claim.label` in its
     tone's colour, with its summary when the terminal is at least 150 columns wide, else a note
-    per claim that did not pass), then every claim's caveats, the overall line (all
+    per claim that did not pass), then every claim's caveats, each claim in plain language
+    (compact: :func:`print_explanation`), the overall line (all
     expectations met or not), one line per guarantee saying whether any of its claims failed,
     and where the report files are."""
     wide = console.width >= 150  # room for the summaries inside the table
@@ -334,6 +349,11 @@ def print_plan_report(console: Console, report: Any, paths: Mapping[str, Any], *
     console.print(table)
     for note in notes:
         console.print(note, highlight=False, soft_wrap=True)
+    if report.claims:
+        console.print("[bold]In plain language[/] (report.html has the whole account of each claim)", highlight=False)
+    for i, c in enumerate(report.claims, 1):
+        console.print(f"{i}. {escape(c.id)}", highlight=False, soft_wrap=True)  # its verdict is in the table above
+        print_explanation(console, c, compact=True)
     console.print(f"Overall: {verdict_markup(report.overall_label, report.overall_tone)} — "
                   f"{escape(report.counts_line())}", highlight=False, soft_wrap=True)
     for tone, text in report.guarantee_lines() if report.claims else ():

@@ -371,7 +371,7 @@ def test_markdown(written):
     assert "❌ **FAIL**" in md and "⚠️ **INCONCLUSIVE**" in md and "🚨 **VIOLATION DETECTED (as expected)**" in md
     assert "**Overall:** ❌ **1 claim(s) did not meet their expectation** — 5 claim(s): 2 PASS, 1 VIOLATION" in md
     assert "![" not in md and "data:image" not in md
-    assert "- `per_configuration.alie`: 7.3" in md
+    assert "| ↳ alie `per_configuration.alie` | 7.3 |" in md
     assert "report.html" in md and render_markdown(read_report(written["json"]).rendering_view()) == md
 
 

@@ -290,7 +290,7 @@ class Accounting(ClaimKind):
         shuffled = bool((ev.get("per_round") or {}).get("shuffled"))
         where = f"{num(rounds)} rounds" + (f" at participation probability {num(sampling)}" if sampling != 1 else "") \
             + (", reports shuffled" if shuffled else "")
-        claimed = (f"Over {where}, one client's reports of {mech} spend at most ε = {budget:g} at δ = {target:g} in "
+        claimed = (f"Over {where}, one client's reports of {mech} spend at most ε = {budget:g} at δ = {num(target)} in "
                    f"total" + (" (the plan expects this budget to be exceeded)." if expect == "violation" else "."))
         tested = (f"Accounting, not sampling: each report's guarantee as {mech} states it, {per_text}, composed over "
                   f"the {num(charged)} report(s) charged by the {method} accountant (replace-one neighbours; an "
@@ -301,10 +301,10 @@ class Accounting(ClaimKind):
                              if r.get("epsilon") is not None)
         within = eps <= budget
         if within:
-            means = (f"The composed ε = {num(eps)} at δ = {delta:.3g} is within the budget ε = {budget:g} "
+            means = (f"The composed ε = {num(eps)} at δ = {num(delta, 3)} is within the budget ε = {budget:g} "
                      f"(margin {num(budget - eps, 3)}).")
         else:
-            means = (f"The composed ε = {num(eps)} at δ = {delta:.3g} EXCEEDS the budget ε = {budget:g}"
+            means = (f"The composed ε = {num(eps)} at δ = {num(delta, 3)} EXCEEDS the budget ε = {budget:g}"
                      + (f" by {num(eps - budget, 3)}." if math.isfinite(eps) else " (no finite ε at this δ)."))
         if ref_text:
             over = [_method_name(m) for m, r in refs.items() if isinstance(r.get("epsilon"), (int, float))

@@ -247,11 +247,12 @@ class Variance(ClaimKind):
         parts = []
         for c in checks:
             lo, hi = c["ci"]
+            digits = next((d for d in range(4, 12) if num(lo, d) != num(hi, d)), 12)  # an interval shown as two numbers
             state = ("holds: the whole interval meets the bound" if c["holds"] else
                      "is VIOLATED: the whole interval lies beyond the bound" if c["violated"] else
                      "is undecided: the interval straddles the bound")
-            parts.append(f"{c['check']} {num(c['bound'])} {state} (measured {num(c['value'])}, {conf} interval "
-                         f"[{num(lo)}, {num(hi)}])")
+            parts.append(f"{c['check']} {num(c['bound'])} {state} (measured {num(c['value'], digits)}, {conf} "
+                         f"interval [{num(lo, digits)}, {num(hi, digits)}])")
         slope = number(ev, "slope_private")
         means = ("; ".join(parts) + "." if parts else "No bound was declared: the report only records the measurement.")
         if math.isfinite(slope):
