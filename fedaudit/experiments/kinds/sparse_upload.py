@@ -246,7 +246,8 @@ class SparseUpload(ClaimKind):
                      + f" ({num(number(ev, 'worst_claim_ratio'), 2)} of it)")
         parts.append(f"the private packet is {percent(ratio)} of a dense upload"
                      + ("" if most is None else (" (within " if ratio <= most else " (ABOVE ") + f"{percent(most)})"))
-        means = "; ".join(parts).capitalize() + "."
+        means = "; ".join(parts)
+        means = means[0].upper() + means[1:] + "."
         if expect == "violation":
             means += " The plan expected a violation: " + ("detected." if verdict == "PASS" else "NOT detected.")
         not_shown = ["that the private upload is ε-DP: a certified bound within the stated ε is a lower bound, not a "
