@@ -214,7 +214,7 @@ def canary_explanation(ev: Mapping[str, Any], verdict: str, expect: str, *, leve
     m = int(number(ev, "canaries"))
     certified = max(steinke, fdp)
     run = "DP-SGD training" if level == "example" else "DP-FedAvg training"
-    claimed_text = (f"The {run} run is (ε = {num(claimed)}, δ = {delta:g})-DP at the {level} level: adding or removing "
+    claimed_text = (f"The {run} run is (ε = {num(claimed)}, δ = {num(delta)})-DP at the {level} level: adding or removing "
                     f"one {level}'s data changes the probability of any trained model by at most a factor e^ε "
                     f"(up to δ).")
     if expect == "violation":

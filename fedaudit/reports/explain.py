@@ -289,7 +289,10 @@ def _range(nums: list[Any]) -> str:
 
 
 def _cell(value: Any) -> str:
-    """A value inside a records table: numbers as numbers, short lists inline, objects as k = v."""
+    """A value inside a records table: numbers as numbers, short lists inline, objects as k = v,
+    an empty list as "—"."""
+    if isinstance(value, (list, tuple, Mapping)) and not value:
+        return "—"
     nums = _numbers(value) if isinstance(value, (list, tuple)) else None
     if nums is not None:
         return _nested_text(value) if len(nums) <= INLINE_NUMBERS else \
@@ -304,7 +307,8 @@ def _cell(value: Any) -> str:
 def _value_row(key: str, label: str, unit: str, value: Any, depth: int) -> Row:
     """The row of one non-object value (objects become their own rows, see :func:`evidence_groups`)."""
     if _is_number(value) or value is None or isinstance(value, bool):
-        return Row(key, label, display_number(value), unit, numeric=_is_number(value), depth=depth)
+        text = str(value) if isinstance(value, int) and "seed" in key.rsplit(".", 1)[-1] else display_number(value)
+        return Row(key, label, text, unit, numeric=_is_number(value), depth=depth)  # a seed is a name, not a count
     if isinstance(value, str):
         return Row(key, label, value, unit, long=len(value) > 40, depth=depth)
     if isinstance(value, (list, tuple)):
@@ -324,7 +328,8 @@ def _value_row(key: str, label: str, unit: str, value: Any, depth: int) -> Row:
                        full=_nested_text(value, 8))
         if all(isinstance(v, Mapping) for v in value):
             columns = tuple(dict.fromkeys(str(k) for v in value for k in v))
-            rows = tuple(tuple(_cell(v.get(c)) for c in columns) for v in value)
+            rows = tuple(tuple(str(v[c]) if "seed" in c and isinstance(v.get(c), int) else _cell(v.get(c))
+                               for c in columns) for v in value)
             return Row(key, label, f"{len(value)} row(s)", unit, depth=depth, records=Records(columns, rows))
         if all(isinstance(v, str) for v in value):
             text = "; ".join(value)

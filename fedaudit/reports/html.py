@@ -61,9 +61,12 @@ table.evidence td.v .unit { color: var(--muted); margin-left: .4em; font-family:
 table.evidence td.v details { margin: 4px 0 0; }
 table.evidence td.v pre { white-space: pre-wrap; overflow-wrap: anywhere; max-width: 72ch; max-height: 24em; overflow: auto;
        background: #f4f6f7; padding: 6px 8px; margin: 4px 0 0; font-size: 12px; }
+table.evidence tr.records > td { padding-left: calc(9px + var(--depth, 0) * 18px); background: #fbfcfc; }
+table.evidence div.scroll { width: 0; min-width: 100%; overflow-x: auto; }
 table.records { width: auto; margin: 4px 0 6px; }
 table.records th, table.records td { font-size: 12px; padding: 3px 7px; white-space: nowrap; }
-table.records td { font-family: "DejaVu Sans Mono", monospace; text-align: right; font-variant-numeric: tabular-nums; }
+table.records td { font-family: "DejaVu Sans Mono", monospace; }
+table.records td.num { text-align: right; font-variant-numeric: tabular-nums; }
 details.diagnostics > summary { font-size: 15px; font-weight: 600; color: var(--ink); margin: 6px 0; }
 .explain { display: grid; grid-template-columns: max-content 1fr; gap: 4px 14px; margin: 10px 0 14px;
            padding: 10px 14px; background: #f4f8fb; border: 1px solid #c9dceb; border-radius: 6px; font-size: 15px; }
@@ -165,18 +168,30 @@ def _explanation(claim: Claim) -> str:
 def _evidence_value(row: Row) -> str:
     """The value cell of one evidence row: the number or text with its unit, a summarised array
     with every value behind a details element, a list of records as a small table."""
-    classes = "v" + (" num" if row.numeric else "") + (" long" if row.long or row.full or row.records else "")
+    classes = "v" + (" num" if row.numeric else "") + (" long" if row.long or row.full else "")
     unit = f'<span class="unit">{_e(row.unit)}</span>' if row.unit and row.text and row.numeric else ""
     inner = _e(row.text) + unit
     if row.full is not None:
         inner += f"<details><summary>show all values</summary><pre>{_e(row.full)}</pre></details>"
-    if row.records is not None:
-        head = "".join(f"<th>{_e(c)}</th>" for c in row.records.columns)
-        body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r) + "</tr>" for r in row.records.rows)
-        table = f'<table class="records"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-        inner = (f"<details open><summary>{_e(row.text)}</summary>{table}</details>" if len(row.records.rows) <= 8
-                 else f"<details><summary>{_e(row.text)}: show the table</summary>{table}</details>")
     return f'<td class="{classes}">{inner}</td>'
+
+
+#: a records cell that holds one number (right-aligned)
+_NUMBER = re.compile(r"^[−-]?(\d[\d,]*(\.\d+)?(e[+-]?\d+)?|∞|NaN)$")
+
+
+def _records(row: Row) -> str:
+    """A list of records as a table in a row of its own under its label's row, across both
+    columns and scrolling sideways when wide (open up to 8 rows, folded beyond)."""
+    assert row.records is not None
+    head = "".join(f"<th>{_e(c)}</th>" for c in row.records.columns)
+    body = "".join("<tr>" + "".join(f'<td class="num">{_e(v)}</td>' if _NUMBER.match(v) else f"<td>{_e(v)}</td>"
+                                    for v in r) + "</tr>" for r in row.records.rows)
+    table = f'<div class="scroll"><table class="records"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    fold = (f"<details open><summary>{_e(row.label)}: {_e(row.text)}</summary>{table}</details>"
+            if len(row.records.rows) <= 8 else
+            f"<details><summary>{_e(row.label)}: {_e(row.text)}, show the table</summary>{table}</details>")
+    return f'<tr class="records"><td colspan="2" style="--depth:{row.depth}">{fold}</td></tr>'
 
 
 def _evidence_rows(rows: list[Row]) -> str:
@@ -187,6 +202,8 @@ def _evidence_rows(rows: list[Row]) -> str:
         out.append(f"<tr{cls}>"
                    f'<th scope="row" class="q" style="--depth:{row.depth}">{_e(row.label)}'
                    f'<span class="key">{_e(row.key)}</span></th>' + _evidence_value(row) + "</tr>")
+        if row.records is not None:
+            out.append(_records(row))
     return "".join(out)
 
 

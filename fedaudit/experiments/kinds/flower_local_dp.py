@@ -64,7 +64,7 @@ class FlowerLocalDp(ClaimKind):
         "max_certifiable_real": Field("largest ε the real calls can certify", "", "diagnostics"),
         "max_certifiable_vectorised": Field("largest ε the vectorised draws can certify", "", "diagnostics"),
         "equivalence_calls": Field("real calls compared with the equivalent", "", "diagnostics"),
-        "equivalence_mismatches": Field("of them, mismatches", "", "diagnostics"),
+        "equivalence_mismatches": Field("mismatches among those calls", "", "diagnostics"),
         "mod_calls_per_second": Field("real mod calls per second", "", "diagnostics"),
         "audits": Field("raw audit records", "", "diagnostics"),
     }

@@ -354,10 +354,10 @@ class LDP(ClaimKind):
         name, sampler = str(mech.get("name", "?")), bool(mech.get("sampler"))
         searched = "search_samples" in ev
         violated = lb > eps
-        guarantee = f"(ε = {eps:g}, δ = {delta:g})-LDP" if delta else f"ε = {eps:g}-LDP"
+        guarantee = f"(ε = {eps:g}, δ = {num(delta)})-LDP" if delta else f"ε = {eps:g}-LDP"
         claimed = (f"The {'black-box sampler' if sampler else 'randomizer'} {name} is {guarantee}: whatever two inputs "
                    f"a client holds, each report is at most e^{eps:g} ≈ {math.exp(eps):.3g} times likelier under one "
-                   f"than under the other" + (f", except with probability δ = {delta:g}" if delta else "") + ".")
+                   f"than under the other" + (f", except with probability δ = {num(delta)}" if delta else "") + ".")
         if expect == "violation":
             claimed += " The plan expects this claim to be false (a known-bad mechanism kept as a regression case)."
         tested = (f"Black-box threat model: an adversary sees one report and knows it came from one of two inputs "
