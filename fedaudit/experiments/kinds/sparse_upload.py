@@ -39,6 +39,14 @@ __all__ = ["SparseUpload"]
 OPS_PER_SECOND = 4e6
 
 
+def _neighbour_text(neighbour: Any) -> str:
+    """The neighbouring datasets in a few words: " (record 19 of 20 replaced)" from the evidence's
+    ``neighbour`` object, its text when it is one, nothing when absent."""
+    if isinstance(neighbour, Mapping) and "replaced_record" in neighbour:
+        return f" (record {neighbour['replaced_record']} of {neighbour.get('records', '?')} replaced)"
+    return f" ({neighbour})" if isinstance(neighbour, str) else ""
+
+
 class SparseUpload(ClaimKind):
     """Audit one client's gated sparse upload: the private variant's certified ε lower bound on its worst input pair must stay within its stated ε (its bound on neighbouring local datasets is reported), and the plain upload's bound on neighbouring datasets within ``plain_claimed_epsilon`` when the plan states one (else it is reported next to it, with the bytes per client per round against dense FedAvg)."""
 
@@ -233,7 +241,7 @@ class SparseUpload(ClaimKind):
                       else "") + "." + (" The plan expects this to be refuted." if expect == "violation" else ""))
         tested = (f"Black-box audits of the upload pipeline D ↦ upload(local_update(state, D)): the private upload on "
                   f"its worst input pair ({ev.get('worst_mode')}, {num(ev.get('worst_samples'))} draws per input) and "
-                  f"both uploads on local datasets that differ in one outlier record ({ev.get('neighbour')}); "
+                  f"both uploads on local datasets that differ in one outlier record{_neighbour_text(ev.get('neighbour'))}; "
                   f"certified lower bounds on ε at {conf}.")
         parts = []
         if plain_stated is not None:
