@@ -26,6 +26,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import (BASE_MEMORY, ClaimKind, Cost, Decision, Evidence, EvidenceError, Progress,
                                        number, rows)
 from fedaudit.experiments.keys import REQUIRED, Key
+from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["LibraryMechanism", "CALL_RATES"]
 
@@ -54,6 +55,18 @@ class LibraryMechanism(ClaimKind):
     guarantee = "privacy"
     unit = "checks"
     figures = ()
+
+    evidence_fields = {
+        "library": Field("library", "", "configuration"),
+        "mechanism": Field("mechanism", "", "configuration"),
+        "version": Field("library version", "", "configuration"),
+        "installed": Field("installed where the plan ran", "", "configuration"),
+        "mode": Field("audit mode", "", "configuration"),
+        "reason": Field("why there is no verdict"),
+        "calibration": Field("white-box calibration"),
+        "calibration_points": Field("calibration points (its own first)"),
+        "blackbox": Field("black-box audit of real calls"),
+    }
 
     def keys(self) -> dict[str, Key]:
         catalog = _catalog()
@@ -177,6 +190,74 @@ class LibraryMechanism(ClaimKind):
             parts.append("expected a violation, " + ("detected" if decision.violated else "NOT detected"))
         return Evidence(holds=decision.holds, violated=decision.violated, evidence=evidence,
                         summary=f"{version} {mech}: " + "; ".join(parts), caveats=tuple(caveats))
+
+    def explain(self, params: Mapping[str, Any], ev: Mapping[str, Any], verdict: str,
+                expect: str = "pass") -> Explanation:
+        """A library mechanism's claim in words: the guarantee read off the object, the white-box
+        calibration (exact privacy profile at its own parameters and the grid) and the black-box
+        certified bound of real calls, which of them refutes the claim, and what neither shows."""
+        num = display_number
+        lib, mech, version = ev.get("library"), ev.get("mechanism"), ev.get("version") or ev.get("library")
+        if not ev.get("installed", True):
+            return Explanation(
+                claimed=f"{lib}'s {mech} delivers the privacy guarantee it states.",
+                tested="Nothing: the library is not installed where the plan ran.",
+                means=f"No verdict: {ev.get('reason', 'the library is missing')}.",
+                does_not_show=("anything about the mechanism: it was neither built nor called",),
+                next_steps=(str(ev.get("reason", "install the library")).split(": ", 1)[-1],))
+        cal, bb = ev.get("calibration"), ev.get("blackbox")
+        points = [pt for pt in ev.get("calibration_points") or [] if isinstance(pt, Mapping)]
+        own = points[0] if points else {}
+        claim = (cal or {}).get("claim") or (f"ε = {num((bb or {}).get('epsilon_claimed'))}, "
+                                              f"δ = {num((bb or {}).get('delta_claimed'))}")
+        claimed = (f"{version}'s {mech} with {params.get('params') or 'its parameters'} delivers the guarantee it "
+                   f"states ({claim})." + (" The plan expects it not to." if expect == "violation" else ""))
+        tests = []
+        if cal is not None:
+            tests.append(f"white box: the exact privacy profile of the mechanism as implemented ({cal.get('method')}) "
+                         f"at its own parameters" + (f" and at {len(points) - 1} more points of the default grid"
+                                                     if len(points) > 1 else "")
+                         + f", a point failing when its achieved δ exceeds the claimed δ by more than "
+                           f"{percent(number(cal, 'tolerance'))}")
+        if bb is not None:
+            tests.append(f"black box: {num(bb.get('real_calls') or bb.get('samples'))} real library calls per input "
+                         f"on two neighbouring inputs, a certified lower bound on ε at "
+                         f"{percent(number(bb, 'confidence'))}")
+        tested = "; ".join(tests)
+        tested = tested[0].upper() + tested[1:] + "."
+        parts = []
+        if cal is not None:
+            bad = [pt for pt in points if pt.get("violation")]
+            parts.append(f"at its own (ε = {num(own.get('epsilon'))}, δ = {num(own.get('delta'))}) the achieved δ is "
+                         f"{num(own.get('delta_achieved'))} and the true ε {num(own.get('epsilon_true'))}"
+                         + (f"; {len(bad)} of {len(points)} calibration point(s) are under-calibrated" if bad else
+                            f"; every one of the {len(points)} calibration point(s) meets its claim"))
+        if bb is not None:
+            lb, eps = number(bb, "epsilon_lower"), number(bb, "epsilon_claimed")
+            parts.append(f"the real calls certify ε ≥ {num(lb, 3)}, " + ("ABOVE" if lb > max(eps, 1e-12) else "within")
+                         + f" the claimed {num(eps)}")
+        means = "; ".join(parts)
+        means = (means[0].upper() + means[1:] + ".") if means else "Nothing was measured."
+        if expect == "violation":
+            means += " The plan expected a violation: " + ("detected." if verdict == "PASS" else "NOT detected.")
+        not_shown = [f"other versions of {lib}: the result is for {version}",
+                     "how the mechanism is used: composition over calls and what else is released are not accounted"]
+        if bb is not None:
+            not_shown.append("that the claim holds: the black-box bound is a lower bound; the calibration is the "
+                             "white-box check" if cal is not None else
+                             "that the claim holds: a black-box lower bound can only refute it (run mode = \"both\")")
+        steps = []
+        if verdict == "FAIL" and expect == "pass":
+            steps.append(f"report the under-calibration to {lib}'s maintainers with the failing points, or "
+                         f"calibrate the noise yourself for the claimed (ε, δ)")
+        elif verdict == "PASS" and expect == "violation":
+            steps.append("nothing to fix: keep the claim as a regression case")
+        elif cal is None:
+            steps.append("add the white-box calibration (mode = \"both\") for a check that can confirm the claim")
+        elif len(points) == 1:
+            steps.append("check the default (ε, δ) grid too (grid = true)")
+        return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
+                           next_steps=tuple(steps))
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """INCONCLUSIVE when ``installed`` is false. Otherwise a violation is a calibration point

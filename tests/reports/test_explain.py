@@ -1,4 +1,5 @@
-"""Issue #26 §2: every claim explained in plain language, and an evidence table a reviewer can read.
+"""Issue #26 §2 (``fedaudit/reports/explain.py``): every claim explained in plain language, and an evidence
+table a reviewer can read.
 
 Unit tests of each built-in kind's ``explain`` on hand-made evidence (PASS, FAIL and
 INCONCLUSIVE variants): the sentences must carry the evidence's own numbers and say what the
@@ -208,6 +209,25 @@ def test_flower_sparse_upload_and_config_check():
           "target": "flower-local-dp", "configuration": "LocalDpMod(…)"}
     z = explain("config-check", cc, "FAIL")
     assert "3.3, above the claimed 1" in z.means and any("sensitivity = 2·clipping_norm" in s for s in z.next_steps)
+
+
+def test_library_mechanism_calibration_failure_and_a_missing_library():
+    ev = {"library": "diffprivlib", "mechanism": "GaussianAnalytic", "version": "diffprivlib 0.6.6", "installed": True,
+          "mode": "both", "calibration": {"claim": "ε = 1, δ = 1e-20", "method": "analytic Gaussian", "tolerance": 0.01,
+                                          "violation": True},
+          "calibration_points": [{"epsilon": 1.0, "delta": 1e-20, "delta_achieved": 3e-19, "epsilon_true": 1.2,
+                                  "violation": True}],
+          "blackbox": {"epsilon_claimed": 1.0, "delta_claimed": 1e-20, "epsilon_lower": 0.4, "confidence": 0.95,
+                       "real_calls": 20_000, "samples": 20_000}}
+    x = explain("library-mechanism", ev, "FAIL", params={"params": {"epsilon": 1.0, "delta": 1e-20}})
+    assert "achieved δ is 3e-19" in x.means and "1 of 1 calibration point(s) are under-calibrated" in x.means
+    assert "ε ≥ 0.4, within the claimed 1" in x.means and x.tested.startswith("White box: the exact")
+    assert any("maintainers" in s for s in x.next_steps)
+    y = explain("library-mechanism", {"library": "opendp", "mechanism": "make_laplace", "version": None,
+                                      "installed": False, "reason": "opendp is not installed here: pip install "
+                                                                    "'fedaudit[opendp]' to run this claim"},
+                "INCONCLUSIVE")
+    assert "No verdict" in y.means and y.next_steps == ("pip install 'fedaudit[opendp]' to run this claim",)
 
 
 # ------------------------------------------------------------------------------ generic fallback
