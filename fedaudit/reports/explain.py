@@ -32,7 +32,7 @@ from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 
 __all__ = ["Explanation", "Field", "GROUPS", "GROUP_TITLES", "COMMON_FIELDS", "Row", "Records", "generic_explanation",
-           "evidence_groups", "summarize_rows", "display_number", "reading", "percent", "humanize"]
+           "evidence_groups", "summarize_rows", "display_number", "nonfinite_text", "reading", "percent", "humanize"]
 
 #: the evidence table's groups, in the order the renderings show them
 GROUPS: tuple[str, ...] = ("result", "configuration", "diagnostics")
@@ -135,6 +135,20 @@ class Explanation:
 
 
 # ------------------------------------------------------------------------------ shared phrasing
+#: how every renderer (terminal, HTML, Markdown) writes a non-finite number, keyed by its strict-JSON
+#: spelling (:mod:`fedaudit.json`): an infinite ν̂ or ε in words, as the summaries say it
+_NONFINITE = {"inf": "∞ (unbounded)", "-inf": "−∞", "nan": "NaN"}
+
+
+def nonfinite_text(value: Any) -> str | None:
+    """The words for a non-finite number — a float, or its strict-JSON string "inf"/"-inf"/"nan"
+    as a report file holds it: "∞ (unbounded)", "−∞", "NaN"; None for anything else. The one
+    place the terminal, HTML and Markdown renderers take them from."""
+    if isinstance(value, float) and not math.isfinite(value):
+        value = fjson.jsonable(value)
+    return _NONFINITE.get(value) if isinstance(value, str) else None
+
+
 def percent(value: float) -> str:
     """A confidence or share as a reader says it: 0.95 -> "95%", 0.999 -> "99.9%"."""
     text = f"{100 * value:.3g}"
@@ -148,16 +162,14 @@ def display_number(value: Any, digits: int = 4) -> str:
     if value is None:
         return "—"
     if isinstance(value, str):
-        return {"inf": "∞", "-inf": "−∞", "nan": "NaN"}.get(value, value)
+        return nonfinite_text(value) or value
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "∞" if value > 0 else "−∞"
+        if not math.isfinite(value):
+            return nonfinite_text(value) or str(value)
         if value.is_integer() and abs(value) < 1e15:
             return f"{int(value):,}" if abs(value) >= 10_000 else f"{int(value)}"
         return _EXPONENT.sub(r"e\1\2", f"{value:.{digits}g}")

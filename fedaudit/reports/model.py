@@ -48,7 +48,7 @@ from typing import Any, Iterable, Literal, Mapping
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.reports import canonical
-from fedaudit.reports.explain import Explanation, generic_explanation
+from fedaudit.reports.explain import Explanation, generic_explanation, nonfinite_text
 from fedaudit.version import __version__
 
 __all__ = [
@@ -618,20 +618,6 @@ class Report:
 
 
 # ------------------------------------------------------------------------------ display helpers
-#: how every renderer (terminal, HTML, Markdown) writes a non-finite number, keyed by its strict-JSON
-#: spelling (:mod:`fedaudit.json`): an infinite ν̂ or ε in words, as the summaries say it
-_NONFINITE = {"inf": "∞ (unbounded)", "-inf": "−∞", "nan": "NaN"}
-
-
-def nonfinite_text(value: Any) -> str | None:
-    """The words for a non-finite number — a float, or its strict-JSON string "inf"/"-inf"/"nan"
-    as a report file holds it: "∞ (unbounded)", "−∞", "NaN"; None for anything else. The one
-    place the terminal, HTML and Markdown renderers take them from."""
-    if isinstance(value, float) and not math.isfinite(value):
-        value = fjson.jsonable(value)
-    return _NONFINITE.get(value) if isinstance(value, str) else None
-
-
 def format_value(value: Any, max_items: int = 6) -> str:
     """A short human-readable rendering of one evidence value (shared by HTML and Markdown)."""
     if value is None:
