@@ -329,7 +329,9 @@ class Accounting(ClaimKind):
             if budget - eps < 0.1 * budget:
                 steps.append(f"the margin is under 10% of the budget: a few more rounds would exceed it (the figure "
                              f"shows ε after r rounds)")
-        elif expect != "violation":
+        elif expect == "violation":
+            steps.append("nothing to fix: keep the claim as a regression case (it fails if the budget is ever met)")
+        else:
             cheaper = [f"{_method_name(m)} gives {num(r['epsilon'])}" for m, r in refs.items()
                        if isinstance(r.get("epsilon"), (int, float)) and r["epsilon"] <= budget]
             steps.append("fewer rounds, a smaller per-report ε, or client sampling with a shuffler (shuffle_n)"
