@@ -58,7 +58,7 @@ def write_toml(path, data):
     ({**VQSGD, "confidence": 1.0}, r"^claim 'vq' \(#2\): key 'confidence' must be a number in \(0, 1\), got 1.0$"),
     ({**VQSGD, "curve": "yes"}, r"^claim 'vq' \(#2\): key 'curve' must be true or false, got 'yes'$"),
     ({**VQSGD, "mechanism": "sstq2"}, r"^claim 'vq' \(#2\): key 'mechanism' is not a mechanism: unknown mechanism 'sstq2' \(did you mean 'sstq'\?\)"),
-    ({**VQSGD, "kind": "privacy"}, r"^claim 'vq' \(#2\): key 'kind' must be one of 'accounting', 'convergence', .*'ldp', .*got 'privacy'"),
+    ({**VQSGD, "kind": "privacy"}, r"^claim 'vq' \(#2\): key 'kind' must be one of 'accounting', .*'convergence', .*'ldp', .*got 'privacy'"),
     ({**VQSGD, "id": "sketch"}, r"^claim 'sketch' \(#2\): key 'id' duplicates claim #1"),
     ({**VQSGD, "expect": "fail"}, r"^claim 'vq' \(#2\): key 'expect' must be one of 'pass', 'violation'"),
     ({**VQSGD, "sampler": "numpy:sort"}, r"^claim 'vq' \(#2\): key 'sampler' audits a black-box sampler instead of "
