@@ -39,9 +39,14 @@ from fedaudit.validation import check_int, check_positive
 
 __all__ = ["NoiseCheck", "noise_check", "blackbox_audit", "off_lattice_probability", "DTYPES"]
 
-torch = require("torch", "auditing Opacus noise")
-_opt = require("opacus.optimizers.optimizer", "auditing Opacus noise")
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: the torch dtypes Opacus's noise is audited in (torch is imported only when one is used, so this
+#: module imports without the ``torch`` extra)
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+def _torch() -> Any:
+    """torch, through the extras gate (one line naming ``fedaudit[torch]`` when it is missing)."""
+    return require("torch", "auditing Opacus noise")
 
 
 def _dtype(name: str) -> Any:
@@ -49,7 +54,7 @@ def _dtype(name: str) -> Any:
 
     if name not in DTYPES:
         raise FedAuditError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
-    return DTYPES[name]
+    return getattr(_torch(), name)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class NoiseCheck:
 
 
 def _noise(std: float, n: int, dtype: Any, secure: bool, seed: int) -> Any:
+    torch = _torch()
+    _opt = require("opacus.optimizers.optimizer", "auditing Opacus noise")
     g = torch.Generator().manual_seed(seed)
     return _opt._generate_noise(std, torch.zeros(n, dtype=dtype), generator=g, secure_mode=secure)
 
@@ -91,6 +98,7 @@ def noise_check(noise_multiplier: float, max_grad_norm: float, *, dtype: str = "
     t0 = time.perf_counter()
     z = _noise(std, n, _dtype(dtype), secure_mode, seed)
     dt = time.perf_counter() - t0
+    torch = _torch()
     v = z.double().numpy()
     ss = float(np.sum(v * v))  # mean 0 known: ss/σ² ~ χ²_n
     lo, hi = np.sqrt(ss / chi2.ppf(0.9995, n)), np.sqrt(ss / chi2.ppf(0.0005, n))
@@ -106,6 +114,7 @@ def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype
     the report is the output and its off-lattice indicator ℓ)."""
     std = check_positive("noise_multiplier", noise_multiplier) * check_positive("max_grad_norm", max_grad_norm)
     tdt = _dtype(dtype)
+    torch = _torch()
     t0 = time.perf_counter()
 
     c = torch.tensor(float(max_grad_norm), dtype=tdt)

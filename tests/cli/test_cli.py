@@ -307,9 +307,11 @@ def test_delta_zero_is_not_replaced_by_a_default(monkeypatch):
         return real(*a, **kw)
 
     monkeypatch.setattr(registry, "make_mechanism", spy)
-    main(["audit", "ldp", "--mechanism", "laplace", "--dim", "2", "--delta", "0", "--samples", "1000", "--quiet"])
+    # the Gaussian is the mechanism that takes δ: 0 reaches it (and it refuses pure DP, exit 2), not 1e-5
+    assert main(["audit", "ldp", "--mechanism", "gaussian", "--dim", "2", "--delta", "0", "--samples", "1000",
+                 "--quiet"]) == 2
     assert seen["delta"] == 0.0
-    main(["audit", "ldp", "--mechanism", "laplace", "--dim", "2", "--samples", "1000", "--quiet"])
+    main(["audit", "ldp", "--mechanism", "gaussian", "--dim", "2", "--samples", "1000", "--quiet"])
     assert seen["delta"] == 1e-5
 
 
