@@ -287,7 +287,153 @@ def _worst_pair_audits():
             for v in (math.inf, -math.inf, math.nan)]
 
 
+VALUES = (math.inf, -math.inf, math.nan)
+
+
+def _generic_of(qualname: str) -> list[object]:
+    """The generic +inf, -inf, nan instances of a nested result type the generic builder handles."""
+    return _generic(CLASSES[qualname])
+
+
+def _opacus_audits():
+    from fedaudit.accounting.result import Account
+    from fedaudit.audit.canary_verdict import GDPAudit
+    from fedaudit.audit.opacus_canaries import OpacusAudit
+
+    runs = _generic_of("fedaudit.audit.one_run.OneRunAudit")
+    out = []
+    for v, run, gdp in zip(VALUES, runs, _generic(GDPAudit)):
+        engine = Account(v, 1e-5, method="opacus-rdp", parameters={"orders": [1.5, v]})
+        out.append(OpacusAudit(accountant=engine, one_run=run, one_run_fdp=dataclasses.replace(run, curve="dp"),
+                               gdp=gdp, violation=True, violated_by=("steinke",), delta=v, confidence=v,
+                               canaries=20, canaries_in=9, threat="white-box", engine_mechanism="rdp",
+                               accountants=(Account(v, 1e-5, method="pld"), Account(2.0, 1e-5, method="rdp")),
+                               below_bound=("opacus-rdp",), engine_under_reports=True, history=((v, 0.01, 3),),
+                               steps=3, canary_steps=3, seed=0, noise_ratio=v, hook_seconds=v, seconds=v))
+    return out + [dataclasses.replace(out[0], threat="black-box", noise_ratio=None)]
+
+
+def _central_dp_runs():
+    from fedaudit.integrations.flower.central_dp import CentralDpRound, CentralDpRun
+
+    out = []
+    for v in VALUES:
+        rnd = CentralDpRound(round=1, clip=v, clip_next=v, noise_rms=v, z_effective=v, clipped=2,
+                             canary_in=(True, False), scores=(v, 0.5))
+        out.append(CentralDpRun(wrapper="server-adaptive", noise_multiplier=v, z_used=v, clipping_norm=v, clients=4,
+                                canaries=2, rounds=(rnd,), delta=v, eps_flower_run=v, d=10, seed=0,
+                                settings={"canary_scale": v, "lr": 0.5}, wall_time_s=v))
+    return out + [dataclasses.replace(out[0], wrapper="client-fixed", eps_flower_run=None, settings={})]
+
+
+def _central_dp_audits():
+    from fedaudit.integrations.flower.central_dp import CentralDpAudit
+
+    return [CentralDpAudit(wrapper="server-fixed", z_claimed=v, eps_claim=v, delta=v, one_run=run, violation=True)
+            for v, run in zip(VALUES, _generic_of("fedaudit.audit.one_run.OneRunAudit"))]
+
+
+def _diff_changes():
+    from fedaudit.reports.diff import MISSING, Change
+
+    return [Change("epsilon", v, MISSING) for v in VALUES] + \
+        [Change("grid", MISSING, [1.0, v]) for v in VALUES] + \
+        [Change("params", {"clip": np.float64(v)}, np.array([v, 1.0])) for v in VALUES]
+
+
+def _tracked():
+    from fedaudit.guarantees import Bound
+    from fedaudit.reports.diff import Tracked
+
+    return Tracked("epsilon_lower", "certified ε", bound=Bound.LOWER, ci="ci", guarantee="privacy")
+
+
+def _quantity_changes():
+    from fedaudit.reports.diff import QuantityChange, Tolerance, assess
+
+    out = []
+    for v in VALUES:
+        assessment, basis = assess(1.0, v, None, None, "higher", Tolerance())  # the real rule, non-finite side
+        out.append(QuantityChange(_tracked(), 1.0, v, (v, 2.0), (-math.inf, v), assessment, basis, "privacy"))
+    return out + [QuantityChange(_tracked(), None, math.inf, None, None, "not comparable", "one side", None)]
+
+
+def _claim_diffs():
+    from fedaudit.reports.diff import ClaimDiff
+
+    changes, quantities = _diff_changes(), _quantity_changes()
+    return [ClaimDiff("c", "ldp", "privacy", "PASS", "FAIL", "PASS", "FAIL", "bad", quantities=(q,), config=(ch,),
+                      notes=("n",)) for q, ch in zip(quantities, changes)] + \
+        [ClaimDiff("d", "ldp", None, "FAIL", "PASS", "FAIL", "PASS", "good", quantities=tuple(quantities),
+                   config=tuple(changes), numbers_compared=False)]
+
+
+def _report_diffs():
+    from fedaudit.reports.diff import ClaimRef, PlanDiff, ReportDiff, Tolerance, compare_reports
+    from fedaudit.reports.model import Claim, Report
+
+    changes, ref = _diff_changes(), ClaimRef("r", "ldp", "PASS", "good", "privacy")
+    out = [ReportDiff("old", "new", tuple(_claim_diffs()), (ref,), (ref,),
+                      PlanDiff("a" * 64, "b" * 64, tables=tuple(changes), diff=("-x", "+y"), cut=3),
+                      tuple(changes), Tolerance(rel=0.1, abs=0.0), fail_on=f) for f in ("privacy", "any", "none")]
+    old = _reports()[2]
+    c = old.claims[0]
+    new = Report(old.manifest, [Claim(id=c.id, kind=c.kind, title=c.title, expect=c.expect, verdict="FAIL",
+                                      evidence={"epsilon_lower": math.nan, "ci": [-math.inf, math.inf]},
+                                      runtime_s=math.nan)]).seal(None)
+    old = Report(old.manifest, [Claim(id=c.id, kind=c.kind, title=c.title, expect=c.expect, verdict="PASS",
+                                      evidence={"epsilon_lower": math.inf, "ci": [1.0, math.inf]})]).seal(None)
+    return out + [compare_reports(old, new, tracked=lambda claim: [_tracked()])]  # the real comparison
+
+
+def _ed25519_checks():
+    from fedaudit.reports.signatures import Ed25519Check, PublicKey, statement_for
+
+    key = PublicKey(None, "ab" * 32, "ci")
+    statement = statement_for(_reports()[2].to_dict(), key, "2025-01-01T00:00:00Z")  # binds a report with inf/nan
+    return [Ed25519Check(s, key.fingerprint, "ci", "ci", "2025-01-01T00:00:00Z", statement, p)
+            for s, p in (("verified", []), ("unverified", []), ("invalid", ["signature: bad"]))] + \
+        [Ed25519Check("absent")]
+
+
+def _calibration_point(v, violation=True):
+    from fedaudit.targets.base import CalibrationPoint
+
+    return CalibrationPoint(epsilon=v, delta=1e-5, scale=v, delta_achieved=v, epsilon_true=v, violation=violation)
+
+
+def _calibration_checks():
+    from fedaudit.targets.base import CalibrationCheck, CalibrationPoint
+
+    refused = CalibrationPoint(1.0, 1e-5, None, None, None, False, refused="epsilon must be > 0")
+    return [CalibrationCheck(library="lib", version="1.0", mechanism="Gaussian", claim={"epsilon": v, "delta": 1e-5},
+                             params={"sigma": np.float64(v), "grid": [v, 1.0]}, method="exact", exact=True,
+                             own=_calibration_point(v), grid=[_calibration_point(v), _calibration_point(2.0, False),
+                                                              refused], tolerance=v, notes=["n"])
+            for v in VALUES] + \
+        [CalibrationCheck("lib", "1.0", "Laplace", {}, {}, "exact", False, _calibration_point(1.0, False), [])]
+
+
+def _black_box_audits():
+    from fedaudit.targets.base import BlackBoxAudit
+
+    return [BlackBoxAudit(library="lib", version="1.0", mechanism="Gaussian", epsilon_claimed=v, delta_claimed=v,
+                          x0=[0.0, v], x1=[1.0, v], audit=audit, real_calls=10, calls_per_second=v,
+                          reproducible=False, vectorised=5, equivalence_calls=3, seconds=v, notes=["n"])
+            for v, audit in zip(VALUES, _generic_of("fedaudit.audit.ldp.LDPAudit"))]
+
+
 BUILDERS = {
+    "fedaudit.audit.opacus_canaries.OpacusAudit": _opacus_audits,
+    "fedaudit.integrations.flower.central_dp.CentralDpRun": _central_dp_runs,
+    "fedaudit.integrations.flower.central_dp.CentralDpAudit": _central_dp_audits,
+    "fedaudit.reports.diff.Change": _diff_changes,
+    "fedaudit.reports.diff.QuantityChange": _quantity_changes,
+    "fedaudit.reports.diff.ClaimDiff": _claim_diffs,
+    "fedaudit.reports.diff.ReportDiff": _report_diffs,
+    "fedaudit.reports.signatures.Ed25519Check": _ed25519_checks,
+    "fedaudit.targets.base.CalibrationCheck": _calibration_checks,
+    "fedaudit.targets.base.BlackBoxAudit": _black_box_audits,
     "fedaudit.audit.sparse_upload.WorstPairAudit": _worst_pair_audits,
     "fedaudit.integrations.flower.records.Layout": lambda: _flower()[0],
     "fedaudit.integrations.flower.simulation.StrategyOutcome": lambda: _flower()[1],

@@ -131,9 +131,10 @@ class Change:
     new: Any
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "old": None if self.old is MISSING else self.old,
-                "new": None if self.new is MISSING else self.new,
-                "old_set": self.old is not MISSING, "new_set": self.new is not MISSING}
+        # the values are data of either report, or a plan's TOML (whose inf/nan are floats): the convention applies
+        return fjson.jsonable({"key": self.key, "old": None if self.old is MISSING else self.old,
+                               "new": None if self.new is MISSING else self.new,
+                               "old_set": self.old is not MISSING, "new_set": self.new is not MISSING})
 
     def text(self) -> str:
         """"sigma 1 → 0.5", "sampling (unset) → 0.1"."""
