@@ -8,7 +8,8 @@ lives here, so no kind imports another.
   dpsgd|dp-fedavg --plot``: their plan keys (:func:`canary_audit_keys`), their decision rule
   (:func:`canary_decision`), evidence and summary (:func:`canary_evidence`), figure
   (:func:`canary_plot`), the one-run cap (:func:`one_run_ceiling`), their plain-language account
-  (:func:`canary_explanation`) and evidence layout (:data:`CANARY_FIELDS`).
+  (:func:`canary_explanation`), evidence layout (:data:`CANARY_FIELDS`) and the auditor's
+  self-tests (:func:`canary_self_tests`).
 * Robustness audits — the ``robustness`` kind and ``fedaudit audit robustness``:
   :func:`robustness_caveats`.
 """
@@ -18,13 +19,13 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from fedaudit.experiments.keys import Key, engine_keys
-from fedaudit.experiments.kind import Decision, Evidence, fmt_number, number
+from fedaudit.experiments.kind import Decision, Evidence, SelfTest, fmt_number, number
 from fedaudit.guarantees import Bound
 from fedaudit.reports.diff import Tracked
 from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
 __all__ = ["CANARY_TRACKED", "canary_audit_keys", "canary_claimed_epsilon", "canary_claimed_text", "canary_decision", "canary_evidence",
-           "canary_plot", "one_run_ceiling", "canary_explanation", "CANARY_FIELDS",
+           "canary_self_tests", "canary_plot", "one_run_ceiling", "canary_explanation", "CANARY_FIELDS",
            "robustness_caveats", "CANARY_SETUP_SECONDS"]
 
 
@@ -146,6 +147,24 @@ def canary_evidence(res: Any, *, count_name: str, count: int, claimed_epsilon: f
                        f"{claimed_epsilon:g}: only the accountant could have shown a violation")
     return Evidence(holds=decision.holds, violated=refuted, evidence=evidence, summary="; ".join(parts),
                     plots=(plot,), caveats=tuple(caveats))
+
+
+def canary_self_tests(spec: Any, evidence: Mapping[str, Any]) -> list[SelfTest]:
+    """The one-run canary auditor's self-tests of a DP-SGD or DP-FedAvg claim, at its canary count,
+    δ, confidence and claimed ε, on seeds derived from its seed
+    (:func:`~fedaudit.audit.self_tests.one_run_self_test`): a null test — canary scores drawn
+    independently of membership, certified ε must be 0 — and a planted violation — canaries
+    without noise, certified ε must exceed the claimed ε. Both score canaries directly, no
+    training: they cost nothing next to the claim's run."""
+    from fedaudit.audit.self_tests import one_run_self_test
+    from fedaudit.rng import derive_seed
+
+    common = dict(canaries=int(number(evidence, "canaries")), delta=number(evidence, "delta"),
+                  confidence=number(evidence, "confidence"), claimed_epsilon=number(evidence, "claimed_epsilon"))
+    return [SelfTest("null: canary scores independent of membership", "null",
+                     lambda: one_run_self_test("null", seed=derive_seed(spec.seed, "self-test=null"), **common)),
+            SelfTest("planted: canaries without noise", "planted",
+                     lambda: one_run_self_test("planted", seed=derive_seed(spec.seed, "self-test=planted"), **common))]
 
 
 def canary_plot(res: Any, *, count_name: str, count: int, claimed_epsilon: float | None, delta: float,

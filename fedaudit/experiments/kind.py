@@ -28,7 +28,11 @@ A claim kind is a :class:`ClaimKind` subclass registered in
   keys (:mod:`fedaudit.reports.explain`); the default is a generic account;
 * ``decide(evidence, expect) -> Decision`` — the decision re-derived from the evidence *as
   recorded* (the JSON data of a report or checkpoint): a resumed run and ``fedaudit verify`` take
-  a claim's verdict from it, never from a stored verdict (:func:`derived_verdict`).
+  a claim's verdict from it, never from a stored verdict (:func:`derived_verdict`);
+* ``self_tests(spec, evidence) -> list[SelfTest]`` — the auditor's self-tests (a null test and a
+  planted violation, :mod:`fedaudit.audit.self_tests`) the runner runs after the claim with the
+  same auditor settings and records in the report; a failed one makes the verdict INCONCLUSIVE
+  (:func:`~fedaudit.audit.self_tests.verdict_after_self_tests`). The default declares none.
 
 Verdicts. ``run`` returns what the verdict is decided from, not the verdict: whether the claim
 *holds* and whether a violation was *detected*. With ``expect = "pass"`` the verdict is PASS
@@ -62,6 +66,7 @@ if TYPE_CHECKING:
     from fedaudit.reports.explain import Explanation, Field
 
 __all__ = ["ClaimKind", "ClaimSpec", "Evidence", "Decision", "Progress", "verdict", "derived_verdict", "trim",
+           "SelfTest", "run_self_tests", "derived_claim_verdict",
            "fmt_number", "number", "flag", "mapping", "rows", "MAX_NUMBERS", "EvidenceError", "Cost", "MEMORY_BUDGET",
            "TIME_BUDGET", "BASE_MEMORY", "SEED_BYTES", "CLIENT_ROUND_SECONDS", "draw_cost"]
 
@@ -241,6 +246,62 @@ def derived_verdict(kind: "ClaimKind", expect: str, evidence: Mapping[str, Any])
     return verdict(expect, decision)
 
 
+@dataclass(frozen=True)
+class SelfTest:
+    """One self-test a kind declares for a claim (:meth:`ClaimKind.self_tests`): ``name`` (what
+    a report shows, e.g. "null: the mechanism on the same input twice"), ``kind`` ("null",
+    "planted" or "cross-check") and ``run``, which runs it and returns its evidence —
+    ``{"statistic", "bound", "value", "rule", "threshold", ...settings}``, from which the outcome
+    is re-derived (:func:`fedaudit.audit.self_tests.check_self_test`)."""
+
+    name: str
+    kind: str
+    run: Callable[[], Mapping[str, Any]]
+
+
+def run_self_tests(tests: "list[SelfTest]") -> list[dict[str, Any]]:
+    """The report records of ``tests`` (:func:`fedaudit.audit.self_tests.self_test_record`), run
+    in order. A self-test that raises is recorded as failed, its value NaN and its error stated:
+    an auditor that cannot run on a known answer has not shown that it works."""
+    from fedaudit.audit.self_tests import self_test_record
+
+    records = []
+    for test in tests:
+        try:
+            evidence = dict(test.run())
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # recorded as a failure, never swallowed
+            evidence = {"statistic": "ε", "value": math.nan, "rule": "at_most" if test.kind == "null" else "above",
+                        "threshold": 0.0, "error": f"{type(exc).__name__}: {exc}"}
+        records.append(self_test_record(test.name, test.kind, evidence))
+    return records
+
+
+def derived_claim_verdict(kind: "ClaimKind", expect: str, evidence: Mapping[str, Any],
+                          self_tests: Any = ()) -> str | None:
+    """The verdict a claim's record gives: :func:`derived_verdict` of its evidence, then its
+    recorded self-tests counted (:func:`~fedaudit.audit.self_tests.verdict_after_self_tests`),
+    each one's ``passed``, ``expected`` and ``observed`` re-derived from its own evidence. None
+    when the kind cannot re-derive verdicts. Raises :class:`EvidenceError` when the evidence
+    cannot decide or a self-test record contradicts its evidence."""
+    from fedaudit.audit.self_tests import SelfTestError, check_self_test, verdict_after_self_tests
+
+    base = derived_verdict(kind, expect, evidence)
+    if not isinstance(self_tests, (list, tuple)):
+        raise EvidenceError(f"self_tests is {_short(self_tests)}, not a list of records")
+    for i, record in enumerate(self_tests):
+        try:
+            passed, expected, observed = check_self_test(record)
+        except SelfTestError as exc:
+            raise EvidenceError(f"self-test #{i + 1}: {exc}") from None
+        stored = (record.get("passed"), record.get("expected"), record.get("observed"))
+        if stored != (passed, expected, observed):
+            raise EvidenceError(f"self-test {record.get('name')!r} records passed={stored[0]}, {stored[2]!r}, but its "
+                                f"evidence gives passed={passed}, {observed!r} (expected {expected!r})")
+    return None if base is None else verdict_after_self_tests(base, expect, list(self_tests))
+
+
 class ClaimKind:
     """Base class of a claim kind (see the module docstring). Subclasses set ``name``, ``unit``
     and ``figures`` and implement ``keys``, ``default_title``, ``work_units`` and ``run``; the
@@ -330,6 +391,14 @@ class ClaimKind:
 
         return generic_explanation(title=f"the {self.name} claim", kind=self.name, expect=expect, verdict=verdict,
                                    parameters=params)
+
+    def self_tests(self, spec: ClaimSpec, evidence: Mapping[str, Any]) -> "list[SelfTest]":
+        """The auditor self-tests of ``spec`` (a null test and a planted violation, run with the
+        claim's auditor settings and a seed derived from its seed; :mod:`fedaudit.audit.self_tests`),
+        given the claim's ``evidence``. Their cost counts in :meth:`estimate` (the built-in rule:
+        at most about 20% of the claim's draws). The default declares none: a kind without a
+        statistical auditor, or a user's kind that states none."""
+        return []
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The decision re-derived from ``evidence`` as a report records it (JSON data: non-finite

@@ -3,9 +3,9 @@
 
 :func:`rederive_claim` is the ``rederive`` check that :func:`fedaudit.reports.integrity.verify_report`
 takes (the reports package cannot import the claim kinds): it asks the claim's kind to decide
-the verdict from the claim's recorded evidence (:func:`fedaudit.experiments.kind.derived_verdict`)
-and compares it with the stored verdict. A report is data: only kinds already registered in this
-process by name (:data:`fedaudit.experiments.kinds.CLAIM_KINDS`, the built-ins and what a program
+the verdict from the claim's recorded evidence and its auditor self-tests, each re-derived from
+its own evidence (:func:`fedaudit.experiments.kind.derived_claim_verdict`), and compares it with
+the stored verdict. A report is data: only kinds already registered in this process by name (:data:`fedaudit.experiments.kinds.CLAIM_KINDS`, the built-ins and what a program
 registered) are used — a ``"package.module:Class"`` kind named in a report is never imported,
 since that would run code the report chose.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
-from fedaudit.experiments.kind import EvidenceError, derived_verdict
+from fedaudit.experiments.kind import EvidenceError, derived_claim_verdict
 from fedaudit.experiments.kinds import CLAIM_KINDS, claim_kind
 from fedaudit.reports.diff import Tracked
 from fedaudit.reports.integrity import Finding
@@ -59,7 +59,7 @@ def rederive_claim(claim: Mapping[str, Any]) -> Finding | None:
     except FedAuditError as exc:
         return Finding(False, f"claim {cid!r}: verdict not re-derived (kind {kind_name!r}: {exc})")
     try:
-        derived = derived_verdict(kind, claim.get("expect"), claim.get("evidence"))
+        derived = derived_claim_verdict(kind, claim.get("expect"), claim.get("evidence"), claim.get("self_tests", []))
     except EvidenceError as exc:
         return Finding(True, f"claim {cid!r}: its evidence cannot decide the stored verdict {verdict} ({exc})")
     if derived is None:

@@ -89,7 +89,8 @@ from fedaudit.deprecation import module_aliases
 from fedaudit.engine import (available_cores, check_run_options, default_backend, default_workers, engine_defaults,
                              require_ray, run_tasks)
 from fedaudit.errors import CheckpointError, FedAuditError, writing
-from fedaudit.experiments.kind import ClaimKind, ClaimSpec, EvidenceError, Progress, derived_verdict, trim, verdict
+from fedaudit.experiments.kind import (ClaimKind, ClaimSpec, EvidenceError, Progress, derived_claim_verdict,
+                                       derived_verdict, run_self_tests, trim, verdict)
 from fedaudit.experiments.kinds import claim_kind
 from fedaudit.experiments.deployment import report_deployment
 from fedaudit.experiments.plan import Plan, engine_options, load_plan
@@ -174,10 +175,11 @@ def _run_kind(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str
     if recorded is not None and recorded != decided:  # the rule a reader re-runs must be the rule that decided
         raise AssertionError(f"claim kind {spec.kind!r}: decide() of the recorded evidence gives {recorded}, "
                              f"the run decided {decided}")
-    return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=decided,
-                 evidence=evidence, summary=found.summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
-                 runtime_s=time.perf_counter() - t0, caveats=list(found.caveats), guarantee=kind.guarantee,
-                 explanation=explain_claim(kind, spec, evidence, decided))
+    records, final, summary, caveats = _self_tested(kind, spec, evidence, decided, found)
+    return Claim(id=spec.id, kind=spec.kind, title=spec.title, expect=spec.expect, verdict=final,
+                 evidence=evidence, summary=summary, plots=[dict(p) for p in found.plots], seed=spec.seed,
+                 runtime_s=time.perf_counter() - t0, caveats=caveats, guarantee=kind.guarantee,
+                 explanation=explain_claim(kind, spec, evidence, final), self_tests=records)
 
 
 def explain_claim(kind: ClaimKind, spec: ClaimSpec, evidence: Mapping[str, Any], decided: str) -> Explanation:
@@ -195,6 +197,28 @@ def explain_claim(kind: ClaimKind, spec: ClaimSpec, evidence: Mapping[str, Any],
             f"the kind's own explanation, which failed: {type(exc).__name__}: {exc}",))
     fields = {k: f for k, f in dict(kind.evidence_fields).items() if k.split(".")[0] in recorded}
     return dataclasses.replace(found, fields={**fields, **dict(found.fields)})
+
+
+def _self_tested(kind: ClaimKind, spec: ClaimSpec, evidence: Mapping[str, Any], decided: str,
+                 found: Any) -> tuple[list[dict[str, Any]], str, str, list[str]]:
+    """Run the kind's auditor self-tests for the claim (:meth:`ClaimKind.self_tests`) and count
+    them: ``(records, verdict, summary, caveats)``. A failed self-test makes the verdict
+    INCONCLUSIVE where it no longer stands (:func:`~fedaudit.audit.self_tests.verdict_after_self_tests`)
+    and is named in the summary and the caveats."""
+    from fedaudit.audit.self_tests import failed_self_tests, verdict_after_self_tests
+
+    records = run_self_tests(list(kind.self_tests(spec, evidence) or []))
+    final = verdict_after_self_tests(decided, spec.expect, records)
+    summary, caveats = found.summary, list(found.caveats)
+    failed = failed_self_tests(records)
+    if failed:
+        what = "; ".join(f"{r['name']}: expected {r['expected']}, observed {r['observed']}"
+                         + (f" ({r['evidence']['error']})" if r["evidence"].get("error") else "") for r in failed)
+        summary += f" — auditor self-test failed: {what}" + (f"; the verdict {decided} does not stand"
+                                                            if final != decided else "")
+        caveats.append(f"auditor self-test failed ({what}): the auditor did not show on the day it ran that it "
+                       f"certifies nothing on identical inputs and catches a planted violation")
+    return records, final, summary, caveats
 
 
 def _guarded(kind: ClaimKind, spec: ClaimSpec, progress: Progress, workdir: str | None) -> Claim:
@@ -478,7 +502,7 @@ class Checkpoints:
                                 f"seed differ); {_START_OVER}")
         kind = claim_kind(spec.kind)
         try:
-            derived = derived_verdict(kind, spec.expect, claim.evidence)
+            derived = derived_claim_verdict(kind, spec.expect, claim.evidence, claim.self_tests)
         except EvidenceError as exc:
             raise FedAuditError(f"{where}: the verdict cannot be re-derived from its evidence ({exc}); "
                                 f"{_START_OVER}") from None

@@ -5,8 +5,9 @@ become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` at any depth (:mod:`fedau
 is described by ``schema.json`` (``schema_version`` "1.5": 1.2 added the ``epsilon_vs_steps`` plot,
 1.3 a claim's optional ``caveats`` and ``guarantee``, 1.4 the manifest's optional ``plan_text``,
 ``plugins``, ``dependencies`` and ``provenance``, 1.5 the report's optional ``deployment`` facts
-(:mod:`fedaudit.reports.deployment`) and a claim's optional ``explanation``, its plain-language
-account and evidence layout (:mod:`fedaudit.reports.explain`)).
+(:mod:`fedaudit.reports.deployment`), a claim's optional ``explanation``, its plain-language
+account and evidence layout (:mod:`fedaudit.reports.explain`), and a claim's optional
+``self_tests``, the auditor self-tests of :mod:`fedaudit.audit.self_tests`).
 
 Verdicts as a reviewer reads them. The verdict (PASS/FAIL/INCONCLUSIVE) says whether the outcome
 met the plan's *expectation*; it is not whether the audited system is safe. A claim that expects
@@ -156,6 +157,7 @@ class Claim:
     caveats: list[str] = field(default_factory=list)
     guarantee: str | None = None
     explanation: Explanation | None = None
+    self_tests: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id.strip():
@@ -187,6 +189,10 @@ class Claim:
         object.__setattr__(self, "caveats", list(self.caveats))
         if self.guarantee is not None and (not isinstance(self.guarantee, str) or not _KIND_RE.match(self.guarantee)):
             raise FedAuditError(f"{where}: guarantee must be a word such as 'privacy' or None, got {self.guarantee!r}")
+        if not isinstance(self.self_tests, (list, tuple)) or not all(isinstance(t, Mapping) for t in self.self_tests):
+            raise FedAuditError(f"{where}: self_tests must be a list of self-test records")
+        object.__setattr__(self, "self_tests", [dict(t) for t in self.self_tests])
+
         if self.explanation is not None and not isinstance(self.explanation, Explanation):
             object.__setattr__(self, "explanation", Explanation.from_dict(self.explanation))
 
@@ -199,6 +205,21 @@ class Claim:
         params = self.evidence.get("parameters") if isinstance(self.evidence.get("parameters"), Mapping) else None
         return generic_explanation(title=self.title, kind=self.kind, expect=self.expect, verdict=self.verdict,
                                    summary=self.summary, error=self.error, parameters=params)
+
+    @property
+    def failed_self_tests(self) -> list[dict]:
+        """The claim's self-tests whose outcome, re-derived from their evidence, is a failure
+        (:func:`fedaudit.audit.self_tests.failed_self_tests`)."""
+        from fedaudit.audit.self_tests import failed_self_tests
+
+        return [dict(t) for t in failed_self_tests(self.self_tests)]
+
+    def self_test_line(self) -> str | None:
+        """The renderings' one line of self-tests ("self-tests: null ε ≥ 0.000 ✓, planted ε ≥
+        8.5 > 1 ✓"), None for a claim without any."""
+        from fedaudit.audit.self_tests import self_test_line
+
+        return f"self-tests: {self_test_line(self.self_tests)}" if self.self_tests else None
 
     @property
     def met(self) -> bool:
@@ -241,6 +262,8 @@ class Claim:
             d["guarantee"] = self.guarantee
         if self.explanation is not None:
             d["explanation"] = self.explanation.to_dict()
+        if self.self_tests:
+            d["self_tests"] = fjson.jsonable([dict(t) for t in self.self_tests], f"[{self.id}].self_tests")
         return d
 
     @classmethod
@@ -253,7 +276,8 @@ class Claim:
                        runtime_s=fjson.from_special(runtime),
                        seed=d.get("seed"), error=d.get("error"), caveats=list(d.get("caveats", [])),
                        guarantee=d.get("guarantee"),
-                       explanation=None if d.get("explanation") is None else Explanation.from_dict(d["explanation"]))
+                       explanation=None if d.get("explanation") is None else Explanation.from_dict(d["explanation"]),
+                       self_tests=list(d.get("self_tests", [])))
         except (KeyError, TypeError) as exc:
             raise FedAuditError(f"claim {d.get('id', '?') if isinstance(d, Mapping) else '?'!r} is malformed: "
                                 f"{type(exc).__name__} {exc}") from None
@@ -471,20 +495,29 @@ class Report:
         counts = self.counts
         if counts["FAIL"]:
             return "FAIL"
-        if self.claims and counts["PASS"] == len(self.claims):
+        if self.claims and counts["PASS"] == len(self.claims) and not self.self_test_failures():
             return "PASS"
         return "INCONCLUSIVE"
+
+    def self_test_failures(self) -> list[str]:
+        """``"claim-id: self-test name"`` of every failed auditor self-test (schema 1.5); a report
+        with any is never an overall PASS (:attr:`overall`, :attr:`overall_label`)."""
+        return [f"{c.id}: {t.get('name')}" for c in self.claims for t in c.failed_self_tests]
 
     @property
     def overall_label(self) -> str:
         """The overall line's verdict in words: "all expectations met", "N claim(s) did not meet
         their expectation", "N claim(s) inconclusive" or "no claims"."""
         counts = self.counts
+        failures = self.self_test_failures()
+        tail = f"; auditor self-test failed: {', '.join(failures)}" if failures else ""
         if counts["FAIL"]:
-            return f"{counts['FAIL']} claim(s) did not meet their expectation"
+            return f"{counts['FAIL']} claim(s) did not meet their expectation{tail}"
         if self.overall == "PASS":
             return "all expectations met"
-        return f"{counts['INCONCLUSIVE']} claim(s) inconclusive" if self.claims else "no claims"
+        if failures and not counts["INCONCLUSIVE"]:
+            return tail[2:]
+        return (f"{counts['INCONCLUSIVE']} claim(s) inconclusive{tail}") if self.claims else "no claims"
 
     @property
     def overall_tone(self) -> str:

@@ -35,7 +35,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_common_keywords, check_mechanism_key
 from fedaudit.guarantees import Bound
 from fedaudit.reports.diff import Tracked
-from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, SelfTest, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key
 from fedaudit.reports.explain import Explanation, Field, display_number
 
@@ -338,6 +338,23 @@ class Accounting(ClaimKind):
                          + (f"; a tighter accountant would do: {', '.join(cheaper)}" if cheaper else ""))
         return Explanation(claimed=claimed, tested=tested, means=means, does_not_show=tuple(not_shown),
                            next_steps=tuple(steps))
+
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list[SelfTest]:
+        """No auditor: the composed ε is a computation. Its cross-check against an independent
+        accountant, when the rounds are pure ε-LDP (δ = 0 per round) and ``accountant`` is not
+        basic composition: the composed ε must not exceed basic composition's of the same
+        schedule (the sum of the rounds' ε, an upper bound for every composition theorem) — a
+        check on the recorded numbers, re-derived by ``verify`` like every self-test."""
+        per_round, basic = evidence.get("per_round") or {}, (evidence.get("references") or {}).get("basic") or {}
+        if (evidence.get("method") == "basic" or basic.get("epsilon") is None
+                or float(per_round.get("delta", 0.0) or 0.0) != 0.0):
+            return []
+        eps, bound = evidence["epsilon"], basic["epsilon"]
+        return [SelfTest(f"cross-check: the {_method_name(evidence['method'])} ε within basic composition's (no "
+                         f"auditor: a computation)", "cross-check",
+                         lambda: {"statistic": "ε", "bound": "value", "value": eps, "rule": "at_most",
+                                  "threshold": bound * (1 + 1e-9), "reference": "basic composition of the same rounds",
+                                  "accountant": evidence["method"]})]
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The budget holds when the composed ε is within it, ``epsilon <= max_epsilon`` (an ε of

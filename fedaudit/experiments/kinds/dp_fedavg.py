@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from fedaudit.experiments.evidence import (CANARY_FIELDS, CANARY_SETUP_SECONDS, CANARY_TRACKED, canary_audit_keys,
                                            canary_claimed_epsilon, canary_claimed_text, canary_decision,
-                                           canary_evidence, canary_explanation)
+                                           canary_evidence, canary_explanation,
+                                           canary_self_tests)
 from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress
 from fedaudit.experiments.keys import Key
 from fedaudit.reports.explain import Explanation
@@ -108,6 +109,11 @@ class DPFedAvg(ClaimKind):
                 expect: str = "pass") -> Explanation:
         """The canary audit in words (:func:`~fedaudit.experiments.evidence.canary_explanation`, client level)."""
         return canary_explanation(evidence, verdict, expect, level="client", count_name="rounds")
+
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list:
+        """:func:`~fedaudit.experiments.evidence.canary_self_tests`: a null score set and canaries
+        without noise, through the claim's one-run auditor."""
+        return canary_self_tests(spec, evidence)
 
     def decide(self, evidence: Mapping[str, Any], expect: str) -> Decision:
         """The ``dpsgd`` kind's rule, :func:`~fedaudit.experiments.evidence.canary_decision`: the

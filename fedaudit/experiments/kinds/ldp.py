@@ -22,7 +22,7 @@ from fedaudit.errors import FedAuditError
 from fedaudit.experiments.components import build_mechanism, check_common_keywords, check_mechanism_key, load_sampler
 from fedaudit.guarantees import Bound
 from fedaudit.reports.diff import Tracked
-from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, fmt_number, number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, SelfTest, fmt_number, number
 from fedaudit.experiments.keys import Key, engine_keys, key_error, mechanism_params_key, show
 from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
@@ -105,6 +105,32 @@ def _check_samples(where: str, p: dict[str, Any], delta: float) -> None:
 def _curve_sizes(p: Mapping[str, Any]) -> list[int]:
     n = p["samples"]
     return [n // 16, n // 4] if p["curve"] else []
+
+
+def _claimed(p: Mapping[str, Any], where: str) -> tuple[Any, float, float]:
+    """The audited target (the mechanism, or the black-box sampler), its claimed ε and the δ its
+    bound uses (:func:`~fedaudit.audit.ldp.claimed_guarantee`)."""
+    from fedaudit.audit.ldp import claimed_guarantee
+    from fedaudit.guarantees import epsilon_delta
+
+    if p["sampler"] is not None:
+        target = load_sampler(where, p["sampler"])
+        claimed = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+        claim, delta = claimed_guarantee(target, claimed, p["claimed_delta"])
+    else:
+        target = build_mechanism(p)
+        claim, delta = claimed_guarantee(target, p["claimed_epsilon"], p["claimed_delta"])
+    return target, epsilon_delta(claim)[0], delta
+
+
+def _self_test_units(p: Mapping[str, Any]) -> int:
+    """Reports the self-tests draw (both inputs, null and planted), for :meth:`LDP.estimate`;
+    the claimed ε is taken as the plan states it, with δ = 0 (the most the planted test draws)."""
+    from fedaudit.audit.self_tests import planted_samples, self_test_samples
+
+    eps = p["claimed_epsilon"] if p["claimed_epsilon"] is not None else p["epsilon"]
+    return 2 * (self_test_samples(p["samples"], p["confidence"])
+                + planted_samples(p["samples"], eps, 0.0, p["confidence"]))
 
 
 class LDP(ClaimKind):
@@ -250,23 +276,45 @@ class LDP(ClaimKind):
         from fedaudit.experiments.kind import draw_cost
 
         parts = "2·samples" + (" + curve" if p["curve"] else "") + (" + searched pairs" if p["pair"] == "search" else "")
-        return draw_cost(self.work_units(p), p["dim"], DRAWS_PER_SECOND, f"{parts} at dim = {p['dim']}")
+        return draw_cost(self.work_units(p) + _self_test_units(p), p["dim"], DRAWS_PER_SECOND,
+                         f"{parts} at dim = {p['dim']} (auditor self-tests included)")
 
-    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
-        from fedaudit.audit.ldp import audit_ldp, claimed_guarantee
-        from fedaudit.audit.pairs import audit_pair, pair_power
-        from fedaudit.guarantees import epsilon_delta
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list[SelfTest]:
+        """The LDP auditor's self-tests, with the claim's claimed (ε, δ), confidence and
+        distinguisher on its pair (the antipodal pair for a searched one), each on its own seed
+        derived from the claim's: a null test — the mechanism (or sampler) on the same input twice,
+        whose certified ε must be 0 — on :func:`~fedaudit.audit.self_tests.self_test_samples`
+        draws per input (10% of ``samples``), and a planted violation — the mechanism with a
+        deterministic fingerprint of its input appended, exact ε ∞, whose certified ε must exceed
+        the claim — on :func:`~fedaudit.audit.self_tests.planted_samples` draws per input."""
+        from fedaudit.audit.self_tests import ldp_self_test, planted_samples, self_test_samples
         from fedaudit.rng import derive_seed
 
         p = spec.params
-        if p["sampler"] is not None:
-            mech = load_sampler(spec.id, p["sampler"])
-            claimed = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
-            claim, delta = claimed_guarantee(mech, claimed, p["claimed_delta"])
-        else:
-            mech = build_mechanism(p)
-            claim, delta = claimed_guarantee(mech, p["claimed_epsilon"], p["claimed_delta"])
-        eps = epsilon_delta(claim)[0]
+        target, eps, delta = _claimed(p, spec.id)
+        pair = "antipodal" if p["pair"] == "search" else p["pair"]
+        common = dict(dim=p["dim"] if p["sampler"] else None, clip=p["clip"], epsilon=eps, delta=delta,
+                      confidence=p["confidence"], distinguisher=p["distinguisher"],
+                      engine={k: p[k] for k in ("backend", "workers") if p[k] is not None})
+        what = "sampler" if p["sampler"] is not None else "mechanism"
+        return [
+            SelfTest(f"null: the {what} on the same input twice", "null",
+                     lambda: ldp_self_test("null", target, pair,
+                                           samples=self_test_samples(p["samples"], p["confidence"], delta),
+                                           seed=derive_seed(spec.seed, "self-test=null"), **common)),
+            SelfTest(f"planted: the {what} with its input leaked (exact ε ∞)", "planted",
+                     lambda: ldp_self_test("planted", target, pair,
+                                           samples=planted_samples(p["samples"], eps, delta, p["confidence"]),
+                                           seed=derive_seed(spec.seed, "self-test=planted"), **common)),
+        ]
+
+    def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
+        from fedaudit.audit.ldp import audit_ldp
+        from fedaudit.audit.pairs import audit_pair, pair_power
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        mech, eps, delta = _claimed(p, spec.id)
         common = dict(epsilon=eps, delta=delta, confidence=p["confidence"], distinguisher=p["distinguisher"],
                       progress=progress,
                       **{k: p[k] for k in ("backend", "workers") if p[k] is not None})

@@ -19,8 +19,8 @@ from fedaudit.experiments.components import (
 )
 from fedaudit.experiments.evidence import robustness_caveats
 from fedaudit.reports.diff import Tracked
-from fedaudit.experiments.kind import (ClaimKind, Decision, Evidence, EvidenceError, Progress, fmt_number, mapping,
-                                       number)
+from fedaudit.experiments.kind import (ClaimKind, Decision, Evidence, EvidenceError, Progress, SelfTest, fmt_number,
+                                       mapping, number)
 from fedaudit.experiments.keys import Key, engine_keys, key_error
 from fedaudit.json import finite_or_none
 from fedaudit.reports.explain import Explanation, Field, display_number
@@ -148,10 +148,39 @@ class Robustness(ClaimKind):
         matrices and Krum-like rules n² distances."""
         from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
-        units, cells = self.work_units(p), p["n"] * p["dim"]
+        from fedaudit.audit.self_tests import SELF_TEST_FRACTION
+
+        # the two self-tests audit the mean at SELF_TEST_FRACTION of the trials and search steps each
+        units, cells = self.work_units(p) * (1 + 2 * SELF_TEST_FRACTION), p["n"] * p["dim"]
         return Cost(memory=BASE_MEMORY + 16 * 8 * cells + 8 * p["n"] ** 2,
                     seconds=units * (UNIT_SECONDS + CELL_SECONDS * cells),
-                    basis=f"{units} trials and search steps (trials, search_evals) on n × d = {cells:.3g} inputs")
+                    basis=f"{units:.0f} trials and search steps (trials, search_evals; auditor self-tests included) "
+                          f"on n × d = {cells:.3g} inputs")
+
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list[SelfTest]:
+        """The robustness auditor's self-tests at the claim's n, dimension and attacks, with
+        10% of its trials and search steps (:data:`~fedaudit.audit.self_tests.SELF_TEST_FRACTION`)
+        and seeds derived from its seed: a null test — the mean without Byzantine clients, κ = 0,
+        so ν̂ must be 0 — and, when f > 0, a planted violation — the mean with the claim's f
+        Byzantine clients, κ = ∞, so ν̂ must exceed ``max_nu`` (∞ when unset)
+        (:func:`~fedaudit.audit.self_tests.robustness_self_test`)."""
+        from fedaudit.audit.self_tests import SELF_TEST_FRACTION, robustness_self_test
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        common = dict(n=p["n"], dim=p["dim"], attacks=p["attacks"],
+                      trials=max(1, math.ceil(SELF_TEST_FRACTION * p["trials"])),
+                      search_evals=math.ceil(SELF_TEST_FRACTION * p["search_evals"]),
+                      engine={k: p[k] for k in ("backend", "workers") if p[k] is not None})
+        tests = [SelfTest("null: the mean without Byzantine clients (κ = 0)", "null",
+                          lambda: robustness_self_test("null", f=p["f"], seed=derive_seed(spec.seed, "self-test=null"),
+                                                       **common))]
+        if p["f"] > 0:
+            tests.append(SelfTest(f"planted: the mean with f = {p['f']} Byzantine clients (κ = ∞)", "planted",
+                                  lambda: robustness_self_test("planted", f=p["f"], threshold=p["max_nu"],
+                                                               seed=derive_seed(spec.seed, "self-test=planted"),
+                                                               **common)))
+        return tests
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.robustness import audit_robustness
