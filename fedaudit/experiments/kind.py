@@ -32,7 +32,7 @@ A claim kind is a :class:`ClaimKind` subclass registered in
 * ``self_tests(spec, evidence) -> list[SelfTest]`` — the auditor's self-tests (a null test and a
   planted violation, :mod:`fedaudit.audit.self_tests`) the runner runs after the claim with the
   same auditor settings and records in the report; a failed one makes the verdict INCONCLUSIVE
-  (:func:`~fedaudit.audit.self_tests.verdict_after_self_tests`). The default declares none.
+  (:func:`~fedaudit.reports.self_tests.verdict_after_self_tests`). The default declares none.
 
 Verdicts. ``run`` returns what the verdict is decided from, not the verdict: whether the claim
 *holds* and whether a violation was *detected*. With ``expect = "pass"`` the verdict is PASS
@@ -252,7 +252,7 @@ class SelfTest:
     a report shows, e.g. "null: the mechanism on the same input twice"), ``kind`` ("null",
     "planted" or "cross-check") and ``run``, which runs it and returns its evidence —
     ``{"statistic", "bound", "value", "rule", "threshold", ...settings}``, from which the outcome
-    is re-derived (:func:`fedaudit.audit.self_tests.check_self_test`)."""
+    is re-derived (:func:`fedaudit.reports.self_tests.check_self_test`)."""
 
     name: str
     kind: str
@@ -260,10 +260,10 @@ class SelfTest:
 
 
 def run_self_tests(tests: "list[SelfTest]") -> list[dict[str, Any]]:
-    """The report records of ``tests`` (:func:`fedaudit.audit.self_tests.self_test_record`), run
+    """The report records of ``tests`` (:func:`fedaudit.reports.self_tests.self_test_record`), run
     in order. A self-test that raises is recorded as failed, its value NaN and its error stated:
     an auditor that cannot run on a known answer has not shown that it works."""
-    from fedaudit.audit.self_tests import self_test_record
+    from fedaudit.reports.self_tests import self_test_record
 
     records = []
     for test in tests:
@@ -281,11 +281,11 @@ def run_self_tests(tests: "list[SelfTest]") -> list[dict[str, Any]]:
 def derived_claim_verdict(kind: "ClaimKind", expect: str, evidence: Mapping[str, Any],
                           self_tests: Any = ()) -> str | None:
     """The verdict a claim's record gives: :func:`derived_verdict` of its evidence, then its
-    recorded self-tests counted (:func:`~fedaudit.audit.self_tests.verdict_after_self_tests`),
+    recorded self-tests counted (:func:`~fedaudit.reports.self_tests.verdict_after_self_tests`),
     each one's ``passed``, ``expected`` and ``observed`` re-derived from its own evidence. None
     when the kind cannot re-derive verdicts. Raises :class:`EvidenceError` when the evidence
     cannot decide or a self-test record contradicts its evidence."""
-    from fedaudit.audit.self_tests import SelfTestError, check_self_test, verdict_after_self_tests
+    from fedaudit.reports.self_tests import SelfTestError, check_self_test, verdict_after_self_tests
 
     base = derived_verdict(kind, expect, evidence)
     if not isinstance(self_tests, (list, tuple)):

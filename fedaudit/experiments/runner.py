@@ -7,6 +7,13 @@ validation has already caught the user's mistakes, so what is left is a failure 
 machinery, which must not pass silently but must not hide the other verdicts either.
 (``KeyboardInterrupt`` and ``SystemExit`` still stop the run.)
 
+Self-tests. After a claim's run, the runner runs the auditor self-tests its kind declares
+(:meth:`~fedaudit.experiments.kind.ClaimKind.self_tests`: a null test and a planted violation
+with the claim's auditor settings, :mod:`fedaudit.audit.self_tests`) and records them in the
+claim; a failed one makes the verdict INCONCLUSIVE where it no longer stands and is named in the
+summary and caveats (:func:`~fedaudit.reports.self_tests.verdict_after_self_tests`). A resumed
+checkpoint's verdict is re-derived with its self-tests counted, as ``fedaudit verify`` does.
+
 The manifest records the plan's text and the SHA-256 of its bytes, the root seed (the
 ``SeedSequence`` entropy every claim seed derives from, see :mod:`fedaudit.experiments.plan`), the
 start and end times, the source hash of every ``module:attr`` plugin the plan names
@@ -203,9 +210,9 @@ def _self_tested(kind: ClaimKind, spec: ClaimSpec, evidence: Mapping[str, Any], 
                  found: Any) -> tuple[list[dict[str, Any]], str, str, list[str]]:
     """Run the kind's auditor self-tests for the claim (:meth:`ClaimKind.self_tests`) and count
     them: ``(records, verdict, summary, caveats)``. A failed self-test makes the verdict
-    INCONCLUSIVE where it no longer stands (:func:`~fedaudit.audit.self_tests.verdict_after_self_tests`)
+    INCONCLUSIVE where it no longer stands (:func:`~fedaudit.reports.self_tests.verdict_after_self_tests`)
     and is named in the summary and the caveats."""
-    from fedaudit.audit.self_tests import failed_self_tests, verdict_after_self_tests
+    from fedaudit.reports.self_tests import failed_self_tests, verdict_after_self_tests
 
     records = run_self_tests(list(kind.self_tests(spec, evidence) or []))
     final = verdict_after_self_tests(decided, spec.expect, records)

@@ -87,6 +87,8 @@ section.claim.fail { border-left-color: var(--fail); }
 section.claim.inconclusive { border-left-color: var(--inc); }
 ul.caveats { margin: 6px 0 10px; padding: 6px 12px 6px 28px; background: #fef5e7; border: 1px solid #f8c471;
              border-radius: 4px; font-size: 14px; }
+p.self-tests { margin: 4px 0; font-size: 13px; color: #1e8449; }
+p.self-tests.failed { color: #b03a2e; font-weight: bold; }
 td .caveat { color: #7e5109; font-size: 12px; margin-top: 4px; }
 ul.guarantees { margin: 6px 0 0; padding-left: 20px; }
 ul.guarantees li.pass { color: var(--pass); }
@@ -131,6 +133,16 @@ def _caveats(claim: Claim) -> str:
     if not claim.caveats:
         return ""
     return '<ul class="caveats">' + "".join(f"<li>caveat: {_e(c)}</li>" for c in claim.caveats) + "</ul>"
+
+
+def _self_tests(claim: Claim) -> str:
+    """The claim's auditor self-tests in one line (:meth:`Claim.self_test_line`), in the fail
+    colour when one failed; empty for a claim without self-tests."""
+    line = claim.self_test_line()
+    if line is None:
+        return ""
+    state = "failed" if claim.failed_self_tests else "passed"
+    return f'<p class="self-tests {state}">{_e(line)}</p>'
 
 
 def _runtime(seconds: float) -> str:
@@ -239,6 +251,7 @@ def _claim_section(claim: Claim, index: int) -> str:
             f"expectation <b>{_e(claim.expect)}</b> ({_e(_EXPECT_TEXT.get(claim.expect, claim.expect))})",
             f"seed {_e('—' if claim.seed is None else claim.seed)}", f"runtime {_e(_runtime(claim.runtime_s))}"]
     parts.append('<p class="meta">' + " · ".join(meta) + "</p>")
+    parts.append(_self_tests(claim))
     if claim.summary:
         parts.append(f'<p class="claim-summary">{_e(claim.summary)}</p>')
     if claim.error:

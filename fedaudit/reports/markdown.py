@@ -135,6 +135,9 @@ def _claim(claim: Claim, index: int, max_rows: int) -> list[str]:
     lines.append(f"id {_inline(claim.id)} · kind **{_text(claim.kind)}** · expectation **{_text(claim.expect)}** · "
                  f"seed {seed} · runtime {_runtime(claim.runtime_s)}")
     lines.append("")
+    if claim.self_tests:
+        mark = "❌ **auditor self-test failed** — " if claim.failed_self_tests else ""
+        lines += [f"{mark}{_text(claim.self_test_line())}", ""]
     if claim.summary:
         lines += [_text(claim.summary), ""]
     if claim.error:

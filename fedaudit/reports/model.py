@@ -7,7 +7,7 @@ is described by ``schema.json`` (``schema_version`` "1.5": 1.2 added the ``epsil
 ``plugins``, ``dependencies`` and ``provenance``, 1.5 the report's optional ``deployment`` facts
 (:mod:`fedaudit.reports.deployment`), a claim's optional ``explanation``, its plain-language
 account and evidence layout (:mod:`fedaudit.reports.explain`), and a claim's optional
-``self_tests``, the auditor self-tests of :mod:`fedaudit.audit.self_tests`).
+``self_tests``, the auditor self-tests of :mod:`fedaudit.reports.self_tests`).
 
 Verdicts as a reviewer reads them. The verdict (PASS/FAIL/INCONCLUSIVE) says whether the outcome
 met the plan's *expectation*; it is not whether the audited system is safe. A claim that expects
@@ -192,7 +192,6 @@ class Claim:
         if not isinstance(self.self_tests, (list, tuple)) or not all(isinstance(t, Mapping) for t in self.self_tests):
             raise FedAuditError(f"{where}: self_tests must be a list of self-test records")
         object.__setattr__(self, "self_tests", [dict(t) for t in self.self_tests])
-
         if self.explanation is not None and not isinstance(self.explanation, Explanation):
             object.__setattr__(self, "explanation", Explanation.from_dict(self.explanation))
 
@@ -209,15 +208,15 @@ class Claim:
     @property
     def failed_self_tests(self) -> list[dict]:
         """The claim's self-tests whose outcome, re-derived from their evidence, is a failure
-        (:func:`fedaudit.audit.self_tests.failed_self_tests`)."""
-        from fedaudit.audit.self_tests import failed_self_tests
+        (:func:`fedaudit.reports.self_tests.failed_self_tests`)."""
+        from fedaudit.reports.self_tests import failed_self_tests
 
         return [dict(t) for t in failed_self_tests(self.self_tests)]
 
     def self_test_line(self) -> str | None:
         """The renderings' one line of self-tests ("self-tests: null ε ≥ 0.000 ✓, planted ε ≥
         8.5 > 1 ✓"), None for a claim without any."""
-        from fedaudit.audit.self_tests import self_test_line
+        from fedaudit.reports.self_tests import self_test_line
 
         return f"self-tests: {self_test_line(self.self_tests)}" if self.self_tests else None
 
