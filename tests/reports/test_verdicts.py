@@ -140,11 +140,14 @@ def test_min_pair_power_counts_the_certified_lower_bound(monkeypatch):
     """A certified ε ≥ 0.994 against a claim of 1 proves power 0.994 ≥ 0.9, whatever is known of
     the pair's exact ε: no longer INCONCLUSIVE."""
     import fedaudit.audit.ldp as ldp
+    from fedaudit.audit.self_tests import PlantedLeak, SameInput
 
     real = ldp.audit_ldp
 
     def certified_near_the_claim(*a, **k):
         res = real(*a, **k)
+        if isinstance(a[0], (SameInput, PlantedLeak)):  # the auditor's self-tests see the real auditor
+            return res
         return replace(res, epsilon_lower=0.994, violation=False, epsilon_exact=None, pair_power=None, notes=[])
 
     monkeypatch.setattr(ldp, "audit_ldp", certified_near_the_claim)
