@@ -16,7 +16,8 @@ held to and the settings it ran with; the record, the rule that re-derives its o
 failed one does to the claim's verdict are :mod:`fedaudit.reports.self_tests`.
 
 Cost. Each sampling self-test draws :data:`SELF_TEST_FRACTION` of the claim's samples (at least
-the audit's minimum, 100), so the two cost about 20% of the claim's certification draws; the
+the audit's minimum, 100) or trials and search steps (robustness, whose optimiser stage runs at
+5% of its default evaluations), so the two cost about 20% of the claim's draws; the
 planted test of an LDP claim draws more (doubling up to the claim's own samples) only when that
 share could not certify an ε above the claim even for a perfect distinguisher
 (:func:`planted_samples`). Score-level self-tests (one-run canary audits) cost no training.
@@ -253,16 +254,20 @@ def robustness_self_test(kind: str, *, n: int, f: int, dim: int, trials: int, se
     a rule that is not (f, κ)-robust for any κ, so ν̂ must exceed ``threshold`` (the claim's
     max_nu; None: ν̂ must be ∞)."""
     from fedaudit.audit.robustness import audit_robustness
+    from fedaudit.audit.robustness_search import SearchBudget
 
     if kind not in ("null", "planted"):
         raise ValueError(f"a robustness self-test is 'null' or 'planted', got {kind!r}")
     byz = 0 if kind == "null" else f
-    res = audit_robustness("mean", n=n, f=byz, d=dim, trials=trials, attacks=attacks, seed=seed,
-                           search_evals=search_evals, **dict(engine or {}))
+    # the optimiser stage too, at half of SELF_TEST_FRACTION of its default evaluations and not
+    # scaled up for cheap rules (the mean is one): its fixed cost would otherwise dwarf a small claim
+    search = SearchBudget(evals=math.ceil(SELF_TEST_FRACTION * SearchBudget().evals / 2), scale_cheap=False)
+    res = audit_robustness("mean", n=n, f=byz, dim=dim, trials=trials, attacks=attacks, seed=seed,
+                           search_evals=search_evals, search=search, **dict(engine or {}))
     return {"statistic": "ν̂", "bound": "lower", "value": res.nu_empirical,
             "rule": "at_most" if kind == "null" else "above",
             "threshold": ROBUSTNESS_NULL_TOLERANCE if kind == "null" else threshold,
             "planted": ("the mean without Byzantine clients (κ = 0)" if kind == "null" else
                         f"the mean with f = {f} Byzantine clients (κ = ∞)"),
             "aggregator": "mean", "n": n, "f": byz, "dim": dim, "trials": trials, "search_evals": search_evals,
-            "seed": seed}
+            "optimiser_evals": search.evals, "seed": seed}
