@@ -26,7 +26,7 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("diff", "no claim got worse beyond its noise (under --fail-on; default: no privacy claim)",
      "a claim got worse beyond its noise: a verdict (PASS → INCONCLUSIVE or FAIL), a certified bound, an "
      "accountant ε or ν̂ (under --fail-on any, also a removed claim)"),
-    ("keygen, mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
+    ("keygen, export-registry, mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
 )
 
 #: exit codes with one meaning for every command

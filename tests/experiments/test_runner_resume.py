@@ -100,6 +100,7 @@ def _cells(out):
     return [line for line in lines if line.endswith("\n")]
 
 
+@pytest.mark.slow  # 30 s; the normal suite keeps plan resume (experiments/test_checkpoint_integrity.py) and a SIGKILLed run's resume (engine/test_chunks.py)
 def test_sigkill_then_resume_gives_the_uninterrupted_report(tmp_path):
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(PLAN)
