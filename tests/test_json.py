@@ -341,6 +341,13 @@ def _diff_changes():
         [Change("params", {"clip": np.float64(v)}, np.array([v, 1.0])) for v in VALUES]
 
 
+def _fact_changes():
+    from fedaudit.reports.diff import MISSING, FactChange
+
+    return [FactChange("population", "deployment population", v, MISSING, "changed", "") for v in VALUES] + \
+        [FactChange("self-test null", "self-test null", MISSING, [1.0, v], "worse", "why") for v in VALUES]
+
+
 def _tracked():
     from fedaudit.guarantees import Bound
     from fedaudit.reports.diff import Tracked
@@ -363,7 +370,8 @@ def _claim_diffs():
 
     changes, quantities = _diff_changes(), _quantity_changes()
     return [ClaimDiff("c", "ldp", "privacy", "PASS", "FAIL", "PASS", "FAIL", "bad", quantities=(q,), config=(ch,),
-                      notes=("n",)) for q, ch in zip(quantities, changes)] + \
+                      notes=("n",), self_tests=(f,), deployment=(f,))
+            for q, ch, f in zip(quantities, changes, _fact_changes())] + \
         [ClaimDiff("d", "ldp", None, "FAIL", "PASS", "FAIL", "PASS", "good", quantities=tuple(quantities),
                    config=tuple(changes), numbers_compared=False)]
 
@@ -375,7 +383,8 @@ def _report_diffs():
     changes, ref = _diff_changes(), ClaimRef("r", "ldp", "PASS", "good", "privacy")
     out = [ReportDiff("old", "new", tuple(_claim_diffs()), (ref,), (ref,),
                       PlanDiff("a" * 64, "b" * 64, tables=tuple(changes), diff=("-x", "+y"), cut=3),
-                      tuple(changes), Tolerance(rel=0.1, abs=0.0), fail_on=f) for f in ("privacy", "any", "none")]
+                      tuple(changes), Tolerance(rel=0.1, abs=0.0), fail_on=f, deployment=tuple(_fact_changes()))
+           for f in ("privacy", "any", "none")]
     old = _reports()[2]
     c = old.claims[0]
     new = Report(old.manifest, [Claim(id=c.id, kind=c.kind, title=c.title, expect=c.expect, verdict="FAIL",
@@ -428,6 +437,7 @@ BUILDERS = {
     "fedaudit.integrations.flower.central_dp.CentralDpRun": _central_dp_runs,
     "fedaudit.integrations.flower.central_dp.CentralDpAudit": _central_dp_audits,
     "fedaudit.reports.diff.Change": _diff_changes,
+    "fedaudit.reports.diff.FactChange": _fact_changes,
     "fedaudit.reports.diff.QuantityChange": _quantity_changes,
     "fedaudit.reports.diff.ClaimDiff": _claim_diffs,
     "fedaudit.reports.diff.ReportDiff": _report_diffs,

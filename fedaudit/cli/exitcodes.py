@@ -25,7 +25,9 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
     ("sign", "signed (the report was intact and consistent)", "—"),
     ("diff", "no claim got worse beyond its noise (under --fail-on; default: no privacy claim)",
      "a claim got worse beyond its noise: a verdict (PASS → INCONCLUSIVE or FAIL), a certified bound, an "
-     "accountant ε or ν̂ (under --fail-on any, also a removed claim)"),
+     "accountant ε or ν̂, a self-test (passed → failed); or a deployment fact weakened the guarantee (a smaller "
+     "privacy unit, more trust, pure → approximate DP, …) or a privacy hazard newly appeared (under --fail-on "
+     "any, also a removed claim)"),
     ("keygen, export-registry, mechanisms, list, plans, aggregators, sparse, audit scores, account …", "done", "—"),
 )
 

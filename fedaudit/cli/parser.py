@@ -265,8 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "changed, the numbers each claim's kind declares (certified bounds, accountant "
                                    "ε, ν̂) that moved beyond their recorded intervals or, for numbers recorded as "
                                    "points, beyond max(--abs-tol, --rel-tol × |old|), the claims' parameters, added "
-                                   "and removed claims, the plans (hash and a unified diff of their texts) and "
-                                   "the versions that computed them. Both reports are checked as `fedaudit verify` "
+                                   "and removed claims, the claims' self-tests, the deployment facts and the "
+                                   "privacy hazards they leave open (a weakened fact is worse: a smaller privacy "
+                                   "unit, more trust, pure → approximate DP), the plans (hash and a unified diff of "
+                                   "their texts) and the versions that computed them. Both reports are checked as `fedaudit verify` "
                                    "checks them first; one that is not intact is exit 2. Exit 1 when, under "
                                    "--fail-on, something got worse beyond its noise, else 0.")
     p.add_argument("old", metavar="OLD", help="the earlier report: a report folder or its report.json (read as data "
@@ -278,8 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--abs-tol", type=float, default=0.01,
                    help="the smallest move of a number recorded as a point that counts (default 0.01)")
     p.add_argument("--fail-on", default="privacy", choices=("privacy", "any", "none"),
-                   help="exit 1 when: a privacy claim's verdict or number got worse (privacy, default); any claim's "
-                        "got worse or a claim was removed (any); never (none)")
+                   help="exit 1 when: a privacy claim's verdict, number or self-test, or a deployment fact or "
+                        "hazard, got worse (privacy, default); any claim's or deployment fact got worse or a claim "
+                        "was removed (any); never (none)")
     p.add_argument("--format", default="text", choices=("text", "markdown", "html", "json"),
                    help="text (default), markdown (a pull-request comment), html (one self-contained page) or json")
     p.add_argument("--out", default=None, metavar="FILE",

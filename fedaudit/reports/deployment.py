@@ -15,6 +15,8 @@ and a signature cover them::
 This module reads only that object (never the claim kinds: reports sit below experiments):
 
 * :data:`FIELDS` — every fact's plain name, in the order a rendering shows them;
+* :data:`FACT_ORDER` / :func:`fact_change` — which change of a fact weakens the guarantee
+  (``fedaudit diff`` counts it as a privacy regression);
 * :func:`hazards` — the NIST privacy-pyramid hazards the recorded facts leave open, each phrased
   "not addressed by this plan: …" (only hazards that map to a missing or risky fact);
 * :func:`fact_rows` / :func:`claim_rows` — the rows of the "Deployment" section every rendering
@@ -26,11 +28,12 @@ This module reads only that object (never the claim kinds: reports sit below exp
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = ["PRIVACY_UNITS", "EXAMPLE_UNITS", "CLIENT_UNITS", "NEIGHBOURING", "DP_FLAVOURS", "TRUST_MODELS",
            "SAMPLING", "DTYPES", "CSPRNG", "PRNG", "CONTINUOUS_NOISE", "KNOWN_NOISE", "CLIPPING",
-           "EXTERNAL_ACCOUNTANTS", "LARGE_EPSILON", "FIELDS", "unit_level", "fact", "Hazard", "hazards", "fact_rows",
+           "EXTERNAL_ACCOUNTANTS", "LARGE_EPSILON", "FIELDS", "FACT_ORDER", "FACT_REVIEW", "fact_change",
+           "unit_level", "fact", "Hazard", "hazards", "hazard_claims", "fact_rows",
            "claim_rows", "CLAIM_COLUMNS", "REGISTRY_FORMAT", "REGISTRY_TIERS", "registry_export", "plain"]
 
 #: privacy units the plan reference suggests (any other text is accepted as stated)
@@ -95,6 +98,56 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("implementation.timing", "Timing side-channel mitigation"),
     ("implementation.security", "Protection of the curator / server"),
 )
+
+#: How ``fedaudit diff`` orders a fact's values (declared once, beside the facts): fact key ->
+#: (rank of a value, higher = a stronger guarantee, None when the value is unranked; what a weaker
+#: value means). A move to a lower rank is *worse* (a privacy regression), to a higher one *better*;
+#: any other change of a fact, and a fact stated on one side only, is *changed* (an unstated fact
+#: is caught by :func:`hazards`, whose newly present entries are worse).
+FACT_ORDER: dict[str, tuple[Callable[[Any], int | None], str]] = {
+    "privacy_unit": (lambda v: {"client": 1, "example": 0}.get(unit_level(v)),
+                     "a smaller privacy unit: one example is protected, not the client or user behind it"),
+    "dp_flavour": (lambda v: None if v is None else int(v == "pure"),
+                   "pure ε-DP became a guarantee that allows a small probability of failure (δ) or is stated in "
+                   "another definition"),
+    "trust_model": (lambda v: {"local": 2, "shuffled": 1, "secure-aggregation": 1, "central": 0}.get(v),
+                    "more must be trusted: a shuffler, the aggregation protocol or the server sees the units' data "
+                    "before noise"),
+    "implementation.randomness": (lambda v: None if v is None else int(str(v).lower() in CSPRNG),
+                                  "the noise now comes from a generator that is not cryptographically secure "
+                                  "(predictable from its state)"),
+    "max_contributions": (lambda v: -v if isinstance(v, int) and not isinstance(v, bool) else None,
+                          "one person may contribute more examples: group privacy (k·ε) protects a person less"),
+}
+#: facts whose every change is flagged for review: the new value is another kind of guarantee,
+#: neither weaker nor stronger
+FACT_REVIEW: dict[str, str] = {
+    "neighbouring": "a different neighbouring relation (ε under replace-one can be up to twice ε under add/remove): "
+                    "the two ε are not comparable, review",
+}
+
+
+def fact_change(key: str, old: Any, new: Any) -> tuple[str, str]:
+    """``(assessment, why)`` of fact ``key`` moving from ``old`` to ``new`` (values as recorded,
+    None when unstated; they differ): ``"worse"``, ``"better"`` or ``"changed"`` by
+    :data:`FACT_ORDER` and :data:`FACT_REVIEW`; ``unprotected`` (a list) is worse when a quantity
+    is newly listed (released without noise), better when one is no longer listed."""
+    if key == "unprotected" and isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
+        added, dropped = [str(q) for q in new if q not in old], [str(q) for q in old if q not in new]
+        if added:
+            return "worse", "newly released without noise: " + ", ".join(added)
+        if dropped:
+            return "better", "no longer released without noise: " + ", ".join(dropped)
+        return "changed", "the same quantities, listed otherwise"
+    if key in FACT_REVIEW:
+        return "changed", FACT_REVIEW[key]
+    if key in FACT_ORDER and old is not None and new is not None:
+        rank, weaker = FACT_ORDER[key]
+        a, b = rank(old), rank(new)
+        if a is not None and b is not None and a != b:
+            return ("worse", weaker) if b < a else ("better", "")
+    return "changed", ""
+
 
 _PLAIN = {
     "add-remove": "add/remove one unit", "replace-one": "replace one unit",
@@ -280,6 +333,15 @@ def hazards(deployment: Mapping[str, Any] | None) -> list[Hazard]:
     every = len(claims)
     return [Hazard(hid, f"not addressed by this plan: {text}", () if len(ids) == every else tuple(ids))
             for hid, (text, ids) in found.items()]
+
+
+def hazard_claims(deployment: Mapping[str, Any] | None) -> dict[str, tuple[str, frozenset[str]]]:
+    """``{hazard id: (its text, the ids of the claims it concerns)}`` of :func:`hazards`, a
+    plan-wide hazard naming every deployed claim: what ``fedaudit diff`` compares, so that a
+    hazard that newly concerns one more claim is seen."""
+    every = frozenset(str(c.get("id")) for c in _deployed(deployment)) if isinstance(deployment, Mapping) \
+        else frozenset()
+    return {h.id: (h.text, frozenset(h.claims) or every) for h in hazards(deployment)}
 
 
 # ------------------------------------------------------------------------------ rows

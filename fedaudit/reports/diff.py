@@ -18,7 +18,22 @@ Claims are matched by id. For each pair :func:`compare_reports` records
   output says which rule was used;
 * the **configuration**: the claim's parameters (its evidence's ``parameters``, or the claim's
   table of the embedded plan when the kind states them elsewhere), kind, expectation and seed;
+* its **self-tests** (:mod:`fedaudit.reports.self_tests`), matched by name, each outcome
+  re-derived from its evidence: one that passed in OLD and fails in NEW is *worse* (the auditor
+  broke: the claim's guarantee regressed), a record OLD had and NEW lacks is *changed*;
+* its **deployment facts** (the ``facts`` of the report's ``deployment`` object) where they moved
+  differently from the plan's (a claim's own ``[claim.deployment]``);
 * added and removed claims.
+
+Beside the claims, the **deployment** (:mod:`fedaudit.reports.deployment`): every fact of the
+plan's ``[deployment]`` table that changed, judged by
+:func:`~fedaudit.reports.deployment.fact_change` (the order is declared there, beside the facts:
+a smaller privacy unit, pure → approximate DP, a trust model that trusts more, a quantity newly
+released without noise, randomness no longer from a secure source are *worse*; another
+neighbouring relation is *changed*, flagged for review), and the NIST SP 800-226 hazards left
+open (:func:`~fedaudit.reports.deployment.hazard_claims`): one newly present, or newly
+concerning a claim that OLD had, is *worse*. A deployment fact or hazard that got worse is a
+privacy regression.
 
 Beside the claims: the **plan** (its SHA-256, the changes of its non-claim tables and a unified
 diff of its text, capped at :data:`MAX_PLAN_DIFF_LINES`) and the **environment** (fedaudit's
@@ -26,8 +41,8 @@ version and commit, Python, the platform, the versions of the libraries that com
 the plugins' source hashes). Those are reported, never counted as worse.
 
 Exit code (:meth:`ReportDiff.exit_code`): 1 when, under ``fail_on``, something got worse —
-``privacy`` (default): a claim's verdict or a number speaking to privacy; ``any``: any claim's
-verdict or number, or a claim removed; ``none``: never — else 0.
+``privacy`` (default): a claim's verdict, self-test or a number speaking to privacy, a deployment
+fact or hazard; ``any``: any of those of any claim, or a claim removed; ``none``: never — else 0.
 """
 
 from __future__ import annotations
@@ -42,11 +57,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from fedaudit import json as fjson
 from fedaudit.errors import FedAuditError
 from fedaudit.guarantees import Bound
+from fedaudit.reports.deployment import FIELDS, fact, fact_change, hazard_claims
 from fedaudit.reports.integrity import Rederive, verify_and_load
 from fedaudit.reports.model import Claim, Report, format_value
+from fedaudit.reports.self_tests import SelfTestError, check_self_test
 
-__all__ = ["Tracked", "Tolerance", "Change", "QuantityChange", "ClaimRef", "ClaimDiff", "PlanDiff", "ReportDiff",
-           "compare_reports", "load_verified", "assess", "FAIL_ON", "MAX_PLAN_DIFF_LINES", "VERDICT_RANK"]
+__all__ = ["Tracked", "Tolerance", "Change", "FactChange", "QuantityChange", "ClaimRef", "ClaimDiff", "PlanDiff",
+           "ReportDiff", "compare_reports", "load_verified", "assess", "fact_text", "show", "FAIL_ON",
+           "MAX_PLAN_DIFF_LINES", "VERDICT_RANK"]
 
 #: ``--fail-on`` values: which worsening makes the exit code 1
 FAIL_ON: tuple[str, ...] = ("privacy", "any", "none")
@@ -146,6 +164,46 @@ def show(value: Any) -> str:
     if value is MISSING:
         return "(unset)"
     return format_value(fjson.from_special(value))
+
+
+@dataclass(frozen=True)
+class FactChange:
+    """A deployment fact, a privacy hazard or a self-test that differs between the two reports,
+    judged: ``assessment`` is ``"worse"``, ``"better"`` or ``"changed"``, ``why`` says what the
+    change means. ``key`` names it as a plan states it (``"privacy_unit"``,
+    ``"implementation.randomness"``, ``"hazard timing"``, ``"self-test null"``), ``what`` as the
+    table shows it; ``old``/``new`` are :data:`MISSING` on the side that does not record it."""
+
+    key: str
+    what: str
+    old: Any
+    new: Any
+    assessment: str
+    why: str = ""
+
+    def text(self) -> str:
+        """"deployment privacy_unit client → example"; a hazard by what happened to it
+        ("deployment hazard timing newly present")."""
+        if self.key.startswith("hazard "):
+            return f"{self.what} {self.why.split(':')[0]}"
+        return f"{self.what} {fact_text(self.old)} → {fact_text(self.new)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return fjson.jsonable({"key": self.key, "what": self.what, "old": None if self.old is MISSING else self.old,
+                               "new": None if self.new is MISSING else self.new, "old_set": self.old is not MISSING,
+                               "new_set": self.new is not MISSING, "assessment": self.assessment, "why": self.why})
+
+
+def fact_text(value: Any) -> str:
+    """A deployment fact as the diff prints it: "—" where a report does not record it, "not
+    stated" for null, a list joined ("nothing" when empty), else as :func:`show`."""
+    if value is MISSING:
+        return "—"
+    if value is None:
+        return "not stated"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return ", ".join(value) if value else "nothing"
+    return show(value)
 
 
 def _number(value: Any) -> float | None:
@@ -273,6 +331,15 @@ class ClaimDiff:
     notes: tuple[str, ...] = ()
     #: False when the claim's kind is not registered here: its numbers were not compared
     numbers_compared: bool = True
+    #: its self-tests whose outcome changed, or that one report lacks (:func:`_self_test_changes`)
+    self_tests: tuple[FactChange, ...] = ()
+    #: its own deployment facts that moved differently from the plan's (:func:`_fact_changes`)
+    deployment: tuple[FactChange, ...] = ()
+
+    @property
+    def flagged(self) -> tuple[FactChange, ...]:
+        """Its self-test and deployment changes together."""
+        return self.self_tests + self.deployment
 
     @property
     def verdict_change(self) -> str | None:
@@ -285,18 +352,22 @@ class ClaimDiff:
         """The guarantees that got worse in this claim ("privacy", "robustness", …; "guarantee"
         for a claim whose kind names none): by its verdict or by a tracked number."""
         out = {self.guarantee or "guarantee"} if self.verdict_change == "worse" else set()
+        if any(t.assessment == "worse" for t in self.self_tests):  # the auditor of this guarantee broke
+            out.add(self.guarantee or "guarantee")
+        if any(f.assessment == "worse" for f in self.deployment):  # deployment facts are DP facts
+            out.add("privacy")
         return out | {q.guarantee or "guarantee" for q in self.quantities if q.assessment == "worse"}
 
     @property
     def status(self) -> str:
         """"worse", "better", "changed" (configuration, a label, a number not comparable),
         "within noise" (numbers moved, none beyond its noise) or "unchanged"."""
-        moves = {q.assessment for q in self.quantities}
+        moves = {q.assessment for q in self.quantities} | {f.assessment for f in self.flagged}
         if self.verdict_change == "worse" or "worse" in moves:
             return "worse"
         if self.verdict_change == "better" or "better" in moves:
             return "better"
-        if self.config or "not comparable" in moves or self.old_label != self.new_label:
+        if self.config or moves & {"not comparable", "changed"} or self.old_label != self.new_label:
             return "changed"
         return "within noise" if "within noise" in moves else "unchanged"
 
@@ -305,7 +376,7 @@ class ClaimDiff:
         "accountant ε ≤ 23.5 → ≤ 46.9 (beyond ±1.17 …)" (without the rule unless ``basis``)."""
         out = [f"{self.old_label} → {self.new_label}"] if self.verdict_change == assessment else []
         return out + [q.text() + (f" ({q.basis})" if basis else "") for q in self.quantities
-                      if q.assessment == assessment]
+                      if q.assessment == assessment] + [f.text() for f in self.flagged if f.assessment == assessment]
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "guarantee": self.guarantee, "status": self.status,
@@ -314,7 +385,8 @@ class ClaimDiff:
                 "worse_guarantees": sorted(self.worse_guarantees),
                 "quantities": [q.to_dict() for q in self.quantities],
                 "config": [c.to_dict() for c in self.config], "notes": list(self.notes),
-                "numbers_compared": self.numbers_compared}
+                "numbers_compared": self.numbers_compared, "self_tests": [t.to_dict() for t in self.self_tests],
+                "deployment": [f.to_dict() for f in self.deployment]}
 
 
 @dataclass(frozen=True)
@@ -351,29 +423,34 @@ class ReportDiff:
     environment: tuple[Change, ...]
     tolerance: Tolerance = field(default_factory=Tolerance)
     fail_on: str = "privacy"
+    #: the plan's deployment facts and the privacy hazards that changed (:func:`_deployment_changes`)
+    deployment: tuple[FactChange, ...] = ()
 
     def __post_init__(self) -> None:
         if self.fail_on not in FAIL_ON:
             raise FedAuditError(f"--fail-on must be one of {', '.join(FAIL_ON)}, got {self.fail_on!r}")
 
     def regressions(self) -> list[str]:
-        """The ids of the claims that make the exit code 1 under ``fail_on`` (a removed claim
-        under ``any`` too)."""
+        """What makes the exit code 1 under ``fail_on``: the ids of the claims that got worse (a
+        removed claim under ``any`` too), then each deployment fact or hazard that got worse
+        ("deployment privacy_unit", "deployment hazard timing"; privacy under both)."""
         if self.fail_on == "none":
             return []
+        facts = [f.what for f in self.deployment if f.assessment == "worse"]
         if self.fail_on == "privacy":
-            return [c.id for c in self.claims if "privacy" in c.worse_guarantees]
-        return [c.id for c in self.claims if c.worse_guarantees] + [c.id for c in self.removed]
+            return [c.id for c in self.claims if "privacy" in c.worse_guarantees] + facts
+        return [c.id for c in self.claims if c.worse_guarantees] + [c.id for c in self.removed] + facts
 
     def exit_code(self) -> int:
-        """1 when :meth:`regressions` names a claim, else 0."""
+        """1 when :meth:`regressions` names a claim or a deployment fact, else 0."""
         return 1 if self.regressions() else 0
 
     @property
     def unchanged(self) -> bool:
-        """True when nothing differs: verdicts, numbers, configuration, claims, plan, environment."""
+        """True when nothing differs: verdicts, numbers, configuration, self-tests, claims, deployment
+        facts and hazards, plan, environment."""
         return (all(c.status == "unchanged" for c in self.claims) and not self.added and not self.removed
-                and not self.plan.changed and not self.environment)
+                and not self.plan.changed and not self.environment and not self.deployment)
 
     def summary(self) -> str:
         """The one line that comes first: "2 claim(s) changed: 1 worse (ldp-sstq: certified ε ≥
@@ -397,12 +474,14 @@ class ReportDiff:
             if by["better"]:
                 bits.append(f"{len(by['better'])} better")
             if by["changed"]:
-                bits.append(f"{len(by['changed'])} changed in configuration only")
+                bits.append(f"{len(by['changed'])} changed, neither worse nor better")
             parts.append(f"{changed} claim(s) changed: " + ", ".join(bits))
         else:
             parts.append(f"no claim's verdict or numbers changed beyond their noise ({len(self.claims)} compared)")
         if by["within noise"]:
             parts.append(f"{len(by['within noise'])} moved within noise")
+        if self.deployment:
+            parts.append(self._deployment_summary())
         if self.added:
             parts.append(f"{len(self.added)} added ({', '.join(c.id for c in self.added[:5])})")
         if self.removed:
@@ -417,12 +496,26 @@ class ReportDiff:
                          + (", …" if len(self.environment) > 3 else ""))
         return "; ".join(parts) + unknown
 
+    def _deployment_summary(self) -> str:
+        """"deployment: 2 worse (deployment privacy_unit client → example; …), 1 changed"."""
+        bits = []
+        for assessment in ("worse", "better", "changed"):
+            found = [f for f in self.deployment if f.assessment == assessment]
+            if found:
+                named = "; ".join(f.text() for f in found[:3]) + ("; …" if len(found) > 3 else "")
+                bits.append(f"{len(found)} {assessment} ({named})")
+        return "deployment: " + ", ".join(bits)
+
     def outcome(self) -> str:
-        """The last line: which claims fail the comparison under ``fail_on``, or that none does."""
+        """The last line: which claims and deployment facts fail the comparison under ``fail_on``,
+        or that none does."""
         failing = self.regressions()
-        what = {"privacy": "a privacy claim got worse", "any": "a claim got worse or was removed"}
+        facts = sum(f.assessment == "worse" for f in self.deployment)
+        claims = {"privacy": "a privacy claim got worse", "any": "a claim got worse or was removed"}.get(self.fail_on)
+        what = "; ".join(([claims] if len(failing) > facts else [])
+                         + (["a deployment fact got worse"] if facts else []))
         if failing:
-            return f"regression ({what[self.fail_on]}, --fail-on {self.fail_on}): {', '.join(failing)}"
+            return f"regression ({what}, --fail-on {self.fail_on}): {', '.join(failing)}"
         return (f"no regression under --fail-on {self.fail_on}" if self.fail_on != "none"
                 else "--fail-on none: the exit code ignores what got worse")
 
@@ -433,7 +526,8 @@ class ReportDiff:
             "fail_on": self.fail_on, "tolerance": {"rel": self.tolerance.rel, "abs": self.tolerance.abs},
             "claims": [c.to_dict() for c in self.claims], "added": [c.to_dict() for c in self.added],
             "removed": [c.to_dict() for c in self.removed], "plan": self.plan.to_dict(),
-            "environment": [c.to_dict() for c in self.environment]})
+            "environment": [c.to_dict() for c in self.environment],
+            "deployment": [f.to_dict() for f in self.deployment]})
 
 
 # ------------------------------------------------------------------------------ loading
@@ -482,19 +576,22 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _differ(a: Any, b: Any) -> bool:
+    """Whether two recorded values differ: 1 and 1.0 are one value; true and 1 are not."""
+    return a != b or isinstance(a, bool) != isinstance(b, bool)
+
+
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[Change]:
     """The keys whose values differ (a key set on one side only included), in a stable order."""
-    def differ(a: Any, b: Any) -> bool:  # 1 and 1.0 are one value; true and 1 are not
-        return a != b or isinstance(a, bool) != isinstance(b, bool)
-
     keys = list(dict.fromkeys([*old, *new]))
     return [Change(prefix + k, old.get(k, MISSING), new.get(k, MISSING)) for k in keys
-            if differ(old.get(k, MISSING), new.get(k, MISSING))]
+            if _differ(old.get(k, MISSING), new.get(k, MISSING))]
 
 
 def _plan_tables(report: Report) -> tuple[dict[str, Any], dict[str, Mapping[str, Any]], str | None]:
     """``(non-claim tables flattened, {claim id: its table}, note)`` of the plan text a report
-    embeds, parsed as TOML data; empty with a note when it embeds none or it does not parse."""
+    embeds, parsed as TOML data; empty with a note when it embeds none or it does not parse. The
+    ``[deployment]`` table is left out: the report's recorded facts are compared instead."""
     text = report.manifest.plan_text
     if not isinstance(text, str):
         return {}, {}, None
@@ -503,7 +600,7 @@ def _plan_tables(report: Report) -> tuple[dict[str, Any], dict[str, Mapping[str,
     except tomllib.TOMLDecodeError as exc:
         return {}, {}, f"its embedded plan text is not TOML ({exc})"
     claims = {c["id"]: c for c in data.get("claim", []) if isinstance(c, Mapping) and isinstance(c.get("id"), str)}
-    rest = {k: v for k, v in data.items() if k != "claim"}
+    rest = {k: v for k, v in data.items() if k not in ("claim", "deployment")}  # deployment: compared as facts
     return fjson.jsonable(_flatten(rest)), claims, None
 
 
@@ -512,7 +609,7 @@ def _parameters(claim: Claim, table: Mapping[str, Any] | None) -> dict[str, Any]
     for a kind that states them elsewhere, the claim's table in the plan; with kind, expect, seed."""
     params = claim.evidence.get("parameters")
     source = params if isinstance(params, Mapping) else \
-        {k: v for k, v in (table or {}).items() if k not in ("id", "kind", "title", "expect", "seed")}
+        {k: v for k, v in (table or {}).items() if k not in ("id", "kind", "title", "expect", "seed", "deployment")}
     out = {"kind": claim.kind, "expect": claim.expect, "seed": claim.seed}
     out.update(fjson.jsonable(_flatten(source)))
     return out
@@ -568,6 +665,114 @@ def _plan_diff(old: Report, new: Report, old_rest: Mapping[str, Any], new_rest: 
     return PlanDiff(old_sha, new_sha, tuple(_changes(old_rest, new_rest)), lines, cut)
 
 
+def _fact_changes(old: Any, new: Any, *, prefix: str = "deployment ",
+                  skip: Callable[[str, Any, Any], bool] | None = None) -> list[FactChange]:
+    """The facts (:data:`~fedaudit.reports.deployment.FIELDS`) of two recorded facts objects that
+    differ, each judged by :func:`~fedaudit.reports.deployment.fact_change`; ``skip(key, old,
+    new)`` leaves out a change already shown elsewhere (a claim's fact that moved as the plan's)."""
+    out = []
+    for key, _name in FIELDS:
+        a, b = fact(old, key), fact(new, key)
+        if not _differ(a, b):
+            continue
+        if skip is not None and skip(key, a, b):
+            continue
+        assessment, why = fact_change(key, a, b)
+        out.append(FactChange(key, prefix + key, a, b, assessment, why))
+    return out
+
+
+def _plan_facts(report: Report) -> Mapping[str, Any]:
+    """The plan's facts of a report's ``deployment`` object (empty when it records none)."""
+    dep = report.deployment
+    return dep["plan"] if isinstance(dep, Mapping) and isinstance(dep.get("plan"), Mapping) else {}
+
+
+def _deployment_claims(report: Report) -> dict[str, Mapping[str, Any]]:
+    """{claim id: its effective facts} of a report's ``deployment`` object."""
+    dep = report.deployment if isinstance(report.deployment, Mapping) else {}
+    return {str(c.get("id")): c.get("facts") if isinstance(c.get("facts"), Mapping) else {}
+            for c in dep.get("claims") or [] if isinstance(c, Mapping)}
+
+
+def _hazard_changes(old: Report, new: Report) -> list[FactChange]:
+    """The privacy hazards (:func:`~fedaudit.reports.deployment.hazard_claims`) that differ: one
+    newly present, or newly concerning a claim OLD had, is worse; one no longer present, or
+    concerning fewer claims, better; the same one worded otherwise, changed."""
+    before, after = hazard_claims(old.deployment), hazard_claims(new.deployment)
+    had = {c.id for c in old.claims}
+    out = []
+    for hid in dict.fromkeys([*before, *after]):
+        a, b = before.get(hid), after.get(hid)
+        old_text = MISSING if a is None else a[0].removeprefix("not addressed by this plan: ")
+        new_text = MISSING if b is None else b[0].removeprefix("not addressed by this plan: ")
+        if a is None:
+            assessment, why = "worse", "newly present: " + ", ".join(sorted(b[1]))
+        elif b is None:
+            assessment, why = "better", "addressed (no longer present)"
+        elif (b[1] - a[1]) & had:
+            assessment, why = "worse", "now also concerns: " + ", ".join(sorted((b[1] - a[1]) & had))
+        elif a[1] - b[1]:
+            assessment, why = "better", "concerns fewer claims: no longer " + ", ".join(sorted(a[1] - b[1]))
+        elif a[0] != b[0]:
+            assessment, why = "changed", "worded otherwise"
+        else:
+            continue
+        out.append(FactChange(f"hazard {hid}", f"deployment hazard {hid}", old_text, new_text, assessment, why))
+    return out
+
+
+def _deployment_changes(old: Report, new: Report) -> list[FactChange]:
+    """The plan's deployment facts that changed and the hazards that differ. A report that records
+    no deployment object where the other does (an older schema, or a plan with neither a
+    [deployment] table nor a privacy claim) makes one "changed" row and nothing else: its facts
+    and hazards were never computed, so none can have got worse or better."""
+    a, b = old.deployment, new.deployment
+    if a is None and b is None:
+        return []
+    if a is None or b is None:
+        return [FactChange("deployment facts", "deployment facts", "recorded" if a is not None else MISSING,
+                           "recorded" if b is not None else MISSING, "changed",
+                           f"the {'old' if a is None else 'new'} report records no deployment facts: not compared")]
+    return _fact_changes(_plan_facts(old), _plan_facts(new)) + _hazard_changes(old, new)
+
+
+def _self_test_outcome(record: Mapping[str, Any]) -> tuple[bool, str]:
+    """``(passed, "passed (ε ≥ 0.000)")`` of a self-test record, re-derived from its evidence (a
+    malformed record fails)."""
+    try:
+        passed, _expected, observed = check_self_test(record)
+    except SelfTestError as exc:
+        return False, f"malformed ({exc})"
+    return passed, f"{'passed' if passed else 'failed'} ({observed})"
+
+
+def _self_test_changes(old: Claim, new: Claim) -> list[FactChange]:
+    """The claim's self-tests, matched by name: passed in OLD and failed in NEW is worse (the
+    auditor broke), the reverse better, a record one side lacks changed."""
+    def by_name(claim: Claim) -> dict[str, Mapping[str, Any]]:
+        return {str(r.get("name")): r for r in claim.self_tests}
+
+    before, after = by_name(old), by_name(new)
+    out = []
+    for name in dict.fromkeys([*before, *after]):
+        a = _self_test_outcome(before[name]) if name in before else None
+        b = _self_test_outcome(after[name]) if name in after else None
+        if a is not None and b is not None and a[0] == b[0]:
+            continue  # same outcome: its observed number is noise the self-test's own rule judges
+        if a is None or b is None:
+            assessment = "changed"
+            why = ("no longer recorded: this claim's auditor was not self-tested on it" if b is None
+                   else "newly recorded")
+        elif a[0]:
+            assessment, why = "worse", "the auditor's self-test fails: its verdicts on this claim cannot be trusted"
+        else:
+            assessment, why = "better", "the auditor's self-test passes again"
+        out.append(FactChange(f"self-test {name}", f"self-test {name}", MISSING if a is None else a[1],
+                              MISSING if b is None else b[1], assessment, why))
+    return out
+
+
 def compare_reports(old: Report, new: Report, *,
                     tracked: Callable[[Claim], Sequence[Tracked] | None] | None = None,
                     tolerance: Tolerance | None = None, fail_on: str = "privacy",
@@ -584,6 +789,12 @@ def compare_reports(old: Report, new: Report, *,
     new_rest, new_tables, new_note = _plan_tables(new)
     before = {c.id: c for c in old.claims}
     after = {c.id: c for c in new.claims}
+    old_facts, new_facts = _deployment_claims(old), _deployment_claims(new)
+    old_plan_facts, new_plan_facts = _plan_facts(old), _plan_facts(new)
+
+    def as_plan(key: str, a: Any, b: Any) -> bool:  # a claim's fact that moved as the plan's: one row, the plan's
+        return (a, b) == (fact(old_plan_facts, key), fact(new_plan_facts, key))
+
     diffs = []
     for c in new.claims:
         if c.id not in before:
@@ -599,9 +810,13 @@ def compare_reports(old: Report, new: Report, *,
         config = _changes(_parameters(o, old_tables.get(c.id)), _parameters(c, new_tables.get(c.id)))
         diffs.append(ClaimDiff(c.id, c.kind, c.guarantee or o.guarantee, o.verdict, c.verdict, o.label, c.label,
                                c.tone, tuple(_quantities(o, c, list(numbers or ()), tolerance)), tuple(config),
-                               tuple(notes), numbers_compared=numbers is not None))
+                               tuple(notes), numbers_compared=numbers is not None,
+                               self_tests=tuple(_self_test_changes(o, c)),
+                               deployment=tuple(_fact_changes(old_facts[c.id], new_facts[c.id], skip=as_plan)
+                                                if c.id in old_facts and c.id in new_facts else ())))
     return ReportDiff(old=old_label, new=new_label, claims=tuple(diffs),
                       added=tuple(ClaimRef.of(c) for c in new.claims if c.id not in before),
                       removed=tuple(ClaimRef.of(c) for c in old.claims if c.id not in after),
                       plan=_plan_diff(old, new, old_rest, new_rest, old_label, new_label),
-                      environment=tuple(_environment(old, new)), tolerance=tolerance, fail_on=fail_on)
+                      environment=tuple(_environment(old, new)), tolerance=tolerance, fail_on=fail_on,
+                      deployment=tuple(_deployment_changes(old, new)))

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from fedaudit import json as fjson
-from fedaudit.reports.diff import ReportDiff, show
+from fedaudit.reports.diff import FactChange, ReportDiff, fact_text, show
 from fedaudit.reports.markdown import markdown_cell
 from fedaudit.reports.terminal import printable
 
@@ -36,8 +36,8 @@ _ICON = {"worse": "🔺", "better": "✅", "within noise": "≈", "changed": "�
 
 @dataclass(frozen=True)
 class DiffRow:
-    """One line of the table: what changed in which claim (``claim`` is "(plan)" or
-    "(environment)" for rows outside the claims), its old and new value and the assessment;
+    """One line of the table: what changed in which claim (``claim`` is "(deployment)", "(plan)"
+    or "(environment)" for rows outside the claims), its old and new value and the assessment;
     ``status`` is "worse", "better", "within noise", "changed", "not comparable", "added",
     "removed" or "note"."""
 
@@ -50,10 +50,11 @@ class DiffRow:
 
 
 def diff_rows(diff: ReportDiff) -> list[DiffRow]:
-    """The table every rendering shows: per compared claim its verdict change, the tracked numbers
-    that moved and the parameters that differ; the added and removed claims; the plan's non-claim
-    tables and the environment fields that differ."""
-    rows: list[DiffRow] = []
+    """The table every rendering shows: the plan's deployment facts and privacy hazards that
+    changed (claim "(deployment)"); per compared claim its verdict change, the tracked numbers
+    that moved, the parameters, self-tests and own deployment facts that differ; the added and
+    removed claims; the plan's non-claim tables and the environment fields that differ."""
+    rows = [_flagged_row("(deployment)", f) for f in diff.deployment]  # first, as a report shows its facts
     for c in diff.claims:
         if c.old_label != c.new_label:
             rows.append(DiffRow(c.id, "verdict", c.old_label, c.new_label, c.verdict_change or "changed"))
@@ -63,6 +64,7 @@ def diff_rows(diff: ReportDiff) -> list[DiffRow]:
                                     q.basis + ("" if q.guarantee == c.guarantee or not q.guarantee
                                                else f"; speaks to {q.guarantee}")))
         rows += [DiffRow(c.id, f"parameter {ch.key}", show(ch.old), show(ch.new), "changed") for ch in c.config]
+        rows += [_flagged_row(c.id, f) for f in c.flagged]
         rows += [DiffRow(c.id, "note", "", "", "note", n) for n in c.notes]
     rows += [DiffRow(r.id, f"claim ({r.kind})", "—", r.label, "added") for r in diff.added]
     rows += [DiffRow(r.id, f"claim ({r.kind})", r.label, "—", "removed",
@@ -73,6 +75,11 @@ def diff_rows(diff: ReportDiff) -> list[DiffRow]:
     rows += [DiffRow("(plan)", ch.key, show(ch.old), show(ch.new), "changed") for ch in diff.plan.tables]
     rows += [DiffRow("(environment)", ch.key, show(ch.old), show(ch.new), "changed") for ch in diff.environment]
     return rows
+
+
+def _flagged_row(claim: str, change: FactChange) -> DiffRow:
+    """The row of a deployment fact, hazard or self-test that changed: its assessment and why."""
+    return DiffRow(claim, change.what, fact_text(change.old), fact_text(change.new), change.assessment, change.why)
 
 
 def _assessment(row: DiffRow) -> str:
