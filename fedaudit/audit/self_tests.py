@@ -11,6 +11,14 @@ seed), two small audits whose answer is known:
   deterministic leak of its input, canaries without noise, the mean under attack): the auditor
   must catch it, a certified bound above the claim.
 
+The mechanism-level variants — the same input twice, a fingerprint of the input appended — are
+:func:`self_test_variant`, used alike by every auditor that draws from a mechanism or a black-box
+sampler: the LDP audit (:func:`ldp_self_test`), the sparse upload's worst-pair audit
+(:func:`fedaudit.audit.sparse_upload.worst_pair_self_test`) and a library mechanism's black box
+(:func:`fedaudit.targets.base.audit_sampler`'s ``self_test``); Flower's LocalDpMod audit, whose
+projection test reads only the input-space coordinates, plants the mechanism without its noise
+instead (:func:`fedaudit.integrations.flower.local_dp_audit.local_dp_mod_self_test`).
+
 Each returns the evidence of its record: the statistic, its value, the rule and threshold it is
 held to and the settings it ran with; the record, the rule that re-derives its outcome and what a
 failed one does to the claim's verdict are :mod:`fedaudit.reports.self_tests`.
@@ -27,14 +35,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from fedaudit.mechanisms.base import Mechanism
 
 __all__ = ["SELF_TEST_FRACTION", "self_test_samples", "planted_samples", "SameInput", "PlantedLeak", "ldp_self_test",
-           "one_run_self_test", "robustness_self_test", "ROBUSTNESS_NULL_TOLERANCE"]
+           "self_test_variant", "ldp_evidence", "LDP_PLANTED", "one_run_self_test", "robustness_self_test",
+           "ROBUSTNESS_NULL_TOLERANCE"]
 
 #: share of the claim's samples (or trials) each sampling self-test draws
 SELF_TEST_FRACTION = 0.1
@@ -54,16 +63,23 @@ def self_test_samples(samples: int, confidence: float = 0.95, delta: float = 0.0
     return int(min(max(samples, floor), max(floor, math.ceil(SELF_TEST_FRACTION * samples))))
 
 
-def planted_samples(samples: int, epsilon: float, delta: float, confidence: float) -> int:
+def planted_samples(samples: int, epsilon: float, delta: float, confidence: float,
+                    certifying: Callable[[int], int] | None = None) -> int:
     """Draws per input of the planted LDP test: :func:`self_test_samples`, doubled (up to the
     claim's own ``samples``) while an audit of that size could not certify an ε above the claimed
     ``epsilon`` even when every report gives its input away (then a planted violation could not
-    be caught, and neither could a real one at that size)."""
+    be caught, and neither could a real one at that size). ``certifying(n)``: the certification
+    draws of an audit of n draws per input (default :func:`~fedaudit.audit.ldp.sample_splits`'s,
+    :func:`~fedaudit.audit.audit_ldp`'s split; an auditor that splits otherwise passes its own)."""
     from fedaudit.audit.bounds import max_certifiable_epsilon_at
     from fedaudit.audit.ldp import sample_splits
 
+    if certifying is None:
+        def certifying(n: int) -> int:
+            return sample_splits(n)[2]
+
     n = self_test_samples(samples, confidence, delta)
-    while n < samples and max_certifiable_epsilon_at(sample_splits(n)[2], delta, 1.0 - confidence) <= epsilon:
+    while n < samples and max_certifiable_epsilon_at(certifying(n), delta, 1.0 - confidence) <= epsilon:
         n = min(samples, 2 * n)
     return n
 
@@ -179,6 +195,37 @@ class _LeakSampler:
         return np.hstack([body, np.full((size, 1), _fingerprint(np.asarray(x, dtype=np.float64)))])
 
 
+def self_test_variant(kind: str, target: Any, x_ref: Any) -> Any:
+    """The audited target of an LDP-style ``kind`` self-test on ``target`` (a mechanism or a
+    black-box sampler ``sampler(x, size, rng)``): "null" — ``target`` run on ``x_ref`` whatever its
+    input (:class:`SameInput`; exact ε 0), "planted" — ``target`` with a deterministic fingerprint
+    of its input appended (:class:`PlantedLeak`; exact ε ∞). Every kind whose auditor takes a
+    mechanism or a sampler builds its self-tests from these two, so they are the same everywhere."""
+    mechanism = isinstance(target, Mechanism)
+    if kind == "null":
+        return SameInput(target, x_ref) if mechanism else _SameInputSampler(target, x_ref)
+    if kind == "planted":
+        return PlantedLeak(target) if mechanism else _LeakSampler(target)
+    raise ValueError(f"an LDP self-test is 'null' or 'planted', got {kind!r}")
+
+
+#: what each LDP-style self-test audits, as its record states it (the default of :func:`ldp_evidence`)
+LDP_PLANTED = {"null": "the mechanism on the same input twice (exact ε 0)",
+               "planted": "the mechanism with a deterministic fingerprint of its input appended (exact ε ∞)"}
+
+
+def ldp_evidence(kind: str, epsilon_lower: float, *, epsilon: float, planted: str | None = None,
+                 **settings: Any) -> dict[str, Any]:
+    """The evidence of an LDP-style ``kind`` self-test whose audit certified ``epsilon_lower``: held
+    to ε_lb ≤ 0 (null) or ε_lb > ``epsilon``, the claimed ε (planted); ``planted`` says what was
+    audited (default :data:`LDP_PLANTED`), ``settings`` the auditor settings it ran with."""
+    if kind not in ("null", "planted"):
+        raise ValueError(f"an LDP self-test is 'null' or 'planted', got {kind!r}")
+    return {"statistic": "ε", "bound": "lower", "value": epsilon_lower,
+            "rule": "at_most" if kind == "null" else "above", "threshold": 0.0 if kind == "null" else epsilon,
+            "planted": LDP_PLANTED[kind] if planted is None else planted, **settings}
+
+
 def ldp_self_test(kind: str, target: Any, pair: str, *, dim: int | None, clip: float, samples: int, epsilon: float,
                   delta: float, confidence: float, distinguisher: str, seed: int,
                   engine: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -186,33 +233,24 @@ def ldp_self_test(kind: str, target: Any, pair: str, *, dim: int | None, clip: f
     ``target`` (a mechanism or a black-box sampler) audited on the fixed ``pair`` (a searched
     pair's claim uses "antipodal") at ``samples`` draws per input (:func:`self_test_samples`,
     :func:`planted_samples`): the audit of :func:`~fedaudit.audit.pairs.audit_pair` with the
-    claim's ε, δ, confidence and distinguisher, on :class:`SameInput` (null) or
-    :class:`PlantedLeak` (planted)."""
+    claim's ε, δ, confidence and distinguisher, on :func:`self_test_variant` of ``target``."""
     from fedaudit.audit.pairs import audit_pair, input_pair
 
-    mechanism = isinstance(target, Mechanism)
+    ref = None
     if kind == "null":
-        if mechanism:
+        if isinstance(target, Mechanism):
             from fedaudit.mechanisms.base import has_categorical_inputs
 
             ref = input_pair("one-hot" if has_categorical_inputs(target) else pair, target.dim, clip)[0]
-            planted: Any = SameInput(target, ref)
         else:
-            planted = _SameInputSampler(target, input_pair(pair, int(dim), clip)[0])
-    elif kind == "planted":
-        planted = PlantedLeak(target) if mechanism else _LeakSampler(target)
-    else:
-        raise ValueError(f"an LDP self-test is 'null' or 'planted', got {kind!r}")
+            ref = input_pair(pair, int(dim), clip)[0]
+    planted = self_test_variant(kind, target, ref)
     res = audit_pair(planted, pair, dim=dim, clip=clip, samples=samples, search_samples=samples, seed=seed,
                      epsilon=epsilon, delta=delta, confidence=confidence, distinguisher=distinguisher,
                      **dict(engine or {}))[0]
-    evidence = {"statistic": "ε", "bound": "lower", "value": res.epsilon_lower,
-                "rule": "at_most" if kind == "null" else "above", "threshold": 0.0 if kind == "null" else epsilon,
-                "planted": ("the mechanism on the same input twice (exact ε 0)" if kind == "null" else
-                            "the mechanism with a deterministic fingerprint of its input appended (exact ε ∞)"),
-                "pair": pair, "distinguisher": res.test, "samples": res.samples, "confidence": res.confidence,
-                "delta": delta, "seed": seed, "max_certifiable": res.max_certifiable}
-    return evidence
+    return ldp_evidence(kind, res.epsilon_lower, epsilon=epsilon, pair=pair, distinguisher=res.test,
+                        samples=res.samples, confidence=res.confidence, delta=delta, seed=seed,
+                        max_certifiable=res.max_certifiable)
 
 
 # ------------------------------------------------------------------------------ one-run canaries

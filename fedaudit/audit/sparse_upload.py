@@ -58,7 +58,7 @@ from fedaudit.validation import check_choice, check_int, check_real
 
 __all__ = ["SparseUploadAudit", "UPLOADS", "UPLOAD_PAIRS", "audit_sparse_upload", "neighbouring_datasets", "UploadSampler",
            "packet_row", "audit_upload", "WorstPair", "WorstPairAudit", "worst_pair", "audit_worst_pair",
-           "ReducedReports", "WORST_SUFFIX"]
+           "ReducedReports", "WORST_SUFFIX", "worst_pair_self_test"]
 
 #: the audited uploads: the plain top-m gated upload and its private variant ("gated-private")
 UPLOADS = ("plain", "private")
@@ -384,6 +384,42 @@ class WorstPairAudit:
                 f"{self.max_certifiable:.2f} certifiable); {self.runtime_s:.1f} s")
 
 
+def _worst_source(mechanism: GatedPrivateUpload, distinguisher: str) -> tuple[WorstPair, str, Any]:
+    """The worst pair of ``mechanism``, the distinguisher ``distinguisher`` resolves to ("auto": the
+    likelihood ratio when m ≤ :data:`~fedaudit.mechanisms.gated.MAX_LOG_PROB_M`, else "black-box")
+    and what the audit draws from (the mechanism, or :class:`ReducedReports` of it)."""
+    pair = worst_pair(mechanism)
+    mode = check_choice("distinguisher", distinguisher, WORST_TESTS)
+    if mode == "auto":
+        mode = "likelihood-ratio" if mechanism.m <= MAX_LOG_PROB_M else "black-box"
+    elif mode == "likelihood-ratio" and mechanism.m > MAX_LOG_PROB_M:
+        raise FedAuditError(f"distinguisher='likelihood-ratio' needs m <= {MAX_LOG_PROB_M} (log_prob sums m! "
+                            f"orders), got m={mechanism.m}; use distinguisher='black-box'")
+    return pair, mode, mechanism if mode == "likelihood-ratio" else ReducedReports(mechanism, pair)
+
+
+def worst_pair_self_test(kind: str, mechanism: GatedPrivateUpload, *, claimed_epsilon: float, samples: int,
+                         confidence: float, seed: int, distinguisher: str = "auto", backend: str | None = None,
+                         workers: int | None = None) -> dict[str, Any]:
+    """The evidence of the worst-pair auditor's ``kind`` self-test ("null" or "planted"), with the
+    settings of :func:`audit_worst_pair` (its pair, distinguisher, confidence and the stated
+    ``claimed_epsilon``) at ``samples`` draws per input: the audit of
+    :func:`~fedaudit.audit.self_tests.self_test_variant` of what it draws from — the private
+    upload on x0 for both inputs (null: ε_lb must be 0), or with a fingerprint of its input
+    appended (planted: exact ε ∞, ε_lb must exceed the claim)."""
+    from fedaudit.audit.self_tests import ldp_evidence, self_test_variant
+
+    pair, mode, source = _worst_source(mechanism, distinguisher)
+    res = audit_ldp(self_test_variant(kind, source, pair.x0), pair.x0, pair.x1, epsilon=claimed_epsilon,
+                    samples=samples, confidence=confidence, distinguisher=mode, seed=seed, backend=backend,
+                    workers=workers)
+    what = {"null": "the private upload on the same input twice (exact ε 0)",
+            "planted": "the private upload with a fingerprint of its input appended (exact ε ∞)"}[kind]
+    return ldp_evidence(kind, res.epsilon_lower, epsilon=claimed_epsilon, planted=what, pair="worst",
+                        distinguisher=res.test, samples=res.samples, confidence=res.confidence, delta=0.0, seed=seed,
+                        max_certifiable=res.max_certifiable)
+
+
 def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | None = None, samples: int = 100_000,
                      confidence: float = 0.95, distinguisher: str = "auto", seed: int | None = 0,
                      progress: ProgressFn | None = None, backend: str | None = None, workers: int | None = None,
@@ -409,18 +445,11 @@ def audit_worst_pair(mechanism: GatedPrivateUpload, *, claimed_epsilon: float | 
     run and its certification checkpoint (:func:`~fedaudit.audit.audit_ldp`); the result is the
     same on every backend.
     """
-    pair = worst_pair(mechanism)
     claim = mechanism.epsilon if claimed_epsilon is None else check_real("claimed_epsilon", claimed_epsilon, low=0.0,
                                                                           open_low=True)
     distinguisher = renamed_keyword("audit_worst_pair", "test", "distinguisher", test, distinguisher, "auto")
-    mode = check_choice("distinguisher", distinguisher, WORST_TESTS)
-    if mode == "auto":
-        mode = "likelihood-ratio" if mechanism.m <= MAX_LOG_PROB_M else "black-box"
-    elif mode == "likelihood-ratio" and mechanism.m > MAX_LOG_PROB_M:
-        raise FedAuditError(f"distinguisher='likelihood-ratio' needs m <= {MAX_LOG_PROB_M} (log_prob sums m! "
-                            f"orders), got m={mechanism.m}; use distinguisher='black-box'")
+    pair, mode, source = _worst_source(mechanism, distinguisher)
     t0 = time.perf_counter()
-    source = mechanism if mode == "likelihood-ratio" else ReducedReports(mechanism, pair)
     res = audit_ldp(source, pair.x0, pair.x1, epsilon=claim, samples=samples, confidence=confidence,
                     distinguisher=mode,
                     seed=seed, progress=progress, backend=backend, workers=workers, address=address,

@@ -273,13 +273,22 @@ class CountingSampler:
 
 def audit_sampler(sampler: Callable, x0: Sequence[float], x1: Sequence[float], *, epsilon: float, delta: float,
                   samples: int, seed: int, confidence: float = 0.95,
-                  distinguisher: str = "black-box") -> LDPAudit:
+                  distinguisher: str = "black-box", self_test: str | None = None) -> LDPAudit:
     """:func:`fedaudit.audit.audit_ldp` of a library sampler on (x0, x1), in this process (a sampler
-    holding a library object need not be picklable), with the black-box distinguishers."""
+    holding a library object need not be picklable), with the black-box distinguishers.
+
+    ``self_test`` ("null" or "planted"): audit the auditor's self-test variant of ``sampler``
+    instead (:func:`fedaudit.audit.self_tests.self_test_variant`: the sampler on x0 for both
+    inputs, or with a fingerprint of its input appended), with every other setting as given — the
+    library adapters pass it through, so a self-test runs the claim's own pipeline."""
     if not np.isfinite(epsilon) or epsilon < 0:
         raise FedAuditError(f"the claimed epsilon must be finite and >= 0, got {epsilon!r}")
     if epsilon == 0:  # a (0, δ) claim (e.g. diffprivlib's Uniform): any certified ε > 1e-12 exceeds it
         epsilon = 1e-12
+    if self_test is not None:
+        from fedaudit.audit.self_tests import self_test_variant
+
+        sampler = self_test_variant(self_test, sampler, np.asarray(x0, dtype=float))
     return audit_ldp(sampler, np.asarray(x0, dtype=float), np.asarray(x1, dtype=float), epsilon=float(epsilon),
                      delta=float(delta), samples=samples, seed=seed, confidence=confidence,
                      distinguisher=distinguisher, backend="serial")

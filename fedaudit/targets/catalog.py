@@ -129,36 +129,41 @@ def calibration(library: str, mechanism: str, params: Mapping[str, Any], *, grid
 
 
 def blackbox(library: str, mechanism: str, params: Mapping[str, Any], *, samples: int, seed: int,
-             confidence: float = 0.95, real_calls: int | None = None) -> BlackBoxAudit:
+             confidence: float = 0.95, real_calls: int | None = None, self_test: str | None = None) -> BlackBoxAudit:
     """:func:`fedaudit.targets.blackbox_audit` of the built object (``real_calls``: diffprivlib's
     real calls per input before its vectorised equivalent draws the rest; nvflare's ``dim`` from
     ``params``; the planted bit vector: the zero vector against all ``nbits`` set, against the map
-    the old version reported)."""
+    the old version reported). ``self_test`` ("null" or "planted"): the same audit of the auditor's
+    self-test variant of the sampler (:func:`~fedaudit.targets.base.audit_sampler`)."""
     from fedaudit.targets import blackbox_audit
 
     library_status(library)
     _mode_supported(library, "blackbox")
     obj = build(library, mechanism, params)
     if library == "diffprivlib":
-        return blackbox_audit(obj, samples=samples, seed=seed, confidence=confidence, real_calls=real_calls)
+        return blackbox_audit(obj, samples=samples, seed=seed, confidence=confidence, real_calls=real_calls,
+                              self_test=self_test)
     if library == "nvflare":
-        return blackbox_audit(obj, samples=samples, seed=seed, confidence=confidence, dim=int(params.get("dim", 8)))
+        return blackbox_audit(obj, samples=samples, seed=seed, confidence=confidence, dim=int(params.get("dim", 8)),
+                              self_test=self_test)
     if library == "opacus":
         from fedaudit.targets.opacus_noise import blackbox_audit as opacus_audit
 
         kw = {k: obj[k] for k in ("max_grad_norm", "dtype", "secure_mode", "delta") if k in obj}
         if "noise_multiplier" not in obj:
             raise FedAuditError("opacus noising-step needs params.noise_multiplier")
-        return opacus_audit(float(obj["noise_multiplier"]), samples=samples, seed=seed, confidence=confidence, **kw)
+        return opacus_audit(float(obj["noise_multiplier"]), samples=samples, seed=seed, confidence=confidence,
+                            self_test=self_test, **kw)
     if library == "opendp":
-        return blackbox_audit(obj, samples=samples, seed=seed, confidence=confidence)
+        return blackbox_audit(obj, samples=samples, seed=seed, confidence=confidence, self_test=self_test)
     from fedaudit.targets.base import CountingSampler, audit_sampler
 
     t0 = time.perf_counter()
     counter = CountingSampler(obj)
     x0, x1 = [0.0] * obj.nbits, [1.0] * obj.nbits
     eps = obj.claimed_epsilon(obj.nbits)
-    audit = audit_sampler(counter, x0, x1, epsilon=eps, delta=0.0, samples=samples, seed=seed, confidence=confidence)
+    audit = audit_sampler(counter, x0, x1, epsilon=eps, delta=0.0, samples=samples, seed=seed, confidence=confidence,
+                          self_test=self_test)
     return BlackBoxAudit("planted", library_status("planted")[1], f"UnrandomisedBitRR(f={obj.f:g}, nbits={obj.nbits})",
                          eps, 0.0, x0, x1, audit, real_calls=counter.calls, calls_per_second=counter.rate,
                          reproducible=True, seconds=time.perf_counter() - t0,

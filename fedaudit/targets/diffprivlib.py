@@ -221,8 +221,10 @@ def _pair(mech: Any) -> tuple[float, float]:
 
 
 def blackbox_audit(mech: Any, *, samples: int = 20_000, real_calls: int | None = None, seed: int = 0,
-                   confidence: float = 0.95, lattice: bool = True) -> BlackBoxAudit:
-    """Black box: certify a lower bound on ε of ``mech`` on (lower, lower + Δ) against its claim.
+                   confidence: float = 0.95, lattice: bool = True, self_test: str | None = None) -> BlackBoxAudit:
+    """Black box: certify a lower bound on ε of ``mech`` on (lower, lower + Δ) against its claim
+    (``self_test``: of the auditor's self-test variant of the sampler instead,
+    :func:`~fedaudit.targets.base.audit_sampler`).
 
     ``samples`` draws per input. Mechanisms with a vectorised equivalent make ``real_calls`` real
     calls per input (default: all ``samples``), checked bit for bit against it; when ``samples`` is
@@ -265,7 +267,7 @@ def blackbox_audit(mech: Any, *, samples: int = 20_000, real_calls: int | None =
         target = WithLattice(target, x1)
         notes.append("reports are (y, off-lattice indicator ℓ(y)): post-processing of the output")
     audit = audit_sampler(target, [x0], [x1], epsilon=eps, delta=delta, samples=samples, seed=seed,
-                          confidence=confidence)
+                          confidence=confidence, self_test=self_test)
     return BlackBoxAudit(library="diffprivlib", version=library_version("diffprivlib"), mechanism=name,
                          epsilon_claimed=eps, delta_claimed=delta, x0=[x0], x1=[x1], audit=audit,
                          real_calls=counter.calls, calls_per_second=counter.rate, reproducible=True,

@@ -89,12 +89,13 @@ def svt_claim(flt: Any, dim: int) -> dict[str, Any]:
 
 
 def blackbox_audit(flt: Any, *, dim: int = 8, samples: int = 5_000, seed: int = 0,
-                   confidence: float = 0.95, lattice: bool = True) -> BlackBoxAudit:
+                   confidence: float = 0.95, lattice: bool = True, self_test: str | None = None) -> BlackBoxAudit:
     """Black box on the pair x0 = 0, x1 = γ·1 (every coordinate at the clip bound) for a model of
     ``dim`` parameters; the claim: SVTPrivacy's ``epsilon_total`` (δ = 0); PercentilePrivacy claims
     none, so it is audited against ε = 1 only to report the certified bound (read ``epsilon_lower``).
     ``lattice`` (SVTPrivacy): add the count of released coordinates off the ulp(γ)/2 lattice
-    (:func:`fedaudit.targets.base.off_lattice`: the release fl(clip(v) + noise) is a float addition)."""
+    (:func:`fedaudit.targets.base.off_lattice`: the release fl(clip(v) + noise) is a float addition).
+    ``self_test``: audit the auditor's self-test variant instead (:func:`~fedaudit.targets.base.audit_sampler`)."""
     samples = check_int("samples", samples, low=100)
     dim = check_int("dim", dim, low=2)
     t0 = time.perf_counter()
@@ -112,7 +113,8 @@ def blackbox_audit(flt: Any, *, dim: int = 8, samples: int = 5_000, seed: int = 
             return np.column_stack([r, off_lattice(r[:, :dim], float(flt.gamma)).sum(axis=1)])
 
         notes.append("reports carry the number of released coordinates off the ulp(γ)/2 lattice (post-processing)")
-    audit = audit_sampler(target, x0, x1, epsilon=eps, delta=0.0, samples=samples, seed=seed, confidence=confidence)
+    audit = audit_sampler(target, x0, x1, epsilon=eps, delta=0.0, samples=samples, seed=seed, confidence=confidence,
+                          self_test=self_test)
     return BlackBoxAudit("nvflare", library_version("nvflare"), type(flt).__name__, eps, 0.0, x0, x1, audit,
                          real_calls=counter.calls, calls_per_second=counter.rate, reproducible=True,
                          seconds=time.perf_counter() - t0, notes=notes)

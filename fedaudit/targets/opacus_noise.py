@@ -108,10 +108,11 @@ def noise_check(noise_multiplier: float, max_grad_norm: float, *, dtype: str = "
 
 def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype: str = "float32",
                    secure_mode: bool = False, delta: float = 1e-5, samples: int = 20_000, seed: int = 0,
-                   confidence: float = 0.95) -> BlackBoxAudit:
+                   confidence: float = 0.95, self_test: str | None = None) -> BlackBoxAudit:
     """Certify a lower bound on the ε of one noised coordinate fl(x + noise), x ∈ {0, C}, against the
     exact ε of the Gaussian mechanism N(0, (zC)²) at sensitivity C and ``delta`` (module docstring:
-    the report is the output and its off-lattice indicator ℓ)."""
+    the report is the output and its off-lattice indicator ℓ). ``self_test``: audit the auditor's
+    self-test variant instead (:func:`~fedaudit.targets.base.audit_sampler`)."""
     std = check_positive("noise_multiplier", noise_multiplier) * check_positive("max_grad_norm", max_grad_norm)
     tdt = _dtype(dtype)
     torch = _torch()
@@ -129,7 +130,7 @@ def blackbox_audit(noise_multiplier: float, max_grad_norm: float = 1.0, *, dtype
     counter = CountingSampler(draw)
     eps = gaussian_pair_epsilon(1.0 / noise_multiplier, delta)
     audit = audit_sampler(counter, [0.0], [max_grad_norm], epsilon=eps, delta=delta, samples=samples, seed=seed,
-                          confidence=confidence)
+                          confidence=confidence, self_test=self_test)
     return BlackBoxAudit("opacus", library_version("opacus"), f"_generate_noise[{dtype}{', secure' if secure_mode else ''}]",
                          eps, delta, [0.0], [max_grad_norm], audit, real_calls=counter.calls,
                          calls_per_second=counter.rate, reproducible=True, seconds=time.perf_counter() - t0)

@@ -175,19 +175,20 @@ def _sampler_and_pair(target: OpenDPTarget) -> tuple[CountingSampler, list[float
 
 
 def blackbox_audit(target: OpenDPTarget, *, samples: int = 20_000, seed: int = 0,
-                   confidence: float = 0.95) -> BlackBoxAudit:
+                   confidence: float = 0.95, self_test: str | None = None) -> BlackBoxAudit:
     """Black box: certify a lower bound on ε from ``samples`` real calls per input against the claim
     (for the Gaussian, the ε of the zCDP conversion at δ = 10⁻⁶). Pairs: (0, d_in); RR: two
     categories; bitvec: the zero vector against the first ``max_weight`` bits set. Float Laplace and
     Gaussian report (y, ℓ(y)), the floating-point off-lattice indicator
-    (:func:`fedaudit.targets.base.off_lattice`)."""
+    (:func:`fedaudit.targets.base.off_lattice`). ``self_test``: audit the auditor's self-test
+    variant instead (:func:`~fedaudit.targets.base.audit_sampler`)."""
     samples = check_int("samples", samples, low=100)
     t0 = time.perf_counter()
     sampler, x0, x1 = _sampler_and_pair(target)
     eps, delta = target.claimed()
     target_sampler = WithLattice(sampler, x1[0]) if _floating(target) else sampler
     audit = audit_sampler(target_sampler, x0, x1, epsilon=eps, delta=delta, samples=samples, seed=seed,
-                          confidence=confidence)
+                          confidence=confidence, self_test=self_test)
     return BlackBoxAudit("opendp", library_version("opendp"), f"make_{target.kind}", eps, delta, x0, x1, audit,
                          real_calls=sampler.calls, calls_per_second=sampler.rate, reproducible=False,
                          seconds=time.perf_counter() - t0)

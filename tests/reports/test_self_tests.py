@@ -251,3 +251,90 @@ def test_a_report_without_self_tests_still_verifies(written, tmp_path):
     assert data["schema_version"] == "1.4" and "self_tests" not in data["claims"][0]
     res = verify_report(out, key=b"k" * 32, rederive=rederive_claim)
     assert res.ok and res.rederived == 1, res.problems
+
+
+# ------------------------------------------------------------------------------ sparse-upload, flower-local-dp, library-mechanism
+SPARSE = {"id": "up", "kind": "sparse-upload", "samples": 100, "worst_samples": 2000}
+PLANTED_BITVEC = {"id": "bitvec", "kind": "library-mechanism", "library": "planted", "mechanism": "bitvec-pre-0.15",
+                  "mode": "blackbox", "params": {"f": 0.99, "nbits": 8}, "samples": 2000, "expect": "violation"}
+
+
+def _declared(claim, evidence=None):
+    """The self-test records the claim's kind declares for ``claim`` (as loaded from a plan), run."""
+    from fedaudit.experiments.kinds import claim_kind
+    from fedaudit.experiments.plan import load_plan
+
+    (spec,) = load_plan(_plan(claim)).claims
+    return run_self_tests(claim_kind(claim["kind"]).self_tests(spec, evidence or {}))
+
+
+def _shifted(module, name, how):
+    """``module.name`` (an auditor returning a result with ``epsilon_lower``) broken: +0.6 on every
+    certified bound (``"positive"``) or 0 always (``"blind"``)."""
+    real = getattr(module, name)
+
+    def broken(*args, **kwargs):
+        res = real(*args, **kwargs)
+        return dataclasses.replace(res, epsilon_lower=res.epsilon_lower + 0.6 if how == "positive" else 0.0)
+
+    return broken
+
+
+def test_a_correct_worst_pair_auditor_passes_both_self_tests():
+    null, planted = _declared(SPARSE)
+    assert (null["kind"], planted["kind"]) == ("null", "planted") and null["passed"] and planted["passed"]
+    assert null["evidence"]["value"] == 0.0 and planted["evidence"]["value"] > 1.0 == planted["evidence"]["threshold"]
+    assert null["evidence"]["distinguisher"] == "likelihood-ratio" and null["evidence"]["samples"] == 200
+    assert null["evidence"]["pair"] == "worst" and null["evidence"]["seed"] != planted["evidence"]["seed"]
+
+
+@pytest.mark.parametrize("how, failed", [("positive", "null"), ("blind", "planted")])
+def test_a_broken_worst_pair_auditor_fails_its_self_test(monkeypatch, how, failed):
+    from fedaudit.audit import sparse_upload
+
+    monkeypatch.setattr(sparse_upload, "audit_ldp", _shifted(sparse_upload, "audit_ldp", how))
+    records = _declared(SPARSE)
+    assert [r["kind"] for r in records if not r["passed"]] == [failed]
+    assert verdict_after_self_tests("PASS", "pass", records) == "INCONCLUSIVE"
+
+
+def test_a_correct_projection_auditor_passes_both_flower_self_tests():
+    pytest.importorskip("flwr")
+    claim = {"id": "mod", "kind": "flower-local-dp", "epsilon": 1.0, "sensitivity": 2.0, "samples": 20_000,
+             "real_calls": 100}
+    null, planted = _declared(claim)
+    assert null["passed"] and null["evidence"]["value"] == 0.0 and null["evidence"]["samples"] == 2000
+    assert planted["passed"] and planted["evidence"]["value"] > 1.0
+    assert "projection" in planted["evidence"]["distinguisher"] and planted["evidence"]["delta"] == 1e-5
+
+
+def test_a_library_calibration_declares_no_self_test():
+    assert _declared({**PLANTED_BITVEC, "library": "opendp", "mechanism": "laplace", "mode": "calibration",
+                      "params": {"scale": 2.0}}, {"installed": True, "calibration": {}}) == []
+
+
+@pytest.fixture(scope="module")
+def library():
+    return run_plan(_plan(PLANTED_BITVEC))
+
+
+def test_a_library_black_box_claim_records_passing_self_tests_and_renders_them(library):
+    from fedaudit.reports.markdown import render_markdown
+
+    (claim,) = library.claims
+    assert claim.verdict == "PASS" and all(t["passed"] for t in claim.self_tests)  # the planted bug is caught
+    null, planted = (t["evidence"] for t in claim.self_tests)
+    bb = claim.evidence["blackbox"]
+    assert null["value"] == 0.0 and planted["threshold"] == bb["epsilon_claimed"] < planted["value"]
+    assert null["distinguisher"] == planted["distinguisher"] and null["samples"] == 200
+    line = claim.self_test_line()
+    assert line.startswith("self-tests: null ε ≥ 0.000 ✓, planted ε ≥ ") and line.endswith(" ✓")
+    assert line in render_markdown(library).replace("&gt;", ">")
+
+
+def test_a_broken_library_auditor_makes_the_detected_violation_inconclusive(monkeypatch):
+    from fedaudit.targets import base
+
+    monkeypatch.setattr(base, "audit_ldp", _shifted(base, "audit_ldp", "positive"))
+    (claim,) = run_plan(_plan(PLANTED_BITVEC)).claims
+    assert [t["kind"] for t in claim.failed_self_tests] == ["null"] and claim.verdict == "INCONCLUSIVE"

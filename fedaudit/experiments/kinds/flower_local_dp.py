@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from fedaudit.reports.diff import Tracked
 from fedaudit.guarantees import Bound
-from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, SelfTest, number
 from fedaudit.experiments.keys import REQUIRED, Key
 from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
@@ -32,6 +32,18 @@ __all__ = ["FlowerLocalDp"]
 #: (measured: 4-5e-4 and about 1e-7)
 CALL_SECONDS = 5e-4
 SAMPLE_SECONDS = 1e-7
+
+
+def _self_test_samples(p: Mapping[str, Any], certifying: Any = None) -> tuple[int, int]:
+    """Draws per input of the null and the planted self-test: 10% of ``samples``
+    (:func:`~fedaudit.audit.self_tests.self_test_samples`), the planted one doubled while an audit
+    whose certification split is ``certifying(n)`` could not certify an ε above the claim
+    (:func:`~fedaudit.audit.self_tests.planted_samples`; the self-tests pass the projection
+    audit's split, the estimate — which must not need flwr — the default split, close to it)."""
+    from fedaudit.audit.self_tests import planted_samples, self_test_samples
+
+    return (self_test_samples(p["samples"], p["confidence"], p["delta"]),
+            planted_samples(p["samples"], p["epsilon"], p["delta"], p["confidence"], certifying))
 
 
 class FlowerLocalDp(ClaimKind):
@@ -103,11 +115,38 @@ class FlowerLocalDp(ClaimKind):
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
         """Each real call of the mod costs :data:`CALL_SECONDS`, each vectorised sample
-        :data:`SAMPLE_SECONDS`; both counts are bounded, so a claim stays within the budget."""
+        :data:`SAMPLE_SECONDS` (the auditor self-tests' draws included); both counts are bounded,
+        so a claim stays within the budget."""
         from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
-        return Cost(memory=BASE_MEMORY, seconds=2 * (p["real_calls"] * CALL_SECONDS + p["samples"] * SAMPLE_SECONDS),
-                    basis=f"2·real_calls = {2 * p['real_calls']} calls of the mod, 2·samples = {2 * p['samples']} draws")
+        draws = 2 * (p["samples"] + sum(_self_test_samples(p)))
+        return Cost(memory=BASE_MEMORY, seconds=2 * p["real_calls"] * CALL_SECONDS + draws * SAMPLE_SECONDS,
+                    basis=f"2·real_calls = {2 * p['real_calls']} calls of the mod, 2·samples = {2 * p['samples']} draws "
+                          f"(+ {draws - 2 * p['samples']} for the auditor self-tests)")
+
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list[SelfTest]:
+        """The projection auditor's self-tests
+        (:func:`~fedaudit.integrations.flower.local_dp_audit.local_dp_mod_self_test`), with the
+        claim's pair, claimed (ε, δ) and confidence, each on a seed derived from the claim's: a
+        null test — the mod's vectorised equivalent on the same update twice, ε_lb must be 0 — on
+        10% of ``samples`` (:func:`~fedaudit.audit.self_tests.self_test_samples`), and a planted
+        violation — the equivalent without its noise, exact ε ∞ — on
+        :func:`~fedaudit.audit.self_tests.planted_samples` (the projection audit's own split)."""
+        from fedaudit.integrations.flower.local_dp_audit import local_dp_mod_self_test, projection_splits
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        null_n, planted_n = _self_test_samples(p, lambda n: projection_splits(n)[1])
+        common = dict(confidence=p["confidence"], pair_seed=spec.seed)
+        args = (p["clipping_norm"], p["sensitivity"], p["epsilon"], p["delta"])
+        return [
+            SelfTest("null: the mod's equivalent on the same update twice", "null",
+                     lambda: local_dp_mod_self_test("null", *args, samples=null_n,
+                                                    seed=derive_seed(spec.seed, "self-test=null"), **common)),
+            SelfTest("planted: the mod's equivalent without noise (exact ε ∞)", "planted",
+                     lambda: local_dp_mod_self_test("planted", *args, samples=planted_n,
+                                                    seed=derive_seed(spec.seed, "self-test=planted"), **common)),
+        ]
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.integrations.flower.local_dp_audit import audit_local_dp_mod

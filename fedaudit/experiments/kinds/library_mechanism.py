@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.kind import (BASE_MEMORY, ClaimKind, Cost, Decision, Evidence, EvidenceError, Progress,
-                                       number, rows)
+                                       SelfTest, number, rows)
 from fedaudit.experiments.keys import REQUIRED, Key
 from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
@@ -46,6 +46,18 @@ def _catalog():
     from fedaudit.targets import catalog
 
     return catalog
+
+
+def _self_test_samples(p: Mapping[str, Any], epsilon: float | None, delta: float = 0.0) -> tuple[int, int]:
+    """Draws per input of the black-box self-tests: 10% of ``samples`` (null,
+    :func:`~fedaudit.audit.self_tests.self_test_samples`) and, for the planted test, that doubled
+    while it could not certify an ε above the claimed ``epsilon``
+    (:func:`~fedaudit.audit.self_tests.planted_samples`; None, before the claim is read off the
+    object, as for the cost estimate: the null test's count)."""
+    from fedaudit.audit.self_tests import planted_samples, self_test_samples
+
+    null = self_test_samples(p["samples"], p["confidence"], delta)
+    return null, null if epsilon is None else planted_samples(p["samples"], epsilon, delta, p["confidence"])
 
 
 class LibraryMechanism(ClaimKind):
@@ -131,9 +143,49 @@ class LibraryMechanism(ClaimKind):
             basis.append("the default grid of constructor runs" if p["grid"] else "one exact profile")
         if p["mode"] in ("blackbox", "both"):
             rate = CALL_RATES[p["library"]]
-            seconds += 2 * p["samples"] / rate
-            basis.append(f"2·samples = {2 * p['samples']} real calls at ≈ {rate:g}/s")
+            calls = 2 * (p["samples"] + sum(_self_test_samples(p, None)))
+            seconds += calls / rate
+            basis.append(f"2·samples = {2 * p['samples']} real calls (+ {calls - 2 * p['samples']} for the auditor "
+                         f"self-tests) at ≈ {rate:g}/s")
         return Cost(memory=BASE_MEMORY, seconds=seconds, basis="; ".join(basis))
+
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list[SelfTest]:
+        """The black-box auditor's self-tests (mode ``blackbox`` or ``both``, the library
+        installed): the claim's own black-box pipeline — the library's sampler, pair, claimed
+        (ε, δ), distinguisher and confidence — with ``self_test`` set
+        (:func:`~fedaudit.targets.catalog.blackbox`), each on a seed derived from the claim's: a
+        null test — the library on the pair's first input twice, ε_lb must be 0 — on 10% of
+        ``samples``, and a planted violation — its report with a fingerprint of its input
+        appended, exact ε ∞ — on :func:`~fedaudit.audit.self_tests.planted_samples`. The
+        calibration is a computation with no auditor: none is declared for it (an independent
+        recomputation of its exact profile, in mpmath down to δ = 10⁻³⁰, would need a second
+        high-precision implementation of each library's noise)."""
+        bb = evidence.get("blackbox")
+        if not evidence.get("installed") or not isinstance(bb, Mapping):
+            return []
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        claimed = number(bb, "epsilon_claimed")
+        null_n, planted_n = _self_test_samples(p, claimed, number(bb, "delta_claimed"))
+
+        def run(kind: str, n: int) -> dict[str, Any]:
+            from fedaudit.audit.self_tests import LDP_PLANTED, ldp_evidence
+
+            seed = derive_seed(spec.seed, f"self-test={kind}")
+            real = None if p["real_calls"] is None else min(p["real_calls"], n)
+            res = _catalog().blackbox(p["library"], p["mechanism"], dict(p["params"]), samples=n, seed=seed,
+                                      confidence=p["confidence"], real_calls=real, self_test=kind)
+            return ldp_evidence(kind, res.epsilon_lower, epsilon=max(res.epsilon_claimed, 1e-12),
+                                planted=LDP_PLANTED[kind].replace("mechanism", f"{p['library']} sampler"),
+                                pair=f"{res.x0} vs {res.x1}", distinguisher=res.audit.test,
+                                samples=res.audit.samples, confidence=res.audit.confidence, delta=res.delta_claimed,
+                                seed=seed, real_calls=res.real_calls, max_certifiable=res.audit.max_certifiable)
+
+        return [SelfTest(f"null: the {p['library']} sampler on the same input twice", "null",
+                         lambda: run("null", null_n)),
+                SelfTest(f"planted: the {p['library']} sampler with its input leaked (exact ε ∞)", "planted",
+                         lambda: run("planted", planted_n))]
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         catalog = _catalog()

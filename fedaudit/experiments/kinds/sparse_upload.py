@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from fedaudit.reports.diff import Tracked
 from fedaudit.guarantees import Bound
-from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, number
+from fedaudit.experiments.kind import ClaimKind, Decision, Evidence, Progress, SelfTest, number
 from fedaudit.experiments.keys import Key, engine_keys
 from fedaudit.reports.explain import Explanation, Field, display_number, percent
 
@@ -136,16 +136,52 @@ class SparseUpload(ClaimKind):
         return 2 * 2 * p["samples"] + 2 * p["worst_samples"]
 
     def estimate(self, p: Mapping[str, Any]) -> "Cost":
-        """Every upload drawn (:meth:`work_units`) costs ``records × local_steps × dim`` operations
-        of local training and gating at :data:`OPS_PER_SECOND` (measured at the defaults: 1.5 ms
-        an upload)."""
+        """Every upload drawn (:meth:`work_units`, and the auditor self-tests' draws of the
+        mechanism) costs ``records × local_steps × dim`` operations of local training and gating at
+        :data:`OPS_PER_SECOND` (measured at the defaults: 1.5 ms an upload; an overestimate for the
+        mechanism's own draws, which train nothing)."""
         from fedaudit.experiments.kind import BASE_MEMORY, Cost
 
-        uploads, per = self.work_units(p), p["records"] * p["local_steps"] * p["dim"]
+        from fedaudit.audit.self_tests import planted_samples, self_test_samples
+
+        stated = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+        checks = 2 * (self_test_samples(p["worst_samples"], p["confidence"])
+                      + planted_samples(p["worst_samples"], stated, 0.0, p["confidence"]))
+        uploads, per = self.work_units(p) + checks, p["records"] * p["local_steps"] * p["dim"]
         return Cost(memory=BASE_MEMORY + 8 * p["records"] * p["dim"],
                     seconds=uploads * per / OPS_PER_SECOND,
-                    basis=f"(4·samples + 2·worst_samples) = {uploads} uploads × records × local_steps × dim = "
-                          f"{uploads * per:.3g} operations")
+                    basis=f"(4·samples + 2·worst_samples + {checks} self-test draws) = {uploads} uploads × records × "
+                          f"local_steps × dim = {uploads * per:.3g} operations")
+
+    def self_tests(self, spec, evidence: Mapping[str, Any]) -> list[SelfTest]:
+        """The self-tests of the auditor that decides the private claim, the worst-pair audit
+        (:func:`~fedaudit.audit.sparse_upload.worst_pair_self_test`), with its pair, distinguisher,
+        confidence and stated ε, each on a seed derived from the claim's: a null test — the
+        private upload on the same input twice, ε_lb must be 0 — on 10% of ``worst_samples``
+        (:func:`~fedaudit.audit.self_tests.self_test_samples`), and a planted violation — the
+        upload with a fingerprint of its input appended, exact ε ∞ — on
+        :func:`~fedaudit.audit.self_tests.planted_samples`. Neither trains: they draw from the
+        mechanism, as the worst-pair audit does."""
+        from fedaudit.audit.self_tests import planted_samples, self_test_samples
+        from fedaudit.audit.sparse_upload import worst_pair_self_test
+        from fedaudit.mechanisms.gated import GatedPrivateUpload, m_for_density
+        from fedaudit.rng import derive_seed
+
+        p = spec.params
+        stated = p["epsilon"] if p["claimed_epsilon"] is None else p["claimed_epsilon"]
+        mechanism = GatedPrivateUpload(p["dim"], m_for_density(p["density"], p["dim"]), p["epsilon"])
+        common = dict(claimed_epsilon=stated, confidence=p["confidence"],
+                      **{k: p[k] for k in ("backend", "workers") if p[k] is not None})
+        n = p["worst_samples"]
+        return [
+            SelfTest("null: the private upload on the same input twice", "null",
+                     lambda: worst_pair_self_test("null", mechanism, samples=self_test_samples(n, p["confidence"]),
+                                                  seed=derive_seed(spec.seed, "self-test=null"), **common)),
+            SelfTest("planted: the private upload with its input leaked (exact ε ∞)", "planted",
+                     lambda: worst_pair_self_test("planted", mechanism,
+                                                  samples=planted_samples(n, stated, 0.0, p["confidence"]),
+                                                  seed=derive_seed(spec.seed, "self-test=planted"), **common)),
+        ]
 
     def run(self, spec, rng, progress: Progress, *, workdir=None) -> Evidence:
         from fedaudit.audit.ldp import LOW_PAIR_POWER

@@ -76,7 +76,7 @@ from fedaudit.integrations.flower.records import Layout, flatten, unflatten  # n
 
 __all__ = ["LocalDpModCalibration", "LocalDpModAudit", "LocalDpModSampler", "LocalDpModEquivalent", "ProjectionAudit",
            "local_dp_mod_epsilon", "flower_sigma", "audit_projection", "audit_local_dp_mod", "AUDIT_MODEL",
-           "SELECTION_FRACTION", "MAX_SELECTION"]
+           "SELECTION_FRACTION", "MAX_SELECTION", "projection_splits", "local_dp_mod_self_test"]
 
 #: share of each input's draws that chooses the certified event (the rest certifies it), and its cap per input
 SELECTION_FRACTION = 0.1
@@ -310,6 +310,14 @@ class ProjectionAudit:
                 f"TP {self.certified.tp:,}, FP {self.certified.fp:,} of {self.certification_samples:,} draws per input")
 
 
+def projection_splits(samples: int) -> tuple[int, int]:
+    """How :func:`audit_projection` splits ``samples`` draws per input: ``(n_sel, n_cert)``, with
+    n_sel = min(:data:`SELECTION_FRACTION`·samples, :data:`MAX_SELECTION`), at least 10, choosing
+    the event and n_cert = samples − n_sel certifying it."""
+    n_sel = max(10, min(MAX_SELECTION, int(round(SELECTION_FRACTION * samples))))
+    return n_sel, samples - n_sel
+
+
 def audit_projection(sampler: Sampler, x0: Any, x1: Any, *, epsilon: float, delta: float, samples: int,
                      confidence: float = 0.95, seed: int = 0, progress: ProgressFn | None = None) -> ProjectionAudit:
     """Certified lower bound on the ε of a black-box ``sampler(x, size, rng)`` on (x0, x1) with the projection
@@ -333,8 +341,7 @@ def audit_projection(sampler: Sampler, x0: Any, x1: Any, *, epsilon: float, delt
     x1 = check_vector("x1", x1, dim=x0.shape[0])
     if np.array_equal(x0, x1):
         raise FedAuditError("x0 and x1 must differ: their projection direction x0 − x1 would be 0")
-    n_sel = max(10, min(MAX_SELECTION, int(round(SELECTION_FRACTION * samples))))
-    n_cert = samples - n_sel
+    n_sel, n_cert = projection_splits(samples)
     source = ReportSource(sampler)
     probe, selection, certification = np.random.SeedSequence(seed).spawn(3)
     block = block_rows(source.probe_width(x0, np.random.default_rng(probe)))
@@ -435,6 +442,52 @@ def _pair(clipping_norm: float, layout: Layout, rng: np.random.Generator) -> tup
     return sent, u * (clipping_norm / np.linalg.norm(u))
 
 
+def _audit_layout() -> Layout:
+    """The layout of :data:`AUDIT_MODEL` (float64 arrays)."""
+    return Layout(keys=tuple(k for k, _ in AUDIT_MODEL), shapes=tuple(s for _, s in AUDIT_MODEL),
+                  dtypes=("float64",) * len(AUDIT_MODEL))
+
+
+class _Noiseless:
+    """The planted violation of the projection auditor's self-test: ``equivalent``'s report without
+    its noise, old + clip_C(new − old) on every draw (exact ε ∞: the two inputs' reports differ
+    surely)."""
+
+    def __init__(self, equivalent: LocalDpModEquivalent):
+        self.equivalent = equivalent
+
+    def __call__(self, x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        return np.tile(self.equivalent.mean(x), (size, 1))
+
+
+def local_dp_mod_self_test(kind: str, clipping_norm: float, sensitivity: float | None, epsilon: float, delta: float,
+                           *, samples: int, confidence: float, seed: int, pair_seed: int) -> dict[str, Any]:
+    """The evidence of the projection auditor's ``kind`` self-test for the claim
+    ``LocalDpMod(clipping_norm, sensitivity, epsilon, delta)``, with the settings of
+    :func:`audit_local_dp_mod` — its pair ±u (drawn from ``pair_seed``, the claim's seed, so the
+    same pair), projection distinguisher, claimed (ε, δ) and confidence — at ``samples`` draws per
+    input on ``seed``: "null" audits the mod's verified vectorised equivalent on u for both inputs
+    (exact ε 0: ε_lb must be 0), "planted" the equivalent without its noise (exact ε ∞: ε_lb
+    must exceed the claimed ε). Vectorised draws only: the real mod's calls are the claim's
+    business, the auditor is what is tested here."""
+    from fedaudit.audit.self_tests import ldp_evidence, self_test_variant
+
+    sensitivity = clipping_norm if sensitivity is None else sensitivity
+    cal = local_dp_mod_epsilon(clipping_norm, sensitivity, epsilon, delta)
+    layout = _audit_layout()
+    sent, u = _pair(cal.clipping_norm, layout, derive_generator(pair_seed, "pair"))
+    equivalent = LocalDpModEquivalent(cal.clipping_norm, cal.sigma, sent, layout)
+    if kind == "planted":
+        target, what = _Noiseless(equivalent), "the mod's vectorised equivalent without its noise (exact ε ∞)"
+    else:
+        target, what = self_test_variant(kind, equivalent, u), "the mod's vectorised equivalent on u twice (exact ε 0)"
+    res = audit_projection(target, u, -u, epsilon=cal.epsilon, delta=cal.delta, samples=samples,
+                           confidence=confidence, seed=seed)
+    return ldp_evidence(kind, res.epsilon_lower, epsilon=cal.epsilon, planted=what, pair="±u, ‖u‖ = clipping_norm",
+                        distinguisher="projection on x0 − x1", samples=res.samples, confidence=res.confidence,
+                        delta=cal.delta, seed=seed, max_certifiable=res.max_certifiable)
+
+
 def audit_local_dp_mod(clipping_norm: float = 1.0, sensitivity: float | None = None, epsilon: float = 1.0,
                        delta: float = 1e-5, *, real_calls: int = 20_000, samples: int = 10_000_000,
                        confidence: float = 0.95, seed: int = 0, progress: ProgressFn | None = None) -> LocalDpModAudit:
@@ -451,8 +504,7 @@ def audit_local_dp_mod(clipping_norm: float = 1.0, sensitivity: float | None = N
     confidence = check_probability("confidence", confidence)
     seed = check_int("seed", seed, low=0)
     t0 = time.perf_counter()
-    layout = Layout(keys=tuple(k for k, _ in AUDIT_MODEL), shapes=tuple(s for _, s in AUDIT_MODEL),
-                    dtypes=("float64",) * len(AUDIT_MODEL))
+    layout = _audit_layout()
     sent, u = _pair(calibration.clipping_norm, layout, derive_generator(seed, "pair"))
     mod = LocalDpMod(calibration.clipping_norm, calibration.sensitivity, calibration.epsilon, calibration.delta)
     equivalent = LocalDpModEquivalent(calibration.clipping_norm, calibration.sigma, sent, layout)
