@@ -326,7 +326,7 @@ def test_a_library_black_box_claim_records_passing_self_tests_and_renders_them(l
     null, planted = (t["evidence"] for t in claim.self_tests)
     bb = claim.evidence["blackbox"]
     assert null["value"] == 0.0 and planted["threshold"] == bb["epsilon_claimed"] < planted["value"]
-    assert null["distinguisher"] == planted["distinguisher"] and null["samples"] == 200
+    assert null["samples"] == 200 and null["confidence"] == planted["confidence"] == bb["confidence"]
     line = claim.self_test_line()
     assert line.startswith("self-tests: null ε ≥ 0.000 ✓, planted ε ≥ ") and line.endswith(" ✓")
     assert line in render_markdown(library).replace("&gt;", ">")

@@ -182,7 +182,9 @@ def test_claim_kind_fails_flowers_configuration_and_passes_it_as_an_expected_vio
     fixed = local_dp_mod_epsilon(1.0, 1.0, 4.0, DELTA).sensitivity_needed
     units = UnitCounter()
     rep = run_plan(plan(CLAIM, {**CLAIM, "id": "known", "expect": "violation", "samples": 100},
-                        {**CLAIM, "id": "fixed", "sensitivity": fixed, "samples": 100}), progress=units)
+                        # 2000 draws: at 100 no audit certifies ε > 3.4, so the planted self-test could not
+                        # catch a violation of ε = 4 and the PASS would be INCONCLUSIVE (issue #26 §5)
+                        {**CLAIM, "id": "fixed", "sensitivity": fixed, "samples": 2000}), progress=units)
     assert units.total["mod4"] == (2 * 200_200, "samples") and units.done["mod4"] == 2 * 200_200
     bad, known, ok = rep.claims
     assert [c.error for c in rep.claims] == [None] * 3
