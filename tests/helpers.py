@@ -179,3 +179,26 @@ def _analytic_gaussian_class() -> type:
             return gaussian_epsilon(math.sqrt(self.mu2), target_delta) + self.slack
 
     return _AnalyticGaussian
+
+
+def run_report_plans(root: Path, plans: dict[str, str]) -> dict[str, Path]:
+    """{name: report folder} of ``plans`` ({name: TOML text}), each run for real into ``root/name``
+    (report.json and report.md), unsigned whatever FEDAUDIT_REPORT_KEY the environment holds."""
+    from fedaudit.experiments.runner import run_plan_to_dir
+    from fedaudit.reports import KEY_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(KEY_ENV, raising=False)
+        for name, text in plans.items():
+            (root / f"{name}.toml").write_text(text, encoding="utf-8")
+            run_plan_to_dir(root / f"{name}.toml", root / name, formats=("json", "md"))
+    return {name: root / name for name in plans}
+
+
+def run_diff(capsys, *argv) -> tuple[int, str, str]:
+    """``fedaudit diff ARGV`` in this process: (exit code, stdout, stderr)."""
+    from fedaudit.cli import main
+
+    code = main(["diff", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

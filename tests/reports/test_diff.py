@@ -23,10 +23,9 @@ import shutil
 
 import pytest
 
-from fedaudit.cli import main
+from tests.helpers import run_diff, run_report_plans
 from fedaudit.errors import FedAuditError
 from fedaudit.experiments.rederive import tracked_of
-from fedaudit.experiments.runner import run_plan_to_dir
 from fedaudit.reports import KEY_ENV, Claim, read_report, write_report
 from fedaudit.reports.canonical import canonical_json_bytes, digest
 from fedaudit.reports.diff import Tolerance, Tracked, assess, compare_reports
@@ -75,19 +74,10 @@ def _no_key(monkeypatch):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{name: report folder} of the four plans, each run for real (report.json and report.md)."""
-    root = tmp_path_factory.mktemp("diff")
-    with pytest.MonkeyPatch.context() as patch:  # unsigned reports, whatever the environment holds
-        patch.delenv(KEY_ENV, raising=False)
-        for name, text in PLANS.items():
-            (root / f"{name}.toml").write_text(text, encoding="utf-8")
-            run_plan_to_dir(root / f"{name}.toml", root / name, formats=("json", "md"))
-    return {name: root / name for name in PLANS}
+    return run_report_plans(tmp_path_factory.mktemp("diff"), PLANS)
 
 
-def diff(capsys, *argv) -> tuple[int, str, str]:
-    code = main(["diff", *map(str, argv)])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+diff = run_diff
 
 
 def test_two_runs_of_one_plan_are_no_change(runs, capsys):

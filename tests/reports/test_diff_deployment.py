@@ -17,9 +17,8 @@ import shutil
 
 import pytest
 
-from fedaudit.cli import main
+from tests.helpers import run_diff, run_report_plans
 from fedaudit.experiments.rederive import tracked_of
-from fedaudit.experiments.runner import run_plan_to_dir
 from fedaudit.reports import KEY_ENV, read_report
 from fedaudit.reports.deployment import fact_change
 from fedaudit.reports.diff import compare_reports
@@ -78,19 +77,10 @@ def _no_key(monkeypatch):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{name: report folder} of the three plans, each run for real (report.json and report.md)."""
-    root = tmp_path_factory.mktemp("diffdep")
-    with pytest.MonkeyPatch.context() as patch:  # unsigned reports, whatever the environment holds
-        patch.delenv(KEY_ENV, raising=False)
-        for name, text in PLANS.items():
-            (root / f"{name}.toml").write_text(text, encoding="utf-8")
-            run_plan_to_dir(root / f"{name}.toml", root / name, formats=("json", "md"))
-    return {name: root / name for name in PLANS}
+    return run_report_plans(tmp_path_factory.mktemp("diffdep"), PLANS)
 
 
-def diff(capsys, *argv) -> tuple[int, str, str]:
-    code = main(["diff", *map(str, argv)])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+diff = run_diff
 
 
 def test_a_smaller_privacy_unit_is_a_privacy_regression_naming_the_fact(runs, capsys):
