@@ -198,7 +198,7 @@ def schedule_accountant_refusal(mech: Any, method: str, *, shuffled: bool) -> st
     if not shuffled:
         try:
             events.insert(0, event_of(mech))
-        except FedAuditError:
+        except FedAuditError:  # no event of its own: its (ε, δ) guarantee's event alone
             pass
     if any(acc.supports(e) for e in events):
         return None

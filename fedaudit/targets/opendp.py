@@ -59,19 +59,20 @@ class OpenDPTarget:
 
     @classmethod
     def laplace(cls, scale: float, integer: bool = False) -> "OpenDPTarget":
-        t = int if integer else float
-        space = (dp.atom_domain(T=t), dp.absolute_distance(T=t)) if integer else \
-            (dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float))
-        return cls("laplace", dp.m.make_laplace(*space, scale=scale), {"scale": scale, "integer": integer},
-                   1 if integer else 1.0)
+        return cls._additive("laplace", dp.m.make_laplace, scale, integer)
 
     @classmethod
     def gaussian(cls, scale: float, integer: bool = False) -> "OpenDPTarget":
+        return cls._additive("gaussian", dp.m.make_gaussian, scale, integer)
+
+    @classmethod
+    def _additive(cls, name: str, make: Any, scale: float, integer: bool) -> "OpenDPTarget":
+        """An additive-noise measurement ``make`` on one scalar (int, or float without NaN) under the
+        absolute distance, at sensitivity d_in = 1."""
         t = int if integer else float
         space = (dp.atom_domain(T=t), dp.absolute_distance(T=t)) if integer else \
             (dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float))
-        return cls("gaussian", dp.m.make_gaussian(*space, scale=scale), {"scale": scale, "integer": integer},
-                   1 if integer else 1.0)
+        return cls(name, make(*space, scale=scale), {"scale": scale, "integer": integer}, 1 if integer else 1.0)
 
     @classmethod
     def randomized_response_bool(cls, prob: float) -> "OpenDPTarget":
